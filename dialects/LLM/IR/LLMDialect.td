@@ -1,0 +1,66 @@
+//===- LLMDialect.td - the llm dialect ---------------------*- tablegen -*-===//
+//
+// The graph-level dialect of llmc: transformer ops on ranked tensors.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_DIALECT_LLM_IR_LLMDIALECT_TD
+#define LLMC_DIALECT_LLM_IR_LLMDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+
+def LLM_Dialect : Dialect {
+  let name = "llm";
+  let cppNamespace = "::llmc::llm";
+  let summary = "Transformer graph operations on ranked tensors.";
+  let description = [{
+    The `llm` dialect models transformer (LLM) graphs at the level a model
+    author writes them: elementwise math, shape manipulation, reductions,
+    normalizations (RMSNorm, LayerNorm), rotary position embeddings (RoPE),
+    matmul, scaled dot-product attention with grouped-query attention (GQA)
+    and a KV cache, and collectives for tensor parallelism.
+
+    All ops have value semantics on ranked tensors with static or dynamic
+    dimensions. Element types are f32, f16, bf16, f8E4M3FN, f8E5M2, i1, i8,
+    i32 and i64. Broadcasting is explicit (`llm.broadcast`); binary
+    elementwise ops require operands of identical type.
+
+    ```mlir
+    %h = llm.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<?x4096xbf16>, tensor<4096xbf16>
+    ```
+  }];
+  let hasConstantMaterializer = 1;
+}
+
+class LLM_Op<string mnemonic, list<Trait> traits = []>
+    : Op<LLM_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def LLM_CmpPredicate : I32EnumAttr<"CmpPredicate", "comparison predicate", [
+    I32EnumAttrCase<"eq", 0>, I32EnumAttrCase<"ne", 1>,
+    I32EnumAttrCase<"lt", 2>, I32EnumAttrCase<"le", 3>,
+    I32EnumAttrCase<"gt", 4>, I32EnumAttrCase<"ge", 5>]> {
+  let cppNamespace = "::llmc::llm";
+}
+
+def LLM_GeluApprox : I32EnumAttr<"GeluApproximation", "GELU formula", [
+    I32EnumAttrCase<"erf", 0>, I32EnumAttrCase<"tanh", 1>]> {
+  let cppNamespace = "::llmc::llm";
+}
+
+def LLM_RopeMode : I32EnumAttr<"RopeMode", "RoPE pairing of the head dimension", [
+    I32EnumAttrCase<"half_split", 0>, I32EnumAttrCase<"interleaved", 1>]> {
+  let cppNamespace = "::llmc::llm";
+}
+
+def LLM_ReduceKind : I32EnumAttr<"ReduceKind", "collective reduction", [
+    I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"max", 1>]> {
+  let cppNamespace = "::llmc::llm";
+}
+
+#endif // LLMC_DIALECT_LLM_IR_LLMDIALECT_TD

@@ -1,0 +1,655 @@
+//===- LLMOps.td - llm dialect operations ------------------*- tablegen -*-===//
+//
+// Operations of the `llm` dialect. Every op works on ranked tensors with
+// static or dynamic (`?`) dimensions. Layout conventions are row-major and
+// are given per op.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_DIALECT_LLM_IR_LLMOPS_TD
+#define LLMC_DIALECT_LLM_IR_LLMOPS_TD
+
+include "LLM/IR/LLMDialect.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+defvar LLM_AllElementTypes = [F32, F16, BF16, F8E4M3FN, F8E5M2, I1, I8, I32, I64];
+def LLM_Tensor : RankedTensorOf<LLM_AllElementTypes>;
+def LLM_FloatTensor : RankedTensorOf<[F32, F16, BF16, F8E4M3FN, F8E5M2]>;
+def LLM_NumericTensor : RankedTensorOf<[F32, F16, BF16, F8E4M3FN, F8E5M2, I8, I32, I64]>;
+def LLM_IntTensor : RankedTensorOf<[I32, I64]>;
+def LLM_BoolTensor : RankedTensorOf<[I1]>;
+
+//===----------------------------------------------------------------------===//
+// Constant
+//===----------------------------------------------------------------------===//
+
+def LLM_ConstantOp : LLM_Op<"constant",
+    [ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
+  let summary = "A tensor constant.";
+  let description = [{
+    Materializes a dense tensor constant of any llm element type.
+
+    ```mlir
+    %one = llm.constant dense<1.0> : tensor<4x8xbf16>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class LLM_ElementwiseBinaryOp<string mnemonic, Type operandType,
+                              list<Trait> traits = []>
+    : LLM_Op<mnemonic, !listconcat([Pure, Elementwise,
+                                    SameOperandsAndResultType], traits)> {
+  let arguments = (ins operandType:$lhs, operandType:$rhs);
+  let results = (outs operandType:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+class LLM_ElementwiseUnaryOp<string mnemonic, Type operandType,
+                             list<Trait> traits = []>
+    : LLM_Op<mnemonic, !listconcat([Pure, Elementwise,
+                                    SameOperandsAndResultType], traits)> {
+  let arguments = (ins operandType:$input);
+  let results = (outs operandType:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def LLM_AddOp : LLM_ElementwiseBinaryOp<"add", LLM_NumericTensor, [Commutative]> {
+  let summary = "Elementwise addition: result = lhs + rhs.";
+  let description = [{
+    Operands and result have one type (broadcast explicitly with
+    `llm.broadcast`). Low-precision floats are added in fp32 and rounded
+    once to the result type (round-to-nearest-even).
+
+    ```mlir
+    %s = llm.add %x, %residual : tensor<?x4096xbf16>
+    ```
+  }];
+  let hasFolder = 1;
+}
+def LLM_SubOp : LLM_ElementwiseBinaryOp<"sub", LLM_NumericTensor> {
+  let summary = "Elementwise subtraction: result = lhs - rhs.";
+  let description = [{
+    ```mlir
+    %d = llm.sub %a, %b : tensor<8x16xf32>
+    ```
+  }];
+  let hasFolder = 1;
+}
+def LLM_MulOp : LLM_ElementwiseBinaryOp<"mul", LLM_NumericTensor, [Commutative]> {
+  let summary = "Elementwise multiplication: result = lhs * rhs.";
+  let description = [{
+    Used for the SwiGLU product `silu(gate) * up` (Shazeer 2020).
+
+    ```mlir
+    %h = llm.mul %g, %u : tensor<?x11008xbf16>
+    ```
+  }];
+  let hasFolder = 1;
+}
+def LLM_DivOp : LLM_ElementwiseBinaryOp<"div", LLM_NumericTensor> {
+  let summary = "Elementwise division: result = lhs / rhs.";
+  let description = [{
+    IEEE division for floats (x/0 = ±inf, 0/0 = NaN); integer division
+    truncates toward zero.
+
+    ```mlir
+    %q = llm.div %a, %b : tensor<8xf32>
+    ```
+  }];
+  let hasFolder = 1;
+}
+def LLM_PowOp : LLM_ElementwiseBinaryOp<"pow", LLM_FloatTensor> {
+  let summary = "Elementwise power: result = lhs ^ rhs (C `powf` semantics).";
+  let description = [{
+    ```mlir
+    %p = llm.pow %x, %two : tensor<8xf32>
+    ```
+  }];
+}
+def LLM_MaximumOp : LLM_ElementwiseBinaryOp<"maximum", LLM_NumericTensor, [Commutative]> {
+  let summary = "Elementwise maximum; NaN propagates (torch.maximum).";
+  let description = [{
+    ```mlir
+    %m = llm.maximum %a, %b : tensor<8xf32>
+    ```
+  }];
+}
+def LLM_MinimumOp : LLM_ElementwiseBinaryOp<"minimum", LLM_NumericTensor, [Commutative]> {
+  let summary = "Elementwise minimum; NaN propagates (torch.minimum).";
+  let description = [{
+    ```mlir
+    %m = llm.minimum %a, %b : tensor<8xf32>
+    ```
+  }];
+}
+
+def LLM_NegOp : LLM_ElementwiseUnaryOp<"neg", LLM_NumericTensor> {
+  let summary = "Elementwise negation: result = -input.";
+  let description = [{
+    ```mlir
+    %n = llm.neg %x : tensor<8xbf16>
+    ```
+  }];
+  let hasFolder = 1;
+}
+def LLM_AbsOp : LLM_ElementwiseUnaryOp<"abs", LLM_NumericTensor> {
+  let summary = "Elementwise absolute value.";
+  let description = [{
+    ```mlir
+    %a = llm.abs %x : tensor<8xf16>
+    ```
+  }];
+}
+def LLM_ExpOp : LLM_ElementwiseUnaryOp<"exp", LLM_FloatTensor> {
+  let summary = "Elementwise e^x, computed in fp32.";
+  let description = [{
+    ```mlir
+    %e = llm.exp %x : tensor<8xf32>
+    ```
+  }];
+}
+def LLM_LogOp : LLM_ElementwiseUnaryOp<"log", LLM_FloatTensor> {
+  let summary = "Elementwise natural logarithm, computed in fp32.";
+  let description = [{
+    ```mlir
+    %l = llm.log %x : tensor<8xf32>
+    ```
+  }];
+}
+def LLM_TanhOp : LLM_ElementwiseUnaryOp<"tanh", LLM_FloatTensor> {
+  let summary = "Elementwise hyperbolic tangent, computed in fp32.";
+  let description = [{
+    ```mlir
+    %t = llm.tanh %x : tensor<8xf32>
+    ```
+  }];
+}
+def LLM_SqrtOp : LLM_ElementwiseUnaryOp<"sqrt", LLM_FloatTensor> {
+  let summary = "Elementwise square root, computed in fp32.";
+  let description = [{
+    ```mlir
+    %r = llm.sqrt %x : tensor<8xf32>
+    ```
+  }];
+}
+def LLM_RsqrtOp : LLM_ElementwiseUnaryOp<"rsqrt", LLM_FloatTensor> {
+  let summary = "Elementwise reciprocal square root 1/sqrt(x), computed in fp32.";
+  let description = [{
+    ```mlir
+    %r = llm.rsqrt %x : tensor<8xf32>
+    ```
+  }];
+}
+def LLM_SiluOp : LLM_ElementwiseUnaryOp<"silu", LLM_FloatTensor> {
+  let summary = "Elementwise SiLU (swish): x * sigmoid(x).";
+  let description = [{
+    Elfwing et al. 2017 / Ramachandran et al. 2017; the gate activation of
+    SwiGLU (Shazeer 2020). Computed in fp32.
+
+    ```mlir
+    %s = llm.silu %gate : tensor<?x11008xbf16>
+    ```
+  }];
+}
+def LLM_GeluOp : LLM_Op<"gelu", [Pure, Elementwise, SameOperandsAndResultType]> {
+  let summary = "Elementwise GELU, exact (erf) or tanh approximation.";
+  let description = [{
+    Hendrycks & Gimpel 2016. `erf`: 0.5 x (1 + erf(x / sqrt 2)).
+    `tanh`: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) — GPT-2's form.
+    Computed in fp32.
+
+    ```mlir
+    %g = llm.gelu %x tanh : tensor<?x3072xf16>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$input, LLM_GeluApprox:$approximation);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = "$input $approximation attr-dict `:` type($result)";
+}
+def LLM_ReluOp : LLM_ElementwiseUnaryOp<"relu", LLM_NumericTensor> {
+  let summary = "Elementwise max(x, 0).";
+  let description = [{
+    ```mlir
+    %r = llm.relu %x : tensor<8xf32>
+    ```
+  }];
+}
+def LLM_SigmoidOp : LLM_ElementwiseUnaryOp<"sigmoid", LLM_FloatTensor> {
+  let summary = "Elementwise logistic sigmoid 1 / (1 + e^-x), computed in fp32.";
+  let description = [{
+    ```mlir
+    %s = llm.sigmoid %x : tensor<8xf32>
+    ```
+  }];
+}
+
+def LLM_CompareOp : LLM_Op<"compare",
+    [Pure, Elementwise, SameTypeOperands, InferTypeOpAdaptor]> {
+  let summary = "Elementwise comparison producing an i1 tensor.";
+  let description = [{
+    Compares `lhs` and `rhs` (same type) with the predicate; the result has
+    their shape and element type i1. Ordered comparisons with NaN are false;
+    `ne` with NaN is true (IEEE 754).
+
+    ```mlir
+    %m = llm.compare lt, %a, %b : tensor<8x8xf32>
+    ```
+  }];
+  let arguments = (ins LLM_CmpPredicate:$predicate, LLM_NumericTensor:$lhs,
+                       LLM_NumericTensor:$rhs);
+  let results = (outs LLM_BoolTensor:$result);
+  let assemblyFormat = "$predicate `,` $lhs `,` $rhs attr-dict `:` type($lhs)";
+}
+
+def LLM_SelectOp : LLM_Op<"select",
+    [Pure, Elementwise, AllTypesMatch<["on_true", "on_false", "result"]>]> {
+  let summary = "Elementwise select: result = cond ? on_true : on_false.";
+  let description = [{
+    `cond` is an i1 tensor of the result's shape.
+
+    ```mlir
+    %r = llm.select %c, %a, %b : tensor<8xi1>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins LLM_BoolTensor:$cond, LLM_Tensor:$on_true,
+                       LLM_Tensor:$on_false);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = [{
+    $cond `,` $on_true `,` $on_false attr-dict `:` type($cond) `,` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Type and shape manipulation
+//===----------------------------------------------------------------------===//
+
+def LLM_CastOp : LLM_Op<"cast", [Pure, Elementwise]> {
+  let summary = "Element type conversion with the same shape.";
+  let description = [{
+    Float → float rounds to nearest even; float → f8E4M3FN saturates to
+    ±448 (NaN stays NaN); float → int truncates toward zero; int → i1 is
+    `x != 0`.
+
+    ```mlir
+    %y = llm.cast %x : tensor<?x4096xf32> to tensor<?x4096xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_Tensor:$input);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def LLM_BroadcastOp : LLM_Op<"broadcast", [Pure]> {
+  let summary = "NumPy-style broadcast to a larger shape.";
+  let description = [{
+    Dimensions are aligned from the right; each input dimension is 1 or
+    equal to the result's. Missing leading dimensions are added.
+
+    ```mlir
+    %b = llm.broadcast %w : tensor<4096xbf16> to tensor<?x4096xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_Tensor:$input);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def LLM_ReshapeOp : LLM_Op<"reshape", [Pure]> {
+  let summary = "Row-major reshape with the same number of elements.";
+  let description = [{
+    When the input has dynamic dimensions the result may have at most one
+    dynamic dimension, which is then computed from the element count (as
+    `torch.view` with `-1`).
+
+    ```mlir
+    %h = llm.reshape %q : tensor<?x4096xbf16> to tensor<?x32x128xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_Tensor:$input);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def LLM_TransposeOp : LLM_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Permutes dimensions: result.dim(i) = input.dim(permutation[i]).";
+  let description = [{
+    ```mlir
+    %t = llm.transpose %x [0, 2, 1, 3] : tensor<?x?x32x128xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = "$input $permutation attr-dict `:` type($input)";
+  let hasFolder = 1;
+}
+
+def LLM_SliceOp : LLM_Op<"slice", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Strided slice: result[i] = input[start + i * step] per dimension.";
+  let description = [{
+    `starts`, `limits` and `steps` have one entry per dimension; a limit of
+    -1 means the dimension's end. A dynamic input dimension must be sliced
+    whole (start 0, limit -1, step 1) and stays dynamic.
+
+    ```mlir
+    %l = llm.slice %padded [0, 0] to [-1, 50257] step [1, 1] : tensor<?x50304xf32>
+    ```
+  }];
+  let arguments = (ins LLM_Tensor:$input, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$limits, DenseI64ArrayAttr:$steps);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = [{
+    $input $starts `to` $limits `step` $steps attr-dict `:` type($input)
+  }];
+  let hasFolder = 1;
+}
+
+def LLM_ConcatOp : LLM_Op<"concat", [Pure, SameOperandsElementType,
+                                     InferTypeOpAdaptor]> {
+  let summary = "Concatenates tensors along one dimension.";
+  let description = [{
+    All inputs have the same rank and element type and equal sizes except
+    along `dim`.
+
+    ```mlir
+    %kv = llm.concat %k, %v dim = 2 : tensor<1x7x8x64xbf16>, tensor<1x7x8x64xbf16>
+    ```
+  }];
+  let arguments = (ins Variadic<LLM_Tensor>:$inputs, I64Attr:$dim);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = "$inputs `dim` `=` $dim attr-dict `:` type($inputs)";
+}
+
+def LLM_GatherOp : LLM_Op<"gather", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Gathers slices of `table` along `axis` (embedding lookup).";
+  let description = [{
+    result.shape = table.shape[:axis] ++ indices.shape ++ table.shape[axis+1:].
+    Indices are i32 or i64; an out-of-range index yields zeros on the GPU
+    and an error in the reference executor. With `axis = 0` and a [V, D]
+    table this is the token embedding.
+
+    ```mlir
+    %e = llm.gather %wte, %tokens axis = 0 : tensor<50257x768xf32>, tensor<?x?xi64>
+    ```
+  }];
+  let arguments = (ins LLM_Tensor:$table, LLM_IntTensor:$indices, I64Attr:$axis);
+  let results = (outs LLM_Tensor:$result);
+  let assemblyFormat = [{
+    $table `,` $indices `axis` `=` $axis attr-dict `:` type($table) `,` type($indices)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+class LLM_ReduceOp<string mnemonic, string what>
+    : LLM_Op<mnemonic, [Pure, InferTypeOpAdaptor]> {
+  let summary = "Reduction (" # what # ") over the given dimensions.";
+  let description = [{
+    Reduces over `dims` (sorted, unique, non-negative). With `keepdim` the
+    reduced dimensions stay with size 1. Floating-point accumulation is in
+    fp32 (split into blocks for long reductions); the result is rounded once
+    to the element type.
+
+    ```mlir
+    %s = llm.}] # mnemonic # [{ %x [1] keepdim : tensor<4x4096xf32>
+    ```
+  }];
+  let arguments = (ins LLM_NumericTensor:$input, DenseI64ArrayAttr:$dims,
+                       UnitAttr:$keepdim);
+  let results = (outs LLM_NumericTensor:$result);
+  let assemblyFormat = "$input $dims (`keepdim` $keepdim^)? attr-dict `:` type($input)";
+}
+
+def LLM_ReduceSumOp : LLM_ReduceOp<"reduce_sum", "sum">;
+def LLM_ReduceMeanOp : LLM_ReduceOp<"reduce_mean", "arithmetic mean">;
+def LLM_ReduceMaxOp : LLM_ReduceOp<"reduce_max", "maximum">;
+def LLM_ReduceMinOp : LLM_ReduceOp<"reduce_min", "minimum">;
+
+def LLM_SoftmaxOp : LLM_Op<"softmax", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Softmax over the last dimension with optional scale and additive mask.";
+  let description = [{
+    result = exp(z - max(z)) / sum(exp(z - max(z))) with
+    z = input * scale + mask, computed in fp32 (max-subtracted, Bridle 1990;
+    online normalization, Milakov & Gimelshein 2018). `mask` (any float
+    type) broadcasts NumPy-style to the input's shape. A row that is -inf
+    everywhere gives NaN, as in PyTorch.
+
+    ```mlir
+    %p = llm.softmax %s mask %m {scale = 0.125 : f64} : tensor<1x32x7x7xf32>, tensor<1x1x7x7xf32>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$input, Optional<LLM_FloatTensor>:$mask,
+                       OptionalAttr<F64Attr>:$scale);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input (`mask` $mask^)? attr-dict `:` type($input) (`,` type($mask)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def LLM_RMSNormOp : LLM_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "RMSNorm over the last dimension.";
+  let description = [{
+    y = x / sqrt(mean(x^2, last dim) + eps) * weight (Zhang & Sennrich 2019,
+    as in LLaMA). `input` is [..., H], `weight` is [H]; math in fp32, the
+    result has the input's type.
+
+    ```mlir
+    %y = llm.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<?x4096xbf16>, tensor<4096xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$input, LLM_FloatTensor:$weight,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight)
+  }];
+  let hasVerifier = 1;
+}
+
+def LLM_LayerNormOp : LLM_Op<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "LayerNorm over the last dimension, with weight and optional bias.";
+  let description = [{
+    y = (x - mean) / sqrt(var + eps) * weight + bias with the biased
+    variance over the last dimension (Ba et al. 2016; torch.nn.LayerNorm).
+    `input` [..., H], `weight` and `bias` [H]; math in fp32.
+
+    ```mlir
+    %y = llm.layer_norm %x, %g, %b {eps = 1.0e-05 : f64} : tensor<?x768xf32>, tensor<768xf32>, tensor<768xf32>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$input, LLM_FloatTensor:$weight,
+                       Optional<LLM_FloatTensor>:$bias,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$eps);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,` type($weight) (`,` type($bias)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Transformer ops
+//===----------------------------------------------------------------------===//
+
+def LLM_RoPEOp : LLM_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Rotary position embedding (RoPE) on [B, S, H, D].";
+  let description = [{
+    Su et al. 2021 (RoFormer). For position p = s + offset and pair index
+    i < D/2, angle = p * theta^(-2i/D); each pair (a, b) becomes
+    (a cos - b sin, a sin + b cos). `half_split` pairs (i, i + D/2) as in
+    LLaMA/GPT-NeoX (HF `rotate_half`); `interleaved` pairs (2i, 2i+1) as in
+    GPT-J. `offset` is an i32/i64 scalar or one value per batch ([B]),
+    e.g. the KV-cache position of a decode step. Math in fp32.
+
+    ```mlir
+    %q2 = llm.rope %q half_split {theta = 10000.0 : f64} : tensor<1x?x32x128xbf16>
+    %k2 = llm.rope %k offset %pos half_split : tensor<4x1x32x128xbf16>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$input, Optional<LLM_IntTensor>:$offset,
+                       LLM_RopeMode:$mode,
+                       DefaultValuedAttr<F64Attr, "10000.0">:$theta);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input (`offset` $offset^)? $mode attr-dict `:` type($input) (`,` type($offset)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def LLM_MatmulOp : LLM_Op<"matmul", [Pure]> {
+  let summary = "Batched matrix product with transpose flags and optional bias.";
+  let description = [{
+    lhs is [..., M, K] ([..., K, M] with `transpose_lhs`), rhs is
+    [..., K, N] ([..., N, K] with `transpose_rhs`, the layout of
+    torch.nn.Linear weights). Batch dimensions broadcast NumPy-style (a
+    rank-2 rhs is shared by every batch). `bias` is [N], added to every row.
+    Products accumulate in fp32; the result element type may differ from
+    the operands' (an output cast), and is fp32, f16 or bf16 for fp8
+    operands.
+
+    ```mlir
+    %q = llm.matmul %x, %wq {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16> -> tensor<?x4096xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_NumericTensor:$lhs, LLM_NumericTensor:$rhs,
+                       Optional<LLM_NumericTensor>:$bias,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs LLM_NumericTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs (`bias` $bias^)? attr-dict `:` type($lhs) `,` type($rhs) (`,` type($bias)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def LLM_AttentionOp : LLM_Op<"attention",
+    [Pure, AttrSizedOperandSegments, AllTypesMatch<["query", "result"]>]> {
+  let summary = "Scaled dot-product attention with GQA, causal masking and a KV length.";
+  let description = [{
+    softmax(Q K^T * scale + mask) V per head (Vaswani et al. 2017), layout
+    [B, S, H, D] for query [B, Sq, Hq, D], key and value [B, Skv, Hkv, D]
+    and the result [B, Sq, Hq, D]. Grouped-query attention (Ainslie et al.
+    2023): Hkv divides Hq and query head h reads KV head h / (Hq / Hkv).
+    `scale` defaults to 1/sqrt(D). `mask` is additive and broadcasts to
+    [B, Hq, Sq, Skv]. `kv_len` (i32/i64 scalar) limits attention to the
+    first kv_len keys, for a preallocated KV cache. `causal` aligns at the
+    bottom right: query i attends key j iff j <= i + L - Sq, where L is
+    kv_len (or Skv), as in FlashAttention 2.1+ and PyTorch for Sq == Skv.
+    Computed as FlashAttention-2 (Dao 2023) with fp32 accumulation.
+
+    ```mlir
+    %o = llm.attention %q, %k, %v {causal} : tensor<1x?x32x128xbf16>, tensor<1x?x8x128xbf16>, tensor<1x?x8x128xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$query, LLM_FloatTensor:$key,
+                       LLM_FloatTensor:$value,
+                       Optional<LLM_FloatTensor>:$mask,
+                       Optional<LLM_IntTensor>:$kv_len,
+                       UnitAttr:$causal, OptionalAttr<F64Attr>:$scale);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` $mask^)? (`kv_len` $kv_len^)? attr-dict `:`
+    type($query) `,` type($key) `,` type($value) (`,` type($mask)^)? (`,` type($kv_len)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def LLM_KVCacheAppendOp : LLM_Op<"kv_cache_append",
+    [Pure, AllTypesMatch<["cache", "result"]>]> {
+  let summary = "Writes new K or V rows into a preallocated KV cache at a position.";
+  let description = [{
+    cache [B, Smax, H, D], update [B, Snew, H, D], position an i32/i64
+    scalar: result = cache with rows [position, position + Snew) of every
+    batch replaced by `update`. The runtime performs it in place when the
+    cache buffer is not used afterwards. position + Snew > Smax is an error
+    at run time.
+
+    ```mlir
+    %kc = llm.kv_cache_append %cache, %k, %pos : tensor<32x2048x32x128xbf16>, tensor<32x1x32x128xbf16>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$cache, LLM_FloatTensor:$update,
+                       LLM_IntTensor:$position);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $cache `,` $update `,` $position attr-dict `:` type($cache) `,` type($update) `,` type($position)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives (tensor parallelism)
+//===----------------------------------------------------------------------===//
+
+def LLM_AllReduceOp : LLM_Op<"all_reduce", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "All-reduce across a group of ranks (NCCL).";
+  let description = [{
+    Every rank of a group of `group_size` ranks receives the elementwise sum
+    (or max) of the group's inputs.
+
+    ```mlir
+    %r = llm.all_reduce %x sum {group_size = 2 : i64} : tensor<?x4096xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_NumericTensor:$input, LLM_ReduceKind:$kind,
+                       I64Attr:$group_size);
+  let results = (outs LLM_NumericTensor:$result);
+  let assemblyFormat = "$input $kind attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def LLM_AllGatherOp : LLM_Op<"all_gather", [InferTypeOpAdaptor]> {
+  let summary = "All-gather: concatenates the group's inputs along `dim` (NCCL).";
+  let description = [{
+    result.dim(dim) = group_size * input.dim(dim), rank r's input at offset
+    r * input.dim(dim).
+
+    ```mlir
+    %g = llm.all_gather %x dim = 1 {group_size = 2 : i64} : tensor<4x2048xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_NumericTensor:$input, I64Attr:$dim, I64Attr:$group_size);
+  let results = (outs LLM_NumericTensor:$result);
+  let assemblyFormat = "$input `dim` `=` $dim attr-dict `:` type($input)";
+}
+
+def LLM_ReduceScatterOp : LLM_Op<"reduce_scatter", [InferTypeOpAdaptor]> {
+  let summary = "Reduce-scatter: reduces across the group, rank r keeps chunk r of `dim` (NCCL).";
+  let description = [{
+    input.dim(dim) must divide by `group_size`; result.dim(dim) =
+    input.dim(dim) / group_size.
+
+    ```mlir
+    %s = llm.reduce_scatter %x sum dim = 0 {group_size = 2 : i64} : tensor<4096x4096xbf16>
+    ```
+  }];
+  let arguments = (ins LLM_NumericTensor:$input, LLM_ReduceKind:$kind,
+                       I64Attr:$dim, I64Attr:$group_size);
+  let results = (outs LLM_NumericTensor:$result);
+  let assemblyFormat = "$input $kind `dim` `=` $dim attr-dict `:` type($input)";
+}
+
+#endif // LLMC_DIALECT_LLM_IR_LLMOPS_TD

@@ -1,0 +1,420 @@
+//===- KernelLibrary.h - CUDA C++ source generators for llmc kernels -------===//
+//
+// Plain C++17, no CUDA or MLIR dependency. Every generator returns a complete
+// CUDA C++ translation unit (our own preamble + the kernel) that NVRTC can
+// compile without any CUDA header, with exactly one `extern "C" __global__`
+// entry whose name is derived deterministically from the configuration (same
+// config -> same name and byte-identical source, so kernel caches hit).
+//
+// Every generator documents the kernel's exact argument list; a companion
+// `...Launch()` function returns the grid / block / dynamic shared memory.
+// Kernels whose LaunchDims::smem exceeds 48 KiB need the caller to set
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES before launch.
+//
+// Conventions used by all kernels:
+//  * Tensors are dense row-major ("contiguous") unless stated otherwise.
+//  * All math is fp32 (accumulation included); results are rounded once to the
+//    output type (round-to-nearest-even; fp8 saturates to the finite max).
+//  * Pointers: `T*` below means a device pointer to the storage type of the
+//    configured ScalarType (see CTypeName). int64 scalars are passed as
+//    `long long`, floats as `float`, ints as `int`.
+//  * "error flag" arguments are `int*` device pointers; kernels only ever
+//    store a nonzero code there (never clear it); nullptr is allowed.
+//
+// See docs/kernels.md for algorithms and limits.
+//===----------------------------------------------------------------------===//
+#ifndef LLMC_TARGET_CUDA_KERNELLIBRARY_H
+#define LLMC_TARGET_CUDA_KERNELLIBRARY_H
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace llmc::cuda {
+
+//===----------------------------------------------------------------------===//
+// Types shared by all generators
+//===----------------------------------------------------------------------===//
+
+enum class ScalarType { f32, f16, bf16, f8e4m3, f8e5m2, i1, i8, i32, i64 };
+
+/// Storage type name used in generated code: "float", "f16", "bf16",
+/// "fp8e4m3", "fp8e5m2", "uint8_t" (i1: one byte holding 0 or 1), "int8_t",
+/// "int32_t", "int64_t". The non-builtin names are defined by Preamble().
+const char *CTypeName(ScalarType t);
+/// Short tag used in kernel names: "f32", "f16", "bf16", "e4m3", ...
+const char *ScalarTypeTag(ScalarType t);
+/// Size in bytes of one element of the storage type.
+int ScalarSize(ScalarType t);
+bool IsFloatType(ScalarType t); // f32, f16, bf16, f8*
+bool IsIntType(ScalarType t);   // i1, i8, i32, i64
+
+struct KernelCode {
+  std::string name;   // the single extern "C" __global__ entry
+  std::string source; // complete translation unit (Preamble() included)
+};
+
+struct LaunchDims {
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned smem; // dynamic shared memory bytes
+};
+
+/// Header-free preamble prepended to every kernel: integer typedefs, the
+/// bf16/f16/fp8 storage structs with conversions (inline PTX; fp8 uses the
+/// sm_89+ cvt instructions and a bit-exact software path below sm_89), warp
+/// and block reductions, small math helpers, vector load structs.
+std::string_view Preamble();
+
+/// Number of SMs assumed when sizing grid-stride launches (H200 = 132).
+inline constexpr int kAssumedNumSMs = 132;
+
+//===----------------------------------------------------------------------===//
+// 1. Elementwise fusion
+//===----------------------------------------------------------------------===//
+
+enum class EwOp {
+  add, sub, mul, div, neg, abs, exp, log, tanh, sqrt, rsqrt, pow, maximum,
+  minimum, silu, gelu_erf, gelu_tanh, relu, sigmoid, compare, select, cast,
+  constant
+};
+enum class CmpPredicate { eq, ne, lt, le, gt, ge };
+
+/// How an input is indexed relative to the output (output is contiguous).
+enum class InputLayout {
+  kContiguous,   // same shape as the output, dense
+  kScalar,       // a single element, read at index 0
+  kRowBroadcast, // shape [N] broadcast against [..., N]: index = i % N
+  kStrided,      // general: runtime per-dim strides in elements, 0 = broadcast
+};
+
+struct EwInput {
+  ScalarType type = ScalarType::f32;
+  InputLayout layout = InputLayout::kContiguous;
+};
+
+struct EwNode {
+  EwOp op = EwOp::add;
+  /// Negative = input index -(i+1); non-negative = earlier node index.
+  /// compare: (a, b); select: (cond, a, b); cast/unary: (a); constant: ().
+  std::vector<int> operands;
+  ScalarType type = ScalarType::f32; // result type (compare: i1)
+  double constant = 0.0;             // for EwOp::constant
+  CmpPredicate pred = CmpPredicate::eq;
+};
+
+struct EwOutput {
+  int node = 0;
+  ScalarType type = ScalarType::f32;
+};
+
+struct ElementwiseProgram {
+  std::vector<EwInput> inputs;
+  std::vector<EwNode> nodes;
+  std::vector<EwOutput> outputs;
+};
+
+inline constexpr int kElementwiseMaxRank = 8;
+inline constexpr int kElementwiseThreads = 256;
+
+/// Elementwise kernel. Math: float-typed nodes compute in fp32, integer-typed
+/// nodes (i1/i8/i32/i64) in 64-bit integers (integer div truncates toward
+/// zero, x/0 gives 0); transcendental ops on integer nodes compute in fp32 and
+/// truncate. maximum/minimum propagate NaN (as torch.maximum).
+///
+/// Kernel arguments, in order:
+///   OutT_0* out_0, ..., OutT_{k-1}* out_{k-1},
+///   const InT_0* in_0, ..., const InT_{n-1}* in_{n-1},
+///   long long numel,
+///   EwShape shape            (by value; only when some input is kStrided
+///                             or kRowBroadcast)
+/// EwShape is `long long data[1 + 8 + 8 * n]` = {rank, sizes[8] (output dims,
+/// outermost first, unused = 1), strides[n][8] (per input, elements, 0 =
+/// broadcast; unused dims/inputs 0)}; build it with PackElementwiseShape.
+/// kRowBroadcast uses N = sizes[rank-1].
+/// Fast path (all inputs kContiguous/kScalar and all pointers 16-byte aligned):
+/// 16-byte vector loads, grid-stride, scalar tail.
+KernelCode EmitElementwise(const ElementwiseProgram &prog);
+LaunchDims ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel);
+/// True when the kernel takes the trailing EwShape argument.
+bool ElementwiseNeedsShape(const ElementwiseProgram &prog);
+/// Packs the EwShape argument. `in_strides[i]` may be empty for inputs that
+/// are not kStrided. Returns 1 + 8 + 8 * inputs.size() int64 values.
+std::vector<int64_t>
+PackElementwiseShape(const ElementwiseProgram &prog,
+                     const std::vector<int64_t> &out_sizes,
+                     const std::vector<std::vector<int64_t>> &in_strides);
+
+//===----------------------------------------------------------------------===//
+// 2./3. RMSNorm, LayerNorm (optionally fused with a residual add)
+//===----------------------------------------------------------------------===//
+
+struct RMSNormConfig {
+  ScalarType in = ScalarType::bf16; // x, residual and residual_out
+  ScalarType weight = ScalarType::bf16;
+  ScalarType out = ScalarType::bf16;
+  int64_t hidden = 4096;
+  float eps = 1e-6f;
+  bool fused_residual = false;
+  /// HF LLaMA semantics: round x*rsqrt(..) to `in` before multiplying by w.
+  bool round_before_weight = false;
+};
+
+/// y = x * rsqrt(mean(x^2) + eps) * w  (Zhang & Sennrich 2019), fp32 math.
+/// fused_residual: s = x + r (rounded to `in`) is written to residual_out and
+/// normalized instead of x.
+/// Kernel arguments:
+///   plain:  (OutT* out, const InT* x, const WT* weight, long long rows)
+///   fused:  (OutT* out, InT* residual_out, const InT* x, const InT* residual,
+///            const WT* weight, long long rows)
+/// residual_out may alias x or residual (each element is read before written
+/// by the same thread).
+KernelCode EmitRMSNorm(const RMSNormConfig &cfg);
+LaunchDims RMSNormLaunch(const RMSNormConfig &cfg, int64_t rows);
+
+struct LayerNormConfig {
+  ScalarType in = ScalarType::bf16;
+  ScalarType weight = ScalarType::bf16; // also the bias type
+  ScalarType out = ScalarType::bf16;
+  int64_t hidden = 4096;
+  float eps = 1e-5f;
+  bool has_weight = true;
+  bool has_bias = true;
+  bool fused_residual = false;
+};
+
+/// y = (x - mean) * rsqrt(var + eps) * w + b (Ba et al. 2016), biased var,
+/// two-pass over the row held in registers, fp32.
+/// Kernel arguments (bracketed ones only when configured):
+///   (OutT* out, [InT* residual_out], const InT* x, [const InT* residual],
+///    [const WT* weight], [const WT* bias], long long rows)
+KernelCode EmitLayerNorm(const LayerNormConfig &cfg);
+LaunchDims LayerNormLaunch(const LayerNormConfig &cfg, int64_t rows);
+
+//===----------------------------------------------------------------------===//
+// 4. Softmax over the last dim
+//===----------------------------------------------------------------------===//
+
+struct SoftmaxConfig {
+  ScalarType in = ScalarType::bf16;
+  ScalarType out = ScalarType::bf16;
+  int64_t n = 1024;                         // last dim
+  bool has_mask = false;
+  ScalarType mask = ScalarType::f32;        // f32/f16/bf16 additive mask
+};
+
+/// y = softmax(x * scale + mask[row % mask_rows]) over the last dim, fp32,
+/// max-subtracted, exp2 with log2(e) prescale. Rows whose every logit is -inf
+/// give NaN (as PyTorch). N <= 1024: one warp per row (4 rows per block), row
+/// in registers; N > 1024: one block per row, online normalizer (Milakov &
+/// Gimelshein 2018) in a first pass, second pass re-reads x.
+/// Kernel arguments:
+///   (OutT* out, const InT* x, const MaskT* mask /*nullptr if !has_mask*/,
+///    float scale, long long rows, long long mask_rows)
+KernelCode EmitSoftmax(const SoftmaxConfig &cfg);
+LaunchDims SoftmaxLaunch(const SoftmaxConfig &cfg, int64_t rows);
+
+//===----------------------------------------------------------------------===//
+// 5. RoPE
+//===----------------------------------------------------------------------===//
+
+enum class PositionSource { kNone, kScalarI32, kScalarI64, kPerBatchI32, kPerBatchI64 };
+
+struct RoPEConfig {
+  ScalarType dtype = ScalarType::bf16;
+  int64_t num_heads = 32;
+  int64_t head_dim = 128;
+  int64_t rotary_dim = 0;     // 0 = head_dim; dims >= rotary_dim are copied
+  bool interleaved = false;   // false: pairs (i, i+R/2) (LLaMA/NeoX);
+                              // true: pairs (2i, 2i+1) (GPT-J)
+  float theta = 10000.0f;
+  PositionSource offset = PositionSource::kNone;
+};
+
+/// RoFormer rotary embedding on x [B, S, H, D]:
+///   inv_freq_i = 1 / theta^(2i/R) (fp32 powf), angle = float(s + offset) *
+///   inv_freq_i, (a, b) -> (a*cos - b*sin, b*cos + a*sin).
+/// Kernel arguments:
+///   (T* out, const T* x, const void* offset /*int32 or int64 per config;
+///    nullptr = 0*/, long long batch, long long seq)
+/// out may alias x (in place). One block per token (b, s).
+KernelCode EmitRoPE(const RoPEConfig &cfg);
+LaunchDims RoPELaunch(const RoPEConfig &cfg, int64_t batch, int64_t seq);
+
+//===----------------------------------------------------------------------===//
+// 6. Flash attention (prefill)
+//===----------------------------------------------------------------------===//
+
+struct AttentionConfig {
+  ScalarType dtype = ScalarType::bf16; // q, k, v, out: bf16, f16 or f32
+  int64_t head_dim = 128;
+  bool causal = false;                  // bottom-right aligned
+  bool has_mask = false;
+  ScalarType mask = ScalarType::f32;    // f32/bf16/f16 additive mask
+  /// Force the simple (one warp per query row) kernel even when the tensor
+  /// core kernel applies. The tensor-core kernel is used for bf16/f16 with
+  /// head_dim % 16 == 0 and head_dim <= 256.
+  bool force_simple = false;
+};
+
+/// True when EmitAttention produces the mma.sync FlashAttention-2 kernel.
+bool AttentionUsesTensorCores(const AttentionConfig &cfg);
+
+/// FlashAttention-2 forward (Dao 2023). q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D],
+/// out [B,Sq,Hq,D], contiguous. GQA: kv head = h / (Hq/Hkv) (Hq % Hkv == 0).
+/// causal: query i sees keys j <= i + Skv - Sq. Mask: element
+///   mask[b*mask_stride_b + h*mask_stride_h + i*mask_stride_q + j]
+/// (strides in elements; pass 0 to broadcast over b or h; usually
+/// mask_stride_q = Skv). Rows with no visible key (all masked) give 0
+/// (FlashAttention convention; PyTorch's math path gives NaN there).
+/// Kernel arguments:
+///   (T* out, const T* q, const T* k, const T* v, const MaskT* mask,
+///    long long batch, long long seq_q, long long seq_kv,
+///    int heads_q, int heads_kv, float scale,
+///    long long mask_stride_b, long long mask_stride_h,
+///    long long mask_stride_q)
+/// (mask may be nullptr when !has_mask; strides then ignored.)
+KernelCode EmitAttention(const AttentionConfig &cfg);
+LaunchDims AttentionLaunch(const AttentionConfig &cfg, int64_t batch,
+                           int64_t seq_q, int64_t heads_q);
+
+//===----------------------------------------------------------------------===//
+// 7. Flash decoding (split-KV)
+//===----------------------------------------------------------------------===//
+
+enum class KvLenSource { kArg, kDeviceI32, kDeviceI64, kPerBatchI32, kPerBatchI64 };
+
+struct DecodeConfig {
+  ScalarType dtype = ScalarType::bf16; // bf16, f16, f32
+  int64_t head_dim = 128;
+  int64_t group_size = 4; // Hq / Hkv
+  int64_t q_len = 1;      // Sq (compile time; queries are the last q_len positions)
+  bool causal = true;     // only matters for q_len > 1
+  KvLenSource kv_len = KvLenSource::kArg;
+};
+
+struct DecodeKernels {
+  KernelCode split;   // phase 1
+  KernelCode combine; // phase 2
+};
+
+/// Flash-decoding: phase 1, one block per (split, kv head, batch), handles all
+/// group_size*q_len query rows of that kv head, keys
+/// [split*chunk, min((split+1)*chunk, kv_len)) with chunk = ceil(kv_len /
+/// num_splits) rounded up to 32. Writes unnormalized partial results.
+/// Phase 2 combines splits: one block per (b, h, i) query row.
+/// Layouts: q/out [B, q_len, Hq, D]; k/v cache [B, Smax, Hkv, D] (only rows
+/// < kv_len are read). Workspace: partial_acc float [B, Hq, q_len, splits, D],
+/// partial_ml float [B, Hq, q_len, splits, 2] (max in log2 units, sum).
+/// Phase 1 args:
+///   (float* partial_acc, float* partial_ml, const T* q, const T* k,
+///    const T* v, const void* kv_len_ptr, long long kv_len_arg,
+///    long long max_seq /*Smax*/, int heads_kv, float scale, int num_splits)
+/// Phase 2 args:
+///   (T* out, const float* partial_acc, const float* partial_ml,
+///    int heads_kv, int num_splits)
+/// kv_len = kv_len_arg (kArg), *(int32/int64*)kv_len_ptr, or
+/// ((int32/int64*)kv_len_ptr)[b] for the per-batch sources.
+/// Rows with no visible keys give 0.
+DecodeKernels EmitDecodeAttention(const DecodeConfig &cfg);
+/// Suggested number of KV splits (>=1) for the given sizes.
+int DecodeNumSplits(const DecodeConfig &cfg, int64_t batch, int64_t heads_kv,
+                    int64_t max_kv_len, int num_sms = kAssumedNumSMs);
+LaunchDims DecodeSplitLaunch(const DecodeConfig &cfg, int64_t batch,
+                             int64_t heads_kv, int num_splits);
+LaunchDims DecodeCombineLaunch(const DecodeConfig &cfg, int64_t batch,
+                               int64_t heads_kv);
+/// Workspace bytes: partial_acc and partial_ml.
+std::pair<int64_t, int64_t> DecodeWorkspaceBytes(const DecodeConfig &cfg,
+                                                 int64_t batch,
+                                                 int64_t heads_kv,
+                                                 int num_splits);
+/// Whether the split kernel supports this config (group_size*q_len*head_dim
+/// <= 4096, head_dim <= 512); otherwise use EmitAttention.
+bool DecodeSupported(const DecodeConfig &cfg);
+
+//===----------------------------------------------------------------------===//
+// 8. KV-cache append (K and V together)
+//===----------------------------------------------------------------------===//
+
+struct KvAppendConfig {
+  ScalarType dtype = ScalarType::bf16;
+  int64_t heads_kv = 8;
+  int64_t head_dim = 128;
+  PositionSource pos = PositionSource::kScalarI64; // kNone = position 0
+};
+
+/// k_cache/v_cache [B, Smax, Hkv, D]; k_new/v_new [B, Snew, Hkv, D];
+/// rows [pos, pos+Snew) of each batch are overwritten. If pos < 0 or
+/// pos + Snew > Smax for a batch, nothing is written for that batch and
+/// *error = 1.
+/// Kernel arguments:
+///   (T* k_cache, T* v_cache, const T* k_new, const T* v_new,
+///    const void* pos /*int32/int64 per config*/, int* error,
+///    long long batch, long long max_seq, long long seq_new)
+KernelCode EmitKvAppend(const KvAppendConfig &cfg);
+LaunchDims KvAppendLaunch(const KvAppendConfig &cfg, int64_t batch,
+                          int64_t seq_new);
+
+//===----------------------------------------------------------------------===//
+// 9. Gather / embedding
+//===----------------------------------------------------------------------===//
+
+struct GatherConfig {
+  ScalarType dtype = ScalarType::bf16;
+  ScalarType index = ScalarType::i64; // i32 or i64
+  int64_t dim = 4096;                 // D (row length)
+};
+
+/// out[n, :] = table[idx[n], :]; idx outside [0, V) -> zeros and *error = 2.
+/// Kernel arguments:
+///   (T* out, const T* table, const IdxT* indices, int* error,
+///    long long num_indices, long long vocab)
+KernelCode EmitGather(const GatherConfig &cfg);
+LaunchDims GatherLaunch(const GatherConfig &cfg, int64_t num_indices);
+
+//===----------------------------------------------------------------------===//
+// 10. Reductions
+//===----------------------------------------------------------------------===//
+
+enum class ReduceKind { sum, mean, max, min };
+
+struct RowReduceConfig {
+  ScalarType in = ScalarType::bf16;
+  ScalarType out = ScalarType::f32;
+  ReduceKind kind = ReduceKind::sum;
+  int64_t n = 4096; // last dim
+};
+
+/// out[r] = reduce(x[r, 0:n]); fp32 accumulation; max/min propagate NaN.
+/// Kernel arguments: (OutT* out, const InT* x, long long rows)
+KernelCode EmitRowReduce(const RowReduceConfig &cfg);
+LaunchDims RowReduceLaunch(const RowReduceConfig &cfg, int64_t rows);
+
+struct FullReduceConfig {
+  ScalarType in = ScalarType::bf16;
+  ScalarType out = ScalarType::f32;
+  ReduceKind kind = ReduceKind::sum;
+};
+
+struct FullReduceKernels {
+  KernelCode stage1; // (float* partials, const InT* x, long long numel)
+  KernelCode stage2; // (OutT* out, const float* partials, int num_partials,
+                     //  long long numel)
+};
+
+/// Two-stage reduction of a whole tensor: stage 1 launches
+/// FullReduceNumPartials(numel) blocks, each reducing a grid-stride slice in
+/// fp32 (per-thread sequential, then tree) to partials[blockIdx.x]; stage 2
+/// (one block) tree-reduces the partials and writes out[0] (mean = fp32 sum /
+/// numel).
+FullReduceKernels EmitFullReduce(const FullReduceConfig &cfg);
+int FullReduceNumPartials(int64_t numel);
+LaunchDims FullReduceStage1Launch(const FullReduceConfig &cfg, int64_t numel);
+LaunchDims FullReduceStage2Launch(const FullReduceConfig &cfg, int64_t numel);
+
+} // namespace llmc::cuda
+
+#endif // LLMC_TARGET_CUDA_KERNELLIBRARY_H

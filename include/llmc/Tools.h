@@ -1,0 +1,19 @@
+//===- Tools.h - entry points of llmc's command-line tools ------*- C++ -*-===//
+//
+// Each tool in tools/ is a thin main() calling one of these, so every tool
+// shares the one copy of MLIR inside libllmc.so.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_TOOLS_H
+#define LLMC_TOOLS_H
+
+namespace llmc {
+
+/// `llmc-opt`: mlir-opt with the llm dialect and every llmc pass. Returns the
+/// process exit code.
+int optMain(int argc, char **argv);
+
+} // namespace llmc
+
+#endif // LLMC_TOOLS_H

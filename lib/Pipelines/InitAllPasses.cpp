@@ -1,0 +1,7 @@
+//===- InitAllPasses.cpp - register every llmc pass ----------------------===//
+
+#include "llmc/InitAllPasses.h"
+
+#include "mlir/Transforms/Passes.h"
+
+void llmc::registerAllPasses() { mlir::registerTransformsPasses(); }

@@ -1,0 +1,140 @@
+//===- Common.cpp - ScalarType helpers and shared generator utilities ----===//
+#include "Internal.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace llmc::cuda {
+
+const char *CTypeName(ScalarType t) {
+  switch (t) {
+  case ScalarType::f32: return "float";
+  case ScalarType::f16: return "f16";
+  case ScalarType::bf16: return "bf16";
+  case ScalarType::f8e4m3: return "fp8e4m3";
+  case ScalarType::f8e5m2: return "fp8e5m2";
+  case ScalarType::i1: return "uint8_t";
+  case ScalarType::i8: return "int8_t";
+  case ScalarType::i32: return "int32_t";
+  case ScalarType::i64: return "int64_t";
+  }
+  return "?";
+}
+
+const char *ScalarTypeTag(ScalarType t) {
+  switch (t) {
+  case ScalarType::f32: return "f32";
+  case ScalarType::f16: return "f16";
+  case ScalarType::bf16: return "bf16";
+  case ScalarType::f8e4m3: return "e4m3";
+  case ScalarType::f8e5m2: return "e5m2";
+  case ScalarType::i1: return "i1";
+  case ScalarType::i8: return "i8";
+  case ScalarType::i32: return "i32";
+  case ScalarType::i64: return "i64";
+  }
+  return "?";
+}
+
+int ScalarSize(ScalarType t) {
+  switch (t) {
+  case ScalarType::f32: case ScalarType::i32: return 4;
+  case ScalarType::f16: case ScalarType::bf16: return 2;
+  case ScalarType::i64: return 8;
+  default: return 1;
+  }
+}
+
+bool IsIntType(ScalarType t) {
+  return t == ScalarType::i1 || t == ScalarType::i8 || t == ScalarType::i32 ||
+         t == ScalarType::i64;
+}
+bool IsFloatType(ScalarType t) { return !IsIntType(t); }
+
+namespace detail {
+
+std::string FloatLit(float v) {
+  if (std::isnan(v) || std::isinf(v)) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "__int_as_float(0x%08x)", bits);
+    return buf;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s + "f";
+}
+
+std::string FloatTag(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", bits);
+  return buf;
+}
+
+std::string HashHex(const std::string &s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+int VecWidth(int64_t n, int elem_size) {
+  int w = 16 / elem_size;
+  while (w > 1 && n % w != 0) w /= 2;
+  return w < 1 ? 1 : w;
+}
+
+std::string Assemble(const std::string &header_comment,
+                     const std::string &config, const std::string &body) {
+  std::string s;
+  s.reserve(Preamble().size() + header_comment.size() + config.size() +
+            body.size() + 64);
+  s += Preamble();
+  s += "\n";
+  s += header_comment;
+  s += "\n// ---- configuration (compile-time constants) ----\n";
+  s += config;
+  s += body;
+  return s;
+}
+
+LaunchDims Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx, int64_t smem) {
+  if (gx < 1) gx = 1;
+  if (gy < 1) gy = 1;
+  if (gz < 1) gz = 1;
+  if (gx > 0x7fffffffLL || gy > 65535 || gz > 65535)
+    Fail("launch grid too large");
+  LaunchDims d{};
+  d.grid[0] = static_cast<unsigned>(gx);
+  d.grid[1] = static_cast<unsigned>(gy);
+  d.grid[2] = static_cast<unsigned>(gz);
+  d.block[0] = static_cast<unsigned>(bx);
+  d.block[1] = 1;
+  d.block[2] = 1;
+  d.smem = static_cast<unsigned>(smem);
+  return d;
+}
+
+void Fail(const std::string &msg) {
+#if defined(__cpp_exceptions)
+  throw std::invalid_argument("llmc::cuda kernel generator: " + msg);
+#else
+  std::fprintf(stderr, "llmc::cuda kernel generator: %s\n", msg.c_str());
+  std::abort();
+#endif
+}
+
+} // namespace detail
+} // namespace llmc::cuda

@@ -1,0 +1,34 @@
+//===- Internal.h - helpers shared by the CUDA source generators ---------===//
+#ifndef LLMC_LIB_TARGET_CUDA_INTERNAL_H
+#define LLMC_LIB_TARGET_CUDA_INTERNAL_H
+
+#include "llmc/Target/CUDA/KernelLibrary.h"
+
+#include <cstdint>
+#include <string>
+
+namespace llmc::cuda::detail {
+
+/// Exact, deterministic float literal: "1.00000001e-06f" style (%.9g round
+/// trips); inf/nan become __int_as_float(bits).
+std::string FloatLit(float v);
+/// Exact hex tag of a float's bits for kernel names ("3727c5ac").
+std::string FloatTag(float v);
+/// 64-bit FNV-1a, printed as 16 hex digits.
+std::string HashHex(const std::string &s);
+/// ceil(a / b) for positive b.
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+/// Largest power of two vector width (elements) with width*size <= 16 bytes
+/// that divides n; 1 when none.
+int VecWidth(int64_t n, int elem_size);
+/// Assemble: preamble + "// config" block + body.
+std::string Assemble(const std::string &header_comment,
+                     const std::string &config, const std::string &body);
+LaunchDims Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx,
+                int64_t smem = 0);
+[[noreturn]] void Fail(const std::string &msg);
+
+} // namespace llmc::cuda::detail
+
+#endif
