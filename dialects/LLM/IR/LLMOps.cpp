@@ -141,7 +141,7 @@ OpFoldResult NegOp::fold(FoldAdaptor) {
 }
 
 //===----------------------------------------------------------------------===//
-// CompareOp / SelectOp
+// CompareOp
 //===----------------------------------------------------------------------===//
 
 LogicalResult CompareOp::inferReturnTypes(MLIRContext *context,
@@ -154,29 +154,9 @@ LogicalResult CompareOp::inferReturnTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult SelectOp::verify() {
-  auto cond = getCond().getType();
-  auto result = getResult().getType();
-  if (failed(verifyCompatibleShape(cond.getShape(), result.getShape())))
-    return emitOpError() << "cond of shape " << shapeStr(cond.getShape())
-                         << " does not match the result shape "
-                         << shapeStr(result.getShape());
-  return success();
-}
-
 //===----------------------------------------------------------------------===//
 // CastOp
 //===----------------------------------------------------------------------===//
-
-LogicalResult CastOp::verify() {
-  auto in = getInput().getType();
-  auto out = getResult().getType();
-  if (failed(verifyCompatibleShape(in.getShape(), out.getShape())))
-    return emitOpError() << "input of shape " << shapeStr(in.getShape())
-                         << " and result of shape " << shapeStr(out.getShape())
-                         << " differ; cast changes the element type only";
-  return success();
-}
 
 // cast(x : T -> T) => x
 OpFoldResult CastOp::fold(FoldAdaptor) {
@@ -326,6 +306,8 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &results) {
+  if (!(adaptor.getPermutationAttr()))
+    return emitOptionalError(loc, "'llm.transpose' requires the permutation attribute(s)");
   auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   ArrayRef<int64_t> perm = adaptor.getPermutation();
   if (static_cast<int64_t>(perm.size()) != in.getRank())
@@ -374,6 +356,8 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
                                         std::optional<Location> loc,
                                         Adaptor adaptor,
                                         SmallVectorImpl<Type> &results) {
+  if (!(adaptor.getStartsAttr() && adaptor.getLimitsAttr() && adaptor.getStepsAttr()))
+    return emitOptionalError(loc, "'llm.slice' requires the starts, limits and steps attribute(s)");
   auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   ArrayRef<int64_t> starts = adaptor.getStarts();
   ArrayRef<int64_t> limits = adaptor.getLimits();
@@ -429,6 +413,8 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
                                          std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &results) {
+  if (!(adaptor.getDimAttr()))
+    return emitOptionalError(loc, "'llm.concat' requires the dim attribute(s)");
   auto inputs = adaptor.getInputs();
   if (inputs.empty())
     return emitOptionalError(loc, "'llm.concat' expects at least one input");
@@ -467,6 +453,8 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
                                          std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &results) {
+  if (!(adaptor.getAxisAttr()))
+    return emitOptionalError(loc, "'llm.gather' requires the axis attribute(s)");
   auto table = cast<RankedTensorType>(adaptor.getTable().getType());
   auto indices = cast<RankedTensorType>(adaptor.getIndices().getType());
   int64_t axis = adaptor.getAxis();
@@ -489,6 +477,9 @@ template <typename AdaptorT>
 static LogicalResult inferReduce(StringRef name, std::optional<Location> loc,
                                  AdaptorT adaptor,
                                  SmallVectorImpl<Type> &results) {
+  if (!adaptor.getDimsAttr())
+    return emitOptionalError(loc, "'llm.", name,
+                             "' requires the dims attribute");
   auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   ArrayRef<int64_t> dims = adaptor.getDims();
   if (dims.empty())
@@ -771,6 +762,8 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &results) {
+  if (!(adaptor.getDimAttr() && adaptor.getGroupSizeAttr()))
+    return emitOptionalError(loc, "'llm.all_gather' requires the dim and group_size attribute(s)");
   auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   int64_t dim = adaptor.getDim(), group = adaptor.getGroupSize();
   if (group < 1)
@@ -790,6 +783,8 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
 LogicalResult ReduceScatterOp::inferReturnTypes(
     MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &results) {
+  if (!(adaptor.getDimAttr() && adaptor.getGroupSizeAttr()))
+    return emitOptionalError(loc, "'llm.reduce_scatter' requires the dim and group_size attribute(s)");
   auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   int64_t dim = adaptor.getDim(), group = adaptor.getGroupSize();
   if (group < 1)

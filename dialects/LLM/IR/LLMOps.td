@@ -271,7 +271,6 @@ def LLM_SelectOp : LLM_Op<"select",
   let assemblyFormat = [{
     $cond `,` $on_true `,` $on_false attr-dict `:` type($cond) `,` type($result)
   }];
-  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -292,7 +291,6 @@ def LLM_CastOp : LLM_Op<"cast", [Pure, Elementwise]> {
   let arguments = (ins LLM_Tensor:$input);
   let results = (outs LLM_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
-  let hasVerifier = 1;
   let hasFolder = 1;
   let hasCanonicalizer = 1;
 }
@@ -562,6 +560,7 @@ def LLM_AttentionOp : LLM_Op<"attention",
 
     ```mlir
     %o = llm.attention %q, %k, %v {causal} : tensor<1x?x32x128xbf16>, tensor<1x?x8x128xbf16>, tensor<1x?x8x128xbf16>
+    %d = llm.attention %q1, %kc, %vc kv_len(%len : tensor<i64>) {causal} : tensor<4x1x32x128xbf16>, tensor<4x2048x32x128xbf16>, tensor<4x2048x32x128xbf16>
     ```
   }];
   let arguments = (ins LLM_FloatTensor:$query, LLM_FloatTensor:$key,
@@ -571,8 +570,9 @@ def LLM_AttentionOp : LLM_Op<"attention",
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$scale);
   let results = (outs LLM_FloatTensor:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value (`mask` $mask^)? (`kv_len` $kv_len^)? attr-dict `:`
-    type($query) `,` type($key) `,` type($value) (`,` type($mask)^)? (`,` type($kv_len)^)?
+    $query `,` $key `,` $value (`mask` `(` $mask^ `:` type($mask) `)`)?
+    (`kv_len` `(` $kv_len^ `:` type($kv_len) `)`)? attr-dict `:`
+    type($query) `,` type($key) `,` type($value)
   }];
   let hasVerifier = 1;
 }
@@ -611,13 +611,15 @@ def LLM_AllReduceOp : LLM_Op<"all_reduce", [AllTypesMatch<["input", "result"]>]>
     (or max) of the group's inputs.
 
     ```mlir
-    %r = llm.all_reduce %x sum {group_size = 2 : i64} : tensor<?x4096xbf16>
+    %r = llm.all_reduce %x sum group_size = 2 : tensor<?x4096xbf16>
     ```
   }];
   let arguments = (ins LLM_NumericTensor:$input, LLM_ReduceKind:$kind,
                        I64Attr:$group_size);
   let results = (outs LLM_NumericTensor:$result);
-  let assemblyFormat = "$input $kind attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input $kind `group_size` `=` $group_size attr-dict `:` type($input)
+  }];
   let hasVerifier = 1;
 }
 
@@ -628,12 +630,14 @@ def LLM_AllGatherOp : LLM_Op<"all_gather", [InferTypeOpAdaptor]> {
     r * input.dim(dim).
 
     ```mlir
-    %g = llm.all_gather %x dim = 1 {group_size = 2 : i64} : tensor<4x2048xbf16>
+    %g = llm.all_gather %x dim = 1 group_size = 2 : tensor<4x2048xbf16>
     ```
   }];
   let arguments = (ins LLM_NumericTensor:$input, I64Attr:$dim, I64Attr:$group_size);
   let results = (outs LLM_NumericTensor:$result);
-  let assemblyFormat = "$input `dim` `=` $dim attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input `dim` `=` $dim `group_size` `=` $group_size attr-dict `:` type($input)
+  }];
 }
 
 def LLM_ReduceScatterOp : LLM_Op<"reduce_scatter", [InferTypeOpAdaptor]> {
@@ -643,13 +647,15 @@ def LLM_ReduceScatterOp : LLM_Op<"reduce_scatter", [InferTypeOpAdaptor]> {
     input.dim(dim) / group_size.
 
     ```mlir
-    %s = llm.reduce_scatter %x sum dim = 0 {group_size = 2 : i64} : tensor<4096x4096xbf16>
+    %s = llm.reduce_scatter %x sum dim = 0 group_size = 2 : tensor<4096x4096xbf16>
     ```
   }];
   let arguments = (ins LLM_NumericTensor:$input, LLM_ReduceKind:$kind,
                        I64Attr:$dim, I64Attr:$group_size);
   let results = (outs LLM_NumericTensor:$result);
-  let assemblyFormat = "$input $kind `dim` `=` $dim attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input $kind `dim` `=` $dim `group_size` `=` $group_size attr-dict `:` type($input)
+  }];
 }
 
 #endif // LLMC_DIALECT_LLM_IR_LLMOPS_TD

@@ -1,0 +1,593 @@
+// RUN: llmc-opt %s --split-input-file --verify-diagnostics
+
+func.func @add_type_mismatch(%a: tensor<4xf32>, %b: tensor<4xbf16>) {
+  // expected-error @+1 {{use of value '%b' expects different type than prior uses}}
+  %0 = llm.add %a, %b : tensor<4xf32>
+  // expected-note @-3 {{prior use here}}
+  return
+}
+
+// -----
+
+func.func @add_generic_mismatch(%a: tensor<4xf32>, %b: tensor<5xf32>) {
+  // expected-error @+1 {{'llm.add' op all non-scalar operands/results must have the same shape and base type}}
+  %0 = "llm.add"(%a, %b) : (tensor<4xf32>, tensor<5xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @silu_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.silu' op operand #0 must be ranked tensor of 32-bit float or 16-bit float or bfloat16 type or f8E4M3FN type or f8E5M2 type values, but got 'tensor<4xi32>'}}
+  %0 = llm.silu %a : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @unsupported_element_type(%a: tensor<4xf64>) {
+  // expected-error @+1 {{'llm.exp' op operand #0 must be ranked tensor of}}
+  %0 = llm.exp %a : tensor<4xf64>
+  return
+}
+
+// -----
+
+func.func @select_shape(%c: tensor<3xi1>, %a: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.select' op all non-scalar operands/results must have the same shape and base type}}
+  %0 = llm.select %c, %a, %a : tensor<3xi1>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @cast_shape(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.cast' op all non-scalar operands/results must have the same shape and base type}}
+  %0 = llm.cast %a : tensor<4xf32> to tensor<5xbf16>
+  return
+}
+
+// -----
+
+func.func @broadcast_bad(%a: tensor<3xf32>) {
+  // expected-error @+1 {{'llm.broadcast' op input of shape [3] does not broadcast to [2, 4]: dimension 0 is 3, expected 1 or 4}}
+  %0 = llm.broadcast %a : tensor<3xf32> to tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @broadcast_rank(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.broadcast' op input of rank 2 cannot broadcast to rank 1}}
+  %0 = llm.broadcast %a : tensor<2x3xf32> to tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @broadcast_elem(%a: tensor<3xf32>) {
+  // expected-error @+1 {{'llm.broadcast' op element type f32 of the input differs from the result's bf16}}
+  %0 = llm.broadcast %a : tensor<3xf32> to tensor<2x3xbf16>
+  return
+}
+
+// -----
+
+func.func @reshape_count(%a: tensor<4x6xf32>) {
+  // expected-error @+1 {{'llm.reshape' op input [4, 6] has 24 elements but result [5, 5] has 25}}
+  %0 = llm.reshape %a : tensor<4x6xf32> to tensor<5x5xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_two_dynamic(%a: tensor<?x4096xf32>) {
+  // expected-error @+1 {{'llm.reshape' op result [?, ?, 128] has 2 dynamic dimensions; expected at most 1 when the input is dynamic}}
+  %0 = llm.reshape %a : tensor<?x4096xf32> to tensor<?x?x128xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_indivisible(%a: tensor<10xf32>) {
+  // expected-error @+1 {{'llm.reshape' op input [10] cannot be reshaped to [?, 3]}}
+  %0 = llm.reshape %a : tensor<10xf32> to tensor<?x3xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_elem(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.reshape' op element type f32 of the input differs from the result's f16}}
+  %0 = llm.reshape %a : tensor<4xf32> to tensor<2x2xf16>
+  return
+}
+
+// -----
+
+func.func @transpose_len(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.transpose' permutation has 3 entries, expected 2 (the input rank)}}
+  %0 = llm.transpose %a [0, 1, 2] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_not_perm(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.transpose' permutation [0, 0] is not a permutation of [0, 2)}}
+  %0 = llm.transpose %a [0, 0] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_result(%a: tensor<2x3xf32>) {
+  // expected-error @+2 {{'llm.transpose' op inferred type(s) 'tensor<3x2xf32>' are incompatible with return type(s) of operation 'tensor<2x3xf32>'}}
+  // expected-error @+1 {{'llm.transpose' op failed to infer returned types}}
+  %0 = "llm.transpose"(%a) <{permutation = array<i64: 1, 0>}> : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_missing_attr(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.transpose' op requires attribute 'permutation'}}
+  %0 = "llm.transpose"(%a) : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  return
+}
+
+// -----
+
+func.func @slice_count(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.slice' expects 2 starts, limits and steps (the input rank), found 1, 2 and 2}}
+  %0 = llm.slice %a [0] to [1, 1] step [1, 1] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @slice_range(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.slice' range [0, 4) of dimension 1 is outside [0, 3]}}
+  %0 = llm.slice %a [0, 0] to [2, 4] step [1, 1] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @slice_step(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.slice' step 0 of dimension 0 must be >= 1}}
+  %0 = llm.slice %a [0, 0] to [2, 3] step [0, 1] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @slice_dynamic(%a: tensor<?x3xf32>) {
+  // expected-error @+1 {{'llm.slice' dynamic dimension 0 must be taken whole (start 0, limit -1, step 1)}}
+  %0 = llm.slice %a [1, 0] to [-1, 3] step [1, 1] : tensor<?x3xf32>
+  return
+}
+
+// -----
+
+func.func @concat_rank(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{'llm.concat' input 1 has rank 1, expected 2}}
+  %0 = llm.concat %a, %b dim = 0 : tensor<2x3xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @concat_dim(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.concat' dim 2 is out of range for rank 2}}
+  %0 = llm.concat %a, %a dim = 2 : tensor<2x3xf32>, tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @concat_size(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{'llm.concat' input 1 has size 4 in dimension 1, expected 3}}
+  %0 = llm.concat %a, %b dim = 0 : tensor<2x3xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @concat_elem(%a: tensor<2x3xf32>, %b: tensor<2x3xf16>) {
+  // expected-error @+1 {{'llm.concat' op requires the same element type for all operands}}
+  %0 = "llm.concat"(%a, %b) <{dim = 0 : i64}> : (tensor<2x3xf32>, tensor<2x3xf16>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @concat_empty() {
+  // expected-error @+1 {{'llm.concat' op expected 1 or more operands, but found 0}}
+  %0 = "llm.concat"() <{dim = 0 : i64}> : () -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @gather_axis(%t: tensor<10x4xf32>, %i: tensor<3xi64>) {
+  // expected-error @+1 {{'llm.gather' axis 2 is out of range for a table of rank 2}}
+  %0 = llm.gather %t, %i axis = 2 : tensor<10x4xf32>, tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @gather_float_indices(%t: tensor<10x4xf32>, %i: tensor<3xf32>) {
+  // expected-error @+1 {{'llm.gather' op operand #1 must be ranked tensor of 32-bit signless integer or 64-bit signless integer values, but got 'tensor<3xf32>'}}
+  %0 = llm.gather %t, %i axis = 0 : tensor<10x4xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_range(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.reduce_sum' dimension 2 is out of range for rank 2}}
+  %0 = llm.reduce_sum %a [2] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_unsorted(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.reduce_max' dimensions [1, 0] must be sorted and unique}}
+  %0 = llm.reduce_max %a [1, 0] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_empty(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.reduce_mean' expects at least one dimension to reduce}}
+  %0 = llm.reduce_mean %a [] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_mask(%a: tensor<2x3xf32>, %m: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.softmax' op mask of shape [4] does not broadcast to [2, 3]: dimension 0 is 4, expected 1 or 3}}
+  %0 = llm.softmax %a mask %m : tensor<2x3xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_scale(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'llm.softmax' op scale must be > 0, found -1}}
+  %0 = llm.softmax %a {scale = -1.0 : f64} : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_rank0(%a: tensor<f32>) {
+  // expected-error @+1 {{'llm.softmax' op input must have rank >= 1, found rank 0}}
+  %0 = llm.softmax %a : tensor<f32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_weight(%x: tensor<2x4096xbf16>, %w: tensor<4095xbf16>) {
+  // expected-error @+1 {{'llm.rms_norm' op weight must have shape [4096] (the input's last dimension), found [4095]}}
+  %0 = llm.rms_norm %x, %w : tensor<2x4096xbf16>, tensor<4095xbf16>
+  return
+}
+
+// -----
+
+func.func @rms_norm_eps(%x: tensor<2x8xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.rms_norm' op eps must be >= 0, found -1}}
+  %0 = llm.rms_norm %x, %w {eps = -1.0 : f64} : tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_rank0(%x: tensor<f32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.rms_norm' op input must have rank >= 1, found rank 0}}
+  %0 = llm.rms_norm %x, %w : tensor<f32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_bias(%x: tensor<2x8xf32>, %w: tensor<8xf32>, %b: tensor<2x8xf32>) {
+  // expected-error @+1 {{'llm.layer_norm' op bias must have shape [8] (the input's last dimension), found [2, 8]}}
+  %0 = llm.layer_norm %x, %w, %b : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_weight(%x: tensor<2x8xf32>, %w: tensor<7xf32>) {
+  // expected-error @+1 {{'llm.layer_norm' op weight must have shape [8] (the input's last dimension), found [7]}}
+  %0 = llm.layer_norm %x, %w : tensor<2x8xf32>, tensor<7xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_eps(%x: tensor<2x8xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.layer_norm' op eps must be >= 0, found -5.000000e-01}}
+  %0 = llm.layer_norm %x, %w {eps = -0.5 : f64} : tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_rank0(%x: tensor<f32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.layer_norm' op input must have rank >= 1, found rank 0}}
+  %0 = llm.layer_norm %x, %w : tensor<f32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_rank(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op input must be [B, S, H, D] (rank 4), found [2, 8, 64]}}
+  %0 = llm.rope %x half_split : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_odd(%x: tensor<1x8x2x63xf32>) {
+  // expected-error @+1 {{'llm.rope' op head dimension must be even, found 63}}
+  %0 = llm.rope %x half_split : tensor<1x8x2x63xf32>
+  return
+}
+
+// -----
+
+func.func @rope_theta(%x: tensor<1x8x2x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op theta must be > 0, found 0}}
+  %0 = llm.rope %x half_split {theta = 0.0 : f64} : tensor<1x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_offset(%x: tensor<2x8x2x64xf32>, %o: tensor<3xi64>) {
+  // expected-error @+1 {{'llm.rope' op offset must be a scalar or have shape [2] (one per batch), found [3]}}
+  %0 = llm.rope %x offset %o half_split : tensor<2x8x2x64xf32>, tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @matmul_rank(%a: tensor<4xf32>, %b: tensor<4x4xf32>) {
+  // expected-error @+1 {{'llm.matmul' op operands must have rank >= 2, found lhs [4] and rhs [4, 4]}}
+  %0 = llm.matmul %a, %b : tensor<4xf32>, tensor<4x4xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_k(%a: tensor<4x8xbf16>, %b: tensor<4096x4096xbf16>) {
+  // expected-error @+1 {{'llm.matmul' op contraction sizes differ: lhs K = 8, rhs K = 4096}}
+  %0 = llm.matmul %a, %b {transpose_rhs} : tensor<4x8xbf16>, tensor<4096x4096xbf16> -> tensor<4x4096xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_elem(%a: tensor<4x8xbf16>, %b: tensor<8x4xf16>) {
+  // expected-error @+1 {{'llm.matmul' op lhs element type bf16 differs from rhs element type f16}}
+  %0 = llm.matmul %a, %b : tensor<4x8xbf16>, tensor<8x4xf16> -> tensor<4x4xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_result(%a: tensor<4x8xbf16>, %b: tensor<8x5xbf16>) {
+  // expected-error @+1 {{'llm.matmul' op result shape [4, 4] differs from the expected [4, 5]}}
+  %0 = llm.matmul %a, %b : tensor<4x8xbf16>, tensor<8x5xbf16> -> tensor<4x4xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_batch(%a: tensor<3x4x8xbf16>, %b: tensor<2x8x5xbf16>) {
+  // expected-error @+1 {{'llm.matmul' op batch dimensions [3] and [2] do not broadcast}}
+  %0 = llm.matmul %a, %b : tensor<3x4x8xbf16>, tensor<2x8x5xbf16> -> tensor<3x4x5xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_bias(%a: tensor<4x8xbf16>, %b: tensor<8x5xbf16>, %bias: tensor<4xbf16>) {
+  // expected-error @+1 {{'llm.matmul' op bias must have shape [5] (N), found [4]}}
+  %0 = llm.matmul %a, %b bias %bias : tensor<4x8xbf16>, tensor<8x5xbf16>, tensor<4xbf16> -> tensor<4x5xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_float_to_int(%a: tensor<4x8xbf16>, %b: tensor<8x5xbf16>) {
+  // expected-error @+1 {{'llm.matmul' op float operands need a float result, found i32}}
+  %0 = llm.matmul %a, %b : tensor<4x8xbf16>, tensor<8x5xbf16> -> tensor<4x5xi32>
+  return
+}
+
+// -----
+
+func.func @matmul_fp8_out(%a: tensor<4x32xf8E4M3FN>, %b: tensor<32x16xf8E4M3FN>) {
+  // expected-error @+1 {{'llm.matmul' op fp8 operands need an f32, f16 or bf16 result, found f8E4M3FN}}
+  %0 = llm.matmul %a, %b : tensor<4x32xf8E4M3FN>, tensor<32x16xf8E4M3FN> -> tensor<4x16xf8E4M3FN>
+  return
+}
+
+// -----
+
+func.func @attention_rank(%q: tensor<1x7x128xbf16>, %k: tensor<1x7x8x128xbf16>) {
+  // expected-error @+1 {{'llm.attention' op query must be [B, S, H, D] (rank 4), found [1, 7, 128]}}
+  %0 = "llm.attention"(%q, %k, %k) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>}> : (tensor<1x7x128xbf16>, tensor<1x7x8x128xbf16>, tensor<1x7x8x128xbf16>) -> tensor<1x7x128xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_gqa(%q: tensor<1x7x9x64xbf16>, %k: tensor<1x7x2x64xbf16>) {
+  // expected-error @+1 {{'llm.attention' op query heads (9) must be a multiple of key/value heads (2) for grouped-query attention}}
+  %0 = llm.attention %q, %k, %k : tensor<1x7x9x64xbf16>, tensor<1x7x2x64xbf16>, tensor<1x7x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_head_dim(%q: tensor<1x7x8x64xbf16>, %k: tensor<1x7x8x80xbf16>) {
+  // expected-error @+1 {{'llm.attention' op head dimensions differ: query 64, key 80}}
+  %0 = llm.attention %q, %k, %k : tensor<1x7x8x64xbf16>, tensor<1x7x8x80xbf16>, tensor<1x7x8x80xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_batch(%q: tensor<2x7x8x64xbf16>, %k: tensor<3x7x8x64xbf16>) {
+  // expected-error @+1 {{'llm.attention' op batch sizes differ: query 2, key 3}}
+  %0 = llm.attention %q, %k, %k : tensor<2x7x8x64xbf16>, tensor<3x7x8x64xbf16>, tensor<3x7x8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_kv_shape(%q: tensor<1x7x8x64xbf16>, %k: tensor<1x7x8x64xbf16>, %v: tensor<1x6x8x64xbf16>) {
+  // expected-error @+1 {{'llm.attention' op key [1, 7, 8, 64] and value [1, 6, 8, 64] must have the same shape}}
+  %0 = llm.attention %q, %k, %v : tensor<1x7x8x64xbf16>, tensor<1x7x8x64xbf16>, tensor<1x6x8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_dtype(%q: tensor<1x7x8x64xbf16>, %k: tensor<1x7x8x64xf16>) {
+  // expected-error @+1 {{'llm.attention' op query, key and value must share an element type, found bf16, f16 and f16}}
+  %0 = llm.attention %q, %k, %k : tensor<1x7x8x64xbf16>, tensor<1x7x8x64xf16>, tensor<1x7x8x64xf16>
+  return
+}
+
+// -----
+
+func.func @attention_mask(%q: tensor<1x7x8x64xbf16>, %k: tensor<1x9x8x64xbf16>, %m: tensor<1x1x7x7xf32>) {
+  // expected-error @+1 {{'llm.attention' op mask of shape [1, 1, 7, 7] does not broadcast to [1, 8, 7, 9]: dimension 3 is 7, expected 1 or 9}}
+  %0 = llm.attention %q, %k, %k mask(%m : tensor<1x1x7x7xf32>) : tensor<1x7x8x64xbf16>, tensor<1x9x8x64xbf16>, tensor<1x9x8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_kv_len(%q: tensor<1x1x8x64xbf16>, %k: tensor<1x9x8x64xbf16>, %l: tensor<1xi64>) {
+  // expected-error @+1 {{'llm.attention' op kv_len must be a scalar (rank 0), found tensor<1xi64>}}
+  %0 = llm.attention %q, %k, %k kv_len(%l : tensor<1xi64>) : tensor<1x1x8x64xbf16>, tensor<1x9x8x64xbf16>, tensor<1x9x8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_scale(%q: tensor<1x7x8x64xbf16>) {
+  // expected-error @+1 {{'llm.attention' op scale must be > 0, found 0}}
+  %0 = llm.attention %q, %q, %q {scale = 0.0 : f64} : tensor<1x7x8x64xbf16>, tensor<1x7x8x64xbf16>, tensor<1x7x8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @kv_append_rank(%c: tensor<4x2048x8xbf16>, %u: tensor<4x1x8x64xbf16>, %p: tensor<i64>) {
+  // expected-error @+1 {{'llm.kv_cache_append' op cache and update must be [B, S, H, D], found [4, 2048, 8] and [4, 1, 8, 64]}}
+  %0 = llm.kv_cache_append %c, %u, %p : tensor<4x2048x8xbf16>, tensor<4x1x8x64xbf16>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @kv_append_heads(%c: tensor<4x2048x8x64xbf16>, %u: tensor<4x1x4x64xbf16>, %p: tensor<i64>) {
+  // expected-error @+1 {{'llm.kv_cache_append' op update [4, 1, 4, 64] does not match cache [4, 2048, 8, 64] in dimension 2}}
+  %0 = llm.kv_cache_append %c, %u, %p : tensor<4x2048x8x64xbf16>, tensor<4x1x4x64xbf16>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @kv_append_rows(%c: tensor<4x16x8x64xbf16>, %u: tensor<4x17x8x64xbf16>, %p: tensor<i64>) {
+  // expected-error @+1 {{'llm.kv_cache_append' op update has 17 rows, more than the cache's 16}}
+  %0 = llm.kv_cache_append %c, %u, %p : tensor<4x16x8x64xbf16>, tensor<4x17x8x64xbf16>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @kv_append_dtype(%c: tensor<4x16x8x64xbf16>, %u: tensor<4x1x8x64xf16>, %p: tensor<i64>) {
+  // expected-error @+1 {{'llm.kv_cache_append' op update element type f16 differs from the cache's bf16}}
+  %0 = llm.kv_cache_append %c, %u, %p : tensor<4x16x8x64xbf16>, tensor<4x1x8x64xf16>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @kv_append_position(%c: tensor<4x16x8x64xbf16>, %u: tensor<4x1x8x64xbf16>, %p: tensor<4xi64>) {
+  // expected-error @+1 {{'llm.kv_cache_append' op position must be a scalar (rank 0), found tensor<4xi64>}}
+  %0 = llm.kv_cache_append %c, %u, %p : tensor<4x16x8x64xbf16>, tensor<4x1x8x64xbf16>, tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @all_reduce_group(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.all_reduce' op group_size must be >= 1, found 0}}
+  %0 = llm.all_reduce %x sum group_size = 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @all_gather_dim(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.all_gather' dim 1 is out of range for rank 1}}
+  %0 = llm.all_gather %x dim = 1 group_size = 2 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @all_gather_group(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.all_gather' group_size must be >= 1, found 0}}
+  %0 = llm.all_gather %x dim = 0 group_size = 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_scatter_divisible(%x: tensor<6xf32>) {
+  // expected-error @+1 {{'llm.reduce_scatter' dimension 0 of size 6 does not divide by group_size 4}}
+  %0 = llm.reduce_scatter %x sum dim = 0 group_size = 4 : tensor<6xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_scatter_dim(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.reduce_scatter' dim -1 is out of range for rank 1}}
+  %0 = llm.reduce_scatter %x sum dim = -1 group_size = 2 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_scatter_group(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.reduce_scatter' group_size must be >= 1, found -2}}
+  %0 = llm.reduce_scatter %x sum dim = 0 group_size = -2 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @constant_type(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.constant' op failed to verify that all of {value, result} have same type}}
+  %0 = "llm.constant"() <{value = dense<1.0> : tensor<4xf32>}> : () -> tensor<8xf32>
+  return
+}

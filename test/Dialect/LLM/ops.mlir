@@ -1,0 +1,150 @@
+// RUN: llmc-opt %s | FileCheck %s
+// RUN: llmc-opt %s | llmc-opt | FileCheck %s
+// RUN: llmc-opt --mlir-print-op-generic %s | llmc-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @elementwise
+func.func @elementwise(%a: tensor<4x?xbf16>, %b: tensor<4x?xbf16>, %i: tensor<8xi32>) -> tensor<4x?xbf16> {
+  // CHECK: llm.add %{{.*}}, %{{.*}} : tensor<4x?xbf16>
+  %0 = llm.add %a, %b : tensor<4x?xbf16>
+  // CHECK: llm.sub
+  %1 = llm.sub %0, %b : tensor<4x?xbf16>
+  // CHECK: llm.mul
+  %2 = llm.mul %1, %b : tensor<4x?xbf16>
+  // CHECK: llm.div
+  %3 = llm.div %2, %b : tensor<4x?xbf16>
+  // CHECK: llm.pow
+  %4 = llm.pow %3, %b : tensor<4x?xbf16>
+  // CHECK: llm.maximum
+  %5 = llm.maximum %4, %b : tensor<4x?xbf16>
+  // CHECK: llm.minimum
+  %6 = llm.minimum %5, %b : tensor<4x?xbf16>
+  // CHECK: llm.neg
+  %7 = llm.neg %6 : tensor<4x?xbf16>
+  // CHECK: llm.abs
+  %8 = llm.abs %7 : tensor<4x?xbf16>
+  // CHECK: llm.exp
+  %9 = llm.exp %8 : tensor<4x?xbf16>
+  // CHECK: llm.log
+  %10 = llm.log %9 : tensor<4x?xbf16>
+  // CHECK: llm.tanh
+  %11 = llm.tanh %10 : tensor<4x?xbf16>
+  // CHECK: llm.sqrt
+  %12 = llm.sqrt %11 : tensor<4x?xbf16>
+  // CHECK: llm.rsqrt
+  %13 = llm.rsqrt %12 : tensor<4x?xbf16>
+  // CHECK: llm.silu
+  %14 = llm.silu %13 : tensor<4x?xbf16>
+  // CHECK: llm.gelu %{{.*}} erf : tensor<4x?xbf16>
+  %15 = llm.gelu %14 erf : tensor<4x?xbf16>
+  // CHECK: llm.gelu %{{.*}} tanh : tensor<4x?xbf16>
+  %16 = llm.gelu %15 tanh : tensor<4x?xbf16>
+  // CHECK: llm.relu
+  %17 = llm.relu %16 : tensor<4x?xbf16>
+  // CHECK: llm.sigmoid
+  %18 = llm.sigmoid %17 : tensor<4x?xbf16>
+  // CHECK: %[[C:.+]] = llm.compare ge, %{{.*}}, %{{.*}} : tensor<4x?xbf16>
+  %c = llm.compare ge, %18, %a : tensor<4x?xbf16>
+  // CHECK: llm.select %[[C]], %{{.*}}, %{{.*}} : tensor<4x?xi1>, tensor<4x?xbf16>
+  %19 = llm.select %c, %18, %a : tensor<4x?xi1>, tensor<4x?xbf16>
+  // CHECK: llm.add %{{.*}}, %{{.*}} : tensor<8xi32>
+  %20 = llm.add %i, %i : tensor<8xi32>
+  return %19 : tensor<4x?xbf16>
+}
+
+// CHECK-LABEL: func.func @element_types
+func.func @element_types(%a: tensor<2xf32>, %b: tensor<2xf16>, %c: tensor<2xf8E4M3FN>, %d: tensor<2xf8E5M2>, %e: tensor<2xi8>, %f: tensor<2xi64>, %g: tensor<2xi1>) {
+  // CHECK: llm.cast %{{.*}} : tensor<2xf32> to tensor<2xf8E4M3FN>
+  %0 = llm.cast %a : tensor<2xf32> to tensor<2xf8E4M3FN>
+  // CHECK: llm.cast %{{.*}} : tensor<2xf8E5M2> to tensor<2xf16>
+  %1 = llm.cast %d : tensor<2xf8E5M2> to tensor<2xf16>
+  // CHECK: llm.cast %{{.*}} : tensor<2xi8> to tensor<2xi64>
+  %2 = llm.cast %e : tensor<2xi8> to tensor<2xi64>
+  // CHECK: llm.cast %{{.*}} : tensor<2xi1> to tensor<2xf32>
+  %3 = llm.cast %g : tensor<2xi1> to tensor<2xf32>
+  return
+}
+
+// CHECK-LABEL: func.func @shapes
+func.func @shapes(%x: tensor<?x4096xbf16>, %w: tensor<4096xbf16>, %t: tensor<50257x768xf32>, %ids: tensor<1x?xi64>, %ids32: tensor<5xi32>) {
+  // CHECK: llm.constant dense<1.000000e+00> : tensor<4096xbf16>
+  %one = llm.constant dense<1.0> : tensor<4096xbf16>
+  // CHECK: llm.broadcast %{{.*}} : tensor<4096xbf16> to tensor<?x4096xbf16>
+  %b = llm.broadcast %w : tensor<4096xbf16> to tensor<?x4096xbf16>
+  // CHECK: llm.reshape %{{.*}} : tensor<?x4096xbf16> to tensor<?x32x128xbf16>
+  %r = llm.reshape %x : tensor<?x4096xbf16> to tensor<?x32x128xbf16>
+  // CHECK: %[[T:.+]] = llm.transpose %{{.*}} [1, 0, 2] : tensor<?x32x128xbf16>
+  %tr = llm.transpose %r [1, 0, 2] : tensor<?x32x128xbf16>
+  // CHECK: llm.reshape %[[T]] : tensor<32x?x128xbf16> to tensor<32x?xbf16>
+  %r2 = llm.reshape %tr : tensor<32x?x128xbf16> to tensor<32x?xbf16>
+  // CHECK: llm.slice %{{.*}} [0, 0] to [-1, 2048] step [1, 2] : tensor<?x4096xbf16>
+  %s = llm.slice %x [0, 0] to [-1, 2048] step [1, 2] : tensor<?x4096xbf16>
+  // CHECK: llm.concat %{{.*}}, %{{.*}} dim = 1 : tensor<?x4096xbf16>, tensor<?x1024xbf16>
+  %cat = llm.concat %x, %s dim = 1 : tensor<?x4096xbf16>, tensor<?x1024xbf16>
+  // CHECK: llm.gather %{{.*}}, %{{.*}} axis = 0 : tensor<50257x768xf32>, tensor<1x?xi64>
+  %e = llm.gather %t, %ids axis = 0 : tensor<50257x768xf32>, tensor<1x?xi64>
+  // CHECK: llm.gather %{{.*}}, %{{.*}} axis = 1 : tensor<50257x768xf32>, tensor<5xi32>
+  %e2 = llm.gather %t, %ids32 axis = 1 : tensor<50257x768xf32>, tensor<5xi32>
+  return
+}
+
+// CHECK-LABEL: func.func @reductions_and_norms
+func.func @reductions_and_norms(%x: tensor<3x7x4096xf16>, %w: tensor<4096xf16>, %b: tensor<4096xf16>, %m: tensor<1x4096xf32>) {
+  // CHECK: llm.reduce_sum %{{.*}} [2] keepdim : tensor<3x7x4096xf16>
+  %0 = llm.reduce_sum %x [2] keepdim : tensor<3x7x4096xf16>
+  // CHECK: llm.reduce_mean %{{.*}} [0, 2] : tensor<3x7x4096xf16>
+  %1 = llm.reduce_mean %x [0, 2] : tensor<3x7x4096xf16>
+  // CHECK: llm.reduce_max
+  %2 = llm.reduce_max %x [1] : tensor<3x7x4096xf16>
+  // CHECK: llm.reduce_min
+  %3 = llm.reduce_min %x [0, 1, 2] : tensor<3x7x4096xf16>
+  // CHECK: llm.softmax %{{.*}} : tensor<3x7x4096xf16>
+  %4 = llm.softmax %x : tensor<3x7x4096xf16>
+  // CHECK: llm.softmax %{{.*}} mask %{{.*}} {scale = 1.250000e-01 : f64} : tensor<3x7x4096xf16>, tensor<1x4096xf32>
+  %5 = llm.softmax %x mask %m {scale = 0.125 : f64} : tensor<3x7x4096xf16>, tensor<1x4096xf32>
+  // CHECK: llm.rms_norm %{{.*}}, %{{.*}} {eps = 9.9999999999999995E-7 : f64} : tensor<3x7x4096xf16>, tensor<4096xf16>
+  %6 = llm.rms_norm %x, %w {eps = 1.0e-6 : f64} : tensor<3x7x4096xf16>, tensor<4096xf16>
+  // CHECK: llm.layer_norm %{{.*}}, %{{.*}}, %{{.*}} : tensor<3x7x4096xf16>, tensor<4096xf16>, tensor<4096xf16>
+  %7 = llm.layer_norm %x, %w, %b : tensor<3x7x4096xf16>, tensor<4096xf16>, tensor<4096xf16>
+  // CHECK: llm.layer_norm %{{.*}}, %{{.*}} : tensor<3x7x4096xf16>, tensor<4096xf16>
+  %8 = llm.layer_norm %x, %w : tensor<3x7x4096xf16>, tensor<4096xf16>
+  return
+}
+
+// CHECK-LABEL: func.func @transformer
+func.func @transformer(%x: tensor<?x4096xbf16>, %wq: tensor<4096x4096xbf16>, %bias: tensor<4096xbf16>,
+                       %q: tensor<4x?x32x128xbf16>, %k: tensor<4x?x8x128xbf16>, %mask: tensor<1x1x?x?xf32>,
+                       %cache: tensor<4x2048x8x128xbf16>, %pos: tensor<i64>, %posb: tensor<4xi32>,
+                       %a3: tensor<8x?x64xf16>, %b2: tensor<64x32xf16>) {
+  // CHECK: llm.matmul %{{.*}}, %{{.*}} {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16> -> tensor<?x4096xbf16>
+  %0 = llm.matmul %x, %wq {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16> -> tensor<?x4096xbf16>
+  // CHECK: llm.matmul %{{.*}}, %{{.*}} bias %{{.*}} {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16>, tensor<4096xbf16> -> tensor<?x4096xf32>
+  %1 = llm.matmul %x, %wq bias %bias {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16>, tensor<4096xbf16> -> tensor<?x4096xf32>
+  // CHECK: llm.matmul %{{.*}}, %{{.*}} : tensor<8x?x64xf16>, tensor<64x32xf16> -> tensor<8x?x32xf16>
+  %2 = llm.matmul %a3, %b2 : tensor<8x?x64xf16>, tensor<64x32xf16> -> tensor<8x?x32xf16>
+  // CHECK: llm.rope %{{.*}} half_split : tensor<4x?x32x128xbf16>
+  %3 = llm.rope %q half_split : tensor<4x?x32x128xbf16>
+  // CHECK: llm.rope %{{.*}} offset %{{.*}} interleaved {theta = 1.000000e+06 : f64} : tensor<4x?x32x128xbf16>, tensor<4xi32>
+  %4 = llm.rope %q offset %posb interleaved {theta = 1.0e6 : f64} : tensor<4x?x32x128xbf16>, tensor<4xi32>
+  // CHECK: llm.attention %{{.*}}, %{{.*}}, %{{.*}} {causal} : tensor<4x?x32x128xbf16>, tensor<4x?x8x128xbf16>, tensor<4x?x8x128xbf16>
+  %5 = llm.attention %q, %k, %k {causal} : tensor<4x?x32x128xbf16>, tensor<4x?x8x128xbf16>, tensor<4x?x8x128xbf16>
+  // CHECK: llm.attention %{{.*}}, %{{.*}}, %{{.*}} mask(%{{.*}} : tensor<1x1x?x?xf32>) {scale = 1.250000e-01 : f64} : tensor<4x?x32x128xbf16>, tensor<4x?x8x128xbf16>, tensor<4x?x8x128xbf16>
+  %6 = llm.attention %q, %k, %k mask(%mask : tensor<1x1x?x?xf32>) {scale = 0.125 : f64} : tensor<4x?x32x128xbf16>, tensor<4x?x8x128xbf16>, tensor<4x?x8x128xbf16>
+  // CHECK: %[[KC:.+]] = llm.kv_cache_append %{{.*}}, %{{.*}}, %{{.*}} : tensor<4x2048x8x128xbf16>, tensor<4x?x8x128xbf16>, tensor<i64>
+  %kc = llm.kv_cache_append %cache, %k, %pos : tensor<4x2048x8x128xbf16>, tensor<4x?x8x128xbf16>, tensor<i64>
+  // CHECK: llm.attention %{{.*}}, %[[KC]], %[[KC]] kv_len(%{{.*}} : tensor<i64>) {causal} : tensor<4x?x32x128xbf16>, tensor<4x2048x8x128xbf16>, tensor<4x2048x8x128xbf16>
+  %7 = llm.attention %q, %kc, %kc kv_len(%pos : tensor<i64>) {causal} : tensor<4x?x32x128xbf16>, tensor<4x2048x8x128xbf16>, tensor<4x2048x8x128xbf16>
+  return
+}
+
+// CHECK-LABEL: func.func @collectives
+func.func @collectives(%x: tensor<?x4096xbf16>, %y: tensor<4096x4096xf32>) {
+  // CHECK: llm.all_reduce %{{.*}} sum group_size = 2 : tensor<?x4096xbf16>
+  %0 = llm.all_reduce %x sum group_size = 2 : tensor<?x4096xbf16>
+  // CHECK: llm.all_reduce %{{.*}} max group_size = 8 : tensor<?x4096xbf16>
+  %1 = llm.all_reduce %x max group_size = 8 : tensor<?x4096xbf16>
+  // CHECK: llm.all_gather %{{.*}} dim = 1 group_size = 4 : tensor<?x4096xbf16>
+  %2 = llm.all_gather %x dim = 1 group_size = 4 : tensor<?x4096xbf16>
+  // CHECK: llm.reduce_scatter %{{.*}} sum dim = 0 group_size = 4 : tensor<4096x4096xf32>
+  %3 = llm.reduce_scatter %y sum dim = 0 group_size = 4 : tensor<4096x4096xf32>
+  return
+}
