@@ -1,0 +1,13 @@
+// Opaque CUDA handle types, declared exactly as cuda.h does, so public
+// runtime headers need not include cuda.h.
+#ifndef LLMC_RUNTIME_CUDATYPES_H
+#define LLMC_RUNTIME_CUDATYPES_H
+
+typedef struct CUstream_st* CUstream;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUevent_st* CUevent;
+typedef struct CUgraphExec_st* CUgraphExec;
+
+#endif  // LLMC_RUNTIME_CUDATYPES_H

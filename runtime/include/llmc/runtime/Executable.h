@@ -1,0 +1,179 @@
+// The compiled artifact: kernels, GEMM descriptors, collectives, buffers and
+// the launch sequence the runtime replays, plus its versioned serialization.
+//
+// File format: the line "LLMCX <format_version> <payload_bytes> <sha256>\n"
+// followed by a JSON payload; binary fields (cubins, constants) are base64.
+#ifndef LLMC_RUNTIME_EXECUTABLE_H
+#define LLMC_RUNTIME_EXECUTABLE_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace llmc::rt {
+
+enum class DType { f32, f16, bf16, f8e4m3, f8e5m2, i1, i8, i32, i64 };
+
+/// Bytes per element (i1 is stored as one byte).
+int64_t DTypeSize(DType t);
+/// "f32", "bf16", ...
+const char* DTypeName(DType t);
+/// Inverse of DTypeName; InvalidArgument for an unknown name.
+absl::StatusOr<DType> DTypeFromName(const std::string& name);
+
+/// Signature of one input/output tensor. Shapes are concrete (the
+/// specialization this executable was compiled for); dense row-major.
+struct TensorSig {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  int64_t NumElements() const;
+  int64_t Bytes() const { return NumElements() * DTypeSize(dtype); }
+};
+
+/// A device memory region referenced by launches.
+struct Buffer {
+  enum Kind { Input, Output, Arena, Constant };
+  int id = 0;
+  Kind kind = Arena;
+  int64_t bytes = 0;
+  /// Arena: byte offset into the arena (planned by the compiler).
+  int64_t arena_offset = 0;
+  /// Input/Output: index into Executable::inputs / outputs.
+  int io_index = -1;
+  /// Constant: raw bytes uploaded at load time.
+  std::string constant_data;
+};
+
+/// A (buffer, byte offset) operand.
+struct BufferRef {
+  int buffer = -1;  // -1: none
+  int64_t offset = 0;
+};
+
+struct KernelSpec {
+  /// Entry symbol (extern "C" __global__).
+  std::string name;
+  /// CUDA C++ source (used when `cubin` is empty or built for another arch).
+  std::string source;
+  /// Arch the cubin was built for ("sm_90a").
+  std::string arch;
+  /// Cubin bytes; may be empty.
+  std::string cubin;
+  std::vector<std::string> options;
+  /// In-memory headers for NVRTC (name -> contents).
+  std::map<std::string, std::string> headers;
+};
+
+/// One kernel argument.
+struct Arg {
+  enum Kind { BufferPtr, I32, I64, F32, Bytes };
+  Kind kind = BufferPtr;
+  /// BufferPtr: device address of `buffer` + `byte_offset`.
+  int buffer = -1;
+  int64_t byte_offset = 0;
+  /// I32 / I64 value.
+  int64_t i = 0;
+  /// F32 value.
+  float f = 0;
+  /// Bytes: a by-value struct parameter (e.g. the elementwise kernels' shape
+  /// struct), passed to the kernel as one parameter of bytes.size() bytes.
+  std::string bytes;
+};
+
+enum class Epilogue { none, bias, relu, gelu, relu_bias, gelu_bias };
+
+/// D = alpha * op(A) @ op(B) + beta * C [+ bias] [activation], ROW-MAJOR:
+/// op(A) is [m,k], op(B) is [k,n], C/D are [m,n]. A is stored [m,k]
+/// (transa=false) or [k,m] (transa=true), likewise B [k,n] / [n,k]. lda..ldd
+/// are row strides in elements; stride_* are batch strides in elements
+/// (batch > 1). The runtime maps this onto column-major cuBLASLt by computing
+/// D^T = op(B)^T op(A)^T, i.e. swapping A and B. bias has n elements (one per
+/// output column), dtype dtype_d. fp8 (e4m3/e5m2) A/B need transa=false,
+/// transb=true (cuBLASLt "TN"); scale_a/scale_b point to one f32 each.
+struct GemmSpec {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0, stride_d = 0;
+  bool transa = false, transb = false;
+  int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
+  DType dtype_a = DType::bf16, dtype_b = DType::bf16, dtype_c = DType::bf16,
+        dtype_d = DType::bf16;
+  /// Accumulation type; only f32 is supported.
+  DType compute = DType::f32;
+  float alpha = 1.f, beta = 0.f;
+  Epilogue epilogue = Epilogue::none;
+  BufferRef bias;
+  BufferRef a, b, c, d;
+  BufferRef scale_a, scale_b;
+};
+
+/// NCCL collective over the session's communicator.
+struct CollectiveSpec {
+  enum Op { AllReduce, AllGather, ReduceScatter };
+  enum Reduction { Sum, Prod, Max, Min, Avg };
+  Op op = AllReduce;
+  Reduction reduction = Sum;
+  DType dtype = DType::bf16;
+  /// Elements per rank sent (AllReduce/AllGather) or received
+  /// (ReduceScatter).
+  int64_t count = 0;
+  BufferRef send, recv;
+};
+
+struct Launch {
+  enum Kind { Kernel, Gemm, Collective, Copy };
+  Kind kind = Kernel;
+  /// Kernel: index into Executable::kernels.
+  int kernel = -1;
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  /// Dynamic shared memory, bytes.
+  uint32_t smem = 0;
+  std::vector<Arg> args;
+  /// Gemm: index into Executable::gemms.
+  int gemm = -1;
+  /// Collective: index into Executable::collectives.
+  int collective = -1;
+  /// Copy: device-to-device copy of copy_bytes from src to dst.
+  BufferRef src, dst;
+  int64_t copy_bytes = 0;
+  /// Free-form name for profiles ("layer3.attn.qkv").
+  std::string label;
+};
+
+struct Executable {
+  static constexpr int kFormatVersion = 1;
+  int format_version = kFormatVersion;
+  std::vector<TensorSig> inputs, outputs;
+  std::vector<Buffer> buffers;
+  std::vector<KernelSpec> kernels;
+  std::vector<GemmSpec> gemms;
+  std::vector<CollectiveSpec> collectives;
+  std::vector<Launch> launches;
+  /// Size of the scratch arena, bytes.
+  int64_t arena_bytes = 0;
+  /// Dynamic dim name -> value this specialization was compiled for.
+  std::map<std::string, int64_t> symbol_bindings;
+
+  /// Structural checks (indices in range, offsets within buffers, arena
+  /// regions inside arena_bytes). InvalidArgument naming the offending item.
+  absl::Status Validate() const;
+};
+
+/// Serializes to the LLMCX container (see file comment).
+std::string SerializeExecutable(const Executable& exe);
+/// Parses an LLMCX container. Errors: InvalidArgument for a non-LLMCX input
+/// or a different format version (message names both versions), DataLoss for
+/// truncation/corruption (size or checksum mismatch, malformed JSON/fields).
+absl::StatusOr<Executable> DeserializeExecutable(const std::string& data);
+/// Atomic write (temp file + fsync + rename).
+absl::Status SaveExecutable(const Executable& exe, const std::string& path);
+absl::StatusOr<Executable> LoadExecutable(const std::string& path);
+
+}  // namespace llmc::rt
+
+#endif  // LLMC_RUNTIME_EXECUTABLE_H

@@ -1,0 +1,146 @@
+// Device execution: a Device (primary context, memory helpers) and a Session
+// that loads an Executable onto it and runs its launch sequence, optionally
+// as a captured CUDA graph. Needs libcuda and a GPU at run time.
+#ifndef LLMC_RUNTIME_SESSION_H
+#define LLMC_RUNTIME_SESSION_H
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "llmc/runtime/CudaTypes.h"
+#include "llmc/runtime/Executable.h"
+#include "llmc/runtime/KernelCompiler.h"
+#include "llmc/runtime/MemoryPool.h"
+
+namespace llmc::rt {
+
+struct CudaDriver;
+
+/// One GPU, through its primary context.
+class Device {
+ public:
+  /// cuInit, cuDeviceGet(ordinal), retains the primary context and makes it
+  /// current. FailedPrecondition without a driver/GPU; InvalidArgument for a
+  /// bad ordinal.
+  static absl::StatusOr<std::shared_ptr<Device>> Open(int ordinal = 0);
+  ~Device();
+
+  int ordinal() const { return ordinal_; }
+  int cc_major() const { return cc_major_; }
+  int cc_minor() const { return cc_minor_; }
+  const std::string& name() const { return name_; }
+  int64_t total_memory_bytes() const { return total_memory_; }
+  /// NVRTC arch for this device: "sm_90a" on 9.0 (so wgmma is allowed),
+  /// else "sm_<major><minor>".
+  std::string Arch() const;
+  /// True if a cubin built for `arch` runs here (same major, minor <= ours;
+  /// exact match for "a" variants).
+  bool CanRunCubin(const std::string& arch) const;
+
+  /// Makes the primary context current on the calling thread.
+  absl::Status MakeCurrent() const;
+  /// Device-wide default caching pool (cuMemAlloc-backed).
+  MemoryPool& pool() { return *pool_; }
+  const CudaDriver& driver() const { return *driver_; }
+
+  // Helpers for tools and tests (synchronous unless noted). Bytes.
+  absl::StatusOr<uint64_t> Alloc(size_t bytes);
+  absl::Status Free(uint64_t dptr);
+  absl::Status CopyToDevice(uint64_t dst, const void* src, size_t bytes);
+  absl::Status CopyToHost(void* dst, uint64_t src, size_t bytes);
+  absl::Status Memset(uint64_t dst, uint8_t value, size_t bytes);
+  absl::Status Synchronize();
+  absl::StatusOr<CUstream> CreateStream();
+  absl::Status DestroyStream(CUstream stream);
+  absl::Status SynchronizeStream(CUstream stream);
+
+ private:
+  Device() = default;
+  const CudaDriver* driver_ = nullptr;
+  int ordinal_ = 0;
+  int device_ = 0;  // CUdevice
+  CUcontext context_ = nullptr;
+  int cc_major_ = 0, cc_minor_ = 0;
+  std::string name_;
+  int64_t total_memory_ = 0;
+  std::unique_ptr<MemoryPool> pool_;
+};
+
+/// A tensor in device memory (dense, row-major).
+struct DeviceTensor {
+  uint64_t dptr = 0;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+};
+
+/// Checks `tensors` against `sigs` (count, dtype, shape, non-null pointer).
+/// InvalidArgument naming the tensor, expected vs actual. `what` is "input"
+/// or "output".
+absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
+                          const std::vector<DeviceTensor>& tensors,
+                          const char* what);
+
+struct SessionOptions {
+  /// Capture the launch sequence into a CUDA graph on first Run and replay it
+  /// while input/output pointers stay the same (re-captured when they
+  /// change). Ignored on the legacy default stream (stream == nullptr).
+  bool use_cuda_graphs = true;
+  /// Compiler for kernels without a usable cubin; null = a private one.
+  KernelCompiler* compiler = nullptr;
+  /// Pool for the arena, constants and GEMM workspace; null = device pool.
+  MemoryPool* pool = nullptr;
+  /// ncclComm_t for Collective launches (required if there are any).
+  void* nccl_comm = nullptr;
+  /// cuBLASLt workspace, bytes.
+  size_t gemm_workspace_bytes = 32 << 20;
+};
+
+/// An Executable loaded on a Device. Run() calls are serialized.
+class Session {
+ public:
+  /// Validates the executable, loads/compiles every kernel (NVRTC for the
+  /// device's arch when the cubin is absent or for another arch), uploads
+  /// constants, allocates the arena and GEMM workspace, and plans every GEMM
+  /// (cuBLASLt descriptors + heuristic algorithm).
+  static absl::StatusOr<std::unique_ptr<Session>> Load(
+      std::shared_ptr<Device> device, std::shared_ptr<const Executable> exe,
+      SessionOptions options = {});
+  ~Session();
+
+  /// Enqueues the executable on `stream` (asynchronous). Inputs/outputs must
+  /// match the signature exactly (InvalidArgument otherwise).
+  absl::Status Run(const std::vector<DeviceTensor>& inputs,
+                   const std::vector<DeviceTensor>& outputs, CUstream stream);
+  /// Like Run but without graphs, timing each launch with events; returns
+  /// milliseconds per launch (synchronizes `stream`).
+  absl::StatusOr<std::vector<float>> RunTimed(
+      const std::vector<DeviceTensor>& inputs,
+      const std::vector<DeviceTensor>& outputs, CUstream stream);
+
+  const Executable& executable() const { return *exe_; }
+  /// Number of CUDA graph captures so far (for tests/diagnostics).
+  int num_graph_captures() const { return graph_captures_; }
+
+  struct Impl;
+
+ private:
+  Session() = default;
+  absl::Status RunLocked(const std::vector<DeviceTensor>& inputs,
+                         const std::vector<DeviceTensor>& outputs,
+                         CUstream stream, std::vector<float>* timings)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<const Executable> exe_;
+  SessionOptions options_;
+  std::unique_ptr<Impl> impl_;
+  absl::Mutex mu_;
+  int graph_captures_ = 0;
+};
+
+}  // namespace llmc::rt
+
+#endif  // LLMC_RUNTIME_SESSION_H

@@ -1,0 +1,626 @@
+#include "llmc/runtime/Session.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "llmc/runtime/DynamicLibs.h"
+#include "llmc/runtime/Status.h"
+
+namespace llmc::rt {
+
+#define CU_CALL(fn, ...) LLMC_VENDOR_CALL(*driver_, fn, __VA_ARGS__)
+
+// ---------------------------------------------------------------------------
+// Device
+// ---------------------------------------------------------------------------
+absl::StatusOr<std::shared_ptr<Device>> Device::Open(int ordinal) {
+  LLMC_RT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
+  std::shared_ptr<Device> d(new Device());
+  d->driver_ = cu;
+  d->ordinal_ = ordinal;
+  const CudaDriver* driver_ = cu;
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuInit, 0));
+  int count = 0;
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuDeviceGetCount, &count));
+  if (ordinal < 0 || ordinal >= count)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPU ordinal ", ordinal, " out of range: ", count, " device(s) visible"));
+  CUdevice dev;
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuDeviceGet, &dev, ordinal));
+  d->device_ = dev;
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(
+      cuDeviceGetAttribute, &d->cc_major_,
+      CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(
+      cuDeviceGetAttribute, &d->cc_minor_,
+      CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  char name[256] = {0};
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuDeviceGetName, name, sizeof(name) - 1, dev));
+  d->name_ = name;
+  size_t total = 0;
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuDeviceTotalMem, &total, dev));
+  d->total_memory_ = static_cast<int64_t>(total);
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuDevicePrimaryCtxRetain, &d->context_, dev));
+  LLMC_RT_RETURN_IF_ERROR(d->MakeCurrent());
+  d->pool_ = std::make_unique<MemoryPool>(MakeCudaDriverAllocator());
+  return d;
+}
+
+Device::~Device() {
+  if (!context_) return;
+  (void)MakeCurrent();
+  pool_.reset();  // returns cached blocks while the context is alive
+  driver_->cuDevicePrimaryCtxRelease(device_);
+}
+
+std::string Device::Arch() const {
+  bool arch_specific = cc_major_ == 9 && cc_minor_ == 0;
+  return absl::StrCat("sm_", cc_major_, cc_minor_, arch_specific ? "a" : "");
+}
+
+bool Device::CanRunCubin(const std::string& arch) const {
+  // "sm_XY" or "sm_XYa"/"sm_XYf"; X may be two digits (sm_100).
+  if (arch.size() < 5 || arch.compare(0, 3, "sm_") != 0) return false;
+  std::string digits = arch.substr(3);
+  bool variant = !digits.empty() && std::isalpha(digits.back());
+  if (variant) digits.pop_back();
+  if (digits.size() < 2) return false;
+  for (char c : digits)
+    if (!std::isdigit(c)) return false;
+  int major = std::stoi(digits.substr(0, digits.size() - 1));
+  int minor = digits.back() - '0';
+  if (major != cc_major_) return false;
+  return variant ? minor == cc_minor_ : minor <= cc_minor_;
+}
+
+absl::Status Device::MakeCurrent() const {
+  return CU_CALL(cuCtxSetCurrent, context_);
+}
+
+absl::StatusOr<uint64_t> Device::Alloc(size_t bytes) {
+  LLMC_RT_RETURN_IF_ERROR(MakeCurrent());
+  CUdeviceptr p = 0;
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuMemAlloc, &p, bytes));
+  return static_cast<uint64_t>(p);
+}
+absl::Status Device::Free(uint64_t dptr) {
+  LLMC_RT_RETURN_IF_ERROR(MakeCurrent());
+  return CU_CALL(cuMemFree, static_cast<CUdeviceptr>(dptr));
+}
+absl::Status Device::CopyToDevice(uint64_t dst, const void* src, size_t bytes) {
+  LLMC_RT_RETURN_IF_ERROR(MakeCurrent());
+  return CU_CALL(cuMemcpyHtoD, static_cast<CUdeviceptr>(dst), src, bytes);
+}
+absl::Status Device::CopyToHost(void* dst, uint64_t src, size_t bytes) {
+  LLMC_RT_RETURN_IF_ERROR(MakeCurrent());
+  return CU_CALL(cuMemcpyDtoH, dst, static_cast<CUdeviceptr>(src), bytes);
+}
+absl::Status Device::Memset(uint64_t dst, uint8_t value, size_t bytes) {
+  LLMC_RT_RETURN_IF_ERROR(MakeCurrent());
+  return CU_CALL(cuMemsetD8, static_cast<CUdeviceptr>(dst), value, bytes);
+}
+absl::Status Device::Synchronize() {
+  LLMC_RT_RETURN_IF_ERROR(MakeCurrent());
+  return CU_CALL(cuCtxSynchronize);
+}
+absl::StatusOr<CUstream> Device::CreateStream() {
+  LLMC_RT_RETURN_IF_ERROR(MakeCurrent());
+  CUstream s = nullptr;
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  return s;
+}
+absl::Status Device::DestroyStream(CUstream stream) {
+  return CU_CALL(cuStreamDestroy, stream);
+}
+absl::Status Device::SynchronizeStream(CUstream stream) {
+  return CU_CALL(cuStreamSynchronize, stream);
+}
+
+// ---------------------------------------------------------------------------
+// Signature checks
+// ---------------------------------------------------------------------------
+namespace {
+std::string Describe(DType t, const std::vector<int64_t>& shape) {
+  return absl::StrCat(DTypeName(t), "[", absl::StrJoin(shape, ","), "]");
+}
+}  // namespace
+
+absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
+                          const std::vector<DeviceTensor>& tensors,
+                          const char* what) {
+  if (sigs.size() != tensors.size())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ", sigs.size(), " ", what, "s, got ", tensors.size()));
+  for (size_t i = 0; i < sigs.size(); ++i) {
+    const TensorSig& s = sigs[i];
+    const DeviceTensor& t = tensors[i];
+    if (t.dtype != s.dtype || t.shape != s.shape)
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " '", s.name, "' (#", i, "): expected ",
+          Describe(s.dtype, s.shape), ", got ", Describe(t.dtype, t.shape)));
+    if (t.dptr == 0 && s.Bytes() > 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", s.name, "' (#", i, ") has a null pointer"));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Session internals
+// ---------------------------------------------------------------------------
+namespace {
+
+absl::StatusOr<cudaDataType_t> CudaType(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f8e4m3: return CUDA_R_8F_E4M3;
+    case DType::f8e5m2: return CUDA_R_8F_E5M2;
+    case DType::i8: return CUDA_R_8I;
+    case DType::i32: return CUDA_R_32I;
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("dtype ", DTypeName(t), " is not supported by cuBLASLt"));
+  }
+}
+
+absl::StatusOr<ncclDataType_t> NcclType(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f8e4m3: return ncclFloat8e4m3;
+    case DType::f8e5m2: return ncclFloat8e5m2;
+    case DType::i8: return ncclInt8;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("dtype ", DTypeName(t), " is not supported by NCCL"));
+  }
+}
+
+bool IsFp8(DType t) { return t == DType::f8e4m3 || t == DType::f8e5m2; }
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+}  // namespace
+
+struct Session::Impl {
+  const CudaDriver* driver_ = nullptr;
+  const CublasLt* lt = nullptr;
+  const Nccl* nccl = nullptr;
+  MemoryPool* pool = nullptr;
+  std::vector<CUmodule> modules;
+  std::vector<CUfunction> functions;
+  std::vector<PooledBuffer> constants;  // by buffer id (empty if not constant)
+  PooledBuffer arena, workspace;
+  cublasLtHandle_t lt_handle = nullptr;
+  std::vector<GemmPlan> gemms;
+  CUgraphExec graph = nullptr;
+  std::vector<uint64_t> graph_key;
+  std::vector<uint64_t> base;  // per buffer, resolved each run
+
+  ~Impl() {
+    if (graph) driver_->cuGraphExecDestroy(graph);
+    for (GemmPlan& g : gemms) {
+      if (g.desc) lt->cublasLtMatmulDescDestroy(g.desc);
+      for (auto* l : {g.a, g.b, g.c, g.d})
+        if (l) lt->cublasLtMatrixLayoutDestroy(l);
+    }
+    if (lt_handle) lt->cublasLtDestroy(lt_handle);
+    for (CUmodule m : modules) driver_->cuModuleUnload(m);
+  }
+
+  absl::Status PlanGemm(const GemmSpec& g, size_t workspace_bytes,
+                        GemmPlan* plan);
+  absl::Status Enqueue(const Executable& exe, const Launch& l, CUstream stream,
+                       void* comm);
+};
+
+#undef CU_CALL
+#define CU_CALL(fn, ...) LLMC_VENDOR_CALL(*driver_, fn, __VA_ARGS__)
+#define LT_CALL(fn, ...) LLMC_VENDOR_CALL(*lt, fn, __VA_ARGS__)
+
+absl::Status Session::Impl::PlanGemm(const GemmSpec& g, size_t workspace_bytes,
+                                     GemmPlan* p) {
+  if (g.compute != DType::f32)
+    return absl::UnimplementedError("only f32 GEMM accumulation is supported");
+  bool fp8 = IsFp8(g.dtype_a) || IsFp8(g.dtype_b);
+  if (fp8 && (g.transa || !g.transb))
+    return absl::InvalidArgumentError(
+        "fp8 GEMM needs transa=false, transb=true (B stored [n,k])");
+  LLMC_RT_ASSIGN_OR_RETURN(cudaDataType_t ta, CudaType(g.dtype_a));
+  LLMC_RT_ASSIGN_OR_RETURN(cudaDataType_t tb, CudaType(g.dtype_b));
+  LLMC_RT_ASSIGN_OR_RETURN(cudaDataType_t tc, CudaType(g.dtype_c));
+  LLMC_RT_ASSIGN_OR_RETURN(cudaDataType_t td, CudaType(g.dtype_d));
+  LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescCreate, &p->desc,
+                                  CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Row-major D[m,n] = op(A) op(B) is column-major D^T[n,m] = op(B)^T op(A)^T:
+  // cuBLASLt's "A" is our B, its "B" is our A, and its (m, n) is our (n, m).
+  cublasOperation_t op_lt_a = g.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_lt_b = g.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescSetAttribute, p->desc,
+                                  CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a,
+                                  sizeof(op_lt_a)));
+  LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescSetAttribute, p->desc,
+                                  CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b,
+                                  sizeof(op_lt_b)));
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  switch (g.epilogue) {
+    case Epilogue::none: epi = CUBLASLT_EPILOGUE_DEFAULT; break;
+    case Epilogue::bias: epi = CUBLASLT_EPILOGUE_BIAS; break;
+    case Epilogue::relu: epi = CUBLASLT_EPILOGUE_RELU; break;
+    case Epilogue::gelu: epi = CUBLASLT_EPILOGUE_GELU; break;
+    case Epilogue::relu_bias: epi = CUBLASLT_EPILOGUE_RELU_BIAS; break;
+    case Epilogue::gelu_bias: epi = CUBLASLT_EPILOGUE_GELU_BIAS; break;
+  }
+  LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescSetAttribute, p->desc,
+                                  CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                  sizeof(epi)));
+  if (g.bias.buffer >= 0) {
+    LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescSetAttribute, p->desc,
+                                    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &td,
+                                    sizeof(td)));
+  }
+  // Layouts of the stored matrices, column-major view of row-major storage.
+  auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows_rm,
+                    int64_t cols_rm, int64_t ld,
+                    int64_t stride) -> absl::Status {
+    LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatrixLayoutCreate, l, t, cols_rm,
+                                    rows_rm, ld));
+    if (g.batch > 1) {
+      int32_t batch = static_cast<int32_t>(g.batch);
+      LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatrixLayoutSetAttribute, *l,
+                                      CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                      &batch, sizeof(batch)));
+      LLMC_RT_RETURN_IF_ERROR(LT_CALL(
+          cublasLtMatrixLayoutSetAttribute, *l,
+          CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    }
+    return absl::OkStatus();
+  };
+  // Our B stored row-major [k,n] or [n,k]; our A [m,k] or [k,m].
+  LLMC_RT_RETURN_IF_ERROR(layout(&p->a, tb, g.transb ? g.n : g.k,
+                                 g.transb ? g.k : g.n, g.ldb, g.stride_b));
+  LLMC_RT_RETURN_IF_ERROR(layout(&p->b, ta, g.transa ? g.k : g.m,
+                                 g.transa ? g.m : g.k, g.lda, g.stride_a));
+  LLMC_RT_RETURN_IF_ERROR(
+      layout(&p->c, tc, g.m, g.n, g.c.buffer >= 0 ? g.ldc : g.ldd,
+             g.c.buffer >= 0 ? g.stride_c : g.stride_d));
+  LLMC_RT_RETURN_IF_ERROR(layout(&p->d, td, g.m, g.n, g.ldd, g.stride_d));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulPreferenceCreate, &pref));
+  struct PrefGuard {
+    const CublasLt* lt;
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { lt->cublasLtMatmulPreferenceDestroy(p); }
+  } guard{lt, pref};
+  uint64_t ws = workspace_bytes;
+  LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulPreferenceSetAttribute, pref,
+                                  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                  sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulAlgoGetHeuristic, lt_handle,
+                                  p->desc, p->a, p->b, p->c, p->d, pref, 1,
+                                  &result, &found));
+  if (found == 0)
+    return absl::UnimplementedError(absl::StrCat(
+        "cuBLASLt has no algorithm for GEMM m=", g.m, " n=", g.n, " k=", g.k,
+        " ", DTypeName(g.dtype_a), "x", DTypeName(g.dtype_b), "->",
+        DTypeName(g.dtype_d)));
+  p->algo = result.algo;
+  return absl::OkStatus();
+}
+
+absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
+                                    CUstream stream, void* comm) {
+  auto addr = [&](const BufferRef& r) -> uint64_t {
+    return r.buffer < 0 ? 0 : base[r.buffer] + r.offset;
+  };
+  switch (l.kind) {
+    case Launch::Kernel: {
+      std::vector<uint64_t> storage(l.args.size());
+      std::vector<void*> params(l.args.size());
+      for (size_t i = 0; i < l.args.size(); ++i) {
+        const Arg& a = l.args[i];
+        switch (a.kind) {
+          case Arg::BufferPtr: storage[i] = base[a.buffer] + a.byte_offset; break;
+          case Arg::I32: {
+            int32_t v = static_cast<int32_t>(a.i);
+            std::memcpy(&storage[i], &v, sizeof(v));
+            break;
+          }
+          case Arg::I64: std::memcpy(&storage[i], &a.i, sizeof(a.i)); break;
+          case Arg::F32: std::memcpy(&storage[i], &a.f, sizeof(a.f)); break;
+          case Arg::Bytes: break;
+        }
+        params[i] = a.kind == Arg::Bytes ? const_cast<char*>(a.bytes.data())
+                                         : static_cast<void*>(&storage[i]);
+      }
+      return CU_CALL(cuLaunchKernel, functions[l.kernel], l.grid[0], l.grid[1],
+                     l.grid[2], l.block[0], l.block[1], l.block[2], l.smem,
+                     stream, params.data(), nullptr);
+    }
+    case Launch::Gemm: {
+      const GemmSpec& g = exe.gemms[l.gemm];
+      GemmPlan& p = gemms[l.gemm];
+      if (g.bias.buffer >= 0) {
+        uint64_t bias = addr(g.bias);
+        LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescSetAttribute, p.desc,
+                                        CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                        &bias, sizeof(bias)));
+      }
+      // cuBLASLt's A is our B, so the scales swap too.
+      if (g.scale_b.buffer >= 0) {
+        uint64_t s = addr(g.scale_b);
+        LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescSetAttribute, p.desc,
+                                        CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                        &s, sizeof(s)));
+      }
+      if (g.scale_a.buffer >= 0) {
+        uint64_t s = addr(g.scale_a);
+        LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescSetAttribute, p.desc,
+                                        CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                        &s, sizeof(s)));
+      }
+      uint64_t d = addr(g.d);
+      uint64_t c = g.c.buffer >= 0 ? addr(g.c) : d;
+      float beta = g.c.buffer >= 0 ? g.beta : 0.f;
+      return LT_CALL(cublasLtMatmul, lt_handle, p.desc, &g.alpha,
+                     reinterpret_cast<void*>(addr(g.b)), p.a,
+                     reinterpret_cast<void*>(addr(g.a)), p.b, &beta,
+                     reinterpret_cast<void*>(c), p.c,
+                     reinterpret_cast<void*>(d), p.d, &p.algo,
+                     reinterpret_cast<void*>(workspace.ptr()), workspace.bytes(),
+                     reinterpret_cast<cudaStream_t>(stream));
+    }
+    case Launch::Collective: {
+      const CollectiveSpec& c = exe.collectives[l.collective];
+      if (!comm)
+        return absl::FailedPreconditionError(
+            "executable has collectives but SessionOptions::nccl_comm is null");
+      LLMC_RT_ASSIGN_OR_RETURN(ncclDataType_t t, NcclType(c.dtype));
+      auto* nc = static_cast<ncclComm_t>(comm);
+      auto cs = reinterpret_cast<cudaStream_t>(stream);
+      const void* send = reinterpret_cast<const void*>(addr(c.send));
+      void* recv = reinterpret_cast<void*>(addr(c.recv));
+      ncclRedOp_t op = static_cast<ncclRedOp_t>(
+          std::array<ncclRedOp_t, 5>{ncclSum, ncclProd, ncclMax, ncclMin,
+                                     ncclAvg}[c.reduction]);
+      switch (c.op) {
+        case CollectiveSpec::AllReduce:
+          return LLMC_VENDOR_CALL(*nccl, ncclAllReduce, send, recv, c.count, t,
+                                  op, nc, cs);
+        case CollectiveSpec::AllGather:
+          return LLMC_VENDOR_CALL(*nccl, ncclAllGather, send, recv, c.count, t,
+                                  nc, cs);
+        case CollectiveSpec::ReduceScatter:
+          return LLMC_VENDOR_CALL(*nccl, ncclReduceScatter, send, recv, c.count,
+                                  t, op, nc, cs);
+      }
+      return InternalBug("unknown collective op");
+    }
+    case Launch::Copy:
+      return CU_CALL(cuMemcpyDtoDAsync, static_cast<CUdeviceptr>(addr(l.dst)),
+                     static_cast<CUdeviceptr>(addr(l.src)), l.copy_bytes,
+                     stream);
+  }
+  return InternalBug("unknown launch kind");
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Load(
+    std::shared_ptr<Device> device, std::shared_ptr<const Executable> exe,
+    SessionOptions options) {
+  if (!device || !exe)
+    return absl::InvalidArgumentError("Session::Load needs a device and an executable");
+  LLMC_RT_RETURN_IF_ERROR(exe->Validate());
+  LLMC_RT_RETURN_IF_ERROR(device->MakeCurrent());
+  std::unique_ptr<Session> s(new Session());
+  s->device_ = device;
+  s->exe_ = exe;
+  s->options_ = options;
+  s->impl_ = std::make_unique<Impl>();
+  Impl& im = *s->impl_;
+  im.driver_ = &device->driver();
+  const CudaDriver* driver_ = im.driver_;
+  im.pool = options.pool ? options.pool : &device->pool();
+
+  // Kernels: use the cubin when it fits this GPU, else compile the source.
+  std::unique_ptr<KernelCompiler> own_compiler;
+  KernelCompiler* compiler = options.compiler;
+  std::vector<KernelSource> to_compile;
+  std::vector<size_t> compile_index;
+  for (size_t i = 0; i < exe->kernels.size(); ++i) {
+    const KernelSpec& k = exe->kernels[i];
+    if (!k.cubin.empty() && device->CanRunCubin(k.arch)) continue;
+    if (k.source.empty())
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kernel '", k.name, "' has a cubin for ", k.arch,
+          " only and no source; it cannot run on ", device->name(), " (",
+          device->Arch(), ")"));
+    KernelSource src{k.name, k.source, k.options, device->Arch(), k.headers};
+    to_compile.push_back(std::move(src));
+    compile_index.push_back(i);
+  }
+  std::vector<std::string> binaries(exe->kernels.size());
+  for (size_t i = 0; i < exe->kernels.size(); ++i) binaries[i] = exe->kernels[i].cubin;
+  if (!to_compile.empty()) {
+    if (!compiler) {
+      own_compiler = std::make_unique<KernelCompiler>();
+      compiler = own_compiler.get();
+    }
+    LLMC_RT_ASSIGN_OR_RETURN(auto compiled, compiler->CompileAll(to_compile));
+    for (size_t j = 0; j < compiled.size(); ++j)
+      binaries[compile_index[j]] = std::move(compiled[j].binary);
+  }
+  std::vector<uint32_t> max_smem(exe->kernels.size(), 0);
+  for (const Launch& l : exe->launches)
+    if (l.kind == Launch::Kernel)
+      max_smem[l.kernel] = std::max(max_smem[l.kernel], l.smem);
+  for (size_t i = 0; i < exe->kernels.size(); ++i) {
+    CUmodule mod = nullptr;
+    LLMC_RT_RETURN_IF_ERROR(Annotate(CU_CALL(cuModuleLoadData, &mod,
+                                             binaries[i].data()),
+                                     absl::StrCat("kernel '", exe->kernels[i].name, "'")));
+    im.modules.push_back(mod);
+    CUfunction fn = nullptr;
+    LLMC_RT_RETURN_IF_ERROR(Annotate(
+        CU_CALL(cuModuleGetFunction, &fn, mod, exe->kernels[i].name.c_str()),
+        absl::StrCat("kernel '", exe->kernels[i].name, "'")));
+    im.functions.push_back(fn);
+    if (max_smem[i] > 48 * 1024) {
+      LLMC_RT_RETURN_IF_ERROR(Annotate(
+          CU_CALL(cuFuncSetAttribute, fn,
+                  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                  static_cast<int>(max_smem[i])),
+          absl::StrCat("kernel '", exe->kernels[i].name, "' needs ",
+                       max_smem[i], " bytes of shared memory")));
+    }
+  }
+
+  // Memory: constants, arena.
+  im.constants.resize(exe->buffers.size());
+  im.base.assign(exe->buffers.size(), 0);
+  for (const Buffer& b : exe->buffers) {
+    if (b.kind != Buffer::Constant || b.bytes == 0) continue;
+    LLMC_RT_ASSIGN_OR_RETURN(im.constants[b.id],
+                             PooledBuffer::Allocate(im.pool, b.bytes));
+    LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuMemcpyHtoD,
+                                    static_cast<CUdeviceptr>(im.constants[b.id].ptr()),
+                                    b.constant_data.data(), b.bytes));
+  }
+  if (exe->arena_bytes > 0) {
+    LLMC_RT_ASSIGN_OR_RETURN(im.arena,
+                             PooledBuffer::Allocate(im.pool, exe->arena_bytes));
+  }
+
+  // GEMMs.
+  if (!exe->gemms.empty()) {
+    LLMC_RT_ASSIGN_OR_RETURN(im.lt, CublasLt::Get());
+    const CublasLt* lt = im.lt;
+    LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtCreate, &im.lt_handle));
+    LLMC_RT_ASSIGN_OR_RETURN(
+        im.workspace, PooledBuffer::Allocate(im.pool, options.gemm_workspace_bytes));
+    im.gemms.resize(exe->gemms.size());
+    for (size_t i = 0; i < exe->gemms.size(); ++i)
+      LLMC_RT_RETURN_IF_ERROR(Annotate(
+          im.PlanGemm(exe->gemms[i], options.gemm_workspace_bytes, &im.gemms[i]),
+          absl::StrCat("gemm ", i)));
+  }
+  if (!exe->collectives.empty()) {
+    LLMC_RT_ASSIGN_OR_RETURN(im.nccl, Nccl::Get());
+  }
+  return s;
+}
+
+Session::~Session() {
+  if (impl_ && device_) (void)device_->MakeCurrent();
+  impl_.reset();
+}
+
+absl::Status Session::Run(const std::vector<DeviceTensor>& inputs,
+                          const std::vector<DeviceTensor>& outputs,
+                          CUstream stream) {
+  absl::MutexLock lock(&mu_);
+  return RunLocked(inputs, outputs, stream, nullptr);
+}
+
+absl::StatusOr<std::vector<float>> Session::RunTimed(
+    const std::vector<DeviceTensor>& inputs,
+    const std::vector<DeviceTensor>& outputs, CUstream stream) {
+  absl::MutexLock lock(&mu_);
+  std::vector<float> ms;
+  LLMC_RT_RETURN_IF_ERROR(RunLocked(inputs, outputs, stream, &ms));
+  return ms;
+}
+
+absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
+                                const std::vector<DeviceTensor>& outputs,
+                                CUstream stream, std::vector<float>* timings) {
+  LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->inputs, inputs, "input"));
+  LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->outputs, outputs, "output"));
+  LLMC_RT_RETURN_IF_ERROR(device_->MakeCurrent());
+  Impl& im = *impl_;
+  const CudaDriver* driver_ = im.driver_;
+  std::vector<uint64_t> key;
+  for (const Buffer& b : exe_->buffers) {
+    switch (b.kind) {
+      case Buffer::Input: im.base[b.id] = inputs[b.io_index].dptr; break;
+      case Buffer::Output: im.base[b.id] = outputs[b.io_index].dptr; break;
+      case Buffer::Arena: im.base[b.id] = im.arena.ptr() + b.arena_offset; break;
+      case Buffer::Constant: im.base[b.id] = im.constants[b.id].ptr(); break;
+    }
+  }
+  for (const auto& t : inputs) key.push_back(t.dptr);
+  for (const auto& t : outputs) key.push_back(t.dptr);
+
+  auto enqueue_all = [&]() -> absl::Status {
+    for (size_t i = 0; i < exe_->launches.size(); ++i) {
+      const Launch& l = exe_->launches[i];
+      absl::Status st = im.Enqueue(*exe_, l, stream, options_.nccl_comm);
+      if (!st.ok())
+        return Annotate(st, absl::StrCat("launch ", i,
+                                         l.label.empty() ? "" : " (" + l.label + ")"));
+    }
+    return absl::OkStatus();
+  };
+
+  if (timings) {
+    size_t n = exe_->launches.size();
+    std::vector<CUevent> events(n + 1, nullptr);
+    absl::Status st;
+    for (auto& e : events) {
+      st = CU_CALL(cuEventCreate, &e, CU_EVENT_DEFAULT);
+      if (!st.ok()) break;
+    }
+    for (size_t i = 0; st.ok() && i < n; ++i) {
+      if (i == 0) st = CU_CALL(cuEventRecord, events[0], stream);
+      if (st.ok()) st = im.Enqueue(*exe_, exe_->launches[i], stream, options_.nccl_comm);
+      if (st.ok()) st = CU_CALL(cuEventRecord, events[i + 1], stream);
+    }
+    if (st.ok() && n > 0) st = CU_CALL(cuEventSynchronize, events[n]);
+    for (size_t i = 0; st.ok() && i < n; ++i) {
+      float ms = 0;
+      st = CU_CALL(cuEventElapsedTime, &ms, events[i], events[i + 1]);
+      timings->push_back(ms);
+    }
+    for (auto e : events)
+      if (e) driver_->cuEventDestroy(e);
+    return st;
+  }
+
+  if (!options_.use_cuda_graphs || stream == nullptr) return enqueue_all();
+  if (im.graph && im.graph_key == key) return CU_CALL(cuGraphLaunch, im.graph, stream);
+  if (im.graph) {
+    driver_->cuGraphExecDestroy(im.graph);
+    im.graph = nullptr;
+  }
+  LLMC_RT_RETURN_IF_ERROR(
+      CU_CALL(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  absl::Status enq = enqueue_all();
+  CUgraph graph = nullptr;
+  absl::Status end = CU_CALL(cuStreamEndCapture, stream, &graph);
+  if (!enq.ok() || !end.ok()) {
+    if (graph) driver_->cuGraphDestroy(graph);
+    return enq.ok() ? end : enq;
+  }
+  CUgraphExec exec = nullptr;
+  absl::Status inst = CU_CALL(cuGraphInstantiate, &exec, graph, 0);
+  driver_->cuGraphDestroy(graph);
+  LLMC_RT_RETURN_IF_ERROR(inst);
+  im.graph = exec;
+  im.graph_key = key;
+  ++graph_captures_;
+  return CU_CALL(cuGraphLaunch, im.graph, stream);
+}
+
+}  // namespace llmc::rt
