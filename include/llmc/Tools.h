@@ -14,6 +14,10 @@ namespace llmc {
 /// process exit code.
 int optMain(int argc, char **argv);
 
+/// `llmc-run`: executes an llm function on random inputs with the CUDA
+/// backend or the CPU reference executor, optionally checking and timing it.
+int runMain(int argc, char **argv);
+
 } // namespace llmc
 
 #endif // LLMC_TOOLS_H

@@ -2,6 +2,10 @@
 
 #include "llmc/InitAllPasses.h"
 
+#include "LLM/Transforms/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
-void llmc::registerAllPasses() { mlir::registerTransformsPasses(); }
+void llmc::registerAllPasses() {
+  mlir::registerTransformsPasses();
+  llm::registerLLMTransformsPasses();
+}

@@ -1,0 +1,271 @@
+//===- SpecializeShapes.cpp - bind dynamic dims to concrete values --------===//
+//
+// Shape specialization: the runtime compiles one executable per concrete
+// shape signature (guards on the bound values live in the runtime's
+// specialization cache). This pass rewrites a function with dynamic
+// dimensions into its static instance.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LLM/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace llmc::llm {
+#define GEN_PASS_DEF_SPECIALIZESHAPESPASS
+#include "LLM/Transforms/Passes.h.inc"
+} // namespace llmc::llm
+
+using namespace mlir;
+using namespace llmc::llm;
+
+std::string llmc::llm::dynamicDimName(func::FuncOp fn, unsigned arg,
+                                      unsigned dim) {
+  auto type = dyn_cast<RankedTensorType>(fn.getArgument(arg).getType());
+  if (type) {
+    unsigned dynIndex = 0;
+    for (unsigned d = 0; d < dim; ++d)
+      dynIndex += type.isDynamicDim(d);
+    if (auto names = fn.getArgAttrOfType<ArrayAttr>(arg, "llm.dim_names"))
+      if (dynIndex < names.size())
+        if (auto s = dyn_cast<StringAttr>(names[dynIndex]))
+          return s.str();
+  }
+  return ("arg" + llvm::Twine(arg) + "." + llvm::Twine(dim)).str();
+}
+
+static RankedTensorType withShape(Type type, ArrayRef<int64_t> shape) {
+  return RankedTensorType::get(shape,
+                               cast<RankedTensorType>(type).getElementType());
+}
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+/// For elementwise ops: all operands share one shape. A broadcast whose
+/// dynamic result dims could not be derived from its input takes the shape of
+/// a static sibling operand.
+static FailureOr<SmallVector<int64_t>> unifyOperandShapes(Operation *op,
+                                                          ValueRange values) {
+  Value known;
+  for (Value v : values)
+    if (auto t = dyn_cast<RankedTensorType>(v.getType());
+        t && t.hasStaticShape() && t.getRank() > 0) {
+      known = v;
+      break;
+    }
+  if (!known) {
+    // Rank-0 or all-dynamic: take the first operand as is.
+    return SmallVector<int64_t>(shapeOf(values.front()));
+  }
+  ArrayRef<int64_t> shape = shapeOf(known);
+  for (Value v : values) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (t.hasStaticShape())
+      continue;
+    auto bcast = v.getDefiningOp<BroadcastOp>();
+    if (!bcast || t.getRank() != static_cast<int64_t>(shape.size())) {
+      op->emitOpError() << "operand of type " << t
+                        << " has unresolved dynamic dimensions after shape "
+                           "specialization";
+      return failure();
+    }
+    v.setType(withShape(t, shape));
+  }
+  return SmallVector<int64_t>(shape);
+}
+
+/// Computes the static result types of `op` from its (static) operands.
+static LogicalResult computeResultTypes(Operation *op,
+                                        SmallVectorImpl<Type> &types) {
+  if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
+    return infer.inferReturnTypes(op->getContext(), op->getLoc(),
+                                  op->getOperands(),
+                                  op->getRawDictionaryAttrs(),
+                                  op->getPropertiesStorage(), op->getRegions(),
+                                  types);
+  }
+  auto same = [&](Value v) {
+    types.push_back(withShape(op->getResult(0).getType(), shapeOf(v)));
+    return success();
+  };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<ConstantOp>([&](ConstantOp c) {
+        types.push_back(c.getType());
+        return success();
+      })
+      .Case<SoftmaxOp, RMSNormOp, LayerNormOp, RoPEOp, AllReduceOp>(
+          [&](auto o) { return same(o->getOperand(0)); })
+      .Case<AttentionOp>([&](AttentionOp o) { return same(o.getQuery()); })
+      .Case<KVCacheAppendOp>([&](KVCacheAppendOp o) { return same(o.getCache()); })
+      .Case<SelectOp>([&](SelectOp o) -> LogicalResult {
+        auto shape = unifyOperandShapes(op, op->getOperands());
+        if (failed(shape))
+          return failure();
+        types.push_back(withShape(o.getType(), *shape));
+        return success();
+      })
+      .Case<BroadcastOp>([&](BroadcastOp o) {
+        auto in = o.getInput().getType();
+        auto out = o.getType();
+        SmallVector<int64_t> shape(out.getShape());
+        int64_t lead = out.getRank() - in.getRank();
+        for (int64_t i = 0; i < in.getRank(); ++i)
+          if (out.isDynamicDim(lead + i) && in.getDimSize(i) != 1)
+            shape[lead + i] = in.getDimSize(i);
+        // Remaining dynamic dims are resolved by the consumer.
+        types.push_back(withShape(out, shape));
+        return success();
+      })
+      .Case<ReshapeOp>([&](ReshapeOp o) -> LogicalResult {
+        auto in = o.getInput().getType();
+        auto out = o.getType();
+        SmallVector<int64_t> shape(out.getShape());
+        int64_t known = 1, dynIdx = -1;
+        for (auto [i, d] : llvm::enumerate(shape)) {
+          if (ShapedType::isDynamic(d))
+            dynIdx = i;
+          else
+            known *= d;
+        }
+        if (dynIdx >= 0) {
+          if (known == 0 || in.getNumElements() % known != 0)
+            return o.emitOpError()
+                   << "cannot reshape " << in << " to " << out
+                   << " after shape specialization";
+          shape[dynIdx] = in.getNumElements() / known;
+        }
+        types.push_back(withShape(out, shape));
+        return success();
+      })
+      .Case<MatmulOp>([&](MatmulOp o) {
+        auto lhs = o.getLhs().getType();
+        auto rhs = o.getRhs().getType();
+        int64_t lr = lhs.getRank(), rr = rhs.getRank();
+        int64_t m = lhs.getDimSize(lr - (o.getTransposeLhs() ? 1 : 2));
+        int64_t n = rhs.getDimSize(rr - (o.getTransposeRhs() ? 2 : 1));
+        ArrayRef<int64_t> lb = lhs.getShape().drop_back(2);
+        ArrayRef<int64_t> rb = rhs.getShape().drop_back(2);
+        size_t nb = std::max(lb.size(), rb.size());
+        SmallVector<int64_t> shape;
+        for (size_t i = 0; i < nb; ++i) {
+          int64_t a = i + lb.size() >= nb ? lb[i + lb.size() - nb] : 1;
+          int64_t b = i + rb.size() >= nb ? rb[i + rb.size() - nb] : 1;
+          shape.push_back(a == 1 ? b : a);
+        }
+        shape.push_back(m);
+        shape.push_back(n);
+        types.push_back(withShape(o.getType(), shape));
+        return success();
+      })
+      .Default([&](Operation *o) -> LogicalResult {
+        if (o->hasTrait<OpTrait::Elementwise>() && o->getNumResults() == 1 &&
+            o->getNumOperands() > 0) {
+          auto shape = unifyOperandShapes(o, o->getOperands());
+          if (failed(shape))
+            return failure();
+          types.push_back(withShape(o->getResult(0).getType(), *shape));
+          return success();
+        }
+        return o->emitOpError()
+               << "has no shape specialization rule; its results must be "
+                  "computable from static operands";
+      });
+}
+
+LogicalResult
+llmc::llm::specializeShapes(func::FuncOp fn,
+                            const std::map<std::string, int64_t> &bindings) {
+  std::map<std::string, bool> used;
+  for (auto &[name, value] : bindings)
+    used[name] = false;
+
+  // 1. Arguments.
+  for (BlockArgument arg : fn.getArguments()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type || type.hasStaticShape())
+      continue;
+    SmallVector<int64_t> shape(type.getShape());
+    for (auto [d, size] : llvm::enumerate(shape)) {
+      if (!ShapedType::isDynamic(size))
+        continue;
+      std::string name = dynamicDimName(fn, arg.getArgNumber(), d);
+      auto it = bindings.find(name);
+      if (it == bindings.end())
+        return fn.emitError() << "dynamic dimension '" << name
+                              << "' (argument " << arg.getArgNumber()
+                              << ", dimension " << d
+                              << ") has no value; pass it as " << name
+                              << "=<size>";
+      if (it->second < 0)
+        return fn.emitError() << "dimension '" << name << "' = " << it->second
+                              << " must be >= 0";
+      size = it->second;
+      used[name] = true;
+    }
+    arg.setType(withShape(type, shape));
+  }
+  for (auto &[name, wasUsed] : used)
+    if (!wasUsed)
+      return fn.emitError() << "binding '" << name
+                            << "' names no dynamic dimension of @"
+                            << fn.getSymName();
+
+  // 2. Body, in order.
+  for (Operation &op : fn.getBody().front()) {
+    if (isa<func::ReturnOp>(op))
+      continue;
+    if (op.getNumRegions() != 0)
+      return op.emitOpError() << "with regions cannot be shape-specialized";
+    SmallVector<Type> types;
+    if (failed(computeResultTypes(&op, types)))
+      return failure();
+    for (auto [result, type] : llvm::zip(op.getResults(), types)) {
+      auto declared = dyn_cast<RankedTensorType>(result.getType());
+      auto computed = cast<RankedTensorType>(type);
+      if (declared && failed(verifyCompatibleShape(declared.getShape(),
+                                                   computed.getShape())))
+        return op.emitOpError()
+               << "result declared as " << declared << " but is " << computed
+               << " for the bound dimensions";
+      result.setType(computed);
+    }
+  }
+
+  // 3. Function type.
+  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  fn.setFunctionType(FunctionType::get(fn.getContext(),
+                                       fn.getBody().front().getArgumentTypes(),
+                                       ret.getOperandTypes()));
+  return verify(fn);
+}
+
+namespace {
+struct SpecializeShapesPass
+    : llmc::llm::impl::SpecializeShapesPassBase<SpecializeShapesPass> {
+  using SpecializeShapesPassBase::SpecializeShapesPassBase;
+
+  void runOnOperation() override {
+    std::map<std::string, int64_t> bindings;
+    for (const std::string &entry : dims) {
+      auto [name, value] = llvm::StringRef(entry).split('=');
+      int64_t v;
+      if (name.empty() || value.getAsInteger(10, v)) {
+        getOperation().emitError()
+            << "malformed binding '" << entry << "', expected name=<integer>";
+        return signalPassFailure();
+      }
+      bindings[name.str()] = v;
+    }
+    if (failed(specializeShapes(getOperation(), bindings)))
+      signalPassFailure();
+  }
+};
+} // namespace

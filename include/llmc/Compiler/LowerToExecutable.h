@@ -1,0 +1,56 @@
+//===- LowerToExecutable.h - llm function -> runtime Executable -*- C++ -*-===//
+//
+// Codegen: turns a shape-specialized `func.func` of `llm` ops into an
+// rt::Executable — fused CUDA C++ kernels (lib/Target/CUDA generators),
+// cuBLASLt GEMM descriptors, NCCL collective calls, an arena buffer plan and
+// the launch sequence.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_COMPILER_LOWERTOEXECUTABLE_H
+#define LLMC_COMPILER_LOWERTOEXECUTABLE_H
+
+#include "llmc/runtime/Executable.h"
+
+#include "absl/status/statusor.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <string>
+
+namespace llmc {
+
+struct LowerOptions {
+  /// Fuse chains of elementwise ops into one kernel (llmc-fuse's elementwise
+  /// kind).
+  bool fuse_elementwise = true;
+  /// Fuse a residual add into the following RMSNorm/LayerNorm kernel.
+  bool fuse_residual_norm = true;
+  /// Fuse a bias add into the cuBLASLt epilogue.
+  bool fuse_gemm_epilogue = true;
+  /// Alignment of arena offsets, bytes.
+  int64_t arena_alignment = 128;
+};
+
+/// Statistics of one lowering, for reports (`llmc-compile --stats`).
+struct LowerStats {
+  int num_ops = 0;          // llm ops in the function
+  int num_kernel_launches = 0;
+  int num_gemms = 0;
+  int num_distinct_kernels = 0;
+  int64_t arena_bytes = 0;           // planned peak of intermediates
+  int64_t intermediate_bytes = 0;    // sum of all intermediates (no reuse)
+};
+
+/// Lowers `fn`, which must have static shapes (run llmc-specialize-shapes
+/// first). Errors: InvalidArgument for a dynamic shape, Unimplemented for an
+/// op or configuration the CUDA backend does not support (the message names
+/// the op, its location and the unsupported property). Kernels are emitted as
+/// source; compile them with CompileKernels (or let the runtime do it at
+/// load).
+absl::StatusOr<rt::Executable> LowerToExecutable(mlir::func::FuncOp fn,
+                                                 const LowerOptions &options = {},
+                                                 LowerStats *stats = nullptr);
+
+} // namespace llmc
+
+#endif // LLMC_COMPILER_LOWERTOEXECUTABLE_H

@@ -1,0 +1,1284 @@
+//===- LowerToExecutable.cpp - llm function -> runtime Executable ---------===//
+//
+// Codegen for the CUDA backend. Walks a shape-specialized function once:
+//
+//  1. Views. `llm.reshape` (and collectives over a group of one) alias their
+//     input's storage; `llm.broadcast` is a strided view read by elementwise
+//     kernels (materialized only for other consumers).
+//  2. Fusion. Elementwise ops whose producer is elementwise and used once are
+//     grouped into one kernel (an elementwise program); a residual `llm.add`
+//     feeding an RMSNorm/LayerNorm becomes the norm kernel's prologue (it
+//     writes the sum too); a `bias` operand becomes the cuBLASLt epilogue.
+//  3. Storage. Function results are written in place into the output
+//     buffers; every other value lives in one arena, planned by liveness
+//     (first fit over 128-byte aligned blocks, reuse of dead blocks).
+//  4. Launches, in program order: generated kernels (lib/Target/CUDA),
+//     cuBLASLt GEMMs, copies, NCCL collectives.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmc/Compiler/LowerToExecutable.h"
+
+#include "LLM/IR/LLMOps.h"
+#include "llmc/Target/CUDA/KernelLibrary.h"
+
+#include "absl/strings/str_cat.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+using namespace mlir;
+using namespace llmc;
+using namespace llmc::llm;
+namespace cu = llmc::cuda;
+
+namespace {
+
+std::string describe(Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "'" << op->getName() << "' at ";
+  op->getLoc().print(os);
+  return s;
+}
+
+absl::Status unsupported(Operation *op, const llvm::Twine &what) {
+  return absl::UnimplementedError(
+      absl::StrCat("cuda backend: ", describe(op), ": ", what.str()));
+}
+
+absl::StatusOr<rt::DType> toDType(Type t) {
+  if (t.isF32()) return rt::DType::f32;
+  if (t.isF16()) return rt::DType::f16;
+  if (t.isBF16()) return rt::DType::bf16;
+  if (isa<Float8E4M3FNType>(t)) return rt::DType::f8e4m3;
+  if (isa<Float8E5M2Type>(t)) return rt::DType::f8e5m2;
+  if (t.isInteger(1)) return rt::DType::i1;
+  if (t.isInteger(8)) return rt::DType::i8;
+  if (t.isInteger(32)) return rt::DType::i32;
+  if (t.isInteger(64)) return rt::DType::i64;
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return absl::InvalidArgumentError("unsupported element type " + s);
+}
+
+cu::ScalarType toScalar(rt::DType t) {
+  switch (t) {
+  case rt::DType::f32: return cu::ScalarType::f32;
+  case rt::DType::f16: return cu::ScalarType::f16;
+  case rt::DType::bf16: return cu::ScalarType::bf16;
+  case rt::DType::f8e4m3: return cu::ScalarType::f8e4m3;
+  case rt::DType::f8e5m2: return cu::ScalarType::f8e5m2;
+  case rt::DType::i1: return cu::ScalarType::i1;
+  case rt::DType::i8: return cu::ScalarType::i8;
+  case rt::DType::i32: return cu::ScalarType::i32;
+  case rt::DType::i64: return cu::ScalarType::i64;
+  }
+  return cu::ScalarType::f32;
+}
+
+RankedTensorType tensorType(Value v) { return cast<RankedTensorType>(v.getType()); }
+cu::ScalarType scalarOf(Value v) {
+  return toScalar(*toDType(tensorType(v).getElementType()));
+}
+int64_t numElements(Value v) { return tensorType(v).getNumElements(); }
+int64_t byteSize(Value v) {
+  return numElements(v) * rt::DTypeSize(*toDType(tensorType(v).getElementType()));
+}
+
+/// Row-major strides (elements) of `shape`.
+SmallVector<int64_t> rowMajorStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> s(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+/// A value's data as an elementwise-kernel input: storage root plus how it is
+/// indexed against the output shape.
+struct StridedRead {
+  Value root;                      // value that owns the storage
+  int64_t elementOffset = 0;       // into root's storage
+  SmallVector<int64_t> strides;    // per output dim, elements (0 = broadcast)
+};
+
+/// Whether an op is lowered as part of an elementwise program.
+bool isElementwiseOp(Operation *op) {
+  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, NegOp,
+             AbsOp, ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, SiluOp, GeluOp,
+             ReluOp, SigmoidOp, CompareOp, SelectOp, CastOp>(op);
+}
+
+std::optional<double> splatValue(Value v) {
+  Attribute attr;
+  if (!matchPattern(v, m_Constant(&attr)))
+    return std::nullopt;
+  auto splat = dyn_cast<SplatElementsAttr>(attr);
+  if (!splat)
+    return std::nullopt;
+  if (isa<FloatType>(splat.getElementType()))
+    return splat.getSplatValue<APFloat>().convertToDouble();
+  if (isa<IntegerType>(splat.getElementType()))
+    return static_cast<double>(splat.getSplatValue<APInt>().getSExtValue());
+  return std::nullopt;
+}
+
+/// Raw storage bytes of a dense constant in the runtime's layout.
+absl::StatusOr<std::string> constantBytes(ElementsAttr attr) {
+  auto type = cast<RankedTensorType>(attr.getType());
+  auto dtypeOr = toDType(type.getElementType());
+  if (!dtypeOr.ok())
+    return dtypeOr.status();
+  int64_t n = type.getNumElements();
+  int64_t size = rt::DTypeSize(*dtypeOr);
+  std::string out(n * size, '\0');
+  int64_t i = 0;
+  if (isa<FloatType>(type.getElementType())) {
+    for (APFloat v : attr.getValues<APFloat>()) {
+      uint64_t bits = v.bitcastToAPInt().getZExtValue();
+      if (type.getElementType().isF32()) {
+        float f = v.convertToFloat();
+        std::memcpy(&out[i * size], &f, 4);
+      } else {
+        std::memcpy(&out[i * size], &bits, size);
+      }
+      ++i;
+    }
+  } else {
+    for (APInt v : attr.getValues<APInt>()) {
+      uint64_t bits = v.getZExtValue();
+      std::memcpy(&out[i * size], &bits, size);
+      ++i;
+    }
+  }
+  return out;
+}
+
+class Lowering {
+public:
+  Lowering(func::FuncOp fn, const LowerOptions &options)
+      : fn(fn), options(options) {}
+
+  absl::StatusOr<rt::Executable> run(LowerStats *stats);
+
+private:
+  // --- analysis ---
+  absl::Status checkStatic();
+  Value storageRoot(Value v);
+  absl::StatusOr<StridedRead> stridedRead(Value v, ArrayRef<int64_t> outShape);
+  void planFusion();
+
+  // --- storage ---
+  int bufferFor(Value v); // buffer id of v's storage root
+  int newArenaBuffer(int64_t bytes, int firstStep, int lastStep);
+  absl::Status planArena();
+
+  // --- emission ---
+  int addKernel(const cu::KernelCode &code);
+  rt::Arg ptrArg(Value v, int64_t byteOffset = 0);
+  rt::Arg bufArg(int buffer, int64_t byteOffset = 0);
+  void launch(int kernel, const cu::LaunchDims &dims, std::vector<rt::Arg> args,
+              Operation *op);
+  absl::Status emitOp(Operation *op);
+  absl::Status emitElementwiseGroup(ArrayRef<Operation *> ops);
+  absl::Status emitCopyInto(Value dst, Value src, Operation *op);
+  absl::Status emitMaterialize(Value v, Operation *op);
+  absl::Status emitMatmul(MatmulOp op);
+  absl::Status emitAttention(AttentionOp op);
+  absl::Status emitNorm(Operation *op);
+
+  func::FuncOp fn;
+  LowerOptions options;
+  rt::Executable exe;
+
+  int step = 0; // index of the launch step being emitted
+  llvm::DenseMap<Value, int> buffers;          // storage root -> buffer id
+  llvm::DenseMap<Value, int> lastUseStep;      // storage root -> last step
+  llvm::DenseMap<Value, int> defStep;          // storage root -> def step
+  llvm::DenseSet<Operation *> fusedIntoNorm;   // residual adds
+  llvm::DenseMap<Operation *, int> groupOf;    // elementwise op -> group
+  std::vector<SmallVector<Operation *>> groups;
+  llvm::DenseMap<Value, int> outputIndex;      // returned root -> output
+  std::map<std::string, int> kernelIndex;
+  struct ArenaItem { int buffer; int first, last; };
+  std::vector<ArenaItem> arenaItems;
+  int64_t intermediateBytes = 0;
+};
+
+absl::Status Lowering::checkStatic() {
+  for (BlockArgument arg : fn.getArguments()) {
+    auto t = dyn_cast<RankedTensorType>(arg.getType());
+    if (!t || !t.hasStaticShape())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda backend: argument ", arg.getArgNumber(), " of @",
+          fn.getSymName().str(),
+          " has a dynamic shape; specialize shapes first "
+          "(--llmc-specialize-shapes or llmc-run --shape)"));
+  }
+  for (Operation &op : fn.getBody().front())
+    for (Value r : op.getResults()) {
+      auto t = dyn_cast<RankedTensorType>(r.getType());
+      if (!t || !t.hasStaticShape())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cuda backend: ", describe(&op), " has a result of dynamic shape"));
+    }
+  return absl::OkStatus();
+}
+
+/// Follows storage aliases: reshape, broadcast/transpose/slice views are NOT
+/// followed here (they change indexing); collectives over one rank are.
+Value Lowering::storageRoot(Value v) {
+  while (true) {
+    Operation *def = v.getDefiningOp();
+    if (auto r = dyn_cast_or_null<ReshapeOp>(def)) {
+      v = r.getInput();
+      continue;
+    }
+    if (auto c = dyn_cast_or_null<AllReduceOp>(def); c && c.getGroupSize() == 1) {
+      v = c.getInput();
+      continue;
+    }
+    return v;
+  }
+}
+
+absl::StatusOr<StridedRead> Lowering::stridedRead(Value v,
+                                                  ArrayRef<int64_t> outShape) {
+  StridedRead read;
+  if (auto b = v.getDefiningOp<BroadcastOp>()) {
+    auto inner = stridedRead(b.getInput(), tensorType(b.getInput()).getShape());
+    if (!inner.ok())
+      return inner.status();
+    ArrayRef<int64_t> inShape = tensorType(b.getInput()).getShape();
+    int64_t lead = outShape.size() - inShape.size();
+    read.root = inner->root;
+    read.elementOffset = inner->elementOffset;
+    read.strides.assign(outShape.size(), 0);
+    for (size_t i = 0; i < inShape.size(); ++i)
+      read.strides[lead + i] = inShape[i] == 1 ? 0 : inner->strides[i];
+    return read;
+  }
+  if (auto t = v.getDefiningOp<TransposeOp>()) {
+    ArrayRef<int64_t> inShape = tensorType(t.getInput()).getShape();
+    auto inner = stridedRead(t.getInput(), inShape);
+    if (!inner.ok())
+      return inner.status();
+    read.root = inner->root;
+    read.elementOffset = inner->elementOffset;
+    for (int64_t p : t.getPermutation())
+      read.strides.push_back(inner->strides[p]);
+    return read;
+  }
+  if (auto s = v.getDefiningOp<SliceOp>()) {
+    ArrayRef<int64_t> inShape = tensorType(s.getInput()).getShape();
+    auto inner = stridedRead(s.getInput(), inShape);
+    if (!inner.ok())
+      return inner.status();
+    read.root = inner->root;
+    read.elementOffset = inner->elementOffset;
+    for (size_t i = 0; i < inShape.size(); ++i) {
+      read.elementOffset += s.getStarts()[i] * inner->strides[i];
+      read.strides.push_back(inner->strides[i] * s.getSteps()[i]);
+    }
+    return read;
+  }
+  read.root = storageRoot(v);
+  auto strides = rowMajorStrides(tensorType(v).getShape());
+  read.strides.assign(strides.begin(), strides.end());
+  return read;
+}
+
+void Lowering::planFusion() {
+  Block &body = fn.getBody().front();
+  if (options.fuse_residual_norm) {
+    for (Operation &op : body) {
+      if (!isa<RMSNormOp, LayerNormOp>(op))
+        continue;
+      auto add = op.getOperand(0).getDefiningOp<AddOp>();
+      if (!add || add->getBlock() != &body)
+        continue;
+      // Both summands must be plain dense tensors of the same shape (not views).
+      auto isDense = [&](Value v) {
+        return !v.getDefiningOp<BroadcastOp>() && !v.getDefiningOp<TransposeOp>() &&
+               !v.getDefiningOp<SliceOp>() && !splatValue(v);
+      };
+      if (!isDense(add.getLhs()) || !isDense(add.getRhs()))
+        continue;
+      // Every other use of the sum must come after the norm.
+      bool ok = true;
+      for (Operation *user : add->getUsers())
+        if (user != &op && user->isBeforeInBlock(&op))
+          ok = false;
+      if (ok)
+        fusedIntoNorm.insert(add);
+    }
+  }
+  for (Operation &op : body) {
+    if (!isElementwiseOp(&op) || fusedIntoNorm.contains(&op))
+      continue;
+    int group = -1;
+    if (options.fuse_elementwise) {
+      for (Value operand : op.getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        if (!def || !groupOf.count(def) || !operand.hasOneUse())
+          continue;
+        group = groupOf[def];
+        break;
+      }
+    }
+    if (group < 0) {
+      group = groups.size();
+      groups.emplace_back();
+    }
+    groups[group].push_back(&op);
+    groupOf[&op] = group;
+  }
+}
+
+int Lowering::addKernel(const cu::KernelCode &code) {
+  auto it = kernelIndex.find(code.name);
+  if (it != kernelIndex.end())
+    return it->second;
+  rt::KernelSpec spec;
+  spec.name = code.name;
+  spec.source = code.source;
+  exe.kernels.push_back(std::move(spec));
+  int index = exe.kernels.size() - 1;
+  kernelIndex[code.name] = index;
+  return index;
+}
+
+int Lowering::newArenaBuffer(int64_t bytes, int firstStep, int lastStep) {
+  rt::Buffer b;
+  b.id = exe.buffers.size();
+  b.kind = rt::Buffer::Arena;
+  b.bytes = bytes;
+  exe.buffers.push_back(b);
+  arenaItems.push_back({b.id, firstStep, lastStep});
+  intermediateBytes += bytes;
+  return b.id;
+}
+
+int Lowering::bufferFor(Value v) {
+  Value root = storageRoot(v);
+  auto it = buffers.find(root);
+  if (it != buffers.end())
+    return it->second;
+  // Constants.
+  Attribute attr;
+  if (matchPattern(root, m_Constant(&attr))) {
+    rt::Buffer b;
+    b.id = exe.buffers.size();
+    b.kind = rt::Buffer::Constant;
+    b.bytes = byteSize(root);
+    auto bytes = constantBytes(cast<ElementsAttr>(attr));
+    b.constant_data = bytes.ok() ? *bytes : std::string(b.bytes, '\0');
+    exe.buffers.push_back(b);
+    return buffers[root] = b.id;
+  }
+  // Function results write straight into the output buffer.
+  if (auto out = outputIndex.find(root); out != outputIndex.end()) {
+    rt::Buffer b;
+    b.id = exe.buffers.size();
+    b.kind = rt::Buffer::Output;
+    b.io_index = out->second;
+    b.bytes = exe.outputs[out->second].Bytes();
+    exe.buffers.push_back(b);
+    return buffers[root] = b.id;
+  }
+  int first = defStep.count(root) ? defStep[root] : step;
+  int last = lastUseStep.count(root) ? lastUseStep[root] : step;
+  return buffers[root] = newArenaBuffer(byteSize(root), first, std::max(first, last));
+}
+
+rt::Arg Lowering::bufArg(int buffer, int64_t byteOffset) {
+  rt::Arg a;
+  a.kind = rt::Arg::BufferPtr;
+  a.buffer = buffer;
+  a.byte_offset = byteOffset;
+  return a;
+}
+rt::Arg Lowering::ptrArg(Value v, int64_t byteOffset) {
+  return bufArg(bufferFor(v), byteOffset);
+}
+rt::Arg i64Arg(int64_t v) {
+  rt::Arg a;
+  a.kind = rt::Arg::I64;
+  a.i = v;
+  return a;
+}
+rt::Arg i32Arg(int64_t v) {
+  rt::Arg a;
+  a.kind = rt::Arg::I32;
+  a.i = v;
+  return a;
+}
+rt::Arg f32Arg(float v) {
+  rt::Arg a;
+  a.kind = rt::Arg::F32;
+  a.f = v;
+  return a;
+}
+rt::Arg nullArg() { return i64Arg(0); }
+
+void Lowering::launch(int kernel, const cu::LaunchDims &dims,
+                      std::vector<rt::Arg> args, Operation *op) {
+  rt::Launch l;
+  l.kind = rt::Launch::Kernel;
+  l.kernel = kernel;
+  for (int i = 0; i < 3; ++i) {
+    l.grid[i] = dims.grid[i];
+    l.block[i] = dims.block[i];
+  }
+  l.smem = dims.smem;
+  l.args = std::move(args);
+  l.label = op->getName().getStringRef().str();
+  exe.launches.push_back(std::move(l));
+}
+
+absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
+  llvm::DenseSet<Operation *> members(ops.begin(), ops.end());
+  Operation *last = ops.back();
+  ArrayRef<int64_t> outShape = tensorType(last->getResult(0)).getShape();
+  int64_t numel = numElements(last->getResult(0));
+
+  cu::ElementwiseProgram prog;
+  llvm::MapVector<Value, int> inputIndex; // external value -> input index
+  std::vector<StridedRead> reads;
+  llvm::DenseMap<Value, int> nodeOf;
+  auto operandRef = [&](Value v) -> absl::StatusOr<int> {
+    if (auto it = nodeOf.find(v); it != nodeOf.end())
+      return it->second;
+    if (auto c = splatValue(v)) {
+      cu::EwNode n;
+      n.op = cu::EwOp::constant;
+      n.type = scalarOf(v);
+      n.constant = *c;
+      prog.nodes.push_back(n);
+      return nodeOf[v] = prog.nodes.size() - 1;
+    }
+    if (auto it = inputIndex.find(v); it != inputIndex.end())
+      return -(it->second + 1);
+    auto read = stridedRead(v, outShape);
+    if (!read.ok())
+      return read.status();
+    cu::EwInput in;
+    in.type = scalarOf(v);
+    bool contiguous = read->elementOffset == 0 &&
+                      ArrayRef<int64_t>(read->strides) ==
+                          ArrayRef<int64_t>(rowMajorStrides(outShape)) &&
+                      numElements(v) == numel;
+    bool scalar = llvm::all_of(read->strides, [](int64_t s) { return s == 0; });
+    bool rowBroadcast =
+        !outShape.empty() && read->elementOffset == 0 &&
+        read->strides.back() == 1 &&
+        llvm::all_of(ArrayRef<int64_t>(read->strides).drop_back(),
+                     [](int64_t s) { return s == 0; });
+    in.layout = contiguous ? cu::InputLayout::kContiguous
+                : scalar && read->elementOffset == 0 ? cu::InputLayout::kScalar
+                : rowBroadcast ? cu::InputLayout::kRowBroadcast
+                               : cu::InputLayout::kStrided;
+    prog.inputs.push_back(in);
+    reads.push_back(*read);
+    int idx = prog.inputs.size() - 1;
+    inputIndex[v] = idx;
+    return -(idx + 1);
+  };
+
+  for (Operation *op : ops) {
+    cu::EwNode n;
+    n.type = scalarOf(op->getResult(0));
+    auto kind = llvm::TypeSwitch<Operation *, std::optional<cu::EwOp>>(op)
+        .Case<AddOp>([](auto) { return cu::EwOp::add; })
+        .Case<SubOp>([](auto) { return cu::EwOp::sub; })
+        .Case<MulOp>([](auto) { return cu::EwOp::mul; })
+        .Case<DivOp>([](auto) { return cu::EwOp::div; })
+        .Case<PowOp>([](auto) { return cu::EwOp::pow; })
+        .Case<MaximumOp>([](auto) { return cu::EwOp::maximum; })
+        .Case<MinimumOp>([](auto) { return cu::EwOp::minimum; })
+        .Case<NegOp>([](auto) { return cu::EwOp::neg; })
+        .Case<AbsOp>([](auto) { return cu::EwOp::abs; })
+        .Case<ExpOp>([](auto) { return cu::EwOp::exp; })
+        .Case<LogOp>([](auto) { return cu::EwOp::log; })
+        .Case<TanhOp>([](auto) { return cu::EwOp::tanh; })
+        .Case<SqrtOp>([](auto) { return cu::EwOp::sqrt; })
+        .Case<RsqrtOp>([](auto) { return cu::EwOp::rsqrt; })
+        .Case<SiluOp>([](auto) { return cu::EwOp::silu; })
+        .Case<GeluOp>([](GeluOp g) {
+          return g.getApproximation() == GeluApproximation::tanh
+                     ? cu::EwOp::gelu_tanh
+                     : cu::EwOp::gelu_erf;
+        })
+        .Case<ReluOp>([](auto) { return cu::EwOp::relu; })
+        .Case<SigmoidOp>([](auto) { return cu::EwOp::sigmoid; })
+        .Case<CompareOp>([&](CompareOp c) {
+          n.pred = static_cast<cu::CmpPredicate>(c.getPredicate());
+          return cu::EwOp::compare;
+        })
+        .Case<SelectOp>([](auto) { return cu::EwOp::select; })
+        .Case<CastOp>([](auto) { return cu::EwOp::cast; })
+        .Default([](Operation *) { return std::nullopt; });
+    if (!kind)
+      return unsupported(op, "not an elementwise op");
+    n.op = *kind;
+    for (Value operand : op->getOperands()) {
+      auto ref = operandRef(operand);
+      if (!ref.ok())
+        return ref.status();
+      n.operands.push_back(*ref);
+    }
+    prog.nodes.push_back(n);
+    nodeOf[op->getResult(0)] = prog.nodes.size() - 1;
+  }
+  // Outputs: member results used outside the group (or returned).
+  std::vector<Value> outputs;
+  for (Operation *op : ops) {
+    Value r = op->getResult(0);
+    bool escapes = false;
+    for (OpOperand &use : r.getUses())
+      if (!members.contains(use.getOwner()))
+        escapes = true;
+    if (!escapes)
+      continue;
+    if (tensorType(r).getShape() != outShape)
+      return unsupported(op, "fused elementwise outputs of different shapes");
+    prog.outputs.push_back({nodeOf[r], scalarOf(r)});
+    outputs.push_back(r);
+  }
+  if (prog.outputs.empty())
+    return absl::OkStatus(); // dead group
+
+  cu::KernelCode code = cu::EmitElementwise(prog);
+  int kernel = addKernel(code);
+  std::vector<rt::Arg> args;
+  for (Value out : outputs)
+    args.push_back(ptrArg(out));
+  for (auto [i, read] : llvm::enumerate(reads)) {
+    int64_t esize = cu::ScalarSize(prog.inputs[i].type);
+    args.push_back(ptrArg(read.root, read.elementOffset * esize));
+  }
+  args.push_back(i64Arg(numel));
+  if (cu::ElementwiseNeedsShape(prog)) {
+    std::vector<int64_t> sizes(outShape.begin(), outShape.end());
+    std::vector<std::vector<int64_t>> strides;
+    for (auto &read : reads)
+      strides.emplace_back(read.strides.begin(), read.strides.end());
+    if (sizes.size() > static_cast<size_t>(cu::kElementwiseMaxRank))
+      return unsupported(last, "elementwise rank above 8");
+    std::vector<int64_t> packed = cu::PackElementwiseShape(prog, sizes, strides);
+    rt::Arg shape;
+    shape.kind = rt::Arg::Bytes;
+    shape.bytes.assign(reinterpret_cast<const char *>(packed.data()),
+                       packed.size() * sizeof(int64_t));
+    args.push_back(shape);
+  }
+  launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), last);
+  return absl::OkStatus();
+}
+
+/// dst (fresh storage) = src viewed through its strides.
+absl::Status Lowering::emitCopyInto(Value dst, Value src, Operation *op) {
+  ArrayRef<int64_t> shape = tensorType(dst).getShape();
+  auto read = stridedRead(src, shape);
+  if (!read.ok())
+    return read.status();
+  int64_t numel = numElements(dst);
+  bool dense = read->elementOffset == 0 &&
+               ArrayRef<int64_t>(read->strides) ==
+                   ArrayRef<int64_t>(rowMajorStrides(shape)) &&
+               numElements(read->root) == numel;
+  if (dense) {
+    rt::Launch l;
+    l.kind = rt::Launch::Copy;
+    l.src = {bufferFor(read->root), 0};
+    l.dst = {bufferFor(dst), 0};
+    l.copy_bytes = byteSize(dst);
+    l.label = "copy";
+    exe.launches.push_back(l);
+    return absl::OkStatus();
+  }
+  cu::ElementwiseProgram prog;
+  prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
+  cu::EwNode n;
+  n.op = cu::EwOp::cast;
+  n.type = scalarOf(dst);
+  n.operands = {-1};
+  prog.nodes.push_back(n);
+  prog.outputs.push_back({0, scalarOf(dst)});
+  int kernel = addKernel(cu::EmitElementwise(prog));
+  int64_t esize = cu::ScalarSize(scalarOf(src));
+  std::vector<rt::Arg> args = {ptrArg(dst),
+                               ptrArg(read->root, read->elementOffset * esize),
+                               i64Arg(numel)};
+  std::vector<int64_t> packed = cu::PackElementwiseShape(
+      prog, std::vector<int64_t>(shape.begin(), shape.end()),
+      {std::vector<int64_t>(read->strides.begin(), read->strides.end())});
+  rt::Arg shapeArg;
+  shapeArg.kind = rt::Arg::Bytes;
+  shapeArg.bytes.assign(reinterpret_cast<const char *>(packed.data()),
+                        packed.size() * sizeof(int64_t));
+  args.push_back(shapeArg);
+  launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), op);
+  return absl::OkStatus();
+}
+
+/// Gives a view value (broadcast/transpose/slice) its own dense storage.
+absl::Status Lowering::emitMaterialize(Value v, Operation *op) {
+  return emitCopyInto(v, v, op);
+}
+
+absl::Status Lowering::emitNorm(Operation *op) {
+  Value x = op->getOperand(0);
+  Value out = op->getResult(0);
+  auto add = x.getDefiningOp<AddOp>();
+  bool fused = add && fusedIntoNorm.contains(add);
+  int64_t hidden = tensorType(x).getShape().back();
+  int64_t rows = numElements(x) / std::max<int64_t>(hidden, 1);
+  std::vector<rt::Arg> args = {ptrArg(out)};
+  if (fused)
+    args.push_back(ptrArg(add.getResult()));
+  if (fused) {
+    args.push_back(ptrArg(add.getLhs()));
+    args.push_back(ptrArg(add.getRhs()));
+  } else {
+    args.push_back(ptrArg(x));
+  }
+  if (auto rms = dyn_cast<RMSNormOp>(op)) {
+    cu::RMSNormConfig cfg;
+    cfg.in = scalarOf(x);
+    cfg.weight = scalarOf(rms.getWeight());
+    cfg.out = scalarOf(out);
+    cfg.hidden = hidden;
+    cfg.eps = static_cast<float>(rms.getEps().convertToDouble());
+    cfg.fused_residual = fused;
+    args.push_back(ptrArg(rms.getWeight()));
+    args.push_back(i64Arg(rows));
+    launch(addKernel(cu::EmitRMSNorm(cfg)), cu::RMSNormLaunch(cfg, rows),
+           std::move(args), op);
+    return absl::OkStatus();
+  }
+  auto ln = cast<LayerNormOp>(op);
+  cu::LayerNormConfig cfg;
+  cfg.in = scalarOf(x);
+  cfg.weight = scalarOf(ln.getWeight());
+  if (ln.getBias() && scalarOf(ln.getBias()) != cfg.weight)
+    return unsupported(op, "bias and weight of different element types");
+  cfg.out = scalarOf(out);
+  cfg.hidden = hidden;
+  cfg.eps = static_cast<float>(ln.getEps().convertToDouble());
+  cfg.has_weight = true;
+  cfg.has_bias = static_cast<bool>(ln.getBias());
+  cfg.fused_residual = fused;
+  args.push_back(ptrArg(ln.getWeight()));
+  if (ln.getBias())
+    args.push_back(ptrArg(ln.getBias()));
+  args.push_back(i64Arg(rows));
+  launch(addKernel(cu::EmitLayerNorm(cfg)), cu::LayerNormLaunch(cfg, rows),
+         std::move(args), op);
+  return absl::OkStatus();
+}
+
+absl::Status Lowering::emitMatmul(MatmulOp op) {
+  auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs());
+  auto res = tensorType(op.getResult());
+  for (Value v : {op.getLhs(), op.getRhs()})
+    if (v.getDefiningOp<BroadcastOp>() || v.getDefiningOp<TransposeOp>() ||
+        v.getDefiningOp<SliceOp>())
+      if (auto st = emitMaterialize(v, op); !st.ok())
+        return st;
+  int64_t lr = lhs.getRank(), rr = rhs.getRank();
+  bool ta = op.getTransposeLhs(), tb = op.getTransposeRhs();
+  int64_t m = lhs.getDimSize(lr - (ta ? 1 : 2));
+  int64_t k = lhs.getDimSize(lr - (ta ? 2 : 1));
+  int64_t n = rhs.getDimSize(rr - (tb ? 2 : 1));
+  int64_t lhsBatch = 1, rhsBatch = 1, resBatch = 1;
+  for (int64_t d : lhs.getShape().drop_back(2)) lhsBatch *= d;
+  for (int64_t d : rhs.getShape().drop_back(2)) rhsBatch *= d;
+  for (int64_t d : res.getShape().drop_back(2)) resBatch *= d;
+
+  rt::GemmSpec g;
+  auto dt = [](Value v) { return *toDType(tensorType(v).getElementType()); };
+  g.dtype_a = dt(op.getLhs());
+  g.dtype_b = dt(op.getRhs());
+  g.dtype_d = g.dtype_c = dt(op.getResult());
+  if (g.dtype_a == rt::DType::i8 || g.dtype_a == rt::DType::i32 ||
+      g.dtype_a == rt::DType::i64)
+    return unsupported(op, "integer matmul");
+  if (g.dtype_a == rt::DType::f8e4m3 || g.dtype_a == rt::DType::f8e5m2)
+    return unsupported(op, "fp8 matmul without scales (use llmc-precision)");
+  g.transa = ta;
+  g.transb = tb;
+  g.k = k;
+  g.n = n;
+  if (rhsBatch == 1 && !ta) {
+    // Shared weight: fold every batch dimension of lhs into M.
+    g.m = m * lhsBatch;
+    g.batch = 1;
+  } else {
+    if ((lhsBatch != resBatch && lhsBatch != 1) ||
+        (rhsBatch != resBatch && rhsBatch != 1))
+      return unsupported(op, "partially broadcast batch dimensions");
+    g.m = m;
+    g.batch = resBatch;
+    g.stride_a = lhsBatch == 1 ? 0 : m * k;
+    g.stride_b = rhsBatch == 1 ? 0 : k * n;
+    g.stride_c = g.stride_d = m * n;
+  }
+  g.lda = ta ? m : k;
+  g.ldb = tb ? k : n;
+  g.ldc = g.ldd = n;
+  g.a = {bufferFor(op.getLhs()), 0};
+  g.b = {bufferFor(op.getRhs()), 0};
+  g.d = {bufferFor(op.getResult()), 0};
+  g.c = g.d;
+  g.beta = 0.f;
+  bool separateBias = false;
+  if (Value bias = op.getBias()) {
+    if (options.fuse_gemm_epilogue && dt(bias) == g.dtype_d &&
+        !bias.getDefiningOp<BroadcastOp>()) {
+      g.epilogue = rt::Epilogue::bias;
+      g.bias = {bufferFor(bias), 0};
+    } else {
+      separateBias = true;
+    }
+  }
+  exe.gemms.push_back(g);
+  rt::Launch l;
+  l.kind = rt::Launch::Gemm;
+  l.gemm = exe.gemms.size() - 1;
+  l.label = "llm.matmul";
+  exe.launches.push_back(l);
+  if (separateBias) {
+    // out = out + cast(bias), bias broadcast along rows; in place.
+    cu::ElementwiseProgram prog;
+    prog.inputs.push_back({scalarOf(op.getResult()), cu::InputLayout::kContiguous});
+    prog.inputs.push_back({scalarOf(op.getBias()), cu::InputLayout::kRowBroadcast});
+    cu::EwNode c;
+    c.op = cu::EwOp::cast;
+    c.type = scalarOf(op.getResult());
+    c.operands = {-2};
+    cu::EwNode a;
+    a.op = cu::EwOp::add;
+    a.type = scalarOf(op.getResult());
+    a.operands = {-1, 0};
+    prog.nodes = {c, a};
+    prog.outputs.push_back({1, scalarOf(op.getResult())});
+    int64_t numel = numElements(op.getResult());
+    std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getResult()),
+                                 ptrArg(op.getBias()), i64Arg(numel)};
+    std::vector<int64_t> sizes(res.getShape().begin(), res.getShape().end());
+    std::vector<int64_t> packed = cu::PackElementwiseShape(prog, sizes, {{}, {}});
+    rt::Arg shapeArg;
+    shapeArg.kind = rt::Arg::Bytes;
+    shapeArg.bytes.assign(reinterpret_cast<const char *>(packed.data()),
+                          packed.size() * sizeof(int64_t));
+    args.push_back(shapeArg);
+    launch(addKernel(cu::EmitElementwise(prog)), cu::ElementwiseLaunch(prog, numel),
+           std::move(args), op);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Lowering::emitAttention(AttentionOp op) {
+  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+  int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
+          d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
+  float scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
+                              : static_cast<float>(1.0 / std::sqrt(double(d)));
+  for (Value v : {op.getQuery(), op.getKey(), op.getValue()})
+    if (v.getDefiningOp<BroadcastOp>() || v.getDefiningOp<TransposeOp>() ||
+        v.getDefiningOp<SliceOp>())
+      if (auto st = emitMaterialize(v, op); !st.ok())
+        return st;
+  cu::ScalarType dtype = scalarOf(op.getQuery());
+  Value kvLen = op.getKvLen();
+  cu::DecodeConfig dc;
+  dc.dtype = dtype;
+  dc.head_dim = d;
+  dc.group_size = hq / hkv;
+  dc.q_len = sq;
+  dc.causal = op.getCausal();
+  bool decode = !op.getMask() && sq <= 16 && cu::DecodeSupported(dc) &&
+                (kvLen || sq == 1);
+  if (decode) {
+    if (kvLen) {
+      auto lenType = tensorType(kvLen).getElementType();
+      dc.kv_len = lenType.isInteger(32) ? cu::KvLenSource::kDeviceI32
+                                        : cu::KvLenSource::kDeviceI64;
+    } else {
+      dc.kv_len = cu::KvLenSource::kArg;
+    }
+    cu::DecodeKernels kernels = cu::EmitDecodeAttention(dc);
+    int splits = cu::DecodeNumSplits(dc, b, hkv, skv);
+    auto [accBytes, mlBytes] = cu::DecodeWorkspaceBytes(dc, b, hkv, splits);
+    int acc = newArenaBuffer(accBytes, step, step);
+    int ml = newArenaBuffer(mlBytes, step, step);
+    std::vector<rt::Arg> a1 = {bufArg(acc), bufArg(ml), ptrArg(op.getQuery()),
+                               ptrArg(op.getKey()), ptrArg(op.getValue()),
+                               kvLen ? ptrArg(kvLen) : nullArg(), i64Arg(skv),
+                               i64Arg(skv), i32Arg(hkv), f32Arg(scale),
+                               i32Arg(splits)};
+    launch(addKernel(kernels.split), cu::DecodeSplitLaunch(dc, b, hkv, splits),
+           std::move(a1), op);
+    std::vector<rt::Arg> a2 = {ptrArg(op.getResult()), bufArg(acc), bufArg(ml),
+                               i32Arg(hkv), i32Arg(splits)};
+    launch(addKernel(kernels.combine), cu::DecodeCombineLaunch(dc, b, hkv),
+           std::move(a2), op);
+    return absl::OkStatus();
+  }
+  if (kvLen)
+    return unsupported(op, absl::StrCat("kv_len with a query length of ", sq,
+                                        " (the flash-decoding kernel handles "
+                                        "short queries without a mask)"));
+  cu::AttentionConfig cfg;
+  cfg.dtype = dtype;
+  cfg.head_dim = d;
+  cfg.causal = op.getCausal();
+  int64_t strideB = 0, strideH = 0, strideQ = 0;
+  Value mask = op.getMask();
+  if (mask) {
+    // Right-align the mask to [B, Hq, Sq, Skv]; the key dim must be dense.
+    SmallVector<int64_t> ms(tensorType(mask).getShape());
+    while (ms.size() < 4)
+      ms.insert(ms.begin(), 1);
+    if (ms[3] != skv || mask.getDefiningOp<BroadcastOp>() ||
+        mask.getDefiningOp<TransposeOp>() || mask.getDefiningOp<SliceOp>())
+      return unsupported(op, "a mask that is not dense along the key dimension");
+    cfg.has_mask = true;
+    cfg.mask = scalarOf(mask);
+    strideQ = ms[2] == 1 ? 0 : skv;
+    strideH = ms[1] == 1 ? 0 : ms[2] * skv;
+    strideB = ms[0] == 1 ? 0 : ms[1] * ms[2] * skv;
+  }
+  std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getQuery()),
+                               ptrArg(op.getKey()), ptrArg(op.getValue()),
+                               mask ? ptrArg(mask) : nullArg(), i64Arg(b),
+                               i64Arg(sq), i64Arg(skv), i32Arg(hq), i32Arg(hkv),
+                               f32Arg(scale), i64Arg(strideB), i64Arg(strideH),
+                               i64Arg(strideQ)};
+  launch(addKernel(cu::EmitAttention(cfg)), cu::AttentionLaunch(cfg, b, sq, hq),
+         std::move(args), op);
+  return absl::OkStatus();
+}
+
+absl::Status Lowering::emitOp(Operation *op) {
+  if (isa<ReshapeOp, ConstantOp, arith::ConstantOp, BroadcastOp, TransposeOp,
+          SliceOp>(op))
+    return absl::OkStatus(); // views and constants: no launch of their own
+  if (auto a = dyn_cast<AllReduceOp>(op); a && a.getGroupSize() == 1)
+    return absl::OkStatus();
+  if (fusedIntoNorm.contains(op))
+    return absl::OkStatus();
+  if (isElementwiseOp(op)) {
+    auto &group = groups[groupOf[op]];
+    if (group.back() != op)
+      return absl::OkStatus(); // emitted with the group's last op
+    return emitElementwiseGroup(group);
+  }
+  return llvm::TypeSwitch<Operation *, absl::Status>(op)
+      .Case<RMSNormOp, LayerNormOp>([&](Operation *o) { return emitNorm(o); })
+      .Case<MatmulOp>([&](MatmulOp o) { return emitMatmul(o); })
+      .Case<AttentionOp>([&](AttentionOp o) { return emitAttention(o); })
+      .Case<SoftmaxOp>([&](SoftmaxOp o) -> absl::Status {
+        int64_t n = tensorType(o.getInput()).getShape().back();
+        int64_t rows = numElements(o.getInput()) / std::max<int64_t>(n, 1);
+        cu::SoftmaxConfig cfg;
+        cfg.in = scalarOf(o.getInput());
+        cfg.out = scalarOf(o.getResult());
+        cfg.n = n;
+        int64_t maskRows = 1;
+        if (Value mask = o.getMask()) {
+          // The kernel reads mask[row % mask_rows]: the mask must be dense
+          // over its trailing dims and 1 over the leading ones.
+          ArrayRef<int64_t> ms = tensorType(mask).getShape();
+          ArrayRef<int64_t> xs = tensorType(o.getInput()).getShape();
+          size_t lead = xs.size() - ms.size();
+          size_t firstNonOne = 0;
+          while (firstNonOne < ms.size() && ms[firstNonOne] == 1)
+            ++firstNonOne;
+          for (size_t i = firstNonOne; i < ms.size(); ++i)
+            if (ms[i] != xs[lead + i])
+              return unsupported(o, "a softmax mask broadcast inside its "
+                                    "trailing dimensions");
+          if (ms.empty() || ms.back() != n)
+            return unsupported(o, "a softmax mask broadcast along the row");
+          cfg.has_mask = true;
+          cfg.mask = scalarOf(mask);
+          maskRows = numElements(mask) / n;
+        }
+        float scale = o.getScale()
+                          ? static_cast<float>(o.getScale()->convertToDouble())
+                          : 1.f;
+        std::vector<rt::Arg> args = {
+            ptrArg(o.getResult()), ptrArg(o.getInput()),
+            o.getMask() ? ptrArg(o.getMask()) : nullArg(), f32Arg(scale),
+            i64Arg(rows), i64Arg(maskRows)};
+        launch(addKernel(cu::EmitSoftmax(cfg)), cu::SoftmaxLaunch(cfg, rows),
+               std::move(args), o);
+        return absl::OkStatus();
+      })
+      .Case<RoPEOp>([&](RoPEOp o) -> absl::Status {
+        auto t = tensorType(o.getInput());
+        cu::RoPEConfig cfg;
+        cfg.dtype = scalarOf(o.getInput());
+        cfg.num_heads = t.getDimSize(2);
+        cfg.head_dim = t.getDimSize(3);
+        cfg.interleaved = o.getMode() == RopeMode::interleaved;
+        cfg.theta = static_cast<float>(o.getTheta().convertToDouble());
+        if (Value off = o.getOffset()) {
+          bool i32 = tensorType(off).getElementType().isInteger(32);
+          bool perBatch = tensorType(off).getRank() == 1;
+          cfg.offset = perBatch ? (i32 ? cu::PositionSource::kPerBatchI32
+                                       : cu::PositionSource::kPerBatchI64)
+                                : (i32 ? cu::PositionSource::kScalarI32
+                                       : cu::PositionSource::kScalarI64);
+        }
+        std::vector<rt::Arg> args = {
+            ptrArg(o.getResult()), ptrArg(o.getInput()),
+            o.getOffset() ? ptrArg(o.getOffset()) : nullArg(),
+            i64Arg(t.getDimSize(0)), i64Arg(t.getDimSize(1))};
+        launch(addKernel(cu::EmitRoPE(cfg)),
+               cu::RoPELaunch(cfg, t.getDimSize(0), t.getDimSize(1)),
+               std::move(args), o);
+        return absl::OkStatus();
+      })
+      .Case<KVCacheAppendOp>([&](KVCacheAppendOp o) -> absl::Status {
+        // Value semantics: result = cache with rows replaced. Copy the cache
+        // into the result's storage, then write the new rows in place.
+        // TODO(perf): alias the cache buffer when the caller donates it.
+        if (auto st = emitCopyInto(o.getResult(), o.getCache(), o); !st.ok())
+          return st;
+        auto c = tensorType(o.getCache());
+        auto u = tensorType(o.getUpdate());
+        cu::KvAppendConfig cfg;
+        cfg.dtype = scalarOf(o.getCache());
+        cfg.heads_kv = c.getDimSize(2);
+        cfg.head_dim = c.getDimSize(3);
+        cfg.pos = tensorType(o.getPosition()).getElementType().isInteger(32)
+                      ? cu::PositionSource::kScalarI32
+                      : cu::PositionSource::kScalarI64;
+        int err = newArenaBuffer(128, step, step);
+        // The kernel appends K and V together; pass the same tensor twice.
+        std::vector<rt::Arg> args = {
+            ptrArg(o.getResult()), ptrArg(o.getResult()), ptrArg(o.getUpdate()),
+            ptrArg(o.getUpdate()), ptrArg(o.getPosition()), bufArg(err),
+            i64Arg(c.getDimSize(0)), i64Arg(c.getDimSize(1)),
+            i64Arg(u.getDimSize(1))};
+        launch(addKernel(cu::EmitKvAppend(cfg)),
+               cu::KvAppendLaunch(cfg, c.getDimSize(0), u.getDimSize(1)),
+               std::move(args), o);
+        return absl::OkStatus();
+      })
+      .Case<GatherOp>([&](GatherOp o) -> absl::Status {
+        auto table = tensorType(o.getTable());
+        if (o.getAxis() != 0 || table.getRank() != 2)
+          return unsupported(o, "gather other than rows of a rank-2 table");
+        cu::GatherConfig cfg;
+        cfg.dtype = scalarOf(o.getTable());
+        cfg.index = scalarOf(o.getIndices());
+        cfg.dim = table.getDimSize(1);
+        int64_t count = numElements(o.getIndices());
+        int err = newArenaBuffer(128, step, step);
+        std::vector<rt::Arg> args = {ptrArg(o.getResult()), ptrArg(o.getTable()),
+                                     ptrArg(o.getIndices()), bufArg(err),
+                                     i64Arg(count), i64Arg(table.getDimSize(0))};
+        launch(addKernel(cu::EmitGather(cfg)), cu::GatherLaunch(cfg, count),
+               std::move(args), o);
+        return absl::OkStatus();
+      })
+      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp>(
+          [&](Operation *o) -> absl::Status {
+            Value in = o->getOperand(0);
+            auto t = tensorType(in);
+            ArrayRef<int64_t> dims =
+                cast<DenseI64ArrayAttr>(o->getAttr("dims")).asArrayRef();
+            cu::ReduceKind kind = isa<ReduceSumOp>(o)    ? cu::ReduceKind::sum
+                                  : isa<ReduceMeanOp>(o) ? cu::ReduceKind::mean
+                                  : isa<ReduceMaxOp>(o)  ? cu::ReduceKind::max
+                                                         : cu::ReduceKind::min;
+            if (static_cast<int64_t>(dims.size()) == t.getRank() &&
+                t.getRank() > 0) {
+              cu::FullReduceConfig cfg;
+              cfg.in = scalarOf(in);
+              cfg.out = scalarOf(o->getResult(0));
+              cfg.kind = kind;
+              int64_t numel = numElements(in);
+              cu::FullReduceKernels ks = cu::EmitFullReduce(cfg);
+              int partials = newArenaBuffer(
+                  4 * int64_t(cu::FullReduceNumPartials(numel)), step, step);
+              launch(addKernel(ks.stage1), cu::FullReduceStage1Launch(cfg, numel),
+                     {bufArg(partials), ptrArg(in), i64Arg(numel)}, o);
+              launch(addKernel(ks.stage2), cu::FullReduceStage2Launch(cfg, numel),
+                     {ptrArg(o->getResult(0)), bufArg(partials),
+                      i32Arg(cu::FullReduceNumPartials(numel)), i64Arg(numel)},
+                     o);
+              return absl::OkStatus();
+            }
+            if (dims.size() != 1 || dims[0] != t.getRank() - 1)
+              return unsupported(o, "reduction over dimensions other than the "
+                                    "last one or all of them");
+            cu::RowReduceConfig cfg;
+            cfg.in = scalarOf(in);
+            cfg.out = scalarOf(o->getResult(0));
+            cfg.kind = kind;
+            cfg.n = t.getShape().back();
+            int64_t rows = numElements(in) / std::max<int64_t>(cfg.n, 1);
+            launch(addKernel(cu::EmitRowReduce(cfg)), cu::RowReduceLaunch(cfg, rows),
+                   {ptrArg(o->getResult(0)), ptrArg(in), i64Arg(rows)}, o);
+            return absl::OkStatus();
+          })
+      .Case<ConcatOp>([&](ConcatOp o) -> absl::Status {
+        // Concatenation along dim d is a sequence of block copies when every
+        // dimension before d has size 1.
+        auto t = tensorType(o.getResult());
+        for (int64_t i = 0; i < static_cast<int64_t>(o.getDim()); ++i)
+          if (t.getDimSize(i) != 1)
+            return unsupported(o, "concat along an inner dimension");
+        int64_t offset = 0;
+        for (Value in : o.getInputs()) {
+          rt::Launch l;
+          l.kind = rt::Launch::Copy;
+          l.src = {bufferFor(in), 0};
+          l.dst = {bufferFor(o.getResult()), offset};
+          l.copy_bytes = byteSize(in);
+          l.label = "llm.concat";
+          exe.launches.push_back(l);
+          offset += byteSize(in);
+        }
+        return absl::OkStatus();
+      })
+      .Case<AllReduceOp, AllGatherOp, ReduceScatterOp>(
+          [&](Operation *o) -> absl::Status {
+            rt::CollectiveSpec c;
+            c.dtype = *toDType(tensorType(o->getOperand(0)).getElementType());
+            if (auto ar = dyn_cast<AllReduceOp>(o)) {
+              c.op = rt::CollectiveSpec::AllReduce;
+              c.reduction = ar.getKind() == ReduceKind::sum
+                                ? rt::CollectiveSpec::Sum
+                                : rt::CollectiveSpec::Max;
+              c.count = numElements(o->getOperand(0));
+            } else if (auto ag = dyn_cast<AllGatherOp>(o)) {
+              auto t = tensorType(ag.getInput());
+              for (int64_t i = 0; i < static_cast<int64_t>(ag.getDim()); ++i)
+                if (t.getDimSize(i) != 1)
+                  return unsupported(o, "all_gather along an inner dimension");
+              c.op = rt::CollectiveSpec::AllGather;
+              c.count = numElements(o->getOperand(0));
+            } else {
+              auto rs = cast<ReduceScatterOp>(o);
+              auto t = tensorType(rs.getInput());
+              for (int64_t i = 0; i < static_cast<int64_t>(rs.getDim()); ++i)
+                if (t.getDimSize(i) != 1)
+                  return unsupported(o, "reduce_scatter along an inner dimension");
+              c.op = rt::CollectiveSpec::ReduceScatter;
+              c.reduction = rs.getKind() == ReduceKind::sum
+                                ? rt::CollectiveSpec::Sum
+                                : rt::CollectiveSpec::Max;
+              c.count = numElements(o->getResult(0));
+            }
+            c.send = {bufferFor(o->getOperand(0)), 0};
+            c.recv = {bufferFor(o->getResult(0)), 0};
+            exe.collectives.push_back(c);
+            rt::Launch l;
+            l.kind = rt::Launch::Collective;
+            l.collective = exe.collectives.size() - 1;
+            l.label = o->getName().getStringRef().str();
+            exe.launches.push_back(l);
+            return absl::OkStatus();
+          })
+      .Default([&](Operation *o) {
+        return unsupported(o, "no CUDA lowering for this op");
+      });
+}
+
+absl::Status Lowering::planArena() {
+  // First fit over a list of live blocks sorted by offset.
+  struct Block { int64_t offset, size; int last; };
+  std::vector<Block> live;
+  std::sort(arenaItems.begin(), arenaItems.end(),
+            [](const ArenaItem &a, const ArenaItem &b) {
+              return a.first != b.first ? a.first < b.first : a.buffer < b.buffer;
+            });
+  int64_t peak = 0;
+  int64_t align = std::max<int64_t>(options.arena_alignment, 1);
+  for (const ArenaItem &item : arenaItems) {
+    llvm::erase_if(live, [&](const Block &b) { return b.last < item.first; });
+    std::sort(live.begin(), live.end(),
+              [](const Block &a, const Block &b) { return a.offset < b.offset; });
+    int64_t size = (exe.buffers[item.buffer].bytes + align - 1) / align * align;
+    int64_t offset = 0;
+    for (const Block &b : live) {
+      if (offset + size <= b.offset)
+        break;
+      offset = std::max(offset, b.offset + b.size);
+    }
+    exe.buffers[item.buffer].arena_offset = offset;
+    live.push_back({offset, size, item.last});
+    peak = std::max(peak, offset + size);
+  }
+  exe.arena_bytes = peak;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
+  if (auto st = checkStatic(); !st.ok())
+    return st;
+  Block &body = fn.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+
+  // Signature.
+  for (BlockArgument arg : fn.getArguments()) {
+    auto dtype = toDType(tensorType(arg).getElementType());
+    if (!dtype.ok())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda backend: argument ", arg.getArgNumber(), ": ",
+          dtype.status().message()));
+    rt::TensorSig sig;
+    sig.name = absl::StrCat("arg", arg.getArgNumber());
+    sig.dtype = *dtype;
+    auto shape = tensorType(arg).getShape();
+    sig.shape.assign(shape.begin(), shape.end());
+    exe.inputs.push_back(sig);
+    rt::Buffer b;
+    b.id = exe.buffers.size();
+    b.kind = rt::Buffer::Input;
+    b.io_index = arg.getArgNumber();
+    b.bytes = sig.Bytes();
+    exe.buffers.push_back(b);
+    buffers[arg] = b.id;
+  }
+  // Results: a value computed here is written straight into its output buffer.
+  std::vector<std::pair<Value, int>> copies; // (value, output index)
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    auto dtype = toDType(tensorType(v).getElementType());
+    if (!dtype.ok())
+      return dtype.status();
+    rt::TensorSig sig;
+    sig.name = absl::StrCat("result", i);
+    sig.dtype = *dtype;
+    auto shape = tensorType(v).getShape();
+    sig.shape.assign(shape.begin(), shape.end());
+    exe.outputs.push_back(sig);
+    Value root = storageRoot(v);
+    bool isView = v.getDefiningOp<BroadcastOp>() || v.getDefiningOp<TransposeOp>() ||
+                  v.getDefiningOp<SliceOp>();
+    bool computed = root.getDefiningOp() && !matchPattern(root, m_Constant()) &&
+                    !buffers.count(root);
+    if (!isView && computed && !outputIndex.count(root))
+      outputIndex[root] = i;
+    else
+      copies.push_back({v, static_cast<int>(i)});
+  }
+
+  planFusion();
+
+  // Liveness in units of ops (program order); each value's storage root is
+  // live from its definition to its last (transitive, through views) use.
+  int index = 0;
+  llvm::DenseMap<Operation *, int> opIndex;
+  for (Operation &op : body)
+    opIndex[&op] = index++;
+  std::function<void(Value, int)> touch = [&](Value v, int at) {
+    Value root = storageRoot(v);
+    lastUseStep[root] = std::max(lastUseStep.lookup(root), at);
+    if (Operation *def = v.getDefiningOp())
+      if (isa<BroadcastOp, TransposeOp, SliceOp>(def))
+        touch(def->getOperand(0), at);
+  };
+  for (Operation &op : body) {
+    int at = opIndex[&op];
+    for (Value r : op.getResults())
+      if (!defStep.count(storageRoot(r)))
+        defStep[storageRoot(r)] = at;
+    for (Value operand : op.getOperands())
+      touch(operand, at);
+    // A fused group reads its external inputs when its last op runs.
+    if (isElementwiseOp(&op) && groupOf.count(&op)) {
+      int last = opIndex[groups[groupOf[&op]].back()];
+      for (Value operand : op.getOperands())
+        touch(operand, last);
+      for (Value r : op.getResults())
+        if (defStep[storageRoot(r)] > last || defStep[storageRoot(r)] == at)
+          defStep[storageRoot(r)] = std::min(defStep[storageRoot(r)], at);
+    }
+    // The fused residual add's sum is written by the norm.
+    if (auto add = dyn_cast<AddOp>(&op); add && fusedIntoNorm.contains(add))
+      for (Operation *user : add->getUsers())
+        touch(add.getLhs(), opIndex[user]), touch(add.getRhs(), opIndex[user]);
+  }
+
+  for (Operation &op : body) {
+    if (isa<func::ReturnOp>(op))
+      continue;
+    step = opIndex[&op];
+    if (auto st = emitOp(&op); !st.ok())
+      return st;
+  }
+  // Results that are inputs, constants, views or duplicates: copy.
+  step = index;
+  for (auto [v, i] : copies) {
+    rt::Buffer b;
+    b.id = exe.buffers.size();
+    b.kind = rt::Buffer::Output;
+    b.io_index = i;
+    b.bytes = exe.outputs[i].Bytes();
+    exe.buffers.push_back(b);
+    ArrayRef<int64_t> shape = tensorType(v).getShape();
+    auto read = stridedRead(v, shape);
+    if (!read.ok())
+      return read.status();
+    bool dense = read->elementOffset == 0 &&
+                 ArrayRef<int64_t>(read->strides) ==
+                     ArrayRef<int64_t>(rowMajorStrides(shape)) &&
+                 numElements(read->root) == numElements(v);
+    if (!dense)
+      return unsupported(ret, "returning a strided view (materialize it first)");
+    rt::Launch l;
+    l.kind = rt::Launch::Copy;
+    l.src = {bufferFor(read->root), 0};
+    l.dst = {b.id, 0};
+    l.copy_bytes = b.bytes;
+    l.label = "copy result";
+    exe.launches.push_back(l);
+  }
+  if (auto st = planArena(); !st.ok())
+    return st;
+  if (auto st = exe.Validate(); !st.ok())
+    return absl::InternalError(absl::StrCat(
+        "llmc internal error (please report): lowering produced an invalid "
+        "executable: ",
+        st.message()));
+  if (stats) {
+    stats->num_ops = 0;
+    for (Operation &op : body)
+      stats->num_ops += isa<LLMDialect>(op.getDialect());
+    stats->num_kernel_launches = 0;
+    stats->num_gemms = exe.gemms.size();
+    for (auto &l : exe.launches)
+      stats->num_kernel_launches += l.kind == rt::Launch::Kernel;
+    stats->num_distinct_kernels = exe.kernels.size();
+    stats->arena_bytes = exe.arena_bytes;
+    stats->intermediate_bytes = intermediateBytes;
+  }
+  return exe;
+}
+
+} // namespace
+
+absl::StatusOr<rt::Executable> llmc::LowerToExecutable(func::FuncOp fn,
+                                                       const LowerOptions &options,
+                                                       LowerStats *stats) {
+  Lowering lowering(fn, options);
+  return lowering.run(stats);
+}

@@ -1,0 +1,526 @@
+//===- RunMain.cpp - llmc-run: execute an llm function ---------------------===//
+//
+//   llmc-run FILE.mlir [--fn=NAME] [--backend=cuda|ref] [--shape NAME=N]...
+//            [--value argI=V]... [--check] [--bench] [--iters=N]
+//            [--no-cuda-graphs] [--seed=S]
+//
+// Random inputs (seeded), shape specialization, then either the CPU reference
+// executor or the CUDA backend (codegen -> Executable -> runtime Session).
+// --check compares the CUDA result with the reference executor (small
+// shapes, float64 math) or, with --check=gpu-f32, with an unfused float32
+// instance of the same function on the GPU (large shapes).
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/InitAllDialects.h"
+#include "llmc/Reference/ReferenceExecutor.h"
+#include "llmc/Tools.h"
+#include "llmc/runtime/DynamicLibs.h"
+#include "llmc/runtime/Session.h"
+
+#include "LLM/Transforms/Passes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/ADT/APFloat.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+using namespace mlir;
+namespace cl = llvm::cl;
+namespace ref = llmc::reference;
+
+namespace {
+
+struct Options {
+  cl::OptionCategory cat{"llmc-run options"};
+  cl::opt<std::string> input{cl::Positional, cl::desc("<file.mlir>"),
+                             cl::Required, cl::cat(cat)};
+  cl::opt<std::string> fnName{"fn", cl::desc("function to run (default: the first)"),
+                              cl::cat(cat)};
+  cl::opt<std::string> backend{"backend", cl::desc("cuda or ref"),
+                               cl::init("cuda"), cl::cat(cat)};
+  cl::list<std::string> shapes{"shape", cl::desc("NAME=N binding of a dynamic dimension"),
+                               cl::cat(cat)};
+  cl::list<std::string> values{"value",
+                               cl::desc("argI=V: value of a rank-0 integer argument"),
+                               cl::cat(cat)};
+  cl::opt<std::string> check{"check", cl::desc("compare with a reference: ref (CPU, "
+                                               "float64) or gpu-f32 (unfused f32 on the GPU)"),
+                             cl::ValueOptional, cl::init(""), cl::cat(cat)};
+  cl::opt<bool> bench{"bench", cl::desc("time end to end and per kernel"), cl::cat(cat)};
+  cl::opt<int> iters{"iters", cl::desc("timed repetitions for --bench"), cl::init(50),
+                     cl::cat(cat)};
+  cl::opt<bool> noGraphs{"no-cuda-graphs", cl::desc("launch kernels one by one"),
+                         cl::cat(cat)};
+  cl::opt<uint64_t> seed{"seed", cl::desc("random seed for inputs"), cl::init(1),
+                         cl::cat(cat)};
+  cl::opt<double> tolerance{"tol", cl::desc("relative error bound (default by dtype)"),
+                            cl::init(-1.0), cl::cat(cat)};
+};
+
+int fail(const llvm::Twine &msg) {
+  llvm::errs() << "llmc-run: error: " << msg << "\n";
+  return 1;
+}
+
+absl::StatusOr<llmc::rt::DType> dtypeOf(Type t) {
+  using llmc::rt::DType;
+  if (t.isF32()) return DType::f32;
+  if (t.isF16()) return DType::f16;
+  if (t.isBF16()) return DType::bf16;
+  if (isa<Float8E4M3FNType>(t)) return DType::f8e4m3;
+  if (isa<Float8E5M2Type>(t)) return DType::f8e5m2;
+  if (t.isInteger(1)) return DType::i1;
+  if (t.isInteger(8)) return DType::i8;
+  if (t.isInteger(32)) return DType::i32;
+  if (t.isInteger(64)) return DType::i64;
+  return absl::InvalidArgumentError("unsupported element type");
+}
+
+const llvm::fltSemantics *semanticsOf(Type t) {
+  if (t.isF16()) return &llvm::APFloat::IEEEhalf();
+  if (t.isBF16()) return &llvm::APFloat::BFloat();
+  if (isa<Float8E4M3FNType>(t)) return &llvm::APFloat::Float8E4M3FN();
+  if (isa<Float8E5M2Type>(t)) return &llvm::APFloat::Float8E5M2();
+  return nullptr;
+}
+
+/// Host tensor (values already representable) -> storage bytes.
+std::string pack(const ref::HostTensor &t) {
+  auto dtype = *dtypeOf(t.elementType);
+  int64_t size = llmc::rt::DTypeSize(dtype);
+  std::string out(t.data.size() * size, '\0');
+  for (size_t i = 0; i < t.data.size(); ++i) {
+    double v = t.data[i];
+    char *dst = &out[i * size];
+    if (t.elementType.isF32()) {
+      float f = static_cast<float>(v);
+      std::memcpy(dst, &f, 4);
+    } else if (auto *sem = semanticsOf(t.elementType)) {
+      llvm::APFloat f(v);
+      bool lost;
+      f.convert(*sem, llvm::APFloat::rmNearestTiesToEven, &lost);
+      uint64_t bits = f.bitcastToAPInt().getZExtValue();
+      std::memcpy(dst, &bits, size);
+    } else {
+      int64_t iv = static_cast<int64_t>(v);
+      std::memcpy(dst, &iv, size);
+    }
+  }
+  return out;
+}
+
+ref::HostTensor unpack(const std::string &bytes, Type elementType,
+                       std::vector<int64_t> shape) {
+  ref::HostTensor t;
+  t.elementType = elementType;
+  t.shape = std::move(shape);
+  int64_t n = t.numElements();
+  int64_t size = llmc::rt::DTypeSize(*dtypeOf(elementType));
+  t.data.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const char *src = &bytes[i * size];
+    if (elementType.isF32()) {
+      float f;
+      std::memcpy(&f, src, 4);
+      t.data[i] = f;
+    } else if (auto *sem = semanticsOf(elementType)) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, src, size);
+      llvm::APFloat f(*sem, llvm::APInt(size * 8, bits));
+      t.data[i] = f.convertToDouble();
+    } else if (elementType.isInteger(1)) {
+      t.data[i] = *src != 0;
+    } else {
+      int64_t v = 0;
+      std::memcpy(&v, src, size);
+      int shift = 64 - size * 8;
+      t.data[i] = static_cast<double>((v << shift) >> shift);
+    }
+  }
+  return t;
+}
+
+double defaultTolerance(Type t) {
+  if (t.isF32()) return 1e-5;
+  if (t.isF16() || t.isBF16()) return 1e-2;
+  if (isa<Float8E4M3FNType, Float8E5M2Type>(t)) return 1e-1;
+  return 0.0; // integers: exact
+}
+
+std::string typeStr(Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return s;
+}
+
+/// Rewrites every f16/bf16 type in `fn` to f32 (args, results, constants):
+/// the "unfused float32 instance" used as the GPU reference for big shapes.
+LogicalResult upcastToF32(func::FuncOp fn) {
+  MLIRContext *ctx = fn.getContext();
+  auto f32 = Float32Type::get(ctx);
+  auto convert = [&](Type t) -> Type {
+    auto rt = dyn_cast<RankedTensorType>(t);
+    if (rt && (rt.getElementType().isF16() || rt.getElementType().isBF16()))
+      return RankedTensorType::get(rt.getShape(), f32);
+    return t;
+  };
+  for (BlockArgument a : fn.getArguments())
+    a.setType(convert(a.getType()));
+  WalkResult r = fn.walk([&](Operation *op) {
+    for (Value v : op->getResults())
+      v.setType(convert(v.getType()));
+    if (auto c = dyn_cast<llmc::llm::ConstantOp>(op)) {
+      auto attr = dyn_cast<DenseElementsAttr>(c.getValue());
+      auto t = cast<RankedTensorType>(c.getType());
+      if (t.getElementType().isF32() && attr &&
+          !attr.getElementType().isF32()) {
+        SmallVector<float> vals;
+        for (APFloat v : attr.getValues<APFloat>())
+          vals.push_back(static_cast<float>(v.convertToDouble()));
+        c.setValueAttr(DenseElementsAttr::get(t, llvm::ArrayRef<float>(vals)));
+      }
+    }
+    return WalkResult::advance();
+  });
+  if (r.wasInterrupted())
+    return failure();
+  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  fn.setFunctionType(FunctionType::get(ctx, fn.getBody().front().getArgumentTypes(),
+                                       ret.getOperandTypes()));
+  return success();
+}
+
+struct GpuRun {
+  std::vector<ref::HostTensor> outputs;
+  double median_ms = 0;
+  std::vector<float> per_launch_ms;
+};
+
+absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
+                                const std::vector<ref::HostTensor> &inputs,
+                                const Options &opts, bool bench,
+                                llmc::LowerStats *stats) {
+  namespace rt = llmc::rt;
+  auto exeOr = llmc::LowerToExecutable(fn, {}, stats);
+  if (!exeOr.ok())
+    return exeOr.status();
+  auto exe = std::make_shared<rt::Executable>(std::move(*exeOr));
+  auto deviceOr = rt::Device::Open(0);
+  if (!deviceOr.ok())
+    return deviceOr.status();
+  auto device = *deviceOr;
+  rt::SessionOptions so;
+  so.use_cuda_graphs = !opts.noGraphs;
+  auto t0 = std::chrono::steady_clock::now();
+  auto sessionOr = rt::Session::Load(device, exe, so);
+  if (!sessionOr.ok())
+    return sessionOr.status();
+  auto &session = *sessionOr;
+  double loadMs = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+  llvm::outs() << "loaded " << exe->kernels.size() << " kernels, "
+               << exe->gemms.size() << " GEMMs in " << llvm::format("%.1f", loadMs)
+               << " ms (NVRTC + module load + cuBLASLt plans)\n";
+
+  std::vector<rt::DeviceTensor> din, dout;
+  std::vector<uint64_t> allocations;
+  auto cleanup = [&] {
+    for (uint64_t p : allocations)
+      (void)device->Free(p);
+  };
+  for (auto [i, t] : llvm::enumerate(inputs)) {
+    std::string bytes = pack(t);
+    auto p = device->Alloc(std::max<size_t>(bytes.size(), 1));
+    if (!p.ok()) {
+      cleanup();
+      return p.status();
+    }
+    allocations.push_back(*p);
+    if (auto st = device->CopyToDevice(*p, bytes.data(), bytes.size()); !st.ok()) {
+      cleanup();
+      return st;
+    }
+    din.push_back({*p, exe->inputs[i].dtype, exe->inputs[i].shape});
+  }
+  for (auto &sig : exe->outputs) {
+    auto p = device->Alloc(std::max<int64_t>(sig.Bytes(), 1));
+    if (!p.ok()) {
+      cleanup();
+      return p.status();
+    }
+    allocations.push_back(*p);
+    // Poison outputs so an unwritten element shows up as NaN / garbage.
+    (void)device->Memset(*p, 0xFF, sig.Bytes());
+    dout.push_back({*p, sig.dtype, sig.shape});
+  }
+  auto streamOr = device->CreateStream();
+  if (!streamOr.ok()) {
+    cleanup();
+    return streamOr.status();
+  }
+  CUstream stream = *streamOr;
+  GpuRun result;
+  absl::Status st = session->Run(din, dout, stream);
+  if (st.ok())
+    st = device->SynchronizeStream(stream);
+  if (st.ok() && bench) {
+    auto timed = session->RunTimed(din, dout, stream);
+    if (!timed.ok())
+      st = timed.status();
+    else
+      result.per_launch_ms = *timed;
+    std::vector<double> samples;
+    for (int w = 0; st.ok() && w < 5; ++w)
+      st = session->Run(din, dout, stream);
+    if (st.ok())
+      st = device->SynchronizeStream(stream);
+    const rt::CudaDriver &drv = device->driver();
+    CUevent start = nullptr, stop = nullptr;
+    if (st.ok())
+      st = LLMC_VENDOR_CALL(drv, cuEventCreate, &start, 0);
+    if (st.ok())
+      st = LLMC_VENDOR_CALL(drv, cuEventCreate, &stop, 0);
+    for (int it = 0; st.ok() && it < opts.iters; ++it) {
+      st = LLMC_VENDOR_CALL(drv, cuEventRecord, start, stream);
+      if (st.ok())
+        st = session->Run(din, dout, stream);
+      if (st.ok())
+        st = LLMC_VENDOR_CALL(drv, cuEventRecord, stop, stream);
+      if (st.ok())
+        st = LLMC_VENDOR_CALL(drv, cuEventSynchronize, stop);
+      float ms = 0;
+      if (st.ok())
+        st = LLMC_VENDOR_CALL(drv, cuEventElapsedTime, &ms, start, stop);
+      samples.push_back(ms);
+    }
+    if (start)
+      (void)drv.cuEventDestroy(start);
+    if (stop)
+      (void)drv.cuEventDestroy(stop);
+    if (!samples.empty()) {
+      std::sort(samples.begin(), samples.end());
+      result.median_ms = samples[samples.size() / 2];
+    }
+  }
+  if (st.ok()) {
+    for (auto [i, sig] : llvm::enumerate(exe->outputs)) {
+      std::string bytes(sig.Bytes(), '\0');
+      st = device->CopyToHost(bytes.data(), dout[i].dptr, bytes.size());
+      if (!st.ok())
+        break;
+      auto type = cast<RankedTensorType>(fn.getFunctionType().getResult(i));
+      result.outputs.push_back(unpack(bytes, type.getElementType(), sig.shape));
+    }
+  }
+  (void)device->DestroyStream(stream);
+  cleanup();
+  if (!st.ok())
+    return st;
+  if (bench) {
+    llvm::outs() << "per-launch times (one eager run, CUDA events):\n";
+    for (auto [i, l] : llvm::enumerate(exe->launches)) {
+      if (i >= result.per_launch_ms.size())
+        break;
+      double ms = result.per_launch_ms[i];
+      llvm::outs() << llvm::format("  %3d %-22s %9.4f ms", int(i), l.label.c_str(), ms);
+      if (l.kind == rt::Launch::Gemm) {
+        const rt::GemmSpec &g = exe->gemms[l.gemm];
+        double flops = 2.0 * g.m * g.n * g.k * g.batch;
+        llvm::outs() << llvm::format("  %7.1f TFLOP/s  [%lldx%lldx%lld]",
+                                     flops / (ms * 1e-3) / 1e12, (long long)g.m,
+                                     (long long)g.n, (long long)g.k);
+      } else if (l.kind == rt::Launch::Kernel) {
+        // Bytes: every distinct buffer the kernel touches, read or written once.
+        std::set<int> seen;
+        double bytes = 0;
+        for (auto &a : l.args)
+          if (a.kind == rt::Arg::BufferPtr && a.buffer >= 0 && seen.insert(a.buffer).second)
+            bytes += exe->buffers[a.buffer].bytes;
+        llvm::outs() << llvm::format("  %7.2f TB/s (%.1f MB)", bytes / (ms * 1e-3) / 1e12,
+                                     bytes / 1e6);
+      }
+      llvm::outs() << "\n";
+    }
+    llvm::outs() << llvm::format("end to end: median %.4f ms over %d runs (%s)\n",
+                                 result.median_ms, int(opts.iters),
+                                 opts.noGraphs ? "eager launches" : "CUDA graph replay");
+  }
+  return result;
+}
+
+} // namespace
+
+int llmc::runMain(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  Options opts;
+  cl::HideUnrelatedOptions(opts.cat);
+  cl::ParseCommandLineOptions(argc, argv, "llmc-run: execute an llm function\n");
+
+  DialectRegistry registry;
+  llmc::registerAllDialects(registry);
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  llvm::SourceMgr sm;
+  SourceMgrDiagnosticHandler diag(sm, &ctx);
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(opts.input, sm, &ctx);
+  if (!module)
+    return fail("could not parse '" + opts.input + "'");
+  func::FuncOp fn;
+  for (auto f : module->getOps<func::FuncOp>())
+    if (opts.fnName.empty() || f.getSymName() == opts.fnName) {
+      fn = f;
+      break;
+    }
+  if (!fn)
+    return fail(opts.fnName.empty() ? "no function in the module"
+                                    : "no function named '" + opts.fnName + "'");
+  std::map<std::string, int64_t> bindings;
+  for (const std::string &s : opts.shapes) {
+    auto [name, value] = llvm::StringRef(s).split('=');
+    int64_t v;
+    if (name.empty() || value.getAsInteger(10, v))
+      return fail("malformed --shape '" + s + "', expected NAME=N");
+    bindings[name.str()] = v;
+  }
+  std::map<unsigned, int64_t> scalarValues;
+  for (const std::string &s : opts.values) {
+    auto [name, value] = llvm::StringRef(s).split('=');
+    unsigned idx;
+    int64_t v;
+    if (!name.consume_front("arg") || name.getAsInteger(10, idx) ||
+        value.getAsInteger(10, v))
+      return fail("malformed --value '" + s + "', expected argI=N");
+    scalarValues[idx] = v;
+  }
+  if (failed(llmc::llm::specializeShapes(fn, bindings)))
+    return 1;
+
+  // Inputs: floats ~ N(0, 1/sqrt(last dim)) for matrices, N(0, 1) for vectors;
+  // integer tensors uniform in [0, 8) (valid token ids / indices); rank-0
+  // integers from --value (default 0).
+  std::mt19937_64 rng(opts.seed);
+  std::vector<ref::HostTensor> inputs;
+  for (BlockArgument arg : fn.getArguments()) {
+    auto t = cast<RankedTensorType>(arg.getType());
+    Type et = t.getElementType();
+    std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
+    if (isa<IntegerType>(et)) {
+      ref::HostTensor h;
+      h.elementType = et;
+      h.shape = shape;
+      h.data.resize(t.getNumElements());
+      if (t.getRank() == 0) {
+        h.data[0] = scalarValues.count(arg.getArgNumber())
+                        ? scalarValues[arg.getArgNumber()]
+                        : 0;
+      } else {
+        std::uniform_int_distribution<int> dist(0, et.isInteger(1) ? 1 : 7);
+        for (double &v : h.data)
+          v = dist(rng);
+      }
+      inputs.push_back(std::move(h));
+      continue;
+    }
+    double stddev = t.getRank() >= 2 ? 1.0 / std::sqrt(double(t.getShape().back())) : 1.0;
+    inputs.push_back(ref::RandomTensor(et, shape, rng, stddev));
+  }
+
+  if (opts.backend == "ref") {
+    auto t0 = std::chrono::steady_clock::now();
+    auto outs = ref::Evaluate(fn, inputs);
+    if (!outs.ok())
+      return fail(std::string(outs.status().message()));
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+    for (auto [i, o] : llvm::enumerate(*outs)) {
+      double sum = 0;
+      for (double v : o.data)
+        sum += v;
+      llvm::outs() << "result" << i << ": " << o.typeString()
+                   << llvm::format(" checksum %.6e", sum) << "\n";
+    }
+    llvm::outs() << llvm::format("reference executor: %.1f ms\n", ms);
+    return 0;
+  }
+  if (opts.backend != "cuda")
+    return fail("unknown --backend '" + opts.backend + "' (expected cuda or ref)");
+
+  // Reference results first: the lowering does not modify `fn`, but the
+  // gpu-f32 check rewrites a clone.
+  std::string checkMode = opts.check.getNumOccurrences() ? opts.check.getValue() : "";
+  if (opts.check.getNumOccurrences() && checkMode.empty())
+    checkMode = "ref";
+  std::vector<ref::HostTensor> expected;
+  std::string expectedFrom;
+  if (checkMode == "ref") {
+    auto outs = ref::Evaluate(fn, inputs);
+    if (!outs.ok())
+      return fail("reference executor: " + std::string(outs.status().message()));
+    expected = std::move(*outs);
+    expectedFrom = "CPU reference executor (float64 math)";
+  } else if (checkMode == "gpu-f32") {
+    OwningOpRef<func::FuncOp> clone(cast<func::FuncOp>(fn->clone()));
+    if (failed(upcastToF32(*clone)))
+      return fail("could not build the float32 instance");
+    std::vector<ref::HostTensor> inputs32 = inputs;
+    for (auto &t : inputs32)
+      if (t.elementType.isBF16() || t.elementType.isF16())
+        t.elementType = Float32Type::get(&ctx);
+    auto gpu32 = runOnGpu(*clone, inputs32, opts, false, nullptr);
+    if (!gpu32.ok())
+      return fail("float32 GPU reference: " + std::string(gpu32.status().message()));
+    expected = std::move(gpu32->outputs);
+    expectedFrom = "float32 instance on the GPU";
+  } else if (!checkMode.empty()) {
+    return fail("unknown --check mode '" + checkMode + "' (expected ref or gpu-f32)");
+  }
+
+  llmc::LowerStats stats;
+  auto run = runOnGpu(fn, inputs, opts, opts.bench, &stats);
+  if (!run.ok())
+    return fail(std::string(run.status().message()));
+  llvm::outs() << "compiled: " << stats.num_ops << " llm ops -> "
+               << stats.num_kernel_launches << " kernel launches ("
+               << stats.num_distinct_kernels << " distinct kernels) + "
+               << stats.num_gemms << " GEMMs; arena " << stats.arena_bytes
+               << " bytes (intermediates " << stats.intermediate_bytes << ")\n";
+  bool ok = true;
+  for (auto [i, o] : llvm::enumerate(run->outputs)) {
+    double sum = 0;
+    for (double v : o.data)
+      sum += v;
+    llvm::outs() << "result" << i << ": " << o.typeString()
+                 << llvm::format(" checksum %.6e", sum) << "\n";
+    if (expected.empty())
+      continue;
+    const ref::HostTensor &e = expected[i];
+    double err = ref::RelativeError(o, e);
+    double tol = opts.tolerance >= 0 ? opts.tolerance.getValue()
+                                     : defaultTolerance(o.elementType);
+    bool sameNonFinite = ref::SameNonFinitePositions(o, e);
+    bool pass = sameNonFinite && err <= tol;
+    ok &= pass;
+    llvm::outs() << "  check vs " << expectedFrom << ": relative error "
+                 << llvm::format("%.3e", err) << " (tolerance "
+                 << llvm::format("%.1e", tol) << " for " << typeStr(o.elementType)
+                 << ")" << (sameNonFinite ? "" : ", NaN/inf positions differ")
+                 << (pass ? " PASS" : " FAIL") << "\n";
+  }
+  return ok ? 0 : 2;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Sets up llmc on a fresh Debian 12 machine and runs the main job.
+#
+#   bash scripts/setup.sh            # install deps, build, compile (and run on a GPU) the LLaMA block
+#   bash scripts/setup.sh --deps     # only install the Debian/Python packages
+#   bash scripts/setup.sh --build    # install deps and build, no main job
+#
+# Idempotent: packages already installed are skipped, the build is incremental
+# (ninja + ccache).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="${1:-all}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+APT_PACKAGES=(
+  cmake ninja-build ccache g++ git python3 python3-pip
+  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
+  libzstd-dev libedit-dev libcurl4-openssl-dev
+  libabsl-dev libgtest-dev libgmock-dev nlohmann-json3-dev
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "llmc setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
+  echo "llmc setup: error: CUDA 13 headers not found at $CUDA_HOME/include (set CUDA_HOME)." >&2
+  echo "  llmc needs the CUDA toolkit's headers to build; its libraries are loaded at run time." >&2
+  exit 1
+fi
+
+PY_PACKAGES=(pytest numpy)
+PYTHON="${PYTHON:-python3}"
+for p in "${PY_PACKAGES[@]}"; do
+  if ! "$PYTHON" -c "import $p" >/dev/null 2>&1; then
+    echo "llmc setup: installing Python package $p"
+    "$PYTHON" -m pip install -q "$p"
+  fi
+done
+
+[ "$mode" = "--deps" ] && exit 0
+
+BUILD_DIR="${BUILD_DIR:-build}"
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
+fi
+ninja -C "$BUILD_DIR" -j"$(nproc)"
+
+[ "$mode" = "--build" ] && exit 0
+
+exec bash scripts/run-llama-block.sh
