@@ -18,6 +18,10 @@ int optMain(int argc, char **argv);
 /// backend or the CPU reference executor, optionally checking and timing it.
 int runMain(int argc, char **argv);
 
+/// `llmc-compile`: ahead-of-time compilation to a serialized Executable, every
+/// kernel compiled by NVRTC (no GPU needed).
+int compileMain(int argc, char **argv);
+
 } // namespace llmc
 
 #endif // LLMC_TOOLS_H

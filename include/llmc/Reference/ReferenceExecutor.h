@@ -1,0 +1,81 @@
+//===- ReferenceExecutor.h - CPU reference executor for llm IR --*- C++ -*-===//
+//
+// Evaluates a `func.func` of `llm` ops (plus `arith.constant`, `llm.constant`
+// and `func.return`) on host buffers. It is the numerical ground truth the
+// compiled pipeline is checked against: simple loops, float64 math inside
+// every op, and every op's result rounded to its element type exactly as the
+// GPU stores it (round-to-nearest-even for f16/bf16/fp8, f8E4M3FN saturating
+// to ±448, integers wrapping to their width).
+//
+// Shapes come from the concrete inputs: every op computes its result shape at
+// evaluation time (a reshape with one dynamic dimension infers it) and checks
+// it against the op's result type.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_REFERENCE_REFERENCEEXECUTOR_H
+#define LLMC_REFERENCE_REFERENCEEXECUTOR_H
+
+#include "absl/status/statusor.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Types.h"
+#include "llvm/ADT/ArrayRef.h"
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace llmc::reference {
+
+/// A dense row-major host tensor. Values are held as double but are always
+/// exactly representable in `elementType` (f32, f16, bf16, f8E4M3FN, f8E5M2,
+/// i1, i8, i32, i64; i64 values beyond 2^53 are not representable here).
+struct HostTensor {
+  mlir::Type elementType;
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+
+  /// Product of `shape` (1 for a rank-0 tensor).
+  int64_t numElements() const;
+  /// "tensor<2x3xbf16>"-style description for messages.
+  std::string typeString() const;
+};
+
+/// Rounds `value` to `elementType` as the GPU stores it: RNE for floats
+/// (f8E4M3FN saturates finite values and ±inf to ±448, NaN stays NaN),
+/// truncation toward zero and wrap-around for integers, `x != 0` for i1.
+double RoundToType(double value, mlir::Type elementType);
+
+/// Evaluates `fn` on `inputs` (one per argument, matching its element type,
+/// rank and static dimensions). Errors name the op (or argument) and say
+/// what was expected and what was found. Collectives with group_size 1 are
+/// the identity; larger groups need `EvaluateRanks`.
+absl::StatusOr<std::vector<HostTensor>>
+Evaluate(mlir::func::FuncOp fn, llvm::ArrayRef<HostTensor> inputs);
+
+/// Evaluates one function per simulated rank in lockstep: `fns[r]` runs on
+/// `inputs[r]`. Collectives (all_reduce, all_gather, reduce_scatter) must be
+/// reached in the same order by every rank and have group_size equal to the
+/// number of ranks; rank r contributes its input at position r.
+absl::StatusOr<std::vector<std::vector<HostTensor>>>
+EvaluateRanks(llvm::ArrayRef<mlir::func::FuncOp> fns,
+              llvm::ArrayRef<std::vector<HostTensor>> inputs);
+
+/// A tensor of `shape` with N(0, stddev) values rounded to a float
+/// `elementType`; integers are uniform in [-4, 4] (i1: 0 or 1).
+HostTensor RandomTensor(mlir::Type elementType, llvm::ArrayRef<int64_t> shape,
+                        std::mt19937_64 &rng, double stddev = 1.0);
+
+/// ‖got − ref‖₂ / ‖ref‖₂ over the positions where `ref` is finite; +inf when
+/// the shapes differ or `got` has a NaN/inf where `ref` is finite. When ‖ref‖₂
+/// is 0 the absolute error ‖got − ref‖₂ is returned.
+double RelativeError(const HostTensor &got, const HostTensor &ref);
+
+/// True when both tensors have the same shape and NaN, +inf and -inf appear
+/// at exactly the same positions.
+bool SameNonFinitePositions(const HostTensor &got, const HostTensor &ref);
+
+} // namespace llmc::reference
+
+#endif // LLMC_REFERENCE_REFERENCEEXECUTOR_H

@@ -1,0 +1,1351 @@
+//===- ReferenceExecutor.cpp - CPU reference executor for llm IR ---------===//
+//
+// A straightforward interpreter: ops run in block order on dense row-major
+// double buffers; math inside an op is float64 and every result is rounded
+// once to its element type (RoundToType). Shapes are computed per op from the
+// concrete operands and checked against the op's result type.
+//
+// User-input errors (inputs that do not match the function, indices out of
+// range, a KV cache overflow) are InvalidArgumentError / OutOfRangeError
+// naming the op; an op the executor does not know is UnimplementedError.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmc/Reference/ReferenceExecutor.h"
+
+#include "LLM/IR/LLMOps.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+using namespace mlir;
+namespace llm = llmc::llm;
+
+namespace llmc::reference {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+//===----------------------------------------------------------------------===//
+// Small helpers
+//===----------------------------------------------------------------------===//
+
+using Shape = std::vector<int64_t>;
+
+int64_t product(llvm::ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+Shape stridesOf(llvm::ArrayRef<int64_t> shape) {
+  Shape s(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+std::string shapeStr(llvm::ArrayRef<int64_t> shape) {
+  std::vector<std::string> parts;
+  for (int64_t d : shape)
+    parts.push_back(ShapedType::isDynamic(d) ? "?" : std::to_string(d));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+std::string typeStr(Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return s;
+}
+
+std::string locStr(Location loc) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  loc.print(os);
+  return s;
+}
+
+absl::Status opError(Operation *op, absl::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", op->getName().getStringRef().str(), "' at ",
+      locStr(op->getLoc()), ": ", msg));
+}
+
+HostTensor makeTensor(Type elementType, Shape shape) {
+  HostTensor t;
+  t.elementType = elementType;
+  t.shape = std::move(shape);
+  t.data.assign(product(t.shape), 0.0);
+  return t;
+}
+
+Type resultElementType(Operation *op, unsigned i = 0) {
+  return cast<RankedTensorType>(op->getResult(i).getType()).getElementType();
+}
+
+void roundInPlace(HostTensor &t) {
+  Type et = t.elementType;
+  if (et.isF64())
+    return;
+  if (et.isF32()) {
+    for (double &v : t.data)
+      v = static_cast<double>(static_cast<float>(v));
+    return;
+  }
+  for (double &v : t.data)
+    v = RoundToType(v, et);
+}
+
+/// Visits every multi-index of `shape` in row-major order.
+template <typename Fn> void forEachIndex(llvm::ArrayRef<int64_t> shape, Fn fn) {
+  int64_t n = product(shape);
+  Shape idx(shape.size(), 0);
+  for (int64_t lin = 0; lin < n; ++lin) {
+    fn(lin, llvm::ArrayRef<int64_t>(idx));
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/// Checks that `from` broadcasts (right-aligned) to `to`.
+absl::Status checkBroadcastable(Operation *op, absl::string_view what,
+                                llvm::ArrayRef<int64_t> from,
+                                llvm::ArrayRef<int64_t> to) {
+  if (from.size() > to.size())
+    return opError(op, absl::StrCat(what, " of shape ", shapeStr(from),
+                                    " does not broadcast to ", shapeStr(to)));
+  size_t lead = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i])
+      return opError(op, absl::StrCat(what, " of shape ", shapeStr(from),
+                                      " does not broadcast to ", shapeStr(to),
+                                      ": dimension ", i, " is ", from[i],
+                                      ", expected 1 or ", to[lead + i]));
+  return absl::OkStatus();
+}
+
+/// Materializes `t` broadcast to `to` (shapes already checked).
+std::vector<double> broadcastData(const HostTensor &t,
+                                  llvm::ArrayRef<int64_t> to) {
+  Shape fromStrides = stridesOf(t.shape);
+  size_t lead = to.size() - t.shape.size();
+  Shape s(to.size(), 0);
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    s[lead + i] = t.shape[i] == 1 ? 0 : fromStrides[i];
+  std::vector<double> out(product(to));
+  forEachIndex(to, [&](int64_t lin, llvm::ArrayRef<int64_t> idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      off += idx[d] * s[d];
+    out[lin] = t.data[off];
+  });
+  return out;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+double nanMax(double a, double b) {
+  if (std::isnan(a) || std::isnan(b))
+    return kNaN;
+  return std::max(a, b);
+}
+double nanMin(double a, double b) {
+  if (std::isnan(a) || std::isnan(b))
+    return kNaN;
+  return std::min(a, b);
+}
+
+int64_t scalarInt(const HostTensor &t) {
+  return static_cast<int64_t>(t.data.empty() ? 0 : t.data[0]);
+}
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<HostTensor> constantFromAttr(Operation *op, Attribute attr) {
+  auto dense = dyn_cast<DenseElementsAttr>(attr);
+  if (!dense)
+    return absl::UnimplementedError(absl::StrCat(
+        "'", op->getName().getStringRef().str(), "' at ", locStr(op->getLoc()),
+        ": only dense elements attributes are supported by the reference "
+        "executor"));
+  auto type = cast<ShapedType>(dense.getType());
+  HostTensor t = makeTensor(type.getElementType(),
+                            Shape(type.getShape().begin(), type.getShape().end()));
+  if (isa<FloatType>(type.getElementType())) {
+    int64_t i = 0;
+    for (const APFloat &f : dense.getValues<APFloat>()) {
+      bool lost = false;
+      APFloat d = f;
+      d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+      t.data[i++] = d.convertToDouble();
+    }
+  } else if (auto it = dyn_cast<IntegerType>(type.getElementType())) {
+    int64_t i = 0;
+    for (const APInt &v : dense.getValues<APInt>())
+      t.data[i++] = it.getWidth() == 1 ? static_cast<double>(v.getZExtValue())
+                                       : static_cast<double>(v.getSExtValue());
+  } else {
+    return opError(op, absl::StrCat("unsupported constant element type ",
+                                    typeStr(type.getElementType())));
+  }
+  return t;
+}
+
+//===----------------------------------------------------------------------===//
+// The per-rank interpreter
+//===----------------------------------------------------------------------===//
+
+class RankState {
+public:
+  explicit RankState(func::FuncOp fn) : fn_(fn) {}
+
+  absl::Status bindInputs(llvm::ArrayRef<HostTensor> inputs);
+  /// Runs ops until a collective with group_size > 1 (returned) or the
+  /// terminator (returns nullptr; results in `results()`).
+  absl::StatusOr<Operation *> runUntilCollective(bool allowMultiRank);
+  /// Stores a collective's result computed by the rank simulation.
+  void setResult(Operation *op, HostTensor t) {
+    values_[op->getResult(0)] = Entry{std::move(t), false};
+  }
+  const HostTensor &operand(Operation *op, unsigned i) {
+    return values_[op->getOperand(i)].tensor;
+  }
+  std::vector<HostTensor> &results() { return results_; }
+
+private:
+  struct Entry {
+    HostTensor tensor;
+    /// An llm.broadcast whose result has a dynamic dimension the input does
+    /// not determine; `tensor` is its input until a user fixes the shape.
+    bool pendingBroadcast = false;
+  };
+
+  absl::Status evalOp(Operation *op);
+  absl::StatusOr<HostTensor> compute(Operation *op);
+  absl::Status checkResult(Operation *op, const HostTensor &t);
+  absl::Status resolvePendingOperands(Operation *op);
+  const HostTensor &in(Operation *op, unsigned i) {
+    return values_[op->getOperand(i)].tensor;
+  }
+  const HostTensor &in(Value v) { return values_[v].tensor; }
+
+  // Op groups.
+  absl::StatusOr<HostTensor> unary(Operation *op, double (*fn)(double));
+  absl::StatusOr<HostTensor> binary(Operation *op);
+  absl::StatusOr<HostTensor> broadcast(llm::BroadcastOp op,
+                                       bool *pending);
+  absl::StatusOr<HostTensor> reshape(llm::ReshapeOp op);
+  absl::StatusOr<HostTensor> transpose(llm::TransposeOp op);
+  absl::StatusOr<HostTensor> slice(llm::SliceOp op);
+  absl::StatusOr<HostTensor> concat(llm::ConcatOp op);
+  absl::StatusOr<HostTensor> gather(llm::GatherOp op);
+  absl::StatusOr<HostTensor> reduce(Operation *op, llvm::ArrayRef<int64_t> dims,
+                                    bool keepdim, int kind);
+  absl::StatusOr<HostTensor> softmax(llm::SoftmaxOp op);
+  absl::StatusOr<HostTensor> rmsNorm(llm::RMSNormOp op);
+  absl::StatusOr<HostTensor> layerNorm(llm::LayerNormOp op);
+  absl::StatusOr<HostTensor> rope(llm::RoPEOp op);
+  absl::StatusOr<HostTensor> matmul(llm::MatmulOp op);
+  absl::StatusOr<HostTensor> attention(llm::AttentionOp op);
+  absl::StatusOr<HostTensor> kvCacheAppend(llm::KVCacheAppendOp op);
+
+  func::FuncOp fn_;
+  llvm::DenseMap<Value, Entry> values_;
+  Block::iterator it_;
+  std::vector<HostTensor> results_;
+};
+
+absl::Status RankState::bindInputs(llvm::ArrayRef<HostTensor> inputs) {
+  std::string fnName = absl::StrCat("@", fn_.getSymName().str());
+  if (fn_.getBody().empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat(fnName, " has no body to evaluate"));
+  auto argTypes = fn_.getArgumentTypes();
+  if (inputs.size() != argTypes.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat(fnName, " expects ", argTypes.size(), " inputs, found ",
+                     inputs.size()));
+  Block &body = fn_.getBody().front();
+  for (auto [i, type] : llvm::enumerate(argTypes)) {
+    const HostTensor &t = inputs[i];
+    std::string what = absl::StrCat(fnName, " argument #", i);
+    auto rt = dyn_cast<RankedTensorType>(type);
+    if (!rt)
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " has type ", typeStr(type),
+          "; the reference executor takes ranked tensors only"));
+    if (t.elementType != rt.getElementType())
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": expected element type ", typeStr(rt.getElementType()),
+          ", found ",
+          t.elementType ? typeStr(t.elementType) : std::string("<null>")));
+    if (static_cast<int64_t>(t.shape.size()) != rt.getRank())
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": expected shape ", shapeStr(rt.getShape()), " (rank ",
+          rt.getRank(), "), found ", shapeStr(t.shape)));
+    for (int64_t d = 0; d < rt.getRank(); ++d) {
+      int64_t want = rt.getDimSize(d);
+      if (t.shape[d] < 0 || (!ShapedType::isDynamic(want) && want != t.shape[d]))
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": expected shape ", shapeStr(rt.getShape()),
+                         ", found ", shapeStr(t.shape)));
+    }
+    if (static_cast<int64_t>(t.data.size()) != t.numElements())
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": shape ", shapeStr(t.shape), " has ",
+                       t.numElements(), " elements but the data holds ",
+                       t.data.size()));
+    for (size_t k = 0; k < t.data.size(); ++k) {
+      double v = t.data[k], r = RoundToType(v, t.elementType);
+      if (!(r == v || (std::isnan(r) && std::isnan(v))))
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": element ", k, " is ", v, ", not representable in ",
+            typeStr(t.elementType), " (nearest ", r, ")"));
+    }
+    values_[body.getArgument(i)] = Entry{t, false};
+  }
+  it_ = body.begin();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Operation *> RankState::runUntilCollective(bool allowMultiRank) {
+  Block &body = fn_.getBody().front();
+  for (; it_ != body.end(); ++it_) {
+    Operation *op = &*it_;
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      if (absl::Status s = resolvePendingOperands(op); !s.ok())
+        return s;
+      results_.clear();
+      for (Value v : ret.getOperands())
+        results_.push_back(in(v));
+      ++it_;
+      return nullptr;
+    }
+    int64_t group = 1;
+    if (auto ar = dyn_cast<llm::AllReduceOp>(op))
+      group = ar.getGroupSize();
+    else if (auto ag = dyn_cast<llm::AllGatherOp>(op))
+      group = ag.getGroupSize();
+    else if (auto rs = dyn_cast<llm::ReduceScatterOp>(op))
+      group = rs.getGroupSize();
+    if (group > 1) {
+      if (!allowMultiRank)
+        return opError(op, absl::StrCat(
+                               "group_size ", group, " needs ", group,
+                               " ranks; evaluate it with EvaluateRanks"));
+      if (absl::Status s = resolvePendingOperands(op); !s.ok())
+        return s;
+      Operation *stopped = op;
+      ++it_;
+      return stopped;
+    }
+    if (absl::Status s = evalOp(op); !s.ok())
+      return s;
+  }
+  return absl::InternalError(absl::StrCat(
+      "@", fn_.getSymName().str(), " ended without a func.return"));
+}
+
+absl::Status RankState::checkResult(Operation *op, const HostTensor &t) {
+  auto rt = cast<RankedTensorType>(op->getResult(0).getType());
+  bool ok = static_cast<int64_t>(t.shape.size()) == rt.getRank();
+  for (int64_t d = 0; ok && d < rt.getRank(); ++d)
+    ok = ShapedType::isDynamic(rt.getDimSize(d)) || rt.getDimSize(d) == t.shape[d];
+  if (!ok)
+    return opError(op, absl::StrCat("computed result shape ", shapeStr(t.shape),
+                                    " does not match the result type ",
+                                    typeStr(rt)));
+  if (static_cast<int64_t>(t.data.size()) != t.numElements())
+    return absl::InternalError(absl::StrCat(
+        "reference executor bug: '", op->getName().getStringRef().str(),
+        "' produced ", t.data.size(), " values for shape ", shapeStr(t.shape)));
+  return absl::OkStatus();
+}
+
+/// Gives pending broadcasts a shape from the op using them: the shape of
+/// another (non-pending) operand of the same rank for elementwise ops.
+absl::Status RankState::resolvePendingOperands(Operation *op) {
+  for (Value v : op->getOperands()) {
+    Entry &e = values_[v];
+    if (!e.pendingBroadcast)
+      continue;
+    auto target = cast<RankedTensorType>(v.getType());
+    const Shape *known = nullptr;
+    if (op->hasTrait<OpTrait::Elementwise>()) {
+      for (Value other : op->getOperands()) {
+        Entry &o = values_[other];
+        if (!o.pendingBroadcast &&
+            static_cast<int64_t>(o.tensor.shape.size()) == target.getRank()) {
+          known = &o.tensor.shape;
+          break;
+        }
+      }
+    }
+    if (!known)
+      return opError(
+          v.getDefiningOp(),
+          absl::StrCat("cannot infer the dynamic dimensions of the result ",
+                       typeStr(target), " from the input ",
+                       e.tensor.typeString(),
+                       " or from its user '",
+                       op->getName().getStringRef().str(), "'"));
+    Shape to = *known;
+    for (int64_t d = 0; d < target.getRank(); ++d)
+      if (!ShapedType::isDynamic(target.getDimSize(d)))
+        to[d] = target.getDimSize(d);
+    if (absl::Status s = checkBroadcastable(v.getDefiningOp(), "input",
+                                            e.tensor.shape, to);
+        !s.ok())
+      return s;
+    HostTensor out;
+    out.elementType = e.tensor.elementType;
+    out.data = broadcastData(e.tensor, to);
+    out.shape = to;
+    e = Entry{std::move(out), false};
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RankState::evalOp(Operation *op) {
+  if (op->getNumResults() != 1)
+    return absl::UnimplementedError(absl::StrCat(
+        "'", op->getName().getStringRef().str(), "' at ", locStr(op->getLoc()),
+        ": the reference executor supports single-result ops only"));
+  if (auto b = dyn_cast<llm::BroadcastOp>(op)) {
+    if (absl::Status s = resolvePendingOperands(op); !s.ok())
+      return s;
+    bool pending = false;
+    absl::StatusOr<HostTensor> t = broadcast(b, &pending);
+    if (!t.ok())
+      return t.status();
+    if (!pending)
+      if (absl::Status s = checkResult(op, *t); !s.ok())
+        return s;
+    values_[op->getResult(0)] = Entry{std::move(*t), pending};
+    return absl::OkStatus();
+  }
+  if (absl::Status s = resolvePendingOperands(op); !s.ok())
+    return s;
+  absl::StatusOr<HostTensor> t = compute(op);
+  if (!t.ok())
+    return t.status();
+  if (absl::Status s = checkResult(op, *t); !s.ok())
+    return s;
+  values_[op->getResult(0)] = Entry{std::move(*t), false};
+  return absl::OkStatus();
+}
+
+//===----------------------------------------------------------------------===//
+// Op dispatch
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
+  using R = absl::StatusOr<HostTensor>;
+  return llvm::TypeSwitch<Operation *, R>(op)
+      .Case<llm::ConstantOp>(
+          [&](auto c) { return constantFromAttr(op, c.getValue()); })
+      .Case<arith::ConstantOp>(
+          [&](auto c) { return constantFromAttr(op, c.getValue()); })
+      .Case<llm::AddOp, llm::SubOp, llm::MulOp, llm::DivOp, llm::PowOp,
+            llm::MaximumOp, llm::MinimumOp, llm::CompareOp>(
+          [&](auto) { return binary(op); })
+      .Case<llm::NegOp>([&](auto) {
+        return unary(op, [](double x) { return -x; });
+      })
+      .Case<llm::AbsOp>([&](auto) {
+        return unary(op, [](double x) { return std::fabs(x); });
+      })
+      .Case<llm::ExpOp>([&](auto) {
+        return unary(op, [](double x) { return std::exp(x); });
+      })
+      .Case<llm::LogOp>([&](auto) {
+        return unary(op, [](double x) { return std::log(x); });
+      })
+      .Case<llm::TanhOp>([&](auto) {
+        return unary(op, [](double x) { return std::tanh(x); });
+      })
+      .Case<llm::SqrtOp>([&](auto) {
+        return unary(op, [](double x) { return std::sqrt(x); });
+      })
+      .Case<llm::RsqrtOp>([&](auto) {
+        return unary(op, [](double x) { return 1.0 / std::sqrt(x); });
+      })
+      .Case<llm::SiluOp>([&](auto) {
+        return unary(op, [](double x) { return x * sigmoid(x); });
+      })
+      .Case<llm::SigmoidOp>(
+          [&](auto) { return unary(op, [](double x) { return sigmoid(x); }); })
+      .Case<llm::ReluOp>([&](auto) {
+        return unary(op, [](double x) {
+          return std::isnan(x) ? x : (x > 0.0 ? x : 0.0);
+        });
+      })
+      .Case<llm::GeluOp>([&](llm::GeluOp g) {
+        if (g.getApproximation() == llm::GeluApproximation::tanh)
+          return unary(op, [](double x) {
+            const double k = std::sqrt(2.0 / M_PI);
+            return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+          });
+        return unary(op, [](double x) {
+          return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+        });
+      })
+      .Case<llm::SelectOp>([&](auto) -> R {
+        const HostTensor &c = in(op, 0), &a = in(op, 1), &b = in(op, 2);
+        if (c.shape != a.shape || a.shape != b.shape)
+          return opError(op, absl::StrCat("cond ", shapeStr(c.shape),
+                                          ", on_true ", shapeStr(a.shape),
+                                          " and on_false ", shapeStr(b.shape),
+                                          " must have one shape"));
+        HostTensor out = makeTensor(resultElementType(op), a.shape);
+        for (size_t i = 0; i < out.data.size(); ++i)
+          out.data[i] = c.data[i] != 0.0 ? a.data[i] : b.data[i];
+        return out;
+      })
+      .Case<llm::CastOp>([&](auto) -> R {
+        const HostTensor &x = in(op, 0);
+        Type to = resultElementType(op);
+        HostTensor out = makeTensor(to, x.shape);
+        auto it = dyn_cast<IntegerType>(to);
+        bool floatToInt = isa<FloatType>(x.elementType) && it && it.getWidth() > 1;
+        for (size_t i = 0; i < out.data.size(); ++i) {
+          double v = x.data[i];
+          if (floatToInt) {
+            // cvt.rzi: truncate toward zero, saturate, NaN -> 0.
+            unsigned w = it.getWidth();
+            double hi = std::ldexp(1.0, w - 1) - 1.0, lo = -std::ldexp(1.0, w - 1);
+            v = std::isnan(v) ? 0.0 : std::fmin(std::fmax(std::trunc(v), lo), hi);
+          }
+          out.data[i] = RoundToType(v, to);
+        }
+        return out;
+      })
+      .Case<llm::ReshapeOp>([&](auto r) { return reshape(r); })
+      .Case<llm::TransposeOp>([&](auto t) { return transpose(t); })
+      .Case<llm::SliceOp>([&](auto s) { return slice(s); })
+      .Case<llm::ConcatOp>([&](auto c) { return concat(c); })
+      .Case<llm::GatherOp>([&](auto g) { return gather(g); })
+      .Case<llm::ReduceSumOp>([&](auto r) {
+        return reduce(op, r.getDims(), r.getKeepdim(), 0);
+      })
+      .Case<llm::ReduceMeanOp>([&](auto r) {
+        return reduce(op, r.getDims(), r.getKeepdim(), 1);
+      })
+      .Case<llm::ReduceMaxOp>([&](auto r) {
+        return reduce(op, r.getDims(), r.getKeepdim(), 2);
+      })
+      .Case<llm::ReduceMinOp>([&](auto r) {
+        return reduce(op, r.getDims(), r.getKeepdim(), 3);
+      })
+      .Case<llm::SoftmaxOp>([&](auto s) { return softmax(s); })
+      .Case<llm::RMSNormOp>([&](auto n) { return rmsNorm(n); })
+      .Case<llm::LayerNormOp>([&](auto n) { return layerNorm(n); })
+      .Case<llm::RoPEOp>([&](auto r) { return rope(r); })
+      .Case<llm::MatmulOp>([&](auto m) { return matmul(m); })
+      .Case<llm::AttentionOp>([&](auto a) { return attention(a); })
+      .Case<llm::KVCacheAppendOp>([&](auto k) { return kvCacheAppend(k); })
+      // Collectives of a group of one rank are the identity.
+      .Case<llm::AllReduceOp, llm::AllGatherOp, llm::ReduceScatterOp>(
+          [&](auto) -> R { return in(op, 0); })
+      .Default([&](Operation *) -> R {
+        return absl::UnimplementedError(absl::StrCat(
+            "'", op->getName().getStringRef().str(), "' at ",
+            locStr(op->getLoc()),
+            ": op is not supported by the reference executor"));
+      });
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<HostTensor> RankState::unary(Operation *op,
+                                            double (*fn)(double)) {
+  const HostTensor &x = in(op, 0);
+  HostTensor out = makeTensor(resultElementType(op), x.shape);
+  for (size_t i = 0; i < x.data.size(); ++i)
+    out.data[i] = fn(x.data[i]);
+  roundInPlace(out);
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::binary(Operation *op) {
+  const HostTensor &a = in(op, 0), &b = in(op, 1);
+  if (a.shape != b.shape)
+    return opError(op, absl::StrCat("operands have shapes ", shapeStr(a.shape),
+                                    " and ", shapeStr(b.shape),
+                                    "; expected one shape (broadcast "
+                                    "explicitly with llm.broadcast)"));
+  HostTensor out = makeTensor(resultElementType(op), a.shape);
+  bool isInt = isa<IntegerType>(a.elementType);
+  size_t n = a.data.size();
+  auto apply = [&](auto fn) {
+    for (size_t i = 0; i < n; ++i)
+      out.data[i] = fn(a.data[i], b.data[i]);
+  };
+  if (isa<llm::AddOp>(op))
+    apply([](double x, double y) { return x + y; });
+  else if (isa<llm::SubOp>(op))
+    apply([](double x, double y) { return x - y; });
+  else if (isa<llm::MulOp>(op))
+    apply([](double x, double y) { return x * y; });
+  else if (isa<llm::DivOp>(op)) {
+    if (isInt) {
+      for (size_t i = 0; i < n; ++i) {
+        if (b.data[i] == 0.0)
+          return opError(op, absl::StrCat("integer division by zero at element ",
+                                          i));
+        out.data[i] = std::trunc(a.data[i] / b.data[i]);
+      }
+    } else {
+      apply([](double x, double y) { return x / y; });
+    }
+  } else if (isa<llm::PowOp>(op))
+    apply([](double x, double y) { return std::pow(x, y); });
+  else if (isa<llm::MaximumOp>(op))
+    apply(nanMax);
+  else if (isa<llm::MinimumOp>(op))
+    apply(nanMin);
+  else if (auto cmp = dyn_cast<llm::CompareOp>(op)) {
+    llm::CmpPredicate p = cmp.getPredicate();
+    for (size_t i = 0; i < n; ++i) {
+      double x = a.data[i], y = b.data[i];
+      bool r = false;
+      switch (p) {
+      case llm::CmpPredicate::eq: r = x == y; break;
+      case llm::CmpPredicate::ne: r = x != y; break;
+      case llm::CmpPredicate::lt: r = x < y; break;
+      case llm::CmpPredicate::le: r = x <= y; break;
+      case llm::CmpPredicate::gt: r = x > y; break;
+      case llm::CmpPredicate::ge: r = x >= y; break;
+      }
+      out.data[i] = r ? 1.0 : 0.0;
+    }
+    return out;
+  }
+  roundInPlace(out);
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<HostTensor> RankState::broadcast(llm::BroadcastOp op,
+                                                bool *pending) {
+  const HostTensor &x = in(op, 0);
+  auto rt = op.getResult().getType();
+  size_t lead = rt.getRank() - x.shape.size();
+  Shape to(rt.getRank());
+  for (int64_t d = 0; d < rt.getRank(); ++d) {
+    int64_t want = rt.getDimSize(d);
+    if (!ShapedType::isDynamic(want)) {
+      to[d] = want;
+      continue;
+    }
+    if (d >= static_cast<int64_t>(lead) && x.shape[d - lead] != 1) {
+      to[d] = x.shape[d - lead];
+      continue;
+    }
+    // The result's size here is not given by the input: a user decides it.
+    *pending = true;
+    return x;
+  }
+  if (absl::Status s = checkBroadcastable(op, "input", x.shape, to); !s.ok())
+    return s;
+  HostTensor out;
+  out.elementType = x.elementType;
+  out.data = broadcastData(x, to);
+  out.shape = std::move(to);
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::reshape(llm::ReshapeOp op) {
+  const HostTensor &x = in(op, 0);
+  auto rt = op.getResult().getType();
+  Shape to(rt.getShape().begin(), rt.getShape().end());
+  int64_t known = 1, dynIdx = -1;
+  for (int64_t d = 0; d < rt.getRank(); ++d) {
+    if (ShapedType::isDynamic(to[d])) {
+      if (dynIdx >= 0)
+        return opError(op, absl::StrCat("result ", shapeStr(to),
+                                        " has more than one dynamic dimension"));
+      dynIdx = d;
+    } else {
+      known *= to[d];
+    }
+  }
+  int64_t n = x.numElements();
+  if (dynIdx >= 0) {
+    if (known == 0 || n % known != 0)
+      return opError(op, absl::StrCat("input ", shapeStr(x.shape), " with ", n,
+                                      " elements cannot be reshaped to ",
+                                      shapeStr(to)));
+    to[dynIdx] = n / known;
+  } else if (known != n) {
+    return opError(op, absl::StrCat("input ", shapeStr(x.shape), " has ", n,
+                                    " elements but the result ", shapeStr(to),
+                                    " has ", known));
+  }
+  HostTensor out = x;
+  out.shape = std::move(to);
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::transpose(llm::TransposeOp op) {
+  const HostTensor &x = in(op, 0);
+  ArrayRef<int64_t> perm = op.getPermutation();
+  Shape to(perm.size());
+  Shape xs = stridesOf(x.shape), s(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    to[i] = x.shape[perm[i]];
+    s[i] = xs[perm[i]];
+  }
+  HostTensor out = makeTensor(x.elementType, to);
+  forEachIndex(to, [&](int64_t lin, ArrayRef<int64_t> idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      off += idx[d] * s[d];
+    out.data[lin] = x.data[off];
+  });
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::slice(llm::SliceOp op) {
+  const HostTensor &x = in(op, 0);
+  ArrayRef<int64_t> starts = op.getStarts(), limits = op.getLimits(),
+                    steps = op.getSteps();
+  size_t rank = x.shape.size();
+  Shape to(rank), xs = stridesOf(x.shape);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t limit = limits[d] == -1 ? x.shape[d] : limits[d];
+    if (starts[d] < 0 || limit > x.shape[d] || starts[d] > limit || steps[d] < 1)
+      return opError(op, absl::StrCat("range [", starts[d], ", ", limit,
+                                      ") step ", steps[d], " of dimension ", d,
+                                      " is outside [0, ", x.shape[d], "]"));
+    to[d] = (limit - starts[d] + steps[d] - 1) / steps[d];
+  }
+  HostTensor out = makeTensor(x.elementType, to);
+  forEachIndex(to, [&](int64_t lin, ArrayRef<int64_t> idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < rank; ++d)
+      off += (starts[d] + idx[d] * steps[d]) * xs[d];
+    out.data[lin] = x.data[off];
+  });
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::concat(llm::ConcatOp op) {
+  int64_t dim = op.getDim();
+  const HostTensor &first = in(op, 0);
+  Shape to = first.shape;
+  to[dim] = 0;
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    const HostTensor &t = in(op, i);
+    for (size_t d = 0; d < to.size(); ++d)
+      if (static_cast<int64_t>(d) != dim && t.shape[d] != first.shape[d])
+        return opError(op, absl::StrCat("input ", i, " has shape ",
+                                        shapeStr(t.shape), ", expected ",
+                                        first.shape[d], " in dimension ", d,
+                                        " (as input 0)"));
+    to[dim] += t.shape[dim];
+  }
+  HostTensor out = makeTensor(first.elementType, to);
+  int64_t outer = product(ArrayRef<int64_t>(to).take_front(dim));
+  int64_t inner = product(ArrayRef<int64_t>(to).drop_front(dim + 1));
+  int64_t offset = 0;
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    const HostTensor &t = in(op, i);
+    int64_t rows = t.shape[dim];
+    for (int64_t o = 0; o < outer; ++o)
+      std::copy_n(t.data.begin() + o * rows * inner, rows * inner,
+                  out.data.begin() + (o * to[dim] + offset) * inner);
+    offset += rows;
+  }
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::gather(llm::GatherOp op) {
+  const HostTensor &table = in(op, 0), &idx = in(op, 1);
+  int64_t axis = op.getAxis();
+  Shape to(table.shape.begin(), table.shape.begin() + axis);
+  to.insert(to.end(), idx.shape.begin(), idx.shape.end());
+  to.insert(to.end(), table.shape.begin() + axis + 1, table.shape.end());
+  int64_t outer = product(ArrayRef<int64_t>(table.shape).take_front(axis));
+  int64_t inner = product(ArrayRef<int64_t>(table.shape).drop_front(axis + 1));
+  int64_t rows = table.shape[axis];
+  int64_t count = idx.numElements();
+  HostTensor out = makeTensor(table.elementType, to);
+  for (int64_t k = 0; k < count; ++k) {
+    double v = idx.data[k];
+    if (v < 0 || v >= static_cast<double>(rows))
+      return absl::OutOfRangeError(absl::StrCat(
+          "'llm.gather' at ", locStr(op.getLoc()), ": index ",
+          static_cast<int64_t>(v), " at position ", k,
+          " of the indices is out of range [0, ", rows, ") for axis ", axis,
+          " of the table ", shapeStr(table.shape)));
+  }
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < count; ++k) {
+      int64_t r = static_cast<int64_t>(idx.data[k]);
+      std::copy_n(table.data.begin() + (o * rows + r) * inner, inner,
+                  out.data.begin() + (o * count + k) * inner);
+    }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+/// kind: 0 sum, 1 mean, 2 max, 3 min.
+absl::StatusOr<HostTensor> RankState::reduce(Operation *op,
+                                             ArrayRef<int64_t> dims,
+                                             bool keepdim, int kind) {
+  const HostTensor &x = in(op, 0);
+  size_t rank = x.shape.size();
+  std::vector<bool> reduced(rank, false);
+  for (int64_t d : dims)
+    reduced[d] = true;
+  Shape kept(rank); // the output shape with keepdim
+  int64_t count = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    kept[d] = reduced[d] ? 1 : x.shape[d];
+    if (reduced[d])
+      count *= x.shape[d];
+  }
+  Shape ks = stridesOf(kept);
+  int64_t outN = product(kept);
+  double init = kind == 2 ? -kInf : kind == 3 ? kInf : 0.0;
+  std::vector<double> acc(outN, init);
+  forEachIndex(x.shape, [&](int64_t lin, ArrayRef<int64_t> idx) {
+    int64_t o = 0;
+    for (size_t d = 0; d < rank; ++d)
+      if (!reduced[d])
+        o += idx[d] * ks[d];
+    double v = x.data[lin];
+    switch (kind) {
+    case 0:
+    case 1: acc[o] += v; break;
+    case 2: acc[o] = nanMax(acc[o], v); break;
+    case 3: acc[o] = nanMin(acc[o], v); break;
+    }
+  });
+  if (kind == 1)
+    for (double &v : acc)
+      v = count == 0 ? kNaN : v / static_cast<double>(count);
+  Shape to;
+  for (size_t d = 0; d < rank; ++d)
+    if (!reduced[d] || keepdim)
+      to.push_back(kept[d]);
+  HostTensor out;
+  out.elementType = resultElementType(op);
+  out.shape = std::move(to);
+  out.data = std::move(acc);
+  roundInPlace(out);
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::softmax(llm::SoftmaxOp op) {
+  const HostTensor &x = in(op, 0);
+  std::vector<double> mask;
+  if (op.getMask()) {
+    const HostTensor &m = in(op.getMask());
+    if (absl::Status s = checkBroadcastable(op, "mask", m.shape, x.shape);
+        !s.ok())
+      return s;
+    mask = broadcastData(m, x.shape);
+  }
+  double scale = op.getScale() ? op.getScale()->convertToDouble() : 1.0;
+  int64_t cols = x.shape.back();
+  int64_t rows = cols == 0 ? 0 : x.numElements() / cols;
+  HostTensor out = makeTensor(x.elementType, x.shape);
+  std::vector<double> z(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = -kInf;
+    for (int64_t c = 0; c < cols; ++c) {
+      int64_t i = r * cols + c;
+      z[c] = x.data[i] * scale + (mask.empty() ? 0.0 : mask[i]);
+      mx = nanMax(mx, z[c]);
+    }
+    double sum = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      z[c] = std::exp(z[c] - mx); // an all -inf row gives NaN, as PyTorch
+      sum += z[c];
+    }
+    for (int64_t c = 0; c < cols; ++c)
+      out.data[r * cols + c] = z[c] / sum;
+  }
+  roundInPlace(out);
+  return out;
+}
+
+static absl::Status checkNormParam(Operation *op, absl::string_view name,
+                                   const HostTensor &p, int64_t hidden) {
+  if (p.shape.size() != 1 || p.shape[0] != hidden)
+    return opError(op, absl::StrCat(name, " must have shape [", hidden,
+                                    "] (the input's last dimension), found ",
+                                    shapeStr(p.shape)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTensor> RankState::rmsNorm(llm::RMSNormOp op) {
+  const HostTensor &x = in(op, 0), &w = in(op, 1);
+  int64_t h = x.shape.back();
+  if (absl::Status s = checkNormParam(op, "weight", w, h); !s.ok())
+    return s;
+  double eps = op.getEps().convertToDouble();
+  int64_t rows = h == 0 ? 0 : x.numElements() / h;
+  HostTensor out = makeTensor(x.elementType, x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *row = x.data.data() + r * h;
+    double ss = 0.0;
+    for (int64_t c = 0; c < h; ++c)
+      ss += row[c] * row[c];
+    double inv = 1.0 / std::sqrt(ss / static_cast<double>(h) + eps);
+    for (int64_t c = 0; c < h; ++c)
+      out.data[r * h + c] = row[c] * inv * w.data[c];
+  }
+  roundInPlace(out);
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::layerNorm(llm::LayerNormOp op) {
+  const HostTensor &x = in(op, 0), &w = in(op, 1);
+  int64_t h = x.shape.back();
+  if (absl::Status s = checkNormParam(op, "weight", w, h); !s.ok())
+    return s;
+  const HostTensor *b = nullptr;
+  if (op.getBias()) {
+    b = &in(op.getBias());
+    if (absl::Status s = checkNormParam(op, "bias", *b, h); !s.ok())
+      return s;
+  }
+  double eps = op.getEps().convertToDouble();
+  int64_t rows = h == 0 ? 0 : x.numElements() / h;
+  HostTensor out = makeTensor(x.elementType, x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *row = x.data.data() + r * h;
+    double mean = 0.0;
+    for (int64_t c = 0; c < h; ++c)
+      mean += row[c];
+    mean /= static_cast<double>(h);
+    double var = 0.0;
+    for (int64_t c = 0; c < h; ++c)
+      var += (row[c] - mean) * (row[c] - mean);
+    var /= static_cast<double>(h);
+    double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t c = 0; c < h; ++c)
+      out.data[r * h + c] =
+          (row[c] - mean) * inv * w.data[c] + (b ? b->data[c] : 0.0);
+  }
+  roundInPlace(out);
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Transformer ops
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
+  const HostTensor &x = in(op, 0);
+  int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+  if (D % 2 != 0)
+    return opError(op, absl::StrCat("head dimension must be even, found ", D));
+  std::vector<int64_t> offsets(B, 0);
+  if (op.getOffset()) {
+    const HostTensor &off = in(op.getOffset());
+    if (off.shape.empty()) {
+      std::fill(offsets.begin(), offsets.end(), scalarInt(off));
+    } else if (off.shape.size() == 1 && off.shape[0] == B) {
+      for (int64_t b = 0; b < B; ++b)
+        offsets[b] = static_cast<int64_t>(off.data[b]);
+    } else {
+      return opError(op, absl::StrCat("offset must be a scalar or have shape [",
+                                      B, "], found ", shapeStr(off.shape)));
+    }
+  }
+  double theta = op.getTheta().convertToDouble();
+  bool interleaved = op.getMode() == llm::RopeMode::interleaved;
+  int64_t half = D / 2;
+  std::vector<double> invFreq(half);
+  for (int64_t i = 0; i < half; ++i)
+    invFreq[i] = std::pow(theta, -2.0 * static_cast<double>(i) /
+                                     static_cast<double>(D));
+  HostTensor out = makeTensor(x.elementType, x.shape);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) {
+      double p = static_cast<double>(s + offsets[b]);
+      for (int64_t h = 0; h < H; ++h) {
+        int64_t base = ((b * S + s) * H + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          int64_t ia = interleaved ? base + 2 * i : base + i;
+          int64_t ib = interleaved ? base + 2 * i + 1 : base + i + half;
+          double angle = p * invFreq[i];
+          double c = std::cos(angle), sn = std::sin(angle);
+          double a = x.data[ia], v = x.data[ib];
+          out.data[ia] = a * c - v * sn;
+          out.data[ib] = a * sn + v * c;
+        }
+      }
+    }
+  roundInPlace(out);
+  return out;
+}
+
+/// Dot product with four independent partial sums.
+static double dot(const double *a, const double *b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += a[k] * b[k];
+    s1 += a[k + 1] * b[k + 1];
+    s2 += a[k + 2] * b[k + 2];
+    s3 += a[k + 3] * b[k + 3];
+  }
+  for (; k < n; ++k)
+    s0 += a[k] * b[k];
+  return (s0 + s1) + (s2 + s3);
+}
+
+absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
+  const HostTensor &a = in(op, 0), &bt = in(op, 1);
+  bool tl = op.getTransposeLhs(), tr = op.getTransposeRhs();
+  size_t lr = a.shape.size(), rr = bt.shape.size();
+  int64_t M = a.shape[lr - (tl ? 1 : 2)], K = a.shape[lr - (tl ? 2 : 1)];
+  int64_t Kr = bt.shape[rr - (tr ? 1 : 2)], N = bt.shape[rr - (tr ? 2 : 1)];
+  if (K != Kr)
+    return opError(op, absl::StrCat("contraction sizes differ: lhs ",
+                                    shapeStr(a.shape), " has K = ", K,
+                                    ", rhs ", shapeStr(bt.shape), " has K = ",
+                                    Kr));
+  const HostTensor *bias = nullptr;
+  if (op.getBias()) {
+    bias = &in(op.getBias());
+    if (bias->shape.size() != 1 || bias->shape[0] != N)
+      return opError(op, absl::StrCat("bias must have shape [", N,
+                                      "] (N), found ", shapeStr(bias->shape)));
+  }
+  // Batch dimensions broadcast NumPy-style.
+  Shape lb(a.shape.begin(), a.shape.end() - 2),
+      rb(bt.shape.begin(), bt.shape.end() - 2);
+  size_t nb = std::max(lb.size(), rb.size());
+  Shape batch(nb), ls(nb, 0), rs(nb, 0);
+  Shape lbs = stridesOf(lb), rbs = stridesOf(rb);
+  for (size_t i = 0; i < nb; ++i) {
+    int64_t li = static_cast<int64_t>(i + lb.size()) - static_cast<int64_t>(nb);
+    int64_t ri = static_cast<int64_t>(i + rb.size()) - static_cast<int64_t>(nb);
+    int64_t da = li >= 0 ? lb[li] : 1, db = ri >= 0 ? rb[ri] : 1;
+    if (da != 1 && db != 1 && da != db)
+      return opError(op, absl::StrCat("batch dimensions ", shapeStr(lb),
+                                      " and ", shapeStr(rb),
+                                      " do not broadcast"));
+    batch[i] = da == 1 ? db : da;
+    if (li >= 0 && da != 1)
+      ls[i] = lbs[li];
+    if (ri >= 0 && db != 1)
+      rs[i] = rbs[ri];
+  }
+  Shape to = batch;
+  to.push_back(M);
+  to.push_back(N);
+  HostTensor out = makeTensor(resultElementType(op), to);
+  std::vector<double> A(M * K), Bt(N * K); // A row-major [M,K]; Bt [N,K]
+  int64_t lastL = -1, lastR = -1;
+  forEachIndex(batch, [&](int64_t bi, ArrayRef<int64_t> idx) {
+    int64_t lo = 0, ro = 0;
+    for (size_t d = 0; d < nb; ++d) {
+      lo += idx[d] * ls[d];
+      ro += idx[d] * rs[d];
+    }
+    const double *pa = a.data.data() + lo * M * K;
+    const double *pb = bt.data.data() + ro * K * N;
+    if (lo != lastL) {
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k)
+          A[i * K + k] = tl ? pa[k * M + i] : pa[i * K + k];
+      lastL = lo;
+    }
+    if (ro != lastR) {
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t k = 0; k < K; ++k)
+          Bt[j * K + k] = tr ? pb[j * K + k] : pb[k * N + j];
+      lastR = ro;
+    }
+    double *pc = out.data.data() + bi * M * N;
+    constexpr int64_t kRowBlock = 16;
+    for (int64_t i0 = 0; i0 < M; i0 += kRowBlock)
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t i = i0; i < std::min(M, i0 + kRowBlock); ++i)
+          pc[i * N + j] = dot(&A[i * K], &Bt[j * K], K) +
+                          (bias ? bias->data[j] : 0.0);
+  });
+  roundInPlace(out);
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
+  const HostTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2);
+  int64_t B = q.shape[0], Sq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
+  int64_t Skv = k.shape[1], Hkv = k.shape[2];
+  if (k.shape != v.shape)
+    return opError(op, absl::StrCat("key ", shapeStr(k.shape), " and value ",
+                                    shapeStr(v.shape),
+                                    " must have the same shape"));
+  if (k.shape[0] != B || k.shape[3] != D)
+    return opError(op, absl::StrCat("query ", shapeStr(q.shape), " and key ",
+                                    shapeStr(k.shape),
+                                    " differ in batch or head dimension"));
+  if (Hkv == 0 || Hq % Hkv != 0)
+    return opError(op, absl::StrCat("query heads (", Hq,
+                                    ") must be a multiple of key/value heads (",
+                                    Hkv, ")"));
+  int64_t L = Skv;
+  if (op.getKvLen()) {
+    L = scalarInt(in(op.getKvLen()));
+    if (L < 0 || L > Skv)
+      return opError(op, absl::StrCat("kv_len ", L, " is outside [0, ", Skv,
+                                      "] (the key length)"));
+  }
+  Shape scoresShape = {B, Hq, Sq, Skv};
+  std::vector<double> mask;
+  if (op.getMask()) {
+    const HostTensor &m = in(op.getMask());
+    if (absl::Status s = checkBroadcastable(op, "mask", m.shape, scoresShape);
+        !s.ok())
+      return s;
+    mask = broadcastData(m, scoresShape);
+  }
+  double scale = op.getScale() ? op.getScale()->convertToDouble()
+                               : 1.0 / std::sqrt(static_cast<double>(D));
+  bool causal = op.getCausal();
+  int64_t group = Hq / Hkv;
+  HostTensor out = makeTensor(q.elementType, q.shape);
+  std::vector<double> p(Skv);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      int64_t hk = h / group;
+      for (int64_t i = 0; i < Sq; ++i) {
+        const double *qi = q.data.data() + ((b * Sq + i) * Hq + h) * D;
+        // Keys j < L, and with `causal` j <= i + L - Sq (bottom right).
+        int64_t end = causal ? std::min(L, i + L - Sq + 1) : L;
+        double mx = -kInf;
+        for (int64_t j = 0; j < end; ++j) {
+          const double *kj = k.data.data() + ((b * Skv + j) * Hkv + hk) * D;
+          double s = dot(qi, kj, D) * scale;
+          if (!mask.empty())
+            s += mask[((b * Hq + h) * Sq + i) * Skv + j];
+          p[j] = s;
+          mx = nanMax(mx, s);
+        }
+        double *oi = out.data.data() + ((b * Sq + i) * Hq + h) * D;
+        // A row with no visible key (or every score -inf) gives zeros, as
+        // FlashAttention; NaN scores propagate.
+        if (end <= 0 || mx == -kInf)
+          continue;
+        double sum = 0.0;
+        for (int64_t j = 0; j < end; ++j) {
+          p[j] = std::exp(p[j] - mx);
+          sum += p[j];
+        }
+        for (int64_t j = 0; j < end; ++j) {
+          const double *vj = v.data.data() + ((b * Skv + j) * Hkv + hk) * D;
+          double w = p[j] / sum;
+          for (int64_t d = 0; d < D; ++d)
+            oi[d] += w * vj[d];
+        }
+      }
+    }
+  roundInPlace(out);
+  return out;
+}
+
+absl::StatusOr<HostTensor>
+RankState::kvCacheAppend(llm::KVCacheAppendOp op) {
+  const HostTensor &cache = in(op, 0), &upd = in(op, 1);
+  int64_t pos = scalarInt(in(op, 2));
+  if (cache.shape[0] != upd.shape[0] || cache.shape[2] != upd.shape[2] ||
+      cache.shape[3] != upd.shape[3])
+    return opError(op, absl::StrCat("update ", shapeStr(upd.shape),
+                                    " does not match cache ",
+                                    shapeStr(cache.shape),
+                                    " in batch, heads or head dimension"));
+  int64_t B = cache.shape[0], Smax = cache.shape[1], Snew = upd.shape[1];
+  int64_t row = cache.shape[2] * cache.shape[3];
+  if (pos < 0 || pos + Snew > Smax)
+    return absl::OutOfRangeError(absl::StrCat(
+        "'llm.kv_cache_append' at ", locStr(op.getLoc()), ": position ", pos,
+        " + ", Snew, " new rows exceeds the cache length ", Smax));
+  HostTensor out = cache;
+  for (int64_t b = 0; b < B; ++b)
+    std::copy_n(upd.data.begin() + b * Snew * row, Snew * row,
+                out.data.begin() + (b * Smax + pos) * row);
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives across simulated ranks
+//===----------------------------------------------------------------------===//
+
+absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
+                           std::vector<RankState> &ranks) {
+  int64_t n = static_cast<int64_t>(ranks.size());
+  Operation *op0 = ops[0];
+  for (int64_t r = 1; r < n; ++r)
+    if (ops[r]->getName() != op0->getName())
+      return opError(ops[r], absl::StrCat("rank ", r, " reached '",
+                                          ops[r]->getName().getStringRef().str(),
+                                          "' while rank 0 reached '",
+                                          op0->getName().getStringRef().str(),
+                                          "'; collectives must match"));
+  std::vector<const HostTensor *> ins;
+  for (int64_t r = 0; r < n; ++r) {
+    ins.push_back(&ranks[r].operand(ops[r], 0));
+    if (ins.back()->shape != ins[0]->shape)
+      return opError(ops[r], absl::StrCat("rank ", r, " input ",
+                                          shapeStr(ins.back()->shape),
+                                          " differs from rank 0's ",
+                                          shapeStr(ins[0]->shape)));
+  }
+  auto checkGroup = [&](int64_t group) -> absl::Status {
+    if (group != n)
+      return opError(op0, absl::StrCat("group_size ", group, " differs from ",
+                                       n, " simulated ranks"));
+    return absl::OkStatus();
+  };
+  auto reduceAll = [&](bool isMax) {
+    HostTensor sum = *ins[0];
+    for (int64_t r = 1; r < n; ++r)
+      for (size_t i = 0; i < sum.data.size(); ++i)
+        sum.data[i] = isMax ? nanMax(sum.data[i], ins[r]->data[i])
+                            : sum.data[i] + ins[r]->data[i];
+    roundInPlace(sum);
+    return sum;
+  };
+  if (auto ar = dyn_cast<llm::AllReduceOp>(op0)) {
+    if (absl::Status s = checkGroup(ar.getGroupSize()); !s.ok())
+      return s;
+    HostTensor t = reduceAll(ar.getKind() == llm::ReduceKind::max);
+    for (int64_t r = 0; r < n; ++r)
+      ranks[r].setResult(ops[r], t);
+    return absl::OkStatus();
+  }
+  if (auto ag = dyn_cast<llm::AllGatherOp>(op0)) {
+    if (absl::Status s = checkGroup(ag.getGroupSize()); !s.ok())
+      return s;
+    int64_t dim = ag.getDim();
+    Shape to = ins[0]->shape;
+    int64_t rows = to[dim];
+    to[dim] *= n;
+    HostTensor out = makeTensor(ins[0]->elementType, to);
+    int64_t outer = product(ArrayRef<int64_t>(to).take_front(dim));
+    int64_t inner = product(ArrayRef<int64_t>(to).drop_front(dim + 1));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t o = 0; o < outer; ++o)
+        std::copy_n(ins[r]->data.begin() + o * rows * inner, rows * inner,
+                    out.data.begin() + (o * to[dim] + r * rows) * inner);
+    for (int64_t r = 0; r < n; ++r)
+      ranks[r].setResult(ops[r], out);
+    return absl::OkStatus();
+  }
+  auto rs = cast<llm::ReduceScatterOp>(op0);
+  if (absl::Status s = checkGroup(rs.getGroupSize()); !s.ok())
+    return s;
+  int64_t dim = rs.getDim();
+  if (ins[0]->shape[dim] % n != 0)
+    return opError(op0, absl::StrCat("dimension ", dim, " of size ",
+                                     ins[0]->shape[dim],
+                                     " does not divide by group_size ", n));
+  HostTensor sum = reduceAll(rs.getKind() == llm::ReduceKind::max);
+  Shape to = sum.shape;
+  int64_t rows = to[dim] / n;
+  to[dim] = rows;
+  int64_t outer = product(ArrayRef<int64_t>(to).take_front(dim));
+  int64_t inner = product(ArrayRef<int64_t>(to).drop_front(dim + 1));
+  for (int64_t r = 0; r < n; ++r) {
+    HostTensor out = makeTensor(sum.elementType, to);
+    for (int64_t o = 0; o < outer; ++o)
+      std::copy_n(sum.data.begin() + (o * rows * n + r * rows) * inner,
+                  rows * inner, out.data.begin() + o * rows * inner);
+    ranks[r].setResult(ops[r], std::move(out));
+  }
+  return absl::OkStatus();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<std::vector<HostTensor>>
+Evaluate(func::FuncOp fn, llvm::ArrayRef<HostTensor> inputs) {
+  RankState state(fn);
+  if (absl::Status s = state.bindInputs(inputs); !s.ok())
+    return s;
+  absl::StatusOr<Operation *> stopped =
+      state.runUntilCollective(/*allowMultiRank=*/false);
+  if (!stopped.ok())
+    return stopped.status();
+  return std::move(state.results());
+}
+
+absl::StatusOr<std::vector<std::vector<HostTensor>>>
+EvaluateRanks(llvm::ArrayRef<func::FuncOp> fns,
+              llvm::ArrayRef<std::vector<HostTensor>> inputs) {
+  if (fns.empty() || fns.size() != inputs.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("EvaluateRanks expects one input list per function, found ",
+                     fns.size(), " functions and ", inputs.size(),
+                     " input lists"));
+  std::vector<RankState> ranks;
+  for (func::FuncOp fn : fns)
+    ranks.emplace_back(fn);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (absl::Status s = ranks[r].bindInputs(inputs[r]); !s.ok())
+      return absl::Status(s.code(), absl::StrCat("rank ", r, ": ", s.message()));
+  while (true) {
+    std::vector<Operation *> stops;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      absl::StatusOr<Operation *> op =
+          ranks[r].runUntilCollective(/*allowMultiRank=*/true);
+      if (!op.ok())
+        return absl::Status(op.status().code(),
+                            absl::StrCat("rank ", r, ": ", op.status().message()));
+      stops.push_back(*op);
+    }
+    size_t done = llvm::count(stops, nullptr);
+    if (done == ranks.size())
+      break;
+    if (done != 0)
+      return absl::InvalidArgumentError(
+          "some ranks returned while others wait in a collective");
+    if (absl::Status s = runCollective(stops, ranks); !s.ok())
+      return s;
+  }
+  std::vector<std::vector<HostTensor>> out;
+  for (RankState &r : ranks)
+    out.push_back(std::move(r.results()));
+  return out;
+}
+
+} // namespace llmc::reference

@@ -1,0 +1,144 @@
+//===- CompileMain.cpp - llmc-compile: ahead-of-time compilation -----------===//
+//
+//   llmc-compile FILE.mlir [--fn=NAME] [--shape NAME=N]... [--arch=sm_90a]
+//                [-o FILE.llmcx] [--stats] [--emit-cuda]
+//
+// Specializes shapes, lowers to an Executable and compiles every kernel with
+// NVRTC for --arch (no GPU needed), then writes the serialized Executable.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/InitAllDialects.h"
+#include "llmc/Tools.h"
+#include "llmc/runtime/KernelCompiler.h"
+
+#include "LLM/Transforms/Passes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <map>
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+int fail(const llvm::Twine &msg) {
+  llvm::errs() << "llmc-compile: error: " << msg << "\n";
+  return 1;
+}
+} // namespace
+
+int llmc::compileMain(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::OptionCategory cat("llmc-compile options");
+  cl::opt<std::string> input(cl::Positional, cl::desc("<file.mlir>"), cl::Required,
+                             cl::cat(cat));
+  cl::opt<std::string> output("o", cl::desc("output .llmcx file"), cl::cat(cat));
+  cl::opt<std::string> fnName("fn", cl::desc("function (default: the first)"),
+                              cl::cat(cat));
+  cl::list<std::string> shapes("shape", cl::desc("NAME=N binding of a dynamic dimension"),
+                               cl::cat(cat));
+  cl::list<std::string> arches("arch", cl::desc("sm_90a, sm_90, sm_80, compute_90 ..."),
+                               cl::cat(cat));
+  cl::opt<bool> stats("print-stats", cl::desc("print ops, kernels, GEMMs, arena bytes, compile time"),
+                      cl::cat(cat));
+  cl::opt<bool> emitCuda("emit-cuda", cl::desc("print the CUDA C++ of every kernel"),
+                         cl::cat(cat));
+  cl::opt<bool> noCache("no-cache", cl::desc("do not use the on-disk kernel cache"),
+                        cl::cat(cat));
+  cl::HideUnrelatedOptions(cat);
+  cl::ParseCommandLineOptions(argc, argv, "llmc-compile: ahead-of-time compilation\n");
+
+  DialectRegistry registry;
+  llmc::registerAllDialects(registry);
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  llvm::SourceMgr sm;
+  SourceMgrDiagnosticHandler diag(sm, &ctx);
+  auto t0 = std::chrono::steady_clock::now();
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(input, sm, &ctx);
+  if (!module)
+    return fail("could not parse '" + input + "'");
+  func::FuncOp fn;
+  for (auto f : module->getOps<func::FuncOp>())
+    if (fnName.empty() || f.getSymName() == fnName) {
+      fn = f;
+      break;
+    }
+  if (!fn)
+    return fail("function not found");
+  std::map<std::string, int64_t> bindings;
+  for (const std::string &s : shapes) {
+    auto [name, value] = llvm::StringRef(s).split('=');
+    int64_t v;
+    if (name.empty() || value.getAsInteger(10, v))
+      return fail("malformed --shape '" + s + "', expected NAME=N");
+    bindings[name.str()] = v;
+  }
+  if (failed(llmc::llm::specializeShapes(fn, bindings)))
+    return 1;
+  llmc::LowerStats st;
+  auto exe = llmc::LowerToExecutable(fn, {}, &st);
+  if (!exe.ok())
+    return fail(std::string(exe.status().message()));
+  auto t1 = std::chrono::steady_clock::now();
+  if (emitCuda)
+    for (auto &k : exe->kernels)
+      llvm::outs() << "// ===== kernel " << k.name << " =====\n" << k.source << "\n";
+
+  std::vector<std::string> archList(arches.begin(), arches.end());
+  if (archList.empty())
+    archList.push_back("sm_90a");
+  llmc::rt::KernelCompilerOptions kco;
+  kco.use_disk_cache = !noCache;
+  llmc::rt::KernelCompiler compiler(kco);
+  for (const std::string &arch : archList) {
+    std::vector<llmc::rt::KernelSource> sources;
+    for (auto &k : exe->kernels) {
+      llmc::rt::KernelSource s;
+      s.name = k.name;
+      s.source = k.source;
+      s.arch = arch;
+      s.headers = k.headers;
+      sources.push_back(std::move(s));
+    }
+    auto compiled = compiler.CompileAll(sources);
+    if (!compiled.ok())
+      return fail("NVRTC (" + arch + "): " + std::string(compiled.status().message()));
+    // The serialized executable carries the cubins of the first arch.
+    if (arch == archList.front())
+      for (auto [k, c] : llvm::zip(exe->kernels, *compiled)) {
+        k.arch = c.arch;
+        k.cubin = c.binary;
+      }
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  if (stats) {
+    auto ms = [](auto a, auto b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    auto cs = compiler.stats();
+    llvm::outs() << "llm ops: " << st.num_ops << "\n"
+                 << "kernel launches: " << st.num_kernel_launches << " ("
+                 << st.num_distinct_kernels << " distinct kernels)\n"
+                 << "GEMMs: " << st.num_gemms << "\n"
+                 << "arena peak bytes: " << st.arena_bytes << " (sum of intermediates "
+                 << st.intermediate_bytes << ")\n"
+                 << llvm::format("compile time: %.1f ms front end + codegen, %.1f ms "
+                                 "NVRTC (%lld compiled, %lld memory hits, %lld disk hits)\n",
+                                 ms(t0, t1), ms(t1, t2), (long long)cs.compiles,
+                                 (long long)cs.memory_hits, (long long)cs.disk_hits);
+  }
+  if (!output.empty())
+    if (auto s = llmc::rt::SaveExecutable(*exe, output); !s.ok())
+      return fail(std::string(s.message()));
+  return 0;
+}

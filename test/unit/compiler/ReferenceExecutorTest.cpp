@@ -1,0 +1,911 @@
+//===- ReferenceExecutorTest.cpp - the CPU reference executor, op by op ---===//
+//
+// Each op is checked against an independent hand computation written here
+// (never by calling the executor's own helpers) on small random inputs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ReferenceTestUtils.h"
+
+#include <cmath>
+#include <functional>
+
+#include "llvm/ADT/APFloat.h"
+
+using namespace mlir;
+using namespace llmc::reference;
+using namespace llmc::reference::testing;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Rounding
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReferenceTest, RoundsBF16ToNearestEven) {
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to the even mantissa 1.
+  EXPECT_EQ(RoundToType(1.0 + 0x1p-8, bf16()), 1.0);
+  // 1 + 3*2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even).
+  EXPECT_EQ(RoundToType(1.0 + 3 * 0x1p-8, bf16()), 1.0 + 0x1p-6);
+  // Just above the tie rounds up.
+  EXPECT_EQ(RoundToType(1.0 + 0x1p-8 + 0x1p-20, bf16()), 1.0 + 0x1p-7);
+  EXPECT_EQ(RoundToType(-(1.0 + 3 * 0x1p-8), bf16()), -(1.0 + 0x1p-6));
+  EXPECT_TRUE(std::isinf(RoundToType(1e39, bf16())));
+  EXPECT_TRUE(std::isnan(RoundToType(NAN, bf16())));
+}
+
+TEST_F(ReferenceTest, RoundsF16AndF32ToNearestEven) {
+  EXPECT_EQ(RoundToType(1.0 + 0x1p-11, f16()), 1.0);
+  EXPECT_EQ(RoundToType(1.0 + 3 * 0x1p-11, f16()), 1.0 + 0x1p-9);
+  EXPECT_EQ(RoundToType(65504.0, f16()), 65504.0);
+  EXPECT_TRUE(std::isinf(RoundToType(65520.0, f16()))); // the overflow tie
+  EXPECT_EQ(RoundToType(0x1p-25, f16()), 0.0);             // tie to even 0
+  EXPECT_EQ(RoundToType(3 * 0x1p-25, f16()), 0x1p-23);     // subnormal tie
+  EXPECT_EQ(RoundToType(1.0 + 0x1p-24, f32()), 1.0);
+  EXPECT_EQ(RoundToType(1.0 + 3 * 0x1p-24, f32()), 1.0 + 0x1p-22);
+}
+
+TEST_F(ReferenceTest, RoundsFp8WithE4M3Saturation) {
+  EXPECT_EQ(RoundToType(500.0, e4m3()), 448.0);
+  EXPECT_EQ(RoundToType(-1e6, e4m3()), -448.0);
+  EXPECT_EQ(RoundToType(INFINITY, e4m3()), 448.0);
+  EXPECT_TRUE(std::isnan(RoundToType(NAN, e4m3())));
+  EXPECT_EQ(RoundToType(1.0 + 0x1p-4, e4m3()), 1.0);       // tie -> even
+  EXPECT_EQ(RoundToType(1.0 + 3 * 0x1p-4, e4m3()), 1.25);  // tie -> even
+  EXPECT_EQ(RoundToType(0x1p-10, e4m3()), 0.0);            // half min subnormal
+  EXPECT_EQ(RoundToType(1.0 + 0x1p-3, e5m2()), 1.0);
+  EXPECT_EQ(RoundToType(1.0 + 3 * 0x1p-3, e5m2()), 1.5);
+  EXPECT_EQ(RoundToType(60000.0, e5m2()), 57344.0);
+  EXPECT_TRUE(std::isinf(RoundToType(70000.0, e5m2())));
+}
+
+TEST_F(ReferenceTest, WrapsIntegers) {
+  EXPECT_EQ(RoundToType(130, i8()), -126);
+  EXPECT_EQ(RoundToType(-129, i8()), 127);
+  EXPECT_EQ(RoundToType(0x1p31, i32()), -0x1p31);
+  EXPECT_EQ(RoundToType(-7.9, i32()), -7);
+  EXPECT_EQ(RoundToType(5, i1()), 1);
+  EXPECT_EQ(RoundToType(0, i1()), 0);
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReferenceTest, AddRoundsOnceToBF16) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<3xbf16>, %b: tensor<3xbf16>) -> tensor<3xbf16> {
+  %r = llm.add %a, %b : tensor<3xbf16>
+  return %r : tensor<3xbf16>
+})mlir";
+  auto out = run(src, {tensor(bf16(), {3}, {1.0, 1.0, 256.0}),
+                       tensor(bf16(), {3}, {0x1p-8, 3 * 0x1p-8, 1.0})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data, (std::vector<double>{1.0, 1.0 + 0x1p-6, 256.0}));
+}
+
+TEST_F(ReferenceTest, UnaryOpsMatchLibm) {
+  struct Case {
+    const char *op;
+    std::function<double(double)> fn;
+    bool positive;
+  };
+  const double k = std::sqrt(2.0 / M_PI);
+  std::vector<Case> cases = {
+      {"neg", [](double x) { return -x; }, false},
+      {"abs", [](double x) { return std::fabs(x); }, false},
+      {"exp", [](double x) { return std::exp(x); }, false},
+      {"log", [](double x) { return std::log(x); }, true},
+      {"tanh", [](double x) { return std::tanh(x); }, false},
+      {"sqrt", [](double x) { return std::sqrt(x); }, true},
+      {"rsqrt", [](double x) { return 1 / std::sqrt(x); }, true},
+      {"silu", [](double x) { return x / (1 + std::exp(-x)); }, false},
+      {"sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, false},
+      {"relu", [](double x) { return x > 0 ? x : 0.0; }, false},
+      {"gelu %x tanh", [&](double x) {
+         return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
+       }, false},
+      {"gelu %x erf", [](double x) {
+         return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+       }, false},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.op);
+    std::string opText = c.op;
+    std::string expr = opText.find("%x") != std::string::npos
+                           ? "llm." + opText
+                           : "llm." + opText + " %x";
+    std::string src = "func.func @f(%x: tensor<4x5xf32>) -> tensor<4x5xf32> {\n"
+                      "  %r = " + expr + " : tensor<4x5xf32>\n"
+                      "  return %r : tensor<4x5xf32>\n}";
+    HostTensor x = rand(f32(), {4, 5});
+    if (c.positive)
+      for (double &v : x.data)
+        v = RoundToType(std::fabs(v) + 0.1, f32());
+    auto out = run(src, {x});
+    ASSERT_EQ(out.size(), 1u);
+    for (size_t i = 0; i < x.data.size(); ++i)
+      EXPECT_EQ(out[0].data[i], static_cast<double>(static_cast<float>(
+                                    c.fn(x.data[i]))))
+          << "at " << i << " x=" << x.data[i];
+  }
+}
+
+TEST_F(ReferenceTest, BinaryOpsAndNaNPropagation) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %s = llm.sub %a, %b : tensor<4xf32>
+  %m = llm.mul %a, %b : tensor<4xf32>
+  %d = llm.div %a, %b : tensor<4xf32>
+  %p = llm.pow %a, %b : tensor<4xf32>
+  %mx = llm.maximum %a, %b : tensor<4xf32>
+  %mn = llm.minimum %a, %b : tensor<4xf32>
+  return %s, %m, %d, %p, %mx, %mn : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+})mlir";
+  auto out = run(src, {tensor(f32(), {4}, {2, 3, NAN, 1}),
+                       tensor(f32(), {4}, {0.5, -2, 1, 0})});
+  ASSERT_EQ(out.size(), 6u);
+  EXPECT_EQ(out[0].data[0], 1.5);
+  EXPECT_EQ(out[1].data[1], -6);
+  EXPECT_EQ(out[2].data[1], -1.5);
+  EXPECT_TRUE(std::isinf(out[2].data[3]));
+  EXPECT_EQ(out[3].data[0], std::sqrt(2.0f) * 1.0);
+  EXPECT_EQ(out[4].data[0], 2);
+  EXPECT_EQ(out[5].data[1], -2);
+  EXPECT_TRUE(std::isnan(out[4].data[2]));
+  EXPECT_TRUE(std::isnan(out[5].data[2]));
+}
+
+TEST_F(ReferenceTest, IntegerDivTruncatesAndDivByZeroIsAnError) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<3xi32>, %b: tensor<3xi32>) -> tensor<3xi32> {
+  %d = llm.div %a, %b : tensor<3xi32>
+  return %d : tensor<3xi32>
+})mlir";
+  auto out = run(src, {tensor(i32(), {3}, {7, -7, 9}),
+                       tensor(i32(), {3}, {2, 2, -4})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data, (std::vector<double>{3, -3, -2}));
+  absl::Status s = runStatus(src, {tensor(i32(), {3}, {7, -7, 9}),
+                                   tensor(i32(), {3}, {2, 0, -4})});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("llm.div"), std::string_view::npos) << s;
+}
+
+TEST_F(ReferenceTest, CompareSelectAndCast) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<5xf32>, %b: tensor<5xf32>) -> (tensor<5xi1>, tensor<5xi1>, tensor<5xf32>, tensor<5xf8E4M3FN>, tensor<5xi32>, tensor<5xbf16>) {
+  %lt = llm.compare lt, %a, %b : tensor<5xf32>
+  %ne = llm.compare ne, %a, %b : tensor<5xf32>
+  %s = llm.select %lt, %a, %b : tensor<5xi1>, tensor<5xf32>
+  %c8 = llm.cast %a : tensor<5xf32> to tensor<5xf8E4M3FN>
+  %ci = llm.cast %a : tensor<5xf32> to tensor<5xi32>
+  %cb = llm.cast %a : tensor<5xf32> to tensor<5xbf16>
+  return %lt, %ne, %s, %c8, %ci, %cb : tensor<5xi1>, tensor<5xi1>, tensor<5xf32>, tensor<5xf8E4M3FN>, tensor<5xi32>, tensor<5xbf16>
+})mlir";
+  double a3 = RoundToType(1.0 + 0x1p-8 + 0x1p-12, f32());
+  auto out = run(src, {tensor(f32(), {5}, {1, 500, NAN, a3, -2.75}),
+                       tensor(f32(), {5}, {2, 3, 1, 0, -3})});
+  ASSERT_EQ(out.size(), 6u);
+  EXPECT_EQ(out[0].data, (std::vector<double>{1, 0, 0, 0, 0}));
+  EXPECT_EQ(out[1].data, (std::vector<double>{1, 1, 1, 1, 1})); // NaN ne -> true
+  EXPECT_EQ(out[2].data[0], 1);
+  EXPECT_EQ(out[2].data[1], 3);
+  EXPECT_EQ(out[3].data[1], 448);
+  EXPECT_TRUE(std::isnan(out[3].data[2]));
+  EXPECT_EQ(out[3].data[4], -2.75);
+  EXPECT_EQ(out[4].data, (std::vector<double>{1, 500, 0, 1, -2}));
+  EXPECT_EQ(out[5].data[3], 1.0 + 0x1p-7);
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReferenceTest, ReshapeTransposeSliceConcat) {
+  const char *src = R"mlir(
+func.func @f(%x: tensor<?x6xf32>) -> (tensor<?x3x2xf32>, tensor<6x?xf32>, tensor<?x2xf32>, tensor<?x12xf32>) {
+  %r = llm.reshape %x : tensor<?x6xf32> to tensor<?x3x2xf32>
+  %t = llm.transpose %x [1, 0] : tensor<?x6xf32>
+  %s = llm.slice %x [0, 1] to [-1, 6] step [1, 3] : tensor<?x6xf32>
+  %c = llm.concat %x, %x dim = 1 : tensor<?x6xf32>, tensor<?x6xf32>
+  return %r, %t, %s, %c : tensor<?x3x2xf32>, tensor<6x?xf32>, tensor<?x2xf32>, tensor<?x12xf32>
+})mlir";
+  HostTensor x = rand(f32(), {4, 6});
+  auto out = run(src, {x});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].shape, (std::vector<int64_t>{4, 3, 2}));
+  EXPECT_EQ(out[0].data, x.data);
+  EXPECT_EQ(out[1].shape, (std::vector<int64_t>{6, 4}));
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 6; ++j) {
+      EXPECT_EQ(out[1].data[j * 4 + i], x.data[i * 6 + j]);
+      EXPECT_EQ(out[3].data[i * 12 + j], x.data[i * 6 + j]);
+      EXPECT_EQ(out[3].data[i * 12 + 6 + j], x.data[i * 6 + j]);
+    }
+  EXPECT_EQ(out[2].shape, (std::vector<int64_t>{4, 2}));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out[2].data[i * 2], x.data[i * 6 + 1]);
+    EXPECT_EQ(out[2].data[i * 2 + 1], x.data[i * 6 + 4]);
+  }
+}
+
+TEST_F(ReferenceTest, BroadcastIncludingDynamicDimsFromTheUser) {
+  const char *src = R"mlir(
+func.func @f(%x: tensor<?x3xf32>, %w: tensor<3xf32>) -> (tensor<?x3xf32>, tensor<2x?x3xf32>) {
+  %c = llm.constant dense<0.5> : tensor<f32>
+  %h = llm.broadcast %c : tensor<f32> to tensor<?x3xf32>
+  %y = llm.mul %x, %h : tensor<?x3xf32>
+  %b = llm.broadcast %x : tensor<?x3xf32> to tensor<2x?x3xf32>
+  return %y, %b : tensor<?x3xf32>, tensor<2x?x3xf32>
+})mlir";
+  HostTensor x = rand(f32(), {5, 3});
+  auto out = run(src, {x, rand(f32(), {3})});
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[0].shape, (std::vector<int64_t>{5, 3}));
+  for (size_t i = 0; i < x.data.size(); ++i)
+    EXPECT_EQ(out[0].data[i], x.data[i] * 0.5);
+  ASSERT_EQ(out[1].shape, (std::vector<int64_t>{2, 5, 3}));
+  for (size_t i = 0; i < x.data.size(); ++i) {
+    EXPECT_EQ(out[1].data[i], x.data[i]);
+    EXPECT_EQ(out[1].data[15 + i], x.data[i]);
+  }
+}
+
+TEST_F(ReferenceTest, GatherEmbeddingAndOutOfRange) {
+  const char *src = R"mlir(
+func.func @f(%t: tensor<5x3xf32>, %i: tensor<1x?xi64>) -> tensor<1x?x3xf32> {
+  %e = llm.gather %t, %i axis = 0 : tensor<5x3xf32>, tensor<1x?xi64>
+  return %e : tensor<1x?x3xf32>
+})mlir";
+  HostTensor t = rand(f32(), {5, 3});
+  auto out = run(src, {t, tensor(i64(), {1, 3}, {4, 0, 4})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (std::vector<int64_t>{1, 3, 3}));
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_EQ(out[0].data[j], t.data[12 + j]);
+    EXPECT_EQ(out[0].data[3 + j], t.data[j]);
+  }
+  absl::Status s = runStatus(src, {t, tensor(i64(), {1, 2}, {1, 5})});
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("llm.gather"), std::string_view::npos) << s;
+  EXPECT_NE(s.message().find("index 5"), std::string_view::npos) << s;
+}
+
+TEST_F(ReferenceTest, GatherOnInnerAxis) {
+  const char *src = R"mlir(
+func.func @f(%t: tensor<2x4x3xf32>, %i: tensor<2xi32>) -> tensor<2x2x3xf32> {
+  %e = llm.gather %t, %i axis = 1 : tensor<2x4x3xf32>, tensor<2xi32>
+  return %e : tensor<2x2x3xf32>
+})mlir";
+  HostTensor t = rand(f32(), {2, 4, 3});
+  auto out = run(src, {t, tensor(i32(), {2}, {3, 1})});
+  ASSERT_EQ(out.size(), 1u);
+  for (int a = 0; a < 2; ++a)
+    for (int k = 0; k < 2; ++k)
+      for (int c = 0; c < 3; ++c)
+        EXPECT_EQ(out[0].data[(a * 2 + k) * 3 + c],
+                  t.data[(a * 4 + (k == 0 ? 3 : 1)) * 3 + c]);
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReferenceTest, Reductions) {
+  const char *src = R"mlir(
+func.func @f(%x: tensor<3x4x5xf32>) -> (tensor<4xf32>, tensor<3x1x1xf32>, tensor<3x4xf32>, tensor<3x5xf32>) {
+  %s = llm.reduce_sum %x [0, 2] : tensor<3x4x5xf32>
+  %m = llm.reduce_mean %x [1, 2] keepdim : tensor<3x4x5xf32>
+  %mx = llm.reduce_max %x [2] : tensor<3x4x5xf32>
+  %mn = llm.reduce_min %x [1] : tensor<3x4x5xf32>
+  return %s, %m, %mx, %mn : tensor<4xf32>, tensor<3x1x1xf32>, tensor<3x4xf32>, tensor<3x5xf32>
+})mlir";
+  HostTensor x = rand(f32(), {3, 4, 5});
+  auto at = [&](int a, int b, int c) { return x.data[(a * 4 + b) * 5 + c]; };
+  auto out = run(src, {x});
+  ASSERT_EQ(out.size(), 4u);
+  for (int b = 0; b < 4; ++b) {
+    double s = 0;
+    for (int a = 0; a < 3; ++a)
+      for (int c = 0; c < 5; ++c)
+        s += at(a, b, c);
+    EXPECT_EQ(out[0].data[b], static_cast<double>(static_cast<float>(s)));
+  }
+  EXPECT_EQ(out[1].shape, (std::vector<int64_t>{3, 1, 1}));
+  for (int a = 0; a < 3; ++a) {
+    double s = 0;
+    for (int b = 0; b < 4; ++b)
+      for (int c = 0; c < 5; ++c)
+        s += at(a, b, c);
+    EXPECT_NEAR(out[1].data[a], s / 20, 1e-6);
+    for (int b = 0; b < 4; ++b) {
+      double mx = -INFINITY;
+      for (int c = 0; c < 5; ++c)
+        mx = std::max(mx, at(a, b, c));
+      EXPECT_EQ(out[2].data[a * 4 + b], mx);
+    }
+    for (int c = 0; c < 5; ++c) {
+      double mn = INFINITY;
+      for (int b = 0; b < 4; ++b)
+        mn = std::min(mn, at(a, b, c));
+      EXPECT_EQ(out[3].data[a * 5 + c], mn);
+    }
+  }
+}
+
+TEST_F(ReferenceTest, SoftmaxWithScaleMaskAndAllMaskedRow) {
+  const char *src = R"mlir(
+func.func @f(%x: tensor<2x3x4xf32>, %m: tensor<3x4xf32>) -> tensor<2x3x4xf32> {
+  %p = llm.softmax %x mask %m {scale = 0.5 : f64} : tensor<2x3x4xf32>, tensor<3x4xf32>
+  return %p : tensor<2x3x4xf32>
+})mlir";
+  HostTensor x = rand(f32(), {2, 3, 4});
+  HostTensor m = rand(f32(), {3, 4});
+  for (int c = 0; c < 4; ++c)
+    m.data[2 * 4 + c] = -INFINITY; // row 2 fully masked
+  m.data[0] = -INFINITY;           // one masked entry in row 0
+  auto out = run(src, {x, m});
+  ASSERT_EQ(out.size(), 1u);
+  for (int b = 0; b < 2; ++b)
+    for (int r = 0; r < 3; ++r) {
+      double z[4], mx = -INFINITY, sum = 0;
+      for (int c = 0; c < 4; ++c) {
+        z[c] = x.data[(b * 3 + r) * 4 + c] * 0.5 + m.data[r * 4 + c];
+        mx = std::max(mx, z[c]);
+      }
+      for (int c = 0; c < 4; ++c)
+        sum += std::exp(z[c] - mx);
+      for (int c = 0; c < 4; ++c) {
+        double got = out[0].data[(b * 3 + r) * 4 + c];
+        if (r == 2) {
+          EXPECT_TRUE(std::isnan(got));
+          continue;
+        }
+        EXPECT_NEAR(got, std::exp(z[c] - mx) / sum, 1e-7);
+      }
+      if (r == 0) {
+        EXPECT_EQ(out[0].data[b * 12], 0.0);
+      }
+    }
+}
+
+TEST_F(ReferenceTest, RMSNormMatchesDirectLoop) {
+  for (Type t : {f32(), bf16(), f16()}) {
+    std::string ty = t.isF32() ? "f32" : t.isBF16() ? "bf16" : "f16";
+    SCOPED_TRACE(ty);
+    std::string src =
+        "func.func @f(%x: tensor<2x3x64x" + ty + ">, %w: tensor<64x" + ty +
+        ">) -> tensor<2x3x64x" + ty + "> {\n"
+        "  %y = llm.rms_norm %x, %w {eps = 1.0e-06 : f64} : tensor<2x3x64x" +
+        ty + ">, tensor<64x" + ty + ">\n"
+        "  return %y : tensor<2x3x64x" + ty + ">\n}";
+    HostTensor x = rand(t, {2, 3, 64}, 2.0), w = rand(t, {64});
+    auto out = run(src, {x, w});
+    ASSERT_EQ(out.size(), 1u);
+    for (int r = 0; r < 6; ++r) {
+      double ss = 0;
+      for (int c = 0; c < 64; ++c)
+        ss += x.data[r * 64 + c] * x.data[r * 64 + c];
+      double rms = std::sqrt(ss / 64 + 1e-6);
+      for (int c = 0; c < 64; ++c) {
+        double want = RoundToType(x.data[r * 64 + c] / rms * w.data[c], t);
+        EXPECT_EQ(out[0].data[r * 64 + c], want) << r << "," << c;
+      }
+    }
+  }
+}
+
+TEST_F(ReferenceTest, LayerNormMatchesDirectLoop) {
+  const char *src = R"mlir(
+func.func @f(%x: tensor<5x48xf32>, %w: tensor<48xf32>, %b: tensor<48xf32>) -> (tensor<5x48xf32>, tensor<5x48xf32>) {
+  %y = llm.layer_norm %x, %w, %b {eps = 1.0e-05 : f64} : tensor<5x48xf32>, tensor<48xf32>, tensor<48xf32>
+  %z = llm.layer_norm %x, %w : tensor<5x48xf32>, tensor<48xf32>
+  return %y, %z : tensor<5x48xf32>, tensor<5x48xf32>
+})mlir";
+  HostTensor x = rand(f32(), {5, 48}, 3.0), w = rand(f32(), {48}),
+             b = rand(f32(), {48});
+  for (double &v : x.data)
+    v = RoundToType(v + 2.0, f32()); // a nonzero mean
+  auto out = run(src, {x, w, b});
+  ASSERT_EQ(out.size(), 2u);
+  for (int r = 0; r < 5; ++r) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < 48; ++c)
+      mean += x.data[r * 48 + c] / 48;
+    for (int c = 0; c < 48; ++c)
+      var += (x.data[r * 48 + c] - mean) * (x.data[r * 48 + c] - mean) / 48;
+    for (int c = 0; c < 48; ++c) {
+      double n = (x.data[r * 48 + c] - mean) / std::sqrt(var + 1e-5);
+      EXPECT_NEAR(out[0].data[r * 48 + c], n * w.data[c] + b.data[c], 1e-5);
+      EXPECT_NEAR(out[1].data[r * 48 + c], n * w.data[c], 1e-5);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// RoPE
+//===----------------------------------------------------------------------===//
+
+/// HF transformers' formulation: x * cos + rotate_half(x) * sin with
+/// cos/sin = cat(freqs, freqs) (half_split), or GPT-J's pairs (interleaved).
+static std::vector<double> ropeReference(const HostTensor &x,
+                                         std::vector<int64_t> offsets,
+                                         double theta, bool interleaved) {
+  int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+  std::vector<double> out(x.data.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h) {
+        const double *v = &x.data[((b * S + s) * H + h) * D];
+        double *o = &out[((b * S + s) * H + h) * D];
+        for (int64_t d = 0; d < D; ++d) {
+          int64_t i = interleaved ? d / 2 : d % (D / 2);
+          double ang = (s + offsets[b]) / std::pow(theta, 2.0 * i / D);
+          double rot;
+          if (interleaved)
+            rot = d % 2 == 0 ? -v[d + 1] : v[d - 1];
+          else
+            rot = d < D / 2 ? -v[d + D / 2] : v[d - D / 2];
+          o[d] = v[d] * std::cos(ang) + rot * std::sin(ang);
+        }
+      }
+  return out;
+}
+
+TEST_F(ReferenceTest, RopeMatchesRotateHalf) {
+  const char *src = R"mlir(
+func.func @f(%x: tensor<2x?x3x8xf32>, %p: tensor<i64>, %pb: tensor<2xi32>) -> (tensor<2x?x3x8xf32>, tensor<2x?x3x8xf32>, tensor<2x?x3x8xf32>) {
+  %a = llm.rope %x half_split : tensor<2x?x3x8xf32>
+  %b = llm.rope %x offset %p half_split {theta = 500.0 : f64} : tensor<2x?x3x8xf32>, tensor<i64>
+  %c = llm.rope %x offset %pb interleaved : tensor<2x?x3x8xf32>, tensor<2xi32>
+  return %a, %b, %c : tensor<2x?x3x8xf32>, tensor<2x?x3x8xf32>, tensor<2x?x3x8xf32>
+})mlir";
+  HostTensor x = rand(f32(), {2, 5, 3, 8});
+  auto out = run(src, {x, scalar(i64(), 299), tensor(i32(), {2}, {3, 17})});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_LT(maxAbsDiff(out[0].data, ropeReference(x, {0, 0}, 1e4, false)), 1e-6);
+  EXPECT_LT(maxAbsDiff(out[1].data, ropeReference(x, {299, 299}, 500, false)),
+            1e-6);
+  EXPECT_LT(maxAbsDiff(out[2].data, ropeReference(x, {3, 17}, 1e4, true)), 1e-6);
+}
+
+//===----------------------------------------------------------------------===//
+// Matmul
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReferenceTest, MatmulTransposesBatchBroadcastAndBias) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<2x?x6xf32>, %w: tensor<5x6xf32>, %bias: tensor<5xf32>,
+             %at: tensor<2x6x3xf32>, %b: tensor<1x6x5xf32>) -> (tensor<2x?x5xf32>, tensor<2x3x5xf32>) {
+  %y = llm.matmul %a, %w bias %bias {transpose_rhs} : tensor<2x?x6xf32>, tensor<5x6xf32>, tensor<5xf32> -> tensor<2x?x5xf32>
+  %z = llm.matmul %at, %b {transpose_lhs} : tensor<2x6x3xf32>, tensor<1x6x5xf32> -> tensor<2x3x5xf32>
+  return %y, %z : tensor<2x?x5xf32>, tensor<2x3x5xf32>
+})mlir";
+  HostTensor a = rand(f32(), {2, 3, 6}), w = rand(f32(), {5, 6}),
+             bias = rand(f32(), {5}), at = rand(f32(), {2, 6, 3}),
+             b = rand(f32(), {1, 6, 5});
+  auto out = run(src, {a, w, bias, at, b});
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[0].shape, (std::vector<int64_t>{2, 3, 5}));
+  for (int bb = 0; bb < 2; ++bb)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 5; ++j) {
+        double s = bias.data[j], t = 0;
+        for (int k = 0; k < 6; ++k) {
+          s += a.data[(bb * 3 + i) * 6 + k] * w.data[j * 6 + k];
+          t += at.data[(bb * 6 + k) * 3 + i] * b.data[k * 5 + j];
+        }
+        EXPECT_NEAR(out[0].data[(bb * 3 + i) * 5 + j], s, 1e-5);
+        EXPECT_NEAR(out[1].data[(bb * 3 + i) * 5 + j], t, 1e-5);
+      }
+}
+
+TEST_F(ReferenceTest, MatmulBF16RoundsOnceAndFp8ToF32) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<4x32xbf16>, %b: tensor<32x8xbf16>, %a8: tensor<4x32xf8E4M3FN>, %b8: tensor<32x8xf8E5M2>) -> (tensor<4x8xbf16>, tensor<4x8xf32>) {
+  %y = llm.matmul %a, %b : tensor<4x32xbf16>, tensor<32x8xbf16> -> tensor<4x8xbf16>
+  %z = llm.matmul %a8, %b8 : tensor<4x32xf8E4M3FN>, tensor<32x8xf8E5M2> -> tensor<4x8xf32>
+  return %y, %z : tensor<4x8xbf16>, tensor<4x8xf32>
+})mlir";
+  HostTensor a = rand(bf16(), {4, 32}), b = rand(bf16(), {32, 8}),
+             a8 = rand(e4m3(), {4, 32}), b8 = rand(e5m2(), {32, 8});
+  auto out = run(src, {a, b, a8, b8});
+  ASSERT_EQ(out.size(), 2u);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double s = 0, t = 0;
+      for (int k = 0; k < 32; ++k) {
+        s += a.data[i * 32 + k] * b.data[k * 8 + j];
+        t += a8.data[i * 32 + k] * b8.data[k * 8 + j];
+      }
+      EXPECT_EQ(out[0].data[i * 8 + j], RoundToType(s, bf16()));
+      EXPECT_EQ(out[1].data[i * 8 + j], RoundToType(t, f32()));
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+/// Naive attention: repeats KV heads to Hq, builds the full score matrix
+/// with -inf where masked, softmaxes with the max subtracted.
+static std::vector<double> naiveAttention(const HostTensor &q,
+                                          const HostTensor &k,
+                                          const HostTensor &v, bool causal,
+                                          int64_t kvLen,
+                                          const std::vector<double> *mask) {
+  int64_t B = q.shape[0], Sq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
+  int64_t Skv = k.shape[1], Hkv = k.shape[2];
+  int64_t rep = Hq / Hkv;
+  // Repeat KV heads: kr[b][s][h] = k[b][s][h / rep].
+  std::vector<double> kr(B * Skv * Hq * D), vr(B * Skv * Hq * D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < Skv; ++s)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          kr[((b * Skv + s) * Hq + h) * D + d] =
+              k.data[((b * Skv + s) * Hkv + h / rep) * D + d];
+          vr[((b * Skv + s) * Hq + h) * D + d] =
+              v.data[((b * Skv + s) * Hkv + h / rep) * D + d];
+        }
+  std::vector<double> out(q.data.size(), 0.0);
+  double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < Sq; ++i) {
+        std::vector<double> s(Skv);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < Skv; ++j) {
+          double dotp = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dotp += q.data[((b * Sq + i) * Hq + h) * D + d] *
+                    kr[((b * Skv + j) * Hq + h) * D + d];
+          s[j] = dotp * scale;
+          if (mask)
+            s[j] += (*mask)[((b * Hq + h) * Sq + i) * Skv + j];
+          if (j >= kvLen || (causal && j > i + kvLen - Sq))
+            s[j] = -INFINITY;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < Skv; ++j)
+          sum += std::exp(s[j] - mx);
+        for (int64_t j = 0; j < Skv; ++j) {
+          double p = std::exp(s[j] - mx) / sum;
+          for (int64_t d = 0; d < D; ++d)
+            out[((b * Sq + i) * Hq + h) * D + d] +=
+                p * vr[((b * Skv + j) * Hq + h) * D + d];
+        }
+      }
+  return out;
+}
+
+static std::string attentionSrc(int64_t B, int64_t Sq, int64_t Skv,
+                                int64_t Hq, int64_t Hkv, int64_t D,
+                                const std::string &ty, bool causal,
+                                bool kvLen) {
+  auto t = [&](int64_t s, int64_t h) {
+    return "tensor<" + std::to_string(B) + "x" + std::to_string(s) + "x" +
+           std::to_string(h) + "x" + std::to_string(D) + "x" + ty + ">";
+  };
+  std::string q = t(Sq, Hq), kv = t(Skv, Hkv);
+  std::string src = "func.func @f(%q: " + q + ", %k: " + kv + ", %v: " + kv +
+                    ", %n: tensor<i64>) -> " + q + " {\n  %o = llm.attention "
+                    "%q, %k, %v";
+  if (kvLen)
+    src += " kv_len(%n : tensor<i64>)";
+  if (causal)
+    src += " {causal}";
+  src += " : " + q + ", " + kv + ", " + kv + "\n  return %o : " + q + "\n}";
+  return src;
+}
+
+TEST_F(ReferenceTest, AttentionGQAMatchesNaiveRepeatKV) {
+  struct Case {
+    int64_t B, Sq, Skv, Hq, Hkv, D;
+    bool causal, useKvLen;
+    int64_t kvLen;
+  };
+  std::vector<Case> cases = {
+      {2, 7, 7, 8, 1, 16, true, false, 7},     // (8,1), Sq == Skv
+      {1, 7, 7, 9, 3, 20, true, false, 7},     // (9,3): group 3
+      {2, 5, 5, 9, 3, 8, false, false, 5},     // non-causal
+      {1, 1, 300, 8, 2, 16, true, true, 300},  // decode vs KV 300
+      {2, 1, 300, 9, 3, 16, true, true, 123},  // decode, partial cache
+      {1, 4, 10, 4, 4, 8, true, true, 9},      // chunked prefill, bottom right
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "Hq=" << c.Hq << " Hkv=" << c.Hkv << " Sq=" << c.Sq
+                 << " Skv=" << c.Skv << " kv_len=" << c.kvLen);
+    HostTensor q = rand(f32(), {c.B, c.Sq, c.Hq, c.D});
+    HostTensor k = rand(f32(), {c.B, c.Skv, c.Hkv, c.D});
+    HostTensor v = rand(f32(), {c.B, c.Skv, c.Hkv, c.D});
+    auto out = run(attentionSrc(c.B, c.Sq, c.Skv, c.Hq, c.Hkv, c.D, "f32",
+                                c.causal, c.useKvLen),
+                   {q, k, v, scalar(i64(), c.kvLen)});
+    ASSERT_EQ(out.size(), 1u);
+    std::vector<double> want =
+        naiveAttention(q, k, v, c.causal, c.kvLen, nullptr);
+    EXPECT_LT(maxAbsDiff(out[0].data, want), 1e-6);
+  }
+}
+
+TEST_F(ReferenceTest, AttentionWithBroadcastMaskAndBF16) {
+  const char *src = R"mlir(
+func.func @f(%q: tensor<2x6x4x8xbf16>, %k: tensor<2x6x2x8xbf16>, %v: tensor<2x6x2x8xbf16>, %m: tensor<2x1x1x6xbf16>) -> tensor<2x6x4x8xbf16> {
+  %o = llm.attention %q, %k, %v mask(%m : tensor<2x1x1x6xbf16>) {causal} : tensor<2x6x4x8xbf16>, tensor<2x6x2x8xbf16>, tensor<2x6x2x8xbf16>
+  return %o : tensor<2x6x4x8xbf16>
+})mlir";
+  HostTensor q = rand(bf16(), {2, 6, 4, 8}), k = rand(bf16(), {2, 6, 2, 8}),
+             v = rand(bf16(), {2, 6, 2, 8}), m = rand(bf16(), {2, 1, 1, 6});
+  auto out = run(src, {q, k, v, m});
+  ASSERT_EQ(out.size(), 1u);
+  std::vector<double> full(2 * 4 * 6 * 6);
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 4; ++h)
+      for (int i = 0; i < 6; ++i)
+        for (int j = 0; j < 6; ++j)
+          full[((b * 4 + h) * 6 + i) * 6 + j] = m.data[b * 6 + j];
+  std::vector<double> want = naiveAttention(q, k, v, true, 6, &full);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(out[0].data[i], RoundToType(want[i], bf16())) << i;
+}
+
+TEST_F(ReferenceTest, AttentionKvLenOutOfRangeIsAnError) {
+  absl::Status s = runStatus(attentionSrc(1, 1, 4, 2, 2, 4, "f32", true, true),
+                             {rand(f32(), {1, 1, 2, 4}), rand(f32(), {1, 4, 2, 4}),
+                              rand(f32(), {1, 4, 2, 4}), scalar(i64(), 5)});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("llm.attention"), std::string_view::npos) << s;
+  EXPECT_NE(s.message().find("kv_len 5"), std::string_view::npos) << s;
+}
+
+//===----------------------------------------------------------------------===//
+// KV cache
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReferenceTest, KVCacheAppendAndOverflow) {
+  const char *src = R"mlir(
+func.func @f(%c: tensor<2x6x2x3xf32>, %u: tensor<2x?x2x3xf32>, %p: tensor<i32>) -> tensor<2x6x2x3xf32> {
+  %r = llm.kv_cache_append %c, %u, %p : tensor<2x6x2x3xf32>, tensor<2x?x2x3xf32>, tensor<i32>
+  return %r : tensor<2x6x2x3xf32>
+})mlir";
+  HostTensor c = rand(f32(), {2, 6, 2, 3}), u = rand(f32(), {2, 2, 2, 3});
+  auto out = run(src, {c, u, scalar(i32(), 3)});
+  ASSERT_EQ(out.size(), 1u);
+  for (int b = 0; b < 2; ++b)
+    for (int s = 0; s < 6; ++s)
+      for (int e = 0; e < 6; ++e) {
+        double want = (s == 3 || s == 4) ? u.data[(b * 2 + s - 3) * 6 + e]
+                                         : c.data[(b * 6 + s) * 6 + e];
+        EXPECT_EQ(out[0].data[(b * 6 + s) * 6 + e], want);
+      }
+  absl::Status s = runStatus(src, {c, u, scalar(i32(), 5)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("llm.kv_cache_append"), std::string_view::npos)
+      << s;
+}
+
+//===----------------------------------------------------------------------===//
+// Input checking and errors
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReferenceTest, RejectsInputsThatDoNotMatchTheFunction) {
+  const char *src = R"mlir(
+func.func @f(%x: tensor<?x4xbf16>) -> tensor<?x4xbf16> {
+  %y = llm.neg %x : tensor<?x4xbf16>
+  return %y : tensor<?x4xbf16>
+})mlir";
+  absl::Status count = runStatus(src, {});
+  EXPECT_NE(count.message().find("expects 1 inputs, found 0"),
+            std::string_view::npos)
+      << count;
+  absl::Status dtype = runStatus(src, {rand(f32(), {2, 4})});
+  EXPECT_NE(dtype.message().find("argument #0: expected element type bf16, "
+                                 "found f32"),
+            std::string_view::npos)
+      << dtype;
+  absl::Status shape = runStatus(src, {rand(bf16(), {2, 5})});
+  EXPECT_NE(shape.message().find("expected shape [?, 4], found [2, 5]"),
+            std::string_view::npos)
+      << shape;
+  absl::Status value =
+      runStatus(src, {tensor(bf16(), {1, 4}, {1.0, 0.1, 2.0, 3.0})});
+  EXPECT_NE(value.message().find("not representable in bf16"),
+            std::string_view::npos)
+      << value;
+}
+
+TEST_F(ReferenceTest, RuntimeShapeMismatchNamesTheOp) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<?x4xf32>, %b: tensor<?x4xf32>) -> tensor<?x4xf32> {
+  %y = llm.add %a, %b : tensor<?x4xf32>
+  return %y : tensor<?x4xf32>
+})mlir";
+  absl::Status s = runStatus(src, {rand(f32(), {2, 4}), rand(f32(), {3, 4})});
+  EXPECT_NE(s.message().find("'llm.add'"), std::string_view::npos) << s;
+  EXPECT_NE(s.message().find("[2, 4] and [3, 4]"), std::string_view::npos) << s;
+}
+
+TEST_F(ReferenceTest, UnsupportedOpIsUnimplemented) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4xf32>
+  return %e : tensor<4xf32>
+})mlir";
+  absl::Status s = runStatus(src, {rand(f32(), {4})});
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("tensor.empty"), std::string_view::npos) << s;
+}
+
+TEST_F(ReferenceTest, ArithConstantIsSupported) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %c = arith.constant dense<[1.5, -2.0]> : tensor<2xf32>
+  %y = llm.add %a, %c : tensor<2xf32>
+  return %y : tensor<2xf32>
+})mlir";
+  auto out = run(src, {tensor(f32(), {2}, {1, 1})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data, (std::vector<double>{2.5, -1.0}));
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReferenceTest, CollectivesOfOneRankAreIdentityAndLargerGroupsNeedRanks) {
+  const char *one = R"mlir(
+func.func @f(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %r = llm.all_reduce %a sum group_size = 1 : tensor<2x3xf32>
+  return %r : tensor<2x3xf32>
+})mlir";
+  HostTensor a = rand(f32(), {2, 3});
+  auto out = run(one, {a});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data, a.data);
+  const char *two = R"mlir(
+func.func @f(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %r = llm.all_reduce %a sum group_size = 2 : tensor<2x3xf32>
+  return %r : tensor<2x3xf32>
+})mlir";
+  absl::Status s = runStatus(two, {a});
+  EXPECT_NE(s.message().find("needs 2 ranks"), std::string_view::npos) << s;
+}
+
+TEST_F(ReferenceTest, EvaluateRanksSimulatesCollectives) {
+  const char *src = R"mlir(
+func.func @f(%a: tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<4x4xf32>, tensor<2x2xf32>, tensor<4x2xf32>) {
+  %s = llm.all_reduce %a sum group_size = 2 : tensor<4x2xf32>
+  %g = llm.all_gather %a dim = 1 group_size = 2 : tensor<4x2xf32>
+  %r = llm.reduce_scatter %a sum dim = 0 group_size = 2 : tensor<4x2xf32>
+  %m = llm.all_reduce %a max group_size = 2 : tensor<4x2xf32>
+  return %s, %g, %r, %m : tensor<4x2xf32>, tensor<4x4xf32>, tensor<2x2xf32>, tensor<4x2xf32>
+})mlir";
+  func::FuncOp fn = parse(src);
+  ASSERT_TRUE(fn);
+  HostTensor a0 = rand(f32(), {4, 2}), a1 = rand(f32(), {4, 2});
+  auto r = EvaluateRanks({fn, fn}, {{a0}, {a1}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto &o = (*r)[rank];
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(o[0].data[i], RoundToType(a0.data[i] + a1.data[i], f32()));
+      EXPECT_EQ(o[3].data[i], std::max(a0.data[i], a1.data[i]));
+    }
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 2; ++j) {
+        EXPECT_EQ(o[1].data[i * 4 + j], a0.data[i * 2 + j]);
+        EXPECT_EQ(o[1].data[i * 4 + 2 + j], a1.data[i * 2 + j]);
+      }
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        int src_i = rank * 2 + i;
+        EXPECT_EQ(o[2].data[i * 2 + j],
+                  RoundToType(a0.data[src_i * 2 + j] + a1.data[src_i * 2 + j],
+                              f32()));
+      }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Shared case C1: low-precision norms with large and tiny rows
+//===----------------------------------------------------------------------===//
+
+/// One unit in the last place of `y` in a float type with `mantissa` explicit
+/// bits and smallest normal exponent `minExp`.
+static double ulp(double y, int mantissa, int minExp) {
+  int e = y == 0 ? minExp : std::max(std::ilogb(y), minExp);
+  return std::ldexp(1.0, e - mantissa);
+}
+
+TEST_F(ReferenceTest, C1LowPrecisionNormsAreFiniteAndWithinAnUlp) {
+  for (bool isBF16 : {false, true}) {
+    Type t = isBF16 ? bf16() : f16();
+    std::string ty = isBF16 ? "bf16" : "f16";
+    int mantissa = isBF16 ? 7 : 10, minExp = isBF16 ? -126 : -14;
+    SCOPED_TRACE(ty);
+    std::string x = "tensor<3x7x4096x" + ty + ">", w = "tensor<4096x" + ty + ">";
+    std::string src = "func.func @f(%x: " + x + ", %w: " + w + ", %b: " + w +
+                      ") -> (" + x + ", " + x + ") {\n"
+                      "  %r = llm.rms_norm %x, %w {eps = 1.0e-05 : f64} : " +
+                      x + ", " + w + "\n"
+                      "  %l = llm.layer_norm %r, %w, %b {eps = 1.0e-05 : f64} : " +
+                      x + ", " + w + ", " + w + "\n"
+                      "  return %r, %l : " + x + ", " + x + "\n}";
+    HostTensor in = rand(t, {3, 7, 4096});
+    std::normal_distribution<double> nd;
+    for (int64_t i = 7 * 4096; i < 2 * 7 * 4096; ++i)
+      in.data[i] = RoundToType(300.0 * nd(rng), t); // sum of squares >> 65504
+    for (int64_t i = 2 * 7 * 4096; i < 3 * 7 * 4096; ++i)
+      in.data[i] = RoundToType(1e-6, t); // variance ~ eps
+    HostTensor wt = rand(t, {4096}, 0.1), bt = rand(t, {4096}, 0.1);
+    for (double &v : wt.data)
+      v = RoundToType(1.0 + v, t);
+    auto out = run(src, {in, wt, bt});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_TRUE(allFinite(out[0]));
+    EXPECT_TRUE(allFinite(out[1]));
+    double worstRms = 0, worstLn = 0;
+    for (int64_t r = 0; r < 21; ++r) {
+      const double *xr = &in.data[r * 4096];
+      double ss = 0;
+      for (int c = 0; c < 4096; ++c)
+        ss += xr[c] * xr[c];
+      double inv = 1 / std::sqrt(ss / 4096 + 1e-5);
+      const double *rr = &out[0].data[r * 4096];
+      double mean = 0, var = 0;
+      for (int c = 0; c < 4096; ++c)
+        mean += rr[c];
+      mean /= 4096;
+      for (int c = 0; c < 4096; ++c)
+        var += (rr[c] - mean) * (rr[c] - mean);
+      var /= 4096;
+      for (int c = 0; c < 4096; ++c) {
+        double y = xr[c] * inv * wt.data[c];
+        worstRms = std::max(worstRms, std::fabs(rr[c] - y) /
+                                          ulp(std::fabs(y), mantissa, minExp));
+        double z = (rr[c] - mean) / std::sqrt(var + 1e-5) * wt.data[c] +
+                   bt.data[c];
+        worstLn = std::max(worstLn, std::fabs(out[1].data[r * 4096 + c] - z) /
+                                        ulp(std::fabs(z), mantissa, minExp));
+      }
+    }
+    EXPECT_LE(worstRms, 1.0);
+    EXPECT_LE(worstLn, 1.0);
+  }
+}
+
+} // namespace
+
+namespace {
+
+/// RoundToType's bit-level bf16 path agrees with APFloat's RNE conversion
+/// over magnitudes from subnormal to overflow, including exact ties.
+TEST_F(ReferenceTest, BF16FastPathMatchesAPFloat) {
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  std::uniform_int_distribution<int> expo(-140, 130);
+  auto viaAPFloat = [](double v) {
+    llvm::APFloat f(v);
+    bool lost;
+    f.convert(llvm::APFloat::BFloat(), llvm::APFloat::rmNearestTiesToEven,
+              &lost);
+    f.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven,
+              &lost);
+    return f.convertToDouble();
+  };
+  for (int i = 0; i < 200000; ++i) {
+    double v = std::ldexp(mant(rng), expo(rng)) * (i % 2 ? -1 : 1);
+    if (i % 3 == 0) // an exact tie: 8 significant bits, then half an ulp
+      v = std::ldexp(std::floor(std::ldexp(v, 7 - std::ilogb(v))) + 0.5,
+                     std::ilogb(v) - 7);
+    double want = viaAPFloat(v), got = RoundToType(v, bf16());
+    ASSERT_TRUE(got == want || (std::isnan(got) && std::isnan(want)))
+        << "v=" << v << " got " << got << " want " << want;
+  }
+}
+
+} // namespace

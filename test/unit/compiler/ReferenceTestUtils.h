@@ -1,0 +1,110 @@
+//===- ReferenceTestUtils.h - helpers for reference executor tests -*- C++ -*-===//
+
+#ifndef LLMC_TEST_UNIT_COMPILER_REFERENCETESTUTILS_H
+#define LLMC_TEST_UNIT_COMPILER_REFERENCETESTUTILS_H
+
+#include "llmc/InitAllDialects.h"
+#include "llmc/Reference/ReferenceExecutor.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace llmc::reference::testing {
+
+class ReferenceTest : public ::testing::Test {
+protected:
+  ReferenceTest() {
+    mlir::DialectRegistry registry;
+    llmc::registerAllDialects(registry);
+    ctx.appendDialectRegistry(registry);
+    ctx.loadAllAvailableDialects();
+  }
+
+  /// Parses `src` and returns its first func.func (null, with a test failure,
+  /// when parsing fails).
+  mlir::func::FuncOp parse(const std::string &src) {
+    module = mlir::parseSourceString<mlir::ModuleOp>(src, &ctx);
+    if (!module) {
+      ADD_FAILURE() << "failed to parse:\n" << src;
+      return nullptr;
+    }
+    for (auto fn : module->getOps<mlir::func::FuncOp>())
+      return fn;
+    ADD_FAILURE() << "no func.func in:\n" << src;
+    return nullptr;
+  }
+
+  /// Evaluates `src` on `inputs`, failing the test on an error.
+  std::vector<HostTensor> run(const std::string &src,
+                              const std::vector<HostTensor> &inputs) {
+    mlir::func::FuncOp fn = parse(src);
+    if (!fn)
+      return {};
+    absl::StatusOr<std::vector<HostTensor>> r = Evaluate(fn, inputs);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::vector<HostTensor>{};
+  }
+
+  absl::Status runStatus(const std::string &src,
+                         const std::vector<HostTensor> &inputs) {
+    mlir::func::FuncOp fn = parse(src);
+    if (!fn)
+      return absl::InternalError("parse failed");
+    return Evaluate(fn, inputs).status();
+  }
+
+  HostTensor rand(mlir::Type t, std::vector<int64_t> shape,
+                  double stddev = 1.0) {
+    return RandomTensor(t, shape, rng, stddev);
+  }
+
+  mlir::Type f32() { return mlir::Float32Type::get(&ctx); }
+  mlir::Type f16() { return mlir::Float16Type::get(&ctx); }
+  mlir::Type bf16() { return mlir::BFloat16Type::get(&ctx); }
+  mlir::Type e4m3() { return mlir::Float8E4M3FNType::get(&ctx); }
+  mlir::Type e5m2() { return mlir::Float8E5M2Type::get(&ctx); }
+  mlir::Type i1() { return mlir::IntegerType::get(&ctx, 1); }
+  mlir::Type i8() { return mlir::IntegerType::get(&ctx, 8); }
+  mlir::Type i32() { return mlir::IntegerType::get(&ctx, 32); }
+  mlir::Type i64() { return mlir::IntegerType::get(&ctx, 64); }
+
+  HostTensor tensor(mlir::Type t, std::vector<int64_t> shape,
+                    std::vector<double> data) {
+    return HostTensor{t, std::move(shape), std::move(data)};
+  }
+  HostTensor scalar(mlir::Type t, double v) { return HostTensor{t, {}, {v}}; }
+
+  mlir::MLIRContext ctx;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::mt19937_64 rng{20261129};
+};
+
+/// Largest |got - want| over all elements; +inf on a shape mismatch.
+inline double maxAbsDiff(const std::vector<double> &got,
+                         const std::vector<double> &want) {
+  if (got.size() != want.size())
+    return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    m = std::max(m, std::fabs(got[i] - want[i]));
+  return m;
+}
+
+inline bool allFinite(const HostTensor &t) {
+  for (double v : t.data)
+    if (!std::isfinite(v))
+      return false;
+  return true;
+}
+
+} // namespace llmc::reference::testing
+
+#endif // LLMC_TEST_UNIT_COMPILER_REFERENCETESTUTILS_H
