@@ -6,8 +6,8 @@
 // GEMMs need no transpose; the LM head is tied to the token embedding and
 // multiplies by wte transposed.
 func.func @gpt2_small_block(
-    %tokens: tensor<1x?xi64>,
-    %positions: tensor<1x?xi64>,
+    %tokens: tensor<1x?xi64> {llm.dim_names = ["seq"]},
+    %positions: tensor<1x?xi64> {llm.dim_names = ["seq"]},
     %wte: tensor<50257x768xf32>,
     %wpe: tensor<1024x768xf32>,
     %ln1_w: tensor<768xf32>, %ln1_b: tensor<768xf32>,

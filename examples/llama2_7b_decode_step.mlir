@@ -6,9 +6,9 @@
 // q attends the first %pos + 1 cache rows. The updated caches are returned
 // (the runtime updates them in place).
 func.func @llama2_7b_decode_step(
-    %x: tensor<?x1x4096xbf16>,
-    %k_cache: tensor<?x2048x32x128xbf16>,
-    %v_cache: tensor<?x2048x32x128xbf16>,
+    %x: tensor<?x1x4096xbf16> {llm.dim_names = ["batch"]},
+    %k_cache: tensor<?x2048x32x128xbf16> {llm.dim_names = ["batch"]},
+    %v_cache: tensor<?x2048x32x128xbf16> {llm.dim_names = ["batch"]},
     %pos: tensor<i64>,
     %attn_norm_w: tensor<4096xbf16>,
     %wq: tensor<4096x4096xbf16>,

@@ -6,7 +6,7 @@
 // `transpose_rhs` on every projection. Activations stay [batch, seq, hidden];
 // a rank-2 weight is shared across the batch dimension of the matmul.
 func.func @mistral_gqa_block(
-    %x: tensor<1x?x4096xbf16>,
+    %x: tensor<1x?x4096xbf16> {llm.dim_names = ["seq"]},
     %attn_norm_w: tensor<4096xbf16>,
     %wq: tensor<4096x4096xbf16>,
     %wk: tensor<1024x4096xbf16>,

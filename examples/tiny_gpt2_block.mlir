@@ -5,8 +5,8 @@
 // GEMMs need no transpose; the LM head is tied to the token embedding and
 // multiplies by wte transposed.
 func.func @tiny_gpt2_block(
-    %tokens: tensor<1x?xi64>,
-    %positions: tensor<1x?xi64>,
+    %tokens: tensor<1x?xi64> {llm.dim_names = ["seq"]},
+    %positions: tensor<1x?xi64> {llm.dim_names = ["seq"]},
     %wte: tensor<97x48xf32>,
     %wpe: tensor<32x48xf32>,
     %ln1_w: tensor<48xf32>, %ln1_b: tensor<48xf32>,

@@ -5,7 +5,7 @@
 // `transpose_rhs` on every projection. Activations stay [batch, seq, hidden];
 // a rank-2 weight is shared across the batch dimension of the matmul.
 func.func @tiny_llama_block(
-    %x: tensor<1x?x64xf32>,
+    %x: tensor<1x?x64xf32> {llm.dim_names = ["seq"]},
     %attn_norm_w: tensor<64xf32>,
     %wq: tensor<64x64xf32>,
     %wk: tensor<32x64xf32>,

@@ -15,4 +15,4 @@ config.substitutions.append(("%llmc_src_root", config.llmc_src_root))
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.llmc_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["llmc-opt"], tool_dirs)
+llvm_config.add_tool_substitutions(["llmc-opt", "llmc-compile", "llmc-run"], tool_dirs)

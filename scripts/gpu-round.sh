@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One GPU round on the lent H200 (run from the repository root with dist/
+# carried): runtime GPU tests, end-to-end numerics of every example against
+# the CPU reference executor (small shapes) or an unfused float32 run on the
+# GPU (large shapes), the shared cases, and per-kernel timings. Logs go to
+# $OUT (or ./gpu-out).
+set -uo pipefail
+OUT="${OUT:-gpu-out}"
+mkdir -p "$OUT"
+export PATH="$PWD/dist/bin:$PATH"
+export LLMC_CACHE_DIR="${LLMC_CACHE_DIR:-/tmp/llmc-cache}"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+nvidia-smi -L | tee -a "$SUMMARY"
+date -u | tee -a "$SUMMARY"
+
+run() { # name, command...
+  local name="$1"; shift
+  local t0=$(date +%s.%N)
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  local dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  local status=PASS; [ $rc -ne 0 ] && status="FAIL(rc=$rc)"
+  printf '%-52s %-10s %6.1fs  %s\n' "$name" "$status" "$dt" \
+    "$(grep -E 'relative error|end to end' "$OUT/$name.log" | sed 's/^ *//' | tr '\n' ' ' | cut -c1-160)" | tee -a "$SUMMARY"
+}
+
+if [ "${SKIP_UNIT:-0}" != 1 ]; then
+  run runtime-tests dist/bin/llmc-runtime-tests
+fi
+
+S=dist/share/llmc/examples
+for seq in 1 5 7 127 129; do
+  run "tiny_llama.seq$seq" llmc-run $S/tiny_llama_block.mlir --shape seq=$seq --check
+done
+for seq in 5 129; do
+  run "tiny_gpt2.seq$seq" llmc-run $S/tiny_gpt2_block.mlir --shape seq=$seq --check
+done
+run gpt2_small.seq64.ref llmc-run $S/gpt2_small_block.mlir --shape seq=64 --check
+run gpt2_small.seq1024.f32 llmc-run $S/gpt2_small_block.mlir --shape seq=1024 --check=gpu-f32 --bench --iters=20
+run llama7b.seq128.f32 llmc-run $S/llama2_7b_block.mlir --shape seq=128 --check=gpu-f32
+run llama7b.seq2048.f32.bench llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --check=gpu-f32 --bench
+run mistral.seq512.f32 llmc-run $S/mistral_gqa_block.mlir --shape seq=512 --check=gpu-f32 --bench --iters=20
+run decode.b1.pos2047 llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg4=2047 --check=gpu-f32 --bench
+run decode.b4.pos300.ref llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg4=300 --check
+
+# C3: GQA head groups x head dims x dtypes, prefill 7x7 and decode 1x300.
+if [ -d dist/share/llmc/cases ]; then
+  for f in dist/share/llmc/cases/*.mlir; do
+    run "case.$(basename "$f" .mlir)" llmc-run "$f" --check $(sed -n 's|^// ARGS: *||p' "$f")
+  done
+fi
+for d in 80 96; do
+  for seq in 1 127 129; do
+    run "case.c2_d$d.seq$seq" llmc-run dist/share/llmc/cases/c2_tiny_decoder_d$d.mlir --shape seq=$seq --check
+  done
+  run "case.c2_d$d.seq1025.f32" llmc-run dist/share/llmc/cases/c2_tiny_decoder_d$d.mlir --shape seq=1025 --check=gpu-f32
+done
+echo "----"
+grep -c PASS "$SUMMARY" | sed 's/^/passed: /'
+grep -c FAIL "$SUMMARY" | sed 's/^/failed: /'

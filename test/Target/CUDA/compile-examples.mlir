@@ -1,0 +1,16 @@
+// Every kernel of every example compiles with NVRTC for sm_90a and sm_80 (no
+// GPU needed); the stats show what codegen produced.
+// RUN: llmc-compile %llmc_src_root/examples/llama2_7b_block.mlir --shape seq=2048 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=LLAMA
+// LLAMA: llm ops: 20
+// LLAMA: kernel launches: 7 (6 distinct kernels)
+// LLAMA: GEMMs: 7
+// RUN: llmc-compile %llmc_src_root/examples/mistral_gqa_block.mlir --shape seq=512 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=MISTRAL
+// MISTRAL: GEMMs: 7
+// RUN: llmc-compile %llmc_src_root/examples/gpt2_small_block.mlir --shape seq=64 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=GPT2
+// GPT2: GEMMs: 5
+// RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=4 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=DECODE
+// DECODE: GEMMs: 7
+// RUN: llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=TINY
+// TINY: kernel launches:
+// RUN: llmc-compile %llmc_src_root/examples/tiny_gpt2_block.mlir --shape seq=7 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=TINYGPT
+// TINYGPT: kernel launches:
