@@ -8,6 +8,7 @@ set -uo pipefail
 OUT="${OUT:-gpu-out}"
 mkdir -p "$OUT"
 export PATH="$PWD/dist/bin:$PATH"
+export LD_LIBRARY_PATH="$PWD/dist/lib:${LD_LIBRARY_PATH:-}"
 export LLMC_CACHE_DIR="${LLMC_CACHE_DIR:-/tmp/llmc-cache}"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
