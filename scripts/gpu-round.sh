@@ -11,19 +11,20 @@ export PATH="$PWD/dist/bin:$PATH"
 export LD_LIBRARY_PATH="$PWD/dist/lib:${LD_LIBRARY_PATH:-}"
 export LLMC_CACHE_DIR="${LLMC_CACHE_DIR:-/tmp/llmc-cache}"
 SUMMARY="$OUT/summary.txt"
+LOGS="$(mktemp -d)"
 : > "$SUMMARY"
 nvidia-smi -L | tee -a "$SUMMARY"
 date -u | tee -a "$SUMMARY"
 
 run() { # name, command...
   local name="$1"; shift
-  local t0=$(date +%s.%N)
-  "$@" > "$OUT/$name.log" 2>&1
+  local t0=$(date +%s%N)
+  "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
-  local dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  local dt=$(( ($(date +%s%N) - t0) / 1000000 ))
   local status=PASS; [ $rc -ne 0 ] && status="FAIL(rc=$rc)"
-  printf '%-52s %-10s %6.1fs  %s\n' "$name" "$status" "$dt" \
-    "$(grep -E 'relative error|end to end' "$OUT/$name.log" | sed 's/^ *//' | tr '\n' ' ' | cut -c1-160)" | tee -a "$SUMMARY"
+  printf '%-44s %-10s %7dms  %s\n' "$name" "$status" "$dt" \
+    "$(grep -E 'relative error|end to end|error:' "$LOGS/$name.log" | sed 's/^ *//' | tr '\n' ' ' | cut -c1-160)" | tee -a "$SUMMARY"
 }
 
 if [ "${SKIP_UNIT:-0}" != 1 ]; then
@@ -60,3 +61,4 @@ done
 echo "----"
 grep -c PASS "$SUMMARY" | sed 's/^/passed: /'
 grep -c FAIL "$SUMMARY" | sed 's/^/failed: /'
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" .

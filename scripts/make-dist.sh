@@ -12,4 +12,10 @@ for t in llmc-runtime-tests llmc-kernel-tests llmc-compiler-tests; do
     cp "$BUILD_DIR/bin/$t" dist/bin/ && strip dist/bin/$t
   fi
 done
+# Abseil comes from Debian as shared libraries; the GPU machine has none, so
+# ship the ones llmc links next to libllmc.so (found through its $ORIGIN rpath).
+for f in dist/lib/libllmc.so dist/bin/*; do
+  ldd "$f" 2>/dev/null | awk '/libabsl_/ {print $3}'
+done | sort -u | xargs -r cp -L -t dist/lib/
+rm -f dist/lib/*.a
 du -sh dist

@@ -193,7 +193,7 @@ private:
   absl::Status emitOp(Operation *op);
   absl::Status emitElementwiseGroup(ArrayRef<Operation *> ops);
   absl::Status emitCopyInto(Value dst, Value src, Operation *op);
-  absl::Status emitMaterialize(Value v, Operation *op);
+  absl::Status emitCopyToBuffer(int dstBuffer, Value src, Operation *op);
   absl::Status emitMatmul(MatmulOp op);
   absl::Status emitAttention(AttentionOp op);
   absl::Status emitNorm(Operation *op);
@@ -214,6 +214,7 @@ private:
   struct ArenaItem { int buffer; int first, last; };
   std::vector<ArenaItem> arenaItems;
   int64_t intermediateBytes = 0;
+  std::vector<absl::Status> materializeErrors; // from lazy view copies
 };
 
 absl::Status Lowering::checkStatic() {
@@ -375,6 +376,27 @@ int Lowering::bufferFor(Value v) {
   auto it = buffers.find(root);
   if (it != buffers.end())
     return it->second;
+  // A strided view (broadcast/transpose/slice) read by a consumer that needs
+  // dense storage, possibly through reshapes: give the view its own buffer
+  // and copy into it now, right before the consumer's launch.
+  if (Operation *def = root.getDefiningOp();
+      def && isa<BroadcastOp, TransposeOp, SliceOp>(def)) {
+    int first = step;
+    int last = std::max(step, lastUseStep.lookup(root));
+    int id = outputIndex.count(root) ? -1 : newArenaBuffer(byteSize(root), first, last);
+    if (id < 0) {
+      rt::Buffer b;
+      b.id = exe.buffers.size();
+      b.kind = rt::Buffer::Output;
+      b.io_index = outputIndex[root];
+      b.bytes = exe.outputs[b.io_index].Bytes();
+      exe.buffers.push_back(b);
+      id = b.id;
+    }
+    buffers[root] = id;
+    materializeErrors.push_back(emitCopyInto(root, root, def));
+    return id;
+  }
   // Constants.
   Attribute attr;
   if (matchPattern(root, m_Constant(&attr))) {
@@ -589,11 +611,18 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
 
 /// dst (fresh storage) = src viewed through its strides.
 absl::Status Lowering::emitCopyInto(Value dst, Value src, Operation *op) {
-  ArrayRef<int64_t> shape = tensorType(dst).getShape();
+  return emitCopyToBuffer(bufferFor(dst), src, op);
+}
+
+/// Buffer `dstBuffer` (dense, src's shape and type) = src read through its
+/// view strides: a plain device copy when src is dense, else a one-node
+/// elementwise kernel with a strided input.
+absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op) {
+  ArrayRef<int64_t> shape = tensorType(src).getShape();
   auto read = stridedRead(src, shape);
   if (!read.ok())
     return read.status();
-  int64_t numel = numElements(dst);
+  int64_t numel = numElements(src);
   bool dense = read->elementOffset == 0 &&
                ArrayRef<int64_t>(read->strides) ==
                    ArrayRef<int64_t>(rowMajorStrides(shape)) &&
@@ -602,8 +631,8 @@ absl::Status Lowering::emitCopyInto(Value dst, Value src, Operation *op) {
     rt::Launch l;
     l.kind = rt::Launch::Copy;
     l.src = {bufferFor(read->root), 0};
-    l.dst = {bufferFor(dst), 0};
-    l.copy_bytes = byteSize(dst);
+    l.dst = {dstBuffer, 0};
+    l.copy_bytes = byteSize(src);
     l.label = "copy";
     exe.launches.push_back(l);
     return absl::OkStatus();
@@ -612,13 +641,13 @@ absl::Status Lowering::emitCopyInto(Value dst, Value src, Operation *op) {
   prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
   cu::EwNode n;
   n.op = cu::EwOp::cast;
-  n.type = scalarOf(dst);
+  n.type = scalarOf(src);
   n.operands = {-1};
   prog.nodes.push_back(n);
-  prog.outputs.push_back({0, scalarOf(dst)});
+  prog.outputs.push_back({0, scalarOf(src)});
   int kernel = addKernel(cu::EmitElementwise(prog));
   int64_t esize = cu::ScalarSize(scalarOf(src));
-  std::vector<rt::Arg> args = {ptrArg(dst),
+  std::vector<rt::Arg> args = {bufArg(dstBuffer),
                                ptrArg(read->root, read->elementOffset * esize),
                                i64Arg(numel)};
   std::vector<int64_t> packed = cu::PackElementwiseShape(
@@ -631,11 +660,6 @@ absl::Status Lowering::emitCopyInto(Value dst, Value src, Operation *op) {
   args.push_back(shapeArg);
   launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), op);
   return absl::OkStatus();
-}
-
-/// Gives a view value (broadcast/transpose/slice) its own dense storage.
-absl::Status Lowering::emitMaterialize(Value v, Operation *op) {
-  return emitCopyInto(v, v, op);
 }
 
 absl::Status Lowering::emitNorm(Operation *op) {
@@ -692,11 +716,6 @@ absl::Status Lowering::emitNorm(Operation *op) {
 absl::Status Lowering::emitMatmul(MatmulOp op) {
   auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs());
   auto res = tensorType(op.getResult());
-  for (Value v : {op.getLhs(), op.getRhs()})
-    if (v.getDefiningOp<BroadcastOp>() || v.getDefiningOp<TransposeOp>() ||
-        v.getDefiningOp<SliceOp>())
-      if (auto st = emitMaterialize(v, op); !st.ok())
-        return st;
   int64_t lr = lhs.getRank(), rr = rhs.getRank();
   bool ta = op.getTransposeLhs(), tb = op.getTransposeRhs();
   int64_t m = lhs.getDimSize(lr - (ta ? 1 : 2));
@@ -796,11 +815,6 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
           d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
   float scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
                               : static_cast<float>(1.0 / std::sqrt(double(d)));
-  for (Value v : {op.getQuery(), op.getKey(), op.getValue()})
-    if (v.getDefiningOp<BroadcastOp>() || v.getDefiningOp<TransposeOp>() ||
-        v.getDefiningOp<SliceOp>())
-      if (auto st = emitMaterialize(v, op); !st.ok())
-        return st;
   cu::ScalarType dtype = scalarOf(op.getQuery());
   Value kvLen = op.getKvLen();
   cu::DecodeConfig dc;
@@ -852,9 +866,8 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
     SmallVector<int64_t> ms(tensorType(mask).getShape());
     while (ms.size() < 4)
       ms.insert(ms.begin(), 1);
-    if (ms[3] != skv || mask.getDefiningOp<BroadcastOp>() ||
-        mask.getDefiningOp<TransposeOp>() || mask.getDefiningOp<SliceOp>())
-      return unsupported(op, "a mask that is not dense along the key dimension");
+    if (ms[3] != skv)
+      return unsupported(op, "a mask broadcast along the key dimension");
     cfg.has_mask = true;
     cfg.mask = scalarOf(mask);
     strideQ = ms[2] == 1 ? 0 : skv;
@@ -1224,6 +1237,10 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     step = opIndex[&op];
     if (auto st = emitOp(&op); !st.ok())
       return st;
+    for (absl::Status &st : materializeErrors)
+      if (!st.ok())
+        return st;
+    materializeErrors.clear();
   }
   // Results that are inputs, constants, views or duplicates: copy.
   step = index;
@@ -1234,23 +1251,8 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     b.io_index = i;
     b.bytes = exe.outputs[i].Bytes();
     exe.buffers.push_back(b);
-    ArrayRef<int64_t> shape = tensorType(v).getShape();
-    auto read = stridedRead(v, shape);
-    if (!read.ok())
-      return read.status();
-    bool dense = read->elementOffset == 0 &&
-                 ArrayRef<int64_t>(read->strides) ==
-                     ArrayRef<int64_t>(rowMajorStrides(shape)) &&
-                 numElements(read->root) == numElements(v);
-    if (!dense)
-      return unsupported(ret, "returning a strided view (materialize it first)");
-    rt::Launch l;
-    l.kind = rt::Launch::Copy;
-    l.src = {bufferFor(read->root), 0};
-    l.dst = {b.id, 0};
-    l.copy_bytes = b.bytes;
-    l.label = "copy result";
-    exe.launches.push_back(l);
+    if (auto st = emitCopyToBuffer(b.id, v, ret); !st.ok())
+      return st;
   }
   if (auto st = planArena(); !st.ok())
     return st;

@@ -153,11 +153,30 @@ ref::HostTensor unpack(const std::string &bytes, Type elementType,
   return t;
 }
 
-double defaultTolerance(Type t) {
+double dtypeTolerance(Type t) {
   if (t.isF32()) return 1e-5;
   if (t.isF16() || t.isBF16()) return 1e-2;
   if (isa<Float8E4M3FNType, Float8E5M2Type>(t)) return 1e-1;
   return 0.0; // integers: exact
+}
+
+/// Tolerance for a result: that of the least precise float type the
+/// computation stores anything in (f32 logits computed from bf16 activations
+/// carry bf16 error), never tighter than the result's own type.
+double defaultTolerance(func::FuncOp fn, Type resultType) {
+  double tol = dtypeTolerance(resultType);
+  auto visit = [&](Type t) {
+    if (auto rt = dyn_cast<RankedTensorType>(t))
+      if (isa<FloatType>(rt.getElementType()))
+        tol = std::max(tol, dtypeTolerance(rt.getElementType()));
+  };
+  for (Type t : fn.getArgumentTypes())
+    visit(t);
+  fn.walk([&](Operation *op) {
+    for (Type t : op->getResultTypes())
+      visit(t);
+  });
+  return tol;
 }
 
 std::string typeStr(Type t) {
@@ -512,14 +531,14 @@ int llmc::runMain(int argc, char **argv) {
     const ref::HostTensor &e = expected[i];
     double err = ref::RelativeError(o, e);
     double tol = opts.tolerance >= 0 ? opts.tolerance.getValue()
-                                     : defaultTolerance(o.elementType);
+                                     : defaultTolerance(fn, o.elementType);
     bool sameNonFinite = ref::SameNonFinitePositions(o, e);
     bool pass = sameNonFinite && err <= tol;
     ok &= pass;
     llvm::outs() << "  check vs " << expectedFrom << ": relative error "
                  << llvm::format("%.3e", err) << " (tolerance "
-                 << llvm::format("%.1e", tol) << " for " << typeStr(o.elementType)
-                 << ")" << (sameNonFinite ? "" : ", NaN/inf positions differ")
+                 << llvm::format("%.1e", tol) << ", by the least precise float type "
+                 << "in the computation; result " << typeStr(o.elementType) << ")" << (sameNonFinite ? "" : ", NaN/inf positions differ")
                  << (pass ? " PASS" : " FAIL") << "\n";
   }
   return ok ? 0 : 2;

@@ -1,0 +1,710 @@
+//===- Attention.cpp - FlashAttention-2 prefill and flash-decoding ---------===//
+//
+// Three kernels:
+//  * EmitAttention, tensor-core path: FlashAttention-2 forward (Dao 2023,
+//    arXiv:2307.08691) with mma.sync.m16n8k16 (bf16/f16 in, fp32 accumulate),
+//    ldmatrix fragment loads, cp.async tile loads overlapping QK^T with the V
+//    load and PV with the next K load, online softmax in registers.
+//  * EmitAttention, simple path: one warp per query row, fp32 CUDA-core math,
+//    online softmax (Milakov & Gimelshein 2018); f32 inputs and any head dim.
+//  * EmitDecodeAttention: flash-decoding (split-KV, Dao et al. 2023): phase 1
+//    per (split, kv head, batch), phase 2 combines the splits.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace llmc::cuda {
+using namespace detail;
+
+namespace {
+
+constexpr int kFaBlockM = 64;  // query rows per block (4 warps x 16)
+constexpr int kFaThreads = 128;
+int FaBlockN(int64_t d) { return d <= 128 ? 64 : 32; }
+bool FaQInRegs(int64_t d) { return d <= 128; }
+int64_t FaSmemBytes(int64_t d) {
+  const int64_t stride = d + 8; // +16 bytes per row: conflict-free ldmatrix
+  const int64_t bn = FaBlockN(d);
+  // Q in registers: Q is staged through the K buffer (BlockN == BlockM).
+  const int64_t rows = FaQInRegs(d) ? 2 * bn : kFaBlockM + 2 * bn;
+  return rows * stride * 2;
+}
+
+std::string MaskTag(const AttentionConfig &c) {
+  return c.has_mask ? std::string("_mask") + ScalarTypeTag(c.mask) : "";
+}
+
+// Common argument list of both prefill kernels.
+std::string AttentionSignature(const std::string &name, int threads) {
+  std::ostringstream s;
+  s << "extern \"C\" __global__ void __launch_bounds__(" << threads << ") " << name << "(\n"
+    << "    T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,\n"
+       "    const T* __restrict__ v, const MaskT* __restrict__ mask,\n"
+       "    long long batch, long long seq_q, long long seq_kv, int heads_q, int heads_kv,\n"
+       "    float scale, long long mask_stride_b, long long mask_stride_h,\n"
+       "    long long mask_stride_q) {\n";
+  return s.str();
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor-core FlashAttention-2
+//===----------------------------------------------------------------------===//
+
+constexpr const char *kFaHelpers = R"CUDA(
+// ---- PTX wrappers (sm_80+) ----
+LLMC_DEV uint32_t smemAddr(const void* p) {  // generic -> shared window address
+  uint32_t r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+// 16-byte async copy global -> shared; src_bytes = 0 zero-fills (tail rows).
+LLMC_DEV void cpAsync16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+LLMC_DEV void cpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+LLMC_DEV void cpAsyncWaitAll() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// Four 8x8 b16 matrices; lane l supplies the row address of matrix l/8, row l%8.
+// Thread l receives, from each matrix i, elements (row l/4, cols 2*(l%4), +1).
+LLMC_DEV void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// Same, transposed: thread l receives (rows 2*(l%4), +1, col l/4).
+LLMC_DEV void ldmatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// D(16x8, f32) += A(16x16, row) * B(16x8, col).
+// Fragments (g = lane/4, c = 2*(lane%4)):
+//   A: a[0]=(g, c..c+1) a[1]=(g+8, c..) a[2]=(g, c+8..) a[3]=(g+8, c+8..)
+//   B: b[0]=(k=c..c+1, n=g) b[1]=(k=c+8..c+9, n=g)
+//   D: d[0..1]=(g, c..c+1) d[2..3]=(g+8, c..c+1)
+LLMC_DEV void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32." LLMC_MMA_TYPE "." LLMC_MMA_TYPE ".f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Pack two floats into a b16x2 register: `lo` in the low half (lower column).
+LLMC_DEV uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn." LLMC_MMA_TYPE "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+)CUDA";
+
+constexpr const char *kFaBody = R"CUDA(
+  // ---------------------------------------------------------------------
+  // Block = (batch*head, query tile). Warp w owns query rows q0 + 16w .. +15.
+  // ---------------------------------------------------------------------
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* sK = smem;                          // [kBlockN][kStride]
+  uint16_t* sV = smem + kBlockN * kStride;      // [kBlockN][kStride]
+  uint16_t* sQ = kQInRegs ? sK : smem + 2 * kBlockN * kStride;  // [kBlockM][kStride]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c2 = 2 * (lane & 3);  // fragment row / column pair
+  const int64_t bh = blockIdx.x;
+  const int64_t b = bh / heads_q;
+  const int h = (int)(bh % heads_q);
+  const int hk = h / (heads_q / heads_kv);      // GQA: kv head of this q head
+  const int64_t qtile = kCausal ? (int64_t)gridDim.y - 1 - blockIdx.y : blockIdx.y;  // heavy tiles first
+  const int64_t q0 = qtile * kBlockM;
+  if (q0 >= seq_q) return;
+  const int64_t diag = seq_kv - seq_q;          // causal: key j visible to row i iff j <= i + diag
+  const float scale_log2 = scale * LLMC_LOG2E;  // softmax in the exp2 domain
+
+  const int64_t q_row_stride = (int64_t)heads_q * kHeadDim;
+  const int64_t kv_row_stride = (int64_t)heads_kv * kHeadDim;
+  const T* qg = q + (b * seq_q * heads_q + h) * (int64_t)kHeadDim;
+  const T* kg = k + (b * seq_kv * heads_kv + hk) * (int64_t)kHeadDim;
+  const T* vg = v + (b * seq_kv * heads_kv + hk) * (int64_t)kHeadDim;
+
+  // Copy `rows` rows starting at global row r0 (limit = valid rows) into s.
+  auto loadTile = [&](uint16_t* s, const T* src, int64_t row_stride, int64_t r0, int64_t limit, int rows) {
+    constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
+    for (int i = tid; i < rows * kChunksPerRow; i += kThreads) {
+      const int r = i / kChunksPerRow, cc = i % kChunksPerRow;
+      const bool valid = r0 + r < limit;
+      const T* gp = valid ? src + (r0 + r) * row_stride + cc * 8 : src;
+      cpAsync16(smemAddr(s + r * kStride + cc * 8), gp, valid ? 16 : 0);
+    }
+  };
+
+  // Key range for this query tile (exclusive end); causal tiles stop at the diagonal.
+  int64_t kv_end = seq_kv;
+  if (kCausal) {
+    const int64_t last_row = (q0 + kBlockM < seq_q ? q0 + kBlockM : seq_q) - 1;
+    kv_end = last_row + diag + 1 < seq_kv ? last_row + diag + 1 : seq_kv;
+  }
+  const int num_tiles = kv_end > 0 ? (int)((kv_end + kBlockN - 1) / kBlockN) : 0;
+
+  // ---- Q: global -> smem -> (registers) ----
+  uint32_t qf[kQInRegs ? kHeadDim / 16 : 1][4];
+  loadTile(sQ, qg, q_row_stride, q0, seq_q, kBlockM);
+  cpAsyncCommit();
+  if (kQInRegs) {
+    cpAsyncWaitAll();
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      const int col = ks * 16 + (lane >> 4) * 8;
+      ldmatrixX4(qf[kQInRegs ? ks : 0], smemAddr(sQ + row * kStride + col));
+    }
+    __syncthreads();  // sQ aliases sK: everyone has its Q fragments before K lands
+  }
+  if (num_tiles > 0) loadTile(sK, kg, kv_row_stride, 0, seq_kv, kBlockN);
+  cpAsyncCommit();
+
+  // ---- per-thread state: rows (g) and (g+8) of this warp's 16 ----
+  float o[kHeadDim / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < kHeadDim / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  float m_run[2] = {-LLMC_INF, -LLMC_INF};  // running max (log2 domain)
+  float l_run[2] = {0.0f, 0.0f};            // running sum (this thread's columns only)
+  const int64_t row_a = q0 + warp * 16 + g;  // global query rows of this thread: row_a, row_a + 8
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int64_t kv0 = (int64_t)tile * kBlockN;
+    cpAsyncWaitAll();
+    __syncthreads();  // K[tile] visible; all warps done with V[tile-1]
+    loadTile(sV, vg, kv_row_stride, kv0, seq_kv, kBlockN);
+    cpAsyncCommit();
+
+    // ---- S = Q K^T (16 x kBlockN per warp) ----
+    float s[kBlockN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      uint32_t a[4];
+      if (kQInRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = qf[kQInRegs ? ks : 0][i];
+      } else {
+        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int col = ks * 16 + (lane >> 4) * 8;
+        ldmatrixX4(a, smemAddr(sQ + row * kStride + col));
+      }
+#pragma unroll
+      for (int np = 0; np < kBlockN / 16; ++np) {  // two 8-key n-tiles per ldmatrix.x4
+        uint32_t bk[4];
+        const int key = np * 16 + (lane & 7) + (lane >> 4) * 8;
+        const int col = ks * 16 + ((lane >> 3) & 1) * 8;
+        ldmatrixX4(bk, smemAddr(sK + key * kStride + col));
+        mma16816(s[2 * np], a, bk[0], bk[1]);
+        mma16816(s[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    // ---- scale (+mask), mask tails / causal, online softmax ----
+    const bool need_mask = kHasMask || kv0 + kBlockN > seq_kv ||
+                           (kCausal && kv0 + kBlockN - 1 > q0 + diag);
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float t = s[nt][e] * scale_log2;
+        if (need_mask) {
+          const int64_t row = row_a + (e >> 1) * 8;
+          const int64_t key = kv0 + nt * 8 + c2 + (e & 1);
+          bool visible = key < seq_kv && row < seq_q;
+          if (kCausal) visible = visible && key <= row + diag;
+          if (kHasMask && visible)
+            t += toF(mask[b * mask_stride_b + h * mask_stride_h + row * mask_stride_q + key]) * LLMC_LOG2E;
+          if (!visible) t = -LLMC_INF;
+        }
+        s[nt][e] = t;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -LLMC_INF;
+#pragma unroll
+      for (int nt = 0; nt < kBlockN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      // the 4 threads of a quad hold the same row
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[r], mx);
+      const float m_use = m_new == -LLMC_INF ? 0.0f : m_new;  // fully masked so far: keep 0s
+      const float alpha = exp2f(m_run[r] - m_use);           // exp2(-inf) = 0 on the first tile
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kBlockN / 8; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      l_run[r] = l_run[r] * alpha + sum;
+      m_run[r] = m_new;
+#pragma unroll
+      for (int nt = 0; nt < kHeadDim / 8; ++nt) {
+        o[nt][2 * r] *= alpha;
+        o[nt][2 * r + 1] *= alpha;
+      }
+    }
+
+    cpAsyncWaitAll();
+    __syncthreads();  // V[tile] visible; all warps done with K[tile]
+    if (tile + 1 < num_tiles) loadTile(sK, kg, kv_row_stride, kv0 + kBlockN, seq_kv, kBlockN);
+    cpAsyncCommit();
+
+    // ---- O += P V: the S accumulator layout is the A-fragment layout ----
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < kHeadDim / 16; ++dp) {  // two 8-wide d n-tiles per ldmatrix.x4.trans
+        uint32_t bv[4];
+        const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int col = dp * 16 + (lane >> 4) * 8;
+        ldmatrixX4Trans(bv, smemAddr(sV + key * kStride + col));
+        mma16816(o[2 * dp], a, bv[0], bv[1]);
+        mma16816(o[2 * dp + 1], a, bv[2], bv[3]);
+      }
+    }
+  }
+  cpAsyncWaitAll();
+
+  // ---- finalize: O / l (row sum over the quad); rows with no visible key -> 0 ----
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int64_t row = row_a + r * 8;
+    if (row < seq_q) {
+      T* op = out + ((b * seq_q + row) * heads_q + h) * (int64_t)kHeadDim;
+#pragma unroll
+      for (int nt = 0; nt < kHeadDim / 8; ++nt) {
+        struct __align__(4) Pair { T x, y; } pr;
+        pr.x = fromF<T>(o[nt][2 * r] * inv);
+        pr.y = fromF<T>(o[nt][2 * r + 1] * inv);
+        *reinterpret_cast<Pair*>(op + nt * 8 + c2) = pr;
+      }
+    }
+  }
+}
+)CUDA";
+
+KernelCode EmitFlashAttention(const AttentionConfig &c) {
+  const int64_t d = c.head_dim;
+  KernelCode kc;
+  kc.name = std::string("llmc_flash_attn_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
+            (c.causal ? "_causal" : "") + MaskTag(c);
+  std::ostringstream hdr;
+  hdr << "// llmc FlashAttention-2 forward (Dao 2023, arXiv:2307.08691), tensor cores.\n"
+         "// q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D], out [B,Sq,Hq,D]; GQA kv head = h / (Hq/Hkv).\n"
+         "// Block: 64 query rows (4 warps x 16) against kBlockN-key tiles; mma.sync m16n8k16,\n"
+         "// ldmatrix fragments, cp.async loads (V[j] overlaps QK^T, K[j+1] overlaps PV),\n"
+         "// online softmax (exp2 domain) in fp32 registers. Causal: bottom-right aligned\n"
+         "// (key j visible to query i iff j <= i + Skv - Sq). Rows with no visible key -> 0.\n"
+         "// Requires 16-byte aligned q/k/v/out; dynamic smem = kSmemBytes.\n";
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "typedef " << (c.has_mask ? CTypeName(c.mask) : "float") << " MaskT;\n"
+      << "#define LLMC_MMA_TYPE \"" << (c.dtype == ScalarType::bf16 ? "bf16" : "f16") << "\"\n"
+      << "static constexpr int kHeadDim = " << d << ";\n"
+      << "static constexpr int kBlockM = " << kFaBlockM << ";\n"
+      << "static constexpr int kBlockN = " << FaBlockN(d) << ";\n"
+      << "static constexpr int kThreads = " << kFaThreads << ";\n"
+      << "static constexpr int kStride = kHeadDim + 8;  // smem row stride (elements), conflict-free\n"
+      << "static constexpr bool kQInRegs = " << (FaQInRegs(d) ? "true" : "false") << ";\n"
+      << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
+      << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n"
+      << "static constexpr int kSmemBytes = " << FaSmemBytes(d) << ";\n";
+  std::string body = kFaHelpers;
+  body += "\n" + AttentionSignature(kc.name, kFaThreads) + kFaBody;
+  kc.source = Assemble(hdr.str(), cfg.str(), body);
+  return kc;
+}
+
+//===----------------------------------------------------------------------===//
+// Simple attention: one warp per query row (f32, any head dim)
+//===----------------------------------------------------------------------===//
+
+constexpr int kSimpleRowsPerBlock = 4;
+
+constexpr const char *kSimpleBody = R"CUDA(
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t bh = blockIdx.x;
+  const int64_t b = bh / heads_q;
+  const int h = (int)(bh % heads_q);
+  const int hk = h / (heads_q / heads_kv);
+  const int64_t row = (int64_t)blockIdx.y * kRowsPerBlock + warp;
+  if (row >= seq_q) return;  // warp-uniform; no block barriers below
+  const int64_t diag = seq_kv - seq_q;
+  const float scale_log2 = scale * LLMC_LOG2E;
+
+  // lane owns dims d = lane + 32*i
+  float qv[kPerLane], acc[kPerLane];
+  const T* qp = q + ((b * seq_q + row) * heads_q + h) * (int64_t)kHeadDim;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane + 32 * i;
+    qv[i] = d < kHeadDim ? toF(qp[d]) * scale_log2 : 0.0f;
+    acc[i] = 0.0f;
+  }
+  int64_t kv_end = seq_kv;
+  if (kCausal) kv_end = row + diag + 1 < seq_kv ? row + diag + 1 : seq_kv;
+  float m_run = -LLMC_INF, l_run = 0.0f;
+  const int64_t kv_row_stride = (int64_t)heads_kv * kHeadDim;
+  const T* kp = k + (b * seq_kv * heads_kv + hk) * (int64_t)kHeadDim;
+  const T* vp = v + (b * seq_kv * heads_kv + hk) * (int64_t)kHeadDim;
+  for (int64_t j = 0; j < kv_end; ++j) {
+    float part = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < kHeadDim) part += qv[i] * toF(kp[j * kv_row_stride + d]);
+    }
+    float t = warpSum(part);
+    if (kHasMask) t += toF(mask[b * mask_stride_b + h * mask_stride_h + row * mask_stride_q + j]) * LLMC_LOG2E;
+    if (t == -LLMC_INF) continue;  // masked key contributes nothing (warp-uniform)
+    const float m_new = fmaxf(m_run, t);
+    const float alpha = exp2f(m_run - m_new);  // m_run = -inf -> 0
+    const float p = exp2f(t - m_new);
+    l_run = l_run * alpha + p;
+    m_run = m_new;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int d = lane + 32 * i;
+      const float vv = d < kHeadDim ? toF(vp[j * kv_row_stride + d]) : 0.0f;
+      acc[i] = acc[i] * alpha + p * vv;
+    }
+  }
+  const float inv = l_run > 0.0f ? 1.0f / l_run : 0.0f;  // no visible key -> 0
+  T* op = out + ((b * seq_q + row) * heads_q + h) * (int64_t)kHeadDim;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < kHeadDim) op[d] = fromF<T>(acc[i] * inv);
+  }
+}
+)CUDA";
+
+KernelCode EmitSimpleAttention(const AttentionConfig &c) {
+  const int64_t d = c.head_dim;
+  KernelCode kc;
+  kc.name = std::string("llmc_attn_simple_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
+            (c.causal ? "_causal" : "") + MaskTag(c);
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "typedef " << (c.has_mask ? CTypeName(c.mask) : "float") << " MaskT;\n"
+      << "static constexpr int kHeadDim = " << d << ";\n"
+      << "static constexpr int kPerLane = " << CeilDiv(d, 32) << ";  // dims per lane (d = lane + 32*i)\n"
+      << "static constexpr int kRowsPerBlock = " << kSimpleRowsPerBlock << ";\n"
+      << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
+      << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n";
+  std::string body = "\n" + AttentionSignature(kc.name, 32 * kSimpleRowsPerBlock) + kSimpleBody;
+  kc.source = Assemble(
+      "// llmc attention, simple path: one warp per query row, fp32 CUDA-core math, online\n"
+      "// softmax (Milakov & Gimelshein 2018) in the exp2 domain. Same layouts and semantics as\n"
+      "// the FlashAttention-2 kernel (GQA, bottom-right causal, additive mask, fully masked\n"
+      "// rows -> 0). Used for f32 and head dims the tensor-core kernel does not cover.\n",
+      cfg.str(), body);
+  return kc;
+}
+
+} // namespace
+
+bool AttentionUsesTensorCores(const AttentionConfig &c) {
+  return !c.force_simple && (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16) &&
+         c.head_dim % 16 == 0 && c.head_dim >= 16 && c.head_dim <= 256;
+}
+
+KernelCode EmitAttention(const AttentionConfig &c) {
+  if (c.dtype != ScalarType::bf16 && c.dtype != ScalarType::f16 && c.dtype != ScalarType::f32)
+    Fail("attention: dtype must be bf16, f16 or f32");
+  if (c.head_dim < 1 || c.head_dim > 1024) Fail("attention: head_dim must be 1..1024");
+  if (c.has_mask && !IsFloatType(c.mask)) Fail("attention: mask must be a float type");
+  return AttentionUsesTensorCores(c) ? EmitFlashAttention(c) : EmitSimpleAttention(c);
+}
+
+LaunchDims AttentionLaunch(const AttentionConfig &c, int64_t batch, int64_t seq_q, int64_t heads_q) {
+  const int64_t bh = std::max<int64_t>(batch * heads_q, 1);
+  if (AttentionUsesTensorCores(c))
+    return Dims(bh, CeilDiv(std::max<int64_t>(seq_q, 1), kFaBlockM), 1, kFaThreads, FaSmemBytes(c.head_dim));
+  return Dims(bh, CeilDiv(std::max<int64_t>(seq_q, 1), kSimpleRowsPerBlock), 1, 32 * kSimpleRowsPerBlock);
+}
+
+//===----------------------------------------------------------------------===//
+// Flash-decoding (split-KV)
+//===----------------------------------------------------------------------===//
+
+namespace {
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeCombineThreads = 128;
+
+const char *KvLenTag(KvLenSource s) {
+  switch (s) {
+  case KvLenSource::kArg: return "lenarg";
+  case KvLenSource::kDeviceI32: return "leni32";
+  case KvLenSource::kDeviceI64: return "leni64";
+  case KvLenSource::kPerBatchI32: return "pblen32";
+  case KvLenSource::kPerBatchI64: return "pblen64";
+  }
+  return "?";
+}
+std::string KvLenExpr(KvLenSource s) {
+  switch (s) {
+  case KvLenSource::kArg: return "kv_len_arg";
+  case KvLenSource::kDeviceI32: return "(int64_t)reinterpret_cast<const int32_t*>(kv_len_ptr)[0]";
+  case KvLenSource::kDeviceI64: return "(int64_t)reinterpret_cast<const int64_t*>(kv_len_ptr)[0]";
+  case KvLenSource::kPerBatchI32: return "(int64_t)reinterpret_cast<const int32_t*>(kv_len_ptr)[b]";
+  case KvLenSource::kPerBatchI64: return "(int64_t)reinterpret_cast<const int64_t*>(kv_len_ptr)[b]";
+  }
+  return "0";
+}
+int64_t DecodeRows(const DecodeConfig &c) { return c.group_size * c.q_len; }
+int64_t DecodeSmem(const DecodeConfig &c) {
+  return (2 * DecodeRows(c) * c.head_dim + kDecodeWarps * DecodeRows(c) * 2) * 4;
+}
+
+constexpr const char *kDecodeSplitBody = R"CUDA(
+  // Block = (split, kv head, batch); row r = (query qi = r / kGroup, q head hk*kGroup + r % kGroup).
+  extern __shared__ __align__(16) float dsmem[];
+  float* sQ = dsmem;                               // [kRows][kHeadDim], pre-scaled by scale*log2(e)
+  float* sAcc = sQ + kRows * kHeadDim;             // [kRows][kHeadDim] block accumulator
+  float* sML = sAcc + kRows * kHeadDim;            // [kWarps][kRows][2] per-warp (max, sum)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int split = blockIdx.x, hk = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  const int heads_q = heads_kv * kGroup;
+  const int64_t L = KV_LEN_EXPR;                   // valid cache rows
+  const float scale_log2 = scale * LLMC_LOG2E;
+
+  for (int i = tid; i < kRows * kHeadDim; i += kThreads) {
+    const int r = i / kHeadDim, d = i % kHeadDim;
+    const int qi = r / kGroup, h = hk * kGroup + r % kGroup;
+    sQ[i] = toF(q[((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim + d]) * scale_log2;
+    sAcc[i] = 0.0f;
+  }
+  __syncthreads();
+
+  // This split's key range [j0, j1); chunk is a multiple of 32.
+  int64_t chunk = (L + num_splits - 1) / num_splits;
+  chunk = (chunk + 31) / 32 * 32;
+  const int64_t j0 = (int64_t)split * chunk;
+  const int64_t j1 = j0 + chunk < L ? j0 + chunk : L;
+  const int64_t row_stride = (int64_t)heads_kv * kHeadDim;
+  const T* kb = k + (b * max_seq * heads_kv + hk) * (int64_t)kHeadDim;
+  const T* vb = v + (b * max_seq * heads_kv + hk) * (int64_t)kHeadDim;
+
+  float m_run[kRows], l_run[kRows], acc[kRows][kPerLane];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    m_run[r] = -LLMC_INF;
+    l_run[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc[r][i] = 0.0f;
+  }
+
+  // Each warp takes 32-key blocks jb = j0 + 32*warp, += 32*kWarps; lane = key.
+  for (int64_t jb = j0 + 32 * warp; jb < j1; jb += 32 * kWarps) {
+    const int64_t j = jb + lane;
+    float s[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) s[r] = 0.0f;
+    if (j < j1) {
+      const LlmcVec<T, kVec>* kr = reinterpret_cast<const LlmcVec<T, kVec>*>(kb + j * row_stride);
+      for (int dv = 0; dv < kHeadDim / kVec; ++dv) {
+        const LlmcVec<T, kVec> kv = kr[dv];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const float kf = toF(kv.v[e]);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) s[r] += sQ[r * kHeadDim + dv * kVec + e] * kf;  // smem broadcast
+        }
+      }
+    }
+    float p[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int qi = r / kGroup;
+      bool visible = j < j1;
+      if (kCausal) visible = visible && j <= qi + L - kQLen;
+      const float t = visible ? s[r] : -LLMC_INF;
+      const float m_new = fmaxf(m_run[r], warpMax(t));
+      const float m_use = m_new == -LLMC_INF ? 0.0f : m_new;
+      const float alpha = exp2f(m_run[r] - m_use);
+      p[r] = exp2f(t - m_use);
+      l_run[r] = l_run[r] * alpha + p[r];  // lane-partial sum
+      m_run[r] = m_new;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) acc[r][i] *= alpha;
+    }
+    // acc[r][d] += sum_kk p_kk[r] * V[jb + kk][d], lane owns d = lane + 32*i
+    const int nk = j1 - jb < 32 ? (int)(j1 - jb) : 32;
+    for (int kk = 0; kk < nk; ++kk) {
+      const T* vr = vb + (jb + kk) * row_stride;
+      float vv[kPerLane];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int d = lane + 32 * i;
+        vv[i] = d < kHeadDim ? toF(vr[d]) : 0.0f;
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float pk = __shfl_sync(0xffffffffu, p[r], kk);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) acc[r][i] += pk * vv[i];
+      }
+    }
+  }
+
+  // ---- combine the warps: block max, rescale, shared-memory sum ----
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float l = warpSum(l_run[r]);
+    if (lane == 0) {
+      sML[(warp * kRows + r) * 2 + 0] = m_run[r];
+      sML[(warp * kRows + r) * 2 + 1] = l;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float M = -LLMC_INF;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sML[(w * kRows + r) * 2]);
+    const float f = m_run[r] == -LLMC_INF ? 0.0f : exp2f(m_run[r] - M);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < kHeadDim && f != 0.0f) atomicAdd(&sAcc[r * kHeadDim + d], acc[r][i] * f);
+    }
+  }
+  __syncthreads();
+  // ---- write partials [B, Hq, q_len, splits, D] and (max, sum) ----
+  for (int i = tid; i < kRows * kHeadDim; i += kThreads) {
+    const int r = i / kHeadDim, d = i % kHeadDim;
+    const int qi = r / kGroup, h = hk * kGroup + r % kGroup;
+    const int64_t prow = ((b * heads_q + h) * kQLen + qi) * num_splits + split;
+    partial_acc[prow * kHeadDim + d] = sAcc[i];
+    if (d == 0) {
+      float M = -LLMC_INF, S = 0.0f;
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sML[(w * kRows + r) * 2]);
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = sML[(w * kRows + r) * 2];
+        if (mw != -LLMC_INF) S += sML[(w * kRows + r) * 2 + 1] * exp2f(mw - M);
+      }
+      partial_ml[prow * 2 + 0] = M;
+      partial_ml[prow * 2 + 1] = S;
+    }
+  }
+}
+)CUDA";
+
+constexpr const char *kDecodeCombineBody = R"CUDA(
+  // Block = one query row (b, h, qi): out = sum_s w_s acc_s / sum_s w_s l_s, w_s = exp2(m_s - M).
+  const int heads_q = heads_kv * kGroup;
+  const int64_t prow0 = (int64_t)blockIdx.x * num_splits;  // row index = (b*Hq + h)*kQLen + qi
+  const int64_t qi = blockIdx.x % kQLen;
+  const int64_t h = (blockIdx.x / kQLen) % heads_q;
+  const int64_t b = blockIdx.x / ((int64_t)kQLen * heads_q);
+  float M = -LLMC_INF;
+  for (int s = 0; s < num_splits; ++s) M = fmaxf(M, partial_ml[(prow0 + s) * 2]);
+  float L = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float ms = partial_ml[(prow0 + s) * 2];
+    if (ms != -LLMC_INF) L += partial_ml[(prow0 + s) * 2 + 1] * exp2f(ms - M);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;  // no visible key -> 0
+  T* op = out + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim;
+  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
+    float a = 0.0f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float ms = partial_ml[(prow0 + s) * 2];
+      if (ms != -LLMC_INF) a += partial_acc[(prow0 + s) * kHeadDim + d] * exp2f(ms - M);
+    }
+    op[d] = fromF<T>(a * inv);
+  }
+}
+)CUDA";
+
+std::string ReplaceAll(std::string s, const std::string &from, const std::string &to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
+    s.replace(p, from.size(), to);
+  return s;
+}
+} // namespace
+
+bool DecodeSupported(const DecodeConfig &c) {
+  return (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16 || c.dtype == ScalarType::f32) &&
+         c.head_dim >= 1 && c.head_dim <= 512 && c.group_size >= 1 && c.q_len >= 1 &&
+         DecodeRows(c) * c.head_dim <= 4096;
+}
+
+DecodeKernels EmitDecodeAttention(const DecodeConfig &c) {
+  if (!DecodeSupported(c)) Fail("decode attention: unsupported config (see DecodeSupported)");
+  const std::string tag = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.head_dim) + "_g" +
+                          std::to_string(c.group_size) + "_q" + std::to_string(c.q_len) +
+                          (c.causal && c.q_len > 1 ? "_causal" : "") + "_" + KvLenTag(c.kv_len);
+  DecodeKernels k;
+  k.split.name = "llmc_flash_decode_split_" + tag;
+  k.combine.name = "llmc_flash_decode_combine_" + tag;
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "static constexpr int kHeadDim = " << c.head_dim << ";\n"
+      << "static constexpr int kGroup = " << c.group_size << ";   // q heads per kv head\n"
+      << "static constexpr int kQLen = " << c.q_len << ";\n"
+      << "static constexpr int kRows = kGroup * kQLen;  // query rows per block\n"
+      << "static constexpr int kPerLane = " << CeilDiv(c.head_dim, 32) << ";  // dims per lane (d = lane + 32*i)\n"
+      << "static constexpr int kVec = " << VecWidth(c.head_dim, ScalarSize(c.dtype)) << ";  // K row loads\n"
+      << "static constexpr int kWarps = " << kDecodeWarps << ";\n"
+      << "static constexpr int kThreads = kWarps * 32;\n"
+      << "static constexpr bool kCausal = " << (c.causal && c.q_len > 1 ? "true" : "false") << ";\n";
+  const std::string hdr =
+      "// llmc flash-decoding (split-KV; Dao, Haziza, Massa, Sizov 2023) for short queries against\n"
+      "// a KV cache [B, Smax, Hkv, D] of which the first kv_len rows are valid. Phase 1: block per\n"
+      "// (split, kv head, batch) handles all kGroup*kQLen query rows of the kv head (K/V read once),\n"
+      "// lane-per-key scores, online softmax (exp2 domain), warps combined in shared memory.\n"
+      "// Phase 2: combine the splits with their (max, sum).\n";
+  std::ostringstream b1;
+  b1 << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << k.split.name << "(\n"
+     << "    float* __restrict__ partial_acc, float* __restrict__ partial_ml, const T* __restrict__ q,\n"
+        "    const T* __restrict__ k, const T* __restrict__ v, const void* kv_len_ptr,\n"
+        "    long long kv_len_arg, long long max_seq, int heads_kv, float scale, int num_splits) {\n"
+     << ReplaceAll(kDecodeSplitBody, "KV_LEN_EXPR", KvLenExpr(c.kv_len));
+  std::ostringstream b2;
+  b2 << "\nextern \"C\" __global__ void __launch_bounds__(" << kDecodeCombineThreads << ") " << k.combine.name
+     << "(\n    T* __restrict__ out, const float* __restrict__ partial_acc,\n"
+        "    const float* __restrict__ partial_ml, int heads_kv, int num_splits) {\n"
+     << kDecodeCombineBody;
+  k.split.source = Assemble(hdr + "// (phase 1: split)\n", cfg.str(), b1.str());
+  k.combine.source = Assemble(hdr + "// (phase 2: combine)\n", cfg.str(), b2.str());
+  return k;
+}
+
+int DecodeNumSplits(const DecodeConfig &, int64_t batch, int64_t heads_kv, int64_t max_kv_len, int num_sms) {
+  const int64_t blocks = std::max<int64_t>(batch * heads_kv, 1);
+  const int64_t want = CeilDiv(int64_t{2} * num_sms, blocks);   // ~2 blocks per SM
+  const int64_t max_useful = std::max<int64_t>(CeilDiv(max_kv_len, 128), 1);  // >= 128 keys per split
+  return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(max_useful, 256)));
+}
+
+LaunchDims DecodeSplitLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv, int num_splits) {
+  return Dims(std::max(num_splits, 1), heads_kv, batch, kDecodeWarps * 32, DecodeSmem(c));
+}
+
+LaunchDims DecodeCombineLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv) {
+  return Dims(batch * heads_kv * c.group_size * c.q_len, 1, 1, kDecodeCombineThreads);
+}
+
+std::pair<int64_t, int64_t> DecodeWorkspaceBytes(const DecodeConfig &c, int64_t batch, int64_t heads_kv,
+                                                 int num_splits) {
+  const int64_t rows = batch * heads_kv * c.group_size * c.q_len * num_splits;
+  return {rows * c.head_dim * 4, rows * 2 * 4};
+}
+
+} // namespace llmc::cuda

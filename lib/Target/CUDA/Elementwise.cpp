@@ -1,0 +1,404 @@
+//===- Elementwise.cpp - fused elementwise kernel generator ---------------===//
+//
+// Emits one kernel evaluating a small DAG of elementwise ops per output
+// element. The DAG becomes a straight-line `__device__` function `ew_body`
+// taking one element of each input (storage types) and producing one element
+// of each output; the kernel is a grid-stride loop around it with a 16-byte
+// vectorized fast path when every input is contiguous (or a scalar).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace llmc::cuda {
+using namespace detail;
+
+namespace {
+
+const char *OpName(EwOp op) {
+  switch (op) {
+  case EwOp::add: return "add";
+  case EwOp::sub: return "sub";
+  case EwOp::mul: return "mul";
+  case EwOp::div: return "div";
+  case EwOp::neg: return "neg";
+  case EwOp::abs: return "abs";
+  case EwOp::exp: return "exp";
+  case EwOp::log: return "log";
+  case EwOp::tanh: return "tanh";
+  case EwOp::sqrt: return "sqrt";
+  case EwOp::rsqrt: return "rsqrt";
+  case EwOp::pow: return "pow";
+  case EwOp::maximum: return "maximum";
+  case EwOp::minimum: return "minimum";
+  case EwOp::silu: return "silu";
+  case EwOp::gelu_erf: return "gelu_erf";
+  case EwOp::gelu_tanh: return "gelu_tanh";
+  case EwOp::relu: return "relu";
+  case EwOp::sigmoid: return "sigmoid";
+  case EwOp::compare: return "compare";
+  case EwOp::select: return "select";
+  case EwOp::cast: return "cast";
+  case EwOp::constant: return "constant";
+  }
+  return "?";
+}
+
+int Arity(EwOp op) {
+  switch (op) {
+  case EwOp::constant: return 0;
+  case EwOp::add: case EwOp::sub: case EwOp::mul: case EwOp::div:
+  case EwOp::pow: case EwOp::maximum: case EwOp::minimum: case EwOp::compare:
+    return 2;
+  case EwOp::select: return 3;
+  default: return 1;
+  }
+}
+
+const char *CmpOp(CmpPredicate p) {
+  switch (p) {
+  case CmpPredicate::eq: return "==";
+  case CmpPredicate::ne: return "!=";
+  case CmpPredicate::lt: return "<";
+  case CmpPredicate::le: return "<=";
+  case CmpPredicate::gt: return ">";
+  case CmpPredicate::ge: return ">=";
+  }
+  return "==";
+}
+
+struct Emitter {
+  const ElementwiseProgram &p;
+  explicit Emitter(const ElementwiseProgram &p) : p(p) {}
+
+  bool ValueIsInt(int operand) const {
+    if (operand < 0) return IsIntType(p.inputs[-operand - 1].type);
+    return IsIntType(p.nodes[operand].type);
+  }
+  std::string Var(int operand) const {
+    if (operand < 0) return "x" + std::to_string(-operand - 1);
+    return "n" + std::to_string(operand);
+  }
+  // Operand as fp32 / int64 expression.
+  std::string F(int o) const {
+    return ValueIsInt(o) ? "(float)" + Var(o) : Var(o);
+  }
+  std::string I(int o) const {
+    return ValueIsInt(o) ? Var(o) : "(int64_t)" + Var(o);
+  }
+
+  // Returns {expr, expr_is_int}.
+  std::pair<std::string, bool> Expr(const EwNode &n) const {
+    const bool int_node = IsIntType(n.type);
+    auto ops = n.operands;
+    auto a = [&](int i) { return ops[i]; };
+    // Integer arithmetic only when the node and all operands are integers.
+    bool all_int = int_node;
+    for (int o : ops) all_int = all_int && ValueIsInt(o);
+    switch (n.op) {
+    case EwOp::constant:
+      if (int_node) return {std::to_string(static_cast<long long>(n.constant)) + "LL", true};
+      return {FloatLit(static_cast<float>(n.constant)), false};
+    case EwOp::add: case EwOp::sub: case EwOp::mul: {
+      const char *sym = n.op == EwOp::add ? " + " : n.op == EwOp::sub ? " - " : " * ";
+      if (all_int) return {I(a(0)) + sym + I(a(1)), true};
+      return {F(a(0)) + sym + F(a(1)), false};
+    }
+    case EwOp::div:
+      if (all_int)
+        return {"(" + I(a(1)) + " == 0 ? (int64_t)0 : " + I(a(0)) + " / " + I(a(1)) + ")", true};
+      return {F(a(0)) + " / " + F(a(1)), false};
+    case EwOp::neg:
+      if (all_int) return {"-" + I(a(0)), true};
+      return {"-" + F(a(0)), false};
+    case EwOp::abs:
+      if (all_int) return {"(" + I(a(0)) + " < 0 ? -" + I(a(0)) + " : " + I(a(0)) + ")", true};
+      return {"fabsf(" + F(a(0)) + ")", false};
+    case EwOp::exp: return {"expf(" + F(a(0)) + ")", false};
+    case EwOp::log: return {"logf(" + F(a(0)) + ")", false};
+    case EwOp::tanh: return {"tanhf(" + F(a(0)) + ")", false};
+    case EwOp::sqrt: return {"sqrtf(" + F(a(0)) + ")", false};
+    case EwOp::rsqrt: return {"rsqrtf(" + F(a(0)) + ")", false};
+    case EwOp::pow: return {"powf(" + F(a(0)) + ", " + F(a(1)) + ")", false};
+    case EwOp::maximum: case EwOp::minimum: {
+      const bool mx = n.op == EwOp::maximum;
+      if (all_int)
+        return {"(" + I(a(0)) + (mx ? " > " : " < ") + I(a(1)) + " ? " + I(a(0)) + " : " + I(a(1)) + ")", true};
+      return {std::string(mx ? "llmc_maxf(" : "llmc_minf(") + F(a(0)) + ", " + F(a(1)) + ")", false};
+    }
+    case EwOp::silu: return {"ew_silu(" + F(a(0)) + ")", false};
+    case EwOp::gelu_erf: return {"ew_gelu_erf(" + F(a(0)) + ")", false};
+    case EwOp::gelu_tanh: return {"ew_gelu_tanh(" + F(a(0)) + ")", false};
+    case EwOp::sigmoid: return {"ew_sigmoid(" + F(a(0)) + ")", false};
+    case EwOp::relu:
+      if (all_int) return {"(" + I(a(0)) + " < 0 ? (int64_t)0 : " + I(a(0)) + ")", true};
+      return {"(" + F(a(0)) + " < 0.0f ? 0.0f : " + F(a(0)) + ")", false};  // NaN passes
+    case EwOp::compare: {
+      const bool cmp_int = ValueIsInt(a(0)) && ValueIsInt(a(1));
+      std::string e = cmp_int ? I(a(0)) + " " + CmpOp(n.pred) + " " + I(a(1))
+                              : F(a(0)) + " " + CmpOp(n.pred) + " " + F(a(1));
+      return {"(int64_t)(" + e + ")", true};
+    }
+    case EwOp::select: {
+      std::string c = ValueIsInt(a(0)) ? "(" + Var(a(0)) + " != 0)" : "(" + Var(a(0)) + " != 0.0f)";
+      const bool sel_int = int_node && ValueIsInt(a(1)) && ValueIsInt(a(2));
+      if (sel_int) return {"(" + c + " ? " + I(a(1)) + " : " + I(a(2)) + ")", true};
+      return {"(" + c + " ? " + F(a(1)) + " : " + F(a(2)) + ")", false};
+    }
+    case EwOp::cast:
+      return {Var(a(0)), ValueIsInt(a(0))};
+    }
+    return {"0", true};
+  }
+
+  // Converts `e` (int64 when is_int, else fp32) to the node's value domain,
+  // applying the rounding / wrapping of the node type for cast nodes.
+  std::string Convert(const std::string &e, bool is_int, ScalarType t, bool is_cast) const {
+    if (IsIntType(t)) {
+      std::string v = is_int ? "(" + e + ")" : "(int64_t)(" + e + ")";
+      if (t == ScalarType::i1)
+        return is_int ? "(int64_t)((" + e + ") != 0)" : "(int64_t)((" + e + ") != 0.0f)";
+      if (is_cast && t == ScalarType::i8) return "(int64_t)(int8_t)" + v;
+      if (is_cast && t == ScalarType::i32) return "(int64_t)(int32_t)" + v;
+      return v;
+    }
+    std::string v = is_int ? "(float)(" + e + ")" : e;
+    if (is_cast && t != ScalarType::f32)
+      return std::string("toF(fromF<") + CTypeName(t) + ">(" + v + "))";
+    return v;
+  }
+
+  void Validate() const {
+    if (p.outputs.empty()) Fail("elementwise: no outputs");
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const EwNode &n = p.nodes[k];
+      if (static_cast<int>(n.operands.size()) != Arity(n.op))
+        Fail(std::string("elementwise: wrong operand count for ") + OpName(n.op));
+      for (int o : n.operands) {
+        if (o < 0 && -o - 1 >= static_cast<int>(p.inputs.size())) Fail("elementwise: bad input operand");
+        if (o >= 0 && o >= static_cast<int>(k)) Fail("elementwise: node operand must precede node");
+      }
+    }
+    for (const EwOutput &o : p.outputs)
+      if (o.node < 0 || o.node >= static_cast<int>(p.nodes.size())) Fail("elementwise: bad output node");
+  }
+
+  bool NeedsShape() const {
+    for (const EwInput &in : p.inputs)
+      if (in.layout == InputLayout::kStrided || in.layout == InputLayout::kRowBroadcast) return true;
+    return false;
+  }
+  bool Vectorizable() const { return !NeedsShape(); }
+  int VecElems() const {
+    int maxsz = 1;
+    for (const EwInput &in : p.inputs) maxsz = std::max(maxsz, ScalarSize(in.type));
+    for (const EwOutput &o : p.outputs) maxsz = std::max(maxsz, ScalarSize(o.type));
+    return 16 / maxsz;
+  }
+
+  std::string Body() const {
+    std::ostringstream s;
+    const int nin = static_cast<int>(p.inputs.size());
+    const int nout = static_cast<int>(p.outputs.size());
+    s << "// Program (" << nin << " inputs, " << p.nodes.size() << " nodes, " << nout << " outputs):\n";
+    for (int i = 0; i < nin; ++i) {
+      const char *lay[] = {"contiguous", "scalar", "row-broadcast [N] vs [..., N]", "strided"};
+      s << "//   in" << i << ": " << ScalarTypeTag(p.inputs[i].type) << ", "
+        << lay[static_cast<int>(p.inputs[i].layout)] << "\n";
+    }
+    for (int i = 0; i < nout; ++i)
+      s << "//   out" << i << ": " << ScalarTypeTag(p.outputs[i].type) << " = n" << p.outputs[i].node << "\n";
+    s << "static constexpr int kNumInputs = " << nin << ";\n";
+    s << "static constexpr int kVec = " << VecElems() << ";  // elements per 16-byte access of the widest type\n";
+    s << "static constexpr int kThreads = " << kElementwiseThreads << ";\n\n";
+
+    s << "LLMC_DEV float ew_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n"
+         "LLMC_DEV float ew_silu(float x) { return x / (1.0f + expf(-x)); }\n"
+         "LLMC_DEV float ew_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
+         "LLMC_DEV float ew_gelu_tanh(float x) {\n"
+         "  const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // sqrt(2/pi)\n"
+         "  return 0.5f * x * (1.0f + tanhf(kBeta * (x + kKappa * x * x * x)));\n"
+         "}\n\n";
+    if (NeedsShape()) {
+      s << "// Runtime shape argument (host: PackElementwiseShape).\n"
+           "struct EwShape {\n  long long rank;\n  long long sizes[8];  // output dims, outermost first\n"
+           "  long long strides[kNumInputs][8];  // per input, in elements, 0 = broadcast\n};\n\n";
+    }
+
+    // ---- the DAG as a straight-line function ----
+    s << "// One output element from one element of each input. fp32 math for float\n"
+         "// nodes, int64 math for integer nodes; rounding only at casts/outputs.\n";
+    s << "LLMC_DEV void ew_body(";
+    bool first = true;
+    for (int i = 0; i < nin; ++i) {
+      s << (first ? "" : ", ") << "const " << CTypeName(p.inputs[i].type) << " a" << i;
+      first = false;
+    }
+    for (int i = 0; i < nout; ++i) {
+      s << (first ? "" : ", ") << CTypeName(p.outputs[i].type) << "& r" << i;
+      first = false;
+    }
+    s << ") {\n";
+    for (int i = 0; i < nin; ++i) {
+      if (IsIntType(p.inputs[i].type)) s << "  const int64_t x" << i << " = toI(a" << i << ");\n";
+      else s << "  const float x" << i << " = toF(a" << i << ");\n";
+    }
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const EwNode &n = p.nodes[k];
+      auto [e, is_int] = Expr(n);
+      s << "  const " << (IsIntType(n.type) ? "int64_t" : "float") << " n" << k << " = "
+        << Convert(e, is_int, n.type, n.op == EwOp::cast) << ";  // " << OpName(n.op);
+      if (n.op == EwOp::compare) s << " " << CmpOp(n.pred);
+      s << " -> " << ScalarTypeTag(n.type) << "\n";
+    }
+    for (int i = 0; i < nout; ++i) {
+      const EwOutput &o = p.outputs[i];
+      const bool src_int = IsIntType(p.nodes[o.node].type);
+      s << "  r" << i << " = " << (src_int ? "fromI<" : "fromF<") << CTypeName(o.type) << ">(n" << o.node << ");\n";
+    }
+    s << "}\n\n";
+    return s.str();
+  }
+
+  std::string Kernel(const std::string &name) const {
+    std::ostringstream s;
+    const int nin = static_cast<int>(p.inputs.size());
+    const int nout = static_cast<int>(p.outputs.size());
+    s << "extern \"C\" __global__ void __launch_bounds__(kThreads) " << name << "(\n";
+    for (int i = 0; i < nout; ++i)
+      s << "    " << CTypeName(p.outputs[i].type) << "* __restrict__ out" << i << ",\n";
+    for (int i = 0; i < nin; ++i)
+      s << "    const " << CTypeName(p.inputs[i].type) << "* __restrict__ in" << i << ",\n";
+    s << "    long long numel";
+    if (NeedsShape()) s << ",\n    EwShape shape";
+    s << ") {\n";
+    s << "  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+         "  const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;\n"
+         "  int64_t scalar_begin = 0;\n";
+    if (Vectorizable()) {
+      s << "  // ---- fast path: every input contiguous or scalar; 16-byte aligned ----\n";
+      s << "  const uint64_t addr_bits = 0";
+      for (int i = 0; i < nout; ++i) s << " | (uint64_t)out" << i;
+      for (int i = 0; i < nin; ++i)
+        if (p.inputs[i].layout == InputLayout::kContiguous) s << " | (uint64_t)in" << i;
+      s << ";\n";
+      s << "  if ((addr_bits & 15) == 0) {\n"
+           "    const int64_t nvec = numel / kVec;\n";
+      for (int i = 0; i < nin; ++i)
+        if (p.inputs[i].layout == InputLayout::kScalar)
+          s << "    const " << CTypeName(p.inputs[i].type) << " s" << i << " = in" << i << "[0];\n";
+      s << "    for (int64_t v = tid; v < nvec; v += nthreads) {\n";
+      for (int i = 0; i < nin; ++i)
+        if (p.inputs[i].layout == InputLayout::kContiguous)
+          s << "      const LlmcVec<" << CTypeName(p.inputs[i].type) << ", kVec> l" << i
+            << " = reinterpret_cast<const LlmcVec<" << CTypeName(p.inputs[i].type) << ", kVec>*>(in" << i << ")[v];\n";
+      for (int i = 0; i < nout; ++i)
+        s << "      LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec> o" << i << ";\n";
+      s << "#pragma unroll\n      for (int e = 0; e < kVec; ++e) ew_body(";
+      bool first = true;
+      for (int i = 0; i < nin; ++i) {
+        s << (first ? "" : ", ");
+        first = false;
+        if (p.inputs[i].layout == InputLayout::kScalar) s << "s" << i;
+        else s << "l" << i << ".v[e]";
+      }
+      for (int i = 0; i < nout; ++i) {
+        s << (first ? "" : ", ") << "o" << i << ".v[e]";
+        first = false;
+      }
+      s << ");\n";
+      for (int i = 0; i < nout; ++i)
+        s << "      reinterpret_cast<LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec>*>(out" << i
+          << ")[v] = o" << i << ";\n";
+      s << "    }\n    scalar_begin = nvec * kVec;\n  }\n";
+    }
+    s << "  // ---- scalar path (tail, unaligned pointers, broadcasting) ----\n";
+    bool strided = false;
+    for (const EwInput &in : p.inputs) strided = strided || in.layout == InputLayout::kStrided;
+    if (NeedsShape()) s << "  const int64_t row_n = shape.sizes[shape.rank - 1];\n";
+    s << "  for (int64_t i = scalar_begin + tid; i < numel; i += nthreads) {\n";
+    if (strided) {
+      s << "    // decompose the output index (row-major) into per-input offsets\n";
+      s << "    int64_t off[kNumInputs];\n#pragma unroll\n    for (int k = 0; k < kNumInputs; ++k) off[k] = 0;\n";
+      s << "    int64_t rem = i;\n"
+           "    for (int d = (int)shape.rank - 1; d >= 0; --d) {\n"
+           "      const int64_t sz = shape.sizes[d];\n"
+           "      const int64_t idx = rem % sz;\n"
+           "      rem /= sz;\n";
+      for (int i = 0; i < nin; ++i)
+        if (p.inputs[i].layout == InputLayout::kStrided) s << "      off[" << i << "] += idx * shape.strides[" << i << "][d];\n";
+      s << "    }\n";
+    }
+    s << "    ew_body(";
+    bool first = true;
+    for (int i = 0; i < nin; ++i) {
+      s << (first ? "" : ", ");
+      first = false;
+      switch (p.inputs[i].layout) {
+      case InputLayout::kContiguous: s << "in" << i << "[i]"; break;
+      case InputLayout::kScalar: s << "in" << i << "[0]"; break;
+      case InputLayout::kRowBroadcast: s << "in" << i << "[i % row_n]"; break;
+      case InputLayout::kStrided: s << "in" << i << "[off[" << i << "]]"; break;
+      }
+    }
+    for (int i = 0; i < nout; ++i) {
+      s << (first ? "" : ", ") << "out" << i << "[i]";
+      first = false;
+    }
+    s << ");\n  }\n}\n";
+    return s.str();
+  }
+};
+
+} // namespace
+
+bool ElementwiseNeedsShape(const ElementwiseProgram &prog) {
+  return Emitter(prog).NeedsShape();
+}
+
+KernelCode EmitElementwise(const ElementwiseProgram &prog) {
+  Emitter em(prog);
+  em.Validate();
+  const std::string body = em.Body();
+  KernelCode kc;
+  kc.name = "llmc_ew_" + HashHex(body);
+  const std::string header =
+      "// llmc fused elementwise kernel " + kc.name +
+      "\n// Grid-stride loop over the flattened output; 16-byte vector fast path.\n";
+  kc.source = Assemble(header, "", body + em.Kernel(kc.name));
+  return kc;
+}
+
+LaunchDims ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel) {
+  Emitter em(prog);
+  const int64_t per_thread = em.Vectorizable() ? em.VecElems() : 1;
+  const int64_t work = CeilDiv(std::max<int64_t>(numel, 1), per_thread);
+  int64_t blocks = CeilDiv(work, kElementwiseThreads);
+  // Grid-stride: cap at 16 resident-ish blocks per SM.
+  blocks = std::min<int64_t>(blocks, int64_t{kAssumedNumSMs} * 16);
+  return Dims(blocks, 1, 1, kElementwiseThreads);
+}
+
+std::vector<int64_t>
+PackElementwiseShape(const ElementwiseProgram &prog,
+                     const std::vector<int64_t> &out_sizes,
+                     const std::vector<std::vector<int64_t>> &in_strides) {
+  const int rank = static_cast<int>(out_sizes.size());
+  if (rank < 1 || rank > kElementwiseMaxRank) Fail("elementwise: rank must be 1..8");
+  const size_t nin = prog.inputs.size();
+  std::vector<int64_t> data(1 + 8 + 8 * nin, 0);
+  data[0] = rank;
+  for (int d = 0; d < 8; ++d) data[1 + d] = d < rank ? out_sizes[d] : 1;
+  for (size_t i = 0; i < nin; ++i) {
+    if (prog.inputs[i].layout != InputLayout::kStrided) continue;
+    if (i >= in_strides.size() || static_cast<int>(in_strides[i].size()) != rank)
+      Fail("elementwise: strided input needs `rank` strides");
+    for (int d = 0; d < rank; ++d) data[9 + 8 * i + d] = in_strides[i][d];
+  }
+  return data;
+}
+
+} // namespace llmc::cuda

@@ -1,0 +1,247 @@
+//===- Misc.cpp - RoPE, KV-cache append, gather/embedding generators -------===//
+
+#include "Internal.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace llmc::cuda {
+using namespace detail;
+
+namespace {
+const char *PosTag(PositionSource p) {
+  switch (p) {
+  case PositionSource::kNone: return "pos0";
+  case PositionSource::kScalarI32: return "posi32";
+  case PositionSource::kScalarI64: return "posi64";
+  case PositionSource::kPerBatchI32: return "pbposi32";
+  case PositionSource::kPerBatchI64: return "pbposi64";
+  }
+  return "?";
+}
+
+// Device expression reading the position/offset for batch `b` from `ptr`.
+std::string PosExpr(PositionSource p, const char *ptr, const char *b) {
+  const std::string P = ptr, B = b;
+  switch (p) {
+  case PositionSource::kNone: return "(int64_t)0";
+  case PositionSource::kScalarI32:
+    return "(" + P + " ? (int64_t)reinterpret_cast<const int32_t*>(" + P + ")[0] : (int64_t)0)";
+  case PositionSource::kScalarI64:
+    return "(" + P + " ? (int64_t)reinterpret_cast<const int64_t*>(" + P + ")[0] : (int64_t)0)";
+  case PositionSource::kPerBatchI32:
+    return "(" + P + " ? (int64_t)reinterpret_cast<const int32_t*>(" + P + ")[" + B + "] : (int64_t)0)";
+  case PositionSource::kPerBatchI64:
+    return "(" + P + " ? (int64_t)reinterpret_cast<const int64_t*>(" + P + ")[" + B + "] : (int64_t)0)";
+  }
+  return "0";
+}
+
+struct RoPEGeom {
+  int half;        // rotary pairs per head
+  int threads_i;   // threads along the pair index
+  int head_groups; // threads along heads
+  int block;
+};
+RoPEGeom ComputeRoPEGeom(const RoPEConfig &c) {
+  RoPEGeom g;
+  const int64_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
+  g.half = static_cast<int>(rot / 2);
+  g.threads_i = std::min(g.half, 256);
+  g.head_groups = static_cast<int>(std::clamp<int64_t>(256 / std::max(g.threads_i, 1), 1, c.num_heads));
+  g.block = static_cast<int>(RoundUp(int64_t{g.threads_i} * g.head_groups, 32));
+  return g;
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// RoPE
+//===----------------------------------------------------------------------===//
+
+KernelCode EmitRoPE(const RoPEConfig &c) {
+  if (!IsFloatType(c.dtype)) Fail("rope: dtype must be float");
+  const int64_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
+  if (c.head_dim < 2 || rot < 2 || rot > c.head_dim || rot % 2 != 0 || c.num_heads < 1)
+    Fail("rope: bad head_dim / rotary_dim / num_heads");
+  const RoPEGeom g = ComputeRoPEGeom(c);
+  KernelCode kc;
+  kc.name = std::string("llmc_rope_") + ScalarTypeTag(c.dtype) + "_h" + std::to_string(c.num_heads) + "_d" +
+            std::to_string(c.head_dim) + "_r" + std::to_string(rot) + (c.interleaved ? "_interleaved" : "_half") +
+            "_theta" + FloatTag(c.theta) + "_" + PosTag(c.offset);
+  std::ostringstream hdr;
+  hdr << "// llmc RoPE (Su et al. 2021, RoFormer) on x [B, S, H, D], contiguous.\n"
+         "//   inv_freq_i = 1 / theta^(2i / R)     (fp32 powf, as HF: 1.0 / base ** (arange(0,R,2)/R))\n"
+         "//   angle = float(s + offset) * inv_freq_i, cos/sin with accurate sincosf\n"
+         "//   (a, b) -> (a*cos - b*sin, b*cos + a*sin), fp32 math, rounded once.\n"
+      << (c.interleaved ? "// Pairs (2i, 2i+1) (GPT-J interleaved).\n"
+                        : "// Pairs (i, i + R/2) (LLaMA / GPT-NeoX rotate_half).\n")
+      << "// One block per token; thread (i, hg) handles pair i of heads hg, hg + kHeadGroups, ...\n";
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "static constexpr int kHeads = " << c.num_heads << ";\n"
+      << "static constexpr int kHeadDim = " << c.head_dim << ";\n"
+      << "static constexpr int kRotDim = " << rot << ";\n"
+      << "static constexpr int kHalf = kRotDim / 2;  // pairs per head\n"
+      << "static constexpr bool kInterleaved = " << (c.interleaved ? "true" : "false") << ";\n"
+      << "static constexpr float kTheta = " << FloatLit(c.theta) << ";\n"
+      << "static constexpr int kThreadsI = " << g.threads_i << ";\n"
+      << "static constexpr int kHeadGroups = " << g.head_groups << ";\n"
+      << "static constexpr int kThreads = " << g.block << ";\n";
+  std::ostringstream b;
+  b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
+    << "(\n    T* out, const T* x, const void* offset, long long batch, long long seq) {\n";
+  b << "  const int64_t token = blockIdx.x;  // b * seq + s\n"
+       "  const int64_t bi = token / seq, s = token % seq;\n"
+       "  const int64_t off = "
+    << PosExpr(c.offset, "offset", "bi") << ";\n";
+  b << R"CUDA(  const float pos = (float)(s + off);
+  const int64_t tok_base = token * (int64_t)(kHeads * kHeadDim);
+  const int ti = threadIdx.x % kThreadsI, hg = threadIdx.x / kThreadsI;
+  if (hg < kHeadGroups) {
+    for (int i = ti; i < kHalf; i += kThreadsI) {
+      const float inv_freq = 1.0f / powf(kTheta, (float)(2 * i) / (float)kRotDim);
+      float sn, cs;
+      sincosf(pos * inv_freq, &sn, &cs);
+      const int ia = kInterleaved ? 2 * i : i;
+      const int ib = kInterleaved ? 2 * i + 1 : i + kHalf;
+      for (int h = hg; h < kHeads; h += kHeadGroups) {
+        const int64_t o = tok_base + (int64_t)h * kHeadDim;
+        const float a = toF(x[o + ia]), bv = toF(x[o + ib]);
+        out[o + ia] = fromF<T>(a * cs - bv * sn);
+        out[o + ib] = fromF<T>(bv * cs + a * sn);
+      }
+    }
+  }
+  // Dims beyond the rotary part are copied (no-op when out == x).
+  if (kRotDim < kHeadDim) {
+    for (int j = threadIdx.x; j < kHeads * (kHeadDim - kRotDim); j += blockDim.x) {
+      const int h = j / (kHeadDim - kRotDim), d = kRotDim + j % (kHeadDim - kRotDim);
+      const int64_t o = tok_base + (int64_t)h * kHeadDim + d;
+      out[o] = x[o];
+    }
+  }
+}
+)CUDA";
+  kc.source = Assemble(hdr.str(), cfg.str(), b.str());
+  return kc;
+}
+
+LaunchDims RoPELaunch(const RoPEConfig &c, int64_t batch, int64_t seq) {
+  return Dims(std::max<int64_t>(batch * seq, 1), 1, 1, ComputeRoPEGeom(c).block);
+}
+
+//===----------------------------------------------------------------------===//
+// KV-cache append
+//===----------------------------------------------------------------------===//
+
+namespace {
+constexpr int kAppendThreads = 256;
+}
+
+KernelCode EmitKvAppend(const KvAppendConfig &c) {
+  if (c.heads_kv < 1 || c.head_dim < 1) Fail("kv append: bad sizes");
+  const int64_t row = c.heads_kv * c.head_dim;
+  const int vec = VecWidth(row, ScalarSize(c.dtype));
+  KernelCode kc;
+  kc.name = std::string("llmc_kvappend_") + ScalarTypeTag(c.dtype) + "_h" + std::to_string(c.heads_kv) + "_d" +
+            std::to_string(c.head_dim) + "_" + PosTag(c.pos);
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "static constexpr int kRow = " << row << ";  // Hkv * D elements per token\n"
+      << "static constexpr int kVec = " << vec << ";\n"
+      << "static constexpr int kRowVec = kRow / kVec;\n"
+      << "static constexpr int kThreads = " << kAppendThreads << ";\n";
+  std::ostringstream b;
+  b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
+    << "(\n    T* k_cache, T* v_cache, const T* k_new, const T* v_new, const void* pos, int* error,\n"
+       "    long long batch, long long max_seq, long long seq_new) {\n"
+       "  typedef LlmcVec<T, kVec> V;\n"
+       "  const int64_t bi = blockIdx.y;\n"
+       "  const int64_t p = "
+    << PosExpr(c.pos, "pos", "bi") << ";\n";
+  b << R"CUDA(  if (p < 0 || p + seq_new > max_seq) {  // out of bounds: write nothing for this batch
+    if (threadIdx.x == 0 && blockIdx.x == 0 && error) *error = 1;
+    return;
+  }
+  const int64_t n = seq_new * kRowVec;
+  V* kc = reinterpret_cast<V*>(k_cache) + (bi * max_seq + p) * kRowVec;
+  V* vc = reinterpret_cast<V*>(v_cache) + (bi * max_seq + p) * kRowVec;
+  const V* kn = reinterpret_cast<const V*>(k_new) + bi * n;
+  const V* vn = reinterpret_cast<const V*>(v_new) + bi * n;
+  for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += (int64_t)gridDim.x * kThreads) {
+    kc[i] = kn[i];
+    vc[i] = vn[i];
+  }
+}
+)CUDA";
+  kc.source = Assemble("// llmc KV-cache append: cache[b, pos:pos+Snew] = new[b] for K and V (in place).\n"
+                       "// Bounds: pos < 0 or pos + Snew > Smax -> nothing written, *error = 1.\n",
+                       cfg.str(), b.str());
+  return kc;
+}
+
+LaunchDims KvAppendLaunch(const KvAppendConfig &c, int64_t batch, int64_t seq_new) {
+  const int64_t row = c.heads_kv * c.head_dim;
+  const int vec = VecWidth(row, ScalarSize(c.dtype));
+  const int64_t work = std::max<int64_t>(seq_new * (row / vec), 1);
+  const int64_t gx = std::min<int64_t>(CeilDiv(work, kAppendThreads), 1024);
+  return Dims(gx, std::max<int64_t>(batch, 1), 1, kAppendThreads);
+}
+
+//===----------------------------------------------------------------------===//
+// Gather / embedding
+//===----------------------------------------------------------------------===//
+
+namespace {
+int GatherThreads(const GatherConfig &c) {
+  const int vec = VecWidth(c.dim, ScalarSize(c.dtype));
+  return static_cast<int>(std::clamp<int64_t>(RoundUp(c.dim / vec, 32), 32, 256));
+}
+} // namespace
+
+KernelCode EmitGather(const GatherConfig &c) {
+  if (c.index != ScalarType::i32 && c.index != ScalarType::i64) Fail("gather: index must be i32 or i64");
+  if (c.dim < 1) Fail("gather: dim must be >= 1");
+  const int vec = VecWidth(c.dim, ScalarSize(c.dtype));
+  KernelCode kc;
+  kc.name = std::string("llmc_gather_") + ScalarTypeTag(c.dtype) + "_" + ScalarTypeTag(c.index) + "_d" +
+            std::to_string(c.dim);
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "typedef " << CTypeName(c.index) << " IdxT;\n"
+      << "static constexpr int kDim = " << c.dim << ";\n"
+      << "static constexpr int kVec = " << vec << ";\n"
+      << "static constexpr int kRowVec = kDim / kVec;\n"
+      << "static constexpr int kThreads = " << GatherThreads(c) << ";\n";
+  std::ostringstream b;
+  b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
+    << "(\n    T* __restrict__ out, const T* __restrict__ table, const IdxT* __restrict__ indices,\n"
+       "    int* error, long long num_indices, long long vocab) {\n";
+  b << R"CUDA(  typedef LlmcVec<T, kVec> V;
+  const int64_t n = blockIdx.x;  // one block per gathered row
+  if (n >= num_indices) return;
+  const int64_t idx = (int64_t)indices[n];
+  V* dst = reinterpret_cast<V*>(out) + n * kRowVec;
+  if (idx < 0 || idx >= vocab) {  // out of range: zeros + error flag 2
+    if (threadIdx.x == 0 && error) *error = 2;
+    V z;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) z.v[e] = fromF<T>(0.0f);
+    for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = z;
+    return;
+  }
+  const V* src = reinterpret_cast<const V*>(table) + idx * kRowVec;
+  for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = src[i];
+}
+)CUDA";
+  kc.source = Assemble("// llmc gather / embedding lookup: out[n, :] = table[idx[n], :].\n"
+                       "// Out-of-range index -> zeros and *error = 2.\n",
+                       cfg.str(), b.str());
+  return kc;
+}
+
+LaunchDims GatherLaunch(const GatherConfig &c, int64_t num_indices) {
+  return Dims(std::max<int64_t>(num_indices, 1), 1, 1, GatherThreads(c));
+}
+
+} // namespace llmc::cuda

@@ -1,0 +1,484 @@
+//===- EmuTest.cpp - run generated kernels on the CPU emulator -------------===//
+//
+// Compiles the generated kernel (without the device preamble) as host C++
+// against emu/CudaEmu.h with the system C++ compiler, loads it, runs it on
+// small shapes and compares with CpuReference.h. Skips when no compiler is
+// found (set LLMC_EMU_CXX to choose one).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuReference.h"
+#include "llmc/Target/CUDA/KernelLibrary.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <regex>
+
+using namespace llmc::cuda;
+using llmc::ref::FromBf16;
+using llmc::ref::ToBf16;
+
+namespace {
+
+struct Dim3 { unsigned x = 1, y = 1, z = 1; };  // layout-compatible with the emulator's dim3
+
+std::string Compiler() {
+  if (const char *c = std::getenv("LLMC_EMU_CXX")) return c;
+  return "c++";
+}
+
+// Builds a shared object from the kernel + `stub` and returns dlsym(emu_entry).
+void *BuildEmu(const KernelCode &k, const std::string &stub) {
+  const std::string marker = "// ===== end of llmc preamble =====\n";
+  std::string body = k.source.substr(k.source.find(marker) + marker.size());
+  const size_t ptx = body.find("// ---- PTX wrappers (sm_80+) ----");
+  if (ptx != std::string::npos) {
+    const size_t end = body.find("extern \"C\"", ptx);
+    body = body.substr(0, ptx) + "LLMC_EMU_PTX_WRAPPERS\n" + body.substr(end);
+  }
+  body = std::regex_replace(body, std::regex(R"(extern __shared__ __align__\(16\) (\w+) (\w+)\[\];)"),
+                            "$1* $2 = reinterpret_cast<$1*>(emu::dyn_smem);");
+  char dir_tmpl[] = "/tmp/llmc_emu_XXXXXX";
+  const std::string dir = mkdtemp(dir_tmpl);
+  const std::string src = dir + "/" + k.name + ".cpp", so = dir + "/" + k.name + ".so";
+  std::ofstream(src) << "#include \"" << LLMC_TEST_SOURCE_DIR << "/emu/CudaEmu.h\"\n" << body << "\n" << stub;
+  const std::string cmd = Compiler() + " -std=c++17 -O1 -w -shared -fPIC -pthread -o " + so + " " + src;
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << "emulator build failed: " << cmd;
+    return nullptr;
+  }
+  void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    ADD_FAILURE() << dlerror();
+    return nullptr;
+  }
+  return dlsym(h, "emu_entry");
+}
+
+bool HaveCompiler() {
+  static const bool ok = std::system((Compiler() + " --version > /dev/null 2>&1").c_str()) == 0;
+  return ok;
+}
+
+Dim3 G(const LaunchDims &d) { return {d.grid[0], d.grid[1], d.grid[2]}; }
+Dim3 B(const LaunchDims &d) { return {d.block[0], d.block[1], d.block[2]}; }
+
+std::vector<float> Randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto &x : v) x = nd(rng);
+  return v;
+}
+std::vector<uint16_t> ToBf16Vec(std::vector<float> &v) {  // rounds v in place too
+  std::vector<uint16_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    r[i] = ToBf16(v[i]);
+    v[i] = FromBf16(r[i]);
+  }
+  return r;
+}
+
+const char *kAttnStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* q, const T* k, const T* v,
+                          const MaskT* mask, long long B, long long Sq, long long Skv, int Hq, int Hkv,
+                          float scale, long long msb, long long msh, long long msq) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, q, k, v, mask, B, Sq, Skv, Hq, Hkv, scale, msb, msh, msq); });
+}
+)";
+
+std::string WithName(const char *stub, const std::string &name) {
+  return std::regex_replace(stub, std::regex("KERNEL"), name);
+}
+
+struct AttnCase {
+  int64_t d, batch, sq, skv, hq, hkv;
+  bool causal, mask;
+  bool simple;
+};
+
+void RunAttention(const AttnCase &c) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  AttentionConfig cfg;
+  cfg.dtype = c.simple ? ScalarType::f32 : ScalarType::bf16;
+  cfg.head_dim = c.d;
+  cfg.causal = c.causal;
+  cfg.has_mask = c.mask;
+  cfg.mask = ScalarType::f32;
+  const KernelCode k = EmitAttention(cfg);
+  ASSERT_EQ(AttentionUsesTensorCores(cfg), !c.simple);
+  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, const float *,
+                      long long, long long, long long, int, int, float, long long, long long, long long);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(kAttnStub, k.name)));
+  ASSERT_NE(fn, nullptr);
+  auto q = Randn(c.batch * c.sq * c.hq * c.d, 1), kk = Randn(c.batch * c.skv * c.hkv * c.d, 2),
+       v = Randn(c.batch * c.skv * c.hkv * c.d, 3);
+  // mask [B, 1, Sq, Skv] broadcast over heads; some -inf, incl. a fully masked row 1
+  std::vector<float> mask;
+  if (c.mask) {
+    mask = Randn(c.batch * c.sq * c.skv, 4);
+    for (int64_t i = 0; i < (int64_t)mask.size(); i += 7) mask[i] = -INFINITY;
+    for (int64_t j = 0; j < c.skv; ++j) mask[1 * c.skv + j] = -INFINITY;
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  const LaunchDims ld = AttentionLaunch(cfg, c.batch, c.sq, c.hq);
+  std::vector<float> out(q.size());
+  if (c.simple) {
+    fn(G(ld), B(ld), ld.smem, out.data(), q.data(), kk.data(), v.data(), c.mask ? mask.data() : nullptr, c.batch,
+       c.sq, c.skv, c.hq, c.hkv, scale, c.sq * c.skv, 0, c.skv);
+  } else {
+    auto qb = ToBf16Vec(q), kb = ToBf16Vec(kk), vb = ToBf16Vec(v);
+    std::vector<uint16_t> ob(q.size());
+    fn(G(ld), B(ld), ld.smem, ob.data(), qb.data(), kb.data(), vb.data(), c.mask ? mask.data() : nullptr, c.batch,
+       c.sq, c.skv, c.hq, c.hkv, scale, c.sq * c.skv, 0, c.skv);
+    for (size_t i = 0; i < ob.size(); ++i) out[i] = FromBf16(ob[i]);
+  }
+  const auto ref = llmc::ref::AttentionRef(q, kk, v, c.mask ? &mask : nullptr, c.batch, c.sq, c.skv, c.skv, c.hq,
+                                           c.hkv, c.d, c.causal, scale, c.sq * c.skv, 0, c.skv);
+  const double tol = c.simple ? 1e-5 : 2e-2;
+  double max_err = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_FALSE(std::isnan(out[i])) << i;
+    max_err = std::max(max_err, std::fabs((double)out[i] - ref[i]));
+  }
+  EXPECT_LT(max_err, tol) << k.name;
+}
+
+} // namespace
+
+TEST(Emu, FlashAttentionD80GqaCausal) { RunAttention({80, 1, 70, 130, 3, 1, true, false, false}); }
+TEST(Emu, FlashAttentionD64MaskSqGtSkv) { RunAttention({64, 2, 67, 20, 2, 2, true, true, false}); }
+TEST(Emu, FlashAttentionD128NonCausal) { RunAttention({128, 1, 17, 70, 2, 1, false, false, false}); }
+TEST(Emu, FlashAttentionD256Causal) { RunAttention({256, 1, 40, 40, 1, 1, true, false, false}); }
+TEST(Emu, SimpleAttentionF32D96) { RunAttention({96, 1, 7, 7, 9, 3, true, false, true}); }
+TEST(Emu, SimpleAttentionF32D80Mask) { RunAttention({80, 2, 5, 9, 4, 2, false, true, true}); }
+
+TEST(Emu, FlashDecodeBf16) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  for (int64_t ql : {1, 2}) {
+    DecodeConfig cfg;
+    cfg.dtype = ScalarType::bf16;
+    cfg.head_dim = 80;
+    cfg.group_size = 3;
+    cfg.q_len = ql;
+    cfg.kv_len = KvLenSource::kDeviceI64;
+    auto kd = EmitDecodeAttention(cfg);
+    const char *split_stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, const T* q, const T* k,
+                          const T* v, const void* lenp, long long len, long long smax, int hkv, float scale,
+                          int splits) {
+  emu::Launch(g, b, smem, [&] { KERNEL(pa, pml, q, k, v, lenp, len, smax, hkv, scale, splits); });
+})";
+    const char *combine_stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const float* pa, const float* pml, int hkv,
+                          int splits) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, pa, pml, hkv, splits); });
+})";
+    using SplitFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
+                             const void *, long long, long long, int, float, int);
+    using CombFn = void (*)(Dim3, Dim3, unsigned, void *, const float *, const float *, int, int);
+    auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, WithName(split_stub, kd.split.name)));
+    auto comb = reinterpret_cast<CombFn>(BuildEmu(kd.combine, WithName(combine_stub, kd.combine.name)));
+    ASSERT_TRUE(split && comb);
+    const int64_t Bt = 2, Hkv = 2, Hq = 6, D = 80, Smax = 320, L = 300;
+    auto q = Randn(Bt * ql * Hq * D, 5), k = Randn(Bt * Smax * Hkv * D, 6), v = Randn(Bt * Smax * Hkv * D, 7);
+    auto qb = ToBf16Vec(q), kb = ToBf16Vec(k), vb = ToBf16Vec(v);
+    const int splits = 3;
+    auto ws = DecodeWorkspaceBytes(cfg, Bt, Hkv, splits);
+    std::vector<float> pa(ws.first / 4), pml(ws.second / 4);
+    std::vector<uint16_t> ob(q.size());
+    const int64_t len = L;
+    const float scale = 1.0f / std::sqrt(80.0f);
+    LaunchDims d1 = DecodeSplitLaunch(cfg, Bt, Hkv, splits), d2 = DecodeCombineLaunch(cfg, Bt, Hkv);
+    split(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qb.data(), kb.data(), vb.data(), &len, 0, Smax, Hkv, scale,
+          splits);
+    comb(G(d2), B(d2), d2.smem, ob.data(), pa.data(), pml.data(), Hkv, splits);
+    auto ref = llmc::ref::AttentionRef(q, k, v, nullptr, Bt, ql, L, Smax, Hq, Hkv, D, true, scale);
+    double max_err = 0;
+    for (size_t i = 0; i < ob.size(); ++i) max_err = std::max(max_err, std::fabs((double)FromBf16(ob[i]) - ref[i]));
+    EXPECT_LT(max_err, 1e-2) << "q_len " << ql;
+  }
+}
+
+TEST(Emu, RMSNormResidualAndSoftmax) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  {
+    RMSNormConfig cfg;
+    cfg.in = cfg.weight = cfg.out = ScalarType::f32;
+    cfg.hidden = 1001;  // scalar path, block per row
+    cfg.fused_residual = true;
+    cfg.eps = 1e-5f;
+    auto k = EmitRMSNorm(cfg);
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, float* ro, const float* x,
+                          const float* r, const float* w, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, ro, x, r, w, rows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, float *, const float *, const float *, const float *,
+                        long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    const int64_t rows = 3, n = 1001;
+    auto x = Randn(rows * n, 8, 300.0f), r = Randn(rows * n, 9), w = Randn(n, 10);
+    std::vector<float> out(rows * n), ro(rows * n), ref_out, ref_ro;
+    LaunchDims d = RMSNormLaunch(cfg, rows);
+    fn(G(d), B(d), d.smem, out.data(), ro.data(), x.data(), r.data(), w.data(), rows);
+    llmc::ref::NormRef(false, x, &r, &w, nullptr, rows, n, 1e-5f, [](float v) { return v; }, &ref_out, &ref_ro);
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], ref_out[i], 1e-4 * (1 + std::fabs(ref_out[i]))) << i;
+      ASSERT_EQ(ro[i], ref_ro[i]) << i;
+    }
+  }
+  for (int64_t n : {100, 3000}) {
+    SoftmaxConfig cfg;
+    cfg.in = cfg.out = ScalarType::f32;
+    cfg.n = n;
+    cfg.has_mask = true;
+    auto k = EmitSoftmax(cfg);
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, const float* m,
+                          float scale, long long rows, long long mrows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, m, scale, rows, mrows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const float *, float, long long, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    const int64_t rows = 5, mrows = 2;
+    auto x = Randn(rows * n, 11, 3.0f), m = Randn(mrows * n, 12);
+    for (int64_t j = 0; j < n; ++j) x[2 * n + j] = -INFINITY;  // row 2 all -inf -> NaN
+    m[5] = -INFINITY;
+    std::vector<float> out(rows * n);
+    LaunchDims d = SoftmaxLaunch(cfg, rows);
+    fn(G(d), B(d), d.smem, out.data(), x.data(), m.data(), 0.7f, rows, mrows);
+    auto ref = llmc::ref::SoftmaxRef(x, &m, rows, n, mrows, 0.7f);
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (std::isnan(ref[i])) {
+        ASSERT_TRUE(std::isnan(out[i])) << i;
+      } else {
+        ASSERT_NEAR(out[i], ref[i], 1e-6 + 1e-5 * ref[i]) << "n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(Emu, RoPEHalfAndInterleavedWithPerBatchOffset) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  for (bool inter : {false, true}) {
+    RoPEConfig cfg;
+    cfg.dtype = ScalarType::f32;
+    cfg.num_heads = 3;
+    cfg.head_dim = 80;
+    cfg.rotary_dim = 64;
+    cfg.interleaved = inter;
+    cfg.offset = PositionSource::kPerBatchI64;
+    auto k = EmitRoPE(cfg);
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, const void* off,
+                          long long B, long long S) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, off, B, S); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const void *, long long, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    const int64_t Bt = 2, S = 5, H = 3, D = 80;
+    auto x = Randn(Bt * S * H * D, 13);
+    std::vector<int64_t> off = {0, 299};
+    std::vector<float> out = x;  // in place
+    LaunchDims d = RoPELaunch(cfg, Bt, S);
+    fn(G(d), B(d), d.smem, out.data(), out.data(), off.data(), Bt, S);
+    auto ref = llmc::ref::RoPERef(x, Bt, S, H, D, 64, inter, 10000.0f, off);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << i;
+  }
+}
+
+TEST(Emu, ElementwiseBroadcastAndVectorPaths) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  // out0 = silu(a) * b (+ row bias c) as bf16, out1 = (a > c) as i1
+  for (InputLayout lay : {InputLayout::kContiguous, InputLayout::kRowBroadcast, InputLayout::kStrided}) {
+    ElementwiseProgram p;
+    p.inputs = {{ScalarType::f32, InputLayout::kContiguous}, {ScalarType::f32, InputLayout::kScalar},
+                {ScalarType::f32, lay}};
+    p.nodes = {{EwOp::silu, {-1}, ScalarType::f32},
+               {EwOp::mul, {0, -2}, ScalarType::f32},
+               {EwOp::add, {1, -3}, ScalarType::f32},
+               {EwOp::compare, {-1, -3}, ScalarType::i1, 0, CmpPredicate::gt}};
+    p.outputs = {{2, ScalarType::bf16}, {3, ScalarType::i1}};
+    auto k = EmitElementwise(p);
+    const bool shape = ElementwiseNeedsShape(p);
+    std::string stub = shape ? R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, const float* a,
+                          const float* s, const float* c, long long n, const EwShape* sh) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o0, o1, a, s, c, n, *sh); });
+})"
+                             : R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, const float* a,
+                          const float* s, const float* c, long long n, const void*) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o0, o1, a, s, c, n); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, uint8_t *, const float *, const float *, const float *,
+                        long long, const void *);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub.c_str(), k.name)));
+    ASSERT_NE(fn, nullptr);
+    const int64_t M = 7, N = 37, n = M * N;  // odd sizes: vector body + scalar tail
+    auto a = Randn(n, 14);
+    std::vector<float> s = {1.5f};
+    auto c = Randn(lay == InputLayout::kContiguous ? n : N, 15);
+    std::vector<uint16_t> o0(n);
+    std::vector<uint8_t> o1(n);
+    std::vector<int64_t> packed;
+    if (shape) packed = PackElementwiseShape(p, {M, N}, {{}, {}, {0, 1}});
+    LaunchDims d = ElementwiseLaunch(p, n);
+    d.grid[0] = 2;  // exercise the grid-stride loop
+    fn(G(d), B(d), d.smem, o0.data(), o1.data(), a.data(), s.data(), c.data(), n, packed.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float cv = c[lay == InputLayout::kContiguous ? i : i % N];
+      const float want = a[i] / (1.0f + std::exp(-a[i])) * 1.5f + cv;
+      ASSERT_EQ(o0[i], ToBf16(want)) << i;  // allow no ulp difference except exp rounding
+      ASSERT_EQ(o1[i], a[i] > cv ? 1 : 0) << i;
+    }
+  }
+}
+
+TEST(Emu, GatherAndKvAppendErrors) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  {
+    GatherConfig cfg;
+    cfg.dtype = ScalarType::f32;
+    cfg.index = ScalarType::i32;
+    cfg.dim = 12;
+    auto k = EmitGather(cfg);
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* t, const int32_t* idx,
+                          int* err, long long n, long long V) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, t, idx, err, n, V); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const int32_t *, int *, long long, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    auto table = Randn(5 * 12, 16);
+    std::vector<int32_t> idx = {4, 0, 5, -1, 2};
+    std::vector<float> out(5 * 12, 7.0f);
+    int err = 0;
+    LaunchDims d = GatherLaunch(cfg, 5);
+    fn(G(d), B(d), d.smem, out.data(), table.data(), idx.data(), &err, 5, 5);
+    EXPECT_EQ(err, 2);
+    for (int n = 0; n < 5; ++n)
+      for (int j = 0; j < 12; ++j)
+        ASSERT_EQ(out[n * 12 + j], (idx[n] >= 0 && idx[n] < 5) ? table[idx[n] * 12 + j] : 0.0f);
+  }
+  {
+    KvAppendConfig cfg;
+    cfg.dtype = ScalarType::f32;
+    cfg.heads_kv = 2;
+    cfg.head_dim = 6;
+    cfg.pos = PositionSource::kPerBatchI32;
+    auto k = EmitKvAppend(cfg);
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* kc, float* vc, const float* kn, const float* vn,
+                          const void* pos, int* err, long long B, long long smax, long long snew) {
+  emu::Launch(g, b, smem, [&] { KERNEL(kc, vc, kn, vn, pos, err, B, smax, snew); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, float *, const float *, const float *, const void *, int *,
+                        long long, long long, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    const int64_t Bt = 2, Smax = 8, Snew = 3, row = 12;
+    std::vector<float> kc(Bt * Smax * row, -1.0f), vc = kc;
+    auto kn = Randn(Bt * Snew * row, 17), vn = Randn(Bt * Snew * row, 18);
+    std::vector<int32_t> pos = {5, 6};  // batch 1 overflows (6 + 3 > 8)
+    int err = 0;
+    LaunchDims d = KvAppendLaunch(cfg, Bt, Snew);
+    fn(G(d), B(d), d.smem, kc.data(), vc.data(), kn.data(), vn.data(), pos.data(), &err, Bt, Smax, Snew);
+    EXPECT_EQ(err, 1);
+    for (int64_t s = 0; s < Smax; ++s)
+      for (int64_t j = 0; j < row; ++j) {
+        const bool in = s >= 5 && s < 8;
+        ASSERT_EQ(kc[s * row + j], in ? kn[(s - 5) * row + j] : -1.0f);
+        ASSERT_EQ(vc[s * row + j], in ? vn[(s - 5) * row + j] : -1.0f);
+        ASSERT_EQ(kc[(Smax + s) * row + j], -1.0f);  // batch 1 untouched
+      }
+  }
+}
+
+TEST(Emu, ReductionsAndLayerNorm) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  {
+    RowReduceConfig cfg;
+    cfg.in = ScalarType::f32;
+    cfg.kind = ReduceKind::max;
+    cfg.n = 5000;  // block per row
+    auto k = EmitRowReduce(cfg);
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, rows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    auto x = Randn(2 * 5000, 19);
+    x[5000 + 77] = NAN;
+    std::vector<float> out(2);
+    LaunchDims d = RowReduceLaunch(cfg, 2);
+    fn(G(d), B(d), d.smem, out.data(), x.data(), 2);
+    auto ref = llmc::ref::RowReduceRef(x, 2, 5000, llmc::ref::Reduce::max);
+    EXPECT_EQ(out[0], ref[0]);
+    EXPECT_TRUE(std::isnan(out[1]));
+  }
+  {
+    FullReduceConfig cfg;
+    cfg.in = ScalarType::bf16;
+    cfg.kind = ReduceKind::mean;
+    auto ks = EmitFullReduce(cfg);
+    const char *s1 = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* p, const bf16* x, long long n) {
+  emu::Launch(g, b, smem, [&] { KERNEL(p, x, n); });
+})";
+    const char *s2 = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* p, int np, long long n) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o, p, np, n); });
+})";
+    using F1 = void (*)(Dim3, Dim3, unsigned, float *, const uint16_t *, long long);
+    using F2 = void (*)(Dim3, Dim3, unsigned, float *, const float *, int, long long);
+    auto f1 = reinterpret_cast<F1>(BuildEmu(ks.stage1, WithName(s1, ks.stage1.name)));
+    auto f2 = reinterpret_cast<F2>(BuildEmu(ks.stage2, WithName(s2, ks.stage2.name)));
+    ASSERT_TRUE(f1 && f2);
+    const int64_t n = 3 * 4096 + 5;
+    std::vector<uint16_t> x(n, ToBf16(0.5f));
+    std::vector<float> partials(FullReduceNumPartials(n)), out(1);
+    LaunchDims d1 = FullReduceStage1Launch(cfg, n), d2 = FullReduceStage2Launch(cfg, n);
+    f1(G(d1), B(d1), 0, partials.data(), x.data() + 1, n - 1);  // unaligned base: scalar path
+    f2(G(d2), B(d2), 0, out.data(), partials.data(), (int)partials.size(), n - 1);
+    EXPECT_FLOAT_EQ(out[0], 0.5f);
+  }
+  {
+    LayerNormConfig cfg;
+    cfg.in = cfg.out = cfg.weight = ScalarType::bf16;
+    cfg.hidden = 200;  // warp per row, vectorized
+    auto k = EmitLayerNorm(cfg);
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, const bf16* x, const bf16* w,
+                          const bf16* bias, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, w, bias, rows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *,
+                        long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    const int64_t rows = 5, n = 200;
+    auto x = Randn(rows * n, 20, 300.0f), w = Randn(n, 21), bias = Randn(n, 22);
+    for (int64_t j = 0; j < n; ++j) x[4 * n + j] = 1e-6f;  // variance ~ 0 << eps
+    auto xb = ToBf16Vec(x), wb = ToBf16Vec(w), bb = ToBf16Vec(bias);
+    std::vector<uint16_t> ob(rows * n);
+    LaunchDims d = LayerNormLaunch(cfg, rows);
+    fn(G(d), B(d), d.smem, ob.data(), xb.data(), wb.data(), bb.data(), rows);
+    std::vector<float> ref;
+    llmc::ref::NormRef(true, x, nullptr, &w, &bias, rows, n, cfg.eps, [](float v) { return v; }, &ref, nullptr);
+    for (size_t i = 0; i < ob.size(); ++i) ASSERT_NEAR(FromBf16(ob[i]), ref[i], 1e-2 * (1 + std::fabs(ref[i]))) << i;
+  }
+}

@@ -1,0 +1,513 @@
+//===- KernelLibraryTest.cpp - NVRTC compile + launch geometry tests -------===//
+//
+// Every generator is compiled with NVRTC for sm_90 and sm_80 (to cubin, so
+// ptxas runs too) over a grid of configurations. No GPU is needed.
+// Set LLMC_KERNEL_DUMP_DIR to write every generated source to that folder.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NvrtcHelper.h"
+#include "llmc/Target/CUDA/KernelLibrary.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <utility>
+
+using namespace llmc::cuda;
+
+namespace {
+
+void Dump(const KernelCode &k) {
+  if (const char *dir = std::getenv("LLMC_KERNEL_DUMP_DIR"))
+    std::ofstream(std::string(dir) + "/" + k.name + ".cu") << k.source;
+}
+
+// Compiles for sm_90 and sm_80 and checks the entry name appears once.
+void ExpectCompiles(const KernelCode &k) {
+  Dump(k);
+  ASSERT_FALSE(k.name.empty());
+  const std::string entry = "extern \"C\" __global__";
+  size_t count = 0;
+  for (size_t p = k.source.find(entry); p != std::string::npos; p = k.source.find(entry, p + 1)) ++count;
+  EXPECT_EQ(count, 1u) << k.name;
+  EXPECT_NE(k.source.find(k.name + "("), std::string::npos) << k.name;
+  if (!llmc::test::NvrtcAvailable()) GTEST_SKIP() << "libnvrtc not available";
+  for (const char *arch : {"sm_90", "sm_80"}) {
+    std::string log;
+    size_t cubin = 0;
+    const bool ok = llmc::test::NvrtcCompile(k.source, k.name, arch, &log, &cubin);
+    EXPECT_TRUE(ok) << k.name << " (" << arch << "):\n" << log;
+    if (ok) {
+      EXPECT_GT(cubin, 0u);
+    }
+  }
+}
+
+const ScalarType kFloatTypes[] = {ScalarType::f32, ScalarType::f16, ScalarType::bf16};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Preamble / types
+//===----------------------------------------------------------------------===//
+
+TEST(Preamble, CompilesAllConversions) {
+  KernelCode k;
+  k.name = "llmc_test_preamble";
+  k.source = std::string(Preamble()) + R"CUDA(
+extern "C" __global__ void llmc_test_preamble(float* out, const bf16* a, const f16* b,
+                                             const fp8e4m3* c, const fp8e5m2* d, bf16* oa, f16* ob,
+                                             fp8e4m3* oc, fp8e5m2* od, int64_t* oi, uint8_t* ou) {
+  __shared__ float scratch[32];
+  const int i = threadIdx.x;
+  float v = toF(a[i]) + toF(b[i]) + toF(c[i]) + toF(d[i]);
+  oa[i] = fromF<bf16>(v); ob[i] = fromF<f16>(v); oc[i] = fromF<fp8e4m3>(v); od[i] = fromF<fp8e5m2>(v);
+  oi[i] = fromF<int64_t>(v); ou[i] = fromF<uint8_t>(v);
+  out[i] = blockSum(v, scratch) + blockMax(v, scratch) + warpMaxNan(v) + llmc_maxf(v, 1.0f);
+}
+)CUDA";
+  ExpectCompiles(k);
+}
+
+TEST(ScalarTypes, Names) {
+  EXPECT_STREQ(CTypeName(ScalarType::bf16), "bf16");
+  EXPECT_STREQ(CTypeName(ScalarType::i1), "uint8_t");
+  EXPECT_STREQ(CTypeName(ScalarType::i64), "int64_t");
+  EXPECT_EQ(ScalarSize(ScalarType::i1), 1);
+  EXPECT_EQ(ScalarSize(ScalarType::f8e4m3), 1);
+  EXPECT_EQ(ScalarSize(ScalarType::i64), 8);
+  EXPECT_TRUE(IsIntType(ScalarType::i1));
+  EXPECT_TRUE(IsFloatType(ScalarType::f8e5m2));
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+namespace {
+ElementwiseProgram SwiGLU(ScalarType t) {
+  ElementwiseProgram p;
+  p.inputs = {{t, InputLayout::kContiguous}, {t, InputLayout::kContiguous}};
+  p.nodes = {{EwOp::silu, {-1}, ScalarType::f32}, {EwOp::mul, {0, -2}, ScalarType::f32}};
+  p.outputs = {{1, t}};
+  return p;
+}
+} // namespace
+
+TEST(Elementwise, SwiGLUAllTypes) {
+  for (ScalarType t : kFloatTypes) ExpectCompiles(EmitElementwise(SwiGLU(t)));
+}
+
+TEST(Elementwise, EveryOpAndLayout) {
+  const InputLayout layouts[] = {InputLayout::kContiguous, InputLayout::kScalar, InputLayout::kRowBroadcast,
+                                 InputLayout::kStrided};
+  for (InputLayout lay : layouts) {
+    ElementwiseProgram p;
+    p.inputs = {{ScalarType::bf16, InputLayout::kContiguous}, {ScalarType::f32, lay}, {ScalarType::i64, lay}};
+    const ScalarType F = ScalarType::f32;
+    p.nodes = {
+        {EwOp::add, {-1, -2}, F},       // 0
+        {EwOp::sub, {0, -2}, F},        // 1
+        {EwOp::mul, {1, 0}, F},         // 2
+        {EwOp::div, {2, -2}, F},        // 3
+        {EwOp::neg, {3}, F},            // 4
+        {EwOp::abs, {4}, F},            // 5
+        {EwOp::exp, {5}, F},            // 6
+        {EwOp::log, {6}, F},            // 7
+        {EwOp::tanh, {7}, F},           // 8
+        {EwOp::sqrt, {5}, F},           // 9
+        {EwOp::rsqrt, {6}, F},          // 10
+        {EwOp::pow, {9, 10}, F},        // 11
+        {EwOp::maximum, {11, 8}, F},    // 12
+        {EwOp::minimum, {12, 0}, F},    // 13
+        {EwOp::silu, {13}, F},          // 14
+        {EwOp::gelu_erf, {14}, F},      // 15
+        {EwOp::gelu_tanh, {15}, F},     // 16
+        {EwOp::relu, {16}, F},          // 17
+        {EwOp::sigmoid, {17}, F},       // 18
+        {EwOp::compare, {18, -2}, ScalarType::i1, 0, CmpPredicate::lt},  // 19
+        {EwOp::constant, {}, F, 0.5},   // 20
+        {EwOp::select, {19, 18, 20}, F},  // 21
+        {EwOp::cast, {21}, ScalarType::bf16},  // 22
+        {EwOp::add, {-3, -3}, ScalarType::i64},  // 23 integer math
+        {EwOp::div, {23, -3}, ScalarType::i64},  // 24
+        {EwOp::cast, {24}, ScalarType::i32},     // 25
+        {EwOp::maximum, {25, -3}, ScalarType::i64},  // 26
+        {EwOp::compare, {26, 22}, ScalarType::i1, 0, CmpPredicate::ge},  // 27
+        {EwOp::constant, {}, ScalarType::i64, 7},  // 28
+        {EwOp::cast, {22}, ScalarType::f8e4m3},    // 29
+        {EwOp::cast, {29}, ScalarType::f8e5m2},    // 30
+    };
+    p.outputs = {{22, ScalarType::bf16}, {27, ScalarType::i1}, {26, ScalarType::i64}, {30, ScalarType::f8e4m3},
+                 {28, ScalarType::i32}};
+    SCOPED_TRACE(static_cast<int>(lay));
+    ExpectCompiles(EmitElementwise(p));
+  }
+}
+
+TEST(Elementwise, DeterministicNamesAndSources) {
+  auto a = EmitElementwise(SwiGLU(ScalarType::bf16));
+  auto b = EmitElementwise(SwiGLU(ScalarType::bf16));
+  auto c = EmitElementwise(SwiGLU(ScalarType::f16));
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_NE(a.name, c.name);
+}
+
+TEST(Elementwise, LaunchAndShape) {
+  auto p = SwiGLU(ScalarType::bf16);
+  LaunchDims d = ElementwiseLaunch(p, 1000);  // 8 elements per thread -> 125 threads
+  EXPECT_EQ(d.block[0], 256u);
+  EXPECT_EQ(d.grid[0], 1u);
+  d = ElementwiseLaunch(p, int64_t{1} << 30);
+  EXPECT_EQ(d.grid[0], unsigned(kAssumedNumSMs * 16));  // grid-stride cap
+  EXPECT_EQ(d.smem, 0u);
+  EXPECT_FALSE(ElementwiseNeedsShape(p));
+
+  ElementwiseProgram q = p;
+  q.inputs[1].layout = InputLayout::kStrided;
+  EXPECT_TRUE(ElementwiseNeedsShape(q));
+  auto shape = PackElementwiseShape(q, {4, 3, 5}, {{}, {0, 5, 1}});
+  ASSERT_EQ(shape.size(), 1u + 8u + 16u);
+  EXPECT_EQ(shape[0], 3);
+  EXPECT_EQ(shape[1], 4);
+  EXPECT_EQ(shape[3], 5);
+  EXPECT_EQ(shape[4], 1);  // unused dims = 1
+  EXPECT_EQ(shape[9 + 8 + 0], 0);
+  EXPECT_EQ(shape[9 + 8 + 1], 5);
+  EXPECT_EQ(shape[9 + 8 + 2], 1);
+  // scalar path: one element per thread
+  d = ElementwiseLaunch(q, 1000);
+  EXPECT_EQ(d.grid[0], 4u);
+}
+
+//===----------------------------------------------------------------------===//
+// Norms
+//===----------------------------------------------------------------------===//
+
+TEST(RMSNorm, CompileGrid) {
+  for (ScalarType t : kFloatTypes)
+    for (int64_t h : {64, 200, 1000, 1024, 4096, 5120, 8192, 16384})
+      for (bool res : {false, true}) {
+        RMSNormConfig c;
+        c.in = c.out = c.weight = t;
+        c.hidden = h;
+        c.fused_residual = res;
+        ExpectCompiles(EmitRMSNorm(c));
+      }
+  RMSNormConfig c;
+  c.in = ScalarType::bf16;
+  c.weight = ScalarType::f32;
+  c.out = ScalarType::f8e4m3;
+  c.round_before_weight = true;
+  ExpectCompiles(EmitRMSNorm(c));
+}
+
+TEST(RMSNorm, Launch) {
+  RMSNormConfig c;
+  c.in = ScalarType::bf16;
+  c.hidden = 4096;  // 512 vectors of 8 -> 128 threads x 4 chunks
+  LaunchDims d = RMSNormLaunch(c, 16384);
+  EXPECT_EQ(d.block[0], 128u);
+  EXPECT_EQ(d.grid[0], 16384u);
+  c.hidden = 200;   // 25 vectors of 8 -> warp per row, 4 rows per block
+  d = RMSNormLaunch(c, 21);
+  EXPECT_EQ(d.block[0], 128u);
+  EXPECT_EQ(d.grid[0], 6u);
+  c.hidden = 1001;  // odd: scalar, 1001 vectors -> block per row, 256 threads
+  d = RMSNormLaunch(c, 3);
+  EXPECT_EQ(d.block[0], 256u);
+  EXPECT_EQ(d.grid[0], 3u);
+  auto k = EmitRMSNorm(c);
+  EXPECT_NE(k.source.find("kVec = 1;"), std::string::npos);
+}
+
+TEST(RMSNorm, ArgumentOrderDocumented) {
+  RMSNormConfig c;
+  c.fused_residual = true;
+  auto k = EmitRMSNorm(c);
+  const size_t o = k.source.find("OutT* __restrict__ out");
+  const size_t ro = k.source.find("InT* residual_out");
+  const size_t x = k.source.find("const InT* x");
+  const size_t r = k.source.find("const InT* residual,");
+  const size_t w = k.source.find("const WT* __restrict__ weight");
+  const size_t rows = k.source.find("long long rows");
+  ASSERT_NE(o, std::string::npos);
+  EXPECT_LT(o, ro);
+  EXPECT_LT(ro, x);
+  EXPECT_LT(x, r);
+  EXPECT_LT(r, w);
+  EXPECT_LT(w, rows);
+}
+
+TEST(LayerNorm, CompileGrid) {
+  for (ScalarType t : kFloatTypes)
+    for (int64_t h : {200, 768, 4096})
+      for (int flags = 0; flags < 8; ++flags) {
+        LayerNormConfig c;
+        c.in = c.out = c.weight = t;
+        c.hidden = h;
+        c.has_weight = flags & 1;
+        c.has_bias = flags & 2;
+        c.fused_residual = flags & 4;
+        ExpectCompiles(EmitLayerNorm(c));
+      }
+  LayerNormConfig c;
+  EXPECT_EQ(LayerNormLaunch(c, 7).grid[0], 7u);
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax
+//===----------------------------------------------------------------------===//
+
+TEST(Softmax, CompileGrid) {
+  for (ScalarType t : kFloatTypes)
+    for (int64_t n : {1, 7, 127, 1024, 1025, 4096, 32000, 50257, 131072})
+      for (bool mask : {false, true}) {
+        SoftmaxConfig c;
+        c.in = c.out = t;
+        c.n = n;
+        c.has_mask = mask;
+        c.mask = ScalarType::bf16;
+        ExpectCompiles(EmitSoftmax(c));
+      }
+}
+
+TEST(Softmax, Launch) {
+  SoftmaxConfig c;
+  c.in = ScalarType::bf16;
+  c.n = 1024;  // warp per row
+  LaunchDims d = SoftmaxLaunch(c, 10);
+  EXPECT_EQ(d.block[0], 128u);
+  EXPECT_EQ(d.grid[0], 3u);
+  c.n = 4096;  // block per row in registers
+  d = SoftmaxLaunch(c, 10);
+  EXPECT_EQ(d.grid[0], 10u);
+  EXPECT_EQ(d.block[0], 128u);
+  c.n = 131072;  // online path: 1024 threads
+  d = SoftmaxLaunch(c, 2);
+  EXPECT_EQ(d.block[0], 1024u);
+  EXPECT_NE(EmitSoftmax(c).source.find("Milakov"), std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// RoPE
+//===----------------------------------------------------------------------===//
+
+TEST(RoPE, CompileGrid) {
+  const PositionSource srcs[] = {PositionSource::kNone, PositionSource::kScalarI32, PositionSource::kScalarI64,
+                                 PositionSource::kPerBatchI32, PositionSource::kPerBatchI64};
+  for (ScalarType t : kFloatTypes)
+    for (int64_t d : {64, 80, 96, 128, 256})
+      for (bool inter : {false, true})
+        for (int si = 0; si < 5; si += 2) {
+          RoPEConfig c;
+          c.dtype = t;
+          c.head_dim = d;
+          c.num_heads = 9;
+          c.interleaved = inter;
+          c.offset = srcs[(si + d / 16 + inter) % 5];
+          ExpectCompiles(EmitRoPE(c));
+        }
+  RoPEConfig c;
+  c.rotary_dim = 32;  // partial rotary (GPT-NeoX style)
+  c.theta = 500000.0f;
+  ExpectCompiles(EmitRoPE(c));
+}
+
+TEST(RoPE, Launch) {
+  RoPEConfig c;  // H=32, D=128 -> 64 pairs x 4 head groups
+  LaunchDims d = RoPELaunch(c, 3, 129);
+  EXPECT_EQ(d.grid[0], 3u * 129u);
+  EXPECT_EQ(d.block[0], 256u);
+  c.head_dim = 80;
+  c.num_heads = 2;  // 40 pairs x 2 head groups = 80 -> 96
+  d = RoPELaunch(c, 1, 1);
+  EXPECT_EQ(d.block[0], 96u);
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+TEST(Attention, FlashCompileGrid) {
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f16})
+    for (int64_t d : {64, 80, 96, 128, 256})
+      for (bool causal : {false, true})
+        for (bool mask : {false, true}) {
+          AttentionConfig c;
+          c.dtype = t;
+          c.head_dim = d;
+          c.causal = causal;
+          c.has_mask = mask;
+          c.mask = mask && d == 64 ? ScalarType::bf16 : ScalarType::f32;
+          ASSERT_TRUE(AttentionUsesTensorCores(c));
+          auto k = EmitAttention(c);
+          EXPECT_NE(k.source.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+          ExpectCompiles(k);
+        }
+}
+
+TEST(Attention, SimpleCompileGrid) {
+  for (ScalarType t : kFloatTypes)
+    for (int64_t d : {40, 64, 72, 80, 96, 128, 256, 300})
+      for (bool causal : {false, true}) {
+        AttentionConfig c;
+        c.dtype = t;
+        c.head_dim = d;
+        c.causal = causal;
+        c.has_mask = d == 80;
+        c.force_simple = true;
+        ASSERT_FALSE(AttentionUsesTensorCores(c));
+        ExpectCompiles(EmitAttention(c));
+      }
+}
+
+TEST(Attention, Launch) {
+  AttentionConfig c;
+  c.head_dim = 128;
+  LaunchDims d = AttentionLaunch(c, 4, 2048, 32);
+  EXPECT_EQ(d.grid[0], 128u);
+  EXPECT_EQ(d.grid[1], 32u);
+  EXPECT_EQ(d.block[0], 128u);
+  EXPECT_EQ(d.smem, 2u * 64u * 136u * 2u);  // K and V tiles, Q via registers
+  EXPECT_LE(d.smem, 48u * 1024u);
+  c.head_dim = 256;
+  d = AttentionLaunch(c, 1, 129, 8);
+  EXPECT_EQ(d.grid[1], 3u);
+  EXPECT_EQ(d.smem, (64u + 64u) * 264u * 2u);  // needs the >48 KiB opt-in
+  c.dtype = ScalarType::f32;
+  d = AttentionLaunch(c, 1, 7, 9);
+  EXPECT_EQ(d.grid[0], 9u);
+  EXPECT_EQ(d.grid[1], 2u);
+  EXPECT_EQ(d.smem, 0u);
+  c.dtype = ScalarType::bf16;
+  c.head_dim = 72;
+  EXPECT_FALSE(AttentionUsesTensorCores(c));
+}
+
+TEST(Decode, CompileGrid) {
+  const KvLenSource srcs[] = {KvLenSource::kArg, KvLenSource::kDeviceI32, KvLenSource::kDeviceI64,
+                              KvLenSource::kPerBatchI32, KvLenSource::kPerBatchI64};
+  for (ScalarType t : kFloatTypes)
+    for (int64_t d : {64, 80, 96, 128, 256})
+      for (auto [g, ql] : {std::pair<int64_t, int64_t>{1, 1}, {3, 1}, {8, 1}, {4, 2}}) {
+          DecodeConfig c;
+          c.dtype = t;
+          c.head_dim = d;
+          c.group_size = g;
+          c.q_len = ql;
+          c.kv_len = srcs[(d + g + ql) % 5];
+          if (!DecodeSupported(c)) continue;
+          auto k = EmitDecodeAttention(c);
+          ExpectCompiles(k.split);
+          ExpectCompiles(k.combine);
+        }
+}
+
+TEST(Decode, LaunchAndWorkspace) {
+  DecodeConfig c;  // g=4, d=128
+  EXPECT_EQ(DecodeNumSplits(c, 1, 8, 2048), 16);    // 264 / 8 = 33 -> capped at 2048/128
+  EXPECT_EQ(DecodeNumSplits(c, 32, 8, 2048), 2);    // 264 / 256 -> 2
+  EXPECT_EQ(DecodeNumSplits(c, 1, 1, 100), 1);
+  LaunchDims d = DecodeSplitLaunch(c, 2, 8, 16);
+  EXPECT_EQ(d.grid[0], 16u);
+  EXPECT_EQ(d.grid[1], 8u);
+  EXPECT_EQ(d.grid[2], 2u);
+  EXPECT_EQ(d.block[0], 128u);
+  EXPECT_EQ(d.smem, (2u * 4u * 128u + 4u * 4u * 2u) * 4u);
+  d = DecodeCombineLaunch(c, 2, 8);
+  EXPECT_EQ(d.grid[0], 2u * 32u);
+  auto ws = DecodeWorkspaceBytes(c, 2, 8, 16);
+  EXPECT_EQ(ws.first, 2 * 32 * 16 * 128 * 4);
+  EXPECT_EQ(ws.second, 2 * 32 * 16 * 2 * 4);
+  c.group_size = 64;
+  EXPECT_FALSE(DecodeSupported(c));
+}
+
+//===----------------------------------------------------------------------===//
+// KV append, gather, reductions
+//===----------------------------------------------------------------------===//
+
+TEST(KvAppend, CompileGridAndLaunch) {
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f32, ScalarType::f8e4m3})
+    for (int64_t d : {80, 128})
+      for (PositionSource s : {PositionSource::kNone, PositionSource::kScalarI32, PositionSource::kPerBatchI64}) {
+        KvAppendConfig c;
+        c.dtype = t;
+        c.head_dim = d;
+        c.heads_kv = 3;
+        c.pos = s;
+        ExpectCompiles(EmitKvAppend(c));
+      }
+  KvAppendConfig c;  // 8 x 128 bf16 = 128 vectors per token
+  LaunchDims d = KvAppendLaunch(c, 4, 1);
+  EXPECT_EQ(d.grid[0], 1u);
+  EXPECT_EQ(d.grid[1], 4u);
+  d = KvAppendLaunch(c, 1, 2048);
+  EXPECT_EQ(d.grid[0], 1024u);
+}
+
+TEST(Gather, CompileGridAndLaunch) {
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f32, ScalarType::i64})
+    for (ScalarType i : {ScalarType::i32, ScalarType::i64})
+      for (int64_t d : {200, 4096, 4097}) {
+        GatherConfig c;
+        c.dtype = t;
+        c.index = i;
+        c.dim = d;
+        ExpectCompiles(EmitGather(c));
+      }
+  GatherConfig c;
+  LaunchDims d = GatherLaunch(c, 77);
+  EXPECT_EQ(d.grid[0], 77u);
+  EXPECT_EQ(d.block[0], 256u);
+  c.dim = 200;  // 25 vectors -> 32 threads
+  EXPECT_EQ(GatherLaunch(c, 1).block[0], 32u);
+}
+
+TEST(Reduce, CompileGridAndLaunch) {
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f32, ScalarType::f16, ScalarType::i32})
+    for (ReduceKind k : {ReduceKind::sum, ReduceKind::mean, ReduceKind::max, ReduceKind::min}) {
+      for (int64_t n : {1, 200, 4096, 50257}) {
+        RowReduceConfig c;
+        c.in = t;
+        c.kind = k;
+        c.n = n;
+        ExpectCompiles(EmitRowReduce(c));
+      }
+      FullReduceConfig f;
+      f.in = t;
+      f.kind = k;
+      auto fk = EmitFullReduce(f);
+      ExpectCompiles(fk.stage1);
+      ExpectCompiles(fk.stage2);
+    }
+  EXPECT_EQ(FullReduceNumPartials(1), 1);
+  EXPECT_EQ(FullReduceNumPartials(int64_t{1} << 25), 1024);
+  EXPECT_EQ(FullReduceNumPartials(4096 * 10), 10);
+  FullReduceConfig f;
+  EXPECT_EQ(FullReduceStage1Launch(f, int64_t{1} << 28).grid[0], 1024u);
+  EXPECT_EQ(FullReduceStage2Launch(f, 5).block[0], 1024u);
+  RowReduceConfig r;
+  r.n = 4096;  // 512 vectors -> warp per row
+  EXPECT_EQ(RowReduceLaunch(r, 9).grid[0], 3u);
+}
+
+TEST(Names, DistinctAcrossConfigs) {
+  std::set<std::string> names;
+  for (int64_t h : {200, 4096})
+    for (bool r : {false, true}) {
+      RMSNormConfig c;
+      c.hidden = h;
+      c.fused_residual = r;
+      EXPECT_TRUE(names.insert(EmitRMSNorm(c).name).second);
+    }
+  RMSNormConfig c;
+  c.eps = 1e-5f;
+  EXPECT_TRUE(names.insert(EmitRMSNorm(c).name).second);
+  EXPECT_EQ(EmitRMSNorm(c).source, EmitRMSNorm(c).source);
+}

@@ -1,0 +1,16 @@
+//===- NvrtcHelper.h - minimal dlopen'ed NVRTC for kernel compile tests ---===//
+#ifndef LLMC_TEST_KERNELS_NVRTCHELPER_H
+#define LLMC_TEST_KERNELS_NVRTCHELPER_H
+#include <string>
+
+namespace llmc::test {
+/// True if libnvrtc could be loaded (tests skip otherwise).
+bool NvrtcAvailable();
+/// Compiles `source` for `arch` (e.g. "sm_90") to a cubin with NVRTC.
+/// Returns true on success; `log` receives the compile log. `cubin_size`
+/// receives the size of the produced cubin.
+bool NvrtcCompile(const std::string &source, const std::string &name,
+                  const std::string &arch, std::string *log,
+                  size_t *cubin_size = nullptr);
+} // namespace llmc::test
+#endif
