@@ -1,0 +1,122 @@
+/*===- llmc_c.h - C API of the llmc JIT compiler and runtime -----*- C -*-===*
+ *
+ * A C ABI for FFI users (the Python package loads it with ctypes). Opaque
+ * handles with _create/_release, status returns, outputs last (out_*), no
+ * exceptions across the boundary. Every function is thread-safe except that
+ * one session runs one call at a time (calls are serialized inside).
+ *
+ * Errors: a function returns NULL on success or an llmc_status_t* that the
+ * caller reads with llmc_status_code/llmc_status_message and frees with
+ * llmc_status_free. Codes are those of absl::StatusCode (3 invalid argument
+ * for a user mistake such as a wrong shape or dtype, 9 failed precondition
+ * for a missing GPU or library, 12 unimplemented for an unsupported op,
+ * 13 internal for an llmc bug, ...). Messages name the op or tensor and say
+ * what was expected and what was found.
+ *
+ * Tensors are dense row-major unless `strides` is given; `data` is a device
+ * pointer for session inputs/outputs. Shapes are int64 element counts.
+ *===----------------------------------------------------------------------===*/
+
+#ifndef LLMC_LLMC_C_H
+#define LLMC_LLMC_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMC_C_API_VERSION 1
+#define LLMC_MAX_RANK 8
+
+/*--- status -----------------------------------------------------------------*/
+typedef struct llmc_status_t llmc_status_t;
+/* absl::StatusCode value; 0 for a NULL (OK) status. */
+int llmc_status_code(const llmc_status_t *status);
+/* NUL-terminated message owned by the status; "" for NULL. */
+const char *llmc_status_message(const llmc_status_t *status);
+void llmc_status_free(llmc_status_t *status);
+
+/*--- element types ------------------------------------------------------------*/
+typedef enum llmc_dtype {
+  LLMC_DTYPE_F32 = 0,
+  LLMC_DTYPE_F16 = 1,
+  LLMC_DTYPE_BF16 = 2,
+  LLMC_DTYPE_F8E4M3FN = 3,
+  LLMC_DTYPE_F8E5M2 = 4,
+  LLMC_DTYPE_I1 = 5, /* one byte per element, 0 or 1 */
+  LLMC_DTYPE_I8 = 6,
+  LLMC_DTYPE_I32 = 7,
+  LLMC_DTYPE_I64 = 8,
+} llmc_dtype;
+
+typedef struct llmc_tensor {
+  void *data;             /* device pointer (session I/O) */
+  llmc_dtype dtype;
+  int32_t rank;           /* 0..LLMC_MAX_RANK */
+  const int64_t *shape;   /* rank entries */
+  const int64_t *strides; /* rank entries in elements, or NULL = contiguous */
+} llmc_tensor;
+
+/*--- compiler -----------------------------------------------------------------*/
+typedef struct llmc_compiler_t llmc_compiler_t;
+typedef struct llmc_executable_t llmc_executable_t;
+
+/* options: NULL or "key=value;key=value" with keys
+ *   arch=sm_90a            NVRTC target (default: the GPU's, else sm_90a)
+ *   fuse=0|1               fusion on/off (default 1)
+ *   cache_dir=PATH         kernel cache directory */
+llmc_status_t *llmc_compiler_create(const char *options,
+                                    llmc_compiler_t **out_compiler);
+void llmc_compiler_release(llmc_compiler_t *compiler);
+
+/* Compiles function `function` (NULL = the first) of the MLIR module text
+ * `mlir` (length `mlir_len`), with the dynamic dimensions bound by
+ * `shape_bindings` ("seq=7,batch=2"; NULL or "" when all shapes are static),
+ * to an executable whose kernels are compiled by NVRTC. */
+llmc_status_t *llmc_compile(llmc_compiler_t *compiler, const char *mlir,
+                            size_t mlir_len, const char *function,
+                            const char *shape_bindings,
+                            llmc_executable_t **out_executable);
+
+llmc_status_t *llmc_executable_load(const char *path,
+                                    llmc_executable_t **out_executable);
+llmc_status_t *llmc_executable_save(const llmc_executable_t *executable,
+                                    const char *path);
+void llmc_executable_release(llmc_executable_t *executable);
+
+int32_t llmc_executable_num_inputs(const llmc_executable_t *executable);
+int32_t llmc_executable_num_outputs(const llmc_executable_t *executable);
+/* Signature of input/output `index`: out_shape must hold LLMC_MAX_RANK. */
+llmc_status_t *llmc_executable_input_info(const llmc_executable_t *executable,
+                                          int32_t index, llmc_dtype *out_dtype,
+                                          int32_t *out_rank, int64_t *out_shape);
+llmc_status_t *llmc_executable_output_info(const llmc_executable_t *executable,
+                                           int32_t index, llmc_dtype *out_dtype,
+                                           int32_t *out_rank, int64_t *out_shape);
+
+/*--- session ------------------------------------------------------------------*/
+typedef struct llmc_session_t llmc_session_t;
+
+/* Loads `executable` on GPU `device_ordinal`. options: NULL or
+ * "cuda_graphs=0|1". Fails with code 9 when no GPU or driver is present. */
+llmc_status_t *llmc_session_create(const llmc_executable_t *executable,
+                                   int32_t device_ordinal, const char *options,
+                                   llmc_session_t **out_session);
+void llmc_session_release(llmc_session_t *session);
+
+/* Enqueues one run on `cuda_stream` (a CUstream; NULL = the legacy default
+ * stream). Inputs and outputs must match the executable's signature exactly
+ * (code 3 otherwise, naming the tensor). Asynchronous: outputs are ready when
+ * the stream reaches this point. */
+llmc_status_t *llmc_session_run(llmc_session_t *session,
+                                const llmc_tensor *inputs, int32_t num_inputs,
+                                const llmc_tensor *outputs, int32_t num_outputs,
+                                void *cuda_stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* LLMC_LLMC_C_H */
