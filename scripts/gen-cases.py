@@ -98,3 +98,79 @@ func.func @{name}(%tokens: tensor<3x?xi64> {{llm.dim_names = ["seq"]}},
   return %logits : tensor<3x?x50257xf32>
 }}
 """)
+
+# C1: low-precision norms and long reductions.
+for dt in ["f16", "bf16"]:
+    x = f"tensor<3x7x4096x{dt}>"
+    w = f"tensor<4096x{dt}>"
+    name = f"c1_norms_{dt}"
+    # "Within a few ulps of the output type": 2e-3 is ~2 f16 ulps; bf16's
+    # ulp is 2^-8..2^-7 relative, so the default 1e-2 is ~1-2 ulps.
+    tol = " --tol=2e-3" if dt == "f16" else ""
+    with open(os.path.join(OUT, name + ".mlir"), "w") as f:
+        f.write(f"""// RUN: llmc-compile %s --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s
+// CHECK: kernel launches: 2
+// ARGS: --input arg0=@C1X@{tol}
+// C1: RMSNorm and LayerNorm over [3, 7, 4096] in {dt}, eps 1e-5. The input
+// (scripts/gen-c1-inputs.py) has row block 0 ~ N(0, 1), block 1 scaled to
+// |x| ~ 300 (the sum of squares overflows fp16), block 2 constant 1e-6
+// (variance ~ eps). Norms accumulate in fp32, so every output is finite.
+func.func @{name}(%x: {x}, %w: {w}, %b: {w}) -> ({x}, {x}) {{
+  %r = llm.rms_norm %x, %w {{eps = 1.0e-05 : f64}} : {x}, {w}
+  %l = llm.layer_norm %x, %w, %b {{eps = 1.0e-05 : f64}} : {x}, {w}, {w}
+  return %r, %l : {x}, {x}
+}}
+""")
+
+with open(os.path.join(OUT, "c1_variance_norm_f16.mlir"), "w") as f:
+    f.write("""// RUN: llmc-compile %s --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s
+// CHECK: kernel launches:
+// ARGS: --input arg0=@C1TINY@
+// C1: a variance-style norm on an f16 [3, 5] tensor whose every value is
+// 1e-10: var over the last dim, + 1e-9, rsqrt, times x. In f16, 1e-10 and
+// 1e-9 both round to 0 (below half the smallest subnormal, 2^-25), so the
+// variance is 0, rsqrt(0) = inf and x * inf = 0 * inf = NaN: llmc returns NaN
+// everywhere, fused or not, because every llm op's result is rounded to its
+// element type (fused kernels round each node too) — the same as PyTorch
+// eager in f16. Compute such norms in f32 to get a finite result.
+func.func @c1_variance_norm_f16(%x: tensor<3x5xf16>) -> tensor<3x5xf16> {
+  %m = llm.reduce_mean %x [1] keepdim : tensor<3x5xf16>
+  %mb = llm.broadcast %m : tensor<3x1xf16> to tensor<3x5xf16>
+  %d = llm.sub %x, %mb : tensor<3x5xf16>
+  %sq = llm.mul %d, %d : tensor<3x5xf16>
+  %v = llm.reduce_mean %sq [1] keepdim : tensor<3x5xf16>
+  %eps = llm.constant dense<1.0e-09> : tensor<3x1xf16>
+  %ve = llm.add %v, %eps : tensor<3x1xf16>
+  %r = llm.rsqrt %ve : tensor<3x1xf16>
+  %rb = llm.broadcast %r : tensor<3x1xf16> to tensor<3x5xf16>
+  %y = llm.mul %x, %rb : tensor<3x5xf16>
+  return %y : tensor<3x5xf16>
+}
+""")
+
+with open(os.path.join(OUT, "c1_long_sum_bf16.mlir"), "w") as f:
+    f.write("""// RUN: llmc-compile %s --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s
+// CHECK: kernel launches:
+// ARGS:
+// C1: the sum of 2^25 ones stored in bf16 is 2^25 (fp32 accumulation split
+// over blocks; a bf16 accumulator would stall at 256).
+func.func @c1_long_sum_bf16() -> tensor<bf16> {
+  %one = llm.constant dense<1.0> : tensor<1xbf16>
+  %x = llm.broadcast %one : tensor<1xbf16> to tensor<33554432xbf16>
+  %s = llm.reduce_sum %x [0] : tensor<33554432xbf16>
+  return %s : tensor<bf16>
+}
+""")
+
+with open(os.path.join(OUT, "c1_long_mean_f32.mlir"), "w") as f:
+    f.write("""// RUN: llmc-compile %s --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s
+// CHECK: kernel launches:
+// ARGS:
+// C1: the mean of 2^28 float32 values, all 0.5, is 0.5 within 1e-5.
+func.func @c1_long_mean_f32() -> tensor<f32> {
+  %half = llm.constant dense<0.5> : tensor<1xf32>
+  %x = llm.broadcast %half : tensor<1xf32> to tensor<268435456xf32>
+  %m = llm.reduce_mean %x [0] : tensor<268435456xf32>
+  return %m : tensor<f32>
+}
+""")

@@ -48,8 +48,11 @@ run decode.b4.pos300.ref llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 
 
 # C3: GQA head groups x head dims x dtypes, prefill 7x7 and decode 1x300.
 if [ -d dist/share/llmc/cases ]; then
+  C1DIR="$(mktemp -d)"
+  python3 scripts/gen-c1-inputs.py "$C1DIR"
   for f in dist/share/llmc/cases/*.mlir; do
-    run "case.$(basename "$f" .mlir)" llmc-run "$f" --check $(sed -n 's|^// ARGS: *||p' "$f")
+    args="$(sed -n 's|^// ARGS: *||p' "$f" | sed "s|@C1X@|$C1DIR/c1_x.f32|; s|@C1TINY@|$C1DIR/c1_tiny.f32|")"
+    run "case.$(basename "$f" .mlir)" llmc-run "$f" --check $args
   done
 fi
 for d in 80 96; do

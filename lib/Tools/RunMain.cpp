@@ -17,6 +17,7 @@
 #include "llmc/Reference/ReferenceExecutor.h"
 #include "llmc/Tools.h"
 #include "llmc/runtime/DynamicLibs.h"
+#include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/Session.h"
 
 #include "LLM/Transforms/Passes.h"
@@ -56,6 +57,12 @@ struct Options {
   cl::list<std::string> values{"value",
                                cl::desc("argI=V: value of a rank-0 integer argument"),
                                cl::cat(cat)};
+  cl::list<std::string> inputFiles{
+      "input",
+      cl::desc("argI=FILE: take argument I from a raw little-endian file of "
+               "float32 (FILE.f32) or int64 (FILE.i64) values, rounded to the "
+               "argument's type"),
+      cl::cat(cat)};
   cl::opt<std::string> check{"check", cl::desc("compare with a reference: ref (CPU, "
                                                "float64) or gpu-f32 (unfused f32 on the GPU)"),
                              cl::ValueOptional, cl::init(""), cl::cat(cat)};
@@ -426,6 +433,14 @@ int llmc::runMain(int argc, char **argv) {
       return fail("malformed --value '" + s + "', expected argI=N");
     scalarValues[idx] = v;
   }
+  std::map<unsigned, std::string> inputPaths;
+  for (const std::string &s : opts.inputFiles) {
+    auto [name, path] = llvm::StringRef(s).split('=');
+    unsigned idx;
+    if (!name.consume_front("arg") || name.getAsInteger(10, idx) || path.empty())
+      return fail("malformed --input '" + s + "', expected argI=FILE");
+    inputPaths[idx] = path.str();
+  }
   if (failed(llmc::llm::specializeShapes(fn, bindings)))
     return 1;
 
@@ -438,6 +453,37 @@ int llmc::runMain(int argc, char **argv) {
     auto t = cast<RankedTensorType>(arg.getType());
     Type et = t.getElementType();
     std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
+    if (auto it = inputPaths.find(arg.getArgNumber()); it != inputPaths.end()) {
+      auto bytes = llmc::rt::ReadFile(it->second);
+      if (!bytes.ok())
+        return fail(std::string(bytes.status().message()));
+      bool isI64 = llvm::StringRef(it->second).ends_with(".i64");
+      size_t width = isI64 ? 8 : 4;
+      if (bytes->size() != static_cast<size_t>(t.getNumElements()) * width)
+        return fail("--input " + it->second + " holds " +
+                    std::to_string(bytes->size() / width) + " values, argument " +
+                    std::to_string(arg.getArgNumber()) + " needs " +
+                    std::to_string(t.getNumElements()));
+      ref::HostTensor h;
+      h.elementType = et;
+      h.shape = shape;
+      h.data.resize(t.getNumElements());
+      for (size_t i = 0; i < h.data.size(); ++i) {
+        double v;
+        if (isI64) {
+          int64_t x;
+          std::memcpy(&x, bytes->data() + i * 8, 8);
+          v = static_cast<double>(x);
+        } else {
+          float x;
+          std::memcpy(&x, bytes->data() + i * 4, 4);
+          v = x;
+        }
+        h.data[i] = ref::RoundToType(v, et);
+      }
+      inputs.push_back(std::move(h));
+      continue;
+    }
     if (isa<IntegerType>(et)) {
       ref::HostTensor h;
       h.elementType = et;

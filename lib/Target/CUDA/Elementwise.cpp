@@ -230,7 +230,9 @@ struct Emitter {
 
     // ---- the DAG as a straight-line function ----
     s << "// One output element from one element of each input. fp32 math for float\n"
-         "// nodes, int64 math for integer nodes; rounding only at casts/outputs.\n";
+      << (p.round_every_node
+              ? "// nodes, int64 math for integer nodes; every node rounded to its type.\n"
+              : "// nodes, int64 math for integer nodes; rounding only at casts/outputs.\n");
     s << "LLMC_DEV void ew_body(";
     bool first = true;
     for (int i = 0; i < nin; ++i) {
@@ -250,7 +252,8 @@ struct Emitter {
       const EwNode &n = p.nodes[k];
       auto [e, is_int] = Expr(n);
       s << "  const " << (IsIntType(n.type) ? "int64_t" : "float") << " n" << k << " = "
-        << Convert(e, is_int, n.type, n.op == EwOp::cast) << ";  // " << OpName(n.op);
+        << Convert(e, is_int, n.type, n.op == EwOp::cast || p.round_every_node) << ";  // "
+        << OpName(n.op);
       if (n.op == EwOp::compare) s << " " << CmpOp(n.pred);
       s << " -> " << ScalarTypeTag(n.type) << "\n";
     }

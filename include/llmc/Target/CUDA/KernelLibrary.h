@@ -114,6 +114,11 @@ struct ElementwiseProgram {
   std::vector<EwInput> inputs;
   std::vector<EwNode> nodes;
   std::vector<EwOutput> outputs;
+  /// Round every node's result to its type (f16/bf16/fp8 round-to-nearest-
+  /// even, i8/i32 wrap), as the unfused graph stores each op's result. This
+  /// keeps fused and unfused results identical (llm value semantics); when
+  /// false only casts and outputs round (fp32 intermediates).
+  bool round_every_node = true;
 };
 
 inline constexpr int kElementwiseMaxRank = 8;
