@@ -8,4 +8,5 @@
 void llmc::registerAllPasses() {
   mlir::registerTransformsPasses();
   llm::registerLLMTransformsPasses();
+  llm::registerLLMCPipeline();
 }

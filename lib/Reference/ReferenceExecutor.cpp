@@ -240,6 +240,7 @@ private:
   };
 
   absl::Status evalOp(Operation *op);
+  absl::Status evalFusion(llm::FusionOp op);
   absl::StatusOr<HostTensor> compute(Operation *op);
   absl::Status checkResult(Operation *op, const HostTensor &t);
   absl::Status resolvePendingOperands(Operation *op);
@@ -426,6 +427,8 @@ absl::Status RankState::resolvePendingOperands(Operation *op) {
 }
 
 absl::Status RankState::evalOp(Operation *op) {
+  if (auto f = dyn_cast<llm::FusionOp>(op))
+    return evalFusion(f);
   if (op->getNumResults() != 1)
     return absl::UnimplementedError(absl::StrCat(
         "'", op->getName().getStringRef().str(), "' at ", locStr(op->getLoc()),
@@ -451,6 +454,21 @@ absl::Status RankState::evalOp(Operation *op) {
   if (absl::Status s = checkResult(op, *t); !s.ok())
     return s;
   values_[op->getResult(0)] = Entry{std::move(*t), false};
+  return absl::OkStatus();
+}
+
+/// An llm.fusion is its region evaluated on its inputs (pending broadcasts
+/// flow in unresolved and are resolved by their users inside).
+absl::Status RankState::evalFusion(llm::FusionOp op) {
+  Block &body = op.getBody().front();
+  for (auto [arg, input] : llvm::zip(body.getArguments(), op.getInputs()))
+    values_[arg] = values_[input];
+  for (Operation &inner : body.without_terminator())
+    if (absl::Status s = evalOp(&inner); !s.ok())
+      return s;
+  Operation *yield = body.getTerminator();
+  for (auto [result, v] : llvm::zip(op.getResults(), yield->getOperands()))
+    values_[result] = values_[v];
   return absl::OkStatus();
 }
 
@@ -542,6 +560,26 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::ReshapeOp>([&](auto r) { return reshape(r); })
       .Case<llm::TransposeOp>([&](auto t) { return transpose(t); })
       .Case<llm::SliceOp>([&](auto s) { return slice(s); })
+      .Case<llm::PadOp>([&](llm::PadOp p) -> R {
+        const HostTensor &x = in(op, 0);
+        ArrayRef<int64_t> high = p.getHigh();
+        if (high.size() != x.shape.size())
+          return opError(op, absl::StrCat("expected ", x.shape.size(),
+                                          " high padding entries, found ",
+                                          high.size()));
+        Shape to = x.shape;
+        for (size_t d = 0; d < to.size(); ++d)
+          to[d] += high[d];
+        HostTensor out = makeTensor(x.elementType, to);
+        Shape os = stridesOf(to);
+        forEachIndex(x.shape, [&](int64_t lin, ArrayRef<int64_t> idx) {
+          int64_t off = 0;
+          for (size_t d = 0; d < idx.size(); ++d)
+            off += idx[d] * os[d];
+          out.data[off] = x.data[lin];
+        });
+        return out;
+      })
       .Case<llm::ConcatOp>([&](auto c) { return concat(c); })
       .Case<llm::GatherOp>([&](auto g) { return gather(g); })
       .Case<llm::ReduceSumOp>([&](auto r) {

@@ -806,5 +806,88 @@ LogicalResult ReduceScatterOp::inferReturnTypes(
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// PadOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PadOp::verify() {
+  auto in = getInput().getType();
+  auto out = getResult().getType();
+  ArrayRef<int64_t> high = getHigh();
+  if (static_cast<int64_t>(high.size()) != in.getRank())
+    return emitOpError() << "expected " << in.getRank()
+                         << " high padding entries (one per dimension), found "
+                         << high.size();
+  if (out.getRank() != in.getRank())
+    return emitOpError() << "result rank " << out.getRank()
+                         << " differs from the input rank " << in.getRank();
+  SmallVector<int64_t> expected;
+  for (auto [i, h] : llvm::enumerate(high)) {
+    if (h < 0)
+      return emitOpError() << "high padding must be >= 0, found " << h
+                           << " for dimension " << i;
+    int64_t d = in.getDimSize(i);
+    if (ShapedType::isDynamic(d) && h != 0)
+      return emitOpError() << "dynamic dimension " << i
+                           << " cannot be padded, found high padding " << h;
+    expected.push_back(ShapedType::isDynamic(d) ? d : d + h);
+  }
+  if (failed(verifyCompatibleShape(expected, out.getShape())))
+    return emitOpError() << "result shape " << shapeStr(out.getShape())
+                         << " differs from the expected "
+                         << shapeStr(expected);
+  return success();
+}
+
+// pad(x, high = 0...) => x
+OpFoldResult PadOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getResult().getType() &&
+      llvm::all_of(getHigh(), [](int64_t h) { return h == 0; }))
+    return getInput();
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// FusionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusionOp::verify() {
+  StringRef kind = getKind();
+  if (!llvm::is_contained({"elementwise", "residual_norm", "gemm_epilogue",
+                           "rope_attention"},
+                          kind))
+    return emitOpError() << "kind must be elementwise, residual_norm, "
+                            "gemm_epilogue or rope_attention, found '"
+                         << kind << "'";
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError() << "region has " << body.getNumArguments()
+                         << " arguments but the op has " << getInputs().size()
+                         << " inputs";
+  for (auto [i, arg, in] : llvm::enumerate(body.getArguments(), getInputs()))
+    if (arg.getType() != in.getType())
+      return emitOpError() << "region argument #" << i << " has type "
+                           << arg.getType() << " but input #" << i
+                           << " has type " << in.getType();
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError() << "region must end in llm.yield";
+  if (yield.getValues().size() != getNumResults())
+    return emitOpError() << "yields " << yield.getValues().size()
+                         << " values but has " << getNumResults()
+                         << " results";
+  for (auto [i, v, r] : llvm::enumerate(yield.getValues(), getResults()))
+    if (v.getType() != r.getType())
+      return emitOpError() << "yielded value #" << i << " has type "
+                           << v.getType() << " but result #" << i
+                           << " has type " << r.getType();
+  for (Operation &op : body.without_terminator())
+    if (!isa<LLMDialect>(op.getDialect()) || isa<FusionOp>(op))
+      return op.emitOpError()
+             << "cannot be inside an llm.fusion region (only llm ops "
+                "other than llm.fusion are)";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "LLM/IR/LLMOps.cpp.inc"

@@ -6,6 +6,7 @@
 #include "LLM/IR/LLMOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassOptions.h"
 
 #include <map>
 #include <string>
@@ -26,6 +27,54 @@ std::string dynamicDimName(mlir::func::FuncOp fn, unsigned arg, unsigned dim);
 mlir::LogicalResult
 specializeShapes(mlir::func::FuncOp fn,
                  const std::map<std::string, int64_t> &bindings);
+
+struct FusionGroup;
+
+/// Replaces the ops of `group` (from planFusionGroups) by one llm.fusion op
+/// at the position of the group's last op and returns it.
+FusionOp materializeFusion(const FusionGroup &group);
+
+/// Inlines every llm.fusion region of `fn` back into its body (the inverse
+/// of llmc-fuse), for consumers that plan fusion themselves.
+void inlineFusionRegions(mlir::func::FuncOp fn);
+
+/// Options of the `llmc-pipeline` pass pipeline.
+struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
+  Option<std::string> precision{*this, "precision",
+                                llvm::cl::desc("fp32, bf16, fp16 or fp8"),
+                                llvm::cl::init("fp32")};
+  Option<int64_t> padMultiple{*this, "pad-multiple",
+                              llvm::cl::desc("GEMM dimension multiple"),
+                              llvm::cl::init(16)};
+  Option<int64_t> vocabMultiple{*this, "vocab-multiple",
+                                llvm::cl::desc("multiple for vocab-like N"),
+                                llvm::cl::init(64)};
+  Option<bool> fuseElementwise{*this, "fuse-elementwise",
+                               llvm::cl::desc("fuse elementwise chains"),
+                               llvm::cl::init(true)};
+  Option<bool> fuseResidualNorm{*this, "fuse-residual-norm",
+                                llvm::cl::desc("fuse residual add + norm"),
+                                llvm::cl::init(true)};
+  Option<bool> fuseGemmEpilogue{*this, "fuse-gemm-epilogue",
+                                llvm::cl::desc("fuse GEMM epilogues"),
+                                llvm::cl::init(true)};
+  Option<bool> fuseRopeAttention{*this, "fuse-rope-attention",
+                                 llvm::cl::desc("fuse RoPE into attention"),
+                                 llvm::cl::init(true)};
+  Option<int64_t> alignment{*this, "alignment",
+                            llvm::cl::desc("arena buffer alignment in bytes"),
+                            llvm::cl::init(128)};
+  Option<bool> report{*this, "report",
+                      llvm::cl::desc("remark with the arena sizes"),
+                      llvm::cl::init(false)};
+};
+
+/// canonicalize -> precision -> pad-layout -> canonicalize, cse -> fuse ->
+/// plan-memory, on every func.func of a module.
+void buildLLMCPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+
+/// Registers `llmc-pipeline`.
+void registerLLMCPipeline();
 
 #define GEN_PASS_REGISTRATION
 #include "LLM/Transforms/Passes.h.inc"

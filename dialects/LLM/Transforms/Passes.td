@@ -37,4 +37,184 @@ def SpecializeShapesPass : Pass<"llmc-specialize-shapes", "::mlir::func::FuncOp"
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
 
+def FusePass : Pass<"llmc-fuse", "::mlir::func::FuncOp"> {
+  let summary = "Groups ops that share a kernel into llm.fusion regions.";
+  let description = [{
+    Each group becomes one `llm.fusion` op placed where its last op was; the
+    region is isolated from above (every value it reads is an input) and
+    yields the values used outside the group. Groups:
+
+    - `elementwise`: trees of elementwise ops where each producer has a
+      single user (the consumer);
+    - `residual_norm`: an `llm.add` feeding `llm.rms_norm` / `llm.layer_norm`
+      (the sum is yielded too when it is used again after the norm);
+    - `gemm_epilogue`: a `llm.matmul` with one use and the elementwise ops
+      after it (bias add, activation, output cast);
+    - `rope_attention`: `llm.rope` ops (optionally followed by an
+      `llm.cast`) feeding only an attention's query or key, as the
+      attention prologue.
+
+    Cost model: a producer with several users is never duplicated (it stays
+    outside, and each group has one escaping root); a GEMM main loop is
+    never fused into (a matmul's operands stay outside; one matmul per
+    group); views (reshape, broadcast, transpose, slice) and constants stay
+    outside and are read through strides. The grouping is
+    `llmc::llm::planFusionGroups` (FusionPlan.h), shared with codegen.
+
+    Before:
+    ```mlir
+    %a = llm.silu %g : tensor<7x176xf32>
+    %m = llm.mul %a, %u : tensor<7x176xf32>
+    ```
+    After:
+    ```mlir
+    %m = llm.fusion "elementwise" (%g, %u) : (tensor<7x176xf32>, tensor<7x176xf32>) -> tensor<7x176xf32> {
+    ^bb0(%arg0: tensor<7x176xf32>, %arg1: tensor<7x176xf32>):
+      %0 = llm.silu %arg0 : tensor<7x176xf32>
+      %1 = llm.mul %0, %arg1 : tensor<7x176xf32>
+      llm.yield %1 : tensor<7x176xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"elementwise", "elementwise", "bool", "true",
+           "Fuse chains of elementwise ops">,
+    Option<"residualNorm", "residual-norm", "bool", "true",
+           "Fuse a residual add into the following RMSNorm/LayerNorm">,
+    Option<"gemmEpilogue", "gemm-epilogue", "bool", "true",
+           "Fuse bias add / activation / output cast into a matmul">,
+    Option<"ropeAttention", "rope-attention", "bool", "true",
+           "Fuse RoPE into the attention prologue">
+  ];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+def PlanMemoryPass : Pass<"llmc-plan-memory", "::mlir::func::FuncOp"> {
+  let summary = "Assigns every intermediate tensor an offset in one arena.";
+  let description = [{
+    Liveness over the function's top-level values in program order: a value
+    is live from its defining op to its last use; views alias their input
+    and their users extend the input's life: `llm.reshape` (same bytes),
+    and `llm.broadcast` / `llm.transpose` / `llm.slice`, which codegen reads
+    through strides (a view's `llm.arena_offset` is its root's). Buffers are
+    placed first-fit in one arena, each rounded up to `alignment` bytes; a
+    buffer is reused once its value is dead (its last use is strictly
+    before the new value's definition). Function arguments, returned values
+    (they live in the caller's output buffers) and constants get no arena
+    space, so nothing ever aliases them.
+
+    Every op result placed in the arena gets `llm.arena_offset` (i64; a
+    multi-result op such as `llm.fusion` gets an array with -1 for results
+    outside the arena); the function gets `llm.arena_bytes` (the peak). A
+    function with dynamic shapes is left unannotated (run it after
+    `llmc-specialize-shapes`). With `report`, a remark says
+    "arena peak N bytes, sum of intermediates M bytes" (both in aligned
+    sizes).
+
+    Before:
+    ```mlir
+    %a = llm.exp %x : tensor<256xf32>
+    %b = llm.exp %a : tensor<256xf32>
+    %c = llm.exp %b : tensor<256xf32>
+    return %c : tensor<256xf32>
+    ```
+    After:
+    ```mlir
+    func.func @f(...) attributes {llm.arena_bytes = 2048 : i64} {
+    %a = llm.exp %x {llm.arena_offset = 0 : i64} : tensor<256xf32>
+    %b = llm.exp %a {llm.arena_offset = 1024 : i64} : tensor<256xf32>
+    %c = llm.exp %b : tensor<256xf32>
+    ```
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", "128",
+           "Alignment in bytes of every buffer (a power of two)">,
+    Option<"report", "report", "bool", "false",
+           "Emit a remark with the arena peak and the sum of intermediates">
+  ];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
+  let summary = "Runs GEMMs and attention in a lower precision (bf16, fp16, fp8).";
+  let description = [{
+    `policy=bf16|fp16`: f32 operands of `llm.matmul` and `llm.attention`
+    are cast to the low type at the op boundary; a matmul keeps its f32
+    result (products accumulate in fp32 and the output cast is part of the
+    GEMM), an attention's result is cast back to f32. Norms, softmax and
+    reductions stay as they are: their kernels compute in fp32 whatever the
+    storage type, so no cast is added around them. One cast per value is
+    created, and a cast pair is removed only when lossless (the cast
+    canonicalization, `cast(cast(x: A->B): B->C) => cast(x: A->C)` when A->B
+    is exact).
+
+    `policy=fp8`: each matmul operand x (f32/f16/bf16) gets per-tensor
+    current scaling: s = max(reduce_max(abs(x)), 1e-12) / 448, and
+    x8 = cast(x / s) to f8E4M3FN (saturating); the GEMM computes
+    mm = x8a @ x8b in f32, the epilogue multiplies by s_a * s_b (and adds
+    the bias in f32), and the result is rounded to bf16 (the fp8 GEMM's
+    output type) and cast back to the original result type. Attention runs
+    in bf16 under fp8.
+
+    `policy=fp32` leaves the function unchanged. `weight-only=int8|int4` is
+    not implemented yet (the pass fails with a message).
+
+    Before (`policy=bf16`):
+    ```mlir
+    %y = llm.matmul %x, %w {transpose_rhs} : tensor<7x64xf32>, tensor<64x64xf32> -> tensor<7x64xf32>
+    ```
+    After:
+    ```mlir
+    %xb = llm.cast %x : tensor<7x64xf32> to tensor<7x64xbf16>
+    %wb = llm.cast %w : tensor<64x64xf32> to tensor<64x64xbf16>
+    %y = llm.matmul %xb, %wb {transpose_rhs} : tensor<7x64xbf16>, tensor<64x64xbf16> -> tensor<7x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", "\"fp32\"",
+           "Compute precision of GEMMs/attention: fp32, bf16, fp16 or fp8">,
+    Option<"weightOnly", "weight-only", "std::string", "\"none\"",
+           "Weight-only quantization: none (int8/int4 not implemented)">
+  ];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
+  let summary = "Pads static GEMM dimensions to tensor-core multiples.";
+  let description = [{
+    For every `llm.matmul` with static shapes, M, N and K are rounded up to
+    `multiple` (at least 32 when the operands are fp8); an N of 32000 or
+    more (a vocabulary) is rounded up to `vocab-multiple` instead
+    (50257 -> 50304). Operands are padded with zeros by `llm.pad` (along K
+    both operands, so the padded products add zeros), a bias along N, and
+    the result is sliced back with `llm.slice`: the function computes
+    exactly what it computed before. Dimensions already aligned are left
+    alone, and a matmul with nothing to pad is not touched.
+
+    Padding a function argument (a weight) is a pure function of it, so
+    such pads (also through casts, reshapes or transposes of one argument)
+    carry the unit attribute `llm.hoistable`: the runtime may compute them
+    once and cache them instead of padding on every call.
+
+    Before:
+    ```mlir
+    %y = llm.matmul %x, %w {transpose_rhs} : tensor<7x48xf32>, tensor<50257x48xf32> -> tensor<7x50257xf32>
+    ```
+    After:
+    ```mlir
+    %xp = llm.pad %x high [9, 0] : tensor<7x48xf32> to tensor<16x48xf32>
+    %wp = llm.pad %w high [47, 0] {llm.hoistable} : tensor<50257x48xf32> to tensor<50304x48xf32>
+    %yp = llm.matmul %xp, %wp {transpose_rhs} : tensor<16x48xf32>, tensor<50304x48xf32> -> tensor<16x50304xf32>
+    %y = llm.slice %yp [0, 0] to [7, 50257] step [1, 1] : tensor<16x50304xf32>
+    ```
+  }];
+  let options = [
+    Option<"multiple", "multiple", "int64_t", "16",
+           "Multiple for M, N and K (fp8 operands use at least 32)">,
+    Option<"vocabMultiple", "vocab-multiple", "int64_t", "64",
+           "Multiple for an N of 32000 or more (a vocabulary)">
+  ];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
 #endif // LLMC_DIALECT_LLM_TRANSFORMS_PASSES_TD

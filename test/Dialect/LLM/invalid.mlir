@@ -591,3 +591,117 @@ func.func @constant_type(%x: tensor<8xf32>) {
   %0 = "llm.constant"() <{value = dense<1.0> : tensor<4xf32>}> : () -> tensor<8xf32>
   return
 }
+
+// -----
+
+func.func @pad_entries(%x: tensor<7x48xf32>) {
+  // expected-error @+1 {{'llm.pad' op expected 2 high padding entries (one per dimension), found 1}}
+  %0 = llm.pad %x high [9] : tensor<7x48xf32> to tensor<16x48xf32>
+  return
+}
+
+// -----
+
+func.func @pad_rank(%x: tensor<7x48xf32>) {
+  // expected-error @+1 {{'llm.pad' op result rank 1 differs from the input rank 2}}
+  %0 = llm.pad %x high [9, 0] : tensor<7x48xf32> to tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @pad_negative(%x: tensor<7x48xf32>) {
+  // expected-error @+1 {{'llm.pad' op high padding must be >= 0, found -1 for dimension 0}}
+  %0 = llm.pad %x high [-1, 0] : tensor<7x48xf32> to tensor<6x48xf32>
+  return
+}
+
+// -----
+
+func.func @pad_dynamic(%x: tensor<?x48xf32>) {
+  // expected-error @+1 {{'llm.pad' op dynamic dimension 0 cannot be padded, found high padding 9}}
+  %0 = llm.pad %x high [9, 0] : tensor<?x48xf32> to tensor<?x48xf32>
+  return
+}
+
+// -----
+
+func.func @pad_shape(%x: tensor<7x48xf32>) {
+  // expected-error @+1 {{'llm.pad' op result shape [16, 64] differs from the expected [16, 48]}}
+  %0 = llm.pad %x high [9, 0] : tensor<7x48xf32> to tensor<16x64xf32>
+  return
+}
+
+// -----
+
+func.func @fusion_kind(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.fusion' op kind must be elementwise, residual_norm, gemm_epilogue or rope_attention, found 'magic'}}
+  %0 = llm.fusion "magic"(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    llm.yield %a : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @fusion_arg_count(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.fusion' op region has 2 arguments but the op has 1 inputs}}
+  %0 = llm.fusion "elementwise"(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<4xf32>):
+    llm.yield %a : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @fusion_arg_type(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.fusion' op region argument #0 has type 'tensor<4xbf16>' but input #0 has type 'tensor<4xf32>'}}
+  %0 = llm.fusion "elementwise"(%x) : (tensor<4xf32>) -> tensor<4xbf16> {
+  ^bb0(%a: tensor<4xbf16>):
+    llm.yield %a : tensor<4xbf16>
+  }
+  return
+}
+
+// -----
+
+func.func @fusion_yield_count(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.fusion' op yields 2 values but has 1 results}}
+  %0 = llm.fusion "elementwise"(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    llm.yield %a, %a : tensor<4xf32>, tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @fusion_yield_type(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.fusion' op yielded value #0 has type 'tensor<4xf32>' but result #0 has type 'tensor<4xbf16>'}}
+  %0 = llm.fusion "elementwise"(%x) : (tensor<4xf32>) -> tensor<4xbf16> {
+  ^bb0(%a: tensor<4xf32>):
+    llm.yield %a : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @fusion_foreign_op(%x: tensor<4xf32>) {
+  %0 = llm.fusion "elementwise"(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{'arith.constant' op cannot be inside an llm.fusion region (only llm ops other than llm.fusion are)}}
+    %c = arith.constant dense<1.0> : tensor<4xf32>
+    llm.yield %c : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @yield_outside(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.yield' op expects parent op 'llm.fusion'}}
+  llm.yield %x : tensor<4xf32>
+}

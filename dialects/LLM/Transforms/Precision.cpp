@@ -1,0 +1,201 @@
+//===- Precision.cpp - low-precision GEMMs and attention ------------------===//
+//
+// bf16/fp16: casts at the boundary of matmul and attention. fp8: per-tensor
+// current scaling of matmul operands to e4m3 (the recipe of Transformer
+// Engine's "current scaling"), written with llm ops so that the reference
+// executor validates it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LLM/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace llmc::llm {
+#define GEN_PASS_DEF_PRECISIONPASS
+#include "LLM/Transforms/Passes.h.inc"
+} // namespace llmc::llm
+
+using namespace mlir;
+using namespace llmc::llm;
+
+namespace {
+
+RankedTensorType withElement(Value v, Type element) {
+  return cast<RankedTensorType>(v.getType()).clone(element);
+}
+
+Type elementOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
+class Rewriter {
+public:
+  explicit Rewriter(func::FuncOp fn) : fn(fn), b(fn.getContext()) {}
+
+  /// One cast of `v` to `element`, placed right after v's definition so that
+  /// every later user can share it.
+  Value castTo(Value v, Type element) {
+    if (elementOf(v) == element)
+      return v;
+    auto key = std::make_pair(v, element);
+    if (Value c = casts.lookup(key))
+      return c;
+    OpBuilder::InsertionGuard g(b);
+    setAfterDef(v);
+    Value c = CastOp::create(b, v.getLoc(), withElement(v, element), v);
+    casts[key] = c;
+    return c;
+  }
+
+  /// Per-tensor e4m3 quantization of `x`: (cast(x / s) to f8E4M3FN, s) with
+  /// s = max(reduce_max(abs(x)), 1e-12) / 448 as a rank-0 f32 tensor.
+  std::pair<Value, Value> quantizeE4M3(Value x) {
+    if (auto it = quantized.find(x); it != quantized.end())
+      return it->second;
+    Type f32 = b.getF32Type();
+    Value xf = castTo(x, f32);
+    OpBuilder::InsertionGuard g(b);
+    setAfterDef(xf);
+    Location loc = x.getLoc();
+    auto t = cast<RankedTensorType>(xf.getType());
+    auto scalar = RankedTensorType::get({}, f32);
+    SmallVector<int64_t> all;
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      all.push_back(d);
+    // scale(x) = max(reduce_max(abs(x)), floor) / 448
+    Value absx = AbsOp::create(b, loc, t, xf);
+    Value amax = ReduceMaxOp::create(b, loc, scalar, absx,
+                                     all, /*keepdim=*/false);
+    Value floor = ConstantOp::create(
+        b, loc, scalar, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1e-12f)));
+    Value maxE4M3 = ConstantOp::create(
+        b, loc, scalar, DenseElementsAttr::get(scalar, b.getF32FloatAttr(448.0f)));
+    Value clamped = MaximumOp::create(b, loc, scalar, amax, floor);
+    Value scale = DivOp::create(b, loc, scalar, clamped, maxE4M3);
+    Value scaleB = BroadcastOp::create(b, loc, t, scale);
+    Value scaled = DivOp::create(b, loc, t, xf, scaleB);
+    Value q = CastOp::create(
+        b, loc, t.clone(b.getType<Float8E4M3FNType>()), scaled);
+    quantized[x] = {q, scale};
+    return {q, scale};
+  }
+
+  // matmul(x: f32, w: f32) -> f32 => matmul(cast(x) : bf16, cast(w) : bf16) -> f32
+  void lowMatmul(MatmulOp mm, Type low) {
+    mm.getLhsMutable().assign(castTo(mm.getLhs(), low));
+    mm.getRhsMutable().assign(castTo(mm.getRhs(), low));
+  }
+
+  // attention(q, k, v : f32) => cast(attention(cast(q), cast(k), cast(v)) : bf16) : f32
+  void lowAttention(AttentionOp attn, Type low) {
+    Type orig = elementOf(attn.getResult());
+    attn.getQueryMutable().assign(castTo(attn.getQuery(), low));
+    attn.getKeyMutable().assign(castTo(attn.getKey(), low));
+    attn.getValueMutable().assign(castTo(attn.getValue(), low));
+    Value r = attn.getResult();
+    r.setType(withElement(r, low));
+    b.setInsertionPointAfter(attn);
+    Value back = CastOp::create(b, attn.getLoc(), withElement(r, orig), r);
+    r.replaceAllUsesExcept(back, back.getDefiningOp());
+  }
+
+  // matmul(a, b) => cast(cast(matmul(q(a), q(b)) * (s_a * s_b) + bias) : bf16)
+  void fp8Matmul(MatmulOp mm) {
+    auto [qa, sa] = quantizeE4M3(mm.getLhs());
+    auto [qb, sb] = quantizeE4M3(mm.getRhs());
+    Type f32 = b.getF32Type();
+    Location loc = mm.getLoc();
+    b.setInsertionPoint(mm);
+    auto resT = cast<RankedTensorType>(mm.getResult().getType());
+    auto resF32 = resT.clone(f32);
+    Value prod = MatmulOp::create(b, loc, resF32, qa, qb, Value(),
+                                  mm.getTransposeLhs(), mm.getTransposeRhs());
+    Value s = MulOp::create(b, loc, RankedTensorType::get({}, f32), sa, sb);
+    Value sB = BroadcastOp::create(b, loc, resF32, s);
+    Value y = MulOp::create(b, loc, resF32, prod, sB);
+    if (Value bias = mm.getBias()) {
+      Value bf = castTo(bias, f32);
+      b.setInsertionPoint(mm);
+      Value biasB = BroadcastOp::create(b, loc, resF32, bf);
+      y = AddOp::create(b, loc, resF32, y, biasB);
+    }
+    Value out = CastOp::create(b, loc, resT.clone(b.getBF16Type()), y);
+    if (resT.getElementType() != b.getBF16Type())
+      out = CastOp::create(b, loc, resT, out);
+    mm.getResult().replaceAllUsesWith(out);
+    mm.erase();
+  }
+
+private:
+  void setAfterDef(Value v) {
+    if (Operation *def = v.getDefiningOp())
+      b.setInsertionPointAfter(def);
+    else
+      b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+  }
+
+  func::FuncOp fn;
+  OpBuilder b;
+  llvm::DenseMap<std::pair<Value, Type>, Value> casts;
+  llvm::DenseMap<Value, std::pair<Value, Value>> quantized;
+};
+
+struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
+  using PrecisionPassBase::PrecisionPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    if (weightOnly != "none") {
+      if (weightOnly == "int8" || weightOnly == "int4")
+        fn.emitOpError() << "weight-only quantization '" << weightOnly
+                         << "' is not implemented yet; expected none";
+      else
+        fn.emitOpError() << "weight-only must be none, int8 or int4, found '"
+                         << weightOnly << "'";
+      return signalPassFailure();
+    }
+    if (policy != "fp32" && policy != "bf16" && policy != "fp16" &&
+        policy != "fp8") {
+      fn.emitOpError() << "policy must be fp32, bf16, fp16 or fp8, found '"
+                       << policy << "'";
+      return signalPassFailure();
+    }
+    if (policy == "fp32" || fn.isExternal())
+      return;
+    MLIRContext *ctx = fn.getContext();
+    Type low = policy == "fp16" ? Type(Float16Type::get(ctx))
+                                : Type(BFloat16Type::get(ctx));
+    SmallVector<Operation *> targets;
+    fn.walk([&](Operation *op) {
+      if (isa<MatmulOp, AttentionOp>(op) && !op->getParentOfType<FusionOp>())
+        targets.push_back(op);
+    });
+    Rewriter rw(fn);
+    for (Operation *op : targets) {
+      if (auto attn = dyn_cast<AttentionOp>(op)) {
+        if (elementOf(attn.getQuery()).isF32())
+          rw.lowAttention(attn, low);
+        continue;
+      }
+      auto mm = cast<MatmulOp>(op);
+      Type e = elementOf(mm.getLhs());
+      if (policy == "fp8") {
+        if (isa<Float32Type, Float16Type, BFloat16Type>(e))
+          rw.fp8Matmul(mm);
+        continue;
+      }
+      if (e.isF32())
+        rw.lowMatmul(mm, low);
+    }
+    // Drop cast pairs that are lossless (the cast canonicalization).
+    RewritePatternSet patterns(ctx);
+    CastOp::getCanonicalizationPatterns(patterns, ctx);
+    if (failed(applyPatternsGreedily(fn, std::move(patterns))))
+      return signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,84 @@
+// RUN: llmc-opt --split-input-file --llmc-plan-memory %s | FileCheck %s
+// RUN: llmc-opt --split-input-file --llmc-plan-memory="report=true" %s -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: not llmc-opt --llmc-plan-memory=alignment=96 %s 2>&1 | FileCheck %s --check-prefix=ERR
+
+// ERR: error: 'func.func' op alignment must be a positive power of two, found 96
+
+// A dead buffer is reused: %c reuses %a's space; the returned value and the
+// argument get no arena offset.
+// REMARK: remark: arena peak 2048 bytes, sum of intermediates 3072 bytes
+// CHECK-LABEL: func.func @chain
+// CHECK-SAME: attributes {llm.arena_bytes = 2048 : i64}
+// CHECK: llm.exp %{{.+}} {llm.arena_offset = 0 : i64}
+// CHECK: llm.exp %{{.+}} {llm.arena_offset = 1024 : i64}
+// CHECK: llm.exp %{{.+}} {llm.arena_offset = 0 : i64}
+// CHECK: %[[R:.+]] = llm.exp %{{.+}} : tensor<256xf32>
+// CHECK: return %[[R]]
+func.func @chain(%x: tensor<256xf32>) -> tensor<256xf32> {
+  %a = llm.exp %x : tensor<256xf32>
+  %b = llm.exp %a : tensor<256xf32>
+  %c = llm.exp %b : tensor<256xf32>
+  %d = llm.exp %c : tensor<256xf32>
+  return %d : tensor<256xf32>
+}
+
+// -----
+
+// A reshape aliases its input and keeps it alive: %a is read through %r by
+// the last op, so %b and %c cannot take its space. Sizes round up to 128.
+// REMARK: remark: arena peak 384 bytes, sum of intermediates 384 bytes
+// CHECK-LABEL: func.func @view_extends_life
+// CHECK: llm.neg %{{.+}} {llm.arena_offset = 0 : i64} : tensor<2x3xf32>
+// CHECK: llm.reshape %{{.+}} {llm.arena_offset = 0 : i64}
+// CHECK: llm.exp %{{.+}} {llm.arena_offset = 128 : i64}
+// CHECK: llm.exp %{{.+}} {llm.arena_offset = 256 : i64}
+func.func @view_extends_life(%x: tensor<2x3xf32>) -> tensor<6xf32> {
+  %a = llm.neg %x : tensor<2x3xf32>
+  %r = llm.reshape %a : tensor<2x3xf32> to tensor<6xf32>
+  %b = llm.exp %x : tensor<2x3xf32>
+  %c = llm.exp %b : tensor<2x3xf32>
+  %cr = llm.reshape %c : tensor<2x3xf32> to tensor<6xf32>
+  %s = llm.add %r, %cr : tensor<6xf32>
+  return %s : tensor<6xf32>
+}
+
+// -----
+
+// A reshape of an argument, or a returned value, is never in the arena.
+// REMARK: remark: arena peak 0 bytes, sum of intermediates 0 bytes
+// CHECK-LABEL: func.func @no_intermediates
+// CHECK-NOT: llm.arena_offset
+// CHECK: return
+func.func @no_intermediates(%x: tensor<2x3xf32>) -> tensor<6xf32> {
+  %r = llm.reshape %x : tensor<2x3xf32> to tensor<6xf32>
+  %e = llm.exp %r : tensor<6xf32>
+  return %e : tensor<6xf32>
+}
+
+// -----
+
+// Multi-result ops get one offset per result (-1: not in the arena).
+// CHECK-LABEL: func.func @fusion_results
+// CHECK: llm.fusion "residual_norm"(%{{.+}}) {llm.arena_offset = array<i64: 0, -1>}
+func.func @fusion_results(%x: tensor<4x8xf32>, %o: tensor<4x8xf32>, %w: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %f:2 = llm.fusion "residual_norm"(%x, %o, %w) : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>, %c: tensor<8xf32>):
+    %s = llm.add %a, %b : tensor<4x8xf32>
+    %n = llm.rms_norm %s, %c : tensor<4x8xf32>, tensor<8xf32>
+    llm.yield %s, %n : tensor<4x8xf32>, tensor<4x8xf32>
+  }
+  %y = llm.add %f#0, %f#1 : tensor<4x8xf32>
+  return %y, %f#1 : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// Dynamic shapes: not planned until shapes are specialized.
+// REMARK: remark: not planned: dynamic shapes
+// CHECK-LABEL: func.func @dynamic
+// CHECK-NOT: llm.arena
+func.func @dynamic(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %a = llm.exp %x : tensor<?x8xf32>
+  %b = llm.exp %a : tensor<?x8xf32>
+  return %b : tensor<?x8xf32>
+}

@@ -1,0 +1,80 @@
+// RUN: llmc-opt --split-input-file --llmc-precision=policy=bf16 %s | FileCheck %s
+// RUN: llmc-opt --split-input-file --llmc-precision=policy=fp16 %s | FileCheck %s --check-prefix=F16
+// RUN: llmc-opt --split-input-file --llmc-precision=policy=fp8 %s | FileCheck %s --check-prefix=FP8
+// RUN: llmc-opt --split-input-file --llmc-precision=policy=fp32 %s | FileCheck %s --check-prefix=F32
+// RUN: not llmc-opt --split-input-file --llmc-precision="policy=bf16 weight-only=int8" %s 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: not llmc-opt --split-input-file --llmc-precision=policy=fp64 %s 2>&1 | FileCheck %s --check-prefix=ERR-POLICY
+
+// CHECK-LABEL: func.func @matmul
+// CHECK-SAME: (%[[X:.+]]: tensor<7x64xf32>, %[[W:.+]]: tensor<32x64xf32>)
+// CHECK-DAG: %[[WB:.+]] = llm.cast %[[W]] : tensor<32x64xf32> to tensor<32x64xbf16>
+// CHECK-DAG: %[[XB:.+]] = llm.cast %[[X]] : tensor<7x64xf32> to tensor<7x64xbf16>
+// CHECK: %[[Y:.+]] = llm.matmul %[[XB]], %[[WB]] {transpose_rhs} : tensor<7x64xbf16>, tensor<32x64xbf16> -> tensor<7x32xf32>
+// CHECK: %[[Z:.+]] = llm.matmul %[[XB]], %[[WB]] {transpose_rhs} : tensor<7x64xbf16>, tensor<32x64xbf16> -> tensor<7x32xf32>
+// CHECK: llm.add %[[Y]], %[[Z]]
+// F16-LABEL: func.func @matmul
+// F16: llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<7x64xf16>, tensor<32x64xf16> -> tensor<7x32xf32>
+// F32-LABEL: func.func @matmul
+// F32-NOT: llm.cast
+// F32: return
+// FP8-LABEL: func.func @matmul
+// FP8-DAG: %[[C448:.+]] = llm.constant dense<4.480000e+02> : tensor<f32>
+// FP8: %[[A:.+]] = llm.abs %{{.+}} : tensor<32x64xf32>
+// FP8: %[[M:.+]] = llm.reduce_max %[[A]] [0, 1] : tensor<32x64xf32>
+// FP8: %[[MC:.+]] = llm.maximum %[[M]]
+// FP8: %[[S:.+]] = llm.div %[[MC]], %[[C448]] : tensor<f32>
+// FP8: %[[SB:.+]] = llm.broadcast %[[S]] : tensor<f32> to tensor<32x64xf32>
+// FP8: %[[Q:.+]] = llm.div %{{.+}}, %[[SB]] : tensor<32x64xf32>
+// FP8: llm.cast %[[Q]] : tensor<32x64xf32> to tensor<32x64xf8E4M3FN>
+// FP8: %[[MM:.+]] = llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<7x64xf8E4M3FN>, tensor<32x64xf8E4M3FN> -> tensor<7x32xf32>
+// FP8: %[[SAB:.+]] = llm.mul %{{.+}}, %{{.+}} : tensor<f32>
+// FP8: %[[SABB:.+]] = llm.broadcast %[[SAB]] : tensor<f32> to tensor<7x32xf32>
+// FP8: %[[D:.+]] = llm.mul %[[MM]], %[[SABB]] : tensor<7x32xf32>
+// FP8: %[[B16:.+]] = llm.cast %[[D]] : tensor<7x32xf32> to tensor<7x32xbf16>
+// FP8: llm.cast %[[B16]] : tensor<7x32xbf16> to tensor<7x32xf32>
+func.func @matmul(%x: tensor<7x64xf32>, %w: tensor<32x64xf32>) -> tensor<7x32xf32> {
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<7x64xf32>, tensor<32x64xf32> -> tensor<7x32xf32>
+  %z = llm.matmul %x, %w {transpose_rhs} : tensor<7x64xf32>, tensor<32x64xf32> -> tensor<7x32xf32>
+  %s = llm.add %y, %z : tensor<7x32xf32>
+  return %s : tensor<7x32xf32>
+}
+
+// -----
+
+// Attention runs in the low type and its result is cast back; the norm and
+// softmax stay in f32 (their kernels compute in fp32 anyway).
+// CHECK-LABEL: func.func @attention_and_norm
+// CHECK: %[[N:.+]] = llm.rms_norm %{{.+}}, %{{.+}} : tensor<1x7x2x16xf32>, tensor<16xf32>
+// CHECK-DAG: %[[NB:.+]] = llm.cast %[[N]] : tensor<1x7x2x16xf32> to tensor<1x7x2x16xbf16>
+// CHECK: %[[A:.+]] = llm.attention %[[NB]], %[[NB]], %[[NB]] {causal} : tensor<1x7x2x16xbf16>
+// CHECK: %[[AF:.+]] = llm.cast %[[A]] : tensor<1x7x2x16xbf16> to tensor<1x7x2x16xf32>
+// CHECK: llm.softmax %[[AF]] : tensor<1x7x2x16xf32>
+// FP8-LABEL: func.func @attention_and_norm
+// FP8: llm.attention %{{.+}} : tensor<1x7x2x16xbf16>
+func.func @attention_and_norm(%x: tensor<1x7x2x16xf32>, %w: tensor<16xf32>) -> tensor<1x7x2x16xf32> {
+  %n = llm.rms_norm %x, %w : tensor<1x7x2x16xf32>, tensor<16xf32>
+  %a = llm.attention %n, %n, %n {causal} : tensor<1x7x2x16xf32>, tensor<1x7x2x16xf32>, tensor<1x7x2x16xf32>
+  %s = llm.softmax %a : tensor<1x7x2x16xf32>
+  return %s : tensor<1x7x2x16xf32>
+}
+
+// -----
+
+// Already low precision: nothing to do; a lossless cast pair is removed.
+// CHECK-LABEL: func.func @already_bf16
+// CHECK-NOT: llm.cast
+// CHECK: llm.matmul %{{.+}}, %{{.+}} : tensor<8x8xbf16>, tensor<8x8xbf16> -> tensor<8x8xbf16>
+func.func @already_bf16(%x: tensor<8x8xbf16>, %w: tensor<8x8xbf16>) -> tensor<8x8xbf16> {
+  %up = llm.cast %x : tensor<8x8xbf16> to tensor<8x8xf32>
+  %down = llm.cast %up : tensor<8x8xf32> to tensor<8x8xbf16>
+  %y = llm.matmul %down, %w : tensor<8x8xbf16>, tensor<8x8xbf16> -> tensor<8x8xbf16>
+  return %y : tensor<8x8xbf16>
+}
+
+// -----
+
+// ERR-POLICY: error: 'func.func' op policy must be fp32, bf16, fp16 or fp8, found 'fp64'
+// ERR: error: 'func.func' op weight-only quantization 'int8' is not implemented yet; expected none
+func.func @weight_only(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  return %x : tensor<8x8xf32>
+}

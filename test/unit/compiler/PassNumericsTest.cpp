@@ -1,0 +1,319 @@
+//===- PassNumericsTest.cpp - reference(before) vs reference(after pipeline) ===//
+//
+// Every example small enough for the reference executor, and random chains of
+// ops over awkward shapes (1, 7, 33 and a vocab-like 50257), are evaluated on
+// fresh random inputs before and after `llmc-pipeline` with each precision
+// policy. Errors are relative L2 (RelativeError) per output:
+//  - fp32: 1e-5 (the pipeline only regroups, pads with zeros and slices; the
+//    reference computes in float64 and rounds once per op, so this is exact);
+//  - bf16/fp16: 2e-2 (GEMM/attention operands rounded to 8/11 significant
+//    bits, fp32 accumulation);
+//  - fp8 (e4m3, per-tensor current scaling): 0.125 = 2u with u = 2^-4 the
+//    unit roundoff of e4m3's 3 mantissa bits. Each GEMM operand element
+//    carries a relative rounding error of at most u (RMS about u/sqrt(3)
+//    ~ 0.036, since values are scaled into e4m3's normal range by amax/448),
+//    so one GEMM's output has a relative L2 error of about
+//    sqrt(2) * u/sqrt(3) ~ 0.051, plus the bf16 output rounding (2^-9). A
+//    block chains GEMMs whose errors add in quadrature (and partly cancel on
+//    the residual path), which stays below 2u for the depth of our examples.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ReferenceTestUtils.h"
+
+#include "LLM/Transforms/Passes.h"
+#include "llmc/InitAllPasses.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+using namespace mlir;
+using namespace llmc::reference;
+using namespace llmc::reference::testing;
+
+namespace {
+
+struct Policy {
+  const char *name;
+  double tolerance;
+};
+constexpr Policy kPolicies[] = {
+    {"fp32", 1e-5}, {"bf16", 2e-2}, {"fp16", 2e-2}, {"fp8", 0.125}};
+
+class PassNumericsTest : public ReferenceTest {
+protected:
+  PassNumericsTest() {
+    static bool registered = [] {
+      llmc::registerAllPasses();
+      return true;
+    }();
+    (void)registered;
+  }
+
+  /// Parses `src`, optionally runs `pipeline` on it; null on failure.
+  OwningOpRef<ModuleOp> parseAndRun(const std::string &src,
+                                    const std::string &pipeline) {
+    OwningOpRef<ModuleOp> m = parseSourceString<ModuleOp>(src, &ctx);
+    if (!m) {
+      ADD_FAILURE() << "cannot parse:\n" << src;
+      return nullptr;
+    }
+    if (pipeline.empty())
+      return m;
+    PassManager pm(&ctx);
+    std::string err;
+    llvm::raw_string_ostream es(err);
+    if (failed(parsePassPipeline(pipeline, pm, es))) {
+      ADD_FAILURE() << "bad pipeline '" << pipeline << "': " << err;
+      return nullptr;
+    }
+    if (failed(pm.run(*m))) {
+      ADD_FAILURE() << "pipeline '" << pipeline << "' failed on:\n" << src;
+      return nullptr;
+    }
+    return m;
+  }
+
+  static func::FuncOp firstFunc(ModuleOp m) {
+    for (auto fn : m.getOps<func::FuncOp>())
+      return fn;
+    return nullptr;
+  }
+
+  static std::string print(ModuleOp m) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    m.print(os);
+    return s;
+  }
+
+  /// Random inputs: float activations N(0, 1), float matrices N(0, 0.1),
+  /// rank-1 floats 1 + N(0, 0.1) (norm weights); integer arguments are token
+  /// ids in [0, vocab) (first) and positions 0..n-1 (second).
+  std::vector<HostTensor> inputsFor(func::FuncOp fn, int64_t vocab) {
+    std::vector<HostTensor> inputs;
+    int intArgs = 0;
+    for (auto [i, type] : llvm::enumerate(fn.getArgumentTypes())) {
+      auto rt = cast<RankedTensorType>(type);
+      std::vector<int64_t> shape(rt.getShape().begin(), rt.getShape().end());
+      Type et = rt.getElementType();
+      if (isa<IntegerType>(et)) {
+        HostTensor t{et, shape, {}};
+        int64_t n = t.numElements();
+        for (int64_t k = 0; k < n; ++k)
+          t.data.push_back(intArgs == 0
+                               ? static_cast<double>(rng() % vocab)
+                               : static_cast<double>(k % shape.back()));
+        ++intArgs;
+        inputs.push_back(std::move(t));
+        continue;
+      }
+      bool param = fn.getArgAttr(i, "test.param") != nullptr ||
+                   (i > 0 && shape.size() == 2);
+      HostTensor t = RandomTensor(et, shape, rng, param ? 0.1 : 1.0);
+      if (shape.size() == 1)
+        for (double &v : t.data)
+          v = RoundToType(1.0 + v, et);
+      inputs.push_back(std::move(t));
+    }
+    return inputs;
+  }
+
+  /// reference(src) vs reference(llmc-pipeline{precision=p}(src)) for every
+  /// policy, on two fresh input draws each.
+  void checkAllPolicies(const std::string &src, int64_t vocab,
+                        const std::string &what) {
+    OwningOpRef<ModuleOp> before = parseAndRun(src, "");
+    ASSERT_TRUE(before);
+    for (const Policy &p : kPolicies) {
+      std::string pipeline =
+          std::string("llmc-pipeline{precision=") + p.name + "}";
+      OwningOpRef<ModuleOp> after = parseAndRun(src, pipeline);
+      ASSERT_TRUE(after) << what;
+      func::FuncOp fnAfter = firstFunc(*after);
+      double worst = 0;
+      ASSERT_TRUE(fnAfter->hasAttr("llm.arena_bytes"))
+          << what << ": not memory-planned\n" << print(*after);
+      for (int draw = 0; draw < 2; ++draw) {
+        std::vector<HostTensor> inputs = inputsFor(firstFunc(*before), vocab);
+        auto ref = Evaluate(firstFunc(*before), inputs);
+        ASSERT_TRUE(ref.ok()) << what << ": " << ref.status();
+        auto got = Evaluate(fnAfter, inputs);
+        ASSERT_TRUE(got.ok()) << what << " (" << p.name
+                              << "): " << got.status() << "\n"
+                              << print(*after);
+        ASSERT_EQ(got->size(), ref->size());
+        for (size_t r = 0; r < ref->size(); ++r) {
+          double err = RelativeError((*got)[r], (*ref)[r]);
+          worst = std::max(worst, err);
+          EXPECT_LE(err, p.tolerance)
+              << what << ", policy " << p.name << ", result " << r
+              << ", draw " << draw << "\n"
+              << (p.tolerance < 1e-3 ? print(*after) : std::string());
+        }
+      }
+      if (std::getenv("LLMC_PRINT_ERRORS"))
+        std::printf("%s, %s: max relative error %.3g (tolerance %g)\n",
+                    what.c_str(), p.name, worst, p.tolerance);
+    }
+  }
+
+  std::string loadExample(const std::string &name, int64_t seq) {
+    std::string path = std::string(LLMC_SOURCE_DIR) + "/examples/" + name;
+    auto m = parseSourceFile<ModuleOp>(path, &ctx);
+    if (!m) {
+      ADD_FAILURE() << "cannot parse " << path;
+      return "";
+    }
+    PassManager pm(&ctx);
+    std::string spec = "func.func(llmc-specialize-shapes{dims=seq=" +
+                       std::to_string(seq) + "})";
+    if (failed(parsePassPipeline(spec, pm)) || failed(pm.run(*m))) {
+      ADD_FAILURE() << "cannot specialize " << name;
+      return "";
+    }
+    return print(*m);
+  }
+};
+
+TEST_F(PassNumericsTest, TinyLlamaBlock) {
+  for (int64_t seq : {5, 7}) {
+    std::string src = loadExample("tiny_llama_block.mlir", seq);
+    ASSERT_FALSE(src.empty());
+    checkAllPolicies(src, 1, "tiny_llama_block seq=" + std::to_string(seq));
+  }
+}
+
+TEST_F(PassNumericsTest, TinyGpt2Block) {
+  for (int64_t seq : {5, 7}) {
+    std::string src = loadExample("tiny_gpt2_block.mlir", seq);
+    ASSERT_FALSE(src.empty());
+    checkAllPolicies(src, 97, "tiny_gpt2_block seq=" + std::to_string(seq));
+  }
+}
+
+/// Random chains over [M, K] activations: elementwise ops, norms, softmax and
+/// matmuls (nn.Linear layout, optional bias) whose N is drawn from awkward
+/// sizes; the last matmul may be a vocab-like 50257-wide LM head.
+class RandomGraphs : public PassNumericsTest {
+protected:
+  std::string generate(std::mt19937_64 &gen) {
+    const int64_t sizes[] = {1, 7, 33, 16};
+    auto pick = [&](auto &arr) {
+      return arr[gen() % (sizeof(arr) / sizeof(arr[0]))];
+    };
+    int64_t m = pick(sizes), k = pick(sizes);
+    std::vector<std::string> args = {"%x: tensor<" + std::to_string(m) + "x" +
+                                     std::to_string(k) + "xf32>"};
+    std::ostringstream body;
+    std::string cur = "%x";
+    int64_t width = k;
+    int tmp = 0;
+    auto ty = [&](int64_t w) {
+      return "tensor<" + std::to_string(m) + "x" + std::to_string(w) + "xf32>";
+    };
+    auto fresh = [&] { return "%v" + std::to_string(tmp++); };
+    auto newArg = [&](const std::string &type) {
+      std::string name = "%a" + std::to_string(args.size());
+      args.push_back(name + ": " + type);
+      return name;
+    };
+    int steps = 3 + gen() % 5;
+    bool vocabUsed = false;
+    for (int s = 0; s < steps; ++s) {
+      std::string out = fresh();
+      switch (gen() % 7) {
+      case 0: { // unary
+        const char *ops[] = {"tanh", "silu", "neg", "sigmoid", "abs"};
+        body << "  " << out << " = llm." << pick(ops) << " " << cur << " : "
+             << ty(width) << "\n";
+        break;
+      }
+      case 1: { // binary with a fresh argument
+        const char *ops[] = {"add", "mul", "sub"};
+        std::string a = newArg(ty(width));
+        body << "  " << out << " = llm." << pick(ops) << " " << cur << ", "
+             << a << " : " << ty(width) << "\n";
+        break;
+      }
+      case 2: { // gelu
+        body << "  " << out << " = llm.gelu " << cur << " tanh : " << ty(width)
+             << "\n";
+        break;
+      }
+      case 3: { // rms_norm
+        std::string w = newArg("tensor<" + std::to_string(width) + "xf32>");
+        body << "  " << out << " = llm.rms_norm " << cur << ", " << w << " : "
+             << ty(width) << ", tensor<" << width << "xf32>\n";
+        break;
+      }
+      case 4: { // softmax
+        body << "  " << out << " = llm.softmax " << cur << " : " << ty(width)
+             << "\n";
+        break;
+      }
+      default: { // matmul, maybe with bias, maybe the vocab head (last)
+        int64_t n = pick(sizes);
+        if (s == steps - 1 && !vocabUsed && gen() % 2 == 0 && width <= 33) {
+          n = 50257;
+          vocabUsed = true;
+        }
+        std::string w = newArg("tensor<" + std::to_string(n) + "x" +
+                               std::to_string(width) + "xf32>");
+        bool bias = gen() % 2;
+        std::string b =
+            bias ? newArg("tensor<" + std::to_string(n) + "xf32>") : "";
+        body << "  " << out << " = llm.matmul " << cur << ", " << w
+             << (bias ? " bias " + b : "") << " {transpose_rhs} : "
+             << ty(width) << ", tensor<" << n << "x" << width << "xf32>"
+             << (bias ? ", tensor<" + std::to_string(n) + "xf32>" : "")
+             << " -> " << ty(n) << "\n";
+        width = n;
+        break;
+      }
+      }
+      cur = out;
+    }
+    std::ostringstream src;
+    src << "func.func @random(";
+    for (size_t i = 0; i < args.size(); ++i)
+      src << (i ? ", " : "") << args[i];
+    src << ") -> " << ty(width) << " {\n"
+        << body.str() << "  return " << cur << " : " << ty(width) << "\n}\n";
+    return src.str();
+  }
+};
+
+TEST_F(RandomGraphs, PipelineMatchesReference) {
+  std::mt19937_64 gen(20261129);
+  for (int i = 0; i < 24; ++i) {
+    std::string src = generate(gen);
+    SCOPED_TRACE(src);
+    checkAllPolicies(src, 1, "random graph #" + std::to_string(i));
+    if (HasFatalFailure())
+      return;
+  }
+}
+
+TEST_F(RandomGraphs, VocabHeadIsPaddedAndExact) {
+  // [7, 16] x [50257, 16]^T: N padded to 50304, M to 16, sliced back.
+  std::string src = R"mlir(
+func.func @head(%x: tensor<7x16xf32>, %w: tensor<50257x16xf32>) -> tensor<7x50257xf32> {
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<7x16xf32>, tensor<50257x16xf32> -> tensor<7x50257xf32>
+  return %y : tensor<7x50257xf32>
+}
+)mlir";
+  OwningOpRef<ModuleOp> after = parseAndRun(src, "llmc-pipeline");
+  ASSERT_TRUE(after);
+  std::string text = print(*after);
+  EXPECT_NE(text.find("tensor<50304x16xf32>"), std::string::npos) << text;
+  checkAllPolicies(src, 1, "vocab head");
+}
+
+} // namespace
