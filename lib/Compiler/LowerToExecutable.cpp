@@ -20,6 +20,7 @@
 #include "llmc/Compiler/LowerToExecutable.h"
 
 #include "LLM/IR/LLMOps.h"
+#include "LLM/Transforms/Passes.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
 #include "absl/strings/str_cat.h"
@@ -1110,6 +1111,11 @@ absl::Status Lowering::emitOp(Operation *op) {
             exe.launches.push_back(l);
             return absl::OkStatus();
           })
+      .Case<PadOp>([&](PadOp o) {
+        return unsupported(o, "llm.pad (from llmc-pad-layout) has no CUDA "
+                              "lowering yet; compile without pad-layout "
+                              "(cuBLASLt handles unaligned GEMM shapes)");
+      })
       .Default([&](Operation *o) {
         return unsupported(o, "no CUDA lowering for this op");
       });
@@ -1145,6 +1151,15 @@ absl::Status Lowering::planArena() {
 }
 
 absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
+  // llm.fusion regions (llmc-fuse) are inlined back into a private copy of
+  // the function: planFusion below regroups the same ops (it shares the
+  // grouping rules of llm::planFusionGroups).
+  OwningOpRef<func::FuncOp> unfused;
+  if (!fn.getOps<FusionOp>().empty()) {
+    unfused = fn.clone();
+    llm::inlineFusionRegions(*unfused);
+    fn = *unfused;
+  }
   if (auto st = checkStatic(); !st.ok())
     return st;
   Block &body = fn.getBody().front();

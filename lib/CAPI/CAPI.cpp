@@ -1,0 +1,449 @@
+//===- CAPI.cpp - the C API (llmc_c.h) over llmc::Compiler and rt::Session ===//
+//
+// Every entry point validates its arguments (InvalidArgument naming the
+// argument), calls the C++ API and turns the absl::Status into an
+// llmc_status_t. This file is compiled with exceptions enabled so that
+// nothing thrown below (std::bad_alloc, a library's exception) crosses the C
+// boundary: each entry point catches and returns a status instead.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmc/llmc_c.h"
+
+#include "llmc/Compiler.h"
+#include "llmc/runtime/Session.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+#include <exception>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#define LLMC_EXPORT __attribute__((visibility("default")))
+
+struct llmc_status_t {
+  int code;
+  std::string message;
+};
+
+struct llmc_compiler_t {
+  std::shared_ptr<llmc::Compiler> compiler;
+};
+
+struct llmc_executable_t {
+  std::shared_ptr<const llmc::rt::Executable> exe;
+};
+
+struct llmc_session_t {
+  std::shared_ptr<llmc::rt::Device> device;
+  std::unique_ptr<llmc::rt::Session> session;
+};
+
+namespace {
+
+using llmc::rt::DType;
+
+llmc_status_t *toC(const absl::Status &s) {
+  if (s.ok())
+    return nullptr;
+  // new(nothrow): a status must be returnable even when memory is short.
+  auto *st = new (std::nothrow) llmc_status_t();
+  if (!st)
+    return nullptr; // nothing better possible; callers treat NULL as OK
+  st->code = static_cast<int>(s.code());
+  st->message = std::string(s.message());
+  return st;
+}
+
+llmc_status_t *invalid(std::string msg) {
+  return toC(absl::InvalidArgumentError(std::move(msg)));
+}
+
+/// Runs `body` (returning absl::Status) with every exception turned into a
+/// status: our bug (Internal), or ResourceExhausted for bad_alloc.
+template <typename F> llmc_status_t *guarded(const char *fn, F &&body) {
+  try {
+    return toC(body());
+  } catch (const std::bad_alloc &) {
+    return toC(absl::ResourceExhaustedError(
+        absl::StrCat(fn, ": out of host memory")));
+  } catch (const std::exception &e) {
+    return toC(absl::InternalError(absl::StrCat(
+        fn, ": llmc internal error: uncaught exception: ", e.what())));
+  } catch (...) {
+    return toC(absl::InternalError(
+        absl::StrCat(fn, ": llmc internal error: uncaught exception")));
+  }
+}
+
+/// Splits "k=v<sep>k=v" into a map; empty segments are skipped.
+absl::StatusOr<std::map<std::string, std::string>>
+parseKeyValues(const char *text, char sep, const char *what) {
+  std::map<std::string, std::string> out;
+  if (!text)
+    return out;
+  for (absl::string_view part : absl::StrSplit(text, sep)) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty())
+      continue;
+    size_t eq = part.find('=');
+    if (eq == absl::string_view::npos || eq == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": expected key=value, found '", part, "'"));
+    std::string key(absl::StripAsciiWhitespace(part.substr(0, eq)));
+    std::string value(absl::StripAsciiWhitespace(part.substr(eq + 1)));
+    if (out.count(key))
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": '", key, "' given twice"));
+    out[key] = value;
+  }
+  return out;
+}
+
+absl::StatusOr<bool> parseBool(const std::string &key, const std::string &v,
+                               const char *what) {
+  if (v == "1" || v == "true")
+    return true;
+  if (v == "0" || v == "false")
+    return false;
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": ", key, " expects 0 or 1, found '", v, "'"));
+}
+
+bool toRt(llmc_dtype d, DType *out) {
+  switch (d) {
+  case LLMC_DTYPE_F32: *out = DType::f32; return true;
+  case LLMC_DTYPE_F16: *out = DType::f16; return true;
+  case LLMC_DTYPE_BF16: *out = DType::bf16; return true;
+  case LLMC_DTYPE_F8E4M3FN: *out = DType::f8e4m3; return true;
+  case LLMC_DTYPE_F8E5M2: *out = DType::f8e5m2; return true;
+  case LLMC_DTYPE_I1: *out = DType::i1; return true;
+  case LLMC_DTYPE_I8: *out = DType::i8; return true;
+  case LLMC_DTYPE_I32: *out = DType::i32; return true;
+  case LLMC_DTYPE_I64: *out = DType::i64; return true;
+  }
+  return false;
+}
+
+llmc_dtype toC(DType d) {
+  switch (d) {
+  case DType::f32: return LLMC_DTYPE_F32;
+  case DType::f16: return LLMC_DTYPE_F16;
+  case DType::bf16: return LLMC_DTYPE_BF16;
+  case DType::f8e4m3: return LLMC_DTYPE_F8E4M3FN;
+  case DType::f8e5m2: return LLMC_DTYPE_F8E5M2;
+  case DType::i1: return LLMC_DTYPE_I1;
+  case DType::i8: return LLMC_DTYPE_I8;
+  case DType::i32: return LLMC_DTYPE_I32;
+  case DType::i64: return LLMC_DTYPE_I64;
+  }
+  return LLMC_DTYPE_F32;
+}
+
+std::string dims(const int64_t *v, int32_t n) {
+  return absl::StrCat("[", absl::StrJoin(v, v + n, ","), "]");
+}
+
+/// Validates the C tensors and converts them. `what` is "input" or "output";
+/// `sigs` only names them in messages.
+absl::Status convertTensors(const llmc_tensor *tensors, int32_t count,
+                            const char *what,
+                            const std::vector<llmc::rt::TensorSig> &sigs,
+                            std::vector<llmc::rt::DeviceTensor> &out) {
+  std::string plural = absl::StrCat(what, "s");
+  if (count < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_", plural, ": expected >= 0, found ", count));
+  if (count > 0 && !tensors)
+    return absl::InvalidArgumentError(absl::StrCat(
+        plural, ": NULL with num_", plural, " = ", count));
+  for (int32_t i = 0; i < count; ++i) {
+    const llmc_tensor &t = tensors[i];
+    std::string name =
+        i < static_cast<int32_t>(sigs.size())
+            ? absl::StrCat(what, " '", sigs[i].name, "' (#", i, ")")
+            : absl::StrCat(what, " #", i);
+    if (t.rank < 0 || t.rank > LLMC_MAX_RANK)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": rank must be in [0, ", LLMC_MAX_RANK, "], found ", t.rank));
+    if (t.rank > 0 && !t.shape)
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": shape is NULL with rank ", t.rank));
+    llmc::rt::DeviceTensor d;
+    if (!toRt(t.dtype, &d.dtype))
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": unknown dtype enum value ", static_cast<int>(t.dtype)));
+    d.shape.assign(t.shape, t.shape + t.rank);
+    for (int32_t k = 0; k < t.rank; ++k)
+      if (t.shape[k] < 0)
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": negative dimension in shape ", dims(t.shape, t.rank)));
+    if (t.strides) {
+      // Row-major; the stride of a size-1 dim never addresses memory, so any
+      // value is accepted there (as torch's is_contiguous does).
+      int64_t expected = 1;
+      for (int32_t k = t.rank - 1; k >= 0; --k) {
+        if (t.shape[k] != 1 && t.strides[k] != expected)
+          return absl::InvalidArgumentError(absl::StrCat(
+              name, ": strides must be contiguous, found ",
+              dims(t.strides, t.rank), " for shape ", dims(t.shape, t.rank),
+              "; call .contiguous()"));
+        expected *= t.shape[k];
+      }
+    }
+    d.dptr = reinterpret_cast<uint64_t>(t.data);
+    out.push_back(std::move(d));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status signatureInfo(const llmc_executable_t *executable, int32_t index,
+                           bool input, llmc_dtype *out_dtype, int32_t *out_rank,
+                           int64_t *out_shape) {
+  if (!executable)
+    return absl::InvalidArgumentError("executable: NULL handle");
+  if (!out_dtype || !out_rank || !out_shape)
+    return absl::InvalidArgumentError(absl::StrCat(
+        !out_dtype ? "out_dtype" : !out_rank ? "out_rank" : "out_shape",
+        ": NULL output pointer"));
+  const auto &sigs = input ? executable->exe->inputs : executable->exe->outputs;
+  const char *what = input ? "input" : "output";
+  if (index < 0 || index >= static_cast<int32_t>(sigs.size()))
+    return absl::InvalidArgumentError(
+        absl::StrCat("index: expected ", what, " index in [0, ", sigs.size(),
+                     "), found ", index));
+  const auto &sig = sigs[index];
+  if (sig.shape.size() > LLMC_MAX_RANK)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " '", sig.name, "' has rank ", sig.shape.size(),
+                     ", above LLMC_MAX_RANK (", LLMC_MAX_RANK, ")"));
+  *out_dtype = toC(sig.dtype);
+  *out_rank = static_cast<int32_t>(sig.shape.size());
+  for (size_t k = 0; k < sig.shape.size(); ++k)
+    out_shape[k] = sig.shape[k];
+  return absl::OkStatus();
+}
+
+} // namespace
+
+extern "C" {
+
+/*--- status -----------------------------------------------------------------*/
+LLMC_EXPORT int llmc_status_code(const llmc_status_t *status) {
+  return status ? status->code : 0;
+}
+
+LLMC_EXPORT const char *llmc_status_message(const llmc_status_t *status) {
+  return status ? status->message.c_str() : "";
+}
+
+LLMC_EXPORT void llmc_status_free(llmc_status_t *status) { delete status; }
+
+/*--- compiler -----------------------------------------------------------------*/
+LLMC_EXPORT llmc_status_t *llmc_compiler_create(const char *options,
+                                                llmc_compiler_t **out_compiler) {
+  return guarded("llmc_compiler_create", [&]() -> absl::Status {
+    if (!out_compiler)
+      return absl::InvalidArgumentError("out_compiler: NULL output pointer");
+    *out_compiler = nullptr;
+    auto kv = parseKeyValues(options, ';', "options");
+    if (!kv.ok())
+      return kv.status();
+    llmc::CompilerOptions co;
+    for (const auto &[key, value] : *kv) {
+      if (key == "arch") {
+        co.arch = value;
+      } else if (key == "fuse") {
+        auto b = parseBool(key, value, "options");
+        if (!b.ok())
+          return b.status();
+        co.fuse = *b;
+      } else if (key == "cache_dir") {
+        co.cache_dir = value;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "options: unknown key '", key, "' (expected arch, fuse, cache_dir)"));
+      }
+    }
+    auto compiler = llmc::Compiler::Create(co);
+    if (!compiler.ok())
+      return compiler.status();
+    *out_compiler = new llmc_compiler_t{std::move(*compiler)};
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT void llmc_compiler_release(llmc_compiler_t *compiler) {
+  delete compiler;
+}
+
+LLMC_EXPORT llmc_status_t *llmc_compile(llmc_compiler_t *compiler,
+                                        const char *mlir, size_t mlir_len,
+                                        const char *function,
+                                        const char *shape_bindings,
+                                        llmc_executable_t **out_executable) {
+  return guarded("llmc_compile", [&]() -> absl::Status {
+    if (!out_executable)
+      return absl::InvalidArgumentError("out_executable: NULL output pointer");
+    *out_executable = nullptr;
+    if (!compiler)
+      return absl::InvalidArgumentError("compiler: NULL handle");
+    if (!mlir)
+      return absl::InvalidArgumentError("mlir: NULL text");
+    auto kv = parseKeyValues(shape_bindings, ',', "shape_bindings");
+    if (!kv.ok())
+      return kv.status();
+    std::map<std::string, int64_t> bindings;
+    for (const auto &[name, value] : *kv) {
+      int64_t v;
+      if (!absl::SimpleAtoi(value, &v) || v < 0)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shape_bindings: ", name, " expects a non-negative integer, found '",
+            value, "'"));
+      bindings[name] = v;
+    }
+    auto exe = compiler->compiler->Compile(std::string_view(mlir, mlir_len),
+                                           function ? function : "", bindings);
+    if (!exe.ok())
+      return exe.status();
+    *out_executable = new llmc_executable_t{std::move(*exe)};
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *llmc_executable_load(const char *path,
+                                                llmc_executable_t **out_executable) {
+  return guarded("llmc_executable_load", [&]() -> absl::Status {
+    if (!out_executable)
+      return absl::InvalidArgumentError("out_executable: NULL output pointer");
+    *out_executable = nullptr;
+    if (!path)
+      return absl::InvalidArgumentError("path: NULL");
+    auto exe = llmc::rt::LoadExecutable(path);
+    if (!exe.ok())
+      return exe.status();
+    *out_executable = new llmc_executable_t{
+        std::make_shared<const llmc::rt::Executable>(std::move(*exe))};
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *llmc_executable_save(const llmc_executable_t *executable,
+                                                const char *path) {
+  return guarded("llmc_executable_save", [&]() -> absl::Status {
+    if (!executable)
+      return absl::InvalidArgumentError("executable: NULL handle");
+    if (!path)
+      return absl::InvalidArgumentError("path: NULL");
+    return llmc::rt::SaveExecutable(*executable->exe, path);
+  });
+}
+
+LLMC_EXPORT void llmc_executable_release(llmc_executable_t *executable) {
+  delete executable;
+}
+
+/* -1 for a NULL handle. */
+LLMC_EXPORT int32_t llmc_executable_num_inputs(const llmc_executable_t *executable) {
+  return executable ? static_cast<int32_t>(executable->exe->inputs.size()) : -1;
+}
+
+LLMC_EXPORT int32_t llmc_executable_num_outputs(const llmc_executable_t *executable) {
+  return executable ? static_cast<int32_t>(executable->exe->outputs.size()) : -1;
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_executable_input_info(const llmc_executable_t *executable, int32_t index,
+                           llmc_dtype *out_dtype, int32_t *out_rank,
+                           int64_t *out_shape) {
+  return guarded("llmc_executable_input_info", [&] {
+    return signatureInfo(executable, index, true, out_dtype, out_rank, out_shape);
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_executable_output_info(const llmc_executable_t *executable, int32_t index,
+                            llmc_dtype *out_dtype, int32_t *out_rank,
+                            int64_t *out_shape) {
+  return guarded("llmc_executable_output_info", [&] {
+    return signatureInfo(executable, index, false, out_dtype, out_rank, out_shape);
+  });
+}
+
+/*--- session ------------------------------------------------------------------*/
+LLMC_EXPORT llmc_status_t *llmc_session_create(const llmc_executable_t *executable,
+                                               int32_t device_ordinal,
+                                               const char *options,
+                                               llmc_session_t **out_session) {
+  return guarded("llmc_session_create", [&]() -> absl::Status {
+    if (!out_session)
+      return absl::InvalidArgumentError("out_session: NULL output pointer");
+    *out_session = nullptr;
+    if (!executable)
+      return absl::InvalidArgumentError("executable: NULL handle");
+    if (device_ordinal < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device_ordinal: expected >= 0, found ", device_ordinal));
+    auto kv = parseKeyValues(options, ';', "options");
+    if (!kv.ok())
+      return kv.status();
+    llmc::rt::SessionOptions so;
+    for (const auto &[key, value] : *kv) {
+      if (key != "cuda_graphs")
+        return absl::InvalidArgumentError(absl::StrCat(
+            "options: unknown key '", key, "' (expected cuda_graphs)"));
+      auto b = parseBool(key, value, "options");
+      if (!b.ok())
+        return b.status();
+      so.use_cuda_graphs = *b;
+    }
+    auto device = llmc::rt::Device::Open(device_ordinal);
+    if (!device.ok())
+      return device.status();
+    auto session = llmc::rt::Session::Load(*device, executable->exe, so);
+    if (!session.ok())
+      return session.status();
+    *out_session = new llmc_session_t{std::move(*device), std::move(*session)};
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT void llmc_session_release(llmc_session_t *session) {
+  if (!session)
+    return;
+  try {
+    delete session;
+  } catch (...) {
+    // A destructor must not throw; nothing to report through a void API.
+  }
+}
+
+LLMC_EXPORT llmc_status_t *llmc_session_run(llmc_session_t *session,
+                                            const llmc_tensor *inputs,
+                                            int32_t num_inputs,
+                                            const llmc_tensor *outputs,
+                                            int32_t num_outputs,
+                                            void *cuda_stream) {
+  return guarded("llmc_session_run", [&]() -> absl::Status {
+    if (!session)
+      return absl::InvalidArgumentError("session: NULL handle");
+    const llmc::rt::Executable &exe = session->session->executable();
+    std::vector<llmc::rt::DeviceTensor> in, out;
+    if (auto s = convertTensors(inputs, num_inputs, "input", exe.inputs, in);
+        !s.ok())
+      return s;
+    if (auto s = convertTensors(outputs, num_outputs, "output", exe.outputs, out);
+        !s.ok())
+      return s;
+    return session->session->Run(in, out, static_cast<CUstream>(cuda_stream));
+  });
+}
+
+} // extern "C"

@@ -1,0 +1,255 @@
+//===- Compiler.cpp - the embedded JIT: MLIR text -> rt::Executable -------===//
+
+#include "llmc/Compiler.h"
+
+#include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/InitAllDialects.h"
+#include "llmc/runtime/Session.h"
+
+#include "LLM/Transforms/Passes.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cctype>
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+/// "file:line:col" for file locations, MLIR's printed form otherwise.
+std::string locationString(Location loc) {
+  if (auto flc = dyn_cast<FileLineColLoc>(loc))
+    return absl::StrCat(flc.getFilename().str(), ":", flc.getLine(), ":",
+                        flc.getColumn());
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  loc.print(os);
+  return s;
+}
+
+const char *severityString(DiagnosticSeverity s) {
+  switch (s) {
+  case DiagnosticSeverity::Error: return "error";
+  case DiagnosticSeverity::Warning: return "warning";
+  case DiagnosticSeverity::Note: return "note";
+  case DiagnosticSeverity::Remark: return "remark";
+  }
+  return "error";
+}
+
+/// Collects every diagnostic emitted on the context while alive as
+/// "loc: severity: message" lines (notes indented under their error).
+class DiagnosticCollector {
+public:
+  explicit DiagnosticCollector(MLIRContext *ctx)
+      : handler_(ctx, [this](Diagnostic &d) {
+          add(d, "");
+          for (Diagnostic &note : d.getNotes())
+            add(note, "  ");
+          return success();
+        }) {}
+
+  /// InvalidArgument "<what>: <diagnostics>".
+  absl::Status error(std::string_view what) const {
+    std::string text = absl::StrJoin(lines_, "\n");
+    if (text.empty())
+      text = "(no diagnostic)";
+    return absl::InvalidArgumentError(absl::StrCat(std::string(what), ":\n", text));
+  }
+
+private:
+  void add(Diagnostic &d, const char *indent) {
+    lines_.push_back(absl::StrCat(indent, locationString(d.getLocation()), ": ",
+                                  severityString(d.getSeverity()), ": ",
+                                  d.str()));
+  }
+
+  std::vector<std::string> lines_;
+  ScopedDiagnosticHandler handler_;
+};
+
+bool validArch(const std::string &arch) {
+  std::string_view digits;
+  if (arch.rfind("sm_", 0) == 0)
+    digits = std::string_view(arch).substr(3);
+  else if (arch.rfind("compute_", 0) == 0)
+    digits = std::string_view(arch).substr(8);
+  else
+    return false;
+  if (!digits.empty() && digits.back() == 'a')
+    digits.remove_suffix(1);
+  if (digits.size() < 2)
+    return false;
+  for (char c : digits)
+    if (!std::isdigit(static_cast<unsigned char>(c)))
+      return false;
+  return true;
+}
+
+/// Parses `text` into `ctx` and finds `function` (empty: the first). Must be
+/// called with the context's lock held.
+absl::StatusOr<func::FuncOp> parseFunction(MLIRContext *ctx,
+                                           std::string_view text,
+                                           std::string_view function,
+                                           OwningOpRef<ModuleOp> &module) {
+  {
+    DiagnosticCollector diags(ctx);
+    ParserConfig config(ctx);
+    module = parseSourceString<ModuleOp>(llvm::StringRef(text.data(), text.size()),
+                                         config, "<mlir>");
+    if (!module)
+      return diags.error("could not parse the MLIR module");
+  }
+  std::vector<std::string> names;
+  for (auto fn : module->getOps<func::FuncOp>()) {
+    if (function.empty() || fn.getSymName() == llvm::StringRef(function.data(),
+                                                               function.size())) {
+      if (fn.isExternal())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "function @", fn.getSymName().str(), " is a declaration (no body)"));
+      return fn;
+    }
+    names.push_back("@" + fn.getSymName().str());
+  }
+  if (function.empty())
+    return absl::InvalidArgumentError("no func.func in the MLIR module");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "no function named '", std::string(function), "' in the module (found: ",
+      names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+}
+
+} // namespace
+
+Compiler::Compiler(CompilerOptions options) : options_(std::move(options)) {}
+Compiler::~Compiler() = default;
+
+absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions options) {
+  if (options.arch.empty()) {
+    auto device = rt::Device::Open(0);
+    options.arch = device.ok() ? (*device)->Arch() : "sm_90a";
+  }
+  if (!validArch(options.arch))
+    return absl::InvalidArgumentError(
+        absl::StrCat("arch: expected sm_<NN>[a] or compute_<NN>[a], found '",
+                     options.arch, "'"));
+  std::unique_ptr<Compiler> c(new Compiler(options));
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  c->context_ = std::make_unique<MLIRContext>(registry);
+  c->context_->loadAllAvailableDialects();
+  // Diagnostics go into status messages: no dump of the whole op attached.
+  c->context_->printOpOnDiagnostic(false);
+  rt::KernelCompilerOptions kco;
+  kco.cache_dir = options.cache_dir;
+  kco.use_disk_cache = options.use_disk_cache;
+  c->kernels_ = std::make_unique<rt::KernelCompiler>(kco);
+  return c;
+}
+
+absl::StatusOr<std::shared_ptr<rt::Executable>>
+Compiler::Compile(std::string_view mlirText, std::string_view function,
+                  const std::map<std::string, int64_t> &shapeBindings) {
+  auto exe = std::make_shared<rt::Executable>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    OwningOpRef<ModuleOp> module;
+    auto fn = parseFunction(context_.get(), mlirText, function, module);
+    if (!fn.ok())
+      return fn.status();
+    {
+      DiagnosticCollector diags(context_.get());
+      if (failed(llm::specializeShapes(*fn, shapeBindings)))
+        return diags.error(absl::StrCat("shape specialization of @",
+                                        fn->getSymName().str(), " failed"));
+    }
+    LowerOptions lo;
+    lo.fuse_elementwise = lo.fuse_residual_norm = lo.fuse_gemm_epilogue =
+        options_.fuse;
+    auto lowered = LowerToExecutable(*fn, lo);
+    if (!lowered.ok())
+      return lowered.status();
+    *exe = std::move(*lowered);
+  }
+  if (exe->symbol_bindings.empty())
+    exe->symbol_bindings = shapeBindings;
+
+  // NVRTC outside the lock: the kernel compiler is thread-safe and caches.
+  std::vector<rt::KernelSource> sources;
+  for (const rt::KernelSpec &k : exe->kernels)
+    sources.push_back({k.name, k.source, k.options, options_.arch, k.headers});
+  auto compiled = kernels_->CompileAll(sources);
+  if (!compiled.ok())
+    return absl::Status(compiled.status().code(),
+                        absl::StrCat("NVRTC (", options_.arch, "): ",
+                                     compiled.status().message()));
+  for (size_t i = 0; i < exe->kernels.size(); ++i) {
+    exe->kernels[i].arch = (*compiled)[i].arch;
+    exe->kernels[i].cubin = std::move((*compiled)[i].binary);
+  }
+  return exe;
+}
+
+absl::StatusOr<std::vector<rt::InputShapeSpec>>
+Compiler::InputShapes(std::string_view mlirText, std::string_view function) {
+  std::lock_guard<std::mutex> lock(mu_);
+  OwningOpRef<ModuleOp> module;
+  auto fn = parseFunction(context_.get(), mlirText, function, module);
+  if (!fn.ok())
+    return fn.status();
+  std::vector<rt::InputShapeSpec> specs;
+  for (BlockArgument arg : fn->getArguments()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "argument ", arg.getArgNumber(), " of @", fn->getSymName().str(),
+          ": expected a ranked tensor"));
+    rt::InputShapeSpec spec;
+    spec.name = absl::StrCat("arg", arg.getArgNumber());
+    for (auto [d, size] : llvm::enumerate(type.getShape()))
+      spec.dims.push_back(ShapedType::isDynamic(size)
+                              ? rt::DimSpec::Dynamic(llm::dynamicDimName(
+                                    *fn, arg.getArgNumber(), d))
+                              : rt::DimSpec::Static(size));
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+absl::StatusOr<std::unique_ptr<JitFunction>>
+JitFunction::Create(std::shared_ptr<Compiler> compiler, std::string mlirText,
+                    std::string function,
+                    absl::flat_hash_map<std::string, rt::BucketPolicy> policies,
+                    int recompileLimit) {
+  if (!compiler)
+    return absl::InvalidArgumentError("compiler: expected a Compiler, found null");
+  auto specs = compiler->InputShapes(mlirText, function);
+  if (!specs.ok())
+    return specs.status();
+  std::unique_ptr<JitFunction> jit(new JitFunction());
+  jit->compiler_ = std::move(compiler);
+  jit->text_ = std::move(mlirText);
+  jit->function_ = std::move(function);
+  jit->specs_ = *specs;
+  JitFunction *self = jit.get();
+  rt::CompileFn compile = [self](const rt::DimBindings &dims)
+      -> absl::StatusOr<std::shared_ptr<rt::Executable>> {
+    std::map<std::string, int64_t> bindings(dims.begin(), dims.end());
+    return self->compiler_->Compile(self->text_, self->function_, bindings);
+  };
+  jit->cache_ = std::make_unique<rt::SpecializationCache>(
+      *specs, std::move(policies), std::move(compile), recompileLimit);
+  return jit;
+}
+
+absl::StatusOr<rt::SpecializationCache::Entry>
+JitFunction::Get(const std::vector<std::vector<int64_t>> &shapes) {
+  return cache_->Get(shapes);
+}
+
+} // namespace llmc

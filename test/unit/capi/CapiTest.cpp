@@ -1,0 +1,537 @@
+// C API tests (llmc_c.h): misuse is reported as a status naming the argument,
+// compile/save/load round trip, and (with a GPU) runs checked against the CPU
+// reference executor, including two sessions running concurrently.
+#include "llmc/llmc_c.h"
+
+#include "llmc/InitAllDialects.h"
+#include "llmc/Reference/ReferenceExecutor.h"
+#include "llmc/runtime/Session.h"
+
+#include "LLM/Transforms/Passes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include "gtest/gtest.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+namespace {
+
+namespace rt = llmc::rt;
+namespace ref = llmc::reference;
+
+std::string ReadExample(const std::string &name) {
+  std::ifstream f(std::string(LLMC_SOURCE_DIR) + "/examples/" + name);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// Owns a status; reads code and message.
+struct Status {
+  explicit Status(llmc_status_t *s) : s(s) {}
+  ~Status() { llmc_status_free(s); }
+  int code() const { return llmc_status_code(s); }
+  std::string message() const { return llmc_status_message(s); }
+  llmc_status_t *s;
+};
+
+#define EXPECT_LLMC_OK(expr)                                                   \
+  do {                                                                         \
+    Status st_(expr);                                                          \
+    ASSERT_EQ(st_.code(), 0) << st_.message();                                 \
+  } while (0)
+
+bool Contains(const std::string &s, const std::string &part) {
+  return s.find(part) != std::string::npos;
+}
+
+struct CompilerHandle {
+  CompilerHandle() {
+    Status st(llmc_compiler_create("arch=sm_90a", &c));
+    EXPECT_EQ(st.code(), 0) << st.message();
+  }
+  ~CompilerHandle() { llmc_compiler_release(c); }
+  llmc_compiler_t *c = nullptr;
+};
+
+struct ExeHandle {
+  ~ExeHandle() { llmc_executable_release(e); }
+  llmc_executable_t *e = nullptr;
+};
+
+/// Compiles `text` and expects failure with `code`; returns the message.
+std::string CompileError(const std::string &text, const char *fn,
+                         const char *bindings, int code) {
+  CompilerHandle c;
+  ExeHandle exe;
+  Status st(llmc_compile(c.c, text.data(), text.size(), fn, bindings, &exe.e));
+  EXPECT_EQ(st.code(), code) << st.message();
+  EXPECT_EQ(exe.e, nullptr);
+  return st.message();
+}
+
+TEST(CapiStatus, NullIsOk) {
+  EXPECT_EQ(llmc_status_code(nullptr), 0);
+  EXPECT_STREQ(llmc_status_message(nullptr), "");
+  llmc_status_free(nullptr);
+}
+
+TEST(CapiCompiler, NullOutPointer) {
+  Status st(llmc_compiler_create(nullptr, nullptr));
+  EXPECT_EQ(st.code(), 3);
+  EXPECT_TRUE(Contains(st.message(), "out_compiler")) << st.message();
+}
+
+TEST(CapiCompiler, BadOptions) {
+  struct Case {
+    const char *options, *expect;
+  } cases[] = {{"bogus=1", "bogus"},
+               {"fuse=2", "fuse"},
+               {"arch", "key=value"},
+               {"arch=volta", "arch"},
+               {"fuse=1;fuse=0", "twice"}};
+  for (const Case &c : cases) {
+    llmc_compiler_t *compiler = reinterpret_cast<llmc_compiler_t *>(0x1);
+    Status st(llmc_compiler_create(c.options, &compiler));
+    EXPECT_EQ(st.code(), 3) << c.options;
+    EXPECT_TRUE(Contains(st.message(), c.expect)) << c.options << ": " << st.message();
+    EXPECT_EQ(compiler, nullptr);
+  }
+  llmc_compiler_t *compiler = nullptr;
+  EXPECT_LLMC_OK(llmc_compiler_create(" arch=sm_80 ; fuse=0;; ", &compiler));
+  llmc_compiler_release(compiler);
+  llmc_compiler_release(nullptr);
+}
+
+TEST(CapiCompile, NullArguments) {
+  CompilerHandle c;
+  ExeHandle exe;
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  Status a(llmc_compile(nullptr, text.data(), text.size(), nullptr, "seq=7", &exe.e));
+  EXPECT_EQ(a.code(), 3);
+  EXPECT_TRUE(Contains(a.message(), "compiler")) << a.message();
+  Status b(llmc_compile(c.c, text.data(), text.size(), nullptr, "seq=7", nullptr));
+  EXPECT_EQ(b.code(), 3);
+  EXPECT_TRUE(Contains(b.message(), "out_executable")) << b.message();
+  Status d(llmc_compile(c.c, nullptr, 10, nullptr, "seq=7", &exe.e));
+  EXPECT_EQ(d.code(), 3);
+  EXPECT_TRUE(Contains(d.message(), "mlir")) << d.message();
+}
+
+TEST(CapiCompile, MalformedMlirCarriesDiagnostic) {
+  std::string text = "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+                     "  %y = llm.no_such_op %x : tensor<4xf32>\n"
+                     "  return %y : tensor<4xf32>\n"
+                     "}\n";
+  std::string msg = CompileError(text, nullptr, nullptr, 3);
+  EXPECT_TRUE(Contains(msg, "could not parse")) << msg;
+  EXPECT_TRUE(Contains(msg, "<mlir>:2:")) << msg;
+  EXPECT_TRUE(Contains(msg, "llm.no_such_op")) << msg;
+}
+
+TEST(CapiCompile, UnknownFunctionListsFunctions) {
+  std::string msg =
+      CompileError(ReadExample("tiny_llama_block.mlir"), "nope", "seq=7", 3);
+  EXPECT_TRUE(Contains(msg, "'nope'")) << msg;
+  EXPECT_TRUE(Contains(msg, "@tiny_llama_block")) << msg;
+}
+
+TEST(CapiCompile, ShapeBindings) {
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  std::string missing = CompileError(text, nullptr, nullptr, 3);
+  EXPECT_TRUE(Contains(missing, "seq")) << missing;
+  std::string unused = CompileError(text, nullptr, "seq=7,batch=2", 3);
+  EXPECT_TRUE(Contains(unused, "batch")) << unused;
+  std::string malformed = CompileError(text, nullptr, "seq", 3);
+  EXPECT_TRUE(Contains(malformed, "shape_bindings")) << malformed;
+  std::string notInt = CompileError(text, nullptr, "seq=abc", 3);
+  EXPECT_TRUE(Contains(notInt, "seq")) << notInt;
+}
+
+TEST(CapiCompile, UnsupportedOpIsUnimplemented) {
+  std::string text =
+      "func.func @imm(%a: tensor<4x8xi32>, %b: tensor<8x4xi32>) -> tensor<4x4xi32> {\n"
+      "  %0 = llm.matmul %a, %b : tensor<4x8xi32>, tensor<8x4xi32> -> tensor<4x4xi32>\n"
+      "  return %0 : tensor<4x4xi32>\n"
+      "}\n";
+  std::string msg = CompileError(text, "imm", "", 12);
+  EXPECT_TRUE(Contains(msg, "llm.matmul")) << msg;
+  EXPECT_TRUE(Contains(msg, "integer matmul")) << msg;
+}
+
+void ExpectTinyLlamaSignature(const llmc_executable_t *e) {
+  ASSERT_EQ(llmc_executable_num_inputs(e), 10);
+  ASSERT_EQ(llmc_executable_num_outputs(e), 1);
+  llmc_dtype dtype;
+  int32_t rank;
+  int64_t shape[LLMC_MAX_RANK];
+  EXPECT_LLMC_OK(llmc_executable_input_info(e, 0, &dtype, &rank, shape));
+  EXPECT_EQ(dtype, LLMC_DTYPE_F32);
+  ASSERT_EQ(rank, 3);
+  EXPECT_EQ(shape[0], 1);
+  EXPECT_EQ(shape[1], 7);
+  EXPECT_EQ(shape[2], 64);
+  EXPECT_LLMC_OK(llmc_executable_input_info(e, 9, &dtype, &rank, shape));
+  ASSERT_EQ(rank, 2);
+  EXPECT_EQ(shape[0], 64);
+  EXPECT_EQ(shape[1], 176);
+  EXPECT_LLMC_OK(llmc_executable_output_info(e, 0, &dtype, &rank, shape));
+  EXPECT_EQ(dtype, LLMC_DTYPE_F32);
+  ASSERT_EQ(rank, 3);
+  EXPECT_EQ(shape[1], 7);
+}
+
+TEST(CapiExecutable, CompileSaveLoadRoundTrip) {
+  CompilerHandle c;
+  ExeHandle exe, loaded;
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  EXPECT_LLMC_OK(
+      llmc_compile(c.c, text.data(), text.size(), nullptr, "seq=7", &exe.e));
+  ExpectTinyLlamaSignature(exe.e);
+
+  std::string path = ::testing::TempDir() + "/capi_tiny_llama_" +
+                     std::to_string(::getpid()) + ".llmcx";
+  EXPECT_LLMC_OK(llmc_executable_save(exe.e, path.c_str()));
+  EXPECT_LLMC_OK(llmc_executable_load(path.c_str(), &loaded.e));
+  ExpectTinyLlamaSignature(loaded.e);
+  std::remove(path.c_str());
+
+  ExeHandle missing;
+  Status notFound(llmc_executable_load(path.c_str(), &missing.e));
+  EXPECT_NE(notFound.code(), 0);
+  EXPECT_EQ(missing.e, nullptr);
+}
+
+TEST(CapiExecutable, InfoMisuse) {
+  CompilerHandle c;
+  ExeHandle exe;
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  EXPECT_LLMC_OK(
+      llmc_compile(c.c, text.data(), text.size(), nullptr, "seq=7", &exe.e));
+  llmc_dtype dtype;
+  int32_t rank;
+  int64_t shape[LLMC_MAX_RANK];
+  EXPECT_EQ(llmc_executable_num_inputs(nullptr), -1);
+  EXPECT_EQ(llmc_executable_num_outputs(nullptr), -1);
+  Status a(llmc_executable_input_info(nullptr, 0, &dtype, &rank, shape));
+  EXPECT_EQ(a.code(), 3);
+  EXPECT_TRUE(Contains(a.message(), "executable")) << a.message();
+  Status b(llmc_executable_input_info(exe.e, 10, &dtype, &rank, shape));
+  EXPECT_EQ(b.code(), 3);
+  EXPECT_TRUE(Contains(b.message(), "index")) << b.message();
+  Status d(llmc_executable_output_info(exe.e, -1, &dtype, &rank, shape));
+  EXPECT_EQ(d.code(), 3);
+  Status e(llmc_executable_output_info(exe.e, 0, &dtype, nullptr, shape));
+  EXPECT_EQ(e.code(), 3);
+  EXPECT_TRUE(Contains(e.message(), "out_rank")) << e.message();
+  Status f(llmc_executable_save(nullptr, "/tmp/x.llmcx"));
+  EXPECT_EQ(f.code(), 3);
+  Status g(llmc_executable_save(exe.e, nullptr));
+  EXPECT_EQ(g.code(), 3);
+  EXPECT_TRUE(Contains(g.message(), "path")) << g.message();
+  Status h(llmc_executable_load("/tmp/x.llmcx", nullptr));
+  EXPECT_EQ(h.code(), 3);
+}
+
+TEST(CapiSession, CreateMisuseAndMissingGpu) {
+  CompilerHandle c;
+  ExeHandle exe;
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  EXPECT_LLMC_OK(
+      llmc_compile(c.c, text.data(), text.size(), nullptr, "seq=7", &exe.e));
+  llmc_session_t *session = nullptr;
+  Status a(llmc_session_create(nullptr, 0, nullptr, &session));
+  EXPECT_EQ(a.code(), 3);
+  EXPECT_TRUE(Contains(a.message(), "executable")) << a.message();
+  Status b(llmc_session_create(exe.e, 0, nullptr, nullptr));
+  EXPECT_EQ(b.code(), 3);
+  EXPECT_TRUE(Contains(b.message(), "out_session")) << b.message();
+  Status d(llmc_session_create(exe.e, -1, nullptr, &session));
+  EXPECT_EQ(d.code(), 3);
+  EXPECT_TRUE(Contains(d.message(), "device_ordinal")) << d.message();
+  Status e(llmc_session_create(exe.e, 0, "graphs=1", &session));
+  EXPECT_EQ(e.code(), 3);
+  EXPECT_TRUE(Contains(e.message(), "graphs")) << e.message();
+
+  Status st(llmc_session_create(exe.e, 0, "cuda_graphs=0", &session));
+  if (!rt::Device::Open(0).ok()) {
+    EXPECT_EQ(st.code(), 9) << st.message();
+    EXPECT_FALSE(st.message().empty());
+    EXPECT_EQ(session, nullptr);
+  } else {
+    EXPECT_EQ(st.code(), 0) << st.message();
+    EXPECT_NE(session, nullptr);
+  }
+  llmc_session_release(session);
+  llmc_session_release(nullptr);
+}
+
+TEST(CapiSession, RunNullSession) {
+  Status st(llmc_session_run(nullptr, nullptr, 0, nullptr, 0, nullptr));
+  EXPECT_EQ(st.code(), 3);
+  EXPECT_TRUE(Contains(st.message(), "session")) << st.message();
+}
+
+//===----------------------------------------------------------------------===//
+// GPU tests
+//===----------------------------------------------------------------------===//
+
+std::shared_ptr<rt::Device> OpenOrNull() {
+  auto d = rt::Device::Open(0);
+  return d.ok() ? *d : nullptr;
+}
+
+#define REQUIRE_GPU(dev)                                                       \
+  auto dev = OpenOrNull();                                                     \
+  if (!dev)                                                                    \
+  GTEST_SKIP() << "needs a GPU: " << rt::Device::Open(0).status().message()
+
+/// One example compiled through the C API, with its reference function,
+/// random inputs, device buffers and the reference outputs.
+struct Example {
+  std::string text;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  mlir::func::FuncOp fn;
+  ExeHandle exe;
+  std::vector<ref::HostTensor> inputs, expected;
+  std::vector<uint64_t> dIn, dOut;
+  std::vector<std::vector<int64_t>> inShapes, outShapes;
+  std::vector<llmc_tensor> cIn, cOut;
+};
+
+std::string Pack(const ref::HostTensor &t) {
+  std::string out;
+  for (double v : t.data) {
+    if (t.elementType.isF32()) {
+      float f = static_cast<float>(v);
+      out.append(reinterpret_cast<const char *>(&f), 4);
+    } else if (t.elementType.isInteger(64)) {
+      int64_t i = static_cast<int64_t>(v);
+      out.append(reinterpret_cast<const char *>(&i), 8);
+    } else if (t.elementType.isInteger(32)) {
+      int32_t i = static_cast<int32_t>(v);
+      out.append(reinterpret_cast<const char *>(&i), 4);
+    } else {
+      ADD_FAILURE() << "test packs f32/i32/i64 only, found " << t.typeString();
+    }
+  }
+  return out;
+}
+
+llmc_dtype CDType(mlir::Type t) {
+  if (t.isInteger(64)) return LLMC_DTYPE_I64;
+  if (t.isInteger(32)) return LLMC_DTYPE_I32;
+  return LLMC_DTYPE_F32;
+}
+
+/// Parses, specializes (`dim`=`value`), compiles through the C API, makes
+/// random inputs (integers in [0, 5): valid token ids and positions),
+/// evaluates the reference and uploads inputs / allocates outputs.
+void Prepare(mlir::MLIRContext &ctx, llmc_compiler_t *compiler,
+             const std::string &file, int64_t seq, rt::Device &dev,
+             uint64_t seed, Example &ex) {
+  ex.text = ReadExample(file);
+  ex.module = mlir::parseSourceString<mlir::ModuleOp>(ex.text, mlir::ParserConfig(&ctx));
+  ASSERT_TRUE(ex.module);
+  ex.fn = *ex.module->getOps<mlir::func::FuncOp>().begin();
+  ASSERT_TRUE(mlir::succeeded(llmc::llm::specializeShapes(ex.fn, {{"seq", seq}})));
+  std::string bindings = "seq=" + std::to_string(seq);
+  EXPECT_LLMC_OK(llmc_compile(compiler, ex.text.data(), ex.text.size(), nullptr,
+                              bindings.c_str(), &ex.exe.e));
+  std::mt19937_64 rng(seed);
+  for (mlir::Type t : ex.fn.getArgumentTypes()) {
+    auto tt = mlir::cast<mlir::RankedTensorType>(t);
+    std::vector<int64_t> shape(tt.getShape().begin(), tt.getShape().end());
+    if (tt.getElementType().isInteger()) {
+      ref::HostTensor h;
+      h.elementType = tt.getElementType();
+      h.shape = shape;
+      h.data.resize(tt.getNumElements());
+      for (double &v : h.data)
+        v = static_cast<double>(rng() % 5);
+      ex.inputs.push_back(h);
+    } else {
+      double stddev = shape.size() >= 2 ? 1.0 / std::sqrt(double(shape.back())) : 1.0;
+      ex.inputs.push_back(ref::RandomTensor(tt.getElementType(), shape, rng, stddev));
+    }
+  }
+  auto expected = ref::Evaluate(ex.fn, ex.inputs);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ex.expected = std::move(*expected);
+
+  for (const ref::HostTensor &t : ex.inputs) {
+    std::string bytes = Pack(t);
+    auto p = dev.Alloc(std::max<size_t>(bytes.size(), 1));
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE(dev.CopyToDevice(*p, bytes.data(), bytes.size()).ok());
+    ex.dIn.push_back(*p);
+    ex.inShapes.push_back(t.shape);
+  }
+  for (mlir::Type t : ex.fn.getFunctionType().getResults()) {
+    auto tt = mlir::cast<mlir::RankedTensorType>(t);
+    auto p = dev.Alloc(tt.getNumElements() * 4);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ex.dOut.push_back(*p);
+    ex.outShapes.emplace_back(tt.getShape().begin(), tt.getShape().end());
+  }
+  for (size_t i = 0; i < ex.dIn.size(); ++i)
+    ex.cIn.push_back({reinterpret_cast<void *>(ex.dIn[i]),
+                      CDType(ex.inputs[i].elementType),
+                      static_cast<int32_t>(ex.inShapes[i].size()),
+                      ex.inShapes[i].data(), nullptr});
+  for (size_t i = 0; i < ex.dOut.size(); ++i)
+    ex.cOut.push_back({reinterpret_cast<void *>(ex.dOut[i]), LLMC_DTYPE_F32,
+                       static_cast<int32_t>(ex.outShapes[i].size()),
+                       ex.outShapes[i].data(), nullptr});
+}
+
+void CheckOutputs(rt::Device &dev, Example &ex) {
+  for (size_t i = 0; i < ex.expected.size(); ++i) {
+    ref::HostTensor got = ex.expected[i];
+    std::vector<float> host(got.data.size());
+    ASSERT_TRUE(dev.CopyToHost(host.data(), ex.dOut[i], host.size() * 4).ok());
+    for (size_t k = 0; k < host.size(); ++k)
+      got.data[k] = host[k];
+    double err = ref::RelativeError(got, ex.expected[i]);
+    EXPECT_LT(err, 1e-4) << "output " << i << " of @" << ex.fn.getSymName().str();
+  }
+}
+
+void Free(rt::Device &dev, Example &ex) {
+  for (uint64_t p : ex.dIn)
+    (void)dev.Free(p);
+  for (uint64_t p : ex.dOut)
+    (void)dev.Free(p);
+}
+
+mlir::MLIRContext &Context() {
+  static mlir::MLIRContext *ctx = [] {
+    mlir::DialectRegistry registry;
+    llmc::registerAllDialects(registry);
+    auto *c = new mlir::MLIRContext(registry);
+    c->loadAllAvailableDialects();
+    return c;
+  }();
+  return *ctx;
+}
+
+TEST(CapiGpu, RunMatchesReferenceAndRejectsMismatches) {
+  REQUIRE_GPU(dev);
+  CompilerHandle c;
+  Example ex;
+  Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, ex);
+  llmc_session_t *session = nullptr;
+  EXPECT_LLMC_OK(llmc_session_create(ex.exe.e, 0, nullptr, &session));
+  EXPECT_LLMC_OK(llmc_session_run(session, ex.cIn.data(), ex.cIn.size(),
+                                  ex.cOut.data(), ex.cOut.size(), nullptr));
+  ASSERT_TRUE(dev->Synchronize().ok());
+  CheckOutputs(*dev, ex);
+
+  auto runError = [&](std::vector<llmc_tensor> in, int32_t numOut) {
+    Status st(llmc_session_run(session, in.data(), in.size(), ex.cOut.data(),
+                               numOut, nullptr));
+    EXPECT_EQ(st.code(), 3) << st.message();
+    return st.message();
+  };
+  auto in = ex.cIn;
+  in[0].dtype = LLMC_DTYPE_BF16;
+  std::string m = runError(in, 1);
+  EXPECT_TRUE(Contains(m, "input 'arg0' (#0)")) << m;
+  EXPECT_TRUE(Contains(m, "expected f32[1,7,64], got bf16[1,7,64]")) << m;
+
+  in = ex.cIn;
+  int64_t wrongShape[3] = {1, 8, 64};
+  in[0].shape = wrongShape;
+  m = runError(in, 1);
+  EXPECT_TRUE(Contains(m, "got f32[1,8,64]")) << m;
+
+  in = ex.cIn;
+  in.pop_back();
+  m = runError(in, 1);
+  EXPECT_TRUE(Contains(m, "expected 10 inputs, got 9")) << m;
+  m = runError(ex.cIn, 0);
+  EXPECT_TRUE(Contains(m, "output")) << m;
+
+  in = ex.cIn;
+  int64_t transposed[2] = {1, 64}; // input 9 is [64, 176]
+  in[9].strides = transposed;
+  m = runError(in, 1);
+  EXPECT_TRUE(Contains(m, "strides must be contiguous, found [1,64]")) << m;
+  EXPECT_TRUE(Contains(m, "call .contiguous()")) << m;
+  int64_t rowMajor[2] = {176, 1};
+  in[9].strides = rowMajor;
+  EXPECT_LLMC_OK(llmc_session_run(session, in.data(), in.size(), ex.cOut.data(),
+                                  1, nullptr));
+
+  in = ex.cIn;
+  in[1].rank = LLMC_MAX_RANK + 1;
+  m = runError(in, 1);
+  EXPECT_TRUE(Contains(m, "rank")) << m;
+  in = ex.cIn;
+  in[1].dtype = static_cast<llmc_dtype>(99);
+  m = runError(in, 1);
+  EXPECT_TRUE(Contains(m, "dtype")) << m;
+  m = runError(ex.cIn, -1);
+  EXPECT_TRUE(Contains(m, "num_outputs")) << m;
+  Status nullIn(llmc_session_run(session, nullptr, 10, ex.cOut.data(), 1, nullptr));
+  EXPECT_EQ(nullIn.code(), 3);
+
+  ASSERT_TRUE(dev->Synchronize().ok());
+  llmc_session_release(session);
+  Free(*dev, ex);
+}
+
+// Two executables, two sessions, two threads, two streams, at once; both
+// results checked against the reference executor.
+TEST(CapiGpu, TwoSessionsConcurrentlyOnTwoStreams) {
+  REQUIRE_GPU(dev);
+  CompilerHandle c;
+  Example a, b;
+  Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, a);
+  Prepare(Context(), c.c, "tiny_gpt2_block.mlir", 5, *dev, 2, b);
+  llmc_session_t *sa = nullptr, *sb = nullptr;
+  EXPECT_LLMC_OK(llmc_session_create(a.exe.e, 0, "cuda_graphs=1", &sa));
+  EXPECT_LLMC_OK(llmc_session_create(b.exe.e, 0, "cuda_graphs=1", &sb));
+  auto streamA = dev->CreateStream(), streamB = dev->CreateStream();
+  ASSERT_TRUE(streamA.ok() && streamB.ok());
+
+  auto worker = [&](llmc_session_t *s, Example *ex, CUstream stream,
+                    std::string *error) {
+    for (int i = 0; i < 20 && error->empty(); ++i) {
+      Status st(llmc_session_run(s, ex->cIn.data(), ex->cIn.size(),
+                                 ex->cOut.data(), ex->cOut.size(), stream));
+      if (st.code() != 0)
+        *error = st.message();
+    }
+    auto sync = dev->SynchronizeStream(stream);
+    if (!sync.ok() && error->empty())
+      *error = std::string(sync.message());
+  };
+  std::string errA, errB;
+  std::thread ta(worker, sa, &a, *streamA, &errA);
+  std::thread tb(worker, sb, &b, *streamB, &errB);
+  ta.join();
+  tb.join();
+  EXPECT_EQ(errA, "");
+  EXPECT_EQ(errB, "");
+  CheckOutputs(*dev, a);
+  CheckOutputs(*dev, b);
+
+  llmc_session_release(sa);
+  llmc_session_release(sb);
+  (void)dev->DestroyStream(*streamA);
+  (void)dev->DestroyStream(*streamB);
+  Free(*dev, a);
+  Free(*dev, b);
+}
+
+} // namespace

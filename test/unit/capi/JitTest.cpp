@@ -1,0 +1,171 @@
+// C++ JIT API tests (llmc/Compiler.h): compile errors as statuses,
+// signatures of a compiled example, thread-safe compiles and the
+// specialization cache of a JitFunction.
+#include "llmc/Compiler.h"
+
+#include "gtest/gtest.h"
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+std::string ReadExample(const std::string &name) {
+  std::ifstream f(std::string(LLMC_SOURCE_DIR) + "/examples/" + name);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::shared_ptr<llmc::Compiler> MakeCompiler() {
+  llmc::CompilerOptions options;
+  options.arch = "sm_90a";
+  auto c = llmc::Compiler::Create(options);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::shared_ptr<llmc::Compiler>(std::move(*c)) : nullptr;
+}
+
+/// Input shapes of tiny_llama_block for sequence length `seq`.
+std::vector<std::vector<int64_t>> TinyLlamaShapes(int64_t seq) {
+  return {{1, seq, 64}, {64},      {64, 64},  {32, 64},  {32, 64},
+          {64, 64},     {64},      {176, 64}, {176, 64}, {64, 176}};
+}
+
+TEST(JitCompiler, RejectsBadArch) {
+  llmc::CompilerOptions options;
+  options.arch = "hopper";
+  auto c = llmc::Compiler::Create(options);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("hopper"), std::string::npos);
+}
+
+TEST(JitCompiler, DefaultArchResolves) {
+  auto c = llmc::Compiler::Create();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE((*c)->arch().empty());
+}
+
+TEST(JitCompiler, CompilesTinyLlamaWithCubins) {
+  auto compiler = MakeCompiler();
+  ASSERT_TRUE(compiler);
+  auto exe = compiler->Compile(ReadExample("tiny_llama_block.mlir"), "", {{"seq", 7}});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  ASSERT_EQ((*exe)->inputs.size(), 10u);
+  EXPECT_EQ((*exe)->inputs[0].shape, (std::vector<int64_t>{1, 7, 64}));
+  EXPECT_EQ((*exe)->inputs[0].dtype, llmc::rt::DType::f32);
+  ASSERT_EQ((*exe)->outputs.size(), 1u);
+  EXPECT_EQ((*exe)->outputs[0].shape, (std::vector<int64_t>{1, 7, 64}));
+  EXPECT_EQ((*exe)->symbol_bindings.at("seq"), 7);
+  EXPECT_TRUE((*exe)->Validate().ok());
+  ASSERT_FALSE((*exe)->kernels.empty());
+  for (const auto &k : (*exe)->kernels) {
+    EXPECT_EQ(k.arch, "sm_90a") << k.name;
+    EXPECT_FALSE(k.cubin.empty()) << k.name;
+  }
+}
+
+TEST(JitCompiler, ErrorsAreStatuses) {
+  auto compiler = MakeCompiler();
+  ASSERT_TRUE(compiler);
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  auto missing = compiler->Compile(text, "tiny_llama_block", {});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("seq"), std::string::npos)
+      << missing.status();
+  auto unknown = compiler->Compile(text, "other", {{"seq", 7}});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  auto garbage = compiler->Compile("func.func @f(", "", {});
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(garbage.status().message().find("<mlir>:1:"), std::string::npos)
+      << garbage.status();
+  // The compiler stays usable after errors.
+  EXPECT_TRUE(compiler->Compile(text, "", {{"seq", 3}}).ok());
+}
+
+TEST(JitCompiler, ConcurrentCompiles) {
+  auto compiler = MakeCompiler();
+  ASSERT_TRUE(compiler);
+  std::string llama = ReadExample("tiny_llama_block.mlir");
+  std::string gpt2 = ReadExample("tiny_gpt2_block.mlir");
+  absl::Status results[4];
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      auto exe = compiler->Compile(i % 2 ? gpt2 : llama, "", {{"seq", 4 + i}});
+      results[i] = exe.status();
+      if (exe.ok() && (*exe)->symbol_bindings.at("seq") != 4 + i)
+        results[i] = absl::InternalError("wrong specialization");
+    });
+  for (auto &t : threads)
+    t.join();
+  for (const absl::Status &s : results)
+    EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(JitFunction, InputSpecsNameDynamicDims) {
+  auto jit = llmc::JitFunction::Create(MakeCompiler(),
+                                       ReadExample("tiny_llama_block.mlir"),
+                                       "tiny_llama_block");
+  ASSERT_TRUE(jit.ok()) << jit.status();
+  const auto &specs = (*jit)->input_specs();
+  ASSERT_EQ(specs.size(), 10u);
+  ASSERT_EQ(specs[0].dims.size(), 3u);
+  EXPECT_EQ(specs[0].dims[0].size, 1);
+  EXPECT_EQ(specs[0].dims[1].symbol, "seq");
+  EXPECT_EQ(specs[0].dims[2].size, 64);
+  EXPECT_EQ(specs[9].dims[1].size, 176);
+}
+
+TEST(JitFunction, CompilesOncePerShapeSignature) {
+  auto jit = llmc::JitFunction::Create(MakeCompiler(),
+                                       ReadExample("tiny_llama_block.mlir"), "");
+  ASSERT_TRUE(jit.ok()) << jit.status();
+  auto a = (*jit)->Get(TinyLlamaShapes(7));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->executable->inputs[0].shape, (std::vector<int64_t>{1, 7, 64}));
+  auto b = (*jit)->Get(TinyLlamaShapes(9));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->executable->inputs[0].shape, (std::vector<int64_t>{1, 9, 64}));
+  EXPECT_EQ((*jit)->stats().compiles, 2);
+  auto again = (*jit)->Get(TinyLlamaShapes(7));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->executable, a->executable);
+  EXPECT_EQ((*jit)->stats().compiles, 2);
+  EXPECT_EQ((*jit)->stats().hits, 1);
+  EXPECT_EQ((*jit)->num_specializations(), 2);
+
+  auto shapes = TinyLlamaShapes(7);
+  shapes[0][2] = 65;
+  auto bad = (*jit)->Get(shapes);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*jit)->stats().compiles, 2);
+}
+
+TEST(JitFunction, BucketsAndRecompileLimit) {
+  absl::flat_hash_map<std::string, llmc::rt::BucketPolicy> policies;
+  policies["seq"] = {llmc::rt::BucketPolicy::MultipleOf, 8};
+  auto jit = llmc::JitFunction::Create(MakeCompiler(),
+                                       ReadExample("tiny_llama_block.mlir"), "",
+                                       policies, /*recompileLimit=*/1);
+  ASSERT_TRUE(jit.ok()) << jit.status();
+  auto a = (*jit)->Get(TinyLlamaShapes(5));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->bucketed.at("seq"), 8);
+  EXPECT_EQ(a->executable->inputs[0].shape, (std::vector<int64_t>{1, 8, 64}));
+  auto b = (*jit)->Get(TinyLlamaShapes(7)); // same bucket
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->executable, a->executable);
+  auto c = (*jit)->Get(TinyLlamaShapes(12)); // a second bucket: over the limit
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+}
+
+TEST(JitFunction, CreateErrors) {
+  auto noCompiler = llmc::JitFunction::Create(nullptr, "", "");
+  EXPECT_EQ(noCompiler.status().code(), absl::StatusCode::kInvalidArgument);
+  auto noFn = llmc::JitFunction::Create(
+      MakeCompiler(), ReadExample("tiny_llama_block.mlir"), "nope");
+  EXPECT_EQ(noFn.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+} // namespace
