@@ -39,7 +39,8 @@ if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
   exit 1
 fi
 
-PY_PACKAGES=(pytest numpy)
+# torch is the package index's default wheel; transformers for the model tests.
+PY_PACKAGES=(pytest numpy torch transformers)
 PYTHON="${PYTHON:-python3}"
 for p in "${PY_PACKAGES[@]}"; do
   if ! "$PYTHON" -c "import $p" >/dev/null 2>&1; then
@@ -47,6 +48,11 @@ for p in "${PY_PACKAGES[@]}"; do
     "$PYTHON" -m pip install -q "$p"
   fi
 done
+# The llmc package itself (editable), unless this checkout's is already the one imported.
+if ! "$PYTHON" -c "import os, sys, llmc; sys.exit(os.path.realpath(llmc.__file__) != os.path.realpath('python/llmc/__init__.py'))" >/dev/null 2>&1; then
+  echo "llmc setup: installing the llmc Python package (pip install -e python/)"
+  "$PYTHON" -m pip install -q -e python/
+fi
 
 [ "$mode" = "--deps" ] && exit 0
 

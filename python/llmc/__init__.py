@@ -1,0 +1,12 @@
+"""llmc: a torch.compile backend that compiles transformer graphs to CUDA.
+
+    import torch
+    model = torch.compile(model, backend="llmc")   # found via the entry point
+
+`llmc.backend.last_report()` tells which ops ran where.
+"""
+
+from ._capi import LlmcError  # noqa: F401
+from .backend import Options, last_report, llmc_backend, reports  # noqa: F401
+
+__version__ = "0.1.0"

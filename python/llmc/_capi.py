@@ -1,0 +1,361 @@
+"""ctypes bindings of the llmc C API (include/llmc/llmc_c.h).
+
+The shared library is located lazily (`find_library`) so that importing
+`llmc` never fails: a missing library, or one built without the C API, is
+reported by `load()` raising `LibraryNotFound` with the places searched, and
+the backend turns that into a one-time warning and eager execution.
+
+Status returns become `LlmcError(code, message)`; codes are absl's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+LLMC_MAX_RANK = 8
+
+# absl::StatusCode values used by the C API.
+OK = 0
+INVALID_ARGUMENT = 3
+FAILED_PRECONDITION = 9
+UNIMPLEMENTED = 12
+INTERNAL = 13
+
+_CODE_NAMES = {
+    0: "ok", 1: "cancelled", 2: "unknown", 3: "invalid argument",
+    4: "deadline exceeded", 5: "not found", 6: "already exists",
+    7: "permission denied", 8: "resource exhausted", 9: "failed precondition",
+    10: "aborted", 11: "out of range", 12: "unimplemented", 13: "internal",
+    14: "unavailable", 15: "data loss", 16: "unauthenticated",
+}
+
+
+class LlmcError(RuntimeError):
+    """An llmc status turned into a Python exception."""
+
+    def __init__(self, code: int, message: str, context: str = ""):
+        self.code = code
+        self.message = message
+        self.context = context
+        text = f"llmc: {_CODE_NAMES.get(code, code)}: {message}"
+        if context:
+            text += f"\n  while {context}"
+        super().__init__(text)
+
+    @property
+    def is_unimplemented(self) -> bool:
+        return self.code == UNIMPLEMENTED
+
+    @property
+    def is_user_error(self) -> bool:
+        return self.code == INVALID_ARGUMENT
+
+
+class LibraryNotFound(RuntimeError):
+    pass
+
+
+# --- element types --------------------------------------------------------
+
+LLMC_DTYPE_F32 = 0
+LLMC_DTYPE_F16 = 1
+LLMC_DTYPE_BF16 = 2
+LLMC_DTYPE_F8E4M3FN = 3
+LLMC_DTYPE_F8E5M2 = 4
+LLMC_DTYPE_I1 = 5
+LLMC_DTYPE_I8 = 6
+LLMC_DTYPE_I32 = 7
+LLMC_DTYPE_I64 = 8
+
+TORCH_TO_LLMC: Dict[torch.dtype, int] = {
+    torch.float32: LLMC_DTYPE_F32,
+    torch.float16: LLMC_DTYPE_F16,
+    torch.bfloat16: LLMC_DTYPE_BF16,
+    torch.float8_e4m3fn: LLMC_DTYPE_F8E4M3FN,
+    torch.float8_e5m2: LLMC_DTYPE_F8E5M2,
+    torch.bool: LLMC_DTYPE_I1,  # one byte per element, 0 or 1: as torch.bool
+    torch.int8: LLMC_DTYPE_I8,
+    torch.int32: LLMC_DTYPE_I32,
+    torch.int64: LLMC_DTYPE_I64,
+}
+LLMC_TO_TORCH: Dict[int, torch.dtype] = {v: k for k, v in TORCH_TO_LLMC.items()}
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
+# --- locating and loading the library -------------------------------------
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def candidate_paths() -> List[Path]:
+    """Where libllmc.so is looked for, in order."""
+    paths = []
+    env = os.environ.get("LLMC_LIB")
+    if env:
+        paths.append(Path(env))
+    paths.append(_REPO_ROOT / "build" / "lib" / "libllmc.so")
+    paths.append(_REPO_ROOT / "dist" / "lib" / "libllmc.so")
+    paths.append(Path(__file__).resolve().parent / "libllmc.so")
+    return paths
+
+
+_lib = None
+_lib_error: Optional[str] = None
+_lib_lock = threading.Lock()
+
+_P = ctypes.c_void_p
+_PP = ctypes.POINTER(ctypes.c_void_p)
+
+# name: (restype, argtypes)
+_SIGNATURES = {
+    "llmc_status_code": (ctypes.c_int, [_P]),
+    "llmc_status_message": (ctypes.c_char_p, [_P]),
+    "llmc_status_free": (None, [_P]),
+    "llmc_compiler_create": (_P, [ctypes.c_char_p, _PP]),
+    "llmc_compiler_release": (None, [_P]),
+    "llmc_compile": (_P, [_P, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                          ctypes.c_char_p, _PP]),
+    "llmc_executable_load": (_P, [ctypes.c_char_p, _PP]),
+    "llmc_executable_save": (_P, [_P, ctypes.c_char_p]),
+    "llmc_executable_release": (None, [_P]),
+    "llmc_executable_num_inputs": (ctypes.c_int32, [_P]),
+    "llmc_executable_num_outputs": (ctypes.c_int32, [_P]),
+    "llmc_executable_input_info": (_P, [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_int),
+                                        ctypes.POINTER(ctypes.c_int32),
+                                        ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_executable_output_info": (_P, [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_int),
+                                         ctypes.POINTER(ctypes.c_int32),
+                                         ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_session_create": (_P, [_P, ctypes.c_int32, ctypes.c_char_p, _PP]),
+    "llmc_session_release": (None, [_P]),
+    "llmc_session_run": (_P, [_P, ctypes.POINTER(_Tensor), ctypes.c_int32,
+                              ctypes.POINTER(_Tensor), ctypes.c_int32, _P]),
+}
+
+
+def load():
+    """Returns the loaded library; raises LibraryNotFound (with the reason)."""
+    global _lib, _lib_error
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        if _lib_error is not None:
+            raise LibraryNotFound(_lib_error)
+        tried = []
+        for path in candidate_paths():
+            if not path.is_file():
+                tried.append(f"{path} (absent)")
+                continue
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as e:
+                tried.append(f"{path} (cannot load: {e})")
+                continue
+            missing = [n for n in _SIGNATURES if not hasattr(lib, n)]
+            if missing:
+                tried.append(f"{path} (no C API: {missing[0]} is not exported)")
+                continue
+            for name, (res, args) in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.restype = res
+                fn.argtypes = args
+            lib._llmc_path = str(path)
+            _lib = lib
+            return lib
+        _lib_error = ("libllmc.so with the C API not found; set LLMC_LIB or build "
+                      "llmc (cmake --build build). Tried: " + "; ".join(tried))
+        raise LibraryNotFound(_lib_error)
+
+
+def available() -> Tuple[bool, str]:
+    """(True, path) when the C API can be used, else (False, reason)."""
+    try:
+        lib = load()
+    except LibraryNotFound as e:
+        return False, str(e)
+    return True, lib._llmc_path
+
+
+def _reset_for_tests():
+    global _lib, _lib_error
+    with _lib_lock:
+        _lib = None
+        _lib_error = None
+
+
+def _check(status, context: str = ""):
+    if not status:
+        return
+    lib = _lib
+    code = lib.llmc_status_code(status)
+    msg = lib.llmc_status_message(status)
+    msg = msg.decode("utf-8", "replace") if msg else ""
+    lib.llmc_status_free(status)
+    raise LlmcError(code, msg, context)
+
+
+# --- objects ----------------------------------------------------------------
+
+
+class Compiler:
+    """llmc_compiler_t: options as a dict, e.g. {"arch": "sm_90a", "cache_dir": "..."}."""
+
+    def __init__(self, options: Optional[Dict[str, object]] = None):
+        self._lib = load()
+        opts = ";".join(f"{k}={_opt(v)}" for k, v in (options or {}).items()
+                        if v is not None)
+        handle = ctypes.c_void_p()
+        _check(self._lib.llmc_compiler_create(opts.encode() if opts else None,
+                                              ctypes.byref(handle)),
+               f"creating a compiler with options '{opts}'")
+        self._handle = handle
+
+    def compile(self, mlir: str, function: Optional[str] = None,
+                shape_bindings: Optional[Dict[str, int]] = None) -> "Executable":
+        text = mlir.encode()
+        bindings = ",".join(f"{k}={int(v)}" for k, v in (shape_bindings or {}).items())
+        out = ctypes.c_void_p()
+        _check(self._lib.llmc_compile(self._handle, text, len(text),
+                                      function.encode() if function else None,
+                                      bindings.encode() if bindings else None,
+                                      ctypes.byref(out)),
+               f"compiling function '{function or '(first)'}'"
+               + (f" with shapes {bindings}" if bindings else ""))
+        return Executable(out)
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h:
+            self._lib.llmc_compiler_release(h)
+            self._handle = None
+
+
+def _opt(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+class TensorInfo:
+    __slots__ = ("dtype", "shape")
+
+    def __init__(self, dtype: torch.dtype, shape: Tuple[int, ...]):
+        self.dtype = dtype
+        self.shape = shape
+
+    def __repr__(self):
+        return f"TensorInfo({self.dtype}, {list(self.shape)})"
+
+
+class Executable:
+    def __init__(self, handle: ctypes.c_void_p):
+        self._lib = load()
+        self._handle = handle
+
+    @classmethod
+    def load_file(cls, path: str) -> "Executable":
+        lib = load()
+        out = ctypes.c_void_p()
+        _check(lib.llmc_executable_load(str(path).encode(), ctypes.byref(out)),
+               f"loading executable {path}")
+        return cls(out)
+
+    def save(self, path: str):
+        _check(self._lib.llmc_executable_save(self._handle, str(path).encode()),
+               f"saving executable {path}")
+
+    def _info(self, fn, index: int) -> TensorInfo:
+        dtype = ctypes.c_int()
+        rank = ctypes.c_int32()
+        shape = (ctypes.c_int64 * LLMC_MAX_RANK)()
+        _check(fn(self._handle, index, ctypes.byref(dtype), ctypes.byref(rank), shape),
+               f"reading the signature of tensor {index}")
+        return TensorInfo(LLMC_TO_TORCH[dtype.value], tuple(shape[: rank.value]))
+
+    @property
+    def inputs(self) -> List[TensorInfo]:
+        n = self._lib.llmc_executable_num_inputs(self._handle)
+        return [self._info(self._lib.llmc_executable_input_info, i) for i in range(n)]
+
+    @property
+    def outputs(self) -> List[TensorInfo]:
+        n = self._lib.llmc_executable_num_outputs(self._handle)
+        return [self._info(self._lib.llmc_executable_output_info, i) for i in range(n)]
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h:
+            self._lib.llmc_executable_release(h)
+            self._handle = None
+
+
+def _tensor_struct(t: torch.Tensor, keep: list) -> _Tensor:
+    dtype = TORCH_TO_LLMC.get(t.dtype)
+    if dtype is None:
+        raise LlmcError(INVALID_ARGUMENT, f"dtype {t.dtype} has no llmc element type")
+    if t.dim() > LLMC_MAX_RANK:
+        raise LlmcError(INVALID_ARGUMENT, f"rank {t.dim()} above {LLMC_MAX_RANK}")
+    shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)
+    keep.append(shape)
+    return _Tensor(ctypes.c_void_p(t.data_ptr()), dtype, t.dim(), shape, None)
+
+
+class Session:
+    """llmc_session_t on one GPU. Inputs are passed zero-copy (data_ptr);
+    non-contiguous ones are made contiguous first. Outputs come from
+    torch.empty on the inputs' device: PyTorch's caching allocator owns them."""
+
+    def __init__(self, executable: Executable, device_ordinal: int = 0,
+                 cuda_graphs: bool = False):
+        self._lib = load()
+        self.executable = executable  # keeps it alive
+        self.output_info = executable.outputs
+        self.device = torch.device("cuda", device_ordinal)
+        out = ctypes.c_void_p()
+        opts = f"cuda_graphs={1 if cuda_graphs else 0}"
+        _check(self._lib.llmc_session_create(executable._handle, device_ordinal,
+                                             opts.encode(), ctypes.byref(out)),
+               f"creating a session on GPU {device_ordinal}")
+        self._handle = out
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        keep: list = []
+        ins = []
+        for t in inputs:
+            if not t.is_contiguous():
+                t = t.contiguous()
+            keep.append(t)
+            ins.append(_tensor_struct(t, keep))
+        outs = [torch.empty(i.shape, dtype=i.dtype, device=self.device)
+                for i in self.output_info]
+        out_structs = [_tensor_struct(t, keep) for t in outs]
+        in_arr = (_Tensor * max(len(ins), 1))(*ins)
+        out_arr = (_Tensor * max(len(outs), 1))(*out_structs)
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        _check(self._lib.llmc_session_run(self._handle, in_arr, len(ins),
+                                          out_arr, len(outs),
+                                          ctypes.c_void_p(stream)),
+               "running on inputs " + ", ".join(
+                   f"{t.dtype}{list(t.shape)}" for t in inputs))
+        return outs
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h:
+            self._lib.llmc_session_release(h)
+            self._handle = None

@@ -1,0 +1,1199 @@
+"""FX (ATen) graph -> `llm` dialect text.
+
+Input: a GraphModule after AOTAutograd with core ATen decompositions (every
+node carries `meta["val"]`, a FakeTensor whose shape may hold SymInts).
+Output: one `func.func` in the `llm` dialect's textual form.
+
+Shapes: a dimension that is a SymInt becomes `?`; each function argument
+with dynamic dimensions gets `llm.dim_names` naming them by their sympy
+symbol (`s0`, ...), so the compiler specializes per shape binding. The `llm`
+dialect cannot express a reshape with a dynamic input and two dynamic result
+dimensions (e.g. [s0*s1, 64] -> [s0, s1, 64]); such a graph raises
+`NeedsStatic` and the backend imports it again per concrete shape
+(`bindings`), which it compiles per shape anyway.
+
+Each ATen op has a handler; a handler raises `Unsupported` (never anything
+else) for a form it cannot translate, which is how the partitioner asks
+"can the importer translate this node" (`check_node`).
+
+Peepholes that keep the IR close to what the compiler wants:
+  mm(reshape(x:[..., K] -> [M, K]), w) -> reshape  =>  matmul(x, w) : [..., N]
+  mm(x, transpose(w))                            =>  matmul(x, w) {transpose_rhs}
+  reshape(reshape(x))                            =>  reshape(x)  (or x)
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import sympy
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+class Unsupported(Exception):
+    """The node has no translation (the message says why)."""
+
+
+class NeedsStatic(Exception):
+    """The graph is only expressible with concrete shapes."""
+
+
+MLIR_DTYPES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float8_e4m3fn: "f8E4M3FN",
+    torch.float8_e5m2: "f8E5M2",
+    torch.bool: "i1",
+    torch.int8: "i8",
+    torch.int32: "i32",
+    torch.int64: "i64",
+}
+FLOAT_DTYPES = {torch.float32, torch.float16, torch.bfloat16,
+                torch.float8_e4m3fn, torch.float8_e5m2}
+
+Dim = Union[int, sympy.Expr]
+
+
+def _dtype_str(dt: torch.dtype) -> str:
+    s = MLIR_DTYPES.get(dt)
+    if s is None:
+        raise Unsupported(f"element type {dt} has no llm equivalent")
+    return s
+
+
+def dims_of(fake, bindings: Optional[Dict[str, int]] = None) -> Tuple[Dim, ...]:
+    out = []
+    for d in fake.shape:
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            if bindings is not None:
+                expr = expr.xreplace({s: sympy.Integer(bindings[str(s)])
+                                      for s in expr.free_symbols if str(s) in bindings})
+            if isinstance(expr, sympy.Integer) or getattr(expr, "is_Integer", False):
+                out.append(int(expr))
+            elif bindings is not None and not expr.free_symbols:
+                out.append(int(expr))
+            else:
+                out.append(expr)
+        else:
+            out.append(int(d))
+    return tuple(out)
+
+
+def _is_static(d: Dim) -> bool:
+    return isinstance(d, int)
+
+
+def _same_dim(a: Dim, b: Dim) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, int) or isinstance(b, int):
+        return False
+    return sympy.simplify(a - b) == 0
+
+
+def _same_shape(a: Sequence[Dim], b: Sequence[Dim]) -> bool:
+    return len(a) == len(b) and all(_same_dim(x, y) for x, y in zip(a, b))
+
+
+def _prod(dims: Sequence[Dim]) -> Dim:
+    p: Any = 1
+    for d in dims:
+        p = p * d
+    if isinstance(p, int):
+        return p
+    p = sympy.expand(p)
+    return int(p) if p.is_Integer else p
+
+
+def tensor_type(shape: Sequence[Dim], dtype: torch.dtype) -> str:
+    dims = "".join(("?" if not _is_static(d) else str(d)) + "x" for d in shape)
+    return f"tensor<{dims}{_dtype_str(dtype)}>"
+
+
+def f64_literal(v: float) -> str:
+    """A finite float as MLIR accepts it (`1.0e-06`, not `1e-06`)."""
+    s = repr(float(v))
+    mant, _, exp = s.partition("e")
+    if "." not in mant:
+        mant += ".0"
+    return mant + ("e" + exp if exp else "")
+
+
+def _float_literal(v: float, dtype: torch.dtype) -> str:
+    if math.isfinite(v) and abs(v) <= 6.0e4:
+        return f64_literal(v)
+    # Non-finite or beyond f16's range: the exact bits of torch's rounding.
+    t = torch.tensor(v, dtype=dtype)
+    if dtype == torch.float32:
+        bits = t.view(torch.int32).item() & 0xFFFFFFFF
+        return f"0x{bits:08X}"
+    if dtype in (torch.float16, torch.bfloat16):
+        bits = t.view(torch.int16).item() & 0xFFFF
+        return f"0x{bits:04X}"
+    bits = t.view(torch.uint8).item()
+    return f"0x{bits:02X}"
+
+
+def _literal(v, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "true" if v else "false"
+    if dtype in FLOAT_DTYPES:
+        return _float_literal(float(v), dtype)
+    return str(int(v))
+
+
+@dataclass(eq=False)
+class Val:
+    """An SSA value: emitted (`name`) or pending (`thunk` emits it on first use)."""
+
+    shape: Tuple[Dim, ...]
+    dtype: torch.dtype
+    name: Optional[str] = None
+    thunk: Optional[Callable[[], str]] = None
+    reshape_base: Optional["Val"] = None   # this = reshape(reshape_base)
+    transpose_of: Optional[Tuple["Val", Tuple[int, ...]]] = None
+    is_arg: bool = False
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def type(self) -> str:
+        return tensor_type(self.shape, self.dtype)
+
+
+@dataclass
+class ImportResult:
+    text: str
+    func_name: str
+    # For each function argument: index into the subgraph's placeholders.
+    arg_placeholders: List[int]
+    # dim name -> (argument index, dimension) to bind it from the inputs.
+    dim_bindings: Dict[str, Tuple[int, int]]
+    # For each FX output: ("out", i) = the i-th function result,
+    # ("arg", j) = placeholder j passed through, ("none", None).
+    outputs: List[Tuple[str, Optional[int]]]
+    dynamic: bool
+    ops: Dict[str, int] = field(default_factory=dict)
+
+
+def bind_args(node: torch.fx.Node) -> Dict[str, Any]:
+    """Names an ATen call's arguments by its schema (defaults filled in)."""
+    schema = node.target._schema
+    out = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args):
+            out[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            out[a.name] = node.kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            out[a.name] = None
+    return out
+
+
+def _meta(n) -> Any:
+    return n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+
+
+def _norm_dim(d: int, rank: int) -> int:
+    if d < 0:
+        d += rank
+    if not 0 <= d < max(rank, 1):
+        raise Unsupported(f"dimension {d} out of range for rank {rank}")
+    return d
+
+
+# ---------------------------------------------------------------------------
+
+
+class Importer:
+    """Translates the call_function nodes of one FX graph into `llm` ops."""
+
+    def __init__(self, bindings: Optional[Dict[str, int]] = None,
+                 gm: Optional[torch.fx.GraphModule] = None):
+        self.bindings = bindings
+        self.gm = gm
+        self.lines: List[str] = []
+        self.env: Dict[torch.fx.Node, Any] = {}
+        self.counter = 0
+        self.loc = ""
+        self.ops: Dict[str, int] = {}
+
+    # -- emission helpers ---------------------------------------------------
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"%{self.counter - 1}"
+
+    def emit(self, op: str, rest: str) -> str:
+        name = self.fresh()
+        self.lines.append(f"    {name} = {op} {rest}{self.loc}")
+        self.ops[op] = self.ops.get(op, 0) + 1
+        return name
+
+    def ref(self, v: Val) -> str:
+        if v.name is None:
+            v.name = v.thunk()
+            v.thunk = None
+        return v.name
+
+    def new(self, shape, dtype, op: str, rest: Callable[[], str], **kw) -> Val:
+        """A pending value: `op rest()` is emitted when first used."""
+        v = Val(tuple(shape), dtype, **kw)
+        loc = self.loc
+
+        def thunk():
+            saved, self.loc = self.loc, loc
+            try:
+                return self.emit(op, rest())
+            finally:
+                self.loc = saved
+        v.thunk = thunk
+        return v
+
+    def dims(self, fake) -> Tuple[Dim, ...]:
+        return dims_of(fake, self.bindings)
+
+    def out_meta(self, node) -> Tuple[Tuple[Dim, ...], torch.dtype]:
+        m = _meta(node)
+        if isinstance(m, (tuple, list)):
+            m = m[0]
+        if not isinstance(m, torch.Tensor):
+            raise Unsupported("result is not a tensor")
+        _dtype_str(m.dtype)
+        return self.dims(m), m.dtype
+
+    # -- value builders -----------------------------------------------------
+    def constant(self, value, dtype: torch.dtype, shape=()) -> Val:
+        if any(not _is_static(d) for d in shape):
+            raise Unsupported("constant of a dynamic shape")
+        ty = tensor_type(shape, dtype)
+        lit = _literal(value, dtype)
+        return self.new(shape, dtype, "llm.constant", lambda: f"dense<{lit}> : {ty}")
+
+    def cast(self, v: Val, dtype: torch.dtype) -> Val:
+        if v.dtype == dtype:
+            return v
+        _dtype_str(dtype)
+        return self.new(v.shape, dtype, "llm.cast",
+                        lambda: f"{self.ref(v)} : {v.type} to {tensor_type(v.shape, dtype)}")
+
+    def broadcast(self, v: Val, shape) -> Val:
+        shape = tuple(shape)
+        if _same_shape(v.shape, shape):
+            return v
+        if v.rank > len(shape):
+            raise Unsupported("broadcast to a lower rank")
+        lead = len(shape) - v.rank
+        for i, d in enumerate(v.shape):
+            if not (d == 1 or _same_dim(d, shape[lead + i])):
+                raise Unsupported(f"cannot broadcast {list(v.shape)} to {list(shape)}")
+        ty = tensor_type(shape, v.dtype)
+        return self.new(shape, v.dtype, "llm.broadcast",
+                        lambda: f"{self.ref(v)} : {v.type} to {ty}")
+
+    def reshape(self, v: Val, shape) -> Val:
+        shape = tuple(shape)
+        base = v.reshape_base or v
+        if _same_shape(base.shape, shape):
+            return base
+        if _same_shape(v.shape, shape):
+            return v
+        dyn_out = sum(not _is_static(d) for d in shape)
+        if any(not _is_static(d) for d in base.shape) and dyn_out > 1:
+            raise NeedsStatic(f"reshape {list(base.shape)} -> {list(shape)} has "
+                              "several dynamic result dimensions")
+        ty = tensor_type(shape, v.dtype)
+        return self.new(shape, v.dtype, "llm.reshape",
+                        lambda: f"{self.ref(base)} : {base.type} to {ty}",
+                        reshape_base=base)
+
+    def transpose(self, v: Val, perm: Sequence[int]) -> Val:
+        perm = tuple(perm)
+        if perm == tuple(range(v.rank)):
+            return v
+        if v.transpose_of is not None:
+            src, p0 = v.transpose_of
+            composed = tuple(p0[i] for i in perm)
+            return self.transpose(src, composed)
+        shape = tuple(v.shape[i] for i in perm)
+        plist = ", ".join(str(p) for p in perm)
+        return self.new(shape, v.dtype, "llm.transpose",
+                        lambda: f"{self.ref(v)} [{plist}] : {v.type}",
+                        transpose_of=(v, perm))
+
+    def operand(self, a, dtype: torch.dtype, shape) -> Val:
+        """A tensor node or Python scalar as a value of `dtype` and `shape`."""
+        if isinstance(a, Val):
+            return self.broadcast(self.cast(a, dtype), shape)
+        if isinstance(a, torch.fx.Node):
+            v = self.env.get(a)
+            if not isinstance(v, Val):
+                raise Unsupported(f"operand {a.name} is not an imported tensor")
+            return self.broadcast(self.cast(v, dtype), shape)
+        if isinstance(a, (bool, int, float)):
+            return self.broadcast(self.constant(a, dtype), shape)
+        raise Unsupported(f"operand of kind {type(a).__name__}")
+
+    def val(self, a) -> Val:
+        v = self.env.get(a) if isinstance(a, torch.fx.Node) else None
+        if not isinstance(v, Val):
+            raise Unsupported(f"operand {a} is not an imported tensor")
+        return v
+
+    # -- the graph ----------------------------------------------------------
+    def run_node(self, node: torch.fx.Node):
+        if node.target is operator.getitem:
+            src = self.env.get(node.args[0])
+            if not isinstance(src, (list, tuple)) or not isinstance(node.args[1], int):
+                raise Unsupported("getitem of a non-tuple")
+            v = src[node.args[1]]
+            if v is None and node.users:
+                raise Unsupported(f"output {node.args[1]} of {node.args[0].name} is not produced")
+            return v
+        handler = HANDLERS.get(node.target)
+        if handler is None:
+            packet = getattr(node.target, "overloadpacket", None)
+            handler = HANDLERS.get(packet) if packet is not None else None
+        if handler is None:
+            raise Unsupported(f"no translation for {op_name(node)}")
+        self.loc = f' loc("{node.name}")'
+        try:
+            return handler(self, node)
+        finally:
+            self.loc = ""
+
+
+def op_name(node: torch.fx.Node) -> str:
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return f"{t.namespace}.{t._schema.name.split('::')[-1]}.{t._overloadname}"
+    return getattr(t, "__name__", str(t))
+
+
+# ---------------------------------------------------------------------------
+# Handlers
+
+HANDLERS: Dict[Any, Callable[[Importer, torch.fx.Node], Any]] = {}
+
+
+def handles(*targets):
+    def deco(fn):
+        for t in targets:
+            HANDLERS[t] = fn
+        return fn
+    return deco
+
+
+_BINARY = {
+    aten.add: "llm.add", aten.sub: "llm.sub", aten.mul: "llm.mul",
+    aten.div: "llm.div", aten.pow: "llm.pow", aten.maximum: "llm.maximum",
+    aten.minimum: "llm.minimum",
+}
+
+
+def _binary(imp: Importer, node, op: str, lhs, rhs) -> Val:
+    shape, dtype = imp.out_meta(node)
+    if op == "llm.pow" and dtype not in FLOAT_DTYPES:
+        raise Unsupported("integer pow")
+    if op != "llm.pow" and dtype == torch.bool:
+        raise Unsupported(f"{op} on booleans")
+    a = imp.operand(lhs, dtype, shape)
+    b = imp.operand(rhs, dtype, shape)
+    ty = tensor_type(shape, dtype)
+    return imp.new(shape, dtype, op, lambda: f"{imp.ref(a)}, {imp.ref(b)} : {ty}")
+
+
+@handles(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar,
+         aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar,
+         aten.maximum.default, aten.minimum.default, aten.pow.Tensor_Tensor,
+         aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def _h_binary(imp, node):
+    op = _BINARY[node.target.overloadpacket]
+    args = bind_args(node)
+    names = list(args)
+    lhs, rhs = args[names[0]], args[names[1]]
+    if node.target.overloadpacket is aten.div and args.get("rounding_mode"):
+        raise Unsupported("div with a rounding mode")
+    alpha = args.get("alpha", 1)
+    if alpha is not None and alpha != 1:
+        if not isinstance(alpha, (int, float)):
+            raise Unsupported("symbolic alpha")
+        if isinstance(rhs, torch.fx.Node):
+            shape, dtype = imp.out_meta(node)
+            r = imp.operand(rhs, dtype, shape)
+            c = imp.operand(alpha, dtype, shape)
+            ty = tensor_type(shape, dtype)
+            rhs = imp.new(shape, dtype, "llm.mul",
+                          lambda: f"{imp.ref(r)}, {imp.ref(c)} : {ty}")
+        else:
+            rhs = rhs * alpha
+    return _binary(imp, node, op, lhs, rhs)
+
+
+@handles(aten.rsub.Scalar, aten.rsub.Tensor)
+def _h_rsub(imp, node):
+    args = bind_args(node)
+    if args.get("alpha", 1) != 1:
+        raise Unsupported("rsub with alpha")
+    return _binary(imp, node, "llm.sub", args["other"], args["self"])
+
+
+@handles(aten.reciprocal.default)
+def _h_reciprocal(imp, node):
+    return _binary(imp, node, "llm.div", 1.0, node.args[0])
+
+
+@handles(aten.clamp_min.default, aten.clamp_max.default, aten.clamp.default)
+def _h_clamp(imp, node):
+    args = bind_args(node)
+    x = node.args[0]
+    if node.target is aten.clamp_min.default:
+        lo, hi = args["min"], None
+    elif node.target is aten.clamp_max.default:
+        lo, hi = None, args["max"]
+    else:
+        lo, hi = args["min"], args["max"]
+    shape, dtype = imp.out_meta(node)
+    cur = imp.operand(x, dtype, shape)
+    ty = tensor_type(shape, dtype)
+    for bound, op in ((lo, "llm.maximum"), (hi, "llm.minimum")):
+        if bound is None:
+            continue
+        if not isinstance(bound, (int, float)):
+            raise Unsupported("clamp with a tensor or symbolic bound")
+        c = imp.operand(bound, dtype, shape)
+        prev = cur
+        cur = imp.new(shape, dtype, op,
+                      lambda prev=prev, c=c: f"{imp.ref(prev)}, {imp.ref(c)} : {ty}")
+    return cur
+
+
+_UNARY = {
+    aten.neg.default: ("llm.neg", False), aten.abs.default: ("llm.abs", False),
+    aten.exp.default: ("llm.exp", True), aten.log.default: ("llm.log", True),
+    aten.tanh.default: ("llm.tanh", True), aten.sqrt.default: ("llm.sqrt", True),
+    aten.rsqrt.default: ("llm.rsqrt", True), aten.sigmoid.default: ("llm.sigmoid", True),
+    aten.silu.default: ("llm.silu", True), aten.relu.default: ("llm.relu", False),
+}
+
+
+@handles(*_UNARY)
+def _h_unary(imp, node):
+    op, float_only = _UNARY[node.target]
+    shape, dtype = imp.out_meta(node)
+    if float_only and dtype not in FLOAT_DTYPES:
+        raise Unsupported(f"{op} on {dtype}")
+    if dtype == torch.bool:
+        raise Unsupported(f"{op} on booleans")
+    x = imp.operand(node.args[0], dtype, shape)
+    ty = tensor_type(shape, dtype)
+    return imp.new(shape, dtype, op, lambda: f"{imp.ref(x)} : {ty}")
+
+
+@handles(aten.gelu.default)
+def _h_gelu(imp, node):
+    args = bind_args(node)
+    approx = {"none": "erf", "tanh": "tanh"}.get(args["approximate"])
+    if approx is None:
+        raise Unsupported(f"gelu approximate={args['approximate']}")
+    shape, dtype = imp.out_meta(node)
+    x = imp.operand(args["self"], dtype, shape)
+    ty = tensor_type(shape, dtype)
+    return imp.new(shape, dtype, "llm.gelu", lambda: f"{imp.ref(x)} {approx} : {ty}")
+
+
+_CMP = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le",
+        aten.gt: "gt", aten.ge: "ge"}
+
+
+def _cmp_dtype(a, b) -> torch.dtype:
+    ma, mb = _meta(a), _meta(b)
+    if isinstance(ma, torch.Tensor) and isinstance(mb, torch.Tensor):
+        dt = torch.promote_types(ma.dtype, mb.dtype)
+    else:
+        t = ma if isinstance(ma, torch.Tensor) else mb
+        s = b if isinstance(ma, torch.Tensor) else a
+        dt = t.dtype
+        if isinstance(s, float) and dt not in FLOAT_DTYPES:
+            dt = torch.get_default_dtype()
+    return torch.int32 if dt == torch.bool else dt
+
+
+@handles(aten.eq.Tensor, aten.eq.Scalar, aten.ne.Tensor, aten.ne.Scalar,
+         aten.lt.Tensor, aten.lt.Scalar, aten.le.Tensor, aten.le.Scalar,
+         aten.gt.Tensor, aten.gt.Scalar, aten.ge.Tensor, aten.ge.Scalar)
+def _h_compare(imp, node):
+    pred = _CMP[node.target.overloadpacket]
+    shape, _ = imp.out_meta(node)
+    a, b = node.args[0], node.args[1]
+    dt = _cmp_dtype(a, b)
+    va = imp.operand(a, dt, shape)
+    vb = imp.operand(b, dt, shape)
+    ty = tensor_type(shape, dt)
+    return imp.new(shape, torch.bool, "llm.compare",
+                   lambda: f"{pred}, {imp.ref(va)}, {imp.ref(vb)} : {ty}")
+
+
+@handles(aten.logical_not.default, aten.bitwise_not.default)
+def _h_logical_not(imp, node):
+    shape, dtype = imp.out_meta(node)
+    if dtype != torch.bool:
+        raise Unsupported("bitwise not on integers")
+    x = imp.operand(node.args[0], torch.int32, shape)
+    zero = imp.operand(0, torch.int32, shape)
+    ty = tensor_type(shape, torch.int32)
+    return imp.new(shape, torch.bool, "llm.compare",
+                   lambda: f"eq, {imp.ref(x)}, {imp.ref(zero)} : {ty}")
+
+
+def _select(imp, shape, dtype, c: Val, t: Val, f: Val) -> Val:
+    tyc = tensor_type(shape, torch.bool)
+    ty = tensor_type(shape, dtype)
+    return imp.new(shape, dtype, "llm.select",
+                   lambda: f"{imp.ref(c)}, {imp.ref(t)}, {imp.ref(f)} : {tyc}, {ty}")
+
+
+@handles(aten.logical_and.default, aten.logical_or.default,
+         aten.bitwise_and.Tensor, aten.bitwise_or.Tensor)
+def _h_logical_binary(imp, node):
+    shape, dtype = imp.out_meta(node)
+    if dtype != torch.bool:
+        raise Unsupported("bitwise op on integers")
+    a = imp.operand(node.args[0], torch.bool, shape)
+    b = imp.operand(node.args[1], torch.bool, shape)
+    if node.target in (aten.logical_and.default, aten.bitwise_and.Tensor):
+        return _select(imp, shape, torch.bool, a, b, imp.operand(False, torch.bool, shape))
+    return _select(imp, shape, torch.bool, a, imp.operand(True, torch.bool, shape), b)
+
+
+@handles(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _h_where(imp, node):
+    shape, dtype = imp.out_meta(node)
+    c = imp.operand(node.args[0], torch.bool, shape)
+    t = imp.operand(node.args[1], dtype, shape)
+    f = imp.operand(node.args[2], dtype, shape)
+    return _select(imp, shape, dtype, c, t, f)
+
+
+# -- types and views ----------------------------------------------------------
+
+@handles(aten._to_copy.default)
+def _h_to_copy(imp, node):
+    args = bind_args(node)
+    src = _meta(node.args[0])
+    dst = _meta(node)
+    if src is None or dst is None:
+        raise Unsupported("no metadata")
+    if src.device != dst.device:
+        raise Unsupported("device transfer")
+    return imp.cast(imp.val(node.args[0]), dst.dtype)
+
+
+@handles(prims.convert_element_type.default)
+def _h_convert(imp, node):
+    _, dtype = imp.out_meta(node)
+    return imp.cast(imp.val(node.args[0]), dtype)
+
+
+@handles(aten.clone.default, aten.alias.default, aten.detach.default,
+         aten.lift_fresh_copy.default, aten.contiguous.default)
+def _h_identity(imp, node):
+    imp.out_meta(node)
+    return imp.val(node.args[0])
+
+
+@handles(aten.view.default, aten.reshape.default, aten._unsafe_view.default,
+         aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim,
+         aten.squeeze.dims, aten.flatten.using_ints, aten.view.dtype)
+def _h_reshape(imp, node):
+    shape, dtype = imp.out_meta(node)
+    x = imp.val(node.args[0])
+    if x.dtype != dtype:
+        raise Unsupported("view as another dtype")
+    return imp.reshape(x, shape)
+
+
+@handles(aten.permute.default)
+def _h_permute(imp, node):
+    x = imp.val(node.args[0])
+    perm = [_norm_dim(int(d), x.rank) for d in node.args[1]]
+    return imp.transpose(x, perm)
+
+
+@handles(aten.transpose.int)
+def _h_transpose(imp, node):
+    x = imp.val(node.args[0])
+    a, b = _norm_dim(node.args[1], x.rank), _norm_dim(node.args[2], x.rank)
+    perm = list(range(x.rank))
+    perm[a], perm[b] = perm[b], perm[a]
+    return imp.transpose(x, perm)
+
+
+@handles(aten.t.default)
+def _h_t(imp, node):
+    x = imp.val(node.args[0])
+    return imp.transpose(x, [1, 0]) if x.rank == 2 else x
+
+
+@handles(aten.expand.default)
+def _h_expand(imp, node):
+    shape, dtype = imp.out_meta(node)
+    return imp.broadcast(imp.val(node.args[0]), shape)
+
+
+def _static_int(v, what: str) -> Optional[int]:
+    if v is None:
+        return None
+    if isinstance(v, torch.SymInt):
+        expr = v.node.expr
+        if getattr(expr, "is_Integer", False):
+            return int(expr)
+        raise Unsupported(f"symbolic {what}")
+    if not isinstance(v, int):
+        raise Unsupported(f"{what} of kind {type(v).__name__}")
+    return v
+
+
+def _slice(imp, x: Val, dim: int, start, end, step) -> Val:
+    size = x.shape[dim]
+    if not _is_static(size):
+        whole_end = end is None or (isinstance(end, int) and end >= 2**62) or (
+            isinstance(end, torch.SymInt) and _same_dim(end.node.expr, size))
+        if (start in (None, 0)) and whole_end and step == 1:
+            return x
+        raise Unsupported("slice of a dynamic dimension other than the whole")
+    start = _static_int(start, "slice start") or 0
+    end = _static_int(end, "slice end")
+    step = _static_int(step, "slice step") or 1
+    if step <= 0:
+        raise Unsupported("non-positive slice step")
+    if end is None or end > size:
+        end = size
+    if start < 0:
+        start = max(start + size, 0)
+    if end < 0:
+        end = max(end + size, 0)
+    start = min(start, size)
+    end = max(min(end, size), start)
+    if start == 0 and end == size and step == 1:
+        return x
+    if end == start:
+        raise Unsupported("empty slice")
+    n = (end - start + step - 1) // step
+    starts = [0] * x.rank
+    limits = [-1] * x.rank
+    steps = [1] * x.rank
+    starts[dim], limits[dim], steps[dim] = start, end, step
+    shape = list(x.shape)
+    shape[dim] = n
+    fmt = lambda l: "[" + ", ".join(str(i) for i in l) + "]"
+    return imp.new(shape, x.dtype, "llm.slice",
+                   lambda: f"{imp.ref(x)} {fmt(starts)} to {fmt(limits)} step {fmt(steps)} : {x.type}")
+
+
+@handles(aten.slice.Tensor)
+def _h_slice(imp, node):
+    args = bind_args(node)
+    x = imp.val(args["self"])
+    dim = _norm_dim(args["dim"], x.rank)
+    return _slice(imp, x, dim, args["start"], args["end"], args["step"])
+
+
+@handles(aten.select.int)
+def _h_select_int(imp, node):
+    x = imp.val(node.args[0])
+    dim = _norm_dim(node.args[1], x.rank)
+    idx = _static_int(node.args[2], "select index")
+    size = x.shape[dim]
+    if not _is_static(size):
+        raise Unsupported("select on a dynamic dimension")
+    if idx < 0:
+        idx += size
+    s = _slice(imp, x, dim, idx, idx + 1, 1)
+    shape, _ = imp.out_meta(node)
+    return imp.reshape(s, shape)
+
+
+@handles(aten.split_with_sizes.default, aten.split.Tensor)
+def _h_split(imp, node):
+    x = imp.val(node.args[0])
+    dim = _norm_dim(node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0), x.rank)
+    size = x.shape[dim]
+    if not _is_static(size):
+        raise Unsupported("split of a dynamic dimension")
+    if node.target is aten.split.Tensor:
+        step = _static_int(node.args[1], "split size")
+        sizes = [min(step, size - i) for i in range(0, size, step)]
+    else:
+        sizes = [_static_int(s, "split size") for s in node.args[1]]
+    outs, start = [], 0
+    for n in sizes:
+        outs.append(_slice(imp, x, dim, start, start + n, 1))
+        start += n
+    return outs
+
+
+SPLIT_OPS = {aten.split_with_sizes.default, aten.split.Tensor}
+
+
+@handles(aten.cat.default)
+def _h_cat(imp, node):
+    shape, dtype = imp.out_meta(node)
+    tensors = [t for t in node.args[0]]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    dim = _norm_dim(dim, len(shape))
+    vals = []
+    for t in tensors:
+        m = _meta(t)
+        if m is not None and m.dim() == 1 and m.shape[0] == 0 and len(shape) != 1:
+            continue  # legacy empty tensor
+        v = imp.cast(imp.val(t), dtype)
+        if v.shape[dim] == 0:
+            continue
+        vals.append(v)
+    if not vals:
+        raise Unsupported("concat of empty tensors")
+    if len(vals) == 1:
+        return vals[0]
+    types = ", ".join(v.type for v in vals)
+    return imp.new(shape, dtype, "llm.concat",
+                   lambda: f"{', '.join(imp.ref(v) for v in vals)} dim = {dim} : {types}")
+
+
+@handles(aten.embedding.default)
+def _h_embedding(imp, node):
+    shape, dtype = imp.out_meta(node)
+    w, idx = imp.val(node.args[0]), imp.val(node.args[1])
+    if idx.dtype not in (torch.int32, torch.int64):
+        raise Unsupported(f"indices of type {idx.dtype}")
+    return imp.new(shape, dtype, "llm.gather",
+                   lambda: f"{imp.ref(w)}, {imp.ref(idx)} axis = 0 : {w.type}, {idx.type}")
+
+
+@handles(aten.index_select.default)
+def _h_index_select(imp, node):
+    shape, dtype = imp.out_meta(node)
+    x, idx = imp.val(node.args[0]), imp.val(node.args[2])
+    dim = _norm_dim(node.args[1], x.rank)
+    if idx.dtype not in (torch.int32, torch.int64):
+        raise Unsupported(f"indices of type {idx.dtype}")
+    return imp.new(shape, dtype, "llm.gather",
+                   lambda: f"{imp.ref(x)}, {imp.ref(idx)} axis = {dim} : {x.type}, {idx.type}")
+
+
+# -- constants ------------------------------------------------------------------
+
+@handles(aten.full.default, aten.scalar_tensor.default, aten.full_like.default,
+         aten.zeros.default, aten.ones.default)
+def _h_full(imp, node):
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    if node.target is aten.scalar_tensor.default:
+        value = args["s"]
+    elif node.target is aten.zeros.default:
+        value = 0
+    elif node.target is aten.ones.default:
+        value = 1
+    else:
+        value = args["fill_value"]
+    if not isinstance(value, (bool, int, float)):
+        raise Unsupported("symbolic fill value")
+    return imp.constant(value, dtype, shape)
+
+
+# -- reductions -------------------------------------------------------------------
+
+_REDUCE = {aten.sum: "llm.reduce_sum", aten.mean: "llm.reduce_mean",
+           aten.amax: "llm.reduce_max", aten.amin: "llm.reduce_min"}
+
+
+@handles(aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default,
+         aten.amax.default, aten.amin.default)
+def _h_reduce(imp, node):
+    op = _REDUCE[node.target.overloadpacket]
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    x = imp.val(args["self"])
+    dims = args.get("dim")
+    if not dims:
+        dims = list(range(x.rank))
+    dims = sorted({_norm_dim(d, x.rank) for d in dims})
+    keep = bool(args.get("keepdim", False))
+    if dtype == torch.bool:
+        raise Unsupported(f"{op} of booleans")
+    if op == "llm.reduce_mean" and dtype not in FLOAT_DTYPES:
+        raise Unsupported("integer mean")
+    if x.rank == 0:
+        return imp.cast(x, dtype)
+    x = imp.cast(x, dtype)
+    dl = ", ".join(str(d) for d in dims)
+    kd = " keepdim" if keep else ""
+    return imp.new(shape, dtype, op, lambda: f"{imp.ref(x)} [{dl}]{kd} : {x.type}")
+
+
+@handles(aten._softmax.default)
+def _h_softmax(imp, node):
+    shape, dtype = imp.out_meta(node)
+    x = imp.val(node.args[0])
+    if _norm_dim(node.args[1], x.rank) != x.rank - 1:
+        raise Unsupported("softmax over a dimension other than the last")
+    x = imp.cast(x, dtype)
+    return imp.new(shape, dtype, "llm.softmax", lambda: f"{imp.ref(x)} : {x.type}")
+
+
+@handles(aten._log_softmax.default)
+def _h_log_softmax(imp, node):
+    # log_softmax(x) = (x - max) - log(sum(exp(x - max)))
+    shape, dtype = imp.out_meta(node)
+    x = imp.val(node.args[0])
+    last = x.rank - 1
+    if _norm_dim(node.args[1], x.rank) != last or dtype not in FLOAT_DTYPES:
+        raise Unsupported("log_softmax over a dimension other than the last")
+    x = imp.cast(x, dtype)
+    ty = x.type
+    kshape = shape[:-1] + (1,)
+    m = imp.new(kshape, dtype, "llm.reduce_max", lambda: f"{imp.ref(x)} [{last}] keepdim : {ty}")
+    mb = imp.broadcast(m, shape)
+    z = imp.new(shape, dtype, "llm.sub", lambda: f"{imp.ref(x)}, {imp.ref(mb)} : {ty}")
+    e = imp.new(shape, dtype, "llm.exp", lambda: f"{imp.ref(z)} : {ty}")
+    s = imp.new(kshape, dtype, "llm.reduce_sum", lambda: f"{imp.ref(e)} [{last}] keepdim : {ty}")
+    kty = tensor_type(kshape, dtype)
+    ls = imp.new(kshape, dtype, "llm.log", lambda: f"{imp.ref(s)} : {kty}")
+    lb = imp.broadcast(ls, shape)
+    return imp.new(shape, dtype, "llm.sub", lambda: f"{imp.ref(z)}, {imp.ref(lb)} : {ty}")
+
+
+@handles(aten.native_layer_norm.default)
+def _h_layer_norm(imp, node):
+    args = bind_args(node)
+    x = imp.val(args["input"])
+    if len(args["normalized_shape"]) != 1:
+        raise Unsupported("layer norm over more than the last dimension")
+    if x.dtype not in FLOAT_DTYPES:
+        raise Unsupported("layer norm of integers")
+    h = x.shape[-1]
+    w = imp.val(args["weight"]) if args["weight"] is not None else imp.constant(1.0, x.dtype, (h,))
+    b = imp.val(args["bias"]) if args["bias"] is not None else None
+    eps = float(args["eps"])
+    wt = w.type
+    bt = f", {b.type}" if b is not None else ""
+    out = imp.new(x.shape, x.dtype, "llm.layer_norm",
+                  lambda: f"{imp.ref(x)}, {imp.ref(w)}"
+                          + (f", {imp.ref(b)}" if b is not None else "")
+                          + f" {{eps = {f64_literal(eps)} : f64}} : {x.type}, {wt}{bt}")
+    return [out, None, None]
+
+
+# -- matmul and attention ----------------------------------------------------------------
+
+def _matmul(imp, a: Val, b: Val, out_shape, out_dtype, bias: Optional[Val] = None) -> Val:
+    if a.dtype not in FLOAT_DTYPES or b.dtype not in FLOAT_DTYPES:
+        raise Unsupported("integer matmul")
+    if a.dtype != b.dtype:
+        raise Unsupported("matmul operands of different types")
+    attrs = []
+    # mm(x, transpose(w)) => matmul(x, w) {transpose_rhs}
+    if b.transpose_of is not None:
+        src, perm = b.transpose_of
+        r = len(perm)
+        if r >= 2 and perm == tuple(range(r - 2)) + (r - 1, r - 2):
+            b = src
+            attrs.append("transpose_rhs")
+    if a.transpose_of is not None:
+        src, perm = a.transpose_of
+        r = len(perm)
+        if r >= 2 and perm == tuple(range(r - 2)) + (r - 1, r - 2):
+            a = src
+            attrs.append("transpose_lhs")
+    result_shape = tuple(out_shape)
+    reshape_back = False
+    # mm(reshape(x:[..., K] -> [M, K]), w) => reshape(matmul(x, w))
+    if (a.rank == 2 and b.rank == 2 and "transpose_lhs" not in attrs
+            and a.reshape_base is not None and a.reshape_base.rank > 2):
+        base = a.reshape_base
+        if (_same_dim(base.shape[-1], a.shape[-1])
+                and _same_dim(_prod(base.shape[:-1]), a.shape[0])):
+            a = base
+            result_shape = tuple(base.shape[:-1]) + (out_shape[-1],)
+            reshape_back = True
+    attr = (" {" + ", ".join(attrs) + "}") if attrs else ""
+    bias_s = lambda: f" bias {imp.ref(bias)}" if bias is not None else ""
+    bias_t = f", {bias.type}" if bias is not None else ""
+    rty = tensor_type(result_shape, out_dtype)
+    res = imp.new(result_shape, out_dtype, "llm.matmul",
+                  lambda: f"{imp.ref(a)}, {imp.ref(b)}{bias_s()}{attr} : {a.type}, {b.type}{bias_t} -> {rty}")
+    if reshape_back:
+        return imp.reshape(res, out_shape)
+    return res
+
+
+@handles(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _h_mm(imp, node):
+    shape, dtype = imp.out_meta(node)
+    a, b = imp.val(node.args[0]), imp.val(node.args[1])
+    if a.rank < 2 or b.rank < 2:
+        raise Unsupported("matmul of a vector")
+    return _matmul(imp, a, b, shape, dtype)
+
+
+@handles(aten.addmm.default)
+def _h_addmm(imp, node):
+    args = bind_args(node)
+    if args.get("beta", 1) != 1 or args.get("alpha", 1) != 1:
+        raise Unsupported("addmm with alpha or beta")
+    shape, dtype = imp.out_meta(node)
+    a, b = imp.val(args["mat1"]), imp.val(args["mat2"])
+    bias = imp.val(args["self"])
+    if bias.rank == 1 and _same_dim(bias.shape[0], shape[-1]) and bias.dtype == a.dtype:
+        return _matmul(imp, a, b, shape, dtype, bias=bias)
+    mm = _matmul(imp, a, b, shape, dtype)
+    bb = imp.broadcast(imp.cast(bias, dtype), shape)
+    ty = tensor_type(shape, dtype)
+    return imp.new(shape, dtype, "llm.add", lambda: f"{imp.ref(mm)}, {imp.ref(bb)} : {ty}")
+
+
+def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts):
+    if dropout_p not in (0, 0.0, None):
+        raise Unsupported("attention with dropout")
+    q, k, v = imp.val(q), imp.val(k), imp.val(v)
+    if q.rank != 4 or k.rank != 4 or v.rank != 4:
+        raise Unsupported("attention inputs of rank other than 4")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in FLOAT_DTYPES:
+        raise Unsupported("attention inputs of different or integer types")
+    hq, hkv = q.shape[1], k.shape[1]
+    if not (_is_static(hq) and _is_static(hkv)) or hq % hkv:
+        raise Unsupported("attention heads: KV heads must divide query heads")
+    if is_causal and not _same_dim(q.shape[2], k.shape[2]):
+        # torch aligns the causal mask top-left, llm bottom-right: they agree
+        # only when the query and key lengths are equal.
+        raise Unsupported("causal attention with query and key lengths that may differ")
+    perm = (0, 2, 1, 3)  # [B, H, S, D] (torch) <-> [B, S, H, D] (llm)
+    qt, kt, vt = imp.transpose(q, perm), imp.transpose(k, perm), imp.transpose(v, perm)
+    mval = None
+    if mask is not None:
+        m = imp.val(mask)
+        if m.dtype == torch.bool:
+            zero = imp.operand(0.0, q.dtype, m.shape)
+            ninf = imp.operand(float("-inf"), q.dtype, m.shape)
+            m = _select(imp, m.shape, q.dtype, m, zero, ninf)
+        elif m.dtype not in FLOAT_DTYPES:
+            raise Unsupported("attention mask of integer type")
+        mval = m
+    attrs = []
+    if is_causal:
+        attrs.append("causal")
+    if scale is not None:
+        attrs.append(f"scale = {f64_literal(scale)} : f64")
+    attr = (" {" + ", ".join(attrs) + "}") if attrs else ""
+    out_shape = qt.shape
+    res = imp.new(out_shape, q.dtype, "llm.attention",
+                  lambda: f"{imp.ref(qt)}, {imp.ref(kt)}, {imp.ref(vt)}"
+                          + (f" mask({imp.ref(mval)} : {mval.type})" if mval is not None else "")
+                          + f"{attr} : {qt.type}, {kt.type}, {vt.type}")
+    out = imp.transpose(res, perm)
+    return [out] + [None] * (nouts - 1)
+
+
+@handles(aten._scaled_dot_product_flash_attention.default)
+def _h_sdpa_flash(imp, node):
+    a = bind_args(node)
+    if a.get("return_debug_mask"):
+        raise Unsupported("debug mask")
+    return _attention(imp, node, a["query"], a["key"], a["value"], None,
+                      a["dropout_p"], a["is_causal"], a["scale"], 9)
+
+
+@handles(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _h_sdpa_flash_cpu(imp, node):
+    a = bind_args(node)
+    return _attention(imp, node, a["query"], a["key"], a["value"], a["attn_mask"],
+                      a["dropout_p"], a["is_causal"], a["scale"], 2)
+
+
+@handles(aten._scaled_dot_product_efficient_attention.default)
+def _h_sdpa_efficient(imp, node):
+    a = bind_args(node)
+    return _attention(imp, node, a["query"], a["key"], a["value"], a["attn_bias"],
+                      a["dropout_p"], a["is_causal"], a["scale"], 4)
+
+
+@handles(aten._scaled_dot_product_cudnn_attention.default)
+def _h_sdpa_cudnn(imp, node):
+    a = bind_args(node)
+    return _attention(imp, node, a["query"], a["key"], a["value"], a["attn_bias"],
+                      a["dropout_p"], a["is_causal"], a["scale"], 9)
+
+
+@handles(aten.scaled_dot_product_attention.default)
+def _h_sdpa(imp, node):
+    a = bind_args(node)
+    if a.get("enable_gqa"):
+        pass  # llm.attention is GQA-aware: Hkv divides Hq
+    return _attention(imp, node, a["query"], a["key"], a["value"], a["attn_mask"],
+                      a["dropout_p"], a["is_causal"], a["scale"], 1)[0]
+
+
+MULTI_OUTPUT = {
+    aten.native_layer_norm.default,
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_cudnn_attention.default,
+}
+
+
+# ---------------------------------------------------------------------------
+# Support check and whole-graph import
+
+
+def _arg_tensor_meta(n: torch.fx.Node):
+    m = _meta(n)
+    return m if isinstance(m, torch.Tensor) else None
+
+
+def check_node(node: torch.fx.Node) -> Optional[str]:
+    """None when the importer can translate `node` in isolation, else why not."""
+    if node.op != "call_function":
+        return "not a call"
+    if node.target is operator.getitem:
+        src = node.args[0]
+        if (isinstance(src, torch.fx.Node) and src.target in MULTI_OUTPUT
+                and (node.args[1] == 0 or not node.users)):
+            return check_node(src)
+        if isinstance(src, torch.fx.Node) and src.target in SPLIT_OPS:
+            return check_node(src)
+        return "getitem"
+    imp = Importer()
+    for inp in node.all_input_nodes:
+        m = _arg_tensor_meta(inp)
+        if m is None:
+            continue  # SymInt or scalar operands are checked by the handler
+        try:
+            imp.env[inp] = Val(imp.dims(m), m.dtype, name=f"%{inp.name}")
+            _dtype_str(m.dtype)
+        except Unsupported as e:
+            return str(e)
+    if node.target in MULTI_OUTPUT:
+        for u in node.users:
+            if u.target is not operator.getitem or (u.args[1] != 0 and u.users):
+                return f"{op_name(node)}: auxiliary output {u.args[1] if u.target is operator.getitem else ''} is used (training)"
+    try:
+        imp.run_node(node)
+        if node.target not in MULTI_OUTPUT and node.target not in SPLIT_OPS:
+            m = _meta(node)
+            if not isinstance(m, torch.Tensor):
+                return "result is not a tensor"
+    except Unsupported as e:
+        return str(e)
+    except NeedsStatic:
+        return None  # the backend imports it per concrete shape
+    except Exception as e:  # a bug in a handler must not break compilation
+        return f"importer error: {type(e).__name__}: {e}"
+    return None
+
+
+def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
+                 bindings: Optional[Dict[str, int]] = None) -> ImportResult:
+    """Translates a whole GraphModule (every call must be supported).
+
+    With `bindings` (symbol name -> size) every dimension is concrete.
+    Raises Unsupported or NeedsStatic."""
+    imp = Importer(bindings=bindings, gm=gm)
+    args_sig: List[str] = []
+    arg_placeholders: List[int] = []
+    dim_bindings: Dict[str, Tuple[int, int]] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for pi, ph in enumerate(placeholders):
+        m = _arg_tensor_meta(ph)
+        if m is None:
+            continue  # SymInt inputs: their values are the shapes of the tensors
+        dims = imp.dims(m)
+        ai = len(args_sig)
+        v = Val(dims, m.dtype, name=f"%arg{ai}", is_arg=True)
+        imp.env[ph] = v
+        names = []
+        for di, d in enumerate(dims):
+            if _is_static(d):
+                continue
+            nm = str(d) if isinstance(d, sympy.Symbol) else f"a{ai}_d{di}"
+            names.append(nm)
+            dim_bindings.setdefault(nm, (ai, di))
+        attr = ""
+        if names:
+            attr = " {llm.dim_names = [" + ", ".join(f'"{n}"' for n in names) + "]}"
+        args_sig.append(f"%arg{ai}: {v.type}{attr}")
+        arg_placeholders.append(pi)
+
+    output_node = None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            output_node = node
+            break
+        if node.op == "get_attr":
+            raise Unsupported("get_attr inside an llmc subgraph")
+        if node.op != "call_function":
+            raise Unsupported(f"{node.op} node")
+        m = _meta(node)
+        if isinstance(m, (torch.SymInt, int)) and not isinstance(m, bool):
+            continue  # shape arithmetic: shapes come from the metadata
+        imp.env[node] = imp.run_node(node)
+
+    outs = output_node.args[0]
+    single = not isinstance(outs, (tuple, list))
+    if single:
+        outs = [outs]
+    results: List[Val] = []
+    out_map: List[Tuple[str, Optional[int]]] = []
+    ph_index = {ph: i for i, ph in enumerate(placeholders)}
+    for o in outs:
+        if o is None:
+            out_map.append(("none", None))
+            continue
+        v = imp.env.get(o)
+        if not isinstance(v, Val):
+            raise Unsupported(f"output {o} is not a tensor")
+        if v.is_arg:
+            j = int(v.name[len("%arg"):])
+            out_map.append(("arg", arg_placeholders[j]))
+            continue
+        if v in results:
+            out_map.append(("out", results.index(v)))
+            continue
+        results.append(v)
+        out_map.append(("out", len(results) - 1))
+    if not results:
+        raise Unsupported("subgraph computes nothing")
+    names = [imp.ref(v) for v in results]
+    ret_types = ", ".join(v.type for v in results)
+    body = "\n".join(imp.lines)
+    sig = ",\n    ".join(args_sig)
+    rt = ret_types if len(results) == 1 else f"({ret_types})"
+    text = (f"func.func @{func_name}(\n    {sig}) -> {rt} {{\n{body}\n"
+            f"    return {', '.join(names)} : {ret_types}\n}}\n")
+    return ImportResult(text=text, func_name=func_name, arg_placeholders=arg_placeholders,
+                        dim_bindings=dim_bindings, outputs=out_map,
+                        dynamic=bindings is None and bool(dim_bindings), ops=imp.ops)
+
+
+def supported_aten_ops() -> List[str]:
+    """The ATen overloads with a translation (for docs and the report)."""
+    out = []
+    for t in HANDLERS:
+        if isinstance(t, torch._ops.OpOverload):
+            out.append(f"{t.namespace}.{t._schema.name.split('::')[-1]}.{t._overloadname}")
+    return sorted(out)

@@ -1,0 +1,224 @@
+"""Splits an ATen FX graph into llmc subgraphs and the rest (PyTorch).
+
+The operator support is exactly "the importer can translate this node"
+(`importer.check_node`), plus a few shapes the CUDA code generator is known
+not to lower (`_codegen_limit`), which are better left to PyTorch than
+failing a whole subgraph's compilation. Nothing here raises for an
+unsupported op: it stays in the graph as a PyTorch call.
+
+The report counts the unsupported ops and the FLOPs (matmul and attention,
+from the shapes) that llmc covers.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from . import importer
+
+aten = torch.ops.aten
+
+# Pure data movement: a partition neither starts nor ends with these.
+_NON_COMPUTE = [
+    "torch.ops.aten.view.default", "torch.ops.aten._unsafe_view.default",
+    "torch.ops.aten.reshape.default", "torch.ops.aten.permute.default",
+    "torch.ops.aten.transpose.int", "torch.ops.aten.t.default",
+    "torch.ops.aten.unsqueeze.default", "torch.ops.aten.squeeze.dim",
+    "torch.ops.aten.expand.default", "torch.ops.aten.clone.default",
+    "torch.ops.aten.alias.default", "torch.ops.aten.detach.default",
+    "torch.ops.aten.lift_fresh_copy.default", "torch.ops.aten.slice.Tensor",
+]
+
+# A single node is worth its own llmc subgraph only if it is one of these.
+_SINGLE_NODE_OK = [
+    "torch.ops.aten.mm.default", "torch.ops.aten.bmm.default",
+    "torch.ops.aten.addmm.default", "torch.ops.aten.native_layer_norm.default",
+    "torch.ops.aten._softmax.default",
+    "torch.ops.aten._scaled_dot_product_flash_attention.default",
+    "torch.ops.aten._scaled_dot_product_efficient_attention.default",
+    "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "torch.ops.aten._scaled_dot_product_cudnn_attention.default",
+    "torch.ops.aten.embedding.default",
+]
+
+
+def _size_hint(d) -> int:
+    if isinstance(d, torch.SymInt):
+        hint = d.node.hint
+        if hint is None:
+            try:
+                hint = d.node.shape_env.size_hint(d.node.expr)
+            except Exception:
+                hint = 1
+        return int(hint)
+    return int(d)
+
+
+def node_flops(node: torch.fx.Node) -> int:
+    """Matmul and attention FLOPs of `node` (2 per multiply-add), else 0."""
+    if node.op != "call_function":
+        return 0
+    t = node.target
+    try:
+        if t in (aten.mm.default, aten.bmm.default, aten.addmm.default, aten.matmul.default):
+            a = node.args[1] if t is aten.addmm.default else node.args[0]
+            out = importer._meta(node)
+            k = _size_hint(importer._meta(a).shape[-1])
+            n = 1
+            for d in out.shape:
+                n *= _size_hint(d)
+            return 2 * n * k
+        if t in importer.MULTI_OUTPUT and "attention" in str(t) or t is aten.scaled_dot_product_attention.default:
+            q, k = importer._meta(node.args[0]), importer._meta(node.args[1])
+            b, h, sq, d = (_size_hint(x) for x in q.shape)
+            skv = _size_hint(k.shape[2])
+            return 4 * b * h * sq * skv * d
+    except Exception:
+        return 0
+    return 0
+
+
+def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
+    """Forms the importer translates but llmc's CUDA codegen does not lower."""
+    t = node.target
+    m = importer._meta(node)
+    if t is aten.cat.default and isinstance(m, torch.Tensor):
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        dim = dim + m.dim() if dim < 0 else dim
+        if any(not (isinstance(d, int) and d == 1) for d in m.shape[:dim]):
+            return "llmc codegen: concat along an inner dimension"
+    if t in (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default):
+        x = importer._meta(node.args[0])
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if dims and isinstance(x, torch.Tensor):
+            r = x.dim()
+            dims = sorted({d + r if d < 0 else d for d in dims})
+            if dims != [r - 1] and dims != list(range(r)):
+                return "llmc codegen: reduction over dimensions other than the last or all"
+    if t is aten.index_select.default:
+        x = importer._meta(node.args[0])
+        if node.args[1] not in (0, -x.dim()) or x.dim() != 2:
+            return "llmc codegen: gather other than rows of a rank-2 table"
+    if t is aten.embedding.default:
+        w = importer._meta(node.args[0])
+        if w.dim() != 2:
+            return "llmc codegen: embedding table of rank other than 2"
+    return None
+
+
+class LlmcOperatorSupport(OperatorSupportBase):
+    """Supported = the importer translates the node (and codegen lowers it)."""
+
+    def __init__(self):
+        self.reasons: Dict[torch.fx.Node, str] = {}
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node in self.reasons:
+            return False
+        reason = importer.check_node(node)
+        if reason is None:
+            reason = _codegen_limit(node)
+        if reason is None:
+            return True
+        self.reasons[node] = reason
+        return False
+
+
+@dataclass
+class Report:
+    """What one FX graph became: llmc subgraphs, PyTorch ops, coverage."""
+
+    graph: str = ""
+    num_nodes: int = 0
+    num_llmc_nodes: int = 0
+    num_partitions: int = 0
+    unsupported: Dict[str, int] = field(default_factory=dict)
+    reasons: Dict[str, str] = field(default_factory=dict)
+    flops_total: int = 0
+    flops_llmc: int = 0
+    compiles: int = 0
+    compile_failures: List[str] = field(default_factory=list)
+    eager_runs: int = 0
+    llmc_runs: int = 0
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def flops_fraction(self) -> float:
+        return self.flops_llmc / self.flops_total if self.flops_total else 0.0
+
+    @property
+    def node_fraction(self) -> float:
+        return self.num_llmc_nodes / self.num_nodes if self.num_nodes else 0.0
+
+    def __str__(self) -> str:
+        lines = [
+            f"llmc partition report ({self.graph}): {self.num_llmc_nodes}/{self.num_nodes} "
+            f"ATen ops in {self.num_partitions} llmc subgraph(s) "
+            f"({100 * self.node_fraction:.1f}%); matmul/attention FLOPs covered: "
+            f"{100 * self.flops_fraction:.1f}% of {self.flops_total:,}",
+        ]
+        if self.unsupported:
+            lines.append("  kept in PyTorch:")
+            for op, n in sorted(self.unsupported.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"    {n:4d} x {op}  ({self.reasons.get(op, '')})")
+        lines.append(f"  compiles: {self.compiles}; llmc runs: {self.llmc_runs}; "
+                     f"eager runs of llmc subgraphs: {self.eager_runs}")
+        for f in self.compile_failures:
+            lines.append(f"  compile failure (ran in PyTorch): {f}")
+        for n in self.notes:
+            lines.append(f"  note: {n}")
+        return "\n".join(lines)
+
+
+def _is_tensor_op(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or node.target is operator.getitem:
+        return False
+    m = importer._meta(node)
+    if isinstance(m, torch.Tensor):
+        return True
+    return isinstance(m, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in m)
+
+
+def partition(gm: torch.fx.GraphModule, name: str = "graph"
+              ) -> Tuple[torch.fx.GraphModule, List[str], Report]:
+    """Fuses supported nodes into `fused_<i>` submodules of a new GraphModule.
+
+    Returns (graph module, names of the llmc submodules, report)."""
+    support = LlmcOperatorSupport()
+    report = Report(graph=name)
+    tensor_ops = [n for n in gm.graph.nodes if _is_tensor_op(n)]
+    report.num_nodes = len(tensor_ops)
+    flops = {n: node_flops(n) for n in tensor_ops}
+    report.flops_total = sum(flops.values())
+
+    partitioner = CapabilityBasedPartitioner(
+        gm, support, allows_single_node_partition=False,
+        non_compute_ops=_NON_COMPUTE,
+        allowed_single_node_partition_ops=_SINGLE_NODE_OK)
+    partitions = partitioner.propose_partitions()
+    in_llmc = set()
+    for p in partitions:
+        in_llmc.update(p.nodes)
+    for n in tensor_ops:
+        if n in in_llmc:
+            report.num_llmc_nodes += 1
+            report.flops_llmc += flops[n]
+        else:
+            op = importer.op_name(n)
+            report.unsupported[op] = report.unsupported.get(op, 0) + 1
+            if op not in report.reasons:
+                report.reasons[op] = support.reasons.get(
+                    n, "supported, but alone or between unsupported ops")
+    fused = partitioner.fuse_partitions(partitions, prefix="llmc_") if partitions else gm
+    names = [n.target for n in fused.graph.nodes
+             if n.op == "call_module" and str(n.target).startswith("llmc_")]
+    report.num_partitions = len(names)
+    return fused, names, report

@@ -1,0 +1,196 @@
+"""Hugging Face LLaMA, GPT-2 and Mistral (tiny configs, random weights, no
+downloads) through torch.compile(backend="llmc").
+
+CPU tests: the whole compile path runs (Dynamo -> AOTAutograd -> partition ->
+import -> llmc_compile when the C API is there) and, because llmc executes
+only on a GPU, the subgraphs fall back to PyTorch, so the outputs equal eager
+exactly. GPU tests (skipped without one) compare llmc's execution with eager.
+"""
+
+import copy
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import llmc.backend
+from conftest import HAS_GPU, MODELS, REPO, capi_or_skip, gpu, tiny_llama
+
+
+def _compile(model, **kw):
+    return torch.compile(model, backend="llmc", **kw)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_cpu_compile_path_runs_and_falls_back_to_eager_exactly(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    cm = _compile(model)
+    x = torch.randint(0, 1000, (2, 7))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = cm(x, use_cache=False).logits
+        want = model(x, use_cache=False).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    rep = llmc.backend.last_report()
+    assert rep is not None and rep.num_partitions > 0, str(rep)
+    assert rep.num_llmc_nodes > 0 and rep.flops_fraction > 0.9, str(rep)
+    assert not rep.compile_failures, str(rep)
+    from llmc import _capi
+    if _capi.available()[0]:
+        assert rep.compiles == rep.num_partitions, str(rep)
+
+
+def test_backend_found_by_entry_point_without_import():
+    from torch._dynamo.backends.registry import lookup_backend
+    assert lookup_backend("llmc") is llmc.backend.llmc_backend
+
+
+def test_unknown_option_is_an_error():
+    with pytest.raises(ValueError, match="unknown option"):
+        llmc.backend.Options.from_dict({"fast": True})
+    with pytest.raises(ValueError, match="bucket"):
+        llmc.backend.Options.from_dict({"bucket": "sometimes"})
+
+
+def test_dump_dir_writes_mlir(tmp_path):
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    cm = _compile(model, options={"dump_dir": str(tmp_path)})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm(torch.randint(0, 1000, (1, 5)), use_cache=False)
+    files = list(tmp_path.glob("*.mlir"))
+    assert files and all("func.func @llmc_" in f.read_text() for f in files)
+
+
+def test_missing_library_warns_once_and_runs_eagerly(monkeypatch):
+    from llmc import _capi
+    monkeypatch.setattr(_capi, "candidate_paths", lambda: [Path("/nonexistent/libllmc.so")])
+    _capi._reset_for_tests()
+    try:
+        torch.manual_seed(0)
+        model = tiny_llama().eval()
+        cm = _compile(model)
+        x = torch.randint(0, 1000, (1, 6))
+        with torch.no_grad(), pytest.warns(RuntimeWarning, match="libllmc.so"):
+            got = cm(x, use_cache=False).logits
+        torch.testing.assert_close(got, model(x, use_cache=False).logits, rtol=0, atol=0)
+    finally:
+        monkeypatch.undo()
+        _capi._reset_for_tests()
+
+
+def test_unsupported_op_stays_in_pytorch_and_is_reported():
+    def f(x, w):
+        return torch.cos(x @ w) @ w.t()
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _compile(f)(x, w)
+    torch.testing.assert_close(got, f(x, w))
+    rep = llmc.backend.last_report()
+    assert rep.unsupported.get("aten.cos.default") == 1
+    assert "aten.cos.default" in str(rep)
+
+
+def test_training_cpu_graphs_partitioned_and_grads_equal_eager():
+    """Forward and backward graphs both go through the partitioner (CPU: eager values)."""
+    torch.manual_seed(0)
+    m = tiny_llama()
+    ref = copy.deepcopy(m)
+    x = torch.randint(0, 1000, (2, 9))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss = _compile(m)(x, labels=x, use_cache=False).loss
+        loss.backward()
+    ref_loss = ref(x, labels=x, use_cache=False).loss
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    kinds = {r.graph.split("_", 1)[1] for r in llmc.backend.reports()}
+    assert {"forward", "backward"} <= kinds
+    assert all(r.num_partitions > 0 for r in llmc.backend.reports())
+
+
+# --- GPU ---------------------------------------------------------------------
+
+def _need_llmc_gpu():
+    capi_or_skip()
+
+
+@gpu
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("seq", [1, 7, 128])
+def test_gpu_logits_match_eager_bf16(name, batch, seq):
+    _need_llmc_gpu()
+    torch.manual_seed(0)
+    model = MODELS[name]().eval().cuda().to(torch.bfloat16)
+    cm = _compile(model)
+    x = torch.randint(0, 1000, (batch, seq), device="cuda")
+    with torch.no_grad():
+        got = cm(x, use_cache=False).logits.float()
+        want = model(x, use_cache=False).logits.float()
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    rep = llmc.backend.last_report()
+    assert rep.llmc_runs > 0 and not rep.compile_failures, str(rep)
+
+
+@gpu
+def test_gpu_training_step_tiny_llama():
+    _need_llmc_gpu()
+    torch.manual_seed(0)
+    m = tiny_llama().cuda()
+    ref = copy.deepcopy(m)
+    x = torch.randint(0, 1000, (2, 16), device="cuda")
+    loss = _compile(m)(x, labels=x, use_cache=False).loss
+    loss.backward()
+    ref_loss = ref(x, labels=x, use_cache=False).loss
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-4)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4)
+
+
+@gpu
+def test_gpu_sequence_sweep_dynamic_counts_compiles():
+    _need_llmc_gpu()
+    torch.manual_seed(0)
+    model = tiny_llama().eval().cuda()
+    cm = _compile(model, dynamic=True)
+    with torch.no_grad():
+        for s in range(3, 41):
+            x = torch.randint(0, 1000, (1, s), device="cuda")
+            torch.testing.assert_close(cm(x, use_cache=False).logits,
+                                       model(x, use_cache=False).logits, rtol=1e-4, atol=1e-4)
+    rep = llmc.backend.last_report()
+    # One Dynamo graph for every length; llmc compiles once per length and partition.
+    assert len(llmc.backend.reports()) == 1, [str(r) for r in llmc.backend.reports()]
+    assert rep.compiles == 38 * rep.num_partitions, str(rep)
+
+
+@gpu
+@pytest.mark.parametrize("head_dim", [80, 96])
+@pytest.mark.parametrize("seq", [1, 5, 127, 129])
+def test_gpu_case_c2_tiny_decoder(head_dim, seq):
+    """Shared case C2: tied-embedding decoder, hidden 200, vocab 50257, RoPE,
+    causal attention, SwiGLU, batch 3, bf16, through the plugin; logits within
+    2e-2 of the float32 eager reference."""
+    _need_llmc_gpu()
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    heads = {80: 2, 96: 2}[head_dim]
+    cfg = LlamaConfig(vocab_size=50257, hidden_size=200, intermediate_size=536,
+                      num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=heads,
+                      head_dim=head_dim, tie_word_embeddings=True, max_position_embeddings=2048)
+    ref = LlamaForCausalLM(cfg).eval().cuda()
+    model = copy.deepcopy(ref).to(torch.bfloat16)
+    x = torch.randint(0, 50257, (3, seq), device="cuda")
+    with torch.no_grad():
+        got = _compile(model)(x, use_cache=False).logits.float()
+        want = ref(x, use_cache=False).logits
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
