@@ -43,8 +43,8 @@ run gpt2_small.seq1024.f32 llmc-run $S/gpt2_small_block.mlir --shape seq=1024 --
 run llama7b.seq128.f32 llmc-run $S/llama2_7b_block.mlir --shape seq=128 --check=gpu-f32
 run llama7b.seq2048.f32.bench llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --check=gpu-f32 --bench
 run mistral.seq512.f32 llmc-run $S/mistral_gqa_block.mlir --shape seq=512 --check=gpu-f32 --bench --iters=20
-run decode.b1.pos2047 llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg4=2047 --check=gpu-f32 --bench
-run decode.b4.pos300.ref llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg4=300 --check
+run decode.b1.pos2047 llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=2047 --check=gpu-f32 --bench
+run decode.b1.pos300.ref llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=300 --check
 
 # C3: GQA head groups x head dims x dtypes, prefill 7x7 and decode 1x300.
 if [ -d dist/share/llmc/cases ]; then

@@ -441,6 +441,17 @@ int llmc::runMain(int argc, char **argv) {
       return fail("malformed --input '" + s + "', expected argI=FILE");
     inputPaths[idx] = path.str();
   }
+  for (auto &[idx, v] : scalarValues) {
+    auto t = idx < fn.getNumArguments()
+                 ? dyn_cast<RankedTensorType>(fn.getArgument(idx).getType())
+                 : RankedTensorType();
+    if (!t || t.getRank() != 0 || !isa<IntegerType>(t.getElementType()))
+      return fail("--value arg" + std::to_string(idx) + "=" + std::to_string(v) +
+                  ": argument " + std::to_string(idx) +
+                  (t ? " is not a rank-0 integer tensor" : " does not exist") +
+                  " (@" + fn.getSymName().str() + " has " +
+                  std::to_string(fn.getNumArguments()) + " arguments)");
+  }
   if (failed(llmc::llm::specializeShapes(fn, bindings)))
     return 1;
 

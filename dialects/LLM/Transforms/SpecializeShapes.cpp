@@ -82,9 +82,38 @@ static FailureOr<SmallVector<int64_t>> unifyOperandShapes(Operation *op,
   return SmallVector<int64_t>(shape);
 }
 
+/// A broadcast whose dynamic result dims its input does not determine takes
+/// them from `target` (right-aligned), the shape its consumer needs.
+static void resolveBroadcastFrom(Value v, ArrayRef<int64_t> target) {
+  auto bcast = v.getDefiningOp<BroadcastOp>();
+  if (!bcast)
+    return;
+  auto t = bcast.getType();
+  if (t.hasStaticShape() || t.getRank() > static_cast<int64_t>(target.size()))
+    return;
+  SmallVector<int64_t> shape(t.getShape());
+  int64_t lead = target.size() - t.getRank();
+  for (int64_t i = 0; i < t.getRank(); ++i)
+    if (ShapedType::isDynamic(shape[i]))
+      shape[i] = target[lead + i];
+  bcast.getResult().setType(withShape(t, shape));
+}
+
 /// Computes the static result types of `op` from its (static) operands.
 static LogicalResult computeResultTypes(Operation *op,
                                         SmallVectorImpl<Type> &types) {
+  // Elementwise operands share one shape: resolve broadcasts from siblings.
+  if (op->hasTrait<OpTrait::Elementwise>() && op->getNumOperands() > 1 &&
+      failed(unifyOperandShapes(op, op->getOperands())))
+    return failure();
+  // Masks broadcast to the scores / input shape.
+  if (auto attn = dyn_cast<AttentionOp>(op); attn && attn.getMask()) {
+    auto q = attn.getQuery().getType(), k = attn.getKey().getType();
+    resolveBroadcastFrom(attn.getMask(), {q.getDimSize(0), q.getDimSize(2),
+                                          q.getDimSize(1), k.getDimSize(1)});
+  }
+  if (auto sm = dyn_cast<SoftmaxOp>(op); sm && sm.getMask())
+    resolveBroadcastFrom(sm.getMask(), sm.getInput().getType().getShape());
   if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
     return infer.inferReturnTypes(op->getContext(), op->getLoc(),
                                   op->getOperands(),
@@ -183,6 +212,12 @@ static LogicalResult computeResultTypes(Operation *op,
 LogicalResult
 llmc::llm::specializeShapes(func::FuncOp fn,
                             const std::map<std::string, int64_t> &bindings) {
+  bool allStatic = llvm::all_of(fn.getArgumentTypes(), [](Type t) {
+    auto rt = dyn_cast<RankedTensorType>(t);
+    return !rt || rt.hasStaticShape();
+  });
+  if (allStatic && bindings.empty())
+    return success(); // already specialized (possibly fused): nothing to do
   std::map<std::string, bool> used;
   for (auto &[name, value] : bindings)
     used[name] = false;
