@@ -4,11 +4,12 @@
 // %pos is the index of the new token in every sequence. RoPE rotates q and k
 // at that position, the new k/v rows are appended to the caches at %pos, and
 // q attends the first %pos + 1 cache rows. The updated caches are returned
-// (the runtime updates them in place).
+// (`llm.donate`: the caches are updated in place; pass each cache buffer as
+// its output too and no copy is made).
 func.func @llama2_7b_decode_step(
     %x: tensor<?x1x4096xbf16> {llm.dim_names = ["batch"]},
-    %k_cache: tensor<?x2048x32x128xbf16> {llm.dim_names = ["batch"]},
-    %v_cache: tensor<?x2048x32x128xbf16> {llm.dim_names = ["batch"]},
+    %k_cache: tensor<?x2048x32x128xbf16> {llm.dim_names = ["batch"], llm.donate},
+    %v_cache: tensor<?x2048x32x128xbf16> {llm.dim_names = ["batch"], llm.donate},
     %pos: tensor<i64>,
     %attn_norm_w: tensor<4096xbf16>,
     %wq: tensor<4096x4096xbf16>,

@@ -238,6 +238,16 @@ absl::Status Lowering::checkStatic() {
   return absl::OkStatus();
 }
 
+/// A KV-cache append writes into its cache's storage when that storage is a
+/// donated function argument (`llm.donate`) that nothing else reads.
+bool updatesInPlace(KVCacheAppendOp op) {
+  auto arg = dyn_cast<BlockArgument>(op.getCache());
+  if (!arg || !op.getCache().hasOneUse())
+    return false;
+  auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  return fn && fn.getArgAttr(arg.getArgNumber(), "llm.donate");
+}
+
 /// Follows storage aliases: reshape, broadcast/transpose/slice views are NOT
 /// followed here (they change indexing); collectives over one rank are.
 Value Lowering::storageRoot(Value v) {
@@ -249,6 +259,10 @@ Value Lowering::storageRoot(Value v) {
     }
     if (auto c = dyn_cast_or_null<AllReduceOp>(def); c && c.getGroupSize() == 1) {
       v = c.getInput();
+      continue;
+    }
+    if (auto a = dyn_cast_or_null<KVCacheAppendOp>(def); a && updatesInPlace(a)) {
+      v = a.getCache();
       continue;
     }
     return v;
@@ -727,8 +741,29 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   for (int64_t d : rhs.getShape().drop_back(2)) rhsBatch *= d;
   for (int64_t d : res.getShape().drop_back(2)) resBatch *= d;
 
-  rt::GemmSpec g;
   auto dt = [](Value v) { return *toDType(tensorType(v).getElementType()); };
+  // Decode-shaped projections (a few rows against an nn.Linear weight): the
+  // weight read is the whole cost; a GEMV kernel streams it at full bandwidth.
+  if (!ta && tb && rhsBatch == 1 && m * lhsBatch <= cu::kGemvMaxRows) {
+    cu::GemvConfig gc;
+    gc.dtype = scalarOf(op.getLhs());
+    gc.out = scalarOf(op.getResult());
+    gc.m = m * lhsBatch;
+    gc.k = k;
+    gc.n = n;
+    gc.has_bias = op.getBias() && dt(op.getBias()) == dt(op.getLhs());
+    bool outOk = gc.out == cu::ScalarType::f32 || gc.out == cu::ScalarType::f16 ||
+                 gc.out == cu::ScalarType::bf16;
+    if (cu::GemvSupported(gc) && outOk && (!op.getBias() || gc.has_bias)) {
+      std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
+                                   ptrArg(op.getRhs()),
+                                   gc.has_bias ? ptrArg(op.getBias()) : nullArg(),
+                                   i64Arg(n)};
+      launch(addKernel(cu::EmitGemv(gc)), cu::GemvLaunch(gc), std::move(args), op);
+      return absl::OkStatus();
+    }
+  }
+  rt::GemmSpec g;
   g.dtype_a = dt(op.getLhs());
   g.dtype_b = dt(op.getRhs());
   g.dtype_d = g.dtype_c = dt(op.getResult());
@@ -968,11 +1003,12 @@ absl::Status Lowering::emitOp(Operation *op) {
         return absl::OkStatus();
       })
       .Case<KVCacheAppendOp>([&](KVCacheAppendOp o) -> absl::Status {
-        // Value semantics: result = cache with rows replaced. Copy the cache
-        // into the result's storage, then write the new rows in place.
-        // TODO(perf): alias the cache buffer when the caller donates it.
-        if (auto st = emitCopyInto(o.getResult(), o.getCache(), o); !st.ok())
-          return st;
+        // Value semantics: result = cache with rows replaced. A donated cache
+        // is updated in place; otherwise copy it into the result's storage
+        // first, then write the new rows there.
+        if (!updatesInPlace(o))
+          if (auto st = emitCopyInto(o.getResult(), o.getCache(), o); !st.ok())
+            return st;
         auto c = tensorType(o.getCache());
         auto u = tensorType(o.getUpdate());
         cu::KvAppendConfig cfg;
@@ -1266,6 +1302,9 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     b.io_index = i;
     b.bytes = exe.outputs[i].Bytes();
     exe.buffers.push_back(b);
+    if (auto arg = dyn_cast<BlockArgument>(storageRoot(v));
+        arg && arg != v && fn.getArgAttr(arg.getArgNumber(), "llm.donate"))
+      exe.outputs[i].alias_input = arg.getArgNumber();
     if (auto st = emitCopyToBuffer(b.id, v, ret); !st.ok())
       return st;
   }
@@ -1282,8 +1321,10 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
       stats->num_ops += isa<LLMDialect>(op.getDialect());
     stats->num_kernel_launches = 0;
     stats->num_gemms = exe.gemms.size();
-    for (auto &l : exe.launches)
+    for (auto &l : exe.launches) {
       stats->num_kernel_launches += l.kind == rt::Launch::Kernel;
+      stats->num_copies += l.kind == rt::Launch::Copy;
+    }
     stats->num_distinct_kernels = exe.kernels.size();
     stats->arena_bytes = exe.arena_bytes;
     stats->intermediate_bytes = intermediateBytes;

@@ -130,6 +130,7 @@ int llmc::compileMain(int argc, char **argv) {
                  << "kernel launches: " << st.num_kernel_launches << " ("
                  << st.num_distinct_kernels << " distinct kernels)\n"
                  << "GEMMs: " << st.num_gemms << "\n"
+                 << "copies: " << st.num_copies << "\n"
                  << "arena peak bytes: " << st.arena_bytes << " (sum of intermediates "
                  << st.intermediate_bytes << ")\n"
                  << llvm::format("compile time: %.1f ms front end + codegen, %.1f ms "

@@ -284,6 +284,11 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
     din.push_back({*p, exe->inputs[i].dtype, exe->inputs[i].shape});
   }
   for (auto &sig : exe->outputs) {
+    if (sig.alias_input >= 0) {
+      // A donated input updated in place: read the result from its buffer.
+      dout.push_back({din[sig.alias_input].dptr, sig.dtype, sig.shape});
+      continue;
+    }
     auto p = device->Alloc(std::max<int64_t>(sig.Bytes(), 1));
     if (!p.ok()) {
       cleanup();

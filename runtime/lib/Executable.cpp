@@ -84,11 +84,16 @@ BufferRef RefAt(const json& j, const char* key) {
 }
 
 json ToJson(const TensorSig& t) {
-  return {{"name", t.name}, {"dtype", DTypeName(t.dtype)}, {"shape", t.shape}};
+  return {{"name", t.name}, {"dtype", DTypeName(t.dtype)}, {"shape", t.shape},
+          {"alias_input", t.alias_input}};
 }
 TensorSig SigFrom(const json& j) {
-  return {j.at("name").get<std::string>(), DTypeAt(j, "dtype"),
-          j.at("shape").get<std::vector<int64_t>>()};
+  TensorSig t;
+  t.name = j.at("name").get<std::string>();
+  t.dtype = DTypeAt(j, "dtype");
+  t.shape = j.at("shape").get<std::vector<int64_t>>();
+  t.alias_input = j.value("alias_input", -1);
+  return t;
 }
 
 json ToJson(const Buffer& b) {

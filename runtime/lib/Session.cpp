@@ -410,6 +410,9 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
       return InternalBug("unknown collective op");
     }
     case Launch::Copy:
+      // A donated input passed as its own output (TensorSig::alias_input):
+      // the data is already in place.
+      if (addr(l.dst) == addr(l.src)) return absl::OkStatus();
       return CU_CALL(cuMemcpyDtoDAsync, static_cast<CUdeviceptr>(addr(l.dst)),
                      static_cast<CUdeviceptr>(addr(l.src)), l.copy_bytes,
                      stream);

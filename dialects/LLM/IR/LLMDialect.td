@@ -27,6 +27,11 @@ def LLM_Dialect : Dialect {
     i32 and i64. Broadcasting is explicit (`llm.broadcast`); binary
     elementwise ops require operands of identical type.
 
+    Function argument attributes understood by llmc: `llm.dim_names`
+    (names of the argument's dynamic dimensions, bound per specialization)
+    and `llm.donate` (the caller lets the compiled code update the argument
+    in place, as a KV cache appended by `llm.kv_cache_append`).
+
     ```mlir
     %h = llm.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<?x4096xbf16>, tensor<4096xbf16>
     ```

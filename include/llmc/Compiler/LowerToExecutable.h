@@ -36,6 +36,7 @@ struct LowerStats {
   int num_ops = 0;          // llm ops in the function
   int num_kernel_launches = 0;
   int num_gemms = 0;
+  int num_copies = 0;       // device-to-device copies (skipped when in place)
   int num_distinct_kernels = 0;
   int64_t arena_bytes = 0;           // planned peak of intermediates
   int64_t intermediate_bytes = 0;    // sum of all intermediates (no reuse)

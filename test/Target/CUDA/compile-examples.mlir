@@ -8,8 +8,14 @@
 // MISTRAL: GEMMs: 7
 // RUN: llmc-compile %llmc_src_root/examples/gpt2_small_block.mlir --shape seq=64 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=GPT2
 // GPT2: GEMMs: 5
+// Decode with a few rows: every projection is a GEMV kernel, the donated KV
+// caches are appended in place (no cache copies); 32 rows use cuBLASLt.
 // RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=4 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=DECODE
-// DECODE: GEMMs: 7
+// DECODE: kernel launches: 18
+// DECODE: GEMMs: 0
+// DECODE: copies: 2
+// RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=32 --arch=sm_90a --print-stats | FileCheck %s --check-prefix=DECODE32
+// DECODE32: GEMMs: 7
 // RUN: llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=TINY
 // TINY: kernel launches:
 // RUN: llmc-compile %llmc_src_root/examples/tiny_gpt2_block.mlir --shape seq=7 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=TINYGPT

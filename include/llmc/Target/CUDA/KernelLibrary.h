@@ -420,6 +420,35 @@ int FullReduceNumPartials(int64_t numel);
 LaunchDims FullReduceStage1Launch(const FullReduceConfig &cfg, int64_t numel);
 LaunchDims FullReduceStage2Launch(const FullReduceConfig &cfg, int64_t numel);
 
+//===----------------------------------------------------------------------===//
+// 11. Skinny matmul (decode GEMV)
+//===----------------------------------------------------------------------===//
+
+inline constexpr int kGemvMaxRows = 8;
+
+struct GemvConfig {
+  ScalarType dtype = ScalarType::bf16; // x, w, bias: bf16 or f16
+  ScalarType out = ScalarType::bf16;   // y: f32, f16 or bf16
+  int64_t m = 1;                       // rows of x, 1..kGemvMaxRows
+  int64_t k = 4096;                    // contraction length, multiple of 8
+  int64_t n = 4096;                    // output columns (rows of w)
+  bool has_bias = false;
+};
+
+/// True for bf16/f16 with 1 <= m <= kGemvMaxRows and k % 8 == 0.
+bool GemvSupported(const GemvConfig &cfg);
+
+/// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]); x [M, K] and y [M, N]
+/// row-major, w [N, K] row-major (nn.Linear layout, `transpose_rhs`). For
+/// decode-step projections, where reading w is the whole cost: one warp per
+/// output column, 16-byte loads, fp32 accumulation. x, w must be 16-byte
+/// aligned.
+/// Kernel arguments:
+///   (OutT* y, const T* x, const T* w, const T* bias /*nullptr if none*/,
+///    long long n)
+KernelCode EmitGemv(const GemvConfig &cfg);
+LaunchDims GemvLaunch(const GemvConfig &cfg);
+
 } // namespace llmc::cuda
 
 #endif // LLMC_TARGET_CUDA_KERNELLIBRARY_H

@@ -30,6 +30,10 @@ struct TensorSig {
   std::string name;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
+  /// Outputs only: index of a donated input (`llm.donate`) that the compiled
+  /// code updated in place and that holds this output's data; the caller may
+  /// pass that input's buffer as this output to skip the final copy. -1: none.
+  int alias_input = -1;
   int64_t NumElements() const;
   int64_t Bytes() const { return NumElements() * DTypeSize(dtype); }
 };
