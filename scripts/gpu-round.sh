@@ -29,6 +29,8 @@ run() { # name, command...
 
 if [ "${SKIP_UNIT:-0}" != 1 ]; then
   run runtime-tests dist/bin/llmc-runtime-tests
+  run capi-tests dist/bin/llmc-capi-tests
+  run embed-example dist/bin/llmc-embed-example dist/share/llmc/examples/llama2_7b_block.mlir 128
 fi
 
 S=dist/share/llmc/examples
@@ -40,7 +42,6 @@ for seq in 5 129; do
 done
 run gpt2_small.seq64.ref llmc-run $S/gpt2_small_block.mlir --shape seq=64 --check
 run gpt2_small.seq1024.f32 llmc-run $S/gpt2_small_block.mlir --shape seq=1024 --check=gpu-f32 --bench --iters=20
-run llama7b.seq128.f32 llmc-run $S/llama2_7b_block.mlir --shape seq=128 --check=gpu-f32
 run llama7b.seq2048.f32.bench llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --check=gpu-f32 --bench
 run mistral.seq512.f32 llmc-run $S/mistral_gqa_block.mlir --shape seq=512 --check=gpu-f32 --bench --iters=20
 run decode.b1.pos2047 llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=2047 --check=gpu-f32 --bench
@@ -61,6 +62,13 @@ for d in 80 96; do
   done
   run "case.c2_d$d.seq1025.f32" llmc-run dist/share/llmc/cases/c2_tiny_decoder_d$d.mlir --shape seq=1025 --check=gpu-f32
 done
+# The torch.compile backend against eager on the GPU (PyTorch there).
+if [ "${SKIP_PYTHON:-0}" != 1 ] && python3 -c "import torch, transformers, pytest" 2>/dev/null; then
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e python/ >/dev/null 2>&1 || true
+  export LLMC_LIB="$PWD/dist/lib/libllmc.so"
+  run python-plugin timeout 300 python3 -m pytest -q -p no:cacheprovider test/python -rs
+  tail -15 "$LOGS/python-plugin.log" | tee -a "$SUMMARY"
+fi
 echo "----"
 grep -c PASS "$SUMMARY" | sed 's/^/passed: /'
 grep -c FAIL "$SUMMARY" | sed 's/^/failed: /'

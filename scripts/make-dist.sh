@@ -7,7 +7,7 @@ BUILD_DIR="${BUILD_DIR:-build}"
 ninja -C "$BUILD_DIR" -j"$(nproc)"
 rm -rf dist
 cmake --install "$BUILD_DIR" --prefix dist --strip >/dev/null
-for t in llmc-runtime-tests llmc-kernel-tests llmc-compiler-tests; do
+for t in llmc-runtime-tests llmc-kernel-tests llmc-compiler-tests llmc-capi-tests; do
   if [ -x "$BUILD_DIR/bin/$t" ]; then
     cp "$BUILD_DIR/bin/$t" dist/bin/ && strip dist/bin/$t
   fi
