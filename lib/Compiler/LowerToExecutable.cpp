@@ -1253,10 +1253,13 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   llvm::DenseMap<Operation *, int> opIndex;
   for (Operation &op : body)
     opIndex[&op] = index++;
+  // A use of a view (broadcast/transpose/slice), also through reshapes, reads
+  // the view's source when the consumer runs (fused strided read or a lazy
+  // copy right before it): the source stays live until then.
   std::function<void(Value, int)> touch = [&](Value v, int at) {
     Value root = storageRoot(v);
     lastUseStep[root] = std::max(lastUseStep.lookup(root), at);
-    if (Operation *def = v.getDefiningOp())
+    if (Operation *def = root.getDefiningOp())
       if (isa<BroadcastOp, TransposeOp, SliceOp>(def))
         touch(def->getOperand(0), at);
   };

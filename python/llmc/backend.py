@@ -270,7 +270,7 @@ class LlmcSubgraph(torch.nn.Module):
                 result.append(args[i])
             else:
                 result.append(None)
-        return tuple(result)
+        return result[0] if imp.single_output else tuple(result)
 
 
 def _decompositions():

@@ -186,6 +186,9 @@ class ImportResult:
     outputs: List[Tuple[str, Optional[int]]]
     dynamic: bool
     ops: Dict[str, int] = field(default_factory=dict)
+    # The FX graph returns one value, not a tuple: the compiled callable must
+    # return the same structure as the eager subgraph.
+    single_output: bool = False
 
 
 def bind_args(node: torch.fx.Node) -> Dict[str, Any]:
@@ -1187,7 +1190,8 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
             f"    return {', '.join(names)} : {ret_types}\n}}\n")
     return ImportResult(text=text, func_name=func_name, arg_placeholders=arg_placeholders,
                         dim_bindings=dim_bindings, outputs=out_map,
-                        dynamic=bindings is None and bool(dim_bindings), ops=imp.ops)
+                        dynamic=bindings is None and bool(dim_bindings), ops=imp.ops,
+                        single_output=single)
 
 
 def supported_aten_ops() -> List[str]:

@@ -410,9 +410,9 @@ TEST(Decode, CompileGrid) {
 
 TEST(Decode, LaunchAndWorkspace) {
   DecodeConfig c;  // g=4, d=128
-  EXPECT_EQ(DecodeNumSplits(c, 1, 8, 2048), 16);    // 264 / 8 = 33 -> capped at 2048/128
-  EXPECT_EQ(DecodeNumSplits(c, 32, 8, 2048), 2);    // 264 / 256 -> 2
-  EXPECT_EQ(DecodeNumSplits(c, 1, 1, 100), 1);
+  EXPECT_EQ(DecodeNumSplits(c, 1, 8, 2048), 32);    // 4*132 / 8 = 66 -> capped at 2048/64
+  EXPECT_EQ(DecodeNumSplits(c, 32, 8, 2048), 3);    // 528 / 256 -> 3
+  EXPECT_EQ(DecodeNumSplits(c, 1, 1, 100), 2);      // capped at ceil(100/64)
   LaunchDims d = DecodeSplitLaunch(c, 2, 8, 16);
   EXPECT_EQ(d.grid[0], 16u);
   EXPECT_EQ(d.grid[1], 8u);
