@@ -63,6 +63,11 @@ struct Options {
                "float32 (FILE.f32) or int64 (FILE.i64) values, rounded to the "
                "argument's type"),
       cl::cat(cat)};
+  cl::opt<std::string> outputDir{
+      "output-dir",
+      cl::desc("write each result I as DIR/resultI.f32 (raw little-endian "
+               "float32, row-major)"),
+      cl::cat(cat)};
   cl::opt<std::string> check{"check", cl::desc("compare with a reference: ref (CPU, "
                                                "float64) or gpu-f32 (unfused f32 on the GPU)"),
                              cl::ValueOptional, cl::init(""), cl::cat(cat)};
@@ -521,11 +526,32 @@ int llmc::runMain(int argc, char **argv) {
     inputs.push_back(ref::RandomTensor(et, shape, rng, stddev));
   }
 
+  // Writes results as raw float32 for --output-dir.
+  auto writeOutputs = [&](const std::vector<ref::HostTensor> &outs) -> bool {
+    if (opts.outputDir.empty())
+      return true;
+    for (auto [i, o] : llvm::enumerate(outs)) {
+      std::string bytes(o.data.size() * 4, '\0');
+      for (size_t k = 0; k < o.data.size(); ++k) {
+        float f = static_cast<float>(o.data[k]);
+        std::memcpy(&bytes[k * 4], &f, 4);
+      }
+      std::string path = opts.outputDir + "/result" + std::to_string(i) + ".f32";
+      if (auto st = llmc::rt::AtomicWriteFile(path, bytes); !st.ok()) {
+        fail(std::string(st.message()));
+        return false;
+      }
+    }
+    return true;
+  };
+
   if (opts.backend == "ref") {
     auto t0 = std::chrono::steady_clock::now();
     auto outs = ref::Evaluate(fn, inputs);
     if (!outs.ok())
       return fail(std::string(outs.status().message()));
+    if (!writeOutputs(*outs))
+      return 1;
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
@@ -581,6 +607,8 @@ int llmc::runMain(int argc, char **argv) {
                << stats.num_distinct_kernels << " distinct kernels) + "
                << stats.num_gemms << " GEMMs; arena " << stats.arena_bytes
                << " bytes (intermediates " << stats.intermediate_bytes << ")\n";
+  if (!writeOutputs(run->outputs))
+    return 1;
   bool ok = true;
   for (auto [i, o] : llvm::enumerate(run->outputs)) {
     double sum = 0;
