@@ -58,21 +58,7 @@ absl::Status unsupported(Operation *op, const llvm::Twine &what) {
       absl::StrCat("cuda backend: ", describe(op), ": ", what.str()));
 }
 
-absl::StatusOr<rt::DType> toDType(Type t) {
-  if (t.isF32()) return rt::DType::f32;
-  if (t.isF16()) return rt::DType::f16;
-  if (t.isBF16()) return rt::DType::bf16;
-  if (isa<Float8E4M3FNType>(t)) return rt::DType::f8e4m3;
-  if (isa<Float8E5M2Type>(t)) return rt::DType::f8e5m2;
-  if (t.isInteger(1)) return rt::DType::i1;
-  if (t.isInteger(8)) return rt::DType::i8;
-  if (t.isInteger(32)) return rt::DType::i32;
-  if (t.isInteger(64)) return rt::DType::i64;
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  t.print(os);
-  return absl::InvalidArgumentError("unsupported element type " + s);
-}
+absl::StatusOr<rt::DType> toDType(Type t) { return llmc::toRuntimeDType(t); }
 
 cu::ScalarType toScalar(rt::DType t) {
   switch (t) {
@@ -469,6 +455,19 @@ rt::Arg f32Arg(float v) {
 }
 rt::Arg nullArg() { return i64Arg(0); }
 
+/// The elementwise kernels' by-value shape struct (sizes and per-input
+/// strides, see PackElementwiseShape) as one kernel parameter.
+rt::Arg shapeArg(const cu::ElementwiseProgram &prog,
+                 const std::vector<int64_t> &sizes,
+                 const std::vector<std::vector<int64_t>> &strides) {
+  std::vector<int64_t> packed = cu::PackElementwiseShape(prog, sizes, strides);
+  rt::Arg a;
+  a.kind = rt::Arg::Bytes;
+  a.bytes.assign(reinterpret_cast<const char *>(packed.data()),
+                 packed.size() * sizeof(int64_t));
+  return a;
+}
+
 void Lowering::launch(int kernel, const cu::LaunchDims &dims,
                       std::vector<rt::Arg> args, Operation *op) {
   rt::Launch l;
@@ -613,12 +612,7 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
       strides.emplace_back(read.strides.begin(), read.strides.end());
     if (sizes.size() > static_cast<size_t>(cu::kElementwiseMaxRank))
       return unsupported(last, "elementwise rank above 8");
-    std::vector<int64_t> packed = cu::PackElementwiseShape(prog, sizes, strides);
-    rt::Arg shape;
-    shape.kind = rt::Arg::Bytes;
-    shape.bytes.assign(reinterpret_cast<const char *>(packed.data()),
-                       packed.size() * sizeof(int64_t));
-    args.push_back(shape);
+    args.push_back(shapeArg(prog, sizes, strides));
   }
   launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), last);
   return absl::OkStatus();
@@ -665,14 +659,9 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op)
   std::vector<rt::Arg> args = {bufArg(dstBuffer),
                                ptrArg(read->root, read->elementOffset * esize),
                                i64Arg(numel)};
-  std::vector<int64_t> packed = cu::PackElementwiseShape(
-      prog, std::vector<int64_t>(shape.begin(), shape.end()),
-      {std::vector<int64_t>(read->strides.begin(), read->strides.end())});
-  rt::Arg shapeArg;
-  shapeArg.kind = rt::Arg::Bytes;
-  shapeArg.bytes.assign(reinterpret_cast<const char *>(packed.data()),
-                        packed.size() * sizeof(int64_t));
-  args.push_back(shapeArg);
+  args.push_back(
+      shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
+               {std::vector<int64_t>(read->strides.begin(), read->strides.end())}));
   launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), op);
   return absl::OkStatus();
 }
@@ -833,12 +822,7 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
     std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getResult()),
                                  ptrArg(op.getBias()), i64Arg(numel)};
     std::vector<int64_t> sizes(res.getShape().begin(), res.getShape().end());
-    std::vector<int64_t> packed = cu::PackElementwiseShape(prog, sizes, {{}, {}});
-    rt::Arg shapeArg;
-    shapeArg.kind = rt::Arg::Bytes;
-    shapeArg.bytes.assign(reinterpret_cast<const char *>(packed.data()),
-                          packed.size() * sizeof(int64_t));
-    args.push_back(shapeArg);
+    args.push_back(shapeArg(prog, sizes, {{}, {}}));
     launch(addKernel(cu::EmitElementwise(prog)), cu::ElementwiseLaunch(prog, numel),
            std::move(args), op);
   }
@@ -1336,6 +1320,24 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
 }
 
 } // namespace
+
+absl::StatusOr<rt::DType> llmc::toRuntimeDType(Type t) {
+  if (t.isF32()) return rt::DType::f32;
+  if (t.isF16()) return rt::DType::f16;
+  if (t.isBF16()) return rt::DType::bf16;
+  if (isa<Float8E4M3FNType>(t)) return rt::DType::f8e4m3;
+  if (isa<Float8E5M2Type>(t)) return rt::DType::f8e5m2;
+  if (t.isInteger(1)) return rt::DType::i1;
+  if (t.isInteger(8)) return rt::DType::i8;
+  if (t.isInteger(32)) return rt::DType::i32;
+  if (t.isInteger(64)) return rt::DType::i64;
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return absl::InvalidArgumentError("unsupported element type " + s +
+                                    " (expected f32, f16, bf16, f8E4M3FN, "
+                                    "f8E5M2, i1, i8, i32 or i64)");
+}
 
 absl::StatusOr<rt::Executable> llmc::LowerToExecutable(func::FuncOp fn,
                                                        const LowerOptions &options,

@@ -461,14 +461,20 @@ absl::Status RankState::evalOp(Operation *op) {
 /// flow in unresolved and are resolved by their users inside).
 absl::Status RankState::evalFusion(llm::FusionOp op) {
   Block &body = op.getBody().front();
-  for (auto [arg, input] : llvm::zip(body.getArguments(), op.getInputs()))
-    values_[arg] = values_[input];
+  // Copy before inserting: values_[x] may grow the map and invalidate a
+  // reference into it taken on the right-hand side.
+  for (auto [arg, input] : llvm::zip(body.getArguments(), op.getInputs())) {
+    Entry entry = values_.lookup(input);
+    values_[arg] = std::move(entry);
+  }
   for (Operation &inner : body.without_terminator())
     if (absl::Status s = evalOp(&inner); !s.ok())
       return s;
   Operation *yield = body.getTerminator();
-  for (auto [result, v] : llvm::zip(op.getResults(), yield->getOperands()))
-    values_[result] = values_[v];
+  for (auto [result, v] : llvm::zip(op.getResults(), yield->getOperands())) {
+    Entry entry = values_.lookup(v);
+    values_[result] = std::move(entry);
+  }
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/Tools.h"
+#include "ToolSupport.h"
 #include "llmc/runtime/KernelCompiler.h"
 
 #include "LLM/Transforms/Passes.h"
@@ -67,22 +68,15 @@ int llmc::compileMain(int argc, char **argv) {
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(input, sm, &ctx);
   if (!module)
     return fail("could not parse '" + input + "'");
-  func::FuncOp fn;
-  for (auto f : module->getOps<func::FuncOp>())
-    if (fnName.empty() || f.getSymName() == fnName) {
-      fn = f;
-      break;
-    }
+  std::string error;
+  func::FuncOp fn = llmc::tools::findFunction(*module, fnName, error);
   if (!fn)
-    return fail("function not found");
-  std::map<std::string, int64_t> bindings;
-  for (const std::string &s : shapes) {
-    auto [name, value] = llvm::StringRef(s).split('=');
-    int64_t v;
-    if (name.empty() || value.getAsInteger(10, v))
-      return fail("malformed --shape '" + s + "', expected NAME=N");
-    bindings[name.str()] = v;
-  }
+    return fail(error);
+  auto parsedBindings = llmc::tools::parseShapeBindings(
+      std::vector<std::string>(shapes.begin(), shapes.end()), error);
+  if (!parsedBindings)
+    return fail(error);
+  std::map<std::string, int64_t> bindings = std::move(*parsedBindings);
   if (failed(llmc::llm::specializeShapes(fn, bindings)))
     return 1;
   llmc::LowerStats st;

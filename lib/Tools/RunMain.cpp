@@ -16,6 +16,7 @@
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 #include "llmc/Tools.h"
+#include "ToolSupport.h"
 #include "llmc/runtime/DynamicLibs.h"
 #include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/Session.h"
@@ -69,7 +70,8 @@ struct Options {
                "float32, row-major)"),
       cl::cat(cat)};
   cl::opt<std::string> check{"check", cl::desc("compare with a reference: ref (CPU, "
-                                               "float64) or gpu-f32 (unfused f32 on the GPU)"),
+                                               "float64), gpu-f32 (unfused f32 on the GPU), "
+                                               "or by size when no value is given"),
                              cl::ValueOptional, cl::init(""), cl::cat(cat)};
   cl::opt<bool> bench{"bench", cl::desc("time end to end and per kernel"), cl::cat(cat)};
   cl::opt<int> iters{"iters", cl::desc("timed repetitions for --bench"), cl::init(50),
@@ -87,19 +89,7 @@ int fail(const llvm::Twine &msg) {
   return 1;
 }
 
-absl::StatusOr<llmc::rt::DType> dtypeOf(Type t) {
-  using llmc::rt::DType;
-  if (t.isF32()) return DType::f32;
-  if (t.isF16()) return DType::f16;
-  if (t.isBF16()) return DType::bf16;
-  if (isa<Float8E4M3FNType>(t)) return DType::f8e4m3;
-  if (isa<Float8E5M2Type>(t)) return DType::f8e5m2;
-  if (t.isInteger(1)) return DType::i1;
-  if (t.isInteger(8)) return DType::i8;
-  if (t.isInteger(32)) return DType::i32;
-  if (t.isInteger(64)) return DType::i64;
-  return absl::InvalidArgumentError("unsupported element type");
-}
+absl::StatusOr<llmc::rt::DType> dtypeOf(Type t) { return llmc::toRuntimeDType(t); }
 
 const llvm::fltSemantics *semanticsOf(Type t) {
   if (t.isF16()) return &llvm::APFloat::IEEEhalf();
@@ -416,23 +406,15 @@ int llmc::runMain(int argc, char **argv) {
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(opts.input, sm, &ctx);
   if (!module)
     return fail("could not parse '" + opts.input + "'");
-  func::FuncOp fn;
-  for (auto f : module->getOps<func::FuncOp>())
-    if (opts.fnName.empty() || f.getSymName() == opts.fnName) {
-      fn = f;
-      break;
-    }
+  std::string error;
+  func::FuncOp fn = llmc::tools::findFunction(*module, opts.fnName, error);
   if (!fn)
-    return fail(opts.fnName.empty() ? "no function in the module"
-                                    : "no function named '" + opts.fnName + "'");
-  std::map<std::string, int64_t> bindings;
-  for (const std::string &s : opts.shapes) {
-    auto [name, value] = llvm::StringRef(s).split('=');
-    int64_t v;
-    if (name.empty() || value.getAsInteger(10, v))
-      return fail("malformed --shape '" + s + "', expected NAME=N");
-    bindings[name.str()] = v;
-  }
+    return fail(error);
+  auto parsedBindings = llmc::tools::parseShapeBindings(
+      std::vector<std::string>(opts.shapes.begin(), opts.shapes.end()), error);
+  if (!parsedBindings)
+    return fail(error);
+  std::map<std::string, int64_t> bindings = std::move(*parsedBindings);
   std::map<unsigned, int64_t> scalarValues;
   for (const std::string &s : opts.values) {
     auto [name, value] = llvm::StringRef(s).split('=');
@@ -571,8 +553,27 @@ int llmc::runMain(int argc, char **argv) {
   // Reference results first: the lowering does not modify `fn`, but the
   // gpu-f32 check rewrites a clone.
   std::string checkMode = opts.check.getNumOccurrences() ? opts.check.getValue() : "";
-  if (opts.check.getNumOccurrences() && checkMode.empty())
-    checkMode = "ref";
+  if (opts.check.getNumOccurrences() && checkMode.empty()) {
+    // Plain --check: the CPU reference executor (float64) when the graph is
+    // small enough to evaluate in seconds, else the float32 GPU instance.
+    double work = 0;
+    for (Operation &op : fn.getBody().front())
+      if (auto mm = dyn_cast<llmc::llm::MatmulOp>(op)) {
+        auto lhs = cast<RankedTensorType>(mm.getLhs().getType());
+        auto res = cast<RankedTensorType>(mm.getResult().getType());
+        work += double(res.getNumElements()) * lhs.getShape().back();
+      } else if (auto at = dyn_cast<llmc::llm::AttentionOp>(op)) {
+        auto q = cast<RankedTensorType>(at.getQuery().getType());
+        auto k = cast<RankedTensorType>(at.getKey().getType());
+        work += 2.0 * q.getNumElements() * k.getDimSize(1);
+      }
+    checkMode = work <= 2e9 ? "ref" : "gpu-f32";
+    llvm::outs() << "--check: " << llvm::format("%.2g", work)
+                 << " multiply-adds in matmul/attention: checking against "
+                 << (checkMode == "ref" ? "the CPU reference executor"
+                                        : "an unfused float32 run on the GPU")
+                 << " (force with --check=ref or --check=gpu-f32)\n";
+  }
   std::vector<ref::HostTensor> expected;
   std::string expectedFrom;
   if (checkMode == "ref") {

@@ -42,6 +42,10 @@ struct LowerStats {
   int64_t intermediate_bytes = 0;    // sum of all intermediates (no reuse)
 };
 
+/// The runtime element type of an llm element type (f32, f16, bf16,
+/// f8E4M3FN, f8E5M2, i1, i8, i32, i64); InvalidArgument for any other type.
+absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
+
 /// Lowers `fn`, which must have static shapes (run llmc-specialize-shapes
 /// first). Errors: InvalidArgument for a dynamic shape, Unimplemented for an
 /// op or configuration the CUDA backend does not support (the message names

@@ -1,0 +1,35 @@
+//===- ToolSupport.cpp - shared front end of llmc's command-line tools ----===//
+
+#include "ToolSupport.h"
+
+using namespace mlir;
+
+func::FuncOp llmc::tools::findFunction(ModuleOp module, llvm::StringRef name,
+                                       std::string &error) {
+  std::string names;
+  for (auto f : module.getOps<func::FuncOp>()) {
+    if (name.empty() || f.getSymName() == name)
+      return f;
+    names += (names.empty() ? "" : ", ") + f.getSymName().str();
+  }
+  error = name.empty() ? "no function in the module"
+                       : "no function named '" + name.str() +
+                             "' (the module has: " + names + ")";
+  return nullptr;
+}
+
+std::optional<std::map<std::string, int64_t>>
+llmc::tools::parseShapeBindings(llvm::ArrayRef<std::string> entries,
+                                std::string &error) {
+  std::map<std::string, int64_t> bindings;
+  for (const std::string &s : entries) {
+    auto [name, value] = llvm::StringRef(s).split('=');
+    int64_t v;
+    if (name.empty() || value.getAsInteger(10, v) || v < 0) {
+      error = "malformed --shape '" + s + "', expected NAME=N with N >= 0";
+      return std::nullopt;
+    }
+    bindings[name.str()] = v;
+  }
+  return bindings;
+}

@@ -1,0 +1,28 @@
+//===- ToolSupport.h - shared front end of llmc's command-line tools -*- C++ -*-===//
+
+#ifndef LLMC_LIB_TOOLS_TOOLSUPPORT_H
+#define LLMC_LIB_TOOLS_TOOLSUPPORT_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/ArrayRef.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace llmc::tools {
+
+/// The function named `name` in `module`, or the first one when `name` is
+/// empty. Sets `error` ("no function named 'f' (the module has: a, b)") and
+/// returns null when there is none.
+mlir::func::FuncOp findFunction(mlir::ModuleOp module, llvm::StringRef name,
+                                std::string &error);
+
+/// Parses `--shape NAME=N` bindings. Sets `error` naming the malformed entry.
+std::optional<std::map<std::string, int64_t>>
+parseShapeBindings(llvm::ArrayRef<std::string> entries, std::string &error);
+
+} // namespace llmc::tools
+
+#endif // LLMC_LIB_TOOLS_TOOLSUPPORT_H
