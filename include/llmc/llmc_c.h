@@ -13,6 +13,10 @@
  * 13 internal for an llmc bug, ...). Messages name the op or tensor and say
  * what was expected and what was found.
  *
+ * Every handle is released exactly once with its _release function
+ * (releasing NULL is a no-op; releasing twice is undefined behaviour, as with
+ * free()).
+ *
  * Tensors are dense row-major unless `strides` is given; `data` is a device
  * pointer for session inputs/outputs. Shapes are int64 element counts.
  *===----------------------------------------------------------------------===*/

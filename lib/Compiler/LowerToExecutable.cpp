@@ -45,6 +45,13 @@ namespace cu = llmc::cuda;
 
 namespace {
 
+std::string typeName(Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return s;
+}
+
 std::string describe(Operation *op) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -122,7 +129,12 @@ std::optional<double> splatValue(Value v) {
 }
 
 /// Raw storage bytes of a dense constant in the runtime's layout.
-absl::StatusOr<std::string> constantBytes(ElementsAttr attr) {
+absl::StatusOr<std::string> constantBytes(ElementsAttr elements) {
+  auto attr = dyn_cast<DenseElementsAttr>(elements);
+  if (!attr)
+    return absl::UnimplementedError(
+        "cuda backend: only dense constants (dense<...>) are supported, not "
+        "dense_resource or other encodings");
   auto type = cast<RankedTensorType>(attr.getType());
   auto dtypeOr = toDType(type.getElementType());
   if (!dtypeOr.ok())
@@ -205,9 +217,19 @@ private:
 };
 
 absl::Status Lowering::checkStatic() {
+  if (fn.isExternal())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: @", fn.getSymName().str(),
+        " is a declaration (no body) and cannot be compiled"));
   for (BlockArgument arg : fn.getArguments()) {
     auto t = dyn_cast<RankedTensorType>(arg.getType());
-    if (!t || !t.hasStaticShape())
+    if (!t)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda backend: argument ", arg.getArgNumber(), " of @",
+          fn.getSymName().str(), " has type ", typeName(arg.getType()),
+          "; llmc functions take ranked tensors (use tensor<...> even for "
+          "scalars)"));
+    if (!t.hasStaticShape())
       return absl::InvalidArgumentError(absl::StrCat(
           "cuda backend: argument ", arg.getArgNumber(), " of @",
           fn.getSymName().str(),
@@ -217,7 +239,11 @@ absl::Status Lowering::checkStatic() {
   for (Operation &op : fn.getBody().front())
     for (Value r : op.getResults()) {
       auto t = dyn_cast<RankedTensorType>(r.getType());
-      if (!t || !t.hasStaticShape())
+      if (!t)
+        return absl::UnimplementedError(absl::StrCat(
+            "cuda backend: ", describe(&op), " produces ", typeName(r.getType()),
+            "; only ranked tensor values are supported"));
+      if (!t.hasStaticShape())
         return absl::InvalidArgumentError(absl::StrCat(
             "cuda backend: ", describe(&op), " has a result of dynamic shape"));
     }
@@ -406,7 +432,10 @@ int Lowering::bufferFor(Value v) {
     b.kind = rt::Buffer::Constant;
     b.bytes = byteSize(root);
     auto bytes = constantBytes(cast<ElementsAttr>(attr));
-    b.constant_data = bytes.ok() ? *bytes : std::string(b.bytes, '\0');
+    if (bytes.ok())
+      b.constant_data = std::move(*bytes);
+    else
+      materializeErrors.push_back(bytes.status());
     exe.buffers.push_back(b);
     return buffers[root] = b.id;
   }
@@ -760,7 +789,11 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
       g.dtype_a == rt::DType::i64)
     return unsupported(op, "integer matmul");
   if (g.dtype_a == rt::DType::f8e4m3 || g.dtype_a == rt::DType::f8e5m2)
-    return unsupported(op, "fp8 matmul without scales (use llmc-precision)");
+    return unsupported(op, "fp8 GEMMs are not supported by the CUDA backend "
+                           "yet (graphs under the fp8 precision policy run "
+                           "in the reference executor only)");
+  if (k == 0)
+    return unsupported(op, "a matmul with an empty contraction (K = 0)");
   g.transa = ta;
   g.transb = tb;
   g.k = k;
@@ -871,10 +904,17 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
            std::move(a2), op);
     return absl::OkStatus();
   }
-  if (kvLen)
-    return unsupported(op, absl::StrCat("kv_len with a query length of ", sq,
-                                        " (the flash-decoding kernel handles "
-                                        "short queries without a mask)"));
+  if (kvLen) {
+    std::string why = op.getMask() ? "an additive mask"
+                      : sq > 16    ? absl::StrCat("a query length of ", sq, " (> 16)")
+                                   : absl::StrCat("head dim ", d, ", group size ",
+                                                  hq / hkv, " and element type ",
+                                                  typeName(q.getElementType()));
+    return unsupported(op, "kv_len needs the flash-decoding kernel, which does "
+                           "not support " + why +
+                           " (it takes bf16/f16/f32, head dim <= 512 and "
+                           "group size x query length x head dim <= 4096)");
+  }
   cu::AttentionConfig cfg;
   cfg.dtype = dtype;
   cfg.head_dim = d;
@@ -906,6 +946,12 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
 }
 
 absl::Status Lowering::emitOp(Operation *op) {
+  // Results with no elements need no launch.
+  if (op->getNumResults() > 0 && llvm::all_of(op->getResults(), [](Value r) {
+        auto t = dyn_cast<RankedTensorType>(r.getType());
+        return t && t.getNumElements() == 0;
+      }))
+    return absl::OkStatus();
   if (isa<ReshapeOp, ConstantOp, arith::ConstantOp, BroadcastOp, TransposeOp,
           SliceOp>(op))
     return absl::OkStatus(); // views and constants: no launch of their own
@@ -1273,7 +1319,14 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     if (isa<func::ReturnOp>(op))
       continue;
     step = opIndex[&op];
-    if (auto st = emitOp(&op); !st.ok())
+    absl::Status st;
+    try {
+      st = emitOp(&op);
+    } catch (const std::exception &e) {
+      // The kernel generators reject configurations they cannot handle.
+      st = unsupported(&op, e.what());
+    }
+    if (!st.ok())
       return st;
     for (absl::Status &st : materializeErrors)
       if (!st.ok())

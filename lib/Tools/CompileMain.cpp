@@ -62,6 +62,7 @@ int llmc::compileMain(int argc, char **argv) {
   llmc::registerAllDialects(registry);
   MLIRContext ctx(registry);
   ctx.loadAllAvailableDialects();
+  ctx.printOpOnDiagnostic(false); // one-line errors, not the whole function
   llvm::SourceMgr sm;
   SourceMgrDiagnosticHandler diag(sm, &ctx);
   auto t0 = std::chrono::steady_clock::now();

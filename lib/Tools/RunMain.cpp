@@ -401,6 +401,7 @@ int llmc::runMain(int argc, char **argv) {
   llmc::registerAllDialects(registry);
   MLIRContext ctx(registry);
   ctx.loadAllAvailableDialects();
+  ctx.printOpOnDiagnostic(false); // one-line errors, not the whole function
   llvm::SourceMgr sm;
   SourceMgrDiagnosticHandler diag(sm, &ctx);
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(opts.input, sm, &ctx);
@@ -452,8 +453,25 @@ int llmc::runMain(int argc, char **argv) {
   // integers from --value (default 0).
   std::mt19937_64 rng(opts.seed);
   std::vector<ref::HostTensor> inputs;
+  for (auto &[idx, path] : inputPaths)
+    if (idx >= fn.getNumArguments())
+      return fail("--input arg" + std::to_string(idx) + "=" + path + ": @" +
+                  fn.getSymName().str() + " has " +
+                  std::to_string(fn.getNumArguments()) + " arguments");
+  int64_t totalBytes = 0;
   for (BlockArgument arg : fn.getArguments()) {
-    auto t = cast<RankedTensorType>(arg.getType());
+    auto t = dyn_cast<RankedTensorType>(arg.getType());
+    if (!t)
+      return fail("argument " + std::to_string(arg.getArgNumber()) + " of @" +
+                  fn.getSymName().str() +
+                  " is not a ranked tensor; llmc-run supports ranked tensor "
+                  "arguments (use tensor<i32> for a scalar)");
+    // Host values are held as doubles: refuse what cannot fit in memory.
+    totalBytes += t.getNumElements() * 8;
+    if (t.getNumElements() > (int64_t(1) << 34) || totalBytes > (int64_t(1) << 37))
+      return fail("argument " + std::to_string(arg.getArgNumber()) + " (" +
+                  typeStr(t) + ") is too large for llmc-run's host-side inputs "
+                  "(at most 2^34 elements, 128 GiB in all)");
     Type et = t.getElementType();
     std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
     if (auto it = inputPaths.find(arg.getArgNumber()); it != inputPaths.end()) {
@@ -462,6 +480,10 @@ int llmc::runMain(int argc, char **argv) {
         return fail(std::string(bytes.status().message()));
       bool isI64 = llvm::StringRef(it->second).ends_with(".i64");
       size_t width = isI64 ? 8 : 4;
+      if (bytes->size() % width != 0)
+        return fail("--input " + it->second + " has " +
+                    std::to_string(bytes->size()) + " bytes, not a multiple of " +
+                    std::to_string(width) + (isI64 ? " (int64)" : " (float32)"));
       if (bytes->size() != static_cast<size_t>(t.getNumElements()) * width)
         return fail("--input " + it->second + " holds " +
                     std::to_string(bytes->size() / width) + " values, argument " +

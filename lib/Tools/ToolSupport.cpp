@@ -8,11 +8,15 @@ func::FuncOp llmc::tools::findFunction(ModuleOp module, llvm::StringRef name,
                                        std::string &error) {
   std::string names;
   for (auto f : module.getOps<func::FuncOp>()) {
-    if (name.empty() || f.getSymName() == name)
+    if (!name.empty() && f.getSymName() == name && f.isExternal()) {
+      error = "@" + name.str() + " is a declaration (no body)";
+      return nullptr;
+    }
+    if ((name.empty() && !f.isExternal()) || f.getSymName() == name)
       return f;
     names += (names.empty() ? "" : ", ") + f.getSymName().str();
   }
-  error = name.empty() ? "no function in the module"
+  error = name.empty() ? "no function with a body in the module"
                        : "no function named '" + name.str() +
                              "' (the module has: " + names + ")";
   return nullptr;

@@ -86,6 +86,18 @@ static LogicalResult verifyBroadcastable(Operation *op, StringRef name,
   return success();
 }
 
+/// The ranked tensor type of an operand during type inference, which the
+/// custom parser runs before the operand type constraints are verified.
+static FailureOr<RankedTensorType> rankedOperand(std::optional<Location> loc,
+                                                 StringRef op, StringRef name,
+                                                 Value v) {
+  if (auto t = dyn_cast<RankedTensorType>(v.getType()))
+    return t;
+  (void)emitOptionalError(loc, "'", op, "' ", name,
+                          " must be a ranked tensor, found ", typeStr(v.getType()));
+  return failure();
+}
+
 static bool isScalarInt(Type type) {
   auto t = dyn_cast<RankedTensorType>(type);
   return t && t.getRank() == 0;
@@ -145,10 +157,13 @@ OpFoldResult NegOp::fold(FoldAdaptor) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult CompareOp::inferReturnTypes(MLIRContext *context,
-                                          std::optional<Location>,
+                                          std::optional<Location> loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &results) {
-  auto lhs = cast<RankedTensorType>(adaptor.getLhs().getType());
+  auto lhsOr = rankedOperand(loc, "llm.compare", "lhs", adaptor.getLhs());
+  if (failed(lhsOr))
+    return failure();
+  auto lhs = *lhsOr;
   results.push_back(
       RankedTensorType::get(lhs.getShape(), IntegerType::get(context, 1)));
   return success();
@@ -308,7 +323,10 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
                                             SmallVectorImpl<Type> &results) {
   if (!(adaptor.getPermutationAttr()))
     return emitOptionalError(loc, "'llm.transpose' requires the permutation attribute(s)");
-  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto inOr = rankedOperand(loc, "llm.transpose", "input", adaptor.getInput());
+  if (failed(inOr))
+    return failure();
+  auto in = *inOr;
   ArrayRef<int64_t> perm = adaptor.getPermutation();
   if (static_cast<int64_t>(perm.size()) != in.getRank())
     return emitOptionalError(loc, "'llm.transpose' permutation has ",
@@ -358,7 +376,10 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
                                         SmallVectorImpl<Type> &results) {
   if (!(adaptor.getStartsAttr() && adaptor.getLimitsAttr() && adaptor.getStepsAttr()))
     return emitOptionalError(loc, "'llm.slice' requires the starts, limits and steps attribute(s)");
-  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto inOr = rankedOperand(loc, "llm.slice", "input", adaptor.getInput());
+  if (failed(inOr))
+    return failure();
+  auto in = *inOr;
   ArrayRef<int64_t> starts = adaptor.getStarts();
   ArrayRef<int64_t> limits = adaptor.getLimits();
   ArrayRef<int64_t> steps = adaptor.getSteps();
@@ -418,6 +439,11 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
   auto inputs = adaptor.getInputs();
   if (inputs.empty())
     return emitOptionalError(loc, "'llm.concat' expects at least one input");
+  for (auto [idx, v] : llvm::enumerate(inputs))
+    if (!isa<RankedTensorType>(v.getType()))
+      return emitOptionalError(loc, "'llm.concat' input ", idx,
+                               " must be a ranked tensor, found ",
+                               typeStr(v.getType()));
   auto first = cast<RankedTensorType>(inputs.front().getType());
   int64_t rank = first.getRank();
   int64_t dim = adaptor.getDim();
@@ -455,8 +481,11 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
                                          SmallVectorImpl<Type> &results) {
   if (!(adaptor.getAxisAttr()))
     return emitOptionalError(loc, "'llm.gather' requires the axis attribute(s)");
-  auto table = cast<RankedTensorType>(adaptor.getTable().getType());
-  auto indices = cast<RankedTensorType>(adaptor.getIndices().getType());
+  auto tableOr = rankedOperand(loc, "llm.gather", "table", adaptor.getTable());
+  auto indicesOr = rankedOperand(loc, "llm.gather", "indices", adaptor.getIndices());
+  if (failed(tableOr) || failed(indicesOr))
+    return failure();
+  auto table = *tableOr, indices = *indicesOr;
   int64_t axis = adaptor.getAxis();
   if (axis < 0 || axis >= table.getRank())
     return emitOptionalError(loc, "'llm.gather' axis ", axis,
@@ -480,7 +509,10 @@ static LogicalResult inferReduce(StringRef name, std::optional<Location> loc,
   if (!adaptor.getDimsAttr())
     return emitOptionalError(loc, "'llm.", name,
                              "' requires the dims attribute");
-  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto inOr = rankedOperand(loc, (llvm::Twine("llm.") + name).str(), "input", adaptor.getInput());
+  if (failed(inOr))
+    return failure();
+  auto in = *inOr;
   ArrayRef<int64_t> dims = adaptor.getDims();
   if (dims.empty())
     return emitOptionalError(loc, "'llm.", name,
@@ -764,7 +796,10 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
                                             SmallVectorImpl<Type> &results) {
   if (!(adaptor.getDimAttr() && adaptor.getGroupSizeAttr()))
     return emitOptionalError(loc, "'llm.all_gather' requires the dim and group_size attribute(s)");
-  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto inOr = rankedOperand(loc, "llm.all_gather", "input", adaptor.getInput());
+  if (failed(inOr))
+    return failure();
+  auto in = *inOr;
   int64_t dim = adaptor.getDim(), group = adaptor.getGroupSize();
   if (group < 1)
     return emitOptionalError(loc, "'llm.all_gather' group_size must be >= 1, "
@@ -785,7 +820,10 @@ LogicalResult ReduceScatterOp::inferReturnTypes(
     SmallVectorImpl<Type> &results) {
   if (!(adaptor.getDimAttr() && adaptor.getGroupSizeAttr()))
     return emitOptionalError(loc, "'llm.reduce_scatter' requires the dim and group_size attribute(s)");
-  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto inOr = rankedOperand(loc, "llm.reduce_scatter", "input", adaptor.getInput());
+  if (failed(inOr))
+    return failure();
+  auto in = *inOr;
   int64_t dim = adaptor.getDim(), group = adaptor.getGroupSize();
   if (group < 1)
     return emitOptionalError(loc, "'llm.reduce_scatter' group_size must be "

@@ -212,9 +212,16 @@ static LogicalResult computeResultTypes(Operation *op,
 LogicalResult
 llmc::llm::specializeShapes(func::FuncOp fn,
                             const std::map<std::string, int64_t> &bindings) {
-  bool allStatic = llvm::all_of(fn.getArgumentTypes(), [](Type t) {
+  if (fn.isExternal())
+    return fn.emitError() << "@" << fn.getSymName()
+                          << " is a declaration (no body); nothing to specialize";
+  auto isStatic = [](Type t) {
     auto rt = dyn_cast<RankedTensorType>(t);
     return !rt || rt.hasStaticShape();
+  };
+  bool allStatic = llvm::all_of(fn.getArgumentTypes(), isStatic);
+  fn.walk([&](Operation *op) {
+    allStatic &= llvm::all_of(op->getResultTypes(), isStatic);
   });
   if (allStatic && bindings.empty())
     return success(); // already specialized (possibly fused): nothing to do
@@ -233,12 +240,21 @@ llmc::llm::specializeShapes(func::FuncOp fn,
         continue;
       std::string name = dynamicDimName(fn, arg.getArgNumber(), d);
       auto it = bindings.find(name);
-      if (it == bindings.end())
+      if (it == bindings.end()) {
+        std::string given;
+        for (auto &[n, v] : bindings)
+          given += (given.empty() ? "" : ", ") + n;
         return fn.emitError() << "dynamic dimension '" << name
                               << "' (argument " << arg.getArgNumber()
                               << ", dimension " << d
                               << ") has no value; pass it as " << name
-                              << "=<size>";
+                              << "=<size>"
+                              << (given.empty() ? "" : " (bound: " + given + ")");
+      }
+      // Keep every shape's element count far from int64 overflow.
+      if (it->second > (int64_t(1) << 40))
+        return fn.emitError() << "dimension '" << name << "' = " << it->second
+                              << " is too large (at most 2^40)";
       if (it->second < 0)
         return fn.emitError() << "dimension '" << name << "' = " << it->second
                               << " must be >= 0";
