@@ -58,11 +58,8 @@ int llmc::compileMain(int argc, char **argv) {
   cl::HideUnrelatedOptions(cat);
   cl::ParseCommandLineOptions(argc, argv, "llmc-compile: ahead-of-time compilation\n");
 
-  DialectRegistry registry;
-  llmc::registerAllDialects(registry);
-  MLIRContext ctx(registry);
-  ctx.loadAllAvailableDialects();
-  ctx.printOpOnDiagnostic(false); // one-line errors, not the whole function
+  std::unique_ptr<MLIRContext> ctxOwner = llmc::tools::makeContext();
+  MLIRContext &ctx = *ctxOwner;
   llvm::SourceMgr sm;
   SourceMgrDiagnosticHandler diag(sm, &ctx);
   auto t0 = std::chrono::steady_clock::now();

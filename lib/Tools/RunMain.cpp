@@ -397,11 +397,8 @@ int llmc::runMain(int argc, char **argv) {
   cl::HideUnrelatedOptions(opts.cat);
   cl::ParseCommandLineOptions(argc, argv, "llmc-run: execute an llm function\n");
 
-  DialectRegistry registry;
-  llmc::registerAllDialects(registry);
-  MLIRContext ctx(registry);
-  ctx.loadAllAvailableDialects();
-  ctx.printOpOnDiagnostic(false); // one-line errors, not the whole function
+  std::unique_ptr<MLIRContext> ctxOwner = llmc::tools::makeContext();
+  MLIRContext &ctx = *ctxOwner;
   llvm::SourceMgr sm;
   SourceMgrDiagnosticHandler diag(sm, &ctx);
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(opts.input, sm, &ctx);

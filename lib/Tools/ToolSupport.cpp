@@ -2,7 +2,20 @@
 
 #include "ToolSupport.h"
 
+#include "llmc/InitAllDialects.h"
+
+#include "mlir/IR/MLIRContext.h"
+
 using namespace mlir;
+
+std::unique_ptr<MLIRContext> llmc::tools::makeContext() {
+  DialectRegistry registry;
+  llmc::registerAllDialects(registry);
+  auto ctx = std::make_unique<MLIRContext>(registry);
+  ctx->loadAllAvailableDialects();
+  ctx->printOpOnDiagnostic(false);
+  return ctx;
+}
 
 func::FuncOp llmc::tools::findFunction(ModuleOp module, llvm::StringRef name,
                                        std::string &error) {

@@ -8,10 +8,19 @@
 #include "llvm/ADT/ArrayRef.h"
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
+namespace mlir {
+class MLIRContext;
+}
+
 namespace llmc::tools {
+
+/// A context with every dialect llmc uses loaded, printing one-line
+/// diagnostics (not the whole function).
+std::unique_ptr<mlir::MLIRContext> makeContext();
 
 /// The function named `name` in `module`, or the first one when `name` is
 /// empty. Sets `error` ("no function named 'f' (the module has: a, b)") and

@@ -641,6 +641,29 @@ LogicalResult RoPEOp::verify() {
 
 static bool isFp8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
 
+std::optional<SmallVector<int64_t>>
+llmc::llm::matmulResultShape(RankedTensorType lhs, RankedTensorType rhs,
+                             bool transposeLhs, bool transposeRhs) {
+  int64_t lr = lhs.getRank(), rr = rhs.getRank();
+  if (lr < 2 || rr < 2)
+    return std::nullopt;
+  // Batch dimensions broadcast NumPy-style.
+  ArrayRef<int64_t> lb = lhs.getShape().drop_back(2);
+  ArrayRef<int64_t> rb = rhs.getShape().drop_back(2);
+  size_t nb = std::max(lb.size(), rb.size());
+  SmallVector<int64_t> shape;
+  for (size_t i = 0; i < nb; ++i) {
+    int64_t a = i + lb.size() >= nb ? lb[i + lb.size() - nb] : 1;
+    int64_t b = i + rb.size() >= nb ? rb[i + rb.size() - nb] : 1;
+    if (a != 1 && b != 1 && !dimsCompatible(a, b))
+      return std::nullopt;
+    shape.push_back(a == 1 ? b : a);
+  }
+  shape.push_back(lhs.getDimSize(lr - (transposeLhs ? 1 : 2)));
+  shape.push_back(rhs.getDimSize(rr - (transposeRhs ? 2 : 1)));
+  return shape;
+}
+
 LogicalResult MatmulOp::verify() {
   auto lhs = getLhs().getType();
   auto rhs = getRhs().getType();
@@ -662,28 +685,20 @@ LogicalResult MatmulOp::verify() {
                             "found "
                          << typeStr(oe);
   int64_t lr = lhs.getRank(), rr = rhs.getRank();
-  int64_t m = lhs.getDimSize(lr - (getTransposeLhs() ? 1 : 2));
   int64_t kl = lhs.getDimSize(lr - (getTransposeLhs() ? 2 : 1));
   int64_t kr = rhs.getDimSize(rr - (getTransposeRhs() ? 1 : 2));
   int64_t n = rhs.getDimSize(rr - (getTransposeRhs() ? 2 : 1));
   if (!dimsCompatible(kl, kr))
     return emitOpError() << "contraction sizes differ: lhs K = " << kl
                          << ", rhs K = " << kr;
-  // Batch dimensions broadcast NumPy-style.
-  ArrayRef<int64_t> lb = lhs.getShape().drop_back(2);
-  ArrayRef<int64_t> rb = rhs.getShape().drop_back(2);
-  size_t nb = std::max(lb.size(), rb.size());
-  SmallVector<int64_t> expected;
-  for (size_t i = 0; i < nb; ++i) {
-    int64_t a = i + lb.size() >= nb ? lb[i + lb.size() - nb] : 1;
-    int64_t b = i + rb.size() >= nb ? rb[i + rb.size() - nb] : 1;
-    if (a != 1 && b != 1 && !dimsCompatible(a, b))
-      return emitOpError() << "batch dimensions " << shapeStr(lb) << " and "
-                           << shapeStr(rb) << " do not broadcast";
-    expected.push_back(a == 1 ? b : a);
-  }
-  expected.push_back(m);
-  expected.push_back(n);
+  std::optional<SmallVector<int64_t>> expectedOr =
+      matmulResultShape(lhs, rhs, getTransposeLhs(), getTransposeRhs());
+  if (!expectedOr)
+    return emitOpError() << "batch dimensions "
+                         << shapeStr(lhs.getShape().drop_back(2)) << " and "
+                         << shapeStr(rhs.getShape().drop_back(2))
+                         << " do not broadcast";
+  SmallVector<int64_t> expected = std::move(*expectedOr);
   if (failed(verifyCompatibleShape(expected, res.getShape())))
     return emitOpError() << "result shape " << shapeStr(res.getShape())
                          << " differs from the expected "

@@ -20,4 +20,18 @@
 #define GET_OP_CLASSES
 #include "LLM/IR/LLMOps.h.inc"
 
+#include <optional>
+
+namespace llmc::llm {
+
+/// Result shape of `llm.matmul` for operands lhs [..., M, K] ([..., K, M]
+/// when transposeLhs) and rhs [..., K, N] ([..., N, K] when transposeRhs):
+/// the NumPy broadcast of the batch dimensions followed by [M, N]. nullopt
+/// when an operand has rank < 2 or the batch dimensions do not broadcast.
+std::optional<llvm::SmallVector<int64_t>>
+matmulResultShape(mlir::RankedTensorType lhs, mlir::RankedTensorType rhs,
+                  bool transposeLhs, bool transposeRhs);
+
+} // namespace llmc::llm
+
 #endif // LLMC_DIALECT_LLM_IR_LLMOPS_H

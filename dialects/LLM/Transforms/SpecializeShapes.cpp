@@ -174,24 +174,13 @@ static LogicalResult computeResultTypes(Operation *op,
         types.push_back(withShape(out, shape));
         return success();
       })
-      .Case<MatmulOp>([&](MatmulOp o) {
-        auto lhs = o.getLhs().getType();
-        auto rhs = o.getRhs().getType();
-        int64_t lr = lhs.getRank(), rr = rhs.getRank();
-        int64_t m = lhs.getDimSize(lr - (o.getTransposeLhs() ? 1 : 2));
-        int64_t n = rhs.getDimSize(rr - (o.getTransposeRhs() ? 2 : 1));
-        ArrayRef<int64_t> lb = lhs.getShape().drop_back(2);
-        ArrayRef<int64_t> rb = rhs.getShape().drop_back(2);
-        size_t nb = std::max(lb.size(), rb.size());
-        SmallVector<int64_t> shape;
-        for (size_t i = 0; i < nb; ++i) {
-          int64_t a = i + lb.size() >= nb ? lb[i + lb.size() - nb] : 1;
-          int64_t b = i + rb.size() >= nb ? rb[i + rb.size() - nb] : 1;
-          shape.push_back(a == 1 ? b : a);
-        }
-        shape.push_back(m);
-        shape.push_back(n);
-        types.push_back(withShape(o.getType(), shape));
+      .Case<MatmulOp>([&](MatmulOp o) -> LogicalResult {
+        auto shape = matmulResultShape(o.getLhs().getType(), o.getRhs().getType(),
+                                       o.getTransposeLhs(), o.getTransposeRhs());
+        if (!shape)
+          return o.emitOpError() << "batch dimensions do not broadcast after "
+                                    "shape specialization";
+        types.push_back(withShape(o.getType(), *shape));
         return success();
       })
       .Default([&](Operation *o) -> LogicalResult {
