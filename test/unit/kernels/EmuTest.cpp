@@ -482,3 +482,94 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, const bf16* 
     for (size_t i = 0; i < ob.size(); ++i) ASSERT_NEAR(FromBf16(ob[i]), ref[i], 1e-2 * (1 + std::fabs(ref[i]))) << i;
   }
 }
+
+// The kernels a training step's loss (log_softmax over a 1000-token vocabulary,
+// an i64 count of labels, a rank-0 division) uses and no example exercises:
+// row reductions over a non-power-of-two row, a [R, 1] -> [R, N] strided
+// broadcast, and a whole-tensor i64 sum.
+TEST(Emu, LogSoftmaxPiecesOnOddRows) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const int64_t R = 3, N = 1000;
+  auto x = Randn(R * N, 31);
+  for (ReduceKind kind : {ReduceKind::sum, ReduceKind::max}) {
+    RowReduceConfig cfg;
+    cfg.in = ScalarType::f32;
+    cfg.out = ScalarType::f32;
+    cfg.kind = kind;
+    cfg.n = N;
+    auto k = EmitRowReduce(cfg);
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, rows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    std::vector<float> out(R, -1.f);
+    LaunchDims d = RowReduceLaunch(cfg, R);
+    fn(G(d), B(d), d.smem, out.data(), x.data(), R);
+    for (int64_t r = 0; r < R; ++r) {
+      double want = kind == ReduceKind::sum ? 0.0 : -INFINITY;
+      for (int64_t j = 0; j < N; ++j)
+        want = kind == ReduceKind::sum ? want + x[r * N + j]
+                                       : std::max<double>(want, x[r * N + j]);
+      EXPECT_NEAR(out[r], want, 1e-4 * std::max(1.0, std::fabs(want))) << r;
+    }
+  }
+  {
+    // y = exp(x - m) with m [R, 1] broadcast along the row (strides {1, 0}).
+    ElementwiseProgram p;
+    p.inputs = {{ScalarType::f32, InputLayout::kContiguous},
+                {ScalarType::f32, InputLayout::kStrided}};
+    p.nodes = {{EwOp::sub, {-1, -2}, ScalarType::f32}, {EwOp::exp, {0}, ScalarType::f32}};
+    p.outputs = {{1, ScalarType::f32}};
+    auto k = EmitElementwise(p);
+    ASSERT_TRUE(ElementwiseNeedsShape(p));
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* a, const float* m,
+                          long long n, const EwShape* sh) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o, a, m, n, *sh); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const float *, long long,
+                        const void *);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    std::vector<float> m = {0.5f, -1.25f, 2.0f};
+    std::vector<float> o(R * N);
+    std::vector<int64_t> packed = PackElementwiseShape(p, {R, N}, {{}, {1, 0}});
+    LaunchDims d = ElementwiseLaunch(p, R * N);
+    fn(G(d), B(d), d.smem, o.data(), x.data(), m.data(), R * N, packed.data());
+    for (int64_t i = 0; i < R * N; ++i)
+      ASSERT_NEAR(o[i], std::exp(x[i] - m[i / N]), 1e-5f * std::exp(x[i] - m[i / N])) << i;
+  }
+  {
+    FullReduceConfig cfg;
+    cfg.in = ScalarType::i64;
+    cfg.out = ScalarType::i64;
+    cfg.kind = ReduceKind::sum;
+    auto ks = EmitFullReduce(cfg);
+    const char *s1 = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* p, const long long* x, long long n) {
+  emu::Launch(g, b, smem, [&] { KERNEL(p, (const int64_t*)x, n); });
+})";
+    const char *s2 = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, long long* o, const float* p, int np, long long n) {
+  emu::Launch(g, b, smem, [&] { KERNEL((int64_t*)o, p, np, n); });
+})";
+    using F1 = void (*)(Dim3, Dim3, unsigned, float *, const long long *, long long);
+    using F2 = void (*)(Dim3, Dim3, unsigned, long long *, const float *, int, long long);
+    auto f1 = reinterpret_cast<F1>(BuildEmu(ks.stage1, WithName(s1, ks.stage1.name)));
+    auto f2 = reinterpret_cast<F2>(BuildEmu(ks.stage2, WithName(s2, ks.stage2.name)));
+    ASSERT_TRUE(f1 && f2);
+    const int64_t n = 32;  // e.g. 2 x 16 labels, some ignored
+    std::vector<long long> v(n);
+    long long want = 0;
+    for (int64_t i = 0; i < n; ++i) want += (v[i] = (i % 3 != 0));
+    std::vector<float> partials(FullReduceNumPartials(n));
+    long long out = -1;
+    LaunchDims d1 = FullReduceStage1Launch(cfg, n), d2 = FullReduceStage2Launch(cfg, n);
+    f1(G(d1), B(d1), 0, partials.data(), v.data(), n);
+    f2(G(d2), B(d2), 0, &out, partials.data(), (int)partials.size(), n);
+    EXPECT_EQ(out, want);
+  }
+}
