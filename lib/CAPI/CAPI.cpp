@@ -340,8 +340,8 @@ LLMC_EXPORT llmc_status_t *llmc_executable_save(const llmc_executable_t *executa
   return guarded("llmc_executable_save", [&]() -> absl::Status {
     if (!executable)
       return absl::InvalidArgumentError("executable: NULL handle");
-    if (!path)
-      return absl::InvalidArgumentError("path: NULL");
+    if (!path || !*path)
+      return absl::InvalidArgumentError(path ? "path: empty" : "path: NULL");
     return llmc::rt::SaveExecutable(*executable->exe, path);
   });
 }

@@ -340,6 +340,11 @@ absl::StatusOr<Executable> DeserializeExecutable(const std::string& data) {
     exe.arena_bytes = j.at("arena_bytes").get<int64_t>();
     exe.symbol_bindings =
         j.at("symbol_bindings").get<std::map<std::string, int64_t>>();
+    // A well-formed file can still describe an impossible plan (an index out
+    // of range, a negative dimension): reject it at load, not at run.
+    if (absl::Status st = exe.Validate(); !st.ok())
+      return absl::DataLossError(absl::StrCat(
+          "llmc executable is inconsistent: ", st.message()));
     return exe;
   } catch (const std::exception& e) {
     return absl::DataLossError(
@@ -365,6 +370,12 @@ absl::Status Executable::Validate() const {
   auto bad = [](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("invalid executable: ", parts...));
   };
+  for (const auto* sigs : {&inputs, &outputs})
+    for (const TensorSig& t : *sigs)
+      for (int64_t d : t.shape)
+        if (d < 0 || d > (int64_t(1) << 40))
+          return bad(sigs == &inputs ? "input '" : "output '", t.name,
+                     "' has dimension ", d, " (expected 0..2^40)");
   for (size_t i = 0; i < buffers.size(); ++i) {
     const Buffer& b = buffers[i];
     if (b.id != static_cast<int>(i))

@@ -89,8 +89,9 @@ struct PadLayoutPass : llmc::llm::impl::PadLayoutPassBase<PadLayoutPass> {
 
   void runOnOperation() override {
     func::FuncOp fn = getOperation();
-    if (multiple <= 0 || vocabMultiple <= 0) {
-      fn.emitOpError() << "multiple and vocab-multiple must be positive, found "
+    if (multiple <= 0 || vocabMultiple <= 0 || multiple > 4096 ||
+        vocabMultiple > 4096) {
+      fn.emitOpError() << "multiple and vocab-multiple must be in 1..4096, found "
                        << static_cast<int64_t>(multiple) << " and "
                        << static_cast<int64_t>(vocabMultiple);
       return signalPassFailure();

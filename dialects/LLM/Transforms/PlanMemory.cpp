@@ -18,14 +18,22 @@ namespace llmc::llm {
 #include "LLM/Transforms/Passes.h.inc"
 } // namespace llmc::llm
 
+#include "llvm/Support/MathExtras.h"
+
+#include <optional>
+
 using namespace mlir;
 using namespace llmc::llm;
 
 namespace {
 
-int64_t byteSize(RankedTensorType t) {
-  int64_t bits = t.getElementTypeBitWidth();
-  return t.getNumElements() * ((bits + 7) / 8);
+/// Bytes of a static tensor, or nullopt when the count overflows int64.
+std::optional<int64_t> byteSize(RankedTensorType t) {
+  int64_t bytes = (t.getElementTypeBitWidth() + 7) / 8;
+  for (int64_t d : t.getShape())
+    if (llvm::MulOverflow(bytes, d, bytes))
+      return std::nullopt;
+  return bytes;
 }
 
 /// The value whose storage `v` uses: reshape is a view of its input, and
@@ -118,8 +126,17 @@ struct PlanMemoryPass : llmc::llm::impl::PlanMemoryPassBase<PlanMemoryPass> {
       llvm::sort(live, [](const Live &a, const Live &b) {
         return a.offset < b.offset;
       });
-      int64_t size = byteSize(cast<RankedTensorType>(v.getType()));
-      size = (size + alignment - 1) / alignment * alignment;
+      std::optional<int64_t> bytes = byteSize(cast<RankedTensorType>(v.getType()));
+      if (!bytes || *bytes > (int64_t(1) << 56)) {
+        if (Operation *def = v.getDefiningOp())
+          def->emitOpError() << "result of type " << v.getType()
+                             << " is too large to place in an arena";
+        else
+          fn.emitError() << "a value of type " << v.getType()
+                         << " is too large to place in an arena";
+        return signalPassFailure();
+      }
+      int64_t size = (*bytes + alignment - 1) / alignment * alignment;
       int64_t offset = 0;
       for (const Live &l : live) {
         if (offset + size <= l.offset)

@@ -1,7 +1,7 @@
 // RUN: llmc-opt --split-input-file --llmc-pad-layout %s | FileCheck %s
 // RUN: not llmc-opt --llmc-pad-layout=multiple=0 %s 2>&1 | FileCheck %s --check-prefix=ERR
 
-// ERR: error: 'func.func' op multiple and vocab-multiple must be positive, found 0 and 64
+// ERR: error: 'func.func' op multiple and vocab-multiple must be in 1..4096, found 0 and 64
 
 // A vocab-like N goes to a multiple of 64, M and K to 16; the weight's pad
 // is hoistable (it depends on an argument only), the result is sliced back.
