@@ -19,7 +19,7 @@ namespace {
 /// of it depends on that argument only and can be computed once.
 bool dependsOnOneArgument(Value v) {
   while (Operation *def = v.getDefiningOp()) {
-    if (!isa<CastOp, ReshapeOp, TransposeOp, BroadcastOp>(def))
+    if (!isa<CastOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp>(def))
       return false;
     v = def->getOperand(0);
   }

@@ -217,4 +217,75 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
 
+def ShardPass : Pass<"llmc-shard", "::mlir::func::FuncOp"> {
+  let summary = "Rewrites a transformer block into one rank's shard of N-way tensor parallelism.";
+  let description = [{
+    Megatron-style tensor parallelism (Shoeybi et al. 2019): the function
+    becomes the program of rank `rank` out of `tp` ranks. Activations are
+    replicated on every rank; each projection reads its rank's slice of the
+    full-size weight argument through `llm.slice` (marked `llm.hoistable`:
+    the slice depends on one argument only, so a runtime pre-slices every
+    parameter once per rank and caches it, as for llmc-pad-layout's pads).
+
+    - Attention: every `llm.attention` must read query, key and value as
+      `llm.matmul` -> `llm.reshape` [..., H*D] -> [..., H, D] (then any
+      `llm.rope` / `llm.cast`, per head). These projections become
+      column-parallel (the weight's output dimension is sliced to its
+      1/tp share: rank r keeps heads [r H/tp, (r+1) H/tp), and KV heads
+      [r Hkv/tp, (r+1) Hkv/tp) under GQA, so local query head j still reads
+      local KV head j / (H / Hkv)); the reshapes, RoPE and the attention
+      follow with H/tp heads. The attention output must reach a matmul
+      (o_proj) through the merging reshape [..., H, D] -> [..., H*D]: that
+      matmul becomes row-parallel (the weight's input dimension is sliced)
+      and its partial sums are summed by `llm.all_reduce sum`. H and Hkv
+      must divide by tp.
+    - MLP: a matmul (down) whose activation is a tree of elementwise ops
+      (`llm.silu`, `llm.mul`, `llm.gelu`, ...) over matmul results only
+      (gate and up) is row-parallel with an all-reduce; the leaf matmuls are
+      column-parallel and the elementwise ops follow with 1/tp of the
+      intermediate size (SwiGLU: down(silu(gate(x)) * up(x))).
+    - A row-parallel bias is kept on rank 0 only (added once to the sum), a
+      column-parallel bias is sliced with its weight. Norms, residual adds,
+      embeddings and anything not matched above stay replicated; a matmul
+      left replicated gets a warning.
+
+    Weights may be in nn.Linear ([out, in], `transpose_rhs`) or [in, out]
+    layout, with static shapes. The pass fails with a diagnostic naming the
+    op, and leaves the IR to the pass manager, when the graph cannot be
+    sharded: an attention whose operands are not head reshapes of
+    projections (e.g. a fused QKV GEMM, or keys and values read from a KV
+    cache: decode graphs are not supported yet), head counts or sizes that do not
+    divide by tp, a per-head mask, an intermediate value used outside its
+    attention or MLP block, llm.fusion regions (run before llmc-fuse), or
+    nothing to shard at all. `tp=1` leaves the function unchanged.
+
+    Before (`--llmc-shard="tp=2 rank=1"`, 4 query and 2 KV heads of 16):
+    ```mlir
+    %k = llm.matmul %h, %wk {transpose_rhs} : tensor<1x?x64xf32>, tensor<32x64xf32> -> tensor<1x?x32xf32>
+    %k4 = llm.reshape %k : tensor<1x?x32xf32> to tensor<1x?x2x16xf32>
+    ...
+    %attn2 = llm.reshape %attn : tensor<1x?x4x16xf32> to tensor<1x?x64xf32>
+    %o = llm.matmul %attn2, %wo {transpose_rhs} : tensor<1x?x64xf32>, tensor<64x64xf32> -> tensor<1x?x64xf32>
+    ```
+    After:
+    ```mlir
+    %wk1 = llm.slice %wk [16, 0] to [32, 64] step [1, 1] {llm.hoistable} : tensor<32x64xf32>
+    %k = llm.matmul %h, %wk1 {transpose_rhs} : tensor<1x?x64xf32>, tensor<16x64xf32> -> tensor<1x?x16xf32>
+    %k4 = llm.reshape %k : tensor<1x?x16xf32> to tensor<1x?x1x16xf32>
+    ...
+    %attn2 = llm.reshape %attn : tensor<1x?x2x16xf32> to tensor<1x?x32xf32>
+    %wo1 = llm.slice %wo [0, 32] to [64, 64] step [1, 1] {llm.hoistable} : tensor<64x64xf32>
+    %p = llm.matmul %attn2, %wo1 {transpose_rhs} : tensor<1x?x32xf32>, tensor<64x32xf32> -> tensor<1x?x64xf32>
+    %o = llm.all_reduce %p sum group_size = 2 : tensor<1x?x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", "1",
+           "Tensor-parallel degree N (1: leave the function unchanged)">,
+    Option<"rank", "rank", "int64_t", "0",
+           "The rank (0..tp-1) whose shard the function becomes">
+  ];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
 #endif // LLMC_DIALECT_LLM_TRANSFORMS_PASSES_TD
