@@ -19,6 +19,7 @@
 #include "ToolSupport.h"
 #include "llmc/runtime/DynamicLibs.h"
 #include "llmc/runtime/KernelCompiler.h"
+#include "llmc/runtime/Profile.h"
 #include "llmc/runtime/Session.h"
 
 #include "LLM/Transforms/Passes.h"
@@ -76,6 +77,11 @@ struct Options {
   cl::opt<bool> bench{"bench", cl::desc("time end to end and per kernel"), cl::cat(cat)};
   cl::opt<int> iters{"iters", cl::desc("timed repetitions for --bench"), cl::init(50),
                      cl::cat(cat)};
+  cl::opt<std::string> profile{
+      "profile",
+      cl::desc("with --bench: write the per-launch timings of one run as "
+               "Chrome-trace JSON (chrome://tracing, ui.perfetto.dev) to FILE"),
+      cl::value_desc("FILE"), cl::cat(cat)};
   cl::opt<bool> noGraphs{"no-cuda-graphs", cl::desc("launch kernels one by one"),
                          cl::cat(cat)};
   cl::opt<uint64_t> seed{"seed", cl::desc("random seed for inputs"), cl::init(1),
@@ -310,6 +316,13 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
       st = timed.status();
     else
       result.per_launch_ms = *timed;
+    if (st.ok() && !opts.profile.empty()) {
+      auto trace = llmc::rt::ChromeTraceJson(*exe, result.per_launch_ms);
+      st = trace.ok() ? llmc::rt::AtomicWriteFile(opts.profile, *trace)
+                      : trace.status();
+      if (st.ok())
+        llvm::outs() << "wrote the launch profile to " << opts.profile << "\n";
+    }
     std::vector<double> samples;
     for (int w = 0; st.ok() && w < 5; ++w)
       st = session->Run(din, dout, stream);
@@ -423,6 +436,8 @@ int llmc::runMain(int argc, char **argv) {
       return fail("malformed --value '" + s + "', expected argI=N");
     scalarValues[idx] = v;
   }
+  if (!opts.profile.empty() && !opts.bench)
+    return fail("--profile needs --bench (the profile is the timed run)");
   std::map<unsigned, std::string> inputPaths;
   for (const std::string &s : opts.inputFiles) {
     auto [name, path] = llvm::StringRef(s).split('=');
