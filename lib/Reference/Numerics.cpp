@@ -7,6 +7,8 @@
 
 #include "llmc/Reference/ReferenceExecutor.h"
 
+#include "llvm/Support/Parallel.h"
+
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/APFloat.h"
 #include "llvm/Support/raw_ostream.h"
@@ -130,9 +132,20 @@ HostTensor RandomTensor(Type elementType, llvm::ArrayRef<int64_t> shape,
       v = dist(rng);
     return t;
   }
-  std::normal_distribution<double> dist(0.0, stddev);
-  for (double &v : t.data)
-    v = RoundToType(dist(rng), elementType);
+  // Large tensors: fixed-size chunks, each from its own generator seeded
+  // from `rng`, filled in parallel (deterministic for a given rng state).
+  constexpr int64_t kChunk = int64_t(1) << 20;
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<uint64_t> seeds(chunks);
+  for (uint64_t &s : seeds)
+    s = rng();
+  llvm::parallelFor(0, chunks, [&](size_t c) {
+    std::mt19937_64 local(seeds[c]);
+    std::normal_distribution<double> dist(0.0, stddev);
+    int64_t end = std::min<int64_t>(n, (int64_t(c) + 1) * kChunk);
+    for (int64_t i = int64_t(c) * kChunk; i < end; ++i)
+      t.data[i] = RoundToType(dist(local), elementType);
+  });
   return t;
 }
 

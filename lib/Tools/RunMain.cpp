@@ -30,6 +30,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Parallel.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -110,10 +111,18 @@ std::string pack(const ref::HostTensor &t) {
   auto dtype = *dtypeOf(t.elementType);
   int64_t size = llmc::rt::DTypeSize(dtype);
   std::string out(t.data.size() * size, '\0');
-  for (size_t i = 0; i < t.data.size(); ++i) {
+  const bool bf16 = t.elementType.isBF16();
+  llvm::parallelFor(0, t.data.size(), [&](size_t i) {
     double v = t.data[i];
     char *dst = &out[i * size];
-    if (t.elementType.isF32()) {
+    if (bf16 && std::isfinite(v)) {
+      // Exactly representable in bf16: its bits are the float's top half.
+      float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      uint16_t top = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(dst, &top, 2);
+    } else if (t.elementType.isF32()) {
       float f = static_cast<float>(v);
       std::memcpy(dst, &f, 4);
     } else if (auto *sem = semanticsOf(t.elementType)) {
@@ -126,7 +135,7 @@ std::string pack(const ref::HostTensor &t) {
       int64_t iv = static_cast<int64_t>(v);
       std::memcpy(dst, &iv, size);
     }
-  }
+  });
   return out;
 }
 
@@ -138,9 +147,17 @@ ref::HostTensor unpack(const std::string &bytes, Type elementType,
   int64_t n = t.numElements();
   int64_t size = llmc::rt::DTypeSize(*dtypeOf(elementType));
   t.data.resize(n);
-  for (int64_t i = 0; i < n; ++i) {
+  const bool bf16 = elementType.isBF16();
+  llvm::parallelFor(0, n, [&](int64_t i) {
     const char *src = &bytes[i * size];
-    if (elementType.isF32()) {
+    if (bf16) {
+      uint16_t top;
+      std::memcpy(&top, src, 2);
+      uint32_t bits = uint32_t(top) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      t.data[i] = f;
+    } else if (elementType.isF32()) {
       float f;
       std::memcpy(&f, src, 4);
       t.data[i] = f;
@@ -157,7 +174,7 @@ ref::HostTensor unpack(const std::string &bytes, Type elementType,
       int shift = 64 - size * 8;
       t.data[i] = static_cast<double>((v << shift) >> shift);
     }
-  }
+  });
   return t;
 }
 
