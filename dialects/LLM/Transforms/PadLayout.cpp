@@ -13,18 +13,16 @@ namespace llmc::llm {
 using namespace mlir;
 using namespace llmc::llm;
 
-namespace {
-
-/// True when `v` is a function argument seen through casts and views: a pad
-/// of it depends on that argument only and can be computed once.
-bool dependsOnOneArgument(Value v) {
+bool llmc::llm::isParameterDerived(Value v) {
   while (Operation *def = v.getDefiningOp()) {
-    if (!isa<CastOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp>(def))
+    if (!isa<CastOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp, PadOp>(def))
       return false;
     v = def->getOperand(0);
   }
   return true;
 }
+
+namespace {
 
 Value padHigh(OpBuilder &b, Value v, ArrayRef<int64_t> high) {
   if (llvm::all_of(high, [](int64_t h) { return h == 0; }))
@@ -34,7 +32,7 @@ Value padHigh(OpBuilder &b, Value v, ArrayRef<int64_t> high) {
   for (auto [d, h] : llvm::zip(shape, high))
     d += h;
   auto pad = PadOp::create(b, v.getLoc(), t.clone(shape), v, high);
-  if (dependsOnOneArgument(v))
+  if (isParameterDerived(v))
     pad->setAttr("llm.hoistable", b.getUnitAttr());
   return pad;
 }

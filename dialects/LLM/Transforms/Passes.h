@@ -76,6 +76,11 @@ void buildLLMCPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
 /// Registers `llmc-pipeline`.
 void registerLLMCPipeline();
 
+/// True when `v` is a function argument seen through casts, views and pads:
+/// anything computed from it depends on that one argument (a parameter) and
+/// can be computed once per parameter set (`llm.hoistable`).
+bool isParameterDerived(mlir::Value v);
+
 #define GEN_PASS_REGISTRATION
 #include "LLM/Transforms/Passes.h.inc"
 

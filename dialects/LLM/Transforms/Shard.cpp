@@ -34,17 +34,6 @@ using namespace llmc::llm;
 
 namespace {
 
-/// True when `v` is a function argument seen through casts and views: a
-/// slice of it depends on that argument only and can be computed once.
-bool dependsOnOneArgument(Value v) {
-  while (Operation *def = v.getDefiningOp()) {
-    if (!isa<CastOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp, PadOp>(def))
-      return false;
-    v = def->getOperand(0);
-  }
-  return true;
-}
-
 /// Dimension of a rank-2 weight that holds the matmul's N (output) and K.
 int64_t weightOutDim(MatmulOp mm) { return mm.getTransposeRhs() ? 0 : 1; }
 int64_t weightInDim(MatmulOp mm) { return mm.getTransposeRhs() ? 1 : 0; }
@@ -299,7 +288,7 @@ struct ShardPass : llmc::llm::impl::ShardPassBase<ShardPass> {
     shape[dim] = chunk;
     auto slice =
         SliceOp::create(b, loc, t.clone(shape), v, starts, limits, steps);
-    if (dependsOnOneArgument(v))
+    if (isParameterDerived(v))
       slice->setAttr("llm.hoistable", b.getUnitAttr());
     return slice;
   }

@@ -80,19 +80,6 @@ protected:
     return m;
   }
 
-  static func::FuncOp firstFunc(ModuleOp m) {
-    for (auto fn : m.getOps<func::FuncOp>())
-      return fn;
-    return nullptr;
-  }
-
-  static std::string print(ModuleOp m) {
-    std::string s;
-    llvm::raw_string_ostream os(s);
-    m.print(os);
-    return s;
-  }
-
   /// Random inputs: float activations N(0, 1), float matrices N(0, 0.1),
   /// rank-1 floats 1 + N(0, 0.1) (norm weights); integer arguments are token
   /// ids in [0, vocab) (first) and positions 0..n-1 (second).

@@ -6,7 +6,9 @@
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -96,6 +98,21 @@ inline double maxAbsDiff(const std::vector<double> &got,
   for (size_t i = 0; i < got.size(); ++i)
     m = std::max(m, std::fabs(got[i] - want[i]));
   return m;
+}
+
+/// The first func.func of `m`, or null.
+inline mlir::func::FuncOp firstFunc(mlir::ModuleOp m) {
+  for (auto fn : m.getOps<mlir::func::FuncOp>())
+    return fn;
+  return nullptr;
+}
+
+/// `m` as text (for failure messages and round trips).
+inline std::string print(mlir::ModuleOp m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os);
+  return s;
 }
 
 inline bool allFinite(const HostTensor &t) {

@@ -118,19 +118,6 @@ protected:
     return m;
   }
 
-  static func::FuncOp firstFunc(ModuleOp m) {
-    for (auto fn : m.getOps<func::FuncOp>())
-      return fn;
-    return nullptr;
-  }
-
-  static std::string print(ModuleOp m) {
-    std::string s;
-    llvm::raw_string_ostream os(s);
-    m.print(os);
-    return s;
-  }
-
   static std::string shardPipeline(int64_t tp, int64_t rank) {
     return "func.func(llmc-shard{tp=" + std::to_string(tp) +
            " rank=" + std::to_string(rank) + "})";
