@@ -25,6 +25,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -268,6 +269,8 @@ private:
   absl::StatusOr<HostTensor> matmul(llm::MatmulOp op);
   absl::StatusOr<HostTensor> attention(llm::AttentionOp op);
   absl::StatusOr<HostTensor> kvCacheAppend(llm::KVCacheAppendOp op);
+  absl::Status quantizeWeight(llm::QuantizeWeightOp op);
+  absl::StatusOr<HostTensor> dequantizeWeight(llm::DequantizeWeightOp op);
 
   func::FuncOp fn_;
   llvm::DenseMap<Value, Entry> values_;
@@ -429,6 +432,8 @@ absl::Status RankState::resolvePendingOperands(Operation *op) {
 absl::Status RankState::evalOp(Operation *op) {
   if (auto f = dyn_cast<llm::FusionOp>(op))
     return evalFusion(f);
+  if (auto q = dyn_cast<llm::QuantizeWeightOp>(op))
+    return quantizeWeight(q);
   if (op->getNumResults() != 1)
     return absl::UnimplementedError(absl::StrCat(
         "'", op->getName().getStringRef().str(), "' at ", locStr(op->getLoc()),
@@ -607,6 +612,8 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::MatmulOp>([&](auto m) { return matmul(m); })
       .Case<llm::AttentionOp>([&](auto a) { return attention(a); })
       .Case<llm::KVCacheAppendOp>([&](auto k) { return kvCacheAppend(k); })
+      .Case<llm::DequantizeWeightOp>(
+          [&](auto d) { return dequantizeWeight(d); })
       // Collectives of a group of one rank are the identity.
       .Case<llm::AllReduceOp, llm::AllGatherOp, llm::ReduceScatterOp>(
           [&](auto) -> R { return in(op, 0); })
@@ -1220,6 +1227,98 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
       }
     }
   roundInPlace(out);
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Weight-only quantization
+//===----------------------------------------------------------------------===//
+
+// Float32 arithmetic on purpose: these are the exact operations the CUDA
+// kernels perform (IEEE division and multiplication, rint = round half to
+// even), so the reference reproduces their bits.
+
+absl::Status RankState::quantizeWeight(llm::QuantizeWeightOp op) {
+  const HostTensor &w = in(op, 0);
+  if (w.shape.size() != 2)
+    return opError(op, absl::StrCat("expected a rank-2 weight, found shape ",
+                                    shapeStr(w.shape)));
+  const int64_t n = w.shape[0], k = w.shape[1];
+  const int64_t bits = op.getBits(), group = op.getGroupSize();
+  if (k % group != 0)
+    return opError(op, absl::StrCat("K = ", k, " is not a multiple of group_size = ",
+                                    group));
+  const float qmax = bits == 4 ? 7.0f : 127.0f;
+  const int64_t groups = k / group;
+  HostTensor packed = makeTensor(op.getPacked().getType().getElementType(),
+                                 {n, bits == 4 ? k / 2 : k});
+  HostTensor scales = makeTensor(op.getScales().getType().getElementType(),
+                                 {n, groups});
+  std::vector<int> q(k);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      float amax = 0.0f;
+      for (int64_t j = g * group; j < (g + 1) * group; ++j)
+        amax = std::fmax(amax, std::fabs(static_cast<float>(w.data[r * k + j])));
+      const float scale = amax / qmax;
+      scales.data[r * groups + g] = scale;
+      for (int64_t j = g * group; j < (g + 1) * group; ++j) {
+        float x = static_cast<float>(w.data[r * k + j]);
+        float v = scale > 0.0f ? std::nearbyint(x / scale) : 0.0f;
+        q[j] = static_cast<int>(std::fmin(std::fmax(v, -qmax), qmax));
+      }
+    }
+    if (bits == 8) {
+      for (int64_t j = 0; j < k; ++j)
+        packed.data[r * k + j] = q[j];
+    } else {
+      for (int64_t j = 0; j < k / 2; ++j) {
+        int byte = (q[2 * j] & 0xF) | ((q[2 * j + 1] & 0xF) << 4);
+        packed.data[r * (k / 2) + j] = static_cast<int8_t>(byte);
+      }
+    }
+  }
+  for (auto [result, t] :
+       llvm::zip(op->getResults(), std::array<HostTensor *, 2>{&packed, &scales})) {
+    auto rt = cast<RankedTensorType>(result.getType());
+    for (int64_t d = 0; d < 2; ++d)
+      if (!ShapedType::isDynamic(rt.getDimSize(d)) && rt.getDimSize(d) != t->shape[d])
+        return opError(op, absl::StrCat("computed result shape ", shapeStr(t->shape),
+                                        " does not match the result type ",
+                                        typeStr(rt)));
+    values_[result] = Entry{std::move(*t), false};
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTensor>
+RankState::dequantizeWeight(llm::DequantizeWeightOp op) {
+  const HostTensor &packed = in(op, 0), &scales = in(op, 1);
+  const int64_t bits = op.getBits(), group = op.getGroupSize();
+  if (packed.shape.size() != 2 || scales.shape.size() != 2)
+    return opError(op, "expected rank-2 packed and scales operands");
+  const int64_t n = packed.shape[0];
+  const int64_t k = bits == 4 ? packed.shape[1] * 2 : packed.shape[1];
+  if (k % group != 0 || scales.shape[0] != n || scales.shape[1] != k / group)
+    return opError(op, absl::StrCat("scales of shape ", shapeStr(scales.shape),
+                                    " do not match packed of shape ",
+                                    shapeStr(packed.shape), " for group_size ",
+                                    group));
+  HostTensor out = makeTensor(resultElementType(op), {n, k});
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      int q;
+      if (bits == 8) {
+        q = static_cast<int>(packed.data[r * k + j]);
+      } else {
+        int byte = static_cast<int>(packed.data[r * (k / 2) + j / 2]) & 0xFF;
+        int nib = (j % 2 ? byte >> 4 : byte) & 0xF;
+        q = nib >= 8 ? nib - 16 : nib;
+      }
+      float v = static_cast<float>(q) *
+                static_cast<float>(scales.data[r * (k / group) + j / group]);
+      out.data[r * k + j] = RoundToType(v, out.elementType);
+    }
   return out;
 }
 

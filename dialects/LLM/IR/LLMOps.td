@@ -687,6 +687,75 @@ def LLM_PadOp : LLM_Op<"pad", [Pure, AllElementTypesMatch<["input", "result"]>]>
 }
 
 //===----------------------------------------------------------------------===//
+// Weight-only quantization
+//===----------------------------------------------------------------------===//
+
+def LLM_QuantizeWeightOp : LLM_Op<"quantize_weight", [Pure]> {
+  let summary = "Symmetric group-wise int8/int4 quantization of a linear weight.";
+  let description = [{
+    `weight` is [N, K] (the nn.Linear layout, rows are output features);
+    each row is split into K / `group_size` groups of `group_size`
+    consecutive elements along K (K must be a multiple of `group_size`;
+    the op does not pad). Per group g of row n, in float32:
+
+      scale[n, g] = max_k |w[n, k]| / Q        Q = 127 (bits = 8), 7 (bits = 4)
+      q[n, k]     = rint(w[n, k] / scale[n, g])  (round half to even; 0 when scale is 0)
+
+    so q lies in [-127, 127] (int8) or [-7, 7] (int4): symmetric absmax
+    quantization (Dettmers et al. 2022, "LLM.int8()") applied per group of
+    128 weights along K as in GPTQ (Frantar et al. 2023) and AWQ (Lin et
+    al. 2024). The int4 code -8 is never produced, so the grid is symmetric
+    around 0 (GPTQ's sym mode instead uses [-8, 7] with scale 2*max/15).
+
+    Results: `packed` is i8 [N, K] for bits = 8, and [N, K / 2] for
+    bits = 4 with two 4-bit two's-complement values per byte: element 2j in
+    the low nibble (bits 0..3) and element 2j + 1 in the high nibble of
+    byte j (the order of GPTQ/AWQ's packed int4 along K). `scales` is f32
+    [N, K / group_size]. Depends on the weight only, so it carries
+    `llm.hoistable` when the weight is a parameter: the runtime computes it
+    once per parameter set.
+
+    ```mlir
+    %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64} : tensor<4096x4096xbf16> -> tensor<4096x2048xi8>, tensor<4096x32xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32, F16, BF16]>:$weight,
+                       I64Attr:$bits, I64Attr:$group_size);
+  let results = (outs RankedTensorOf<[I8]>:$packed,
+                      RankedTensorOf<[F32]>:$scales);
+  let assemblyFormat = [{
+    $weight attr-dict `:` type($weight) `->` type($packed) `,` type($scales)
+  }];
+  let hasVerifier = 1;
+}
+
+def LLM_DequantizeWeightOp : LLM_Op<"dequantize_weight", [Pure]> {
+  let summary = "Expands an int8/int4 group-quantized weight to floats.";
+  let description = [{
+    The inverse of `llm.quantize_weight` up to rounding: for the [N, K]
+    result, w[n, k] = q[n, k] * scales[n, k / group_size], computed in f32
+    and rounded to the result type (f32, f16 or bf16). `packed` and
+    `scales` have the layouts of `llm.quantize_weight`'s results (int4:
+    element 2j in the low nibble of byte j). Codegen fuses it into the
+    decode GEMV of a matmul that reads it as `rhs` with `transpose_rhs`
+    (the packed weight is read directly); elsewhere it is a kernel of its
+    own followed by the usual GEMM.
+
+    ```mlir
+    %w = llm.dequantize_weight %q, %s {bits = 4 : i64, group_size = 128 : i64} : tensor<4096x2048xi8>, tensor<4096x32xf32> -> tensor<4096x4096xbf16>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[I8]>:$packed,
+                       RankedTensorOf<[F32]>:$scales,
+                       I64Attr:$bits, I64Attr:$group_size);
+  let results = (outs RankedTensorOf<[F32, F16, BF16]>:$result);
+  let assemblyFormat = [{
+    $packed `,` $scales attr-dict `:` type($packed) `,` type($scales) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Fusion regions
 //===----------------------------------------------------------------------===//
 

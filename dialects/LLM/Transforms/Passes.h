@@ -43,6 +43,11 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<std::string> precision{*this, "precision",
                                 llvm::cl::desc("fp32, bf16, fp16 or fp8"),
                                 llvm::cl::init("fp32")};
+  Option<std::string> weightOnly{
+      *this, "weight-only",
+      llvm::cl::desc("weight-only quantization of linear weights: none, int8 "
+                     "or int4 (groups of 128 along K)"),
+      llvm::cl::init("none")};
   Option<int64_t> padMultiple{*this, "pad-multiple",
                               llvm::cl::desc("GEMM dimension multiple"),
                               llvm::cl::init(16)};
@@ -80,6 +85,20 @@ void registerLLMCPipeline();
 /// anything computed from it depends on that one argument (a parameter) and
 /// can be computed once per parameter set (`llm.hoistable`).
 bool isParameterDerived(mlir::Value v);
+
+/// True when `arg` is a parameter of `fn` (a weight): every argument when no
+/// argument carries `llm.param`, else exactly those that do.
+bool isParameterArgument(mlir::func::FuncOp fn, mlir::BlockArgument arg);
+
+/// The `weight-only` rewrite of llmc-precision: every matmul whose rank-2
+/// RHS is derived from a parameter argument (isParameterDerived +
+/// isParameterArgument), with float operands and K a multiple of
+/// `groupSize`, reads dequantize_weight(quantize_weight(w)) instead
+/// (`transpose_rhs`, w as [N, K]; the quantize op is `llm.hoistable`).
+/// Matmuls whose K is not a multiple of `groupSize` stay unquantized.
+/// `bits` is 4 or 8.
+mlir::LogicalResult quantizeLinearWeights(mlir::func::FuncOp fn, int64_t bits,
+                                          int64_t groupSize = 128);
 
 #define GEN_PASS_REGISTRATION
 #include "LLM/Transforms/Passes.h.inc"

@@ -156,8 +156,34 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     output type) and cast back to the original result type. Attention runs
     in bf16 under fp8.
 
-    `policy=fp32` leaves the function unchanged. `weight-only=int8|int4` is
-    not implemented yet (the pass fails with a message).
+    `policy=fp32` leaves the function unchanged.
+
+    `weight-only=int8|int4` (after the policy's casts; not with fp8):
+    every `llm.matmul` whose rank-2 RHS is a parameter (a function
+    argument seen through casts, views and pads; when any argument carries
+    `llm.param`, only those arguments are parameters) and whose operands
+    are f32/f16/bf16 reads `llm.dequantize_weight(llm.quantize_weight(w))`
+    instead: symmetric absmax quantization in groups of 128 along K (see
+    `llm.quantize_weight`), the RHS turned to [N, K] (`transpose_rhs`, a
+    transpose view is added for a [K, N] weight). Activations keep their
+    type; the dequantized weight has the weight's type. The quantize op
+    carries `llm.hoistable` (computed once per parameter set). Matmuls
+    whose RHS is computed (activation x activation), whose K is dynamic
+    or not a multiple of 128 are left unquantized (padding K would add a
+    per-call copy of the activation). Error bound per output, with
+    groups g and scales s_g: |y_q - y| <= sum_g s_g / 2 * sum_{k in g} |x_k|
+    (plus the rounding of the dequantized weight to its type).
+
+    Before (`weight-only=int4`):
+    ```mlir
+    %y = llm.matmul %x, %w {transpose_rhs} : tensor<1x256xbf16>, tensor<64x256xbf16> -> tensor<1x64xbf16>
+    ```
+    After:
+    ```mlir
+    %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64, llm.hoistable} : tensor<64x256xbf16> -> tensor<64x128xi8>, tensor<64x2xf32>
+    %wq = llm.dequantize_weight %q, %s {bits = 4 : i64, group_size = 128 : i64} : tensor<64x128xi8>, tensor<64x2xf32> -> tensor<64x256xbf16>
+    %y = llm.matmul %x, %wq {transpose_rhs} : tensor<1x256xbf16>, tensor<64x256xbf16> -> tensor<1x64xbf16>
+    ```
 
     Before (`policy=bf16`):
     ```mlir
@@ -174,7 +200,7 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     Option<"policy", "policy", "std::string", "\"fp32\"",
            "Compute precision of GEMMs/attention: fp32, bf16, fp16 or fp8">,
     Option<"weightOnly", "weight-only", "std::string", "\"none\"",
-           "Weight-only quantization: none (int8/int4 not implemented)">
+           "Weight-only quantization of parameter matmul weights: none, int8 or int4 (symmetric, groups of 128 along K)">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

@@ -15,6 +15,7 @@ void llmc::llm::buildLLMCPipeline(OpPassManager &pm,
   fn.addPass(createCanonicalizerPass());
   PrecisionPassOptions precision;
   precision.policy = options.precision;
+  precision.weightOnly = options.weightOnly;
   fn.addPass(createPrecisionPass(precision));
   PadLayoutPassOptions pad;
   pad.multiple = options.padMultiple;

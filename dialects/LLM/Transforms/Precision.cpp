@@ -149,13 +149,15 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
 
   void runOnOperation() override {
     func::FuncOp fn = getOperation();
-    if (weightOnly != "none") {
-      if (weightOnly == "int8" || weightOnly == "int4")
-        fn.emitOpError() << "weight-only quantization '" << weightOnly
-                         << "' is not implemented yet; expected none";
-      else
-        fn.emitOpError() << "weight-only must be none, int8 or int4, found '"
-                         << weightOnly << "'";
+    if (weightOnly != "none" && weightOnly != "int8" && weightOnly != "int4") {
+      fn.emitOpError() << "weight-only must be none, int8 or int4, found '"
+                       << weightOnly << "'";
+      return signalPassFailure();
+    }
+    if (weightOnly != "none" && policy == "fp8") {
+      fn.emitOpError() << "weight-only=" << weightOnly
+                       << " cannot be combined with policy=fp8 (expected "
+                          "fp32, bf16 or fp16 activations)";
       return signalPassFailure();
     }
     if (policy != "fp32" && policy != "bf16" && policy != "fp16" &&
@@ -164,8 +166,17 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
                        << policy << "'";
       return signalPassFailure();
     }
-    if (policy == "fp32" || fn.isExternal())
+    if (fn.isExternal())
       return;
+    // Weight-only quantization after the policy's casts: it quantizes the
+    // (already low-precision) weight a matmul reads.
+    auto quantizeWeights = [&] {
+      if (weightOnly != "none" &&
+          failed(quantizeLinearWeights(fn, weightOnly == "int4" ? 4 : 8)))
+        signalPassFailure();
+    };
+    if (policy == "fp32")
+      return quantizeWeights();
     MLIRContext *ctx = fn.getContext();
     Type low = policy == "fp16" ? Type(Float16Type::get(ctx))
                                 : Type(BFloat16Type::get(ctx));
@@ -191,6 +202,7 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
       if (e.isF32())
         rw.lowMatmul(mm, low);
     }
+    quantizeWeights();
     // Drop cast pairs that are lossless (the cast canonicalization).
     RewritePatternSet patterns(ctx);
     CastOp::getCanonicalizationPatterns(patterns, ctx);

@@ -705,3 +705,75 @@ func.func @yield_outside(%x: tensor<4xf32>) {
   // expected-error @+1 {{'llm.yield' op expects parent op 'llm.fusion'}}
   llm.yield %x : tensor<4xf32>
 }
+
+// -----
+
+func.func @quantize_weight_k_not_multiple(%w: tensor<64x96xbf16>) {
+  // expected-error @+1 {{'llm.quantize_weight' op K = 96 is not a multiple of group_size = 128 (pad the weight along K first; llmc-precision leaves such matmuls unquantized)}}
+  %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64} : tensor<64x96xbf16> -> tensor<64x48xi8>, tensor<64x1xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_weight_bits(%w: tensor<64x128xbf16>) {
+  // expected-error @+1 {{'llm.quantize_weight' op bits must be 4 or 8, found 3}}
+  %q, %s = llm.quantize_weight %w {bits = 3 : i64, group_size = 128 : i64} : tensor<64x128xbf16> -> tensor<64x64xi8>, tensor<64x1xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_weight_group(%w: tensor<64x128xbf16>) {
+  // expected-error @+1 {{'llm.quantize_weight' op group_size must be a positive even number, found 0}}
+  %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 0 : i64} : tensor<64x128xbf16> -> tensor<64x64xi8>, tensor<64x1xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_weight_rank(%w: tensor<2x64x128xbf16>) {
+  // expected-error @+1 {{'llm.quantize_weight' op expects a rank-2 [N, K] weight, found rank 3}}
+  %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64} : tensor<2x64x128xbf16> -> tensor<64x64xi8>, tensor<64x1xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_weight_packed_shape(%w: tensor<64x256xbf16>) {
+  // expected-error @+1 {{'llm.quantize_weight' op packed result has shape [64, 256], expected [64, 128]}}
+  %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64} : tensor<64x256xbf16> -> tensor<64x256xi8>, tensor<64x2xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_weight_scales_shape(%w: tensor<64x256xbf16>) {
+  // expected-error @+1 {{'llm.quantize_weight' op scales result has shape [64, 1], expected [64, 2]}}
+  %q, %s = llm.quantize_weight %w {bits = 8 : i64, group_size = 128 : i64} : tensor<64x256xbf16> -> tensor<64x256xi8>, tensor<64x1xf32>
+  return
+}
+
+// -----
+
+func.func @dequantize_weight_packed_shape(%q: tensor<64x256xi8>, %s: tensor<64x2xf32>) {
+  // expected-error @+1 {{'llm.dequantize_weight' op packed operand has shape [64, 256], expected [64, 128]}}
+  %w = llm.dequantize_weight %q, %s {bits = 4 : i64, group_size = 128 : i64} : tensor<64x256xi8>, tensor<64x2xf32> -> tensor<64x256xbf16>
+  return
+}
+
+// -----
+
+func.func @dequantize_weight_scales_shape(%q: tensor<64x256xi8>, %s: tensor<64x4xf32>) {
+  // expected-error @+1 {{'llm.dequantize_weight' op scales operand has shape [64, 4], expected [64, 2]}}
+  %w = llm.dequantize_weight %q, %s {bits = 8 : i64, group_size = 128 : i64} : tensor<64x256xi8>, tensor<64x4xf32> -> tensor<64x256xbf16>
+  return
+}
+
+// -----
+
+func.func @dequantize_weight_k(%q: tensor<64x48xi8>, %s: tensor<64x1xf32>) {
+  // expected-error @+1 {{'llm.dequantize_weight' op K = 96 is not a multiple of group_size = 128}}
+  %w = llm.dequantize_weight %q, %s {bits = 4 : i64, group_size = 128 : i64} : tensor<64x48xi8>, tensor<64x1xf32> -> tensor<64x96xbf16>
+  return
+}

@@ -166,3 +166,12 @@ func.func @pad_and_fusion(%x: tensor<7x48xbf16>, %d: tensor<?x48xf32>, %g: tenso
   }
   return %p, %q, %f : tensor<16x64xbf16>, tensor<?x64xf32>, tensor<7x176xf32>
 }
+
+// CHECK-LABEL: func.func @weight_only_quantization
+func.func @weight_only_quantization(%w: tensor<?x256xbf16>) -> tensor<?x256xf16> {
+  // CHECK: %[[Q:.+]], %[[S:.+]] = llm.quantize_weight %{{.+}} {bits = 4 : i64, group_size = 128 : i64} : tensor<?x256xbf16> -> tensor<?x128xi8>, tensor<?x2xf32>
+  %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64} : tensor<?x256xbf16> -> tensor<?x128xi8>, tensor<?x2xf32>
+  // CHECK: llm.dequantize_weight %[[Q]], %[[S]] {bits = 4 : i64, group_size = 128 : i64} : tensor<?x128xi8>, tensor<?x2xf32> -> tensor<?x256xf16>
+  %d = llm.dequantize_weight %q, %s {bits = 4 : i64, group_size = 128 : i64} : tensor<?x128xi8>, tensor<?x2xf32> -> tensor<?x256xf16>
+  return %d : tensor<?x256xf16>
+}

@@ -2,7 +2,8 @@
 // RUN: llmc-opt --split-input-file --llmc-precision=policy=fp16 %s | FileCheck %s --check-prefix=F16
 // RUN: llmc-opt --split-input-file --llmc-precision=policy=fp8 %s | FileCheck %s --check-prefix=FP8
 // RUN: llmc-opt --split-input-file --llmc-precision=policy=fp32 %s | FileCheck %s --check-prefix=F32
-// RUN: not llmc-opt --split-input-file --llmc-precision="policy=bf16 weight-only=int8" %s 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: not llmc-opt --split-input-file --llmc-precision="policy=bf16 weight-only=int3" %s 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: not llmc-opt --split-input-file --llmc-precision="policy=fp8 weight-only=int4" %s 2>&1 | FileCheck %s --check-prefix=ERR-FP8
 // RUN: not llmc-opt --split-input-file --llmc-precision=policy=fp64 %s 2>&1 | FileCheck %s --check-prefix=ERR-POLICY
 
 // CHECK-LABEL: func.func @matmul
@@ -74,7 +75,8 @@ func.func @already_bf16(%x: tensor<8x8xbf16>, %w: tensor<8x8xbf16>) -> tensor<8x
 // -----
 
 // ERR-POLICY: error: 'func.func' op policy must be fp32, bf16, fp16 or fp8, found 'fp64'
-// ERR: error: 'func.func' op weight-only quantization 'int8' is not implemented yet; expected none
+// ERR: error: 'func.func' op weight-only must be none, int8 or int4, found 'int3'
+// ERR-FP8: error: 'func.func' op weight-only=int4 cannot be combined with policy=fp8
 func.func @weight_only(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
   return %x : tensor<8x8xf32>
 }
