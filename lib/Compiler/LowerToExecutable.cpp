@@ -182,6 +182,7 @@ private:
   int bufferFor(Value v); // buffer id of v's storage root
   int newArenaBuffer(int64_t bytes, int firstStep, int lastStep);
   absl::Status planArena();
+  absl::Status checkEveryOutputWritten();
 
   // --- emission ---
   int addKernel(const cu::KernelCode &code);
@@ -1254,6 +1255,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   }
   // Results: a value computed here is written straight into its output buffer.
   std::vector<std::pair<Value, int>> copies; // (value, output index)
+  std::vector<Value> viewResults;              // storage roots that are views
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     auto dtype = toDType(tensorType(v).getElementType());
     if (!dtype.ok())
@@ -1264,15 +1266,20 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     auto shape = tensorType(v).getShape();
     sig.shape.assign(shape.begin(), shape.end());
     exe.outputs.push_back(sig);
+    // A result whose storage is a lazy view (a broadcast/transpose/slice,
+    // possibly seen through reshapes, as in GQA's repeat_kv:
+    // reshape(broadcast(reshape(k)))) is materialized straight into its
+    // output buffer after the last op; nothing else would ever write it.
     Value root = storageRoot(v);
-    bool isView = v.getDefiningOp<BroadcastOp>() || v.getDefiningOp<TransposeOp>() ||
-                  v.getDefiningOp<SliceOp>();
-    bool computed = root.getDefiningOp() && !matchPattern(root, m_Constant()) &&
-                    !buffers.count(root);
-    if (!isView && computed && !outputIndex.count(root))
+    Operation *rootDef = root.getDefiningOp();
+    bool computed = rootDef && !matchPattern(root, m_Constant()) && !buffers.count(root);
+    if (computed && !outputIndex.count(root)) {
       outputIndex[root] = i;
-    else
+      if (isa<BroadcastOp, TransposeOp, SliceOp>(rootDef))
+        viewResults.push_back(root);
+    } else {
       copies.push_back({v, static_cast<int>(i)});
+    }
   }
 
   planFusion();
@@ -1333,8 +1340,19 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
         return st;
     materializeErrors.clear();
   }
-  // Results that are inputs, constants, views or duplicates: copy.
-  step = index;
+  // Run at the return's step: the sources of views and copies are live up to
+  // and including it, so the arena never places the new buffers over them.
+  step = opIndex[ret];
+  for (Value root : viewResults) {
+    if (buffers.count(root))
+      continue; // a consumer already materialized it into the output
+    bufferFor(root);
+    for (absl::Status &st : materializeErrors)
+      if (!st.ok())
+        return st;
+    materializeErrors.clear();
+  }
+  // Results that are inputs, constants or duplicates: copy.
   for (auto [v, i] : copies) {
     rt::Buffer b;
     b.id = exe.buffers.size();
@@ -1348,6 +1366,8 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     if (auto st = emitCopyToBuffer(b.id, v, ret); !st.ok())
       return st;
   }
+  if (auto st = checkEveryOutputWritten(); !st.ok())
+    return st;
   if (auto st = planArena(); !st.ok())
     return st;
   if (auto st = exe.Validate(); !st.ok())
@@ -1370,6 +1390,46 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     stats->intermediate_bytes = intermediateBytes;
   }
   return exe;
+}
+
+/// Every output buffer must be the destination of some launch (a kernel
+/// argument, a GEMM's D, a collective's recv or a copy's dst); a result whose
+/// storage nothing writes would silently return the caller's uninitialized
+/// memory. An internal error, never expected.
+absl::Status Lowering::checkEveryOutputWritten() {
+  std::vector<bool> written(exe.outputs.size(), false);
+  auto mark = [&](int buffer) {
+    if (buffer < 0 || buffer >= static_cast<int>(exe.buffers.size()))
+      return;
+    const rt::Buffer &b = exe.buffers[buffer];
+    if (b.kind == rt::Buffer::Output && b.io_index >= 0 &&
+        b.io_index < static_cast<int>(written.size()))
+      written[b.io_index] = true;
+  };
+  for (const rt::Launch &l : exe.launches) {
+    switch (l.kind) {
+    case rt::Launch::Kernel:
+      for (const rt::Arg &a : l.args)
+        if (a.kind == rt::Arg::BufferPtr)
+          mark(a.buffer);
+      break;
+    case rt::Launch::Gemm:
+      mark(exe.gemms[l.gemm].d.buffer);
+      break;
+    case rt::Launch::Collective:
+      mark(exe.collectives[l.collective].recv.buffer);
+      break;
+    case rt::Launch::Copy:
+      mark(l.dst.buffer);
+      break;
+    }
+  }
+  for (size_t i = 0; i < written.size(); ++i)
+    if (!written[i] && exe.outputs[i].NumElements() > 0)
+      return absl::InternalError(absl::StrCat(
+          "llmc internal error (please report): result ", i, " of @",
+          fn.getSymName().str(), " is never written by the compiled code"));
+  return absl::OkStatus();
 }
 
 } // namespace
