@@ -199,8 +199,12 @@ absl::StatusOr<const Nccl*> Nccl::Get() { return GetSingleton<Nccl>(); }
 
 absl::Status Nccl::Check(ncclResult_t result, const char* call) const {
   if (result == ncclSuccess) return absl::OkStatus();
+  // ncclGetLastError(NULL) holds the calling thread's detailed message
+  // ("NCCL WARN ..." text), far more useful than the result code alone.
+  const char* detail = ncclGetLastError ? ncclGetLastError(nullptr) : nullptr;
   std::string msg =
-      absl::StrCat(call, " failed: ", ncclGetErrorString(result));
+      absl::StrCat(call, " failed: ", ncclGetErrorString(result),
+                   detail && *detail ? absl::StrCat(" (", detail, ")") : "");
   if (result == ncclInvalidArgument || result == ncclInvalidUsage)
     return absl::InvalidArgumentError(msg);
   return absl::InternalError(msg);

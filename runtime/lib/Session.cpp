@@ -1,9 +1,14 @@
 #include "llmc/runtime/Session.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "llmc/runtime/Communicator.h"
 #include "llmc/runtime/DynamicLibs.h"
 #include "llmc/runtime/Status.h"
 
@@ -147,6 +152,107 @@ absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
 }
 
 // ---------------------------------------------------------------------------
+// Collective dependencies
+// ---------------------------------------------------------------------------
+namespace {
+
+/// A byte range of one memory space: the arena, or one input / output /
+/// constant tensor.
+struct Region {
+  std::pair<int, int> space;  // (0 arena | 1 input | 2 output | 3 constant, index)
+  int64_t lo = 0, hi = 0;
+  bool write = false;
+};
+
+void AddRegion(const Executable& exe, int buffer, bool write,
+               std::vector<Region>* out) {
+  if (buffer < 0 || buffer >= static_cast<int>(exe.buffers.size())) return;
+  const Buffer& b = exe.buffers[buffer];
+  Region r;
+  r.write = write;
+  switch (b.kind) {
+    case Buffer::Arena:
+      r.space = {0, 0};
+      r.lo = b.arena_offset;
+      r.hi = b.arena_offset + b.bytes;
+      break;
+    case Buffer::Input:
+      r.space = {1, b.io_index};
+      r.hi = b.bytes;
+      break;
+    case Buffer::Output: {
+      int alias = b.io_index >= 0 && b.io_index < static_cast<int>(exe.outputs.size())
+                      ? exe.outputs[b.io_index].alias_input
+                      : -1;
+      r.space = alias >= 0 ? std::make_pair(1, alias) : std::make_pair(2, b.io_index);
+      r.hi = b.bytes;
+      break;
+    }
+    case Buffer::Constant:
+      r.space = {3, b.id};
+      r.hi = b.bytes;
+      break;
+  }
+  // Zero-sized tensors still get a one-byte range: cheap and conservative.
+  r.hi = std::max(r.hi, r.lo + 1);
+  out->push_back(r);
+}
+
+std::vector<Region> RegionsOf(const Executable& exe, const Launch& l) {
+  std::vector<Region> out;
+  switch (l.kind) {
+    case Launch::Kernel:
+      for (const Arg& a : l.args)
+        if (a.kind == Arg::BufferPtr) AddRegion(exe, a.buffer, true, &out);
+      break;
+    case Launch::Gemm: {
+      const GemmSpec& g = exe.gemms[l.gemm];
+      for (const BufferRef* r : {&g.a, &g.b, &g.c, &g.bias, &g.scale_a, &g.scale_b})
+        AddRegion(exe, r->buffer, false, &out);
+      AddRegion(exe, g.d.buffer, true, &out);
+      break;
+    }
+    case Launch::Collective: {
+      const CollectiveSpec& c = exe.collectives[l.collective];
+      AddRegion(exe, c.send.buffer, false, &out);
+      AddRegion(exe, c.recv.buffer, true, &out);
+      break;
+    }
+    case Launch::Copy:
+      AddRegion(exe, l.src.buffer, false, &out);
+      AddRegion(exe, l.dst.buffer, true, &out);
+      break;
+  }
+  return out;
+}
+
+bool Conflict(const std::vector<Region>& a, const std::vector<Region>& b) {
+  for (const Region& x : a)
+    for (const Region& y : b)
+      if ((x.write || y.write) && x.space == y.space && x.lo < y.hi && y.lo < x.hi)
+        return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> PlanCollectiveJoins(const Executable& exe) {
+  std::vector<std::vector<int>> joins(exe.launches.size());
+  for (size_t j = 0; j < exe.launches.size(); ++j) {
+    if (exe.launches[j].kind != Launch::Collective) continue;
+    std::vector<Region> mine = RegionsOf(exe, exe.launches[j]);
+    for (size_t i = j + 1; i < exe.launches.size(); ++i) {
+      if (exe.launches[i].kind == Launch::Collective) continue;
+      if (Conflict(mine, RegionsOf(exe, exe.launches[i]))) {
+        joins[i].push_back(static_cast<int>(j));
+        break;
+      }
+    }
+  }
+  return joins;
+}
+
+// ---------------------------------------------------------------------------
 // Session internals
 // ---------------------------------------------------------------------------
 namespace {
@@ -206,9 +312,22 @@ struct Session::Impl {
   CUgraphExec graph = nullptr;
   std::vector<uint64_t> graph_key;
   std::vector<uint64_t> base;  // per buffer, resolved each run
+  // Collectives: the communicator, the communication stream, per Collective
+  // launch a fork event (compute -> comm) and a done event (comm -> compute),
+  // and the joins each launch needs (PlanCollectiveJoins).
+  ncclComm_t comm = nullptr;
+  CUstream comm_stream = nullptr;
+  std::map<int, std::pair<CUevent, CUevent>> collective_events;
+  std::vector<std::vector<int>> joins;
+  std::vector<int> pending;  // Collective launches not yet joined this run
 
   ~Impl() {
     if (graph) driver_->cuGraphExecDestroy(graph);
+    for (auto& [i, ev] : collective_events) {
+      if (ev.first) driver_->cuEventDestroy(ev.first);
+      if (ev.second) driver_->cuEventDestroy(ev.second);
+    }
+    if (comm_stream) driver_->cuStreamDestroy(comm_stream);
     for (GemmPlan& g : gemms) {
       if (g.desc) lt->cublasLtMatmulDescDestroy(g.desc);
       for (auto* l : {g.a, g.b, g.c, g.d})
@@ -220,8 +339,15 @@ struct Session::Impl {
 
   absl::Status PlanGemm(const GemmSpec& g, size_t workspace_bytes,
                         GemmPlan* plan);
-  absl::Status Enqueue(const Executable& exe, const Launch& l, CUstream stream,
-                       void* comm);
+  absl::Status Enqueue(const Executable& exe, const Launch& l, CUstream stream);
+  /// Enqueues launch `i` on `stream`, first joining the collectives it
+  /// depends on; a collective is forked onto the communication stream (and
+  /// joined at once when `join_now`, for per-launch timing).
+  absl::Status EnqueueAt(const Executable& exe, size_t i, CUstream stream,
+                         bool join_now);
+  absl::Status Join(int launch, CUstream stream);
+  /// Joins every collective still pending (end of a run).
+  absl::Status JoinAll(CUstream stream);
 };
 
 #undef CU_CALL
@@ -321,8 +447,42 @@ absl::Status Session::Impl::PlanGemm(const GemmSpec& g, size_t workspace_bytes,
   return absl::OkStatus();
 }
 
+absl::Status Session::Impl::Join(int launch, CUstream stream) {
+  auto it = std::find(pending.begin(), pending.end(), launch);
+  if (it == pending.end()) return absl::OkStatus();
+  pending.erase(it);
+  return CU_CALL(cuStreamWaitEvent, stream,
+                 collective_events.at(launch).second, 0);
+}
+
+absl::Status Session::Impl::JoinAll(CUstream stream) {
+  while (!pending.empty())
+    LLMC_RT_RETURN_IF_ERROR(Join(pending.front(), stream));
+  return absl::OkStatus();
+}
+
+absl::Status Session::Impl::EnqueueAt(const Executable& exe, size_t i,
+                                      CUstream stream, bool join_now) {
+  for (int c : joins[i]) LLMC_RT_RETURN_IF_ERROR(Join(c, stream));
+  const Launch& l = exe.launches[i];
+  if (l.kind != Launch::Collective) return Enqueue(exe, l, stream);
+  if (!comm)
+    return absl::FailedPreconditionError(
+        "the NCCL communicator was aborted after an earlier error");
+  // Fork: the communication stream waits for everything enqueued so far
+  // (the collective's producers), runs the collective, records `done`.
+  auto [fork, done] = collective_events.at(static_cast<int>(i));
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuEventRecord, fork, stream));
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuStreamWaitEvent, comm_stream, fork, 0));
+  LLMC_RT_RETURN_IF_ERROR(Enqueue(exe, l, comm_stream));
+  LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuEventRecord, done, comm_stream));
+  pending.push_back(static_cast<int>(i));
+  if (join_now) return Join(static_cast<int>(i), stream);
+  return absl::OkStatus();
+}
+
 absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
-                                    CUstream stream, void* comm) {
+                                    CUstream stream) {
   auto addr = [&](const BufferRef& r) -> uint64_t {
     return r.buffer < 0 ? 0 : base[r.buffer] + r.offset;
   };
@@ -387,9 +547,10 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
       const CollectiveSpec& c = exe.collectives[l.collective];
       if (!comm)
         return absl::FailedPreconditionError(
-            "executable has collectives but SessionOptions::nccl_comm is null");
+            "executable has collectives but the session has no NCCL "
+            "communicator");
       LLMC_RT_ASSIGN_OR_RETURN(ncclDataType_t t, NcclType(c.dtype));
-      auto* nc = static_cast<ncclComm_t>(comm);
+      ncclComm_t nc = comm;
       auto cs = reinterpret_cast<cudaStream_t>(stream);
       const void* send = reinterpret_cast<const void*>(addr(c.send));
       void* recv = reinterpret_cast<void*>(addr(c.recv));
@@ -519,8 +680,44 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
           im.PlanGemm(exe->gemms[i], options.gemm_workspace_bytes, &im.gemms[i]),
           absl::StrCat("gemm ", i)));
   }
+  im.joins = PlanCollectiveJoins(*exe);
   if (!exe->collectives.empty()) {
     LLMC_RT_ASSIGN_OR_RETURN(im.nccl, Nccl::Get());
+    if (options.communicator) {
+      if (options.communicator->aborted())
+        return absl::FailedPreconditionError(
+            "SessionOptions::communicator was aborted after an earlier error");
+      if (options.communicator->device() &&
+          options.communicator->device()->ordinal() != device->ordinal())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the communicator is on GPU ", options.communicator->device()->ordinal(),
+            " but the session on GPU ", device->ordinal()));
+      im.comm = options.communicator->comm();
+    } else {
+      im.comm = static_cast<ncclComm_t>(options.nccl_comm);
+    }
+    if (!im.comm)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the executable has ", exe->collectives.size(),
+          " collective(s) (all_reduce/all_gather/reduce_scatter) but no NCCL "
+          "communicator was given: set SessionOptions::communicator (see "
+          "Communicator.h) or nccl_comm"));
+    for (const Launch& l : exe->launches)
+      if (l.kind == Launch::Collective) {
+        LLMC_RT_ASSIGN_OR_RETURN(ncclDataType_t t,
+                                 NcclType(exe->collectives[l.collective].dtype));
+        (void)t;
+      }
+    LLMC_RT_RETURN_IF_ERROR(
+        CU_CALL(cuStreamCreate, &im.comm_stream, CU_STREAM_NON_BLOCKING));
+    for (size_t i = 0; i < exe->launches.size(); ++i) {
+      if (exe->launches[i].kind != Launch::Collective) continue;
+      auto& ev = im.collective_events[static_cast<int>(i)];
+      LLMC_RT_RETURN_IF_ERROR(
+          CU_CALL(cuEventCreate, &ev.first, CU_EVENT_DISABLE_TIMING));
+      LLMC_RT_RETURN_IF_ERROR(
+          CU_CALL(cuEventCreate, &ev.second, CU_EVENT_DISABLE_TIMING));
+    }
   }
   return s;
 }
@@ -566,15 +763,25 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
   for (const auto& t : inputs) key.push_back(t.dptr);
   for (const auto& t : outputs) key.push_back(t.dptr);
 
+  if (options_.communicator && !exe_->collectives.empty()) {
+    im.comm = options_.communicator->comm();
+    if (!im.comm)
+      return absl::FailedPreconditionError(
+          "the session's NCCL communicator was aborted after an earlier error");
+  }
+  im.pending.clear();
   auto enqueue_all = [&]() -> absl::Status {
     for (size_t i = 0; i < exe_->launches.size(); ++i) {
       const Launch& l = exe_->launches[i];
-      absl::Status st = im.Enqueue(*exe_, l, stream, options_.nccl_comm);
-      if (!st.ok())
+      absl::Status st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/false);
+      if (!st.ok()) {
+        // Join what was forked so a capture ends cleanly.
+        (void)im.JoinAll(stream);
         return Annotate(st, absl::StrCat("launch ", i,
                                          l.label.empty() ? "" : " (" + l.label + ")"));
+      }
     }
-    return absl::OkStatus();
+    return im.JoinAll(stream);
   };
 
   if (timings) {
@@ -587,7 +794,7 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
     }
     for (size_t i = 0; st.ok() && i < n; ++i) {
       if (i == 0) st = CU_CALL(cuEventRecord, events[0], stream);
-      if (st.ok()) st = im.Enqueue(*exe_, exe_->launches[i], stream, options_.nccl_comm);
+      if (st.ok()) st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/true);
       if (st.ok()) st = CU_CALL(cuEventRecord, events[i + 1], stream);
     }
     if (st.ok() && n > 0) st = CU_CALL(cuEventSynchronize, events[n]);

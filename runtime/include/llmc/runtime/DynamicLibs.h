@@ -67,7 +67,8 @@ class DynamicLibrary {
   X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD8Async)   \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                  \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)                      \
-  X(cuEventElapsedTime) X(cuEventDestroy) X(cuStreamBeginCapture)              \
+  X(cuEventElapsedTime) X(cuEventDestroy) X(cuEventQuery) X(cuStreamQuery)     \
+  X(cuStreamWaitEvent) X(cuStreamBeginCapture)                                 \
   X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)                 \
   X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuGetErrorString)                  \
   X(cuGetErrorName)
@@ -91,7 +92,8 @@ class DynamicLibrary {
   X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclAllReduce)    \
   X(ncclAllGather) X(ncclReduceScatter) X(ncclCommDestroy)                     \
   X(ncclCommGetAsyncError) X(ncclGetErrorString) X(ncclGroupStart)             \
-  X(ncclGroupEnd)
+  X(ncclGroupEnd) X(ncclCommInitRankConfig) X(ncclCommAbort)                   \
+  X(ncclCommFinalize) X(ncclCommCount) X(ncclCommUserRank) X(ncclGetLastError)
 
 #define LLMC_RT_DECLARE_SYMBOL(name) decltype(&::name) name = nullptr;
 

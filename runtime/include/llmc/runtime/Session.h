@@ -18,6 +18,7 @@
 namespace llmc::rt {
 
 struct CudaDriver;
+class Communicator;
 
 /// One GPU, through its primary context.
 class Device {
@@ -92,13 +93,37 @@ struct SessionOptions {
   KernelCompiler* compiler = nullptr;
   /// Pool for the arena, constants and GEMM workspace; null = device pool.
   MemoryPool* pool = nullptr;
-  /// ncclComm_t for Collective launches (required if there are any).
+  /// Communicator for Collective launches (required if there are any; see
+  /// Communicator.h). Kept alive by the session.
+  std::shared_ptr<Communicator> communicator;
+  /// Alternatively a raw ncclComm_t owned by the caller (used when
+  /// `communicator` is null).
   void* nccl_comm = nullptr;
   /// cuBLASLt workspace, bytes.
   size_t gemm_workspace_bytes = 32 << 20;
 };
 
+/// The dependencies of collectives run on a separate communication stream:
+/// for each launch i, the indices of Collective launches whose completion
+/// launch i must wait for, because it reads or writes memory the collective
+/// writes (its recv buffer) or writes memory it reads (its send buffer).
+/// Memory is compared by byte ranges: arena buffers by their planned
+/// [arena_offset, arena_offset + bytes), inputs/outputs/constants per tensor
+/// (an output that aliases a donated input counts as that input); kernel
+/// arguments count as read and written. Later collectives need no entry (the
+/// communication stream orders them). Collectives absent from every list are
+/// joined at the end of the run.
+std::vector<std::vector<int>> PlanCollectiveJoins(const Executable& exe);
+
 /// An Executable loaded on a Device. Run() calls are serialized.
+///
+/// Collectives run on a communication stream of the session: the compute
+/// stream records an event after the collective's producers, the
+/// communication stream waits for it and runs the NCCL call, and the compute
+/// stream waits for the collective's done event only right before the first
+/// launch that depends on it (PlanCollectiveJoins), so independent compute
+/// overlaps. The fork/join through events is captured into the CUDA graph
+/// like any other work; every collective is joined before Run's work ends.
 class Session {
  public:
   /// Validates the executable, loads/compiles every kernel (NVRTC for the
