@@ -244,4 +244,96 @@ LaunchDims GatherLaunch(const GatherConfig &c, int64_t num_indices) {
   return Dims(std::max<int64_t>(num_indices, 1), 1, 1, GatherThreads(c));
 }
 
+//===----------------------------------------------------------------------===//
+// Zero padding
+//===----------------------------------------------------------------------===//
+
+namespace {
+const char *BitsType(int size) {
+  switch (size) {
+  case 1: return "uint8_t";
+  case 2: return "uint16_t";
+  case 4: return "uint32_t";
+  default: return "uint64_t";
+  }
+}
+} // namespace
+
+int PadVecWidth(ScalarType dtype, int64_t in_last, int64_t out_last) {
+  int w = 16 / ScalarSize(dtype);
+  while (w > 1 && (in_last % w != 0 || out_last % w != 0)) w /= 2;
+  return w;
+}
+
+KernelCode EmitPad(const PadConfig &c) {
+  if (c.rank < 1 || c.rank > kPadMaxRank) Fail("pad: rank must be in 1..8");
+  const int size = ScalarSize(c.dtype);
+  if (c.vec < 1 || (c.vec & (c.vec - 1)) != 0 || c.vec * size > 16)
+    Fail("pad: vec must be a power of two with vec * element size <= 16");
+  KernelCode kc;
+  kc.name = "llmc_pad_b" + std::to_string(size) + "_r" + std::to_string(c.rank) + "_v" + std::to_string(c.vec);
+  std::ostringstream cfg;
+  cfg << "typedef " << BitsType(size) << " E;  // element bits: any type of " << size << " byte(s)\n"
+      << "static constexpr int kRank = " << c.rank << ";\n"
+      << "static constexpr int kVec = " << c.vec << ";\n"
+      << "static constexpr int kThreads = " << kPadThreads << ";\n"
+      << "struct PadShape { long long out[kRank]; long long in[kRank]; };\n";
+  std::ostringstream b;
+  b << R"CUDA(
+template <int V>
+LLMC_DEV void padRows(E* out, const E* in, long long numel, const PadShape& s) {
+  typedef LlmcVec<E, V> Vt;
+  const int64_t items = numel / V;
+  for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < items;
+       it += (int64_t)gridDim.x * blockDim.x) {
+    // V divides both last dims: the V elements are all inside or all outside.
+    int64_t rem = it * V, src = 0, stride = 1;
+    bool inside = true;
+#pragma unroll
+    for (int d = kRank - 1; d >= 0; --d) {
+      const int64_t c = rem % s.out[d];
+      rem /= s.out[d];
+      inside = inside && c < s.in[d];
+      src += c * stride;
+      stride *= s.in[d];
+    }
+    Vt v;
+    if (inside) {
+      v = *reinterpret_cast<const Vt*>(in + src);
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) v.v[e] = 0;
+    }
+    *reinterpret_cast<Vt*>(out + it * V) = v;
+  }
+}
+)CUDA";
+  b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
+    << "(\n    E* __restrict__ out, const E* __restrict__ in, long long numel, PadShape shape) {\n";
+  b << R"CUDA(  const unsigned long long align = (unsigned long long)(kVec * sizeof(E));
+  if (kVec > 1 && ((unsigned long long)out % align) == 0 && ((unsigned long long)in % align) == 0)
+    padRows<kVec>(out, in, numel, shape);
+  else
+    padRows<1>(out, in, numel, shape);
+}
+)CUDA";
+  kc.source = Assemble("// llmc zero padding (llm.pad): out[c] = (every c[d] < in_sizes[d]) ? in[c] : 0,\n"
+                       "// a bit-exact copy for any element type; dense row-major tensors.\n",
+                       cfg.str(), b.str());
+  return kc;
+}
+
+LaunchDims PadLaunch(const PadConfig &c, int64_t numel_out) {
+  const int64_t items = std::max<int64_t>(numel_out / std::max(c.vec, 1), 1);
+  return Dims(std::min<int64_t>(CeilDiv(items, kPadThreads), int64_t{kAssumedNumSMs} * 8), 1, 1, kPadThreads);
+}
+
+std::vector<int64_t> PackPadShape(const std::vector<int64_t> &out_sizes, const std::vector<int64_t> &in_sizes) {
+  if (out_sizes.size() != in_sizes.size() || out_sizes.empty() || out_sizes.size() > size_t{kPadMaxRank})
+    Fail("pad: shapes of different ranks or rank outside 1..8");
+  std::vector<int64_t> packed(out_sizes);
+  packed.insert(packed.end(), in_sizes.begin(), in_sizes.end());
+  return packed;
+}
+
 } // namespace llmc::cuda

@@ -449,6 +449,40 @@ bool GemvSupported(const GemvConfig &cfg);
 KernelCode EmitGemv(const GemvConfig &cfg);
 LaunchDims GemvLaunch(const GemvConfig &cfg);
 
+//===----------------------------------------------------------------------===//
+// 12. Zero padding (llm.pad)
+//===----------------------------------------------------------------------===//
+
+inline constexpr int kPadMaxRank = 8;
+inline constexpr int kPadThreads = 256;
+
+struct PadConfig {
+  ScalarType dtype = ScalarType::bf16; // any type: elements are copied bit-exactly
+  int rank = 2;                        // 1..kPadMaxRank
+  /// Elements per thread step along the last dim; a power of two with
+  /// vec * ScalarSize(dtype) <= 16 that divides both the input's and the
+  /// output's last dim (PadVecWidth picks the widest).
+  int vec = 1;
+};
+/// The widest vector width valid for PadConfig::vec.
+int PadVecWidth(ScalarType dtype, int64_t in_last, int64_t out_last);
+/// High zero padding (the semantics of `llm.pad`): out has sizes
+/// out_sizes[d] >= in_sizes[d]; out[c] = in[c] where c[d] < in_sizes[d] for
+/// every d, else zero (the all-zero bit pattern: +0.0 for every float type,
+/// 0 for integers). Both tensors dense row-major. Each thread handles `vec`
+/// consecutive elements of a row with one 16-byte (or narrower) load and
+/// store when both pointers are aligned to vec * element size, else the
+/// same loop one element at a time; grid-stride.
+/// Kernel arguments:
+///   (E* out, const E* in, long long numel_out, PadShape shape)
+/// where E is the unsigned integer of the element's size and PadShape is
+/// `long long data[2 * rank]` = {out sizes (outermost first), in sizes},
+/// passed by value; build it with PackPadShape.
+KernelCode EmitPad(const PadConfig &cfg);
+LaunchDims PadLaunch(const PadConfig &cfg, int64_t numel_out);
+std::vector<int64_t> PackPadShape(const std::vector<int64_t> &out_sizes,
+                                  const std::vector<int64_t> &in_sizes);
+
 } // namespace llmc::cuda
 
 #endif // LLMC_TARGET_CUDA_KERNELLIBRARY_H
