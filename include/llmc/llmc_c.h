@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define LLMC_C_API_VERSION 1
+#define LLMC_C_API_VERSION 2 /* 2: NCCL communicators */
 #define LLMC_MAX_RANK 8
 
 /*--- status -----------------------------------------------------------------*/
@@ -70,7 +70,9 @@ typedef struct llmc_executable_t llmc_executable_t;
 /* options: NULL or "key=value;key=value" with keys
  *   arch=sm_90a            NVRTC target (default: the GPU's, else sm_90a)
  *   fuse=0|1               fusion on/off (default 1)
- *   cache_dir=PATH         kernel cache directory */
+ *   cache_dir=PATH         kernel cache directory
+ *   precision=fp32|bf16|fp16|fp8   numerics policy (default fp32: the graph
+ *                          as written; see CompilerOptions::precision) */
 llmc_status_t *llmc_compiler_create(const char *options,
                                     llmc_compiler_t **out_compiler);
 void llmc_compiler_release(llmc_compiler_t *compiler);
@@ -118,6 +120,53 @@ llmc_status_t *llmc_session_run(llmc_session_t *session,
                                 const llmc_tensor *inputs, int32_t num_inputs,
                                 const llmc_tensor *outputs, int32_t num_outputs,
                                 void *cuda_stream);
+
+/*--- NCCL communicators (tensor parallelism) ---------------------------------*
+ * One process per GPU. Rank 0 makes an id with llmc_nccl_get_unique_id and
+ * sends its 128 bytes to every rank by the caller's own means (MPI,
+ * torch.distributed.broadcast_object_list, a file); every rank then calls
+ * llmc_communicator_create with the same id and nranks, and loads the
+ * executables of its rank (compiled from an llmc-shard'ed graph) with
+ * llmc_session_create_with_communicator. Needs libnccl.so.2 (LLMC_LIBNCCL
+ * names another file); code 9 without it. Set-up and waits never hang: NCCL
+ * runs in non-blocking mode and a rank that failed or never started makes
+ * the others fail with code 4 (deadline exceeded) after the timeout, the
+ * communicator aborted. See docs/tensor-parallel.md. */
+#define LLMC_NCCL_UNIQUE_ID_BYTES 128
+typedef struct llmc_nccl_unique_id {
+  char internal[LLMC_NCCL_UNIQUE_ID_BYTES]; /* ncclUniqueId, opaque */
+} llmc_nccl_unique_id;
+typedef struct llmc_communicator_t llmc_communicator_t;
+
+/* A fresh id (ncclGetUniqueId); needs libnccl, not a GPU. */
+llmc_status_t *llmc_nccl_get_unique_id(llmc_nccl_unique_id *out_id);
+
+/* Joins the communicator `id` as rank `rank` (0 <= rank < nranks, code 3
+ * otherwise) on GPU `device_ordinal`; returns when all nranks ranks joined.
+ * `timeout_seconds` (> 0; 0 = the default of 300 s) bounds the set-up and
+ * every llmc_communicator_wait. */
+llmc_status_t *llmc_communicator_create(const llmc_nccl_unique_id *id,
+                                        int32_t rank, int32_t nranks,
+                                        int32_t device_ordinal,
+                                        double timeout_seconds,
+                                        llmc_communicator_t **out_communicator);
+/* Finalizes and destroys the communicator (after the sessions using it). */
+void llmc_communicator_release(llmc_communicator_t *communicator);
+int32_t llmc_communicator_rank(const llmc_communicator_t *communicator);
+int32_t llmc_communicator_nranks(const llmc_communicator_t *communicator);
+
+/* Waits until the work enqueued on `cuda_stream` has finished, watching for
+ * NCCL errors; on an error or after the timeout the communicator is aborted
+ * and the status names the rank and the timeout (code 4 or 13). */
+llmc_status_t *llmc_communicator_wait(llmc_communicator_t *communicator,
+                                      void *cuda_stream);
+
+/* llmc_session_create on the communicator's GPU, with its collectives
+ * (all_reduce, all_gather, reduce_scatter) run over `communicator`, which
+ * must outlive nothing: the session keeps it alive. */
+llmc_status_t *llmc_session_create_with_communicator(
+    const llmc_executable_t *executable, llmc_communicator_t *communicator,
+    const char *options, llmc_session_t **out_session);
 
 #ifdef __cplusplus
 } /* extern "C" */

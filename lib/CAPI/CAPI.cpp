@@ -11,6 +11,7 @@
 #include "llmc/llmc_c.h"
 
 #include "llmc/Compiler.h"
+#include "llmc/runtime/Communicator.h"
 #include "llmc/runtime/Session.h"
 
 #include "absl/strings/numbers.h"
@@ -19,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
+#include <cstring>
 #include <exception>
 #include <map>
 #include <memory>
@@ -39,6 +41,10 @@ struct llmc_compiler_t {
 
 struct llmc_executable_t {
   std::shared_ptr<const llmc::rt::Executable> exe;
+};
+
+struct llmc_communicator_t {
+  std::shared_ptr<llmc::rt::Communicator> comm;
 };
 
 struct llmc_session_t {
@@ -267,9 +273,12 @@ LLMC_EXPORT llmc_status_t *llmc_compiler_create(const char *options,
         co.fuse = *b;
       } else if (key == "cache_dir") {
         co.cache_dir = value;
+      } else if (key == "precision") {
+        co.precision = value;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
-            "options: unknown key '", key, "' (expected arch, fuse, cache_dir)"));
+            "options: unknown key '", key,
+            "' (expected arch, fuse, cache_dir, precision)"));
       }
     }
     auto compiler = llmc::Compiler::Create(co);
@@ -378,16 +387,19 @@ llmc_executable_output_info(const llmc_executable_t *executable, int32_t index,
 }
 
 /*--- session ------------------------------------------------------------------*/
-LLMC_EXPORT llmc_status_t *llmc_session_create(const llmc_executable_t *executable,
-                                               int32_t device_ordinal,
-                                               const char *options,
-                                               llmc_session_t **out_session) {
-  return guarded("llmc_session_create", [&]() -> absl::Status {
+namespace {
+llmc_status_t *createSession(const char *fn, const llmc_executable_t *executable,
+                             int32_t device_ordinal,
+                             llmc_communicator_t *communicator,
+                             const char *options, llmc_session_t **out_session) {
+  return guarded(fn, [&]() -> absl::Status {
     if (!out_session)
       return absl::InvalidArgumentError("out_session: NULL output pointer");
     *out_session = nullptr;
     if (!executable)
       return absl::InvalidArgumentError("executable: NULL handle");
+    if (communicator)
+      device_ordinal = communicator->comm->device()->ordinal();
     if (device_ordinal < 0)
       return absl::InvalidArgumentError(absl::StrCat(
           "device_ordinal: expected >= 0, found ", device_ordinal));
@@ -404,14 +416,127 @@ LLMC_EXPORT llmc_status_t *llmc_session_create(const llmc_executable_t *executab
         return b.status();
       so.use_cuda_graphs = *b;
     }
+    std::shared_ptr<llmc::rt::Device> device;
+    if (communicator) {
+      device = communicator->comm->device();
+      so.communicator = communicator->comm;
+    } else {
+      auto opened = llmc::rt::Device::Open(device_ordinal);
+      if (!opened.ok())
+        return opened.status();
+      device = *opened;
+    }
+    auto session = llmc::rt::Session::Load(device, executable->exe, so);
+    if (!session.ok())
+      return session.status();
+    *out_session = new llmc_session_t{std::move(device), std::move(*session)};
+    return absl::OkStatus();
+  });
+}
+} // namespace
+
+LLMC_EXPORT llmc_status_t *llmc_session_create(const llmc_executable_t *executable,
+                                               int32_t device_ordinal,
+                                               const char *options,
+                                               llmc_session_t **out_session) {
+  return createSession("llmc_session_create", executable, device_ordinal,
+                       nullptr, options, out_session);
+}
+
+LLMC_EXPORT llmc_status_t *llmc_session_create_with_communicator(
+    const llmc_executable_t *executable, llmc_communicator_t *communicator,
+    const char *options, llmc_session_t **out_session) {
+  if (!communicator) {
+    if (out_session)
+      *out_session = nullptr;
+    return invalid("communicator: NULL handle");
+  }
+  return createSession("llmc_session_create_with_communicator", executable, 0,
+                       communicator, options, out_session);
+}
+
+/*--- NCCL communicators -------------------------------------------------------*/
+LLMC_EXPORT llmc_status_t *llmc_nccl_get_unique_id(llmc_nccl_unique_id *out_id) {
+  return guarded("llmc_nccl_get_unique_id", [&]() -> absl::Status {
+    if (!out_id)
+      return absl::InvalidArgumentError("out_id: NULL output pointer");
+    static_assert(sizeof(out_id->internal) == llmc::rt::NcclUniqueId::kBytes);
+    auto id = llmc::rt::Communicator::GetUniqueId();
+    if (!id.ok())
+      return id.status();
+    std::memcpy(out_id->internal, id->bytes, sizeof(out_id->internal));
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_communicator_create(const llmc_nccl_unique_id *id, int32_t rank,
+                         int32_t nranks, int32_t device_ordinal,
+                         double timeout_seconds,
+                         llmc_communicator_t **out_communicator) {
+  return guarded("llmc_communicator_create", [&]() -> absl::Status {
+    if (!out_communicator)
+      return absl::InvalidArgumentError("out_communicator: NULL output pointer");
+    *out_communicator = nullptr;
+    if (!id)
+      return absl::InvalidArgumentError("id: NULL pointer");
+    if (nranks < 1)
+      return absl::InvalidArgumentError(
+          absl::StrCat("nranks: expected >= 1, found ", nranks));
+    if (rank < 0 || rank >= nranks)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank: expected 0 <= rank < nranks = ", nranks, ", found ", rank));
+    if (device_ordinal < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device_ordinal: expected >= 0, found ", device_ordinal));
+    if (!(timeout_seconds >= 0) || timeout_seconds > 1e7)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "timeout_seconds: expected 0 (default) or a positive number of "
+          "seconds, found ",
+          timeout_seconds));
+    absl::Duration timeout = timeout_seconds == 0
+                                 ? absl::Minutes(5)
+                                 : absl::Seconds(timeout_seconds);
+    llmc::rt::NcclUniqueId uid;
+    std::memcpy(uid.bytes, id->internal, sizeof(uid.bytes));
     auto device = llmc::rt::Device::Open(device_ordinal);
     if (!device.ok())
       return device.status();
-    auto session = llmc::rt::Session::Load(*device, executable->exe, so);
-    if (!session.ok())
-      return session.status();
-    *out_session = new llmc_session_t{std::move(*device), std::move(*session)};
+    auto comm =
+        llmc::rt::Communicator::Create(*device, uid, rank, nranks, timeout);
+    if (!comm.ok())
+      return comm.status();
+    *out_communicator = new llmc_communicator_t{std::move(*comm)};
     return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT void llmc_communicator_release(llmc_communicator_t *communicator) {
+  if (!communicator)
+    return;
+  try {
+    delete communicator;
+  } catch (...) {
+  }
+}
+
+LLMC_EXPORT int32_t
+llmc_communicator_rank(const llmc_communicator_t *communicator) {
+  return communicator ? communicator->comm->rank() : -1;
+}
+
+LLMC_EXPORT int32_t
+llmc_communicator_nranks(const llmc_communicator_t *communicator) {
+  return communicator ? communicator->comm->nranks() : -1;
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_communicator_wait(llmc_communicator_t *communicator, void *cuda_stream) {
+  return guarded("llmc_communicator_wait", [&]() -> absl::Status {
+    if (!communicator)
+      return absl::InvalidArgumentError("communicator: NULL handle");
+    return communicator->comm->Wait(static_cast<CUstream>(cuda_stream),
+                                    "the work on the stream");
   });
 }
 

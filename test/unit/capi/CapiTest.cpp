@@ -535,3 +535,71 @@ TEST(CapiGpu, TwoSessionsConcurrentlyOnTwoStreams) {
 }
 
 } // namespace
+
+namespace llmc {
+namespace {
+
+TEST(CapiCommunicator, MisuseIsCode3AndNamesTheArgument) {
+  llmc_nccl_unique_id id{};
+  llmc_communicator_t *comm = nullptr;
+  struct Case {
+    const llmc_nccl_unique_id *id;
+    int32_t rank, nranks, device;
+    double timeout;
+    const char *names;
+  } cases[] = {
+      {nullptr, 0, 2, 0, 0, "id"},          {&id, 2, 2, 0, 0, "rank"},
+      {&id, -1, 2, 0, 0, "rank"},           {&id, 0, 0, 0, 0, "nranks"},
+      {&id, 0, 2, -1, 0, "device_ordinal"}, {&id, 0, 2, 0, -1, "timeout_seconds"},
+  };
+  for (const Case &c : cases) {
+    Status st(llmc_communicator_create(c.id, c.rank, c.nranks, c.device,
+                                       c.timeout, &comm));
+    EXPECT_EQ(st.code(), 3) << c.names << ": " << st.message();
+    EXPECT_TRUE(Contains(st.message(), c.names)) << st.message();
+    EXPECT_EQ(comm, nullptr);
+  }
+  Status out(llmc_communicator_create(&id, 0, 1, 0, 0, nullptr));
+  EXPECT_EQ(out.code(), 3);
+  EXPECT_TRUE(Contains(out.message(), "out_communicator")) << out.message();
+  Status nul(llmc_nccl_get_unique_id(nullptr));
+  EXPECT_EQ(nul.code(), 3);
+  Status wait(llmc_communicator_wait(nullptr, nullptr));
+  EXPECT_EQ(wait.code(), 3);
+  EXPECT_EQ(llmc_communicator_rank(nullptr), -1);
+  EXPECT_EQ(llmc_communicator_nranks(nullptr), -1);
+  llmc_communicator_release(nullptr);
+
+  CompilerHandle c;
+  ExeHandle exe;
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  EXPECT_LLMC_OK(
+      llmc_compile(c.c, text.data(), text.size(), nullptr, "seq=7", &exe.e));
+  llmc_session_t *session = nullptr;
+  Status s(llmc_session_create_with_communicator(exe.e, nullptr, nullptr,
+                                                 &session));
+  EXPECT_EQ(s.code(), 3);
+  EXPECT_TRUE(Contains(s.message(), "communicator")) << s.message();
+  EXPECT_EQ(session, nullptr);
+}
+
+TEST(CapiCommunicator, UniqueIdAndCreateWithoutGpu) {
+  llmc_nccl_unique_id a{}, b{};
+  Status sa(llmc_nccl_get_unique_id(&a));
+  if (sa.code() == 9) {
+    EXPECT_TRUE(Contains(sa.message(), "LLMC_LIBNCCL")) << sa.message();
+    GTEST_SKIP() << "no libnccl: " << sa.message();
+  }
+  ASSERT_EQ(sa.code(), 0) << sa.message();
+  EXPECT_LLMC_OK(llmc_nccl_get_unique_id(&b));
+  EXPECT_NE(std::memcmp(a.internal, b.internal, sizeof(a.internal)), 0);
+  if (rt::Device::Open(0).ok())
+    GTEST_SKIP() << "a GPU is present: the no-GPU path is not reachable";
+  llmc_communicator_t *comm = nullptr;
+  Status st(llmc_communicator_create(&a, 0, 1, 0, 5, &comm));
+  EXPECT_EQ(st.code(), 9) << st.message();
+  EXPECT_EQ(comm, nullptr);
+}
+
+} // namespace
+} // namespace llmc
