@@ -4,7 +4,8 @@
 // thin layer over it). A Compiler owns an MLIRContext with every llmc dialect
 // and an NVRTC kernel compiler; Compile() runs the same flow as llmc-compile:
 //
-//   parse + verify -> llm::specializeShapes -> LowerToExecutable
+//   parse + verify -> llm::specializeShapes -> ApplyPrecisionPolicy
+//                  -> LowerToExecutable
 //                  -> rt::KernelCompiler::CompileAll (cubins for `arch`)
 //
 // and returns an rt::Executable ready for rt::Session::Load (or
@@ -67,6 +68,11 @@ struct CompilerOptions {
   std::string arch;
   /// Fusion on/off: elementwise chains, residual + norm, GEMM epilogues.
   bool fuse = true;
+  /// Numerics policy applied to every compiled function: "fp32" (the graph
+  /// as written), "bf16", "fp16" or "fp8" (see llmc::ApplyPrecisionPolicy in
+  /// llmc/Compiler/LowerToExecutable.h). fp8 GEMMs are cuBLASLt fp8 GEMMs for
+  /// an `arch` of sm_89 or later and dequantize + bf16 GEMMs below.
+  std::string precision = "fp32";
   /// Kernel cache directory; empty = rt::DefaultCacheDir().
   std::string cache_dir;
   bool use_disk_cache = true;
@@ -74,7 +80,8 @@ struct CompilerOptions {
 
 class Compiler {
 public:
-  /// Errors: InvalidArgument for a malformed `arch`.
+  /// Errors: InvalidArgument for a malformed `arch` or an unknown
+  /// `precision`.
   static absl::StatusOr<std::unique_ptr<Compiler>>
   Create(CompilerOptions options = {});
   ~Compiler();

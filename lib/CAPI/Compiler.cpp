@@ -138,6 +138,11 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions optio
     return absl::InvalidArgumentError(
         absl::StrCat("arch: expected sm_<NN>[a] or compute_<NN>[a], found '",
                      options.arch, "'"));
+  if (options.precision != "fp32" && options.precision != "bf16" &&
+      options.precision != "fp16" && options.precision != "fp8")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "precision: expected fp32, bf16, fp16 or fp8, found '",
+        options.precision, "'"));
   std::unique_ptr<Compiler> c(new Compiler(options));
   DialectRegistry registry;
   registerAllDialects(registry);
@@ -168,9 +173,16 @@ Compiler::Compile(std::string_view mlirText, std::string_view function,
         return diags.error(absl::StrCat("shape specialization of @",
                                         fn->getSymName().str(), " failed"));
     }
+    {
+      DiagnosticCollector diags(context_.get());
+      if (auto st = ApplyPrecisionPolicy(*fn, options_.precision); !st.ok())
+        return diags.error(std::string(st.message()));
+    }
     LowerOptions lo;
     lo.fuse_elementwise = lo.fuse_residual_norm = lo.fuse_gemm_epilogue =
         options_.fuse;
+    if (int cc = ComputeCapabilityOfArch(options_.arch); cc > 0)
+      lo.target_sm = cc;
     auto lowered = LowerToExecutable(*fn, lo);
     if (!lowered.ok())
       return lowered.status();

@@ -27,6 +27,8 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
@@ -195,6 +197,9 @@ private:
   absl::Status emitCopyInto(Value dst, Value src, Operation *op);
   absl::Status emitCopyToBuffer(int dstBuffer, Value src, Operation *op);
   absl::Status emitMatmul(MatmulOp op);
+  absl::StatusOr<int> emitRelayout(Value src, bool swapLastTwo,
+                                   cu::ScalarType to, Operation *op);
+  absl::Status emitPad(PadOp op);
   absl::Status emitAttention(AttentionOp op);
   absl::Status emitNorm(Operation *op);
 
@@ -789,12 +794,65 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   if (g.dtype_a == rt::DType::i8 || g.dtype_a == rt::DType::i32 ||
       g.dtype_a == rt::DType::i64)
     return unsupported(op, "integer matmul");
-  if (g.dtype_a == rt::DType::f8e4m3 || g.dtype_a == rt::DType::f8e5m2)
-    return unsupported(op, "fp8 GEMMs are not supported by the CUDA backend "
-                           "yet (graphs under the fp8 precision policy run "
-                           "in the reference executor only)");
   if (k == 0)
     return unsupported(op, "a matmul with an empty contraction (K = 0)");
+  auto isFp8 = [](rt::DType t) {
+    return t == rt::DType::f8e4m3 || t == rt::DType::f8e5m2;
+  };
+  int aBuffer = -1, bBuffer = -1; // relaid-out operands (fp8), else -1
+  bool fp8 = isFp8(g.dtype_a) || isFp8(g.dtype_b);
+  if (fp8) {
+    if (!isFp8(g.dtype_a) || !isFp8(g.dtype_b))
+      return unsupported(op, absl::StrCat(
+          "a matmul of ", rt::DTypeName(g.dtype_a), " by ",
+          rt::DTypeName(g.dtype_b), "; fp8 GEMMs need both operands in fp8"));
+    if (g.dtype_d != rt::DType::f32 && g.dtype_d != rt::DType::bf16 &&
+        g.dtype_d != rt::DType::f16)
+      return unsupported(op, absl::StrCat("an fp8 GEMM with a ",
+                                          rt::DTypeName(g.dtype_d),
+                                          " result (expected f32, bf16 or f16)"));
+    if (options.target_sm < 89) {
+      // No fp8 tensor cores below sm_89 (cuBLASLt fp8 needs Ada/Hopper):
+      // dequantize both operands to bf16 (exact: every e4m3/e5m2 value is a
+      // bf16 value) and run a bf16 GEMM with the same f32 accumulation.
+      auto a = emitRelayout(op.getLhs(), false, cu::ScalarType::bf16, op);
+      if (!a.ok())
+        return a.status();
+      auto b = emitRelayout(op.getRhs(), false, cu::ScalarType::bf16, op);
+      if (!b.ok())
+        return b.status();
+      aBuffer = *a;
+      bBuffer = *b;
+      g.dtype_a = g.dtype_b = rt::DType::bf16;
+    } else {
+      // cuBLASLt's fp8 kernels take only the "TN" layout (A [m,k] and B
+      // [n,k], K contiguous in both) and 16-byte aligned leading dims.
+      // llmc-pad-layout pads fp8 GEMMs to multiples of 32.
+      if (k % 16 != 0 || n % 16 != 0)
+        return unsupported(op, absl::StrCat(
+            "an fp8 GEMM with K = ", k, " and N = ", n,
+            "; cuBLASLt needs both to be multiples of 16: run llmc-pad-layout "
+            "first (llmc-run and llmc-compile do with --precision=fp8)"));
+      // A stored [k,m] or B stored [k,n] is transposed into a scratch buffer
+      // on every call (one read and one write of the operand, small next to
+      // the GEMM); weight-only operands are candidates for hoisting out of
+      // the call.
+      if (ta) {
+        auto a = emitRelayout(op.getLhs(), true, scalarOf(op.getLhs()), op);
+        if (!a.ok())
+          return a.status();
+        aBuffer = *a;
+        ta = false;
+      }
+      if (!tb) {
+        auto b = emitRelayout(op.getRhs(), true, scalarOf(op.getRhs()), op);
+        if (!b.ok())
+          return b.status();
+        bBuffer = *b;
+        tb = true;
+      }
+    }
+  }
   g.transa = ta;
   g.transb = tb;
   g.k = k;
@@ -816,14 +874,14 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   g.lda = ta ? m : k;
   g.ldb = tb ? k : n;
   g.ldc = g.ldd = n;
-  g.a = {bufferFor(op.getLhs()), 0};
-  g.b = {bufferFor(op.getRhs()), 0};
+  g.a = {aBuffer >= 0 ? aBuffer : bufferFor(op.getLhs()), 0};
+  g.b = {bBuffer >= 0 ? bBuffer : bufferFor(op.getRhs()), 0};
   g.d = {bufferFor(op.getResult()), 0};
   g.c = g.d;
   g.beta = 0.f;
   bool separateBias = false;
   if (Value bias = op.getBias()) {
-    if (options.fuse_gemm_epilogue && dt(bias) == g.dtype_d &&
+    if (options.fuse_gemm_epilogue && dt(bias) == g.dtype_d && !fp8 &&
         !bias.getDefiningOp<BroadcastOp>()) {
       g.epilogue = rt::Epilogue::bias;
       g.bias = {bufferFor(bias), 0};
@@ -860,6 +918,73 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
     launch(addKernel(cu::EmitElementwise(prog)), cu::ElementwiseLaunch(prog, numel),
            std::move(args), op);
   }
+  return absl::OkStatus();
+}
+
+/// A fresh dense buffer holding `src` (read through its view strides) with
+/// its last two dims swapped when `swapLastTwo`, converted to `to`; live for
+/// the current step only. One elementwise kernel.
+absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
+                                           cu::ScalarType to, Operation *op) {
+  SmallVector<int64_t> shape(tensorType(src).getShape());
+  auto read = stridedRead(src, shape);
+  if (!read.ok())
+    return read.status();
+  SmallVector<int64_t> strides(read->strides);
+  if (swapLastTwo) {
+    if (shape.size() < 2)
+      return unsupported(op, "a transposed operand of rank below 2");
+    std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+    std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  }
+  if (shape.size() > static_cast<size_t>(cu::kElementwiseMaxRank))
+    return unsupported(op, "an operand of rank above 8");
+  int64_t numel = numElements(src);
+  int dst = newArenaBuffer(numel * cu::ScalarSize(to), step, step);
+  cu::ElementwiseProgram prog;
+  prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
+  cu::EwNode n;
+  n.op = cu::EwOp::cast;
+  n.type = to;
+  n.operands = {-1};
+  prog.nodes.push_back(n);
+  prog.outputs.push_back({0, to});
+  int64_t esize = cu::ScalarSize(scalarOf(src));
+  std::vector<rt::Arg> args = {bufArg(dst),
+                               ptrArg(read->root, read->elementOffset * esize),
+                               i64Arg(numel)};
+  args.push_back(shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
+                          {std::vector<int64_t>(strides.begin(), strides.end())}));
+  launch(addKernel(cu::EmitElementwise(prog)), cu::ElementwiseLaunch(prog, numel),
+         std::move(args), op);
+  return dst;
+}
+
+// pad(x) => zero-filled result with x in its leading corner (one kernel).
+absl::Status Lowering::emitPad(PadOp op) {
+  auto in = tensorType(op.getInput()), out = tensorType(op.getResult());
+  if (in.getRank() == 0 || in.getShape() == out.getShape())
+    return emitCopyInto(op.getResult(), op.getInput(), op);
+  if (in.getRank() > cu::kPadMaxRank)
+    return unsupported(op, absl::StrCat("llm.pad of rank ", in.getRank(),
+                                        " (at most ", cu::kPadMaxRank, ")"));
+  cu::PadConfig cfg;
+  cfg.dtype = scalarOf(op.getInput());
+  cfg.rank = static_cast<int>(in.getRank());
+  cfg.vec = cu::PadVecWidth(cfg.dtype, in.getShape().back(),
+                            out.getShape().back());
+  std::vector<int64_t> packed = cu::PackPadShape(
+      std::vector<int64_t>(out.getShape().begin(), out.getShape().end()),
+      std::vector<int64_t>(in.getShape().begin(), in.getShape().end()));
+  rt::Arg shape;
+  shape.kind = rt::Arg::Bytes;
+  shape.bytes.assign(reinterpret_cast<const char *>(packed.data()),
+                     packed.size() * sizeof(int64_t));
+  int64_t numel = out.getNumElements();
+  std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getInput()),
+                               i64Arg(numel), std::move(shape)};
+  launch(addKernel(cu::EmitPad(cfg)), cu::PadLaunch(cfg, numel), std::move(args),
+         op);
   return absl::OkStatus();
 }
 
@@ -1178,11 +1303,7 @@ absl::Status Lowering::emitOp(Operation *op) {
             exe.launches.push_back(l);
             return absl::OkStatus();
           })
-      .Case<PadOp>([&](PadOp o) {
-        return unsupported(o, "llm.pad (from llmc-pad-layout) has no CUDA "
-                              "lowering yet; compile without pad-layout "
-                              "(cuBLASLt handles unaligned GEMM shapes)");
-      })
+      .Case<PadOp>([&](PadOp o) { return emitPad(o); })
       .Default([&](Operation *o) {
         return unsupported(o, "no CUDA lowering for this op");
       });
@@ -1450,6 +1571,41 @@ absl::StatusOr<rt::DType> llmc::toRuntimeDType(Type t) {
   return absl::InvalidArgumentError("unsupported element type " + s +
                                     " (expected f32, f16, bf16, f8E4M3FN, "
                                     "f8E5M2, i1, i8, i32 or i64)");
+}
+
+int llmc::ComputeCapabilityOfArch(const std::string &arch) {
+  llvm::StringRef digits(arch);
+  if (!digits.consume_front("sm_") && !digits.consume_front("compute_"))
+    return 0;
+  digits.consume_back("a");
+  int cc = 0;
+  if (digits.size() < 2 || digits.getAsInteger(10, cc))
+    return 0;
+  return cc;
+}
+
+absl::Status llmc::ApplyPrecisionPolicy(func::FuncOp fn,
+                                        const std::string &policy) {
+  if (policy != "fp32" && policy != "bf16" && policy != "fp16" &&
+      policy != "fp8")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "precision policy must be fp32, bf16, fp16 or fp8, found '", policy,
+        "'"));
+  if (policy == "fp32")
+    return absl::OkStatus();
+  PassManager pm(fn.getContext(), func::FuncOp::getOperationName());
+  PrecisionPassOptions precision;
+  precision.policy = policy;
+  pm.addPass(createPrecisionPass(precision));
+  if (policy == "fp8")
+    pm.addPass(createPadLayoutPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(fn)))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "precision policy ", policy, " failed on @", fn.getSymName().str(),
+        " (see the diagnostics above)"));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<rt::Executable> llmc::LowerToExecutable(func::FuncOp fn,

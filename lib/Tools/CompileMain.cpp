@@ -1,10 +1,15 @@
 //===- CompileMain.cpp - llmc-compile: ahead-of-time compilation -----------===//
 //
-//   llmc-compile FILE.mlir [--fn=NAME] [--shape NAME=N]... [--arch=sm_90a]
-//                [-o FILE.llmcx] [--stats] [--emit-cuda]
+//   llmc-compile FILE.mlir [--fn=NAME] [--shape NAME=N]... [--arch=sm_90a]...
+//                [--precision=fp32|bf16|fp16|fp8] [-o FILE.llmcx]
+//                [--print-stats] [--emit-cuda]
 //
-// Specializes shapes, lowers to an Executable and compiles every kernel with
-// NVRTC for --arch (no GPU needed), then writes the serialized Executable.
+// Specializes shapes, applies the precision policy, lowers to an Executable
+// and compiles every kernel with NVRTC for each --arch (no GPU needed), then
+// writes the serialized Executable of the first arch. fp8 GEMMs lower to
+// cuBLASLt fp8 GEMMs for sm_89 and later and to dequantize + bf16 GEMMs
+// below (see LowerOptions::target_sm), so an arch on the other side of sm_89
+// from the first is lowered separately.
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,6 +54,11 @@ int llmc::compileMain(int argc, char **argv) {
                                cl::cat(cat));
   cl::list<std::string> arches("arch", cl::desc("sm_90a, sm_90, sm_80, compute_90 ..."),
                                cl::cat(cat));
+  cl::opt<std::string> precision(
+      "precision",
+      cl::desc("numerics policy: fp32 (as written), bf16, fp16 or fp8 "
+               "(per-tensor scaled e4m3 GEMMs)"),
+      cl::init("fp32"), cl::cat(cat));
   cl::opt<bool> stats("print-stats", cl::desc("print ops, kernels, GEMMs, arena bytes, compile time"),
                       cl::cat(cat));
   cl::opt<bool> emitCuda("emit-cuda", cl::desc("print the CUDA C++ of every kernel"),
@@ -77,8 +87,20 @@ int llmc::compileMain(int argc, char **argv) {
   std::map<std::string, int64_t> bindings = std::move(*parsedBindings);
   if (failed(llmc::llm::specializeShapes(fn, bindings)))
     return 1;
+  if (auto s = llmc::ApplyPrecisionPolicy(fn, precision); !s.ok())
+    return fail(std::string(s.message()));
+  std::vector<std::string> archList(arches.begin(), arches.end());
+  if (archList.empty())
+    archList.push_back("sm_90a");
+  auto optionsFor = [](const std::string &arch) {
+    llmc::LowerOptions lo;
+    if (int cc = llmc::ComputeCapabilityOfArch(arch); cc > 0)
+      lo.target_sm = cc;
+    return lo;
+  };
+  llmc::LowerOptions firstOptions = optionsFor(archList.front());
   llmc::LowerStats st;
-  auto exe = llmc::LowerToExecutable(fn, {}, &st);
+  auto exe = llmc::LowerToExecutable(fn, firstOptions, &st);
   if (!exe.ok())
     return fail(std::string(exe.status().message()));
   auto t1 = std::chrono::steady_clock::now();
@@ -86,15 +108,20 @@ int llmc::compileMain(int argc, char **argv) {
     for (auto &k : exe->kernels)
       llvm::outs() << "// ===== kernel " << k.name << " =====\n" << k.source << "\n";
 
-  std::vector<std::string> archList(arches.begin(), arches.end());
-  if (archList.empty())
-    archList.push_back("sm_90a");
   llmc::rt::KernelCompilerOptions kco;
   kco.use_disk_cache = !noCache;
   llmc::rt::KernelCompiler compiler(kco);
   for (const std::string &arch : archList) {
+    const llmc::rt::Executable *forArch = &*exe;
+    absl::StatusOr<llmc::rt::Executable> other;
+    if ((optionsFor(arch).target_sm >= 89) != (firstOptions.target_sm >= 89)) {
+      other = llmc::LowerToExecutable(fn, optionsFor(arch));
+      if (!other.ok())
+        return fail(arch + ": " + std::string(other.status().message()));
+      forArch = &*other;
+    }
     std::vector<llmc::rt::KernelSource> sources;
-    for (auto &k : exe->kernels) {
+    for (auto &k : forArch->kernels) {
       llmc::rt::KernelSource s;
       s.name = k.name;
       s.source = k.source;

@@ -1,14 +1,19 @@
 //===- RunMain.cpp - llmc-run: execute an llm function ---------------------===//
 //
 //   llmc-run FILE.mlir [--fn=NAME] [--backend=cuda|ref] [--shape NAME=N]...
-//            [--value argI=V]... [--check] [--bench] [--iters=N]
-//            [--no-cuda-graphs] [--seed=S]
+//            [--value argI=V]... [--precision=fp32|bf16|fp16|fp8] [--check]
+//            [--bench] [--iters=N] [--no-cuda-graphs] [--seed=S]
 //
 // Random inputs (seeded), shape specialization, then either the CPU reference
 // executor or the CUDA backend (codegen -> Executable -> runtime Session).
 // --check compares the CUDA result with the reference executor (small
 // shapes, float64 math) or, with --check=gpu-f32, with an unfused float32
 // instance of the same function on the GPU (large shapes).
+// --precision applies a numerics policy (llmc-precision, and for fp8
+// llmc-pad-layout) to the function before it runs; --check still evaluates
+// the function as written and allows the policy's error on top of the
+// function's own (bf16/fp16 2e-2, fp8 0.125 relative L2: see
+// precisionTolerance).
 //
 //===----------------------------------------------------------------------===//
 
@@ -87,6 +92,11 @@ struct Options {
                          cl::cat(cat)};
   cl::opt<uint64_t> seed{"seed", cl::desc("random seed for inputs"), cl::init(1),
                          cl::cat(cat)};
+  cl::opt<std::string> precision{
+      "precision",
+      cl::desc("numerics policy applied before running: fp32 (as written), "
+               "bf16, fp16 or fp8 (per-tensor scaled e4m3 GEMMs)"),
+      cl::init("fp32"), cl::cat(cat)};
   cl::opt<double> tolerance{"tol", cl::desc("relative error bound (default by dtype)"),
                             cl::init(-1.0), cl::cat(cat)};
 };
@@ -204,6 +214,17 @@ double defaultTolerance(func::FuncOp fn, Type resultType) {
   return tol;
 }
 
+/// Relative L2 error a precision policy adds on top of the graph's own
+/// types, the bounds PassNumericsTest checks the policies against: bf16/fp16
+/// GEMM and attention operands carry 8/11 significant bits (2e-2); fp8 is 2u
+/// with u = 2^-4 the unit roundoff of e4m3 relative to each tensor's scale
+/// (0.125; see test/unit/compiler/PassNumericsTest.cpp for the derivation).
+double precisionTolerance(const std::string &policy) {
+  if (policy == "bf16" || policy == "fp16") return 2e-2;
+  if (policy == "fp8") return 0.125;
+  return 0.0;
+}
+
 std::string typeStr(Type t) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -259,11 +280,17 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
                                 const Options &opts, bool bench,
                                 llmc::LowerStats *stats) {
   namespace rt = llmc::rt;
-  auto exeOr = llmc::LowerToExecutable(fn, {}, stats);
+  auto deviceOr = rt::Device::Open(0);
+  // Lower for the GPU present (fp8 GEMMs differ below sm_89); without one,
+  // still lower first so that codegen errors show before the device error.
+  llmc::LowerOptions lo;
+  if (deviceOr.ok())
+    if (int cc = llmc::ComputeCapabilityOfArch((*deviceOr)->Arch()); cc > 0)
+      lo.target_sm = cc;
+  auto exeOr = llmc::LowerToExecutable(fn, lo, stats);
   if (!exeOr.ok())
     return exeOr.status();
   auto exe = std::make_shared<rt::Executable>(std::move(*exeOr));
-  auto deviceOr = rt::Device::Open(0);
   if (!deviceOr.ok())
     return deviceOr.status();
   auto device = *deviceOr;
@@ -578,7 +605,12 @@ int llmc::runMain(int argc, char **argv) {
     return true;
   };
 
+  const std::string policy = opts.precision;
+  if (precisionTolerance(policy) == 0.0 && policy != "fp32")
+    return fail("--precision must be fp32, bf16, fp16 or fp8, found '" + policy + "'");
   if (opts.backend == "ref") {
+    if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok())
+      return fail(std::string(st.message()));
     auto t0 = std::chrono::steady_clock::now();
     auto outs = ref::Evaluate(fn, inputs);
     if (!outs.ok())
@@ -650,6 +682,15 @@ int llmc::runMain(int argc, char **argv) {
     return fail("unknown --check mode '" + checkMode + "' (expected ref or gpu-f32)");
   }
 
+  // Tolerances from the function as written, then the policy.
+  std::vector<double> tolerances;
+  for (Type t : fn.getFunctionType().getResults())
+    tolerances.push_back(
+        std::max(defaultTolerance(fn, cast<RankedTensorType>(t).getElementType()),
+                 precisionTolerance(policy)));
+  if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok())
+    return fail(std::string(st.message()));
+
   llmc::LowerStats stats;
   auto run = runOnGpu(fn, inputs, opts, opts.bench, &stats);
   if (!run.ok())
@@ -672,15 +713,16 @@ int llmc::runMain(int argc, char **argv) {
       continue;
     const ref::HostTensor &e = expected[i];
     double err = ref::RelativeError(o, e);
-    double tol = opts.tolerance >= 0 ? opts.tolerance.getValue()
-                                     : defaultTolerance(fn, o.elementType);
+    double tol = opts.tolerance >= 0 ? opts.tolerance.getValue() : tolerances[i];
     bool sameNonFinite = ref::SameNonFinitePositions(o, e);
     bool pass = sameNonFinite && err <= tol;
     ok &= pass;
     llvm::outs() << "  check vs " << expectedFrom << ": relative error "
                  << llvm::format("%.3e", err) << " (tolerance "
                  << llvm::format("%.1e", tol) << ", by the least precise float type "
-                 << "in the computation; result " << typeStr(o.elementType) << ")" << (sameNonFinite ? "" : ", NaN/inf positions differ")
+                 << "in the computation"
+                 << (policy == "fp32" ? "" : " and the " + policy + " policy")
+                 << "; result " << typeStr(o.elementType) << ")" << (sameNonFinite ? "" : ", NaN/inf positions differ")
                  << (pass ? " PASS" : " FAIL") << "\n";
   }
   return ok ? 0 : 2;

@@ -29,7 +29,18 @@ struct LowerOptions {
   bool fuse_gemm_epilogue = true;
   /// Alignment of arena offsets, bytes.
   int64_t arena_alignment = 128;
+  /// Compute capability of the target GPU times ten plus the minor (90 for
+  /// sm_90/sm_90a, 80 for sm_80). It only changes how fp8 GEMMs lower:
+  /// from 89 (Ada, Hopper) they are cuBLASLt fp8 GEMMs (A [m,k] and B [n,k],
+  /// K and N multiples of 16); below, where there are no fp8 tensor cores,
+  /// both operands are dequantized to bf16 (exact) and multiplied by a bf16
+  /// GEMM with the same f32 accumulation.
+  int target_sm = 90;
 };
+
+/// The compute capability of an NVRTC arch name ("sm_90a" -> 90, "sm_80" ->
+/// 80, "compute_89" -> 89); 0 when `arch` is not of that form.
+int ComputeCapabilityOfArch(const std::string &arch);
 
 /// Statistics of one lowering, for reports (`llmc-compile --stats`).
 struct LowerStats {
@@ -45,6 +56,20 @@ struct LowerStats {
 /// The runtime element type of an llm element type (f32, f16, bf16,
 /// f8E4M3FN, f8E5M2, i1, i8, i32, i64); InvalidArgument for any other type.
 absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
+
+/// The numerics policies of `--precision` (llmc-run, llmc-compile) and
+/// CompilerOptions::precision: "fp32" (the graph as written), "bf16" and
+/// "fp16" (matmul/attention operands cast, f32 accumulation), "fp8" (per-tensor
+/// current scaling of matmul operands to e4m3; see llmc-precision).
+/// ApplyPrecisionPolicy runs llmc-precision{policy} on `fn` in place and, for
+/// fp8, llmc-pad-layout (cuBLASLt's fp8 GEMMs need K and the leading dims in
+/// multiples of 16; pad-layout pads fp8 GEMMs to multiples of 32 and slices
+/// the result back), then canonicalize and CSE. Run it after shape
+/// specialization. "fp32" leaves `fn` unchanged. Errors: InvalidArgument for
+/// an unknown policy (names it and the valid ones) or a failing pass (its
+/// diagnostics go to the context's diagnostic handler).
+absl::Status ApplyPrecisionPolicy(mlir::func::FuncOp fn,
+                                  const std::string &policy);
 
 /// Lowers `fn`, which must have static shapes (run llmc-specialize-shapes
 /// first). Errors: InvalidArgument for a dynamic shape, Unimplemented for an
