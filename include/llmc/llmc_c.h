@@ -121,6 +121,12 @@ llmc_status_t *llmc_session_run(llmc_session_t *session,
                                 const llmc_tensor *outputs, int32_t num_outputs,
                                 void *cuda_stream);
 
+/* Weights changed in place: the next llmc_session_run re-runs the executable's
+ * parameter-preparation launches (e.g. int8/int4 weight quantization), which
+ * otherwise run only when a parameter input's device pointer changes.
+ * Code 3 for a NULL session. */
+llmc_status_t *llmc_session_invalidate_parameters(llmc_session_t *session);
+
 /*--- NCCL communicators (tensor parallelism) ---------------------------------*
  * One process per GPU. Rank 0 makes an id with llmc_nccl_get_unique_id and
  * sends its 128 bytes to every rank by the caller's own means (MPI,

@@ -571,4 +571,14 @@ LLMC_EXPORT llmc_status_t *llmc_session_run(llmc_session_t *session,
   });
 }
 
+LLMC_EXPORT llmc_status_t *
+llmc_session_invalidate_parameters(llmc_session_t *session) {
+  return guarded("llmc_session_invalidate_parameters", [&]() -> absl::Status {
+    if (!session)
+      return absl::InvalidArgumentError("session: NULL handle");
+    session->session->InvalidateParameters();
+    return absl::OkStatus();
+  });
+}
+
 } // extern "C"

@@ -85,7 +85,7 @@ BufferRef RefAt(const json& j, const char* key) {
 
 json ToJson(const TensorSig& t) {
   return {{"name", t.name}, {"dtype", DTypeName(t.dtype)}, {"shape", t.shape},
-          {"alias_input", t.alias_input}};
+          {"alias_input", t.alias_input}, {"parameter", t.parameter}};
 }
 TensorSig SigFrom(const json& j) {
   TensorSig t;
@@ -93,6 +93,7 @@ TensorSig SigFrom(const json& j) {
   t.dtype = DTypeAt(j, "dtype");
   t.shape = j.at("shape").get<std::vector<int64_t>>();
   t.alias_input = j.value("alias_input", -1);
+  t.parameter = j.value("parameter", false);
   return t;
 }
 
@@ -107,7 +108,7 @@ json ToJson(const Buffer& b) {
 Buffer BufferFrom(const json& j) {
   Buffer b;
   b.id = j.at("id").get<int>();
-  b.kind = EnumAt<Buffer::Kind>(j, "kind", 4);
+  b.kind = EnumAt<Buffer::Kind>(j, "kind", 5);
   b.bytes = j.at("bytes").get<int64_t>();
   b.arena_offset = j.at("arena_offset").get<int64_t>();
   b.io_index = j.at("io_index").get<int>();
@@ -293,6 +294,7 @@ std::string SerializeExecutable(const Executable& exe) {
             {"gemms", ListTo(exe.gemms)},
             {"collectives", ListTo(exe.collectives)},
             {"launches", ListTo(exe.launches)},
+            {"num_prepare_launches", exe.num_prepare_launches},
             {"arena_bytes", exe.arena_bytes},
             {"symbol_bindings", exe.symbol_bindings}};
   std::string payload = j.dump();
@@ -337,6 +339,7 @@ absl::StatusOr<Executable> DeserializeExecutable(const std::string& data) {
     exe.gemms = ListFrom<GemmSpec>(j, "gemms", GemmFrom);
     exe.collectives = ListFrom<CollectiveSpec>(j, "collectives", CollectiveFrom);
     exe.launches = ListFrom<Launch>(j, "launches", LaunchFrom);
+    exe.num_prepare_launches = j.at("num_prepare_launches").get<int>();
     exe.arena_bytes = j.at("arena_bytes").get<int64_t>();
     exe.symbol_bindings =
         j.at("symbol_bindings").get<std::map<std::string, int64_t>>();
@@ -394,6 +397,8 @@ absl::Status Executable::Validate() const {
           return bad("buffer ", i, " [", b.arena_offset, ", +", b.bytes,
                      ") exceeds arena of ", arena_bytes, " bytes");
         break;
+      case Buffer::Persistent:
+        break;
       case Buffer::Constant:
         if (static_cast<int64_t>(b.constant_data.size()) != b.bytes)
           return bad("constant buffer ", i, " holds ", b.constant_data.size(),
@@ -432,6 +437,10 @@ absl::Status Executable::Validate() const {
     LLMC_RT_RETURN_IF_ERROR(check_ref(collectives[i].send, false, w + " send"));
     LLMC_RT_RETURN_IF_ERROR(check_ref(collectives[i].recv, false, w + " recv"));
   }
+  if (num_prepare_launches < 0 ||
+      num_prepare_launches > static_cast<int>(launches.size()))
+    return bad("num_prepare_launches ", num_prepare_launches, " outside 0..",
+               launches.size());
   for (size_t i = 0; i < launches.size(); ++i) {
     const Launch& l = launches[i];
     std::string w = absl::StrCat("launch ", i, l.label.empty() ? "" : " (",

@@ -4,12 +4,14 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "llmc/runtime/Communicator.h"
 #include "llmc/runtime/DynamicLibs.h"
+#include "llmc/runtime/ParameterGuard.h"
 #include "llmc/runtime/Status.h"
 
 namespace llmc::rt {
@@ -189,6 +191,7 @@ void AddRegion(const Executable& exe, int buffer, bool write,
       break;
     }
     case Buffer::Constant:
+    case Buffer::Persistent:
       r.space = {3, b.id};
       r.hi = b.bytes;
       break;
@@ -306,6 +309,8 @@ struct Session::Impl {
   std::vector<CUmodule> modules;
   std::vector<CUfunction> functions;
   std::vector<PooledBuffer> constants;  // by buffer id (empty if not constant)
+                                        // (also Persistent buffers)
+  ParameterGuard parameters;            // when to run the preparation segment
   PooledBuffer arena, workspace;
   cublasLtHandle_t lt_handle = nullptr;
   std::vector<GemmPlan> gemms;
@@ -557,18 +562,34 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
       ncclRedOp_t op = static_cast<ncclRedOp_t>(
           std::array<ncclRedOp_t, 5>{ncclSum, ncclProd, ncclMax, ncclMin,
                                      ncclAvg}[c.reduction]);
+      ncclResult_t r = ncclSuccess;
+      const char* call = "";
       switch (c.op) {
         case CollectiveSpec::AllReduce:
-          return LLMC_VENDOR_CALL(*nccl, ncclAllReduce, send, recv, c.count, t,
-                                  op, nc, cs);
+          call = "ncclAllReduce";
+          r = nccl->ncclAllReduce(send, recv, c.count, t, op, nc, cs);
+          break;
         case CollectiveSpec::AllGather:
-          return LLMC_VENDOR_CALL(*nccl, ncclAllGather, send, recv, c.count, t,
-                                  nc, cs);
+          call = "ncclAllGather";
+          r = nccl->ncclAllGather(send, recv, c.count, t, nc, cs);
+          break;
         case CollectiveSpec::ReduceScatter:
-          return LLMC_VENDOR_CALL(*nccl, ncclReduceScatter, send, recv, c.count,
-                                  t, op, nc, cs);
+          call = "ncclReduceScatter";
+          r = nccl->ncclReduceScatter(send, recv, c.count, t, op, nc, cs);
+          break;
       }
-      return InternalBug("unknown collective op");
+      // A non-blocking communicator (Communicator.h) may answer
+      // ncclInProgress while it enqueues; the call is complete once
+      // ncclCommGetAsyncError stops saying so (NCCL user guide,
+      // "Non-blocking communicators").
+      while (r == ncclInProgress) {
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t q = nccl->ncclCommGetAsyncError(nc, &state);
+        if (q != ncclSuccess) return nccl->Check(q, "ncclCommGetAsyncError");
+        r = state;
+        if (r == ncclInProgress) std::this_thread::yield();
+      }
+      return nccl->Check(r, call);
     }
     case Launch::Copy:
       // A donated input passed as its own output (TensorSig::alias_input):
@@ -655,9 +676,12 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
   im.constants.resize(exe->buffers.size());
   im.base.assign(exe->buffers.size(), 0);
   for (const Buffer& b : exe->buffers) {
-    if (b.kind != Buffer::Constant || b.bytes == 0) continue;
+    if ((b.kind != Buffer::Constant && b.kind != Buffer::Persistent) ||
+        b.bytes == 0)
+      continue;
     LLMC_RT_ASSIGN_OR_RETURN(im.constants[b.id],
                              PooledBuffer::Allocate(im.pool, b.bytes));
+    if (b.kind == Buffer::Persistent) continue;  // written by the preparation
     LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuMemcpyHtoD,
                                     static_cast<CUdeviceptr>(im.constants[b.id].ptr()),
                                     b.constant_data.data(), b.bytes));
@@ -727,6 +751,11 @@ Session::~Session() {
   impl_.reset();
 }
 
+void Session::InvalidateParameters() {
+  absl::MutexLock lock(&mu_);
+  impl_->parameters.Invalidate();
+}
+
 absl::Status Session::Run(const std::vector<DeviceTensor>& inputs,
                           const std::vector<DeviceTensor>& outputs,
                           CUstream stream) {
@@ -757,7 +786,8 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
       case Buffer::Input: im.base[b.id] = inputs[b.io_index].dptr; break;
       case Buffer::Output: im.base[b.id] = outputs[b.io_index].dptr; break;
       case Buffer::Arena: im.base[b.id] = im.arena.ptr() + b.arena_offset; break;
-      case Buffer::Constant: im.base[b.id] = im.constants[b.id].ptr(); break;
+      case Buffer::Constant:
+      case Buffer::Persistent: im.base[b.id] = im.constants[b.id].ptr(); break;
     }
   }
   for (const auto& t : inputs) key.push_back(t.dptr);
@@ -770,8 +800,25 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
           "the session's NCCL communicator was aborted after an earlier error");
   }
   im.pending.clear();
+  // Parameter preparation (once per parameter set, never captured in the
+  // graph): launches[0, first).
+  const size_t first = static_cast<size_t>(exe_->num_prepare_launches);
+  if (first > 0) {
+    std::vector<uint64_t> ptrs;
+    for (const auto& t : inputs) ptrs.push_back(t.dptr);
+    std::vector<uint64_t> pkey = ParameterKey(*exe_, ptrs);
+    if (im.parameters.NeedsPrepare(pkey)) {
+      for (size_t i = 0; i < first; ++i) {
+        absl::Status st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/true);
+        if (!st.ok())
+          return Annotate(st, absl::StrCat("parameter preparation launch ", i, " (",
+                                           exe_->launches[i].label, ")"));
+      }
+      im.parameters.Prepared(std::move(pkey));
+    }
+  }
   auto enqueue_all = [&]() -> absl::Status {
-    for (size_t i = 0; i < exe_->launches.size(); ++i) {
+    for (size_t i = first; i < exe_->launches.size(); ++i) {
       const Launch& l = exe_->launches[i];
       absl::Status st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/false);
       if (!st.ok()) {
@@ -792,14 +839,24 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
       st = CU_CALL(cuEventCreate, &e, CU_EVENT_DEFAULT);
       if (!st.ok()) break;
     }
+    // Preparation launches (already run above when needed) read as 0 ms.
     for (size_t i = 0; st.ok() && i < n; ++i) {
-      if (i == 0) st = CU_CALL(cuEventRecord, events[0], stream);
+      if (i < first) {
+        if (st.ok()) st = CU_CALL(cuEventRecord, events[i + 1], stream);
+        continue;
+      }
+      if (i == first) st = CU_CALL(cuEventRecord, events[i], stream);
       if (st.ok()) st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/true);
       if (st.ok()) st = CU_CALL(cuEventRecord, events[i + 1], stream);
     }
     if (st.ok() && n > 0) st = CU_CALL(cuEventSynchronize, events[n]);
+    if (st.ok() && first > 0) st = CU_CALL(cuEventRecord, events[0], stream);
     for (size_t i = 0; st.ok() && i < n; ++i) {
       float ms = 0;
+      if (i < first) {
+        timings->push_back(0.f);
+        continue;
+      }
       st = CU_CALL(cuEventElapsedTime, &ms, events[i], events[i + 1]);
       timings->push_back(ms);
     }

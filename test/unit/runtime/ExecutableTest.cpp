@@ -146,9 +146,10 @@ TEST(ExecutableTest, CorruptionIsDetectedNeverCrashes) {
 
 TEST(ExecutableTest, WellFormedButSemanticallyBadPayloadIsDataLoss) {
   // Valid header and checksum around JSON with missing or mistyped fields.
-  for (std::string payload : {std::string("{\"format_version\": 1}"),
+  const std::string version = std::to_string(Executable::kFormatVersion);
+  for (std::string payload : {"{\"format_version\": " + version + "}",
                               std::string("[1,2,3]"), std::string("nul")}) {
-    std::string data = "LLMCX 1 " + std::to_string(payload.size()) + " " +
+    std::string data = "LLMCX " + version + " " + std::to_string(payload.size()) + " " +
                        Sha256::HexDigest(payload) + "\n" + payload;
     auto back = DeserializeExecutable(data);
     ASSERT_FALSE(back.ok()) << payload;

@@ -34,13 +34,19 @@ struct TensorSig {
   /// code updated in place and that holds this output's data; the caller may
   /// pass that input's buffer as this output to skip the final copy. -1: none.
   int alias_input = -1;
+  /// Inputs only: a parameter (weight) that the parameter-preparation
+  /// segment reads; see Executable::num_prepare_launches.
+  bool parameter = false;
   int64_t NumElements() const;
   int64_t Bytes() const { return NumElements() * DTypeSize(dtype); }
 };
 
 /// A device memory region referenced by launches.
 struct Buffer {
-  enum Kind { Input, Output, Arena, Constant };
+  /// Persistent: device memory owned by the Session for its lifetime, written
+  /// by the parameter-preparation segment (e.g. quantized weights) and read
+  /// by every call; not part of the per-call arena.
+  enum Kind { Input, Output, Arena, Constant, Persistent };
   int id = 0;
   Kind kind = Arena;
   int64_t bytes = 0;
@@ -150,7 +156,8 @@ struct Launch {
 };
 
 struct Executable {
-  static constexpr int kFormatVersion = 1;
+  /// 2: Buffer::Persistent, TensorSig::parameter, num_prepare_launches.
+  static constexpr int kFormatVersion = 2;
   int format_version = kFormatVersion;
   std::vector<TensorSig> inputs, outputs;
   std::vector<Buffer> buffers;
@@ -158,6 +165,12 @@ struct Executable {
   std::vector<GemmSpec> gemms;
   std::vector<CollectiveSpec> collectives;
   std::vector<Launch> launches;
+  /// launches[0, num_prepare_launches) are the parameter-preparation segment
+  /// (e.g. weight quantization): they depend only on inputs marked
+  /// `parameter`, write only Persistent buffers (and arena scratch of their
+  /// own) and run once per parameter set (see ParameterGuard); the rest run
+  /// on every call.
+  int num_prepare_launches = 0;
   /// Size of the scratch arena, bytes.
   int64_t arena_bytes = 0;
   /// Dynamic dim name -> value this specialization was compiled for.

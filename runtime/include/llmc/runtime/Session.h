@@ -146,6 +146,11 @@ class Session {
       const std::vector<DeviceTensor>& outputs, CUstream stream);
 
   const Executable& executable() const { return *exe_; }
+  /// The next Run re-runs the parameter-preparation segment (e.g. weight
+  /// quantization) even if the parameter pointers are unchanged: call it after
+  /// overwriting weights in place. The segment otherwise runs only when a
+  /// parameter input's pointer changes (see ParameterGuard.h).
+  void InvalidateParameters();
   /// Number of CUDA graph captures so far (for tests/diagnostics).
   int num_graph_captures() const { return graph_captures_; }
 
