@@ -37,6 +37,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -988,6 +989,32 @@ absl::Status Lowering::emitPad(PadOp op) {
   return absl::OkStatus();
 }
 
+/// Tiling of the tensor-core FlashAttention-2 kernel for one attention shape.
+/// Rule (update from `bench/attn_sweep.sh` on the H200; every tile listed
+/// there is correct, see test/unit/kernels EmuTile and
+/// Attention.AllTilesCompileWithoutSpills):
+///   head dim <= 128: 64 x 64 tiles, 4 warps, K/V double-buffered
+///   head dim  > 128: 64 x 32 tiles, 4 warps, K/V double-buffered
+/// (cu::DefaultAttentionTile). Grid (q tiles, Hq, B) so that a head's CTAs
+/// run together and share its K/V in L2, unless B or Hq exceed the 65535
+/// limit of grid y/z. LLMC_ATTN_CONFIG=bm128_bn64_w4_s2 (AttentionTileName
+/// form) forces a tile for every tensor-core attention, for sweeps.
+static absl::Status chooseAttentionTile(Operation *op, cu::AttentionConfig &cfg,
+                                        int64_t batch, int64_t heads_q) {
+  cfg.tile = cu::DefaultAttentionTile(cfg.head_dim);
+  if (const char *forced = std::getenv("LLMC_ATTN_CONFIG"); forced && *forced) {
+    std::string error;
+    if (!cu::ParseAttentionTile(forced, &cfg.tile, &error))
+      return unsupported(op, "LLMC_ATTN_CONFIG: " + error);
+  }
+  if (batch > 65535 || heads_q > 65535)
+    cfg.tile.qtile_fastest = false;
+  std::string why;
+  if (cu::AttentionUsesTensorCores(cfg) && !cu::AttentionTileSupported(cfg, &why))
+    return unsupported(op, (std::getenv("LLMC_ATTN_CONFIG") ? "LLMC_ATTN_CONFIG: " : "") + why);
+  return absl::OkStatus();
+}
+
 absl::Status Lowering::emitAttention(AttentionOp op) {
   auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
   int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
@@ -1060,6 +1087,8 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
     strideH = ms[1] == 1 ? 0 : ms[2] * skv;
     strideB = ms[0] == 1 ? 0 : ms[1] * ms[2] * skv;
   }
+  if (absl::Status st = chooseAttentionTile(op, cfg, b, hq); !st.ok())
+    return st;
   std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getQuery()),
                                ptrArg(op.getKey()), ptrArg(op.getValue()),
                                mask ? ptrArg(mask) : nullArg(), i64Arg(b),

@@ -15,6 +15,7 @@
 #include "Internal.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 namespace llmc::cuda {
@@ -22,17 +23,39 @@ using namespace detail;
 
 namespace {
 
-constexpr int kFaBlockM = 64;  // query rows per block (4 warps x 16)
-constexpr int kFaThreads = 128;
-int FaBlockN(int64_t d) { return d <= 128 ? 64 : 32; }
-bool FaQInRegs(int64_t d) { return d <= 128; }
-int64_t FaSmemBytes(int64_t d) {
-  const int64_t stride = d + 8; // +16 bytes per row: conflict-free ldmatrix
-  const int64_t bn = FaBlockN(d);
-  // Q in registers: Q is staged through the K buffer (BlockN == BlockM).
-  const int64_t rows = FaQInRegs(d) ? 2 * bn : kFaBlockM + 2 * bn;
-  return rows * stride * 2;
+// Tiling of the tensor-core kernel, derived from an AttentionTile.
+struct FaGeom {
+  int block_m, block_n, warps, threads, m_tiles, stages;
+  bool q_in_regs, qtile_fastest;
+  int64_t stride;  // smem row stride in elements
+  int64_t smem_bytes;
+  int64_t accum_regs;  // fp32 O + S (+ Q fragments) per thread
+};
+
+FaGeom Geom(const AttentionConfig &c) {
+  const AttentionTile t = ResolvedAttentionTile(c);
+  const int64_t d = c.head_dim;
+  FaGeom g;
+  g.block_m = t.block_m;
+  g.block_n = t.block_n;
+  g.warps = t.warps;
+  g.threads = 32 * t.warps;
+  g.m_tiles = t.warps > 0 ? t.block_m / (16 * t.warps) : 0;
+  g.stages = t.stages;
+  g.qtile_fastest = t.qtile_fastest;
+  // Q fragments stay in registers when they and O fit (one m16 tile, d <= 128).
+  g.q_in_regs = g.m_tiles * d <= 128;
+  g.stride = d + 8;  // +16 bytes per row: the 8 rows of an ldmatrix hit distinct banks
+  const int64_t kv_rows = 2 * int64_t{t.stages} * t.block_n;
+  // Register Q is staged through the K/V buffers, so they must hold block_m rows.
+  const int64_t rows = g.q_in_regs ? std::max<int64_t>(kv_rows, t.block_m) : kv_rows + t.block_m;
+  g.smem_bytes = rows * g.stride * 2;
+  g.accum_regs = int64_t{g.m_tiles} * (d / 2 + t.block_n / 2) + (g.q_in_regs ? g.m_tiles * d / 4 : 0);
+  return g;
 }
+
+constexpr int64_t kMaxSmemBytes = 227 * 1024;  // sm_90 opt-in limit per block
+constexpr int64_t kMaxAccumRegs = 192;         // above this ptxas spills (255-register cap)
 
 std::string MaskTag(const AttentionConfig &c) {
   return c.has_mask ? std::string("_mask") + ScalarTypeTag(c.mask) : "";
@@ -49,6 +72,73 @@ std::string AttentionSignature(const std::string &name, int threads) {
        "    long long mask_stride_q) {\n";
   return s.str();
 }
+
+} // namespace
+
+AttentionTile DefaultAttentionTile(int64_t head_dim) {
+  AttentionTile t;
+  t.block_m = 64;
+  t.block_n = head_dim <= 128 ? 64 : 32;
+  t.warps = 4;
+  t.stages = 2;
+  t.qtile_fastest = true;
+  return t;
+}
+
+AttentionTile ResolvedAttentionTile(const AttentionConfig &cfg) {
+  return cfg.tile.block_m == 0 ? DefaultAttentionTile(cfg.head_dim) : cfg.tile;
+}
+
+std::string AttentionTileName(const AttentionTile &t) {
+  std::ostringstream s;
+  s << "bm" << t.block_m << "_bn" << t.block_n << "_w" << t.warps << "_s" << t.stages
+    << (t.qtile_fastest ? "" : "_gh");
+  return s.str();
+}
+
+bool ParseAttentionTile(const std::string &text, AttentionTile *tile, std::string *error) {
+  AttentionTile t;
+  int bm = 0, bn = 0, w = 0, st = 0, n = 0;
+  const bool ok = std::sscanf(text.c_str(), "bm%d_bn%d_w%d_s%d%n", &bm, &bn, &w, &st, &n) == 4;
+  const std::string rest = ok ? text.substr(n) : "";
+  if (!ok || (rest != "" && rest != "_gh")) {
+    if (error)
+      *error = "attention tile '" + text + "': expected bm<M>_bn<N>_w<warps>_s<stages>[_gh], e.g. bm128_bn64_w4_s2";
+    return false;
+  }
+  t.block_m = bm;
+  t.block_n = bn;
+  t.warps = w;
+  t.stages = st;
+  t.qtile_fastest = rest.empty();
+  *tile = t;
+  return true;
+}
+
+bool AttentionTileSupported(const AttentionConfig &cfg, std::string *why) {
+  const AttentionTile t = ResolvedAttentionTile(cfg);
+  auto no = [&](const std::string &m) {
+    if (why) *why = "attention tile " + AttentionTileName(t) + " with head dim " + std::to_string(cfg.head_dim) + ": " + m;
+    return false;
+  };
+  if (t.block_m != 64 && t.block_m != 128) return no("block_m must be 64 or 128");
+  if (t.block_n != 32 && t.block_n != 64 && t.block_n != 128) return no("block_n must be 32, 64 or 128");
+  if (t.warps != 4 && t.warps != 8) return no("warps must be 4 or 8");
+  if (t.block_m % (16 * t.warps) != 0 || t.block_m / (16 * t.warps) > 2)
+    return no("block_m / warps must be 16 or 32 query rows per warp");
+  if (t.stages != 1 && t.stages != 2) return no("stages must be 1 or 2");
+  const FaGeom g = Geom(cfg);
+  if (g.smem_bytes > kMaxSmemBytes)
+    return no("needs " + std::to_string(g.smem_bytes) + " bytes of shared memory (> " + std::to_string(kMaxSmemBytes) + ")");
+  if (g.accum_regs > kMaxAccumRegs)
+    return no("needs " + std::to_string(g.accum_regs) + " fp32 accumulator registers per thread (> " +
+              std::to_string(kMaxAccumRegs) + ", would spill)");
+  return true;
+}
+
+int64_t AttentionSmemBytes(const AttentionConfig &cfg) { return Geom(cfg).smem_bytes; }
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // Tensor-core FlashAttention-2
@@ -100,20 +190,33 @@ LLMC_DEV uint32_t pack2(float lo, float hi) {
 
 constexpr const char *kFaBody = R"CUDA(
   // ---------------------------------------------------------------------
-  // Block = (batch*head, query tile). Warp w owns query rows q0 + 16w .. +15.
+  // CTA = (query tile, head, batch). Warp w owns the query rows
+  // q0 + kRowsPerWarp*w + 16*mt + {g, g+8} for mt < kMTiles.
+  // smem: stage st holds K at tile 2*st and V at tile 2*st+1 ([kBlockN][kStride]
+  // each); Q [kBlockM][kStride] follows, or is staged through them (kQInRegs).
   // ---------------------------------------------------------------------
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* sK = smem;                          // [kBlockN][kStride]
-  uint16_t* sV = smem + kBlockN * kStride;      // [kBlockN][kStride]
-  uint16_t* sQ = kQInRegs ? sK : smem + 2 * kBlockN * kStride;  // [kBlockM][kStride]
+  constexpr int kTileElems = kBlockN * kStride;
+  constexpr int kRowsPerWarp = 16 * kMTiles;
+  uint16_t* sQ = kQInRegs ? smem : smem + 2 * kStages * kTileElems;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c2 = 2 * (lane & 3);  // fragment row / column pair
-  const int64_t bh = blockIdx.x;
-  const int64_t b = bh / heads_q;
-  const int h = (int)(bh % heads_q);
+  int64_t b, qblk, nqblk;
+  int h;
+  if (kQTileFastest) {  // grid (q tiles, Hq, B): neighbouring CTAs share K/V in L2
+    qblk = blockIdx.x;
+    nqblk = gridDim.x;
+    h = (int)blockIdx.y;
+    b = blockIdx.z;
+  } else {              // grid (B*Hq, q tiles)
+    b = (int64_t)blockIdx.x / heads_q;
+    h = (int)((int64_t)blockIdx.x % heads_q);
+    qblk = blockIdx.y;
+    nqblk = gridDim.y;
+  }
   const int hk = h / (heads_q / heads_kv);      // GQA: kv head of this q head
-  const int64_t qtile = kCausal ? (int64_t)gridDim.y - 1 - blockIdx.y : blockIdx.y;  // heavy tiles first
+  const int64_t qtile = kCausal ? nqblk - 1 - qblk : qblk;  // causal: longest tiles first
   const int64_t q0 = qtile * kBlockM;
   if (q0 >= seq_q) return;
   const int64_t diag = seq_kv - seq_q;          // causal: key j visible to row i iff j <= i + diag
@@ -126,13 +229,28 @@ constexpr const char *kFaBody = R"CUDA(
   const T* vg = v + (b * seq_kv * heads_kv + hk) * (int64_t)kHeadDim;
 
   // Copy `rows` rows starting at global row r0 (limit = valid rows) into s.
+  // Rows past `limit` are zero-filled. One pointer per thread, bumped per step.
   auto loadTile = [&](uint16_t* s, const T* src, int64_t row_stride, int64_t r0, int64_t limit, int rows) {
     constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
-    for (int i = tid; i < rows * kChunksPerRow; i += kThreads) {
-      const int r = i / kChunksPerRow, cc = i % kChunksPerRow;
-      const bool valid = r0 + r < limit;
-      const T* gp = valid ? src + (r0 + r) * row_stride + cc * 8 : src;
-      cpAsync16(smemAddr(s + r * kStride + cc * 8), gp, valid ? 16 : 0);
+    if (kThreads % kChunksPerRow == 0) {  // each thread keeps one column chunk
+      constexpr int kRowsPerStep = kThreads / kChunksPerRow;
+      const int cc = tid % kChunksPerRow;
+      int r = tid / kChunksPerRow;
+      const T* gp = src + (r0 + r) * row_stride + cc * 8;
+      uint32_t sp = smemAddr(s + r * kStride + cc * 8);
+      for (; r < rows; r += kRowsPerStep) {
+        const bool valid = r0 + r < limit;
+        cpAsync16(sp, valid ? gp : src, valid ? 16 : 0);
+        gp += kRowsPerStep * row_stride;
+        sp += kRowsPerStep * kStride * 2;
+      }
+    } else {
+      for (int i = tid; i < rows * kChunksPerRow; i += kThreads) {
+        const int r = i / kChunksPerRow, cc = i % kChunksPerRow;
+        const bool valid = r0 + r < limit;
+        const T* gp = valid ? src + (r0 + r) * row_stride + cc * 8 : src;
+        cpAsync16(smemAddr(s + r * kStride + cc * 8), gp, valid ? 16 : 0);
+      }
     }
   };
 
@@ -143,133 +261,184 @@ constexpr const char *kFaBody = R"CUDA(
     kv_end = last_row + diag + 1 < seq_kv ? last_row + diag + 1 : seq_kv;
   }
   const int num_tiles = kv_end > 0 ? (int)((kv_end + kBlockN - 1) / kBlockN) : 0;
+  const int64_t w0 = q0 + warp * kRowsPerWarp;  // first query row of this warp
 
   // ---- Q: global -> smem -> (registers) ----
-  uint32_t qf[kQInRegs ? kHeadDim / 16 : 1][4];
+  uint32_t qf[kQInRegs ? kMTiles : 1][kQInRegs ? kHeadDim / 16 : 1][4];
   loadTile(sQ, qg, q_row_stride, q0, seq_q, kBlockM);
   cpAsyncCommit();
   if (kQInRegs) {
     cpAsyncWaitAll();
     __syncthreads();
 #pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-      const int col = ks * 16 + (lane >> 4) * 8;
-      ldmatrixX4(qf[kQInRegs ? ks : 0], smemAddr(sQ + row * kStride + col));
-    }
-    __syncthreads();  // sQ aliases sK: everyone has its Q fragments before K lands
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const int row = warp * kRowsPerWarp + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int col = ks * 16 + (lane >> 4) * 8;
+        ldmatrixX4(qf[kQInRegs ? mt : 0][kQInRegs ? ks : 0], smemAddr(sQ + row * kStride + col));
+      }
+    __syncthreads();  // sQ aliases the K/V buffers: everyone has its Q fragments before K lands
   }
-  if (num_tiles > 0) loadTile(sK, kg, kv_row_stride, 0, seq_kv, kBlockN);
+  if (num_tiles > 0) {
+    loadTile(smem, kg, kv_row_stride, 0, seq_kv, kBlockN);
+    if (kStages == 2) loadTile(smem + kTileElems, vg, kv_row_stride, 0, seq_kv, kBlockN);
+  }
   cpAsyncCommit();
 
-  // ---- per-thread state: rows (g) and (g+8) of this warp's 16 ----
-  float o[kHeadDim / 8][4];
+  // ---- per-thread state: rows (g) and (g+8) of each of this warp's m16 tiles ----
+  float o[kMTiles][kHeadDim / 8][4];
 #pragma unroll
-  for (int nt = 0; nt < kHeadDim / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-  float m_run[2] = {-LLMC_INF, -LLMC_INF};  // running max (log2 domain)
-  float l_run[2] = {0.0f, 0.0f};            // running sum (this thread's columns only)
-  const int64_t row_a = q0 + warp * 16 + g;  // global query rows of this thread: row_a, row_a + 8
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kHeadDim / 8; ++nt) o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0.0f;
+  float m_run[kMTiles][2], l_run[kMTiles][2];  // running max (log2 domain), sum (this thread's columns)
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = -LLMC_INF;
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
+  }
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int64_t kv0 = (int64_t)tile * kBlockN;
+    const int st = kStages == 2 ? (tile & 1) : 0;
+    const uint16_t* sK = smem + 2 * st * kTileElems;
+    const uint16_t* sV = sK + kTileElems;
     cpAsyncWaitAll();
-    __syncthreads();  // K[tile] visible; all warps done with V[tile-1]
-    loadTile(sV, vg, kv_row_stride, kv0, seq_kv, kBlockN);
+    // stages 2: K/V[tile] visible and all warps done with tile-1 (its buffers are free);
+    // stages 1: K[tile] visible and all warps done with V[tile-1].
+    __syncthreads();
+    if (kStages == 2) {
+      if (tile + 1 < num_tiles) {
+        uint16_t* nK = smem + 2 * (st ^ 1) * kTileElems;
+        loadTile(nK, kg, kv_row_stride, kv0 + kBlockN, seq_kv, kBlockN);
+        loadTile(nK + kTileElems, vg, kv_row_stride, kv0 + kBlockN, seq_kv, kBlockN);
+      }
+    } else {
+      loadTile(smem + kTileElems, vg, kv_row_stride, kv0, seq_kv, kBlockN);
+    }
     cpAsyncCommit();
 
-    // ---- S = Q K^T (16 x kBlockN per warp) ----
-    float s[kBlockN / 8][4];
+    // Warp-uniform: this warp has rows and (causal) some key of the tile reaches one of them.
+    const bool active = w0 < seq_q && (!kCausal || kv0 <= w0 + kRowsPerWarp - 1 + diag);
+    float s[kMTiles][kBlockN / 8][4];
+    if (active) {
+      // ---- S = Q K^T (kRowsPerWarp x kBlockN per warp); a K fragment feeds kMTiles MMAs ----
 #pragma unroll
-    for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      uint32_t a[4];
-      if (kQInRegs) {
+        for (int nt = 0; nt < kBlockN / 8; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = qf[kQInRegs ? ks : 0][i];
-      } else {
-        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        const int col = ks * 16 + (lane >> 4) * 8;
-        ldmatrixX4(a, smemAddr(sQ + row * kStride + col));
-      }
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        uint32_t a[kMTiles][4];
 #pragma unroll
-      for (int np = 0; np < kBlockN / 16; ++np) {  // two 8-key n-tiles per ldmatrix.x4
-        uint32_t bk[4];
-        const int key = np * 16 + (lane & 7) + (lane >> 4) * 8;
-        const int col = ks * 16 + ((lane >> 3) & 1) * 8;
-        ldmatrixX4(bk, smemAddr(sK + key * kStride + col));
-        mma16816(s[2 * np], a, bk[0], bk[1]);
-        mma16816(s[2 * np + 1], a, bk[2], bk[3]);
-      }
-    }
-
-    // ---- scale (+mask), mask tails / causal, online softmax ----
-    const bool need_mask = kHasMask || kv0 + kBlockN > seq_kv ||
-                           (kCausal && kv0 + kBlockN - 1 > q0 + diag);
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          if (kQInRegs) {
 #pragma unroll
-    for (int nt = 0; nt < kBlockN / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float t = s[nt][e] * scale_log2;
-        if (need_mask) {
-          const int64_t row = row_a + (e >> 1) * 8;
-          const int64_t key = kv0 + nt * 8 + c2 + (e & 1);
-          bool visible = key < seq_kv && row < seq_q;
-          if (kCausal) visible = visible && key <= row + diag;
-          if (kHasMask && visible)
-            t += toF(mask[b * mask_stride_b + h * mask_stride_h + row * mask_stride_q + key]) * LLMC_LOG2E;
-          if (!visible) t = -LLMC_INF;
+            for (int i = 0; i < 4; ++i) a[mt][i] = qf[kQInRegs ? mt : 0][kQInRegs ? ks : 0][i];
+          } else {
+            const int row = warp * kRowsPerWarp + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            const int col = ks * 16 + (lane >> 4) * 8;
+            ldmatrixX4(a[mt], smemAddr(sQ + row * kStride + col));
+          }
         }
-        s[nt][e] = t;
+#pragma unroll
+        for (int np = 0; np < kBlockN / 16; ++np) {  // two 8-key n-tiles per ldmatrix.x4
+          uint32_t bk[4];
+          const int key = np * 16 + (lane & 7) + (lane >> 4) * 8;
+          const int col = ks * 16 + ((lane >> 3) & 1) * 8;
+          ldmatrixX4(bk, smemAddr(sK + key * kStride + col));
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma16816(s[mt][2 * np], a[mt], bk[0], bk[1]);
+            mma16816(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+          }
+        }
       }
+
+      // ---- scale (+mask); masking only on tiles that reach past the diagonal or the end ----
+      const bool need_mask = kHasMask || kv0 + kBlockN > seq_kv ||
+                             (kCausal && kv0 + kBlockN - 1 > w0 + diag);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -LLMC_INF;
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < kBlockN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      // the 4 threads of a quad hold the same row
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[r], mx);
-      const float m_use = m_new == -LLMC_INF ? 0.0f : m_new;  // fully masked so far: keep 0s
-      const float alpha = exp2f(m_run[r] - m_use);           // exp2(-inf) = 0 on the first tile
-      float sum = 0.0f;
+        for (int nt = 0; nt < kBlockN / 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < kBlockN / 8; ++nt) {
-        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
-        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      l_run[r] = l_run[r] * alpha + sum;
-      m_run[r] = m_new;
+          for (int e = 0; e < 4; ++e) {
+            float t = s[mt][nt][e] * scale_log2;
+            if (need_mask) {
+              const int64_t row = w0 + mt * 16 + g + (e >> 1) * 8;
+              const int64_t key = kv0 + nt * 8 + c2 + (e & 1);
+              bool visible = key < seq_kv && row < seq_q;
+              if (kCausal) visible = visible && key <= row + diag;
+              if (kHasMask && visible)
+                t += toF(mask[b * mask_stride_b + h * mask_stride_h + row * mask_stride_q + key]) * LLMC_LOG2E;
+              if (!visible) t = -LLMC_INF;
+            }
+            s[mt][nt][e] = t;
+          }
+      // ---- online softmax ----
 #pragma unroll
-      for (int nt = 0; nt < kHeadDim / 8; ++nt) {
-        o[nt][2 * r] *= alpha;
-        o[nt][2 * r + 1] *= alpha;
-      }
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -LLMC_INF;
+#pragma unroll
+          for (int nt = 0; nt < kBlockN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+          // the 4 threads of a quad hold the same row
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_run[mt][r], mx);
+          const float m_use = m_new == -LLMC_INF ? 0.0f : m_new;  // fully masked so far: keep 0s
+          const float alpha = exp2f(m_run[mt][r] - m_use);       // exp2(-inf) = 0 on the first tile
+          float sum = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < kBlockN / 8; ++nt) {
+            s[mt][nt][2 * r] = exp2f(s[mt][nt][2 * r] - m_use);
+            s[mt][nt][2 * r + 1] = exp2f(s[mt][nt][2 * r + 1] - m_use);
+            sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+          }
+          l_run[mt][r] = l_run[mt][r] * alpha + sum;
+          m_run[mt][r] = m_new;
+#pragma unroll
+          for (int nt = 0; nt < kHeadDim / 8; ++nt) {
+            o[mt][nt][2 * r] *= alpha;
+            o[mt][nt][2 * r + 1] *= alpha;
+          }
+        }
     }
 
-    cpAsyncWaitAll();
-    __syncthreads();  // V[tile] visible; all warps done with K[tile]
-    if (tile + 1 < num_tiles) loadTile(sK, kg, kv_row_stride, kv0 + kBlockN, seq_kv, kBlockN);
-    cpAsyncCommit();
+    if (kStages == 1) {
+      cpAsyncWaitAll();
+      __syncthreads();  // V[tile] visible; all warps done with K[tile]
+      if (tile + 1 < num_tiles) loadTile(smem, kg, kv_row_stride, kv0 + kBlockN, seq_kv, kBlockN);
+      cpAsyncCommit();
+    }
 
-    // ---- O += P V: the S accumulator layout is the A-fragment layout ----
+    if (active) {
+      // ---- O += P V: the S accumulator layout is the A-fragment layout; a V fragment feeds kMTiles MMAs ----
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t a[kMTiles][4];
 #pragma unroll
-      for (int dp = 0; dp < kHeadDim / 16; ++dp) {  // two 8-wide d n-tiles per ldmatrix.x4.trans
-        uint32_t bv[4];
-        const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        const int col = dp * 16 + (lane >> 4) * 8;
-        ldmatrixX4Trans(bv, smemAddr(sV + key * kStride + col));
-        mma16816(o[2 * dp], a, bv[0], bv[1]);
-        mma16816(o[2 * dp + 1], a, bv[2], bv[3]);
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          a[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          a[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          a[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          a[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < kHeadDim / 16; ++dp) {  // two 8-wide d n-tiles per ldmatrix.x4.trans
+          uint32_t bv[4];
+          const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          const int col = dp * 16 + (lane >> 4) * 8;
+          ldmatrixX4Trans(bv, smemAddr(sV + key * kStride + col));
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma16816(o[mt][2 * dp], a[mt], bv[0], bv[1]);
+            mma16816(o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+          }
+        }
       }
     }
   }
@@ -277,54 +446,66 @@ constexpr const char *kFaBody = R"CUDA(
 
   // ---- finalize: O / l (row sum over the quad); rows with no visible key -> 0 ----
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int64_t row = row_a + r * 8;
-    if (row < seq_q) {
-      T* op = out + ((b * seq_q + row) * heads_q + h) * (int64_t)kHeadDim;
+  for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < kHeadDim / 8; ++nt) {
-        struct __align__(4) Pair { T x, y; } pr;
-        pr.x = fromF<T>(o[nt][2 * r] * inv);
-        pr.y = fromF<T>(o[nt][2 * r + 1] * inv);
-        *reinterpret_cast<Pair*>(op + nt * 8 + c2) = pr;
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int64_t row = w0 + mt * 16 + g + r * 8;
+      if (row < seq_q) {
+        T* op = out + ((b * seq_q + row) * heads_q + h) * (int64_t)kHeadDim;
+#pragma unroll
+        for (int nt = 0; nt < kHeadDim / 8; ++nt) {
+          struct __align__(4) Pair { T x, y; } pr;
+          pr.x = fromF<T>(o[mt][nt][2 * r] * inv);
+          pr.y = fromF<T>(o[mt][nt][2 * r + 1] * inv);
+          *reinterpret_cast<Pair*>(op + nt * 8 + c2) = pr;
+        }
       }
     }
-  }
 }
 )CUDA";
 
 KernelCode EmitFlashAttention(const AttentionConfig &c) {
   const int64_t d = c.head_dim;
+  std::string why;
+  if (!AttentionTileSupported(c, &why)) Fail(why);
+  const FaGeom geo = Geom(c);
+  const AttentionTile tile = ResolvedAttentionTile(c);
   KernelCode kc;
   kc.name = std::string("llmc_flash_attn_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
-            (c.causal ? "_causal" : "") + MaskTag(c);
+            (c.causal ? "_causal" : "") + MaskTag(c) + "_" + AttentionTileName(tile);
   std::ostringstream hdr;
   hdr << "// llmc FlashAttention-2 forward (Dao 2023, arXiv:2307.08691), tensor cores.\n"
          "// q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D], out [B,Sq,Hq,D]; GQA kv head = h / (Hq/Hkv).\n"
-         "// Block: 64 query rows (4 warps x 16) against kBlockN-key tiles; mma.sync m16n8k16,\n"
-         "// ldmatrix fragments, cp.async loads (V[j] overlaps QK^T, K[j+1] overlaps PV),\n"
-         "// online softmax (exp2 domain) in fp32 registers. Causal: bottom-right aligned\n"
-         "// (key j visible to query i iff j <= i + Skv - Sq). Rows with no visible key -> 0.\n"
+         "// CTA: kBlockM query rows (kWarps warps x kMTiles m16 tiles) against kBlockN-key\n"
+         "// tiles; mma.sync m16n8k16, ldmatrix (.trans for V) fragments, cp.async loads\n"
+         "// (kStages 2: K/V double-buffered; 1: V[j] overlaps QK^T, K[j+1] overlaps PV),\n"
+         "// online softmax (exp2 domain) in fp32 registers, masking only on diagonal/tail\n"
+         "// tiles. Causal: bottom-right aligned (key j visible to query i iff\n"
+         "// j <= i + Skv - Sq), longest query tiles first. Rows with no visible key -> 0.\n"
          "// Requires 16-byte aligned q/k/v/out; dynamic smem = kSmemBytes.\n";
   std::ostringstream cfg;
   cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
       << "typedef " << (c.has_mask ? CTypeName(c.mask) : "float") << " MaskT;\n"
       << "#define LLMC_MMA_TYPE \"" << (c.dtype == ScalarType::bf16 ? "bf16" : "f16") << "\"\n"
       << "static constexpr int kHeadDim = " << d << ";\n"
-      << "static constexpr int kBlockM = " << kFaBlockM << ";\n"
-      << "static constexpr int kBlockN = " << FaBlockN(d) << ";\n"
-      << "static constexpr int kThreads = " << kFaThreads << ";\n"
+      << "static constexpr int kBlockM = " << geo.block_m << ";\n"
+      << "static constexpr int kBlockN = " << geo.block_n << ";\n"
+      << "static constexpr int kWarps = " << geo.warps << ";\n"
+      << "static constexpr int kThreads = " << geo.threads << ";\n"
+      << "static constexpr int kMTiles = " << geo.m_tiles << ";  // m16 tiles per warp\n"
+      << "static constexpr int kStages = " << geo.stages << ";\n"
       << "static constexpr int kStride = kHeadDim + 8;  // smem row stride (elements), conflict-free\n"
-      << "static constexpr bool kQInRegs = " << (FaQInRegs(d) ? "true" : "false") << ";\n"
+      << "static constexpr bool kQInRegs = " << (geo.q_in_regs ? "true" : "false") << ";\n"
+      << "static constexpr bool kQTileFastest = " << (geo.qtile_fastest ? "true" : "false") << ";\n"
       << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
       << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n"
-      << "static constexpr int kSmemBytes = " << FaSmemBytes(d) << ";\n";
+      << "static constexpr int kSmemBytes = " << geo.smem_bytes << ";\n";
   std::string body = kFaHelpers;
-  body += "\n" + AttentionSignature(kc.name, kFaThreads) + kFaBody;
+  body += "\n" + AttentionSignature(kc.name, geo.threads) + kFaBody;
   kc.source = Assemble(hdr.str(), cfg.str(), body);
   return kc;
 }
@@ -433,8 +614,14 @@ KernelCode EmitAttention(const AttentionConfig &c) {
 
 LaunchDims AttentionLaunch(const AttentionConfig &c, int64_t batch, int64_t seq_q, int64_t heads_q) {
   const int64_t bh = std::max<int64_t>(batch * heads_q, 1);
-  if (AttentionUsesTensorCores(c))
-    return Dims(bh, CeilDiv(std::max<int64_t>(seq_q, 1), kFaBlockM), 1, kFaThreads, FaSmemBytes(c.head_dim));
+  if (AttentionUsesTensorCores(c)) {
+    const FaGeom g = Geom(c);
+    const int64_t qtiles = CeilDiv(std::max<int64_t>(seq_q, 1), g.block_m);
+    if (!g.qtile_fastest) return Dims(bh, qtiles, 1, g.threads, g.smem_bytes);
+    if (heads_q > 65535 || batch > 65535)
+      Fail("attention: grid (q tiles, heads, batch) needs heads and batch <= 65535; use qtile_fastest = false");
+    return Dims(qtiles, std::max<int64_t>(heads_q, 1), std::max<int64_t>(batch, 1), g.threads, g.smem_bytes);
+  }
   return Dims(bh, CeilDiv(std::max<int64_t>(seq_q, 1), kSimpleRowsPerBlock), 1, 32 * kSimpleRowsPerBlock);
 }
 

@@ -101,6 +101,7 @@ struct AttnCase {
   int64_t d, batch, sq, skv, hq, hkv;
   bool causal, mask;
   bool simple;
+  const char *tile = nullptr;  // AttentionTileName form; nullptr = library default
 };
 
 void RunAttention(const AttnCase &c) {
@@ -111,6 +112,11 @@ void RunAttention(const AttnCase &c) {
   cfg.causal = c.causal;
   cfg.has_mask = c.mask;
   cfg.mask = ScalarType::f32;
+  if (c.tile) {
+    std::string err;
+    ASSERT_TRUE(ParseAttentionTile(c.tile, &cfg.tile, &err)) << err;
+    ASSERT_TRUE(AttentionTileSupported(cfg, &err)) << err;
+  }
   const KernelCode k = EmitAttention(cfg);
   ASSERT_EQ(AttentionUsesTensorCores(cfg), !c.simple);
   using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, const float *,
@@ -144,7 +150,7 @@ void RunAttention(const AttnCase &c) {
   const double tol = c.simple ? 1e-5 : 2e-2;
   double max_err = 0;
   for (size_t i = 0; i < out.size(); ++i) {
-    ASSERT_FALSE(std::isnan(out[i])) << i;
+    ASSERT_TRUE(std::isfinite(out[i])) << k.name << " element " << i;
     max_err = std::max(max_err, std::fabs((double)out[i] - ref[i]));
   }
   EXPECT_LT(max_err, tol) << k.name;
@@ -156,6 +162,46 @@ TEST(Emu, FlashAttentionD80GqaCausal) { RunAttention({80, 1, 70, 130, 3, 1, true
 TEST(Emu, FlashAttentionD64MaskSqGtSkv) { RunAttention({64, 2, 67, 20, 2, 2, true, true, false}); }
 TEST(Emu, FlashAttentionD128NonCausal) { RunAttention({128, 1, 17, 70, 2, 1, false, false, false}); }
 TEST(Emu, FlashAttentionD256Causal) { RunAttention({256, 1, 40, 40, 1, 1, true, false, false}); }
+// Tilings: each (block_m, warps) pair, block_n 32/64/128, both pipelines and grid
+// orders, over head dims 64..256, causal and not, GQA groups 1/3/4 (3 is not a
+// power of two), query lengths 1, 7, 127, 129, 300 (partial tiles at both ends,
+// Sq != Skv so the causal diagonal is offset).
+struct TileCase {
+  const char *tile;
+  AttnCase shape;
+};
+class EmuTile : public ::testing::TestWithParam<TileCase> {};
+TEST_P(EmuTile, MatchesReference) {
+  AttnCase c = GetParam().shape;
+  c.tile = GetParam().tile;
+  RunAttention(c);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Flash, EmuTile,
+    ::testing::Values(
+        TileCase{"bm64_bn64_w4_s1_gh", {128, 1, 129, 129, 2, 2, true, false, false}},
+        TileCase{"bm64_bn64_w4_s2", {128, 1, 129, 140, 3, 1, true, false, false}},
+        TileCase{"bm64_bn32_w4_s2", {64, 2, 7, 7, 4, 1, true, false, false}},
+        TileCase{"bm64_bn128_w4_s2", {96, 1, 127, 300, 2, 2, false, false, false}},
+        TileCase{"bm64_bn128_w4_s1", {64, 1, 300, 300, 2, 1, true, false, false}},
+        TileCase{"bm128_bn64_w4_s2", {128, 1, 300, 300, 6, 2, true, false, false}},
+        TileCase{"bm128_bn64_w4_s1", {80, 1, 129, 129, 3, 3, true, false, false}},
+        TileCase{"bm128_bn32_w4_s2_gh", {128, 1, 127, 200, 4, 1, false, false, false}},
+        TileCase{"bm128_bn64_w8_s2", {128, 1, 300, 300, 2, 1, true, false, false}},
+        TileCase{"bm128_bn128_w8_s2", {64, 1, 129, 129, 4, 4, true, false, false}},
+        TileCase{"bm128_bn128_w8_s1", {128, 1, 1, 129, 3, 1, true, false, false}},
+        TileCase{"bm128_bn32_w8_s1_gh", {96, 1, 7, 300, 2, 1, true, false, false}},
+        TileCase{"bm128_bn64_w8_s2", {256, 1, 129, 129, 1, 1, true, false, false}},
+        TileCase{"bm64_bn64_w4_s1", {256, 1, 70, 130, 2, 1, false, false, false}},
+        TileCase{"bm128_bn64_w4_s2", {64, 2, 67, 20, 2, 2, true, true, false}},
+        TileCase{"bm128_bn64_w8_s1", {128, 1, 130, 130, 2, 2, false, true, false}}),
+    [](const ::testing::TestParamInfo<TileCase> &i) {
+      const AttnCase &c = i.param.shape;
+      return std::string(i.param.tile) + "_d" + std::to_string(c.d) + "_sq" + std::to_string(c.sq) + "_skv" +
+             std::to_string(c.skv) + "_g" + std::to_string(c.hq / c.hkv) + (c.causal ? "_causal" : "") +
+             (c.mask ? "_mask" : "");
+    });
+
 TEST(Emu, SimpleAttentionF32D96) { RunAttention({96, 1, 7, 7, 9, 3, true, false, true}); }
 TEST(Emu, SimpleAttentionF32D80Mask) { RunAttention({80, 2, 5, 9, 4, 2, false, true, true}); }
 

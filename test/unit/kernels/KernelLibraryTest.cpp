@@ -11,8 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <utility>
 
@@ -369,16 +371,32 @@ TEST(Attention, SimpleCompileGrid) {
 TEST(Attention, Launch) {
   AttentionConfig c;
   c.head_dim = 128;
+  // Library default: 64 x 64 tiles, 4 warps, K/V double-buffered, grid (q tiles, Hq, B).
+  EXPECT_EQ(AttentionTileName(ResolvedAttentionTile(c)), "bm64_bn64_w4_s2");
   LaunchDims d = AttentionLaunch(c, 4, 2048, 32);
-  EXPECT_EQ(d.grid[0], 128u);
+  EXPECT_EQ(d.grid[0], 32u);
   EXPECT_EQ(d.grid[1], 32u);
+  EXPECT_EQ(d.grid[2], 4u);
   EXPECT_EQ(d.block[0], 128u);
-  EXPECT_EQ(d.smem, 2u * 64u * 136u * 2u);  // K and V tiles, Q via registers
-  EXPECT_LE(d.smem, 48u * 1024u);
+  EXPECT_EQ(d.smem, 4u * 64u * 136u * 2u);  // 2 stages of K and V tiles, Q via registers
+  ASSERT_TRUE(ParseAttentionTile("bm128_bn64_w4_s2", &c.tile, nullptr));
+  d = AttentionLaunch(c, 4, 2048, 32);
+  EXPECT_EQ(d.grid[0], 16u);
+  EXPECT_EQ(d.block[0], 128u);
+  EXPECT_EQ(d.smem, (4u * 64u + 128u) * 136u * 2u);  // 32 rows per warp: Q stays in smem
+  ASSERT_TRUE(ParseAttentionTile("bm128_bn32_w8_s1_gh", &c.tile, nullptr));
+  d = AttentionLaunch(c, 4, 2049, 32);
+  EXPECT_EQ(d.grid[0], 128u);  // (B*Hq, q tiles)
+  EXPECT_EQ(d.grid[1], 17u);
+  EXPECT_EQ(d.grid[2], 1u);
+  EXPECT_EQ(d.block[0], 256u);
+  EXPECT_EQ(d.smem, 128u * 136u * 2u);  // Q (128 rows) staged through the 64-row K/V buffers
+  c.tile = AttentionTile{};
   c.head_dim = 256;
   d = AttentionLaunch(c, 1, 129, 8);
-  EXPECT_EQ(d.grid[1], 3u);
-  EXPECT_EQ(d.smem, (64u + 64u) * 264u * 2u);  // needs the >48 KiB opt-in
+  EXPECT_EQ(d.grid[0], 3u);
+  EXPECT_EQ(d.grid[1], 8u);
+  EXPECT_EQ(d.smem, (64u + 4u * 32u) * 264u * 2u);  // needs the >48 KiB opt-in
   c.dtype = ScalarType::f32;
   d = AttentionLaunch(c, 1, 7, 9);
   EXPECT_EQ(d.grid[0], 9u);
@@ -387,6 +405,134 @@ TEST(Attention, Launch) {
   c.dtype = ScalarType::bf16;
   c.head_dim = 72;
   EXPECT_FALSE(AttentionUsesTensorCores(c));
+}
+
+TEST(Attention, TileNames) {
+  AttentionTile t;
+  std::string err;
+  ASSERT_TRUE(ParseAttentionTile("bm128_bn32_w8_s1", &t, &err)) << err;
+  EXPECT_EQ(t.block_m, 128);
+  EXPECT_EQ(t.block_n, 32);
+  EXPECT_EQ(t.warps, 8);
+  EXPECT_EQ(t.stages, 1);
+  EXPECT_TRUE(t.qtile_fastest);
+  EXPECT_EQ(AttentionTileName(t), "bm128_bn32_w8_s1");
+  ASSERT_TRUE(ParseAttentionTile("bm64_bn128_w4_s2_gh", &t, &err)) << err;
+  EXPECT_FALSE(t.qtile_fastest);
+  EXPECT_EQ(AttentionTileName(t), "bm64_bn128_w4_s2_gh");
+  for (const char *bad : {"", "bm128", "bm128_bn64_w4", "bm128_bn64_w4_s2_x", "128_64_4_2", "bm128_bn64_w4_s2gh"}) {
+    err.clear();
+    EXPECT_FALSE(ParseAttentionTile(bad, &t, &err)) << bad;
+    EXPECT_NE(err.find("expected bm<M>_bn<N>_w<warps>_s<stages>"), std::string::npos) << bad;
+  }
+}
+
+// The tilings the tensor-core kernel accepts, per head dim.
+std::vector<AttentionTile> SupportedTiles(int64_t d) {
+  std::vector<AttentionTile> r;
+  AttentionConfig c;
+  c.head_dim = d;
+  for (int bm : {64, 128})
+    for (int bn : {32, 64, 128})
+      for (int w : {4, 8})
+        for (int st : {1, 2}) {
+          c.tile = AttentionTile{bm, bn, w, st, true};
+          if (AttentionTileSupported(c, nullptr)) r.push_back(c.tile);
+        }
+  return r;
+}
+
+TEST(Attention, TileSupport) {
+  AttentionConfig c;
+  std::string why;
+  c.head_dim = 128;
+  c.tile = AttentionTile{64, 64, 8, 2, true};  // 8 rows per warp
+  EXPECT_FALSE(AttentionTileSupported(c, &why));
+  EXPECT_NE(why.find("16 or 32 query rows per warp"), std::string::npos) << why;
+  c.tile = AttentionTile{128, 128, 4, 2, true};  // O 2x64 + S 2x64 fp32 per thread
+  EXPECT_FALSE(AttentionTileSupported(c, &why));
+  EXPECT_NE(why.find("accumulator registers"), std::string::npos) << why;
+  c.tile = AttentionTile{128, 64, 4, 2, true};  // FlashAttention-2's sm80/sm90 choice
+  EXPECT_TRUE(AttentionTileSupported(c, &why)) << why;
+  c.tile = AttentionTile{96, 64, 4, 2, true};
+  EXPECT_FALSE(AttentionTileSupported(c, &why));
+  c.head_dim = 256;
+  c.tile = AttentionTile{64, 128, 4, 2, true};  // 4 x 128 x 264 x 2 + Q
+  EXPECT_FALSE(AttentionTileSupported(c, &why));
+  EXPECT_NE(why.find("shared memory"), std::string::npos) << why;
+  for (int64_t d : {64, 80, 96, 128, 256}) {
+    c.head_dim = d;
+    c.tile = AttentionTile{};
+    EXPECT_TRUE(AttentionTileSupported(c, &why)) << why;
+    EXPECT_GE(SupportedTiles(d).size(), d == 256 ? 5u : 12u) << d;
+  }
+}
+
+// ptxas -v figures for one kernel.
+struct PtxasInfo {
+  int registers = -1, spill_stores = -1, spill_loads = -1, stack = -1;
+};
+PtxasInfo Ptxas(const KernelCode &k, const std::string &arch, std::string *log) {
+  PtxasInfo p;
+  size_t cubin = 0;
+  if (!llmc::test::NvrtcCompileWithOptions(k.source, k.name, arch, {"--ptxas-options=-v"}, log, &cubin))
+    return p;
+  std::smatch m;
+  if (std::regex_search(*log, m, std::regex(R"(Used (\d+) registers)"))) p.registers = std::stoi(m[1]);
+  if (std::regex_search(*log, m, std::regex(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)"))) {
+    p.stack = std::stoi(m[1]);
+    p.spill_stores = std::stoi(m[2]);
+    p.spill_loads = std::stoi(m[3]);
+  }
+  return p;
+}
+
+// Tiles that must not spill: the library default of every head dim, and the
+// tiles bench/attn_sweep.sh offers for d = 64 and 128 except bm128_bn64_w4_s2
+// (FlashAttention-2's choice; ptxas 13.0 spills 8-12 bytes at 255 registers).
+bool MustNotSpill(int64_t d, const AttentionTile &t) {
+  if (t == DefaultAttentionTile(d)) return true;
+  if (d != 64 && d != 128) return false;
+  for (const char *name : {"bm64_bn64_w4_s1", "bm64_bn64_w4_s2", "bm64_bn32_w4_s2", "bm64_bn128_w4_s2",
+                           "bm128_bn32_w8_s2", "bm128_bn64_w8_s1", "bm128_bn64_w8_s2", "bm128_bn128_w8_s2"}) {
+    AttentionTile n;
+    if (ParseAttentionTile(name, &n, nullptr) && n == t) return true;
+  }
+  return d == 128 && AttentionTileName(t) == "bm128_bn32_w4_s1";
+}
+
+// Every supported tiling, every tensor-core head dim: compiles for sm_90a
+// (ptxas -v) and, masked f16, for sm_80; no register spills where MustNotSpill.
+// Prints the register table (LLMC_ATTN_PTXAS_TABLE=1 for all rows).
+TEST(Attention, AllTilesCompileWithoutSpills) {
+  if (!llmc::test::NvrtcAvailable()) GTEST_SKIP() << "libnvrtc not available";
+  const bool all_rows = std::getenv("LLMC_ATTN_PTXAS_TABLE") != nullptr;
+  for (int64_t d : {64, 80, 96, 128, 256})
+    for (const AttentionTile &t : SupportedTiles(d)) {
+      AttentionConfig c;
+      c.head_dim = d;
+      c.causal = true;
+      c.tile = t;
+      const KernelCode k = EmitAttention(c);
+      Dump(k);
+      std::string log;
+      const PtxasInfo p = Ptxas(k, "sm_90a", &log);
+      ASSERT_GT(p.registers, 0) << k.name << ":\n" << log;
+      ASSERT_GE(p.spill_stores, 0) << k.name << ": no spill figures in the ptxas log:\n" << log;
+      if (MustNotSpill(d, t)) {
+        EXPECT_EQ(p.spill_stores, 0) << k.name;
+        EXPECT_EQ(p.spill_loads, 0) << k.name;
+      }
+      if (all_rows || t == DefaultAttentionTile(d))
+        std::printf("ptxas sm_90a d=%-3lld %-20s %3d registers, %d bytes stack, %d/%d bytes spill stores/loads\n",
+                    (long long)d, AttentionTileName(t).c_str(), p.registers, p.stack, p.spill_stores, p.spill_loads);
+      c.dtype = ScalarType::f16;
+      c.has_mask = true;
+      c.causal = false;
+      const KernelCode k80 = EmitAttention(c);
+      std::string log80;
+      EXPECT_TRUE(llmc::test::NvrtcCompile(k80.source, k80.name, "sm_80", &log80)) << k80.name << ":\n" << log80;
+    }
 }
 
 TEST(Decode, CompileGrid) {

@@ -59,6 +59,13 @@ bool NvrtcAvailable() { return Get().handle != nullptr; }
 bool NvrtcCompile(const std::string &source, const std::string &name,
                   const std::string &arch, std::string *log,
                   size_t *cubin_size) {
+  return NvrtcCompileWithOptions(source, name, arch, {}, log, cubin_size);
+}
+
+bool NvrtcCompileWithOptions(const std::string &source, const std::string &name,
+                             const std::string &arch,
+                             const std::vector<std::string> &extra_options,
+                             std::string *log, size_t *cubin_size) {
   const Nvrtc &n = Get();
   if (!n.handle) {
     if (log) *log = "libnvrtc not found";
@@ -70,8 +77,9 @@ bool NvrtcCompile(const std::string &source, const std::string &name,
     return false;
   }
   const std::string arch_opt = "--gpu-architecture=" + arch;
-  const char *opts[] = {arch_opt.c_str(), "-std=c++17"};
-  int rc = n.compile(prog, 2, opts);
+  std::vector<const char *> opts = {arch_opt.c_str(), "-std=c++17"};
+  for (const auto &o : extra_options) opts.push_back(o.c_str());
+  int rc = n.compile(prog, static_cast<int>(opts.size()), opts.data());
   size_t ls = 0;
   n.log_size(prog, &ls);
   std::string l(ls, '\0');

@@ -2,6 +2,7 @@
 #ifndef LLMC_TEST_KERNELS_NVRTCHELPER_H
 #define LLMC_TEST_KERNELS_NVRTCHELPER_H
 #include <string>
+#include <vector>
 
 namespace llmc::test {
 /// True if libnvrtc could be loaded (tests skip otherwise).
@@ -12,5 +13,11 @@ bool NvrtcAvailable();
 bool NvrtcCompile(const std::string &source, const std::string &name,
                   const std::string &arch, std::string *log,
                   size_t *cubin_size = nullptr);
+/// Same with extra NVRTC options (e.g. "--ptxas-options=-v", whose register
+/// and spill figures then appear in `log`).
+bool NvrtcCompileWithOptions(const std::string &source, const std::string &name,
+                             const std::string &arch,
+                             const std::vector<std::string> &extra_options,
+                             std::string *log, size_t *cubin_size = nullptr);
 } // namespace llmc::test
 #endif

@@ -252,6 +252,32 @@ LaunchDims RoPELaunch(const RoPEConfig &cfg, int64_t batch, int64_t seq);
 // 6. Flash attention (prefill)
 //===----------------------------------------------------------------------===//
 
+/// Tiling of the tensor-core FlashAttention-2 kernel. A CTA of `warps` warps
+/// owns `block_m` query rows (each warp block_m/warps = 16 or 32 rows, i.e.
+/// one or two m16 MMA tiles) and walks the keys in `block_n`-row K/V tiles.
+///   stages = 1: one K and one V buffer; the V[j] load overlaps QK^T and the
+///               K[j+1] load overlaps PV (two barriers per tile).
+///   stages = 2: K and V double-buffered; K[j+1] and V[j+1] load while tile j
+///               is computed (one barrier per tile).
+///   qtile_fastest: grid (q tiles, Hq, B), consecutive CTAs share one head's
+///               K/V in L2 (FlashAttention-2's order); false: grid (B*Hq, q
+///               tiles), consecutive CTAs are different heads.
+/// Causal kernels visit query tiles longest-first in either order.
+/// Text form (LLMC_ATTN_CONFIG, kernel names): "bm128_bn64_w4_s2", with
+/// "_gh" appended for qtile_fastest = false. block_m = 0 means "the
+/// library default for the head dim" (DefaultAttentionTile).
+struct AttentionTile {
+  int block_m = 0;   // 64 or 128
+  int block_n = 64;  // 32, 64 or 128
+  int warps = 4;     // 4 or 8
+  int stages = 2;    // 1 or 2
+  bool qtile_fastest = true;
+  bool operator==(const AttentionTile &o) const {
+    return block_m == o.block_m && block_n == o.block_n && warps == o.warps &&
+           stages == o.stages && qtile_fastest == o.qtile_fastest;
+  }
+};
+
 struct AttentionConfig {
   ScalarType dtype = ScalarType::bf16; // q, k, v, out: bf16, f16 or f32
   int64_t head_dim = 128;
@@ -262,10 +288,31 @@ struct AttentionConfig {
   /// core kernel applies. The tensor-core kernel is used for bf16/f16 with
   /// head_dim % 16 == 0 and head_dim <= 256.
   bool force_simple = false;
+  /// Tensor-core kernel tiling (ignored by the simple kernel).
+  AttentionTile tile;
 };
 
 /// True when EmitAttention produces the mma.sync FlashAttention-2 kernel.
 bool AttentionUsesTensorCores(const AttentionConfig &cfg);
+
+/// The library's default tiling for a head dim (tile.block_m == 0 resolves
+/// to this).
+AttentionTile DefaultAttentionTile(int64_t head_dim);
+/// cfg.tile with block_m == 0 replaced by DefaultAttentionTile(head_dim).
+AttentionTile ResolvedAttentionTile(const AttentionConfig &cfg);
+/// "bm128_bn64_w4_s2" (+ "_gh" when !qtile_fastest).
+std::string AttentionTileName(const AttentionTile &tile);
+/// Parses AttentionTileName's form; false (with *error set) on bad text.
+bool ParseAttentionTile(const std::string &text, AttentionTile *tile,
+                        std::string *error);
+/// Whether the tensor-core kernel supports cfg's tiling for its head dim:
+/// block_m in {64,128}, block_n in {32,64,128}, warps in {4,8} with 16 or
+/// 32 rows per warp, stages in {1,2}, dynamic shared memory <= 227 KiB
+/// (sm_90; sm_80 allows 163 KiB) and fp32 accumulators (O, S and register Q)
+/// <= 192 per thread so ptxas does not spill. *why says what fails.
+bool AttentionTileSupported(const AttentionConfig &cfg, std::string *why);
+/// Dynamic shared memory of the tensor-core kernel for cfg (bytes).
+int64_t AttentionSmemBytes(const AttentionConfig &cfg);
 
 /// FlashAttention-2 forward (Dao 2023). q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D],
 /// out [B,Sq,Hq,D], contiguous. GQA: kv head = h / (Hq/Hkv) (Hq % Hkv == 0).
