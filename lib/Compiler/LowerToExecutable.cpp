@@ -22,6 +22,7 @@
 #include "LLM/IR/LLMOps.h"
 #include "LLM/Transforms/Passes.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
+#include "llmc/Target/CUDA/WeightOnly.h"
 
 #include "absl/strings/str_cat.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -203,6 +204,11 @@ private:
   absl::Status emitPad(PadOp op);
   absl::Status emitAttention(AttentionOp op);
   absl::Status emitNorm(Operation *op);
+  // Weight-only quantization (llm.quantize_weight / dequantize_weight).
+  bool fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg);
+  absl::Status emitQuantizeWeight(QuantizeWeightOp op);
+  absl::Status emitDequantizeWeight(DequantizeWeightOp op);
+  absl::Status planParameterPreparation();
 
   func::FuncOp fn;
   LowerOptions options;
@@ -221,6 +227,10 @@ private:
   std::vector<ArenaItem> arenaItems;
   int64_t intermediateBytes = 0;
   std::vector<absl::Status> materializeErrors; // from lazy view copies
+  // Parameter preparation: ops emitted first, once per parameter set, and
+  // the values they compute (Persistent buffers).
+  llvm::DenseSet<Operation *> hoisted;
+  llvm::DenseSet<Value> persistent;
 };
 
 absl::Status Lowering::checkStatic() {
@@ -453,6 +463,14 @@ int Lowering::bufferFor(Value v) {
     b.kind = rt::Buffer::Output;
     b.io_index = out->second;
     b.bytes = exe.outputs[out->second].Bytes();
+    exe.buffers.push_back(b);
+    return buffers[root] = b.id;
+  }
+  if (persistent.contains(root)) {
+    rt::Buffer b;
+    b.id = exe.buffers.size();
+    b.kind = rt::Buffer::Persistent;
+    b.bytes = byteSize(root);
     exe.buffers.push_back(b);
     return buffers[root] = b.id;
   }
@@ -767,6 +785,17 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   for (int64_t d : res.getShape().drop_back(2)) resBatch *= d;
 
   auto dt = [](Value v) { return *toDType(tensorType(v).getElementType()); };
+  // Weight-only quantized decode projection: the GEMV reads the packed
+  // weight and its scales directly.
+  if (cu::QuantGemvConfig qc; fusedDequantGemv(op, &qc)) {
+    auto deq = op.getRhs().getDefiningOp<DequantizeWeightOp>();
+    std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
+                                 ptrArg(deq.getPacked()), ptrArg(deq.getScales()),
+                                 qc.has_bias ? ptrArg(op.getBias()) : nullArg(),
+                                 i64Arg(n)};
+    launch(addKernel(cu::EmitQuantGemv(qc)), cu::QuantGemvLaunch(qc), std::move(args), op);
+    return absl::OkStatus();
+  }
   // Decode-shaped projections (a few rows against an nn.Linear weight): the
   // weight read is the whole cost; a GEMV kernel streams it at full bandwidth.
   if (!ta && tb && rhsBatch == 1 && m * lhsBatch <= cu::kGemvMaxRows) {
@@ -1110,6 +1139,10 @@ absl::Status Lowering::emitOp(Operation *op) {
   if (isa<ReshapeOp, ConstantOp, arith::ConstantOp, BroadcastOp, TransposeOp,
           SliceOp>(op))
     return absl::OkStatus(); // views and constants: no launch of their own
+  if (auto q = dyn_cast<QuantizeWeightOp>(op))
+    return hoisted.contains(op) ? absl::OkStatus() : emitQuantizeWeight(q);
+  if (auto d = dyn_cast<DequantizeWeightOp>(op))
+    return emitDequantizeWeight(d);
   if (auto a = dyn_cast<AllReduceOp>(op); a && a.getGroupSize() == 1)
     return absl::OkStatus();
   if (fusedIntoNorm.contains(op))
@@ -1338,6 +1371,124 @@ absl::Status Lowering::emitOp(Operation *op) {
       });
 }
 
+//===----------------------------------------------------------------------===//
+// Weight-only quantization
+//===----------------------------------------------------------------------===//
+
+/// matmul(x, dequantize_weight(q, s)) {transpose_rhs} with at most
+/// kGemvMaxRows rows: one fused GEMV reading q and s.
+bool Lowering::fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg) {
+  auto deq = op.getRhs().getDefiningOp<DequantizeWeightOp>();
+  if (!deq || op.getTransposeLhs() || !op.getTransposeRhs())
+    return false;
+  auto lhs = tensorType(op.getLhs());
+  int64_t rows = 1;
+  for (int64_t d : lhs.getShape().drop_back())
+    rows *= d;
+  cfg->bits = deq.getBits();
+  cfg->group = deq.getGroupSize();
+  cfg->dtype = scalarOf(op.getLhs());
+  cfg->out = scalarOf(op.getResult());
+  cfg->m = rows;
+  cfg->k = lhs.getShape().back();
+  cfg->n = tensorType(op.getRhs()).getDimSize(0);
+  cfg->has_bias = static_cast<bool>(op.getBias());
+  if (op.getBias() && scalarOf(op.getBias()) != cfg->dtype)
+    return false;
+  return cu::QuantGemvSupported(*cfg);
+}
+
+absl::Status Lowering::emitQuantizeWeight(QuantizeWeightOp op) {
+  cu::WeightQuantConfig cfg;
+  cfg.bits = op.getBits();
+  cfg.group = op.getGroupSize();
+  cfg.dtype = scalarOf(op.getWeight());
+  if (!cu::WeightQuantSupported(cfg))
+    return unsupported(op, "weight quantization with this bits/group_size "
+                           "(supported: 4 or 8 bits, group_size a multiple of 64)");
+  auto w = tensorType(op.getWeight());
+  int64_t n = w.getDimSize(0), k = w.getDimSize(1);
+  std::vector<rt::Arg> args = {ptrArg(op.getPacked()), ptrArg(op.getScales()),
+                               ptrArg(op.getWeight()), i64Arg(n), i64Arg(k)};
+  launch(addKernel(cu::EmitQuantizeWeight(cfg)), cu::QuantizeWeightLaunch(cfg, n, k),
+         std::move(args), op);
+  return absl::OkStatus();
+}
+
+absl::Status Lowering::emitDequantizeWeight(DequantizeWeightOp op) {
+  // Nothing to do when every user is a fused GEMV.
+  if (llvm::all_of(op->getUsers(), [&](Operation *user) {
+        cu::QuantGemvConfig qc;
+        auto mm = dyn_cast<MatmulOp>(user);
+        return mm && mm.getRhs() == op.getResult() && mm.getLhs() != op.getResult() &&
+               (!mm.getBias() || mm.getBias() != op.getResult()) &&
+               fusedDequantGemv(mm, &qc);
+      }))
+    return absl::OkStatus();
+  cu::WeightQuantConfig cfg;
+  cfg.bits = op.getBits();
+  cfg.group = op.getGroupSize();
+  cfg.dtype = scalarOf(op.getResult());
+  if (!cu::WeightQuantSupported(cfg))
+    return unsupported(op, "weight dequantization with this bits/group_size "
+                           "(supported: 4 or 8 bits, group_size a multiple of 64)");
+  auto t = tensorType(op.getResult());
+  int64_t n = t.getDimSize(0), k = t.getDimSize(1);
+  std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getPacked()),
+                               ptrArg(op.getScales()), i64Arg(n), i64Arg(k)};
+  launch(addKernel(cu::EmitDequantizeWeight(cfg)),
+         cu::DequantizeWeightLaunch(cfg, n, k), std::move(args), op);
+  return absl::OkStatus();
+}
+
+/// The parameter-preparation segment: every `llm.hoistable` quantize_weight
+/// whose weight is a function argument (directly or through reshape and
+/// transpose views) is emitted first, into Persistent buffers, and its
+/// argument is marked a parameter. The runtime runs these launches once per
+/// parameter set (rt::ParameterGuard). A quantize of a computed weight (e.g.
+/// a cast) runs with the per-call launches.
+absl::Status Lowering::planParameterPreparation() {
+  Block &body = fn.getBody().front();
+  SmallVector<QuantizeWeightOp> ops;
+  for (Operation &op : body) {
+    auto q = dyn_cast<QuantizeWeightOp>(op);
+    if (!q || !q->hasAttr("llm.hoistable"))
+      continue;
+    Value v = q.getWeight();
+    while (Operation *def = v.getDefiningOp()) {
+      if (!isa<ReshapeOp, TransposeOp>(def))
+        break;
+      v = def->getOperand(0);
+    }
+    auto arg = dyn_cast<BlockArgument>(v);
+    // Not when a result is returned (outputs are written on every call).
+    if (!arg || llvm::any_of(q->getResults(), [&](Value r) {
+          return outputIndex.count(storageRoot(r)) > 0;
+        }))
+      continue;
+    ops.push_back(q);
+    hoisted.insert(q);
+    for (Value r : q->getResults())
+      persistent.insert(r);
+    exe.inputs[arg.getArgNumber()].parameter = true;
+  }
+  int index = 0;
+  llvm::DenseMap<Operation *, int> opIndex;
+  for (Operation &op : body)
+    opIndex[&op] = index++;
+  for (QuantizeWeightOp q : ops) {
+    step = opIndex[q];
+    if (auto st = emitQuantizeWeight(q); !st.ok())
+      return st;
+    for (absl::Status &st : materializeErrors)
+      if (!st.ok())
+        return st;
+    materializeErrors.clear();
+  }
+  exe.num_prepare_launches = exe.launches.size();
+  return absl::OkStatus();
+}
+
 absl::Status Lowering::planArena() {
   // First fit over a list of live blocks sorted by offset.
   struct Block { int64_t offset, size; int last; };
@@ -1472,6 +1623,8 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
         touch(add.getLhs(), opIndex[user]), touch(add.getRhs(), opIndex[user]);
   }
 
+  if (auto st = planParameterPreparation(); !st.ok())
+    return st;
   for (Operation &op : body) {
     if (isa<func::ReturnOp>(op))
       continue;
