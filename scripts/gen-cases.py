@@ -99,6 +99,39 @@ func.func @{name}(%tokens: tensor<3x?xi64> {{llm.dim_names = ["seq"]}},
 }}
 """)
 
+# C2 under the fp8 policy: the tiny decoder's GEMMs (hidden 200, head dims 80
+# and 96 with 2 heads, SwiGLU 536, the tied LM head over vocab 50257, batch 3)
+# at every sequence length, so M = 3 * seq and K in {200, 160, 192, 536} are
+# (mostly) not multiples of 16. llmc-pad-layout pads them for cuBLASLt's fp8
+# GEMMs; each GEMM reads its own random inputs and is checked on its own
+# against the graph as written (fp8 tolerance 0.125: one GEMM is ~0.05).
+for d in [80, 96]:
+    inner = 2 * d
+    for seq in [1, 5, 127, 129, 1025]:
+        name = f"c2_fp8_gemms_d{d}_s{seq}"
+        x = f"tensor<3x{seq}x200xbf16>"
+        a = f"tensor<3x{seq}x{inner}xbf16>"
+        m = f"tensor<3x{seq}x536xbf16>"
+        with open(os.path.join(OUT, name + ".mlir"), "w") as f:
+            f.write(f"""// RUN: llmc-compile %s --precision=fp8 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s
+// CHECK: GEMMs: 5
+// ARGS: --precision=fp8
+// C2 under fp8: the tiny decoder's GEMMs with M = 3 x {seq} = {3 * seq}, head dim {d}
+// (2 heads), SwiGLU 536, LM head tied to the [50257, 200] embedding; bf16
+// operands, per-tensor scaled e4m3 on the GPU, padded to multiples of 32.
+func.func @{name}(%x: {x}, %a: {a}, %m: {m},
+    %wq: tensor<{inner}x200xbf16>, %wo: tensor<200x{inner}xbf16>,
+    %wg: tensor<536x200xbf16>, %wd: tensor<200x536xbf16>,
+    %wte: tensor<50257x200xbf16>) -> (tensor<3x{seq}x{inner}xbf16>, {x}, {m}, {x}, tensor<3x{seq}x50257xf32>) {{
+  %q = llm.matmul %x, %wq {{transpose_rhs}} : {x}, tensor<{inner}x200xbf16> -> tensor<3x{seq}x{inner}xbf16>
+  %o = llm.matmul %a, %wo {{transpose_rhs}} : {a}, tensor<200x{inner}xbf16> -> {x}
+  %g = llm.matmul %x, %wg {{transpose_rhs}} : {x}, tensor<536x200xbf16> -> {m}
+  %dn = llm.matmul %m, %wd {{transpose_rhs}} : {m}, tensor<200x536xbf16> -> {x}
+  %logits = llm.matmul %x, %wte {{transpose_rhs}} : {x}, tensor<50257x200xbf16> -> tensor<3x{seq}x50257xf32>
+  return %q, %o, %g, %dn, %logits : tensor<3x{seq}x{inner}xbf16>, {x}, {m}, {x}, tensor<3x{seq}x50257xf32>
+}}
+""")
+
 # C1: low-precision norms and long reductions.
 for dt in ["f16", "bf16"]:
     x = f"tensor<3x7x4096x{dt}>"
