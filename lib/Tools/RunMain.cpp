@@ -3,12 +3,16 @@
 //   llmc-run FILE.mlir [--fn=NAME] [--backend=cuda|ref] [--shape NAME=N]...
 //            [--value argI=V]... [--precision=fp32|bf16|fp16|fp8] [--check]
 //            [--bench] [--iters=N] [--no-cuda-graphs] [--seed=S]
+//            [--tp=N [--rank=R --rendezvous=PATH [--run-id=ID]] [--gpu=D]]
 //
 // Random inputs (seeded), shape specialization, then either the CPU reference
 // executor or the CUDA backend (codegen -> Executable -> runtime Session).
 // --check compares the CUDA result with the reference executor (small
 // shapes, float64 math) or, with --check=gpu-f32, with an unfused float32
 // instance of the same function on the GPU (large shapes).
+// --tp=N runs N tensor-parallel ranks (llmc-shard{tp=N rank=R}, NCCL; see
+// TensorParallel.h and docs/tensor-parallel.md); --check compares every
+// rank's replicated result with the unsharded function.
 // --precision applies a numerics policy (llmc-precision, and for fp8
 // llmc-pad-layout) to the function before it runs; --check still evaluates
 // the function as written and allows the policy's error on top of the
@@ -21,7 +25,9 @@
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 #include "llmc/Tools.h"
+#include "TensorParallel.h"
 #include "ToolSupport.h"
+#include "llmc/runtime/Communicator.h"
 #include "llmc/runtime/DynamicLibs.h"
 #include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/Profile.h"
@@ -104,12 +110,53 @@ struct Options {
                "along K); --check then checks the kernels against the "
                "quantized graph"),
       cl::init("none"), cl::cat(cat)};
+  cl::opt<std::string> weightOnly{
+      "weight-only",
+      cl::desc("none, int8 or int4: weight-only quantization of parameter "
+               "matmul weights (llmc-precision weight-only, groups of 128 "
+               "along K); --check then checks the kernels against the "
+               "quantized graph"),
+      cl::init("none"), cl::cat(cat)};
   cl::opt<double> tolerance{"tol", cl::desc("relative error bound (default by dtype)"),
                             cl::init(-1.0), cl::cat(cat)};
+  cl::opt<int> tp{"tp",
+                  cl::desc("tensor-parallel degree: run llmc-shard{tp=N rank=R} "
+                           "on N GPUs through NCCL (one process per rank; "
+                           "without --rank, llmc-run starts the N processes)"),
+                  cl::init(1), cl::cat(cat)};
+  cl::opt<int> rank{"rank",
+                    cl::desc("with --tp: run only this rank (default: $RANK "
+                             "under torchrun, else start all ranks)"),
+                    cl::init(-1), cl::cat(cat)};
+  cl::opt<std::string> rendezvous{
+      "rendezvous",
+      cl::desc("with --rank: file through which rank 0 hands out the NCCL id "
+               "(every rank must see it; default $LLMC_RENDEZVOUS)"),
+      cl::value_desc("PATH"), cl::cat(cat)};
+  cl::opt<std::string> runId{
+      "run-id",
+      cl::desc("with --rank: id of this launch, the same on every rank, so a "
+               "stale rendezvous file is never used (default $LLMC_RUN_ID, "
+               "$TORCHELASTIC_RUN_ID)"),
+      cl::cat(cat)};
+  cl::opt<int> gpu{"gpu",
+                   cl::desc("GPU ordinal (default: 0; with --tp $LOCAL_RANK, "
+                            "else the rank)"),
+                   cl::init(-1), cl::cat(cat)};
+  cl::opt<double> ncclTimeout{
+      "nccl-timeout",
+      cl::desc("seconds a rank waits for the others (set-up, each "
+               "collective) before it aborts with an error"),
+      cl::init(300.0), cl::cat(cat)};
 };
 
 int fail(const llvm::Twine &msg) {
-  llvm::errs() << "llmc-run: error: " << msg << "\n";
+  const llmc::tools::TpState &tp = llmc::tools::tpState();
+  llvm::errs() << "llmc-run: "
+               << (tp.role == llmc::tools::TpState::Rank
+                       ? "[rank " + std::to_string(tp.rank) + "] "
+                       : std::string())
+               << "error: " << msg << "\n";
   return 1;
 }
 
@@ -276,6 +323,23 @@ LogicalResult upcastToF32(func::FuncOp fn) {
   return success();
 }
 
+/// Bytes a collective moves per rank by the nccl-tests convention ("bus
+/// bandwidth", NCCL's doc/PERFORMANCE.md): all_reduce 2(n-1)/n of the
+/// buffer, all_gather and reduce_scatter (n-1)/n of the full buffer.
+double collectiveBusBytes(const llmc::rt::CollectiveSpec &c, int n) {
+  double elem = llmc::rt::DTypeSize(c.dtype);
+  double factor = n > 1 ? double(n - 1) / n : 0.0;
+  switch (c.op) {
+  case llmc::rt::CollectiveSpec::AllReduce:
+    return 2 * factor * c.count * elem;
+  case llmc::rt::CollectiveSpec::AllGather:
+  case llmc::rt::CollectiveSpec::ReduceScatter:
+    // count is per rank; the full buffer is n * count.
+    return factor * n * c.count * elem;
+  }
+  return 0;
+}
+
 struct GpuRun {
   std::vector<ref::HostTensor> outputs;
   double median_ms = 0;
@@ -287,7 +351,8 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
                                 const Options &opts, bool bench,
                                 llmc::LowerStats *stats) {
   namespace rt = llmc::rt;
-  auto deviceOr = rt::Device::Open(0);
+  const llmc::tools::TpState &tp = llmc::tools::tpState();
+  auto deviceOr = rt::Device::Open(tp.device);
   // Lower for the GPU present (fp8 GEMMs differ below sm_89); without one,
   // still lower first so that codegen errors show before the device error.
   llmc::LowerOptions lo;
@@ -303,6 +368,14 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   auto device = *deviceOr;
   rt::SessionOptions so;
   so.use_cuda_graphs = !opts.noGraphs;
+  if (!exe->collectives.empty())
+    so.communicator = tp.comm;
+  // With a communicator, waits poll NCCL's error state and time out instead
+  // of hanging when another rank failed.
+  auto waitFor = [&](CUstream s, const char *what) -> absl::Status {
+    return so.communicator ? so.communicator->Wait(s, what)
+                           : device->SynchronizeStream(s);
+  };
   auto t0 = std::chrono::steady_clock::now();
   auto sessionOr = rt::Session::Load(device, exe, so);
   if (!sessionOr.ok())
@@ -360,7 +433,7 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   GpuRun result;
   absl::Status st = session->Run(din, dout, stream);
   if (st.ok())
-    st = device->SynchronizeStream(stream);
+    st = waitFor(stream, "the first run");
   if (st.ok() && bench) {
     auto timed = session->RunTimed(din, dout, stream);
     if (!timed.ok())
@@ -378,7 +451,7 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
     for (int w = 0; st.ok() && w < 5; ++w)
       st = session->Run(din, dout, stream);
     if (st.ok())
-      st = device->SynchronizeStream(stream);
+      st = waitFor(stream, "the warm-up runs");
     const rt::CudaDriver &drv = device->driver();
     CUevent start = nullptr, stop = nullptr;
     if (st.ok())
@@ -392,7 +465,8 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
       if (st.ok())
         st = LLMC_VENDOR_CALL(drv, cuEventRecord, stop, stream);
       if (st.ok())
-        st = LLMC_VENDOR_CALL(drv, cuEventSynchronize, stop);
+        st = so.communicator ? waitFor(stream, "a timed run")
+                             : LLMC_VENDOR_CALL(drv, cuEventSynchronize, stop);
       float ms = 0;
       if (st.ok())
         st = LLMC_VENDOR_CALL(drv, cuEventElapsedTime, &ms, start, stop);
@@ -443,12 +517,36 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
             bytes += exe->buffers[a.buffer].bytes;
         llvm::outs() << llvm::format("  %7.2f TB/s (%.1f MB)", bytes / (ms * 1e-3) / 1e12,
                                      bytes / 1e6);
+      } else if (l.kind == rt::Launch::Collective) {
+        llvm::outs() << llvm::format("  %7.1f GB/s bus bandwidth",
+                                     collectiveBusBytes(exe->collectives[l.collective],
+                                                        tp.tp) /
+                                         (ms * 1e-3) / 1e9);
       }
       llvm::outs() << "\n";
     }
-    llvm::outs() << llvm::format("end to end: median %.4f ms over %d runs (%s)\n",
-                                 result.median_ms, int(opts.iters),
+    std::string who = tp.tp > 1 ? "rank " + std::to_string(tp.rank) + " of " +
+                                      std::to_string(tp.tp) + ", "
+                                : std::string();
+    llvm::outs() << llvm::format("end to end: median %.4f ms over %d runs (%s%s)\n",
+                                 result.median_ms, int(opts.iters), who.c_str(),
                                  opts.noGraphs ? "eager launches" : "CUDA graph replay");
+    // A graph of collectives only (a collective benchmark): the bus
+    // bandwidth at the end-to-end median, nccl-tests' busbw.
+    bool onlyCollectives = !exe->collectives.empty();
+    double busBytes = 0;
+    for (const rt::Launch &l : exe->launches) {
+      if (l.kind == rt::Launch::Collective)
+        busBytes += collectiveBusBytes(exe->collectives[l.collective], tp.tp);
+      else
+        onlyCollectives = false;
+    }
+    if (onlyCollectives && result.median_ms > 0)
+      llvm::outs() << llvm::format(
+          "collective bus bandwidth: %.1f GB/s (%.1f MB moved per rank "
+          "by the nccl-tests convention, median of %d runs)\n",
+          busBytes / (result.median_ms * 1e-3) / 1e9, busBytes / 1e6,
+          int(opts.iters));
   }
   return result;
 }
@@ -460,6 +558,23 @@ int llmc::runMain(int argc, char **argv) {
   Options opts;
   cl::HideUnrelatedOptions(opts.cat);
   cl::ParseCommandLineOptions(argc, argv, "llmc-run: execute an llm function\n");
+
+  // Tensor parallelism: a launcher starts the ranks and returns.
+  llmc::tools::TpFlags tpFlags;
+  tpFlags.tp = opts.tp;
+  tpFlags.rank = opts.rank;
+  tpFlags.device = opts.gpu;
+  tpFlags.rendezvous = opts.rendezvous;
+  tpFlags.run_id = opts.runId;
+  tpFlags.timeout_s = opts.ncclTimeout;
+  if (auto st = llmc::tools::ResolveTp(tpFlags); !st.ok())
+    return fail(std::string(st.message()));
+  llmc::tools::TpState &tp = llmc::tools::tpState();
+  if (tp.tp > 1 && opts.backend != "cuda")
+    return fail("--tp needs the cuda backend (the reference executor "
+                "checks --tp runs through --check)");
+  if (tp.role == llmc::tools::TpState::Launcher)
+    return llmc::tools::LaunchRanks(argc, argv);
 
   std::unique_ptr<MLIRContext> ctxOwner = llmc::tools::makeContext();
   MLIRContext &ctx = *ctxOwner;
@@ -519,6 +634,17 @@ int llmc::runMain(int argc, char **argv) {
             fn, opts.weightOnly == "int4" ? 4 : 8)))
       return 1;
   }
+  if (opts.weightOnly != "none") {
+    if (opts.weightOnly != "int8" && opts.weightOnly != "int4")
+      return fail("--weight-only must be none, int8 or int4, found '" +
+                  opts.weightOnly + "'");
+    // The quantized graph is what runs and what --check compares against.
+    if (failed(llmc::llm::quantizeLinearWeights(
+            fn, opts.weightOnly == "int4" ? 4 : 8)))
+      return 1;
+  }
+  if (failed(llmc::tools::checkGroupSizes(fn, tp.tp)))
+    return 1;
 
   // Inputs: floats ~ N(0, 1/sqrt(last dim)) for matrices, N(0, 1) for vectors;
   // integer tensors uniform in [0, 8) (valid token ids / indices); rank-0
@@ -648,6 +774,21 @@ int llmc::runMain(int argc, char **argv) {
   }
   if (opts.backend != "cuda")
     return fail("unknown --backend '" + opts.backend + "' (expected cuda or ref)");
+  if (tp.tp > 1 && llmc::tools::hasCollectives(fn) &&
+      opts.check.getNumOccurrences())
+    return fail("--check with --tp compares the shards of an unsharded graph "
+                "with it; @" + fn.getSymName().str() +
+                " already has collectives (it is one rank's program)");
+  if (tp.role == llmc::tools::TpState::Rank) {
+    // Set up first, so that a rank started wrongly (another --tp, a missing
+    // peer) is reported before any long compile.
+    if (auto st = llmc::tools::SetUpRank(); !st.ok())
+      return fail(std::string(st.message()));
+    llvm::outs() << "tensor parallel: rank " << tp.rank << " of " << tp.tp
+                 << " on GPU " << tp.device
+                 << ", NCCL communicator ready; running llmc-shard{tp="
+                 << tp.tp << " rank=" << tp.rank << "}\n";
+  }
 
   // Reference results first: the lowering does not modify `fn`, but the
   // gpu-f32 check rewrites a clone.
@@ -704,6 +845,9 @@ int llmc::runMain(int argc, char **argv) {
     tolerances.push_back(
         std::max(defaultTolerance(fn, cast<RankedTensorType>(t).getElementType()),
                  precisionTolerance(policy)));
+  // This rank's shard (the reference above ran the function as written).
+  if (failed(llmc::tools::shardForRank(fn, tp.tp, tp.rank)))
+    return 1;
   if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok())
     return fail(std::string(st.message()));
 
