@@ -145,7 +145,15 @@ _SIGNATURES = {
     "llmc_session_release": (None, [_P]),
     "llmc_session_run": (_P, [_P, ctypes.POINTER(_Tensor), ctypes.c_int32,
                               ctypes.POINTER(_Tensor), ctypes.c_int32, _P]),
+    "llmc_nccl_get_unique_id": (_P, [ctypes.c_char_p]),
+    "llmc_communicator_create": (_P, [ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
+                                      ctypes.c_int32, ctypes.c_double, _PP]),
+    "llmc_communicator_release": (None, [_P]),
+    "llmc_communicator_wait": (_P, [_P, _P]),
+    "llmc_session_create_with_communicator": (_P, [_P, _P, ctypes.c_char_p, _PP]),
 }
+
+NCCL_UNIQUE_ID_BYTES = 128
 
 
 def load():
@@ -315,22 +323,77 @@ def _tensor_struct(t: torch.Tensor, keep: list) -> _Tensor:
     return _Tensor(ctypes.c_void_p(t.data_ptr()), dtype, t.dim(), shape, None)
 
 
+def nccl_unique_id() -> bytes:
+    """A fresh NCCL unique id (128 bytes; ncclGetUniqueId). Make it on one
+    rank and send it to all (see llmc.distributed)."""
+    lib = load()
+    buf = ctypes.create_string_buffer(NCCL_UNIQUE_ID_BYTES)
+    _check(lib.llmc_nccl_get_unique_id(buf), "making an NCCL unique id")
+    return buf.raw
+
+
+class Communicator:
+    """llmc_communicator_t: this process's rank of an NCCL communicator on
+    one GPU (non-blocking NCCL; set-up and waits fail after `timeout_s`
+    instead of hanging when another rank is missing or failed)."""
+
+    def __init__(self, unique_id: bytes, rank: int, nranks: int,
+                 device_ordinal: int, timeout_s: float = 300.0):
+        if len(unique_id) != NCCL_UNIQUE_ID_BYTES:
+            raise ValueError(f"an NCCL unique id has {NCCL_UNIQUE_ID_BYTES} bytes, "
+                             f"got {len(unique_id)}")
+        self._lib = load()
+        self.rank, self.nranks, self.device_ordinal = rank, nranks, device_ordinal
+        out = ctypes.c_void_p()
+        _check(self._lib.llmc_communicator_create(unique_id, rank, nranks,
+                                                  device_ordinal, float(timeout_s),
+                                                  ctypes.byref(out)),
+               f"creating the NCCL communicator of rank {rank} of {nranks} "
+               f"on GPU {device_ordinal}")
+        self._handle = out
+
+    def wait(self, stream: Optional[int] = None):
+        """Waits for the work on `stream` (default: torch's current stream),
+        watching for NCCL errors and the timeout."""
+        if stream is None:
+            stream = torch.cuda.current_stream(
+                torch.device("cuda", self.device_ordinal)).cuda_stream
+        _check(self._lib.llmc_communicator_wait(self._handle, ctypes.c_void_p(stream)),
+               f"waiting on rank {self.rank} of {self.nranks}")
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h:
+            self._lib.llmc_communicator_release(h)
+            self._handle = None
+
+
 class Session:
     """llmc_session_t on one GPU. Inputs are passed zero-copy (data_ptr);
     non-contiguous ones are made contiguous first. Outputs come from
-    torch.empty on the inputs' device: PyTorch's caching allocator owns them."""
+    torch.empty on the inputs' device: PyTorch's caching allocator owns them.
+    Executables with collectives need a `communicator` (its GPU is used)."""
 
     def __init__(self, executable: Executable, device_ordinal: int = 0,
-                 cuda_graphs: bool = False):
+                 cuda_graphs: bool = False,
+                 communicator: Optional[Communicator] = None):
         self._lib = load()
         self.executable = executable  # keeps it alive
+        self.communicator = communicator  # released after the session
         self.output_info = executable.outputs
+        if communicator is not None:
+            device_ordinal = communicator.device_ordinal
         self.device = torch.device("cuda", device_ordinal)
         out = ctypes.c_void_p()
         opts = f"cuda_graphs={1 if cuda_graphs else 0}"
-        _check(self._lib.llmc_session_create(executable._handle, device_ordinal,
-                                             opts.encode(), ctypes.byref(out)),
-               f"creating a session on GPU {device_ordinal}")
+        if communicator is None:
+            status = self._lib.llmc_session_create(executable._handle, device_ordinal,
+                                                   opts.encode(), ctypes.byref(out))
+        else:
+            status = self._lib.llmc_session_create_with_communicator(
+                executable._handle, communicator._handle, opts.encode(),
+                ctypes.byref(out))
+        _check(status, f"creating a session on GPU {device_ordinal}")
         self._handle = out
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
