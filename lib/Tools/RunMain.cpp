@@ -110,13 +110,6 @@ struct Options {
                "along K); --check then checks the kernels against the "
                "quantized graph"),
       cl::init("none"), cl::cat(cat)};
-  cl::opt<std::string> weightOnly{
-      "weight-only",
-      cl::desc("none, int8 or int4: weight-only quantization of parameter "
-               "matmul weights (llmc-precision weight-only, groups of 128 "
-               "along K); --check then checks the kernels against the "
-               "quantized graph"),
-      cl::init("none"), cl::cat(cat)};
   cl::opt<double> tolerance{"tol", cl::desc("relative error bound (default by dtype)"),
                             cl::init(-1.0), cl::cat(cat)};
   cl::opt<int> tp{"tp",
@@ -625,15 +618,6 @@ int llmc::runMain(int argc, char **argv) {
   }
   if (failed(llmc::llm::specializeShapes(fn, bindings)))
     return 1;
-  if (opts.weightOnly != "none") {
-    if (opts.weightOnly != "int8" && opts.weightOnly != "int4")
-      return fail("--weight-only must be none, int8 or int4, found '" +
-                  opts.weightOnly + "'");
-    // The quantized graph is what runs and what --check compares against.
-    if (failed(llmc::llm::quantizeLinearWeights(
-            fn, opts.weightOnly == "int4" ? 4 : 8)))
-      return 1;
-  }
   if (opts.weightOnly != "none") {
     if (opts.weightOnly != "int8" && opts.weightOnly != "int4")
       return fail("--weight-only must be none, int8 or int4, found '" +
