@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
-ninja -C "$BUILD_DIR" -j"$(nproc)"
+bash scripts/ninja-locked.sh
 rm -rf dist
 cmake --install "$BUILD_DIR" --prefix dist --strip >/dev/null
 for t in llmc-runtime-tests llmc-kernel-tests llmc-compiler-tests llmc-capi-tests; do
