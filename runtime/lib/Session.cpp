@@ -1,5 +1,7 @@
 #include "llmc/runtime/Session.h"
 
+#include <nvtx3/nvToolsExt.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -756,6 +758,23 @@ void Session::InvalidateParameters() {
   impl_->parameters.Invalidate();
 }
 
+namespace {
+/// An NVTX range (header-only NVTX v3: a no-op unless a tool such as Nsight
+/// Systems is attached), so `nsys profile` shows llmc runs and, for eager and
+/// timed runs, one range per launch named by its label.
+class NvtxRange {
+ public:
+  explicit NvtxRange(const std::string& name) { nvtxRangePushA(name.c_str()); }
+  ~NvtxRange() { nvtxRangePop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+std::string LaunchRangeName(const Launch& l, size_t i) {
+  return absl::StrCat("llmc ", i, " ", l.label.empty() ? "launch" : l.label);
+}
+}  // namespace
+
 absl::Status Session::Run(const std::vector<DeviceTensor>& inputs,
                           const std::vector<DeviceTensor>& outputs,
                           CUstream stream) {
@@ -778,6 +797,7 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
   LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->inputs, inputs, "input"));
   LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->outputs, outputs, "output"));
   LLMC_RT_RETURN_IF_ERROR(device_->MakeCurrent());
+  NvtxRange run_range(timings ? "llmc run (timed)" : "llmc run");
   Impl& im = *impl_;
   const CudaDriver* driver_ = im.driver_;
   std::vector<uint64_t> key;
@@ -820,6 +840,7 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
   auto enqueue_all = [&]() -> absl::Status {
     for (size_t i = first; i < exe_->launches.size(); ++i) {
       const Launch& l = exe_->launches[i];
+      NvtxRange range(LaunchRangeName(l, i));
       absl::Status st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/false);
       if (!st.ok()) {
         // Join what was forked so a capture ends cleanly.
@@ -846,6 +867,7 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
         continue;
       }
       if (i == first) st = CU_CALL(cuEventRecord, events[i], stream);
+      NvtxRange range(LaunchRangeName(exe_->launches[i], i));
       if (st.ok()) st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/true);
       if (st.ok()) st = CU_CALL(cuEventRecord, events[i + 1], stream);
     }
@@ -866,7 +888,10 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
   }
 
   if (!options_.use_cuda_graphs || stream == nullptr) return enqueue_all();
-  if (im.graph && im.graph_key == key) return CU_CALL(cuGraphLaunch, im.graph, stream);
+  if (im.graph && im.graph_key == key) {
+    NvtxRange range("llmc CUDA graph replay");
+    return CU_CALL(cuGraphLaunch, im.graph, stream);
+  }
   if (im.graph) {
     driver_->cuGraphExecDestroy(im.graph);
     im.graph = nullptr;
