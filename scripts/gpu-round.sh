@@ -62,6 +62,50 @@ for d in 80 96; do
   done
   run "case.c2_d$d.seq1025.f32" llmc-run dist/share/llmc/cases/c2_tiny_decoder_d$d.mlir --shape seq=1025 --check=gpu-f32
 done
+# Every precision policy through the GPU path (fp8: cuBLASLt fp8 GEMMs on padded
+# operands; --check compares with the graph as written, policy tolerance).
+if [ "${SKIP_PRECISION:-0}" != 1 ]; then
+  for p in bf16 fp16 fp8; do
+    run "prec.$p.tiny_llama.seq129" llmc-run $S/tiny_llama_block.mlir --shape seq=129 --precision=$p --check
+    run "prec.$p.gpt2_small.seq64" llmc-run $S/gpt2_small_block.mlir --shape seq=64 --precision=$p --check
+    run "prec.$p.decode.b4" llmc-run $S/llama2_7b_decode_step.mlir --shape batch=4 --value arg3=300 --precision=$p --check=gpu-f32
+  done
+  run prec.fp8.llama7b.seq2048 llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --precision=fp8 --check=gpu-f32 --bench --iters=20
+  run prec.fp8.mistral.seq512 llmc-run $S/mistral_gqa_block.mlir --shape seq=512 --precision=fp8 --check=gpu-f32
+  for d in 80 96; do
+    run "prec.fp8.c2_d$d.seq129" llmc-run dist/share/llmc/cases/c2_tiny_decoder_d$d.mlir --shape seq=129 --precision=fp8 --check
+  done
+  # Weight-only int8/int4 decode (fused dequantizing GEMV, hoisted quantization).
+  for w in int8 int4; do
+    run "wo.$w.decode.b1.pos300.ref" llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=300 --weight-only=$w --check
+    run "wo.$w.decode.b1.pos2047" llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=2047 --weight-only=$w --check=gpu-f32 --bench
+  done
+  run decode.b32.pos2047 llmc-run $S/llama2_7b_decode_step.mlir --shape batch=32 --value arg3=2047 --check=gpu-f32 --bench --profile=$OUT/decode32.trace.json
+fi
+# Tensor parallel over every GPU of the machine (nvidia-h200-x2: NVLS off).
+NGPU=$(nvidia-smi -L | wc -l)
+if [ "$NGPU" -ge 2 ] && [ "${SKIP_TP:-0}" != 1 ]; then
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  run tp2.tiny_llama.seq7.ref llmc-run $S/tiny_llama_block.mlir --shape seq=7 --tp=2 --check
+  run tp2.mistral.seq512 llmc-run $S/mistral_gqa_block.mlir --shape seq=512 --tp=2 --check=gpu-f32 --bench --iters=20
+  run tp1.llama7b.seq2048.bench llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --bench
+  run tp2.llama7b.seq2048 llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --tp=2 --check=gpu-f32 --bench
+  # TP=2 output vs the single-GPU output of the same inputs (bf16 tolerance).
+  run tp1.llama7b.out llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --output-dir=/tmp/tp1
+  run tp2.llama7b.out llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --tp=2 --output-dir=/tmp/tp2
+  run tp2.vs.tp1 python3 -c "import numpy as n;a=n.fromfile('/tmp/tp1/result0.f32','f4');b=n.fromfile('/tmp/tp2/result0.f32','f4');e=n.linalg.norm(b-a)/n.linalg.norm(a);print('relative error', e);assert n.isfinite(b).all() and e<=1e-2"
+  # A mismatched degree fails on both ranks (not a hang).
+  R=/tmp/rd-$RANDOM
+  run tp.degree-mismatch bash -c "llmc-run $S/llama2_7b_block.mlir --shape seq=16 --tp=2 --rank=0 --rendezvous=$R --nccl-timeout=30 > /tmp/r0.log 2>&1 & llmc-run $S/llama2_7b_block.mlir --shape seq=16 --tp=4 --rank=1 --gpu=1 --rendezvous=$R --nccl-timeout=30 > /tmp/r1.log 2>&1; rc1=\$?; wait \$!; rc0=\$?; cat /tmp/r0.log /tmp/r1.log; [ \$rc0 -ne 0 ] && [ \$rc1 -ne 0 ] && grep -q 4 /tmp/r0.log"
+  run tp.missing-peer-timeout bash -c "! timeout 60 llmc-run $S/tiny_llama_block.mlir --shape seq=7 --tp=2 --rank=0 --rendezvous=/tmp/rd-x$RANDOM --nccl-timeout=10"
+  run tp2.allreduce.256mb llmc-run $S/allreduce_bf16_256mb.mlir --tp=2 --bench
+  grep -h -i "busbw\|bus bandwidth" "$LOGS/tp2.allreduce.256mb.log" | tee -a "$SUMMARY"
+  if command -v torchrun >/dev/null 2>&1 || python3 -c "import torch.distributed.run" 2>/dev/null; then
+    run torch.allreduce.256mb timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node=2 bench/allreduce_torch.py --mib 256
+    grep -h -i "busbw\|bus bandwidth" "$LOGS/torch.allreduce.256mb.log" | tee -a "$SUMMARY"
+  fi
+  grep -h "end to end" "$LOGS"/tp[12].llama7b*.log | tee -a "$SUMMARY"
+fi
 # The torch.compile backend against eager on the GPU (PyTorch there).
 if [ "${SKIP_PYTHON:-0}" != 1 ] && python3 -c "import torch, transformers, pytest" 2>/dev/null; then
   python3 -m pip install -q --no-deps --no-build-isolation --no-index -e python/ >/dev/null 2>&1 || true
