@@ -8,6 +8,18 @@ backward graph), each graph is partitioned (`partition.py`), every llmc
 subgraph is imported (`importer.py`) and compiled through the C API
 (`_capi.py`) per input shape, and a boxed callable is returned.
 
+Dynamic shapes (`dynamic_buckets`, default "pow2"): a subgraph whose
+dynamic dimensions can be padded exactly (`bucketing.analyze`: positions stay
+independent, or only causally masked attention keys see the padding) is
+compiled once per bucket and run on inputs padded to it, outputs sliced back;
+others are compiled per concrete size. The report says which.
+
+Debug check (`check=True` or LLMC_CHECK=1): every llmc subgraph also runs in
+PyTorch on the same inputs; the first output beyond the tolerance raises
+`CheckMismatch` (check="warn": warns and goes on) naming the graph, the
+subgraph, the output and the errors, with its IR, inputs and an llmc-run
+command line dumped to LLMC_DUMP_DIR (or a temporary directory).
+
 Fallbacks, each announced once with `warnings.warn`:
   * no libllmc.so with the C API: every subgraph runs in PyTorch;
   * compiling a subgraph fails (e.g. an op the CUDA codegen does not lower):
@@ -22,6 +34,7 @@ import functools
 import itertools
 import logging
 import os
+import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
@@ -31,11 +44,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.fx
 
-from . import _capi, importer, partition
+from . import _capi, bucketing, importer, partition
 
 log = logging.getLogger("llmc")
 
-__all__ = ["llmc_backend", "last_report", "reports", "Options"]
+__all__ = ["llmc_backend", "last_report", "reports", "Options", "CheckMismatch"]
 
 _reports: List[partition.Report] = []
 _warned: set = set()
@@ -68,14 +81,39 @@ def warn_once(key: str, message: str):
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
+class CheckMismatch(AssertionError):
+    """check=True: an llmc subgraph's output differs from PyTorch's."""
+
+
+# Relative L2 error bounds of the debug check, by the least precise float type
+# a subgraph touches. float32: llmc-run's 1e-5 is against a float64
+# reference; here both sides are float32 with different summation orders
+# (and reductions over thousands of terms), hence 1e-4. bf16/f16: the bound the
+# compiler's precision policies are held to (2e-2).
+CHECK_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2,
+             torch.float8_e4m3fn: 0.125, torch.float8_e5m2: 0.125}
+
+
 @dataclass
 class Options:
+    """torch.compile(..., options={...}) of the llmc backend.
+
+    dynamic_buckets: "pow2" (default; buckets 16, 32, 64, ...), a positive
+        int (multiples of it), a list of sizes (larger sizes compile exactly)
+        or "none": how dynamic dimensions are bucketed where exact.
+        `bucket` is an older name of it.
+    check: False, True (raise CheckMismatch) or "warn"; LLMC_CHECK=1 (or
+        =warn) sets it. check_tol overrides the relative L2 bound CHECK_TOL.
+    """
     precision: Optional[str] = None
     cuda_graphs: bool = False
-    bucket: Union[str, int] = "none"
+    dynamic_buckets: Any = "pow2"
+    bucket: Any = None
     cache_dir: Optional[str] = None
     dump_dir: Optional[str] = None
     arch: Optional[str] = None
+    check: Any = None
+    check_tol: Optional[float] = None
 
     @classmethod
     def from_dict(cls, d: Optional[Dict[str, Any]]) -> "Options":
@@ -88,9 +126,22 @@ class Options:
         o = cls(**d)
         if o.dump_dir is None:
             o.dump_dir = os.environ.get("LLMC_DUMP_DIR") or None
-        if not (o.bucket in ("none", "pow2") or (isinstance(o.bucket, int) and o.bucket > 0)):
-            raise ValueError(f"llmc: bucket must be 'none', 'pow2' or a positive int, "
-                             f"got {o.bucket!r}")
+        if o.bucket is not None:
+            if "dynamic_buckets" in d and d["dynamic_buckets"] != o.bucket:
+                raise ValueError("llmc: give dynamic_buckets or bucket (its old name), not both")
+            o.dynamic_buckets = o.bucket
+        o.dynamic_buckets = bucketing.parse_buckets(o.dynamic_buckets)
+        o.bucket = None
+        if o.check is None:
+            env = os.environ.get("LLMC_CHECK", "").strip().lower()
+            o.check = {"": False, "0": False, "1": True, "warn": "warn"}.get(env)
+            if o.check is None:
+                raise ValueError(f"llmc: LLMC_CHECK must be 0, 1 or warn, got {env!r}")
+        if o.check not in (False, True, "warn"):
+            raise ValueError(f"llmc: check must be False, True or 'warn', got {o.check!r}")
+        if o.check_tol is not None and not (isinstance(o.check_tol, (int, float))
+                                            and o.check_tol > 0):
+            raise ValueError(f"llmc: check_tol must be a positive number, got {o.check_tol!r}")
         return o
 
     def compiler_options(self) -> Dict[str, Any]:
@@ -123,21 +174,27 @@ def _shape_str(tensors: Sequence[Any]) -> str:
 
 
 class LlmcSubgraph(torch.nn.Module):
-    """One llmc subgraph: compiled per input shape, PyTorch as the fallback."""
+    """One llmc subgraph: compiled per input shape (or bucket), PyTorch as the fallback."""
 
     def __init__(self, eager: torch.fx.GraphModule, name: str, options: Options,
-                 report: partition.Report):
+                 report: partition.Report, index: int = 0):
         super().__init__()
         self.eager = eager
         self.name = name
+        self.index = index
         self.options = options
         self.report = report
         self.disabled: Optional[str] = None
         self.sessions: Dict[Tuple, Any] = {}
         self.compiled_shapes: set = set()
         self.placeholders = [n for n in eager.graph.nodes if n.op == "placeholder"]
+        out_node = next(n for n in eager.graph.nodes if n.op == "output")
+        outs = out_node.args[0]
+        self.out_metas = [importer._meta(o) for o in
+                          (outs if isinstance(outs, (tuple, list)) else [outs])]
         self.static_only = False
         self.imported: Optional[importer.ImportResult] = None
+        self.plan = bucketing.Plan(())
         try:
             self.imported = importer.import_graph(eager, func_name=name)
             self._dump(self.imported.text, name)
@@ -146,8 +203,30 @@ class LlmcSubgraph(torch.nn.Module):
             report.notes.append(f"{name}: imported per concrete shape ({e})")
         except importer.Unsupported as e:
             self._disable(f"import failed: {e}")
+        if self.disabled is None and options.dynamic_buckets != "none":
+            self._plan_buckets()
 
     # -- helpers ----------------------------------------------------------------
+    def _plan_buckets(self):
+        syms = bucketing.dynamic_symbols(self.eager)
+        if not syms:
+            return
+        try:
+            self.plan = bucketing.analyze(self.eager)
+        except Exception as e:  # a gap in the analysis must not break compilation
+            self.plan = bucketing.Plan((), (), {"*": f"analysis error: {type(e).__name__}: {e}"})
+        for sym in self.plan.syms:
+            self.report.bucketing.setdefault(sym, {"buckets": set(), "lengths": set()})
+        what = bucketing.describe_buckets(self.options.dynamic_buckets)
+        if self.plan.syms:
+            self.report.notes.append(
+                f"{self.name}: {', '.join(self.plan.syms)} bucketed ({what})"
+                + (f"; position inputs {list(self.plan.pos_inputs)} checked and continued"
+                   if self.plan.pos_inputs else ""))
+        for sym, why in self.plan.refused.items():
+            self.report.notes.append(f"{self.name}: {sym} compiled per size (padding "
+                                     f"not exact: {why})")
+
     def _disable(self, why: str):
         self.disabled = why
         self.report.compile_failures.append(f"{self.name}: {why}")
@@ -184,17 +263,21 @@ class LlmcSubgraph(torch.nn.Module):
                         vals[str(d.node.expr)] = int(s)
         return vals
 
-    def _compile(self, args) -> Tuple[Any, importer.ImportResult]:
-        """(executable, import) for the shapes of `args`; raises LlmcError."""
-        if self.static_only:
+    def _compile_import(self, args, static: bool = False) -> importer.ImportResult:
+        """The IR to compile for the shapes of `args` (dynamic, or concrete)."""
+        if self.static_only or static:
             syms = self._symbol_values(args)
             imp = importer.import_graph(self.eager, func_name=self.name, bindings=syms)
             shapes = "_".join(f"{k}{v}" for k, v in sorted(syms.items()))
             self._dump(imp.text, f"{self.name}.{shapes}")
-            bindings: Dict[str, int] = {}
-        else:
-            imp = self.imported
-            bindings = {}
+            return imp
+        return self.imported
+
+    def _compile(self, args) -> Tuple[Any, importer.ImportResult]:
+        """(executable, import) for the shapes of `args`; raises LlmcError."""
+        imp = self._compile_import(args)
+        bindings: Dict[str, int] = {}
+        if not self.static_only:
             for nm, (ai, di) in imp.dim_bindings.items():
                 bindings[nm] = int(args[imp.arg_placeholders[ai]].shape[di])
         try:
@@ -216,61 +299,227 @@ class LlmcSubgraph(torch.nn.Module):
         return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
                      for a in args)
 
+    # -- bucketing ----------------------------------------------------------------
+    def _pad(self, args) -> Tuple[list, Dict[str, Tuple[int, int]]]:
+        """(arguments padded to their buckets, {symbol: (real, bucket)}); the
+        arguments themselves and {} when nothing is padded."""
+        if not self.plan:
+            return list(args), {}
+        vals = self._symbol_values(args)
+        sizes: Dict[str, Tuple[int, int]] = {}
+        for sym in self.plan.syms:
+            n = vals.get(sym)
+            b = bucketing.bucket_size(n, self.options.dynamic_buckets) if n else None
+            if b is not None:
+                sizes[sym] = (n, b)
+                info = self.report.bucketing[sym]
+                info["buckets"].add(b)
+                info["lengths"].add(n)
+        if not sizes or all(n == b for n, b in sizes.values()):
+            return list(args), sizes
+        cs = set()
+        for pi in self.plan.pos_inputs:
+            axes = bucketing.padded_axes_of(self.placeholders[pi].meta.get("val"), self.plan.syms)
+            c = (bucketing.is_position(args[pi], axes[0][0])
+                 if len(axes) == 1 and axes[0][2] == 0 else None)
+            if c is None:
+                warn_once(f"pos:{self.report.graph}:{self.name}",
+                          f"llmc: {self.name}: input {pi} is not arange(n)+c along its "
+                          "dynamic dimension; such calls run unpadded")
+                return list(args), {}
+            cs.add(c)
+        if len(cs) > 1:
+            warn_once(f"posc:{self.report.graph}:{self.name}",
+                      f"llmc: {self.name}: position inputs start at different offsets "
+                      f"{sorted(cs)}; such calls run unpadded")
+            return list(args), {}
+        padded = []
+        for pi, (ph, a) in enumerate(zip(self.placeholders, args)):
+            m = ph.meta.get("val")
+            if isinstance(a, torch.Tensor):
+                axes = [(ax, sizes[s][1] + c) for ax, s, c in
+                        bucketing.padded_axes_of(m, self.plan.syms) if s in sizes]
+                if axes:
+                    mode = ("position" if pi in self.plan.pos_inputs else
+                            "mask" if pi in self.plan.mask_inputs else "edge")
+                    a = bucketing.pad_tensor(a, axes, mode)
+            elif isinstance(m, torch.SymInt) and str(m.node.expr) in sizes:
+                a = sizes[str(m.node.expr)][1]
+            padded.append(a)
+        return padded, sizes
+
+    def _slice_outputs(self, outs, sizes) -> list:
+        if not sizes:
+            return list(outs)
+        res = []
+        for o, m in zip(outs, self.out_metas):
+            if isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor):
+                for ax, sym, c in bucketing.padded_axes_of(m, list(sizes)):
+                    o = o.narrow(ax, 0, sizes[sym][0] + c)
+            res.append(o)
+        return res
+
     # -- execution --------------------------------------------------------------
+    def _eager(self, args):
+        self.report.eager_runs += 1
+        return self.eager(*args)
+
     def forward(self, *args):
         if self.disabled is not None:
-            self.report.eager_runs += 1
-            return self.eager(*args)
-        key = self._key(args)
+            return self._eager(args)
+        run_args, sizes = self._pad(args)
+        key = self._key(run_args)
         entry = self.sessions.get(key)
         if entry is None:
             ok, why = _capi.available()
             if not ok:
                 warn_once("nolib", f"llmc: {why}. Every llmc subgraph runs in PyTorch.")
-                self.report.eager_runs += 1
-                return self.eager(*args)
+                return self._eager(args)
             try:
-                exe, imp = self._compile(args)
+                exe, imp = self._compile(run_args)
             except _capi.LlmcError as e:
                 self._disable(f"{e}\n  ops: {self._ops_summary()}\n  inputs: "
-                              f"{_shape_str(args)}\n  hint: set LLMC_DUMP_DIR to see the "
+                              f"{_shape_str(run_args)}\n  hint: set LLMC_DUMP_DIR to see the "
                               "imported IR; the subgraph's output is PyTorch's")
-                self.report.eager_runs += 1
-                return self.eager(*args)
+                return self._eager(args)
             except importer.Unsupported as e:
                 self._disable(f"import failed: {e}")
-                self.report.eager_runs += 1
-                return self.eager(*args)
+                return self._eager(args)
             entry = [exe, imp, None]
             self.sessions[key] = entry
         exe, imp, session = entry
-        tensors = [args[i] for i in imp.arg_placeholders]
+        tensors = [run_args[i] for i in imp.arg_placeholders]
+        dev = next((t.device for t in tensors if t.is_cuda), None)
+        if dev is not None:
+            # AOTAutograd can pass 0-dim CPU tensors (lifted scalars) next to
+            # CUDA ones; PyTorch ops accept that mix, llmc needs device memory.
+            tensors = [t.to(dev, non_blocking=True) if not t.is_cuda and t.dim() == 0 else t
+                       for t in tensors]
         on_gpu = bool(tensors) and all(t.is_cuda for t in tensors)
         if not on_gpu or not torch.cuda.is_available():
             warn_once("nogpu", "llmc: inputs are not on a CUDA GPU (or none is present): "
                                "llmc subgraphs are compiled but run in PyTorch.")
-            self.report.eager_runs += 1
-            return self.eager(*args)
+            return self._eager(args)
         if session is None:
             try:
                 session = _capi.Session(exe, tensors[0].device.index or 0,
                                         cuda_graphs=self.options.cuda_graphs)
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
-                self.report.eager_runs += 1
-                return self.eager(*args)
+                return self._eager(args)
             entry[2] = session
-        outs = session.run(tensors)
+        outs = self._slice_outputs(session.run(tensors), sizes) if imp.outputs else []
         self.report.llmc_runs += 1
-        result = []
-        for kind, i in imp.outputs:
-            if kind == "out":
-                result.append(outs[i])
-            elif kind == "arg":
-                result.append(args[i])
-            else:
-                result.append(None)
+        result = assemble_outputs(imp, outs, args)
+        if self.options.check:
+            self._check(args, result, imp)
         return result[0] if imp.single_output else tuple(result)
+
+    # -- debug check ----------------------------------------------------------------
+    def _check(self, args, result, imp):
+        want = self.eager(*args)
+        want = list(want) if isinstance(want, (tuple, list)) else [want]
+        floats = [a.dtype for a in args if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
+        for j, (got, ref) in enumerate(zip(result, want)):
+            if not isinstance(got, torch.Tensor) or not isinstance(ref, torch.Tensor):
+                continue
+            tol = self.options.check_tol or max(
+                [CHECK_TOL.get(d, 1e-4) for d in floats + ([ref.dtype] if ref.dtype.is_floating_point else [])]
+                or [0.0])
+            bad = compare_outputs(got, ref, tol)
+            if bad is None:
+                continue
+            where = self._dump_case(args, imp, j)
+            msg = (f"llmc check: {self.report.graph} (graph {self.report.kind}) subgraph "
+                   f"#{self.index} {self.name}, output {j} {str(ref.dtype).replace('torch.', '')}"
+                   f"{list(ref.shape)}: {bad} (tolerance {tol:.0e} relative L2)\n"
+                   f"  reproduce: {where}")
+            self.report.check_failures.append(msg)
+            if self.options.check == "warn":
+                warn_once(f"check:{self.report.graph}:{self.name}:{j}", msg)
+            else:
+                raise CheckMismatch(msg)
+
+    def _dump_case(self, args, imp, j) -> str:
+        """Writes the subgraph's IR (concrete shapes) and inputs; returns how to rerun it."""
+        base = Path(self.options.dump_dir) if self.options.dump_dir else Path(
+            tempfile.mkdtemp(prefix="llmc_check_"))
+        d = base / f"{self.report.graph}.{self.name}.check"
+        d.mkdir(parents=True, exist_ok=True)
+        syms = self._symbol_values(args)
+        try:
+            text = importer.import_graph(self.eager, func_name=self.name, bindings=syms).text
+        except Exception:
+            text = imp.text
+        (d / "f.mlir").write_text(text)
+        cmd = ["llmc-run", str(d / "f.mlir"), "--check=ref"]
+        for ai, pi in enumerate(imp.arg_placeholders):
+            t = args[pi].detach().cpu().contiguous()
+            if t.dtype.is_floating_point:
+                p = d / f"arg{ai}.f32"
+                p.write_bytes(t.to(torch.float32).numpy().tobytes())
+            else:
+                p = d / f"arg{ai}.i64"
+                p.write_bytes(t.to(torch.int64).numpy().tobytes())
+            cmd.append(f"--input=arg{ai}={p}")
+        torch.save({"args": [a.detach().cpu() if isinstance(a, torch.Tensor) else a
+                             for a in args], "output": j}, d / "inputs.pt")
+        (d / "cmd.txt").write_text(" ".join(cmd) + "\n")
+        return " ".join(cmd)
+
+
+def assemble_outputs(imp: importer.ImportResult, outs, args) -> list:
+    """The FX subgraph's outputs from the function's results and its arguments.
+    An output that is an argument passed through, or the same result twice,
+    is returned as a fresh tensor: AOTAutograd's outputs must not alias inputs
+    or each other unless the graph says so (ours are functional graphs)."""
+    result, seen = [], set()
+    for kind, i in imp.outputs:
+        if kind == "out":
+            t = outs[i]
+            if i in seen:
+                t = t.clone()
+            seen.add(i)
+            result.append(t)
+        elif kind == "arg":
+            result.append(args[i].clone())
+        else:
+            result.append(None)
+    return result
+
+
+def compare_outputs(got: torch.Tensor, ref: torch.Tensor, tol: float) -> Optional[str]:
+    """None when `got` matches `ref` (relative L2 <= tol; integers and booleans
+    exactly; NaN/inf at the same places), else what differs."""
+    if tuple(got.shape) != tuple(ref.shape):
+        return f"shape {list(got.shape)} != {list(ref.shape)}"
+    if got.dtype != ref.dtype:
+        return f"dtype {got.dtype} != {ref.dtype}"
+    g = got.detach().to(torch.float64)
+    r = ref.detach().to(torch.float64)
+    gn, rn = torch.isnan(g), torch.isnan(r)
+    if not torch.equal(gn, rn):
+        return f"NaN at {int(gn.sum())} places, PyTorch {int(rn.sum())}"
+    gi, ri = torch.isinf(g), torch.isinf(r)
+    if not torch.equal(gi, ri) or not torch.equal(g[gi], r[ri]):
+        return "inf at different places"
+    fin = ~(rn | ri)
+    g, r = g[fin], r[fin]
+    if g.numel() == 0:
+        return None
+    diff = (g - r).abs()
+    max_abs = float(diff.max())
+    rel = diff / r.abs().clamp_min(1e-30)
+    max_rel = float(rel.max())
+    if not ref.dtype.is_floating_point:
+        return None if max_abs == 0 else f"{int((diff != 0).sum())} values differ (max abs {max_abs:g})"
+    den = float(r.norm())
+    l2 = float((g - r).norm()) / (den if den > 0 else 1.0)
+    if l2 <= tol:
+        return None
+    idx = int(diff.argmax())
+    return (f"relative L2 error {l2:.3e}, max abs error {max_abs:.3e}, max rel error "
+            f"{max_rel:.3e} (worst: {float(g[idx]):.6g} vs PyTorch {float(r[idx]):.6g})")
 
 
 def _decompositions():
@@ -288,13 +537,10 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     from torch._functorch.aot_autograd import make_boxed_func
     name = f"g{next(_graph_ids)}_{kind}"
     fused, names, report = partition.partition(gm, name)
-    if options.bucket != "none":
-        report.notes.append(
-            f"bucket={options.bucket!r}: not applied (padding a dynamic dimension is not "
-            "masked safely for every graph); each shape is compiled exactly")
-    for sub in names:
+    report.kind = kind
+    for i, sub in enumerate(names):
         eager = getattr(fused, sub)
-        setattr(fused, sub, LlmcSubgraph(eager, sub, options, report))
+        setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i))
     fused.recompile()
     _reports.append(report)
     log.info("%s", report)

@@ -149,6 +149,10 @@ class Report:
     eager_runs: int = 0
     llmc_runs: int = 0
     notes: List[str] = field(default_factory=list)
+    kind: str = ""  # forward, backward or inference
+    # Bucketed symbol -> {"buckets": sizes compiled for, "lengths": sizes seen}.
+    bucketing: Dict[str, Dict[str, set]] = field(default_factory=dict)
+    check_failures: List[str] = field(default_factory=list)
 
     @property
     def flops_fraction(self) -> float:
@@ -171,8 +175,15 @@ class Report:
                 lines.append(f"    {n:4d} x {op}  ({self.reasons.get(op, '')})")
         lines.append(f"  compiles: {self.compiles}; llmc runs: {self.llmc_runs}; "
                      f"eager runs of llmc subgraphs: {self.eager_runs}")
+        for sym, info in sorted(self.bucketing.items()):
+            if info["lengths"]:
+                b = sorted(info["buckets"])
+                lines.append(f"  bucketing: {sym}: buckets {','.join(map(str, b))}; "
+                             f"{len(b)} shape(s) compiled for {len(info['lengths'])} length(s)")
         for f in self.compile_failures:
             lines.append(f"  compile failure (ran in PyTorch): {f}")
+        for f in self.check_failures:
+            lines.append(f"  check failure: {f}")
         for n in self.notes:
             lines.append(f"  note: {n}")
         return "\n".join(lines)

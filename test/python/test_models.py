@@ -161,16 +161,41 @@ def test_gpu_sequence_sweep_dynamic_counts_compiles():
     _need_llmc_gpu()
     torch.manual_seed(0)
     model = tiny_llama().eval().cuda()
-    cm = _compile(model, dynamic=True)
+    cm = _compile(model, dynamic=True)  # dynamic_buckets="pow2", the default
     with torch.no_grad():
         for s in range(3, 41):
             x = torch.randint(0, 1000, (1, s), device="cuda")
             torch.testing.assert_close(cm(x, use_cache=False).logits,
                                        model(x, use_cache=False).logits, rtol=1e-4, atol=1e-4)
     rep = llmc.backend.last_report()
-    # One Dynamo graph for every length; llmc compiles once per length and partition.
+    # One Dynamo graph for every length; every partition is bucketed (16, 32,
+    # 64): 3 compiles per partition for the 38 lengths, all run on llmc.
     assert len(llmc.backend.reports()) == 1, [str(r) for r in llmc.backend.reports()]
-    assert rep.compiles == 38 * rep.num_partitions, str(rep)
+    assert rep.num_partitions == 4, str(rep)
+    assert rep.compiles == 3 * rep.num_partitions, str(rep)
+    assert rep.llmc_runs == 38 * rep.num_partitions and rep.eager_runs == 0, str(rep)
+    assert "buckets 16,32,64; 3 shape(s) compiled for 38 length(s)" in str(rep), str(rep)
+
+
+@gpu
+def test_gpu_training_step_check_localizes_mismatch(tmp_path):
+    """The f32 training step of tiny LLaMA with check=True: every llmc
+    partition of the forward and backward graphs is compared with PyTorch on
+    the same inputs. Fails with the first mismatching partition (graph,
+    subgraph, output, errors, and the llmc-run command on its dumped IR and
+    inputs under tmp_path)."""
+    _need_llmc_gpu()
+    torch.manual_seed(0)
+    m = tiny_llama().cuda()
+    x = torch.randint(0, 1000, (2, 16), device="cuda")
+    cm = _compile(m, options={"check": True, "dump_dir": str(tmp_path)})
+    try:
+        cm(x, labels=x, use_cache=False).loss.backward()
+    except llmc.backend.CheckMismatch as e:
+        pytest.fail(f"{e}\n" + "\n".join(str(r) for r in llmc.backend.reports()))
+    reps = llmc.backend.reports()
+    assert {"forward", "backward"} <= {r.kind for r in reps}
+    assert all(r.llmc_runs > 0 for r in reps), "\n".join(map(str, reps))
 
 
 @gpu

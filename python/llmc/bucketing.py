@@ -1,0 +1,799 @@
+"""Shape bucketing of dynamic dimensions: is padding a dimension exact?
+
+llmc's kernels are specialized to every dimension, so a subgraph with a
+dynamic sequence length would be compiled once per length. With bucketing
+the backend compiles once per bucket B (`bucket_size`) and runs a length-L
+input by padding the dynamic dimension to B at the end and slicing the
+outputs back to L. That is exact only if no real position (index < L along
+the padded dimension) can see a padded one. `analyze` decides it per
+subgraph and per dynamic symbol, conservatively, on the partition's ATen FX
+graph (the same graph the importer translates; see "Why FX" below).
+
+The analysis is an abstract interpretation. Every tensor value carries:
+  * for every axis, its factors in row-major order (`(2, s)` for an axis
+    made by merging [2, s]), so reshapes that merge or split around the
+    padded factor are followed exactly and others are refused;
+  * `dirty`: real positions may differ from the unpadded computation;
+  * facts about masks, each for a (query axis, key axis) pair:
+      pos    integer input whose value is `position along one axis + c`
+             (checked on the actual input at run time, see `Plan`),
+      cmask  boolean, False wherever the query index is real and the key
+             index padded (`k_pos <= q_pos` and conjunctions with it),
+      nmask  float, -inf there (`where(cmask, x, -inf)`, plus finite terms),
+      zmask  float, exactly 0 there (softmax over the key axis of an nmask).
+Rules:
+  * elementwise ops, broadcasts, casts: positions stay independent;
+  * reductions, softmax, norms over a padded axis: unsafe (zmask excepted);
+  * matmul: a padded M or N axis is fine, a padded contraction axis unsafe
+    unless the padded entries of one operand are zmask zeros;
+  * attention: padded batch/heads/query rows are fine; padded keys only with
+    `is_causal` and equal query and key lengths, or an nmask on the key axis;
+  * gathers (embedding, index_select): padded index positions are fine (the
+    padding repeats the last real index, a valid one); a pos input used as
+    an index is not padded that way, so it is refused;
+  * slices/cat/select/split along a padded axis (other than the whole
+    axis): unsafe; any op not listed: unsafe.
+Outputs must be clean; padded axes of outputs are sliced back.
+
+Exactness also needs the padded rows to stay finite (0 * inf = NaN in
+P @ V): the padding repeats the last real row along the padded axis, so every
+padded row computes what a real row computes and is as finite as the real
+ones (only the masked attention keys see it, with weight exactly 0).
+
+Why FX and Python, not a C++ pass: the decision is about the plugin's own
+glue (which inputs to pad how, which outputs to slice, which integer inputs
+are positions to be checked at run time), it needs the FX graph's symbolic
+shapes (the llm IR only has `?`), and it must run before anything is
+compiled; the compiler's SpecializationCache buckets at run time but cannot
+know whether a graph tolerates padding.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field, replace
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+
+import sympy
+import torch
+import torch.fx
+
+from . import importer
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+INT_MAX = 9223372036854775807
+
+
+class Unsafe(Exception):
+    """Padding is not (provably) exact; the message names the node and why."""
+
+
+# --- buckets -------------------------------------------------------------------------
+
+Buckets = Union[str, int, Sequence[int]]
+
+
+def parse_buckets(spec) -> Buckets:
+    """'none', 'pow2', a positive int (multiples of it) or a sorted list of sizes."""
+    if spec in ("none", "pow2", None, False):
+        return "none" if spec in (None, False) else spec
+    if isinstance(spec, bool):
+        return "pow2" if spec else "none"
+    if isinstance(spec, int) and spec > 0:
+        return spec
+    if isinstance(spec, (list, tuple)) and spec and all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in spec):
+        return tuple(sorted(set(spec)))
+    raise ValueError(f"llmc: dynamic_buckets must be 'none', 'pow2', a positive int "
+                     f"(multiples) or a list of positive sizes, got {spec!r}")
+
+
+POW2_MIN = 16
+
+
+def bucket_size(n: int, spec: Buckets) -> Optional[int]:
+    """The bucket for size `n`, or None (no bucketing: compile `n` exactly)."""
+    if spec == "none" or n <= 0:
+        return None
+    if spec == "pow2":
+        return max(POW2_MIN, 1 << (n - 1).bit_length())
+    if isinstance(spec, int):
+        return -(-n // spec) * spec
+    for b in spec:
+        if b >= n:
+            return b
+    return None  # above the largest bucket: exact
+
+
+def describe_buckets(spec: Buckets) -> str:
+    if spec == "pow2":
+        return f"powers of two from {POW2_MIN}"
+    if isinstance(spec, int):
+        return f"multiples of {spec}"
+    return "sizes " + ",".join(str(b) for b in spec)
+
+
+# --- abstract values -------------------------------------------------------------------
+
+Factors = Tuple[sympy.Expr, ...]
+
+
+@dataclass(frozen=True)
+class AV:
+    axes: Tuple[Factors, ...]
+    dirty: bool = False
+    pos: Optional[int] = None            # axis
+    pos_src: FrozenSet[int] = frozenset()
+    cmask: Optional[Tuple[int, int]] = None
+    nmask: Optional[Tuple[int, int]] = None
+    zmask: Optional[Tuple[int, int]] = None
+    neginf: bool = False                 # every element is -inf
+
+    @property
+    def rank(self) -> int:
+        return len(self.axes)
+
+
+def _expr(d) -> sympy.Expr:
+    if isinstance(d, torch.SymInt):
+        return d.node.expr
+    return sympy.Integer(int(d))
+
+
+def affine(e, syms) -> Optional[Tuple[sympy.Symbol, int]]:
+    """(s, c) when `e` is s + c for a symbol s of `syms` and an integer c."""
+    e = sympy.sympify(e)
+    for sym in e.free_symbols:
+        if sym in syms:
+            c = sympy.expand(e - sym)
+            if c.is_Integer:
+                return sym, int(c)
+    return None
+
+
+def _is_one(f) -> bool:
+    return f == 1
+
+
+def _eq(a, b) -> bool:
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _prod(fs) -> sympy.Expr:
+    p = sympy.Integer(1)
+    for f in fs:
+        p = p * f
+    return sympy.expand(p)
+
+
+class Analysis:
+    def __init__(self, gm: torch.fx.GraphModule, syms: Set[sympy.Symbol]):
+        self.gm = gm
+        self.syms = set(syms)
+        self.env: Dict[torch.fx.Node, object] = {}
+        self.pos_inputs: Set[int] = set()        # placeholders whose pos fact was used
+        self.index_inputs: Set[int] = set()      # placeholders used as gather indices
+        self.mask_inputs: Set[int] = set()       # placeholders padded as causal masks
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+    # -- helpers --------------------------------------------------------------------
+    def padded_factor(self, f) -> bool:
+        return bool(getattr(f, "free_symbols", set()) & self.syms)
+
+    def padded_axis(self, factors: Factors) -> bool:
+        return any(self.padded_factor(f) for f in factors)
+
+    def padded_axes(self, av: AV) -> List[int]:
+        return [i for i, a in enumerate(av.axes) if self.padded_axis(a)]
+
+    def fail(self, node, why: str):
+        raise Unsafe(f"{node.name} ({importer.op_name(node)}): {why}")
+
+    def av(self, a) -> Optional[AV]:
+        if isinstance(a, torch.fx.Node):
+            v = self.env.get(a)
+            return v if isinstance(v, AV) else None
+        return None
+
+    def meta_axes(self, node, like: Sequence[AV] = ()) -> Tuple[Factors, ...]:
+        """The result's axes: an axis of the same size of a `like` value
+        (aligned to the right, as broadcasting does) keeps its factors."""
+        m = importer._meta(node)
+        if isinstance(m, (tuple, list)):
+            m = m[0]
+        dims = [_expr(d) for d in m.shape]
+        out = []
+        for i, e in enumerate(dims):
+            f = None
+            if not _is_one(e):
+                for v in like:
+                    j = i - (len(dims) - v.rank)
+                    if 0 <= j < v.rank and v.axes[j] and _eq(_prod(v.axes[j]), e):
+                        f = v.axes[j]
+                        break
+            out.append(f if f is not None else self.leaf_factors(node, e))
+        return tuple(out)
+
+    def leaf_factors(self, node, e) -> Factors:
+        if _is_one(e):
+            return ()
+        if self.padded_factor(e) and affine(e, self.syms) is None:
+            self.fail(node, f"dimension {e} mixes a padded symbol into an expression")
+        return (e,)
+
+    # -- axis maps of view-like ops ---------------------------------------------------
+    def remap(self, av: AV, new_axes, amap) -> AV:
+        """`amap[i]` = the output axis of input axis i (None: dropped)."""
+        def m(a):
+            return None if a is None else amap[a]
+
+        def m2(p):
+            if p is None:
+                return None
+            q, k = m(p[0]), m(p[1])
+            return None if q is None or k is None else (q, k)
+        return AV(tuple(new_axes), av.dirty, m(av.pos), av.pos_src if m(av.pos) is not None
+                  else frozenset(), m2(av.cmask), m2(av.nmask), m2(av.zmask), av.neginf)
+
+    def broadcast_to(self, av: AV, rank: int) -> AV:
+        lead = rank - av.rank
+        amap = {i: i + lead for i in range(av.rank)}
+        return self.remap(av, ((),) * lead + av.axes, amap)
+
+    # -- the walk -----------------------------------------------------------------------
+    def run(self) -> None:
+        for pi, ph in enumerate(self.placeholders):
+            m = importer._meta(ph)
+            if not isinstance(m, torch.Tensor):
+                self.env[ph] = m
+                continue
+            axes = tuple(self.leaf_factors(ph, _expr(d)) for d in m.shape)
+            pos = None
+            if not m.dtype.is_floating_point and m.dtype != torch.bool:
+                padded = [i for i, a in enumerate(axes) if self.padded_axis(a)]
+                others = [a for i, a in enumerate(axes) if i not in padded and a != ()]
+                if len(padded) == 1 and not others and axes[padded[0]] in [(s,) for s in self.syms]:
+                    pos = padded[0]
+            av = AV(axes, pos=pos, pos_src=frozenset([pi]) if pos is not None
+                    else frozenset())
+            if mask_input(m, self.syms) is not None:
+                # Padded as a causal mask (see pad_tensor): by construction
+                # False (-inf) for real query rows and padded key columns.
+                r = len(axes)
+                fact = {"cmask" if m.dtype == torch.bool else "nmask": (r - 2, r - 1)}
+                av = replace(av, **fact)
+                self.mask_inputs.add(pi)
+            self.env[ph] = av
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                self.check_outputs(node)
+                break
+            if node.op != "call_function":
+                self.fail(node, f"{node.op} node")
+            m = importer._meta(node)
+            if isinstance(m, (torch.SymInt, int)) and not isinstance(m, bool):
+                self.env[node] = m
+                continue
+            self.env[node] = self.transfer(node)
+
+    def check_outputs(self, node):
+        outs = node.args[0]
+        outs = outs if isinstance(outs, (tuple, list)) else [outs]
+        for o in outs:
+            v = self.av(o)
+            if v is None:
+                continue
+            if v.dirty:
+                self.fail(o, "an output's real positions depend on padded ones")
+            for a in v.axes:
+                if self.padded_axis(a) and len(a) != 1:
+                    self.fail(o, f"output axis {a} merges the padded dimension")
+
+    # -- transfer functions -------------------------------------------------------------
+    def transfer(self, node) -> object:
+        t = node.target
+        if t is operator.getitem:
+            src = self.env.get(node.args[0])
+            if isinstance(src, (tuple, list)):
+                return src[node.args[1]]
+            self.fail(node, "getitem of a non-tuple")
+        h = _TRANSFER.get(t)
+        if h is None:
+            h = _TRANSFER.get(getattr(t, "overloadpacket", None))
+        if h is None:
+            self.fail(node, "no padding rule for this op")
+        return h(self, node)
+
+
+# Elementwise ------------------------------------------------------------------------------
+
+def _operands(an: Analysis, node) -> List[object]:
+    return [a for a in list(node.args) + list(node.kwargs.values())]
+
+
+def _elementwise(an: Analysis, node) -> AV:
+    rank = importer._meta(node).dim()
+    ins = [an.broadcast_to(v, rank) for v in
+           (an.av(a) for a in node.args) if v is not None]
+    axes = an.meta_axes(node, ins)
+    dirty = any(v.dirty for v in ins)
+    out = AV(axes, dirty)
+    t = node.target
+    pk = getattr(t, "overloadpacket", None)
+    # Positions: x + c, x - c keep `pos` (integer results only).
+    m = importer._meta(node)
+    if (pk in (aten.add, aten.sub) and len(ins) == 1 and ins[0].pos is not None
+            and isinstance(node.args[1], int) and not m.dtype.is_floating_point):
+        return replace(out, pos=ins[0].pos, pos_src=ins[0].pos_src)
+    if pk in (aten._to_copy,) or t is prims.convert_element_type.default:
+        v = ins[0]
+        if not m.dtype.is_floating_point and m.dtype != torch.bool and v.pos is not None:
+            return replace(out, pos=v.pos, pos_src=v.pos_src)
+        if v.cmask and m.dtype == torch.bool:
+            return replace(out, cmask=v.cmask)
+        if v.nmask and m.dtype.is_floating_point:
+            return replace(out, nmask=v.nmask)
+        return replace(out, neginf=v.neginf)
+    # k_pos <= q_pos (and the mirrored forms): False for real q, padded k.
+    if pk in (aten.le, aten.lt, aten.ge, aten.gt) and len(ins) == 2:
+        a, b = ins
+        if a.pos is not None and b.pos is not None and a.pos != b.pos:
+            k, q = (a, b) if pk in (aten.le, aten.lt) else (b, a)
+            an.pos_inputs |= a.pos_src | b.pos_src
+            return replace(out, cmask=(q.pos, k.pos))
+        return out
+    if pk in (aten.logical_and, aten.bitwise_and) and len(ins) == 2:
+        cm = ins[0].cmask or ins[1].cmask
+        return replace(out, cmask=cm)
+    if pk is aten.where:
+        c = an.av(node.args[0])
+        c = an.broadcast_to(c, rank) if c is not None else None
+        other = node.args[2]
+        ov = an.av(other)
+        neg = (isinstance(other, float) and other == -math.inf) or (ov is not None and ov.neginf)
+        if c is not None and c.cmask and neg:
+            return replace(out, nmask=c.cmask)
+        return out
+    if pk is aten.add and len(ins) == 2:
+        nm = ins[0].nmask or ins[1].nmask
+        return replace(out, nmask=nm)
+    return out
+
+
+def _constant(an: Analysis, node) -> AV:
+    args = importer.bind_args(node)
+    v = args.get("s", args.get("fill_value"))
+    return AV(an.meta_axes(node), neginf=isinstance(v, float) and v == -math.inf)
+
+
+# Views ---------------------------------------------------------------------------------
+
+def _identity(an, node) -> AV:
+    return an.av(node.args[0])
+
+
+def _permute(an, node) -> AV:
+    v = an.av(node.args[0])
+    if node.target is aten.permute.default:
+        perm = [d % v.rank for d in node.args[1]]
+    elif node.target is aten.t.default:
+        perm = list(range(v.rank))[::-1]
+    else:
+        perm = list(range(v.rank))
+        a, b = node.args[1] % v.rank, node.args[2] % v.rank
+        perm[a], perm[b] = perm[b], perm[a]
+    inv = {src: dst for dst, src in enumerate(perm)}
+    return an.remap(v, [v.axes[p] for p in perm], inv)
+
+
+def _expand(an, node) -> AV:
+    v = an.av(node.args[0])
+    axes = an.meta_axes(node, [v])
+    lead = len(axes) - v.rank
+    out = []
+    for i, a in enumerate(axes):
+        j = i - lead
+        out.append(v.axes[j] if j >= 0 and v.axes[j] == a else a)
+    return an.remap(v, out, {j: j + lead for j in range(v.rank)})
+
+
+def _reshape(an, node) -> AV:
+    """Regroups the input's factor sequence into the result dimensions; static
+    factors may be split or merged freely, a padded factor must stay whole."""
+    v = an.av(node.args[0])
+    m = importer._meta(node)
+    out_dims = [_expr(d) for d in m.shape]
+    seq: List[Tuple[sympy.Expr, int]] = []   # (factor, input axis)
+    for i, a in enumerate(v.axes):
+        for f in a:
+            seq.append((f, i))
+    out_axes: List[Factors] = []
+    amap: Dict[int, int] = {}
+    k = 0
+    for oi, d in enumerate(out_dims):
+        if _is_one(d):
+            out_axes.append(())
+            continue
+        got: List[sympy.Expr] = []
+        prod = sympy.Integer(1)
+        while not _eq(prod, d):
+            if k >= len(seq):
+                an.fail(node, f"reshape {[str(x) for x in v.axes]} -> {out_dims} does not "
+                              "regroup the dimensions")
+            f, src = seq[k]
+            rest = sympy.simplify(d / prod)
+            if f.is_Integer and rest.is_Integer and int(f) > int(rest):
+                if int(f) % int(rest):
+                    an.fail(node, "reshape splits a dimension unevenly")
+                got.append(rest)
+                seq[k] = (sympy.Integer(int(f) // int(rest)), src)
+                prod = prod * rest
+                continue
+            got.append(f)
+            prod = sympy.expand(prod * f)
+            k += 1
+            if an.padded_factor(f):
+                amap[src] = oi
+        out_axes.append(tuple(got))
+    if k != len(seq):
+        an.fail(node, "reshape leaves factors over")
+    # Facts survive only on an axis that stays alone.
+    def keep(a):
+        return a is not None and a in amap and len(out_axes[amap[a]]) == 1
+    res = AV(tuple(out_axes), v.dirty)
+    if keep(v.pos):
+        res = replace(res, pos=amap[v.pos], pos_src=v.pos_src)
+    for f in ("cmask", "nmask", "zmask"):
+        p = getattr(v, f)
+        if p is not None and keep(p[0]) and keep(p[1]):
+            res = replace(res, **{f: (amap[p[0]], amap[p[1]])})
+    return res
+
+
+def _slice(an, node) -> AV:
+    args = importer.bind_args(node)
+    v = an.av(args["self"])
+    dim = args["dim"] % v.rank
+    if an.padded_axis(v.axes[dim]):
+        # Exact when the result's real positions read real positions: a static
+        # start, step 1, and an end at (or past) the real end.
+        start, end, step = args["start"], args["end"], args["step"]
+        lin = affine(v.axes[dim][0], an.syms) if len(v.axes[dim]) == 1 else None
+        ok = lin is not None and isinstance(start or 0, int) and (start or 0) >= 0 \
+            and step in (1, None)
+        if ok and not (end is None or end == INT_MAX):
+            e = affine(end.node.expr, an.syms) if isinstance(end, torch.SymInt) else None
+            ok = e is not None and e[0] == lin[0] and e[1] <= lin[1]
+        if not ok:
+            an.fail(node, "slice of a part of the padded dimension")
+    return replace(v, axes=an.meta_axes(node, [v]))
+
+
+def _along_static(an, node, v: AV, dim: int, what: str):
+    if an.padded_axis(v.axes[dim % v.rank]):
+        an.fail(node, f"{what} along the padded dimension")
+
+
+def _select(an, node) -> AV:
+    v = an.av(node.args[0])
+    dim = node.args[1] % v.rank
+    _along_static(an, node, v, dim, "select")
+    amap = {i: (i if i < dim else i - 1) for i in range(v.rank) if i != dim}
+    amap[dim] = None
+    return an.remap(v, v.axes[:dim] + v.axes[dim + 1:], amap)
+
+
+def _split(an, node):
+    v = an.av(node.args[0])
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    _along_static(an, node, v, dim, "split")
+    ms = importer._meta(node)
+    d = dim % v.rank
+    return [AV(v.axes[:d] + (an.leaf_factors(node, _expr(m.shape[d])),) + v.axes[d + 1:],
+               v.dirty) for m in ms]
+
+
+def _cat(an, node) -> AV:
+    ins = [an.av(a) for a in node.args[0]]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    axes = an.meta_axes(node, [v for v in ins if v is not None])
+    d = dim % len(axes)
+    if an.padded_axis(axes[d]):
+        # Exact when only the last piece is padded along it (the padding stays at the end).
+        pieces = [an.padded_axis(v.axes[d]) if v is not None and v.rank == len(axes) else False
+                  for v in ins]
+        if any(pieces[:-1]) or not pieces[-1]:
+            an.fail(node, "concatenation along the padded dimension")
+    return AV(axes, any(v.dirty for v in ins if v is not None))
+
+
+# Gathers --------------------------------------------------------------------------------
+
+def _gather(an, node) -> AV:
+    if node.target is aten.embedding.default:
+        table, idx = an.av(node.args[0]), an.av(node.args[1])
+    else:
+        table, idx = an.av(node.args[0]), an.av(node.args[2])
+    if an.padded_axes(table):
+        an.fail(node, "gather from a padded table")
+    if idx.pos is not None:
+        an.index_inputs |= idx.pos_src
+    return AV(idx.axes + table.axes[1:], table.dirty or idx.dirty)
+
+
+# Reductions and norms ---------------------------------------------------------------------
+
+def _reduce(an, node) -> AV:
+    v = an.av(node.args[0])
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if dims is None or dims == [] or node.target in (aten.sum.default, aten.mean.default):
+        dims = list(range(v.rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    dims = {d % max(v.rank, 1) for d in dims}
+    for d in dims:
+        _along_static(an, node, v, d, "reduction")
+    keep = importer._meta(node).dim() == v.rank
+    axes = tuple(() if i in dims else a for i, a in enumerate(v.axes) if keep or i not in dims)
+    return AV(axes, v.dirty)
+
+
+def _softmax(an, node) -> AV:
+    v = an.av(node.args[0])
+    dim = node.args[1] % v.rank
+    axes = v.axes
+    if an.padded_axis(v.axes[dim]):
+        if node.target is aten._softmax.default and v.nmask and v.nmask[1] == dim:
+            return AV(axes, v.dirty, zmask=v.nmask)
+        an.fail(node, "softmax over the padded dimension without a causal mask on it")
+    return AV(axes, v.dirty)
+
+
+def _layer_norm(an, node):
+    v = an.av(node.args[0])
+    n = len(node.args[1])
+    for d in range(v.rank - n, v.rank):
+        _along_static(an, node, v, d, "normalization")
+    dirty = v.dirty or any(an.av(a).dirty for a in node.args[2:4] if an.av(a) is not None)
+    return [AV(v.axes, dirty), None, None]
+
+
+# Matmul and attention -----------------------------------------------------------------------
+
+def _mm(an, node) -> AV:
+    if node.target is aten.addmm.default:
+        bias, a, b = (an.av(x) for x in node.args[:3])
+    else:
+        bias = None
+        a, b = an.av(node.args[0]), an.av(node.args[1])
+    ka, kb = a.rank - 1, b.rank - 2
+    if an.padded_axis(a.axes[ka]) or an.padded_axis(b.axes[kb]):
+        ok = (a.zmask is not None and a.zmask[1] == ka) or (b.zmask is not None and b.zmask[1] == kb)
+        if not ok:
+            an.fail(node, "matmul contracts the padded dimension")
+    dirty = a.dirty or b.dirty or (bias is not None and bias.dirty)
+    rank = importer._meta(node).dim()
+    axes = a.axes[:-1] + b.axes[-1:]
+    if len(axes) < rank:
+        axes = b.axes[:rank - len(axes)] + axes
+    return AV(tuple(axes[-rank:]), dirty)
+
+
+def _attention(an, node):
+    args = importer.bind_args(node)
+    q, k, v = an.av(args["query"]), an.av(args["key"]), an.av(args["value"])
+    mask = an.av(args.get("attn_mask", args.get("attn_bias")))
+    for x in (q, k, v):
+        if an.padded_axis(x.axes[3]):
+            an.fail(node, "attention head dimension padded")
+    dirty = q.dirty or k.dirty or v.dirty or (mask is not None and mask.dirty)
+    if an.padded_axis(k.axes[2]) or an.padded_axis(v.axes[2]):
+        causal = bool(args.get("is_causal")) and q.axes[2] == k.axes[2] == v.axes[2]
+        masked = False
+        if mask is not None:
+            mb = an.broadcast_to(mask, 4)
+            masked = mb.nmask == (2, 3)
+        if not (causal or masked) or k.axes[2] != v.axes[2]:
+            an.fail(node, "attention over padded keys that no causal mask hides")
+    out = AV(q.axes, dirty)
+    return [out] + [None] * 8
+
+
+_TRANSFER = {}
+for _t in (aten.add, aten.sub, aten.mul, aten.div, aten.pow, aten.maximum, aten.minimum,
+           aten.rsub, aten.reciprocal, aten.clamp_min, aten.clamp_max, aten.clamp,
+           aten.neg, aten.abs, aten.exp, aten.log, aten.tanh, aten.sqrt, aten.rsqrt,
+           aten.sigmoid, aten.silu, aten.relu, aten.gelu, aten.eq, aten.ne, aten.lt,
+           aten.le, aten.gt, aten.ge, aten.logical_not, aten.bitwise_not, aten.logical_and,
+           aten.logical_or, aten.bitwise_and, aten.bitwise_or, aten.where, aten._to_copy):
+    _TRANSFER[_t] = _elementwise
+_TRANSFER[prims.convert_element_type.default] = _elementwise
+for _t in (aten.clone, aten.alias, aten.detach, aten.lift_fresh_copy, aten.contiguous):
+    _TRANSFER[_t] = _identity
+for _t in (aten.view, aten.reshape, aten._unsafe_view, aten.unsqueeze, aten.squeeze,
+           aten.flatten):
+    _TRANSFER[_t] = _reshape
+_TRANSFER[aten.view.dtype] = lambda an, node: an.fail(node, "view as another dtype")
+for _t in (aten.permute, aten.transpose, aten.t):
+    _TRANSFER[_t] = _permute
+_TRANSFER[aten.expand] = _expand
+_TRANSFER[aten.slice] = _slice
+_TRANSFER[aten.select] = _select
+_TRANSFER[aten.split] = _split
+_TRANSFER[aten.split_with_sizes] = _split
+_TRANSFER[aten.cat] = _cat
+_TRANSFER[aten.embedding] = _gather
+_TRANSFER[aten.index_select] = _gather
+for _t in (aten.full, aten.scalar_tensor, aten.full_like, aten.zeros, aten.ones):
+    _TRANSFER[_t] = _constant
+for _t in (aten.sum, aten.mean, aten.amax, aten.amin):
+    _TRANSFER[_t] = _reduce
+_TRANSFER[aten._softmax] = _softmax
+_TRANSFER[aten._log_softmax] = _softmax
+_TRANSFER[aten.native_layer_norm] = _layer_norm
+for _t in (aten.mm, aten.bmm, aten.matmul, aten.addmm):
+    _TRANSFER[_t] = _mm
+for _t in (aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_flash_attention_for_cpu,
+           aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_cudnn_attention):
+    _TRANSFER[_t] = _attention
+_TRANSFER[aten.scaled_dot_product_attention] = lambda an, node: _attention(an, node)[0]
+
+
+# --- the plan ------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """How to run one subgraph padded. `syms`: the bucketed symbols (names);
+    `pos_inputs`: placeholder indices of integer inputs that must be
+    `arange(L) + c` along their padded axis (one c for all) and are padded by
+    continuing it; every other padded input repeats its last real row."""
+
+    syms: Tuple[str, ...]
+    pos_inputs: Tuple[int, ...] = ()
+    refused: Dict[str, str] = field(default_factory=dict)
+    mask_inputs: Tuple[int, ...] = ()
+
+    def __bool__(self):
+        return bool(self.syms)
+
+
+def dynamic_symbols(gm: torch.fx.GraphModule) -> List[sympy.Symbol]:
+    """The free symbols of the placeholders' shapes, in first-seen order."""
+    out: List[sympy.Symbol] = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        m = importer._meta(n)
+        dims = m.shape if isinstance(m, torch.Tensor) else ()
+        for d in dims:
+            if isinstance(d, torch.SymInt):
+                for s in sorted(d.node.expr.free_symbols, key=str):
+                    if s not in out:
+                        out.append(s)
+    return out
+
+
+def _analyze(gm, syms) -> Analysis:
+    an = Analysis(gm, set(syms))
+    an.run()
+    bad = an.pos_inputs & an.index_inputs
+    if bad:
+        raise Unsafe(f"input {sorted(bad)} is both a position (for a causal mask) and a "
+                     "gather index")
+    return an
+
+
+def analyze(gm: torch.fx.GraphModule) -> Plan:
+    """Which dynamic symbols of `gm` can be padded exactly (see module doc)."""
+    syms = dynamic_symbols(gm)
+    refused: Dict[str, str] = {}
+    ok: List[sympy.Symbol] = []
+    for s in syms:
+        try:
+            _analyze(gm, [s])
+            ok.append(s)
+        except Unsafe as e:
+            refused[str(s)] = str(e)
+    while ok:
+        try:
+            an = _analyze(gm, ok)
+            return Plan(tuple(str(s) for s in ok), tuple(sorted(an.pos_inputs)), refused,
+                        tuple(sorted(an.mask_inputs)))
+        except Unsafe as e:
+            dropped = ok.pop()
+            refused[str(dropped)] = f"not together with the others: {e}"
+    return Plan((), (), refused)
+
+
+# --- padding and slicing ---------------------------------------------------------------------
+
+def padded_axes_of(meta, syms: Sequence[str]) -> List[Tuple[int, str, int]]:
+    """(axis, symbol, c) for every axis of `meta` of size symbol + c."""
+    out = []
+    if isinstance(meta, torch.Tensor):
+        for i, d in enumerate(meta.shape):
+            if not isinstance(d, torch.SymInt):
+                continue
+            e = d.node.expr
+            for x in e.free_symbols:
+                if str(x) in syms:
+                    c = sympy.expand(e - x)
+                    if c.is_Integer:
+                        out.append((i, str(x), int(c)))
+    return out
+
+
+def mask_input(meta, syms) -> Optional[sympy.Symbol]:
+    """The symbol s when `meta` is a boolean or float [..., s, s] tensor."""
+    if not isinstance(meta, torch.Tensor) or meta.dim() < 2:
+        return None
+    if not (meta.dtype == torch.bool or meta.dtype.is_floating_point):
+        return None
+    q, k = meta.shape[-2], meta.shape[-1]
+    if isinstance(q, torch.SymInt) and isinstance(k, torch.SymInt):
+        e = q.node.expr
+        if e in syms and _eq(e, k.node.expr):
+            return e
+    return None
+
+
+def pad_tensor(t: torch.Tensor, axes: Sequence[Tuple[int, int]], mode: str = "edge") -> torch.Tensor:
+    """`t` padded at the end of each (axis, size):
+      edge      repeat the last real slice along the axis;
+      position  continue `t[..., i, ...] = i + c` (one padded axis);
+      mask      [..., q, k] mask: the real block, the rest causal (k <= q True,
+                0.0; else False, -inf), so real rows never see padded keys and
+                padded rows see at least one key."""
+    shape = list(t.shape)
+    for a, b in axes:
+        shape[a] = b
+    if list(t.shape) == shape:
+        return t
+    out = torch.empty(shape, dtype=t.dtype, device=t.device)
+    if mode == "position":
+        (a, b), = axes
+        view = [1] * t.dim()
+        view[a] = b
+        c = t.reshape(-1)[0]
+        out.copy_((torch.arange(b, device=t.device, dtype=t.dtype) + c).reshape(view)
+                  .expand(shape))
+        return out
+    if mode == "mask":
+        nq, nk = shape[-2], shape[-1]
+        causal = (torch.arange(nk, device=t.device)[None, :]
+                  <= torch.arange(nq, device=t.device)[:, None])
+        if t.dtype == torch.bool:
+            out.copy_(causal.expand(shape))
+        else:
+            fill = torch.zeros((nq, nk), dtype=t.dtype, device=t.device)
+            fill.masked_fill_(~causal, float("-inf"))
+            out.copy_(fill.expand(shape))
+        out[tuple(slice(0, n) for n in t.shape)] = t
+        return out
+    region = tuple(slice(0, n) for n in t.shape)
+    out[region] = t
+    for a, b in axes:
+        n = t.shape[a]
+        if n == b:
+            continue
+        src = [slice(None)] * t.dim()
+        src[a] = slice(n - 1, n)
+        dst = [slice(None)] * t.dim()
+        dst[a] = slice(n, b)
+        out[tuple(dst)] = out[tuple(src)]
+    return out
+
+
+def is_position(t: torch.Tensor, axis: int) -> Optional[int]:
+    """c when `t` is arange(n) + c along `axis` (all other sizes 1), else None."""
+    if t.numel() == 0 or t.numel() != t.shape[axis]:
+        return None
+    flat = t.reshape(-1)
+    c = flat[0]
+    ok = torch.equal(flat - c, torch.arange(flat.numel(), device=t.device, dtype=t.dtype))
+    return int(c) if ok else None

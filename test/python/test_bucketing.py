@@ -1,0 +1,278 @@
+"""Dynamic-shape bucketing (llmc.bucketing and the backend's padding glue), on the CPU.
+
+* The analysis: which graphs may be padded along which symbol, and why not.
+* Padding exactness: every bucketed partition of the tiny LLaMA / GPT-2 /
+  Mistral graphs is run by the CPU reference executor (`llmc-run
+  --backend=ref`) on inputs padded by the backend's own `_pad`, its results
+  sliced back by `_slice_outputs`, and compared with the partition run by
+  PyTorch on the unpadded inputs. A negative control pads a graph the
+  analysis refuses and sees the results change.
+* Compile counts of a sequence-length sweep (needs libllmc.so's C API;
+  compiling goes through NVRTC, no GPU needed).
+"""
+
+import sys
+import warnings
+
+import pytest
+import sympy
+import torch
+import torch.nn.functional as F
+
+import llmc.backend
+from conftest import MODELS, capi_or_skip, tiny_llama
+from llmc import bucketing, partition
+from llmc.backend import LlmcSubgraph, Options
+from test_importer import trace
+from test_importer_numerics import (RefRunError, _capture_backend, _need_llmc_run, compare,
+                                    run_ref)
+
+
+def _seq_sym(gm, arg=0, dim=1):
+    ph = [n for n in gm.graph.nodes if n.op == "placeholder"][arg]
+    return str(ph.meta["val"].shape[dim].node.expr)
+
+
+def _plan(fn, *args, arg=0, dim=1):
+    gm = trace(fn, *args, mode="symbolic")
+    return bucketing.analyze(gm), _seq_sym(gm, arg, dim)
+
+
+W = torch.randn(8, 16)
+
+
+@pytest.mark.parametrize("name,fn,args,ok,why", [
+    ("matmul_rows", lambda x, w: torch.relu(x @ w) * 2, (torch.randn(3, 11, 8), W), True, None),
+    ("rmsnorm", lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5),
+     (torch.randn(3, 11, 8),), True, None),
+    ("softmax_hidden", lambda x: torch.softmax(x, -1), (torch.randn(3, 11, 8),), True, None),
+    ("embedding", lambda w, i: F.embedding(i, w) * 2, (torch.randn(10, 8), torch.randint(0, 10, (3, 11))),
+     True, None),
+    ("sum_over_seq", lambda x: x.sum(1), (torch.randn(3, 11, 8),), False, "reduction"),
+    ("mean_loss", lambda x: (x * x).mean(), (torch.randn(3, 11, 8),), False, "reduction"),
+    ("softmax_over_seq", lambda x: torch.softmax(x, 1), (torch.randn(3, 11, 8),), False, "softmax"),
+    ("contract_seq", lambda x: x.transpose(1, 2) @ x, (torch.randn(3, 11, 8),), False, "contracts"),
+    ("slice_seq_prefix", lambda x: x[:, :5] * 2, (torch.randn(3, 11, 8),), False, "slice"),
+])
+def test_analysis_decides_per_op(name, fn, args, ok, why):
+    arg = 1 if name == "embedding" else 0
+    plan, sym = _plan(fn, *args, arg=arg)
+    assert (sym in plan.syms) == ok, (plan, sym)
+    if not ok:
+        assert why in plan.refused[sym], plan.refused
+
+
+def _attn(causal):
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal) * 2
+    return f
+
+
+QKV = (torch.randn(1, 2, 11, 8), torch.randn(1, 2, 11, 8), torch.randn(1, 2, 11, 8))
+
+
+def test_causal_attention_pads_query_and_keys_together():
+    plan, sym = _plan(_attn(True), *QKV, dim=2)
+    assert sym in plan.syms, plan
+
+
+def test_non_causal_attention_is_refused():
+    plan, sym = _plan(_attn(False), *QKV, dim=2)
+    assert sym not in plan.syms and "no causal mask" in plan.refused[sym], plan
+
+
+def test_mask_from_positions_is_causal_and_recorded():
+    """le(k_pos, q_pos) -> where(mask, 0, -inf) -> attention: the HF mask."""
+    def f(q, k, v, kpos, qpos):
+        m = torch.where(kpos <= qpos, 0.0, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    pos = torch.arange(11)
+    plan, sym = _plan(f, *QKV, pos.view(1, 1, 1, 11), pos.view(1, 1, 11, 1), dim=2)
+    assert sym in plan.syms and plan.pos_inputs == (3, 4), plan
+
+
+def test_mask_from_positions_the_wrong_way_is_refused():
+    def f(q, k, v, kpos, qpos):
+        m = torch.where(kpos >= qpos, 0.0, float("-inf"))  # anti-causal: sees padding
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    pos = torch.arange(11)
+    plan, sym = _plan(f, *QKV, pos.view(1, 1, 1, 11), pos.view(1, 1, 11, 1), dim=2)
+    assert sym not in plan.syms, plan
+
+
+def test_bucket_sizes():
+    assert [bucketing.bucket_size(n, "pow2") for n in (1, 16, 17, 40, 64, 65)] == \
+        [16, 16, 32, 64, 64, 128]
+    assert [bucketing.bucket_size(n, 64) for n in (1, 64, 65)] == [64, 64, 128]
+    assert [bucketing.bucket_size(n, (8, 32)) for n in (3, 9, 33)] == [8, 32, None]
+    assert bucketing.bucket_size(5, "none") is None
+    with pytest.raises(ValueError, match="dynamic_buckets"):
+        Options.from_dict({"dynamic_buckets": "sometimes"})
+    assert Options.from_dict({"bucket": 64}).dynamic_buckets == 64
+
+
+def test_pad_tensor_modes():
+    x = torch.randn(2, 3, 4)
+    e = bucketing.pad_tensor(x, [(1, 5)], "edge")
+    assert torch.equal(e[:, :3], x) and torch.equal(e[:, 3], x[:, 2]) and torch.equal(e[:, 4], x[:, 2])
+    p = bucketing.pad_tensor(torch.arange(7, 10).view(1, 3), [(1, 6)], "position")
+    assert p.tolist() == [[7, 8, 9, 10, 11, 12]]
+    m = torch.rand(1, 3, 3) > 0.5
+    pm = bucketing.pad_tensor(m, [(1, 5), (2, 5)], "mask")
+    assert torch.equal(pm[:, :3, :3], m)
+    assert not pm[:, :3, 3:].any()                      # real rows never see padded keys
+    assert pm[0, 3, :4].all() and pm[0, 4].all()        # padded rows see at least one key
+    fm = bucketing.pad_tensor(torch.randn(3, 3), [(0, 4), (1, 4)], "mask")
+    assert torch.isinf(fm[:3, 3]).all() and fm[3, 3] == 0
+    assert bucketing.is_position(torch.arange(4, 9).view(1, 5), 1) == 4
+    assert bucketing.is_position(torch.tensor([[0, 1, 3]]), 1) is None
+
+
+# ---------------------------------------------------------------------------
+# Padding exactness through the reference executor
+
+
+def _capture(name, seq, dynamic=True):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    sink, kinds = [], []
+    cm = torch.compile(model, backend=_capture_backend(sink, kinds), dynamic=dynamic)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm(torch.randint(0, 1000, (1, seq)), use_cache=False)
+    return sink
+
+
+def _padded_ref(sub: LlmcSubgraph, args):
+    """The subgraph's outputs the way the backend computes them padded, with
+    the reference executor in place of the GPU."""
+    run_args, sizes = sub._pad(args)
+    assert sizes and any(n != b for n, b in sizes.values()), "nothing was padded"
+    imp = sub._compile_import(run_args)
+    try:
+        outs = run_ref(imp, run_args)
+    except RefRunError:
+        if not imp.dynamic:
+            raise
+        # As the backend does when the dynamic IR does not specialize.
+        imp = sub._compile_import(run_args, static=True)
+        outs = run_ref(imp, run_args)
+    # Result shapes: the graph's symbolic ones at the padded sizes.
+    vals = {sympy.Symbol(k, integer=True, positive=True): v
+            for k, v in sub._symbol_values(run_args).items()}
+    results = [None] * (1 + max([i for k, i in imp.outputs if k == "out"], default=-1))
+    for (kind, i), m in zip(imp.outputs, sub.out_metas):
+        if kind == "out":
+            shape = [int(sympy.sympify(d.node.expr).xreplace(
+                {s: vals[s] for s in d.node.expr.free_symbols if s in vals}))
+                     if isinstance(d, torch.SymInt) else int(d) for d in m.shape]
+            results[i] = outs[i].reshape(shape).to(m.dtype)
+    sliced = sub._slice_outputs([results[i] if k == "out" else None
+                                 for k, i in imp.outputs], sizes)
+    return imp, sliced
+
+
+def _flat(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _check_padded(rec, must_bucket=True):
+    report = partition.Report(graph="t")
+    sub = LlmcSubgraph(rec.eager, rec.name.replace(".", "_"),
+                       Options.from_dict({"dynamic_buckets": "pow2"}), report)
+    if not sub.plan:
+        assert not must_bucket, report.notes
+        return False
+    imp, got = _padded_ref(sub, rec.args)
+    # PyTorch on the unpadded inputs, in the graph's own types (the float64
+    # run of eager_reference is not the same function for every partition:
+    # GPT-2's differs from its float32 run by 0.4 at seq 21).
+    with torch.no_grad():
+        want = _flat(rec.eager(*rec.args))
+    for j, (kind, _) in enumerate(imp.outputs):
+        if kind == "out":
+            assert got[j].shape == want[j].shape, (rec.name, j)
+            compare(got[j], want[j], want[j].dtype, f"{rec.name} output {j} (padded)")
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_padded_partitions_match_torch(name):
+    """seq 11 padded to 16 (and 21 to 32): the sliced results equal PyTorch's
+    on the unpadded inputs, for every partition the analysis buckets."""
+    _need_llmc_run()
+    for seq in (11, 21):
+        sink = _capture(name, seq)
+        done = [_check_padded(rec, must_bucket=False) for rec in sink]
+        # Every inference partition of these models is bucketed.
+        assert all(done), [r.name for r, d in zip(sink, done) if not d]
+
+
+def test_padding_a_refused_graph_would_be_wrong():
+    """Negative control: force padding on a graph with a reduction over the
+    sequence; the sliced reference result then differs from PyTorch."""
+    _need_llmc_run()
+    gm = trace(lambda x: x.sum(1, keepdim=True) * x, torch.randn(3, 11, 8), mode="symbolic")
+    report = partition.Report(graph="t")
+    sub = LlmcSubgraph(gm, "neg", Options.from_dict({}), report)
+    sym = _seq_sym(gm)
+    assert sym not in sub.plan.syms
+    sub.plan = bucketing.Plan((sym,))  # what the analysis refused
+    report.bucketing[sym] = {"buckets": set(), "lengths": set()}
+    x = torch.randn(3, 11, 8)
+    _, got = _padded_ref(sub, [x])
+    with pytest.raises(AssertionError, match="relative L2 error"):
+        compare(got[0], (x.double().sum(1, keepdim=True) * x.double()), torch.float32, "neg")
+
+
+# ---------------------------------------------------------------------------
+# Compile counts
+
+
+def _sweep(options, lengths):
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    cm = torch.compile(model, backend="llmc", dynamic=True, options=options)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s in lengths:
+            x = torch.randint(0, 1000, (1, s))
+            torch.testing.assert_close(cm(x, use_cache=False).logits,
+                                       model(x, use_cache=False).logits, rtol=0, atol=0)
+    assert len(llmc.backend.reports()) == 1, [str(r) for r in llmc.backend.reports()]
+    return llmc.backend.last_report()
+
+
+def test_sweep_3_to_40_compiles_once_per_bucket():
+    """Every tiny-LLaMA partition is bucketed: lengths 3..40 compile for 16, 32
+    and 64 only."""
+    capi_or_skip()
+    rep = _sweep({}, range(3, 41))
+    assert rep.num_partitions == 4, str(rep)
+    assert rep.compiles == 3 * rep.num_partitions, str(rep)
+    assert "buckets 16,32,64; 3 shape(s) compiled for 38 length(s)" in str(rep), str(rep)
+    assert not rep.compile_failures, str(rep)
+
+
+def test_sweep_without_buckets_compiles_per_length():
+    capi_or_skip()
+    rep = _sweep({"dynamic_buckets": "none"}, range(3, 9))
+    assert rep.compiles == 6 * rep.num_partitions, str(rep)
+
+
+def test_training_graphs_are_not_padded():
+    """The loss (a mean over tokens) and the weight gradients (matmuls over
+    tokens) must not be padded: the analysis refuses them."""
+    torch.manual_seed(0)
+    m = tiny_llama()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = torch.compile(m, backend="llmc", dynamic=True)
+        for s in (9, 12):
+            x = torch.randint(0, 1000, (1, s))
+            cm(x, labels=x, use_cache=False).loss.backward()
+    text = "\n".join(str(r) for r in llmc.backend.reports())
+    bw = [r for r in llmc.backend.reports() if r.kind == "backward"]
+    assert bw and any("compiled per size" in n for r in bw for n in r.notes), text
+    assert any("contracts the padded dimension" in n or "reduction" in n
+               for r in llmc.backend.reports() for n in r.notes), text
