@@ -201,6 +201,13 @@ private:
   absl::Status emitMatmul(MatmulOp op);
   absl::StatusOr<int> emitRelayout(Value src, bool swapLastTwo,
                                    cu::ScalarType to, Operation *op);
+  struct MatrixView {
+    int buffer = -1;
+    int64_t byteOffset = 0;
+    int64_t ld = 0;           // row stride of the stored matrix, elements
+    bool transposed = false;  // stored as the transpose of the logical matrix
+  };
+  std::optional<MatrixView> matrixView(Value v);
   absl::Status emitPad(PadOp op);
   absl::Status emitAttention(AttentionOp op);
   absl::Status emitNorm(Operation *op);
@@ -771,6 +778,45 @@ absl::Status Lowering::emitNorm(Operation *op) {
   return absl::OkStatus();
 }
 
+/// A rank-2 GEMM operand that is a slice/transpose view of dense storage
+/// (e.g. llmc-shard's per-rank rows or columns of a weight, or a transposed
+/// weight) read in place through an offset and a leading dimension instead of
+/// being copied first. Only for views whose inner stride is 1 in one of the
+/// two dims, with 256-byte aligned starts and 16-byte aligned rows (what
+/// cuBLASLt's default heuristics assume of every pointer). nullopt: dense
+/// already, or not expressible.
+std::optional<Lowering::MatrixView> Lowering::matrixView(Value v) {
+  auto t = tensorType(v);
+  if (t.getRank() != 2)
+    return std::nullopt;
+  Operation *def = storageRoot(v).getDefiningOp();
+  if (!def || !isa<SliceOp, TransposeOp>(def))
+    return std::nullopt;
+  auto read = stridedRead(v, t.getShape());
+  if (!read.ok() || storageRoot(read->root) != read->root)
+    return std::nullopt;
+  if (Operation *rd = read->root.getDefiningOp();
+      rd && isa<BroadcastOp, TransposeOp, SliceOp>(rd))
+    return std::nullopt;
+  int64_t rows = t.getDimSize(0), cols = t.getDimSize(1);
+  int64_t s0 = read->strides[0], s1 = read->strides[1];
+  MatrixView mv;
+  if (s1 == 1 && (rows == 1 || s0 >= cols)) {
+    mv.ld = rows == 1 ? cols : s0;
+  } else if (s0 == 1 && (cols == 1 || s1 >= rows)) {
+    mv.ld = cols == 1 ? rows : s1;
+    mv.transposed = true;
+  } else {
+    return std::nullopt;
+  }
+  int64_t esize = cu::ScalarSize(scalarOf(v));
+  mv.byteOffset = read->elementOffset * esize;
+  if (mv.byteOffset % 256 != 0 || (mv.ld * esize) % 16 != 0)
+    return std::nullopt;
+  mv.buffer = bufferFor(read->root);
+  return mv;
+}
+
 absl::Status Lowering::emitMatmul(MatmulOp op) {
   auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs());
   auto res = tensorType(op.getResult());
@@ -809,8 +855,14 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
     bool outOk = gc.out == cu::ScalarType::f32 || gc.out == cu::ScalarType::f16 ||
                  gc.out == cu::ScalarType::bf16;
     if (cu::GemvSupported(gc) && outOk && (!op.getBias() || gc.has_bias)) {
+      // A block of whole weight rows (llmc-shard's column-parallel split) is
+      // read in place.
+      std::optional<MatrixView> w = matrixView(op.getRhs());
+      rt::Arg weight = w && !w->transposed && w->ld == k
+                           ? bufArg(w->buffer, w->byteOffset)
+                           : ptrArg(op.getRhs());
       std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
-                                   ptrArg(op.getRhs()),
+                                   weight,
                                    gc.has_bias ? ptrArg(op.getBias()) : nullArg(),
                                    i64Arg(n)};
       launch(addKernel(cu::EmitGemv(gc)), cu::GemvLaunch(gc), std::move(args), op);
@@ -830,8 +882,23 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
     return t == rt::DType::f8e4m3 || t == rt::DType::f8e5m2;
   };
   int aBuffer = -1, bBuffer = -1; // relaid-out operands (fp8), else -1
+  // Slice/transpose views of weights (shared across the batch) and of
+  // unbatched activations are read in place; a transposed view flips the
+  // operand's transpose flag instead of being copied.
+  std::optional<MatrixView> aView, bView;
+  if (lhsBatch == 1 && lr == 2 && (aView = matrixView(op.getLhs())))
+    ta = ta != aView->transposed;
+  if (rhsBatch == 1 && rr == 2 && (bView = matrixView(op.getRhs())))
+    tb = tb != bView->transposed;
   bool fp8 = isFp8(g.dtype_a) || isFp8(g.dtype_b);
   if (fp8) {
+    // The relayouts below read the logical operands: keep an in-place view
+    // only where it already gives cuBLASLt's TN layout on sm_89+.
+    bool tn = options.target_sm >= 89;
+    if (aView && !(tn && !ta))
+      aView.reset(), ta = op.getTransposeLhs();
+    if (bView && !(tn && tb))
+      bView.reset(), tb = op.getTransposeRhs();
     if (!isFp8(g.dtype_a) || !isFp8(g.dtype_b))
       return unsupported(op, absl::StrCat(
           "a matmul of ", rt::DTypeName(g.dtype_a), " by ",
@@ -904,8 +971,18 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   g.lda = ta ? m : k;
   g.ldb = tb ? k : n;
   g.ldc = g.ldd = n;
-  g.a = {aBuffer >= 0 ? aBuffer : bufferFor(op.getLhs()), 0};
-  g.b = {bBuffer >= 0 ? bBuffer : bufferFor(op.getRhs()), 0};
+  if (aBuffer >= 0)
+    g.a = {aBuffer, 0};
+  else if (aView)
+    g.a = {aView->buffer, aView->byteOffset}, g.lda = aView->ld;
+  else
+    g.a = {bufferFor(op.getLhs()), 0};
+  if (bBuffer >= 0)
+    g.b = {bBuffer, 0};
+  else if (bView)
+    g.b = {bView->buffer, bView->byteOffset}, g.ldb = bView->ld;
+  else
+    g.b = {bufferFor(op.getRhs()), 0};
   g.d = {bufferFor(op.getResult()), 0};
   g.c = g.d;
   g.beta = 0.f;
