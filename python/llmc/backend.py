@@ -359,6 +359,39 @@ class LlmcSubgraph(torch.nn.Module):
             res.append(o)
         return res
 
+    def _restride(self, outs, imp, args) -> list:
+        """Gives each result the strides PyTorch's would have (the FX metadata).
+
+        AOTAutograd regenerates outputs that alias another output with
+        as_strided on that base using eager's strides, and eager code after
+        the subgraph may `view` a result: a contiguous llmc result (or a
+        padded one sliced back) where PyTorch's is laid out otherwise would be
+        read wrongly or fail. Results already laid out that way are kept."""
+        vals = None
+        res = list(outs)
+        for (kind, i), m in zip(imp.outputs, self.out_metas):
+            if kind != "out" or not isinstance(m, torch.Tensor):
+                continue
+            o = res[i]
+            if vals is None:
+                vals = {k: v for k, v in self._symbol_values(args).items()}
+            try:
+                want = tuple(_concrete(st, vals) for st in m.stride())
+            except (KeyError, TypeError, ValueError):
+                want = None
+            if want is not None and any(sz > 1 and st == 0 for sz, st in zip(o.shape, want)):
+                want = None  # eager's is a broadcast view; ours holds the values
+            if want is None:
+                if not o.is_contiguous():
+                    res[i] = o.contiguous()
+                continue
+            if all(sz <= 1 or a == b for sz, a, b in zip(o.shape, o.stride(), want)):
+                continue
+            t = torch.empty_strided(tuple(o.shape), want, dtype=o.dtype, device=o.device)
+            t.copy_(o)
+            res[i] = t
+        return res
+
     # -- execution --------------------------------------------------------------
     def _eager(self, args):
         self.report.eager_runs += 1
@@ -409,6 +442,7 @@ class LlmcSubgraph(torch.nn.Module):
                 return self._eager(args)
             entry[2] = session
         outs = self._slice_outputs(session.run(tensors), sizes) if imp.outputs else []
+        outs = self._restride(outs, imp, args)
         self.report.llmc_runs += 1
         result = assemble_outputs(imp, outs, args)
         if self.options.check:
@@ -466,6 +500,15 @@ class LlmcSubgraph(torch.nn.Module):
                              for a in args], "output": j}, d / "inputs.pt")
         (d / "cmd.txt").write_text(" ".join(cmd) + "\n")
         return " ".join(cmd)
+
+
+def _concrete(d, vals: Dict[str, int]) -> int:
+    """An int or SymInt with the symbols' values substituted."""
+    if isinstance(d, torch.SymInt):
+        e = d.node.expr
+        e = e.xreplace({s: vals[str(s)] for s in e.free_symbols})
+        return int(e)
+    return int(d)
 
 
 def assemble_outputs(imp: importer.ImportResult, outs, args) -> list:

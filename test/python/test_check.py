@@ -114,3 +114,23 @@ def test_outputs_never_alias_inputs_or_each_other():
     assert torch.equal(res[0], a) and res[0].data_ptr() != a.data_ptr()
     assert res[1] is o and torch.equal(res[2], o) and res[2].data_ptr() != o.data_ptr()
     assert res[3] is None
+
+
+def test_results_get_pytorchs_strides():
+    """A result PyTorch lays out transposed (mul keeps its input's layout)
+    comes back with those strides, so as_strided/view downstream read the
+    same elements; a padded result sliced back becomes dense."""
+    x, w = torch.randn(4, 6), torch.randn(6, 8)
+    sub, args = _sub(lambda x, w: (x @ w).t() * 2.0, x, w)
+    want = sub.eager(*args)
+    want = want[0] if isinstance(want, (tuple, list)) else want
+    assert not want.is_contiguous()
+    ours = want.contiguous()  # what llmc's session returns
+    got = sub._restride([ours], sub.imported, args)[0]
+    assert got.stride() == want.stride() and torch.equal(got, want)
+    # as_strided with eager's strides (AOTAutograd's alias regeneration) agrees.
+    assert torch.equal(got.as_strided(want.shape, want.stride()),
+                       want.as_strided(want.shape, want.stride()))
+    sliced = torch.randn(8, 4, 3)[:, :, :1].squeeze(-1)  # non-dense
+    got2 = sub._restride([sliced], sub.imported, args)[0]
+    assert got2.stride() == want.stride() and torch.equal(got2, sliced)
