@@ -21,6 +21,7 @@
 
 #include "LLM/IR/LLMOps.h"
 #include "LLM/Transforms/Passes.h"
+#include "llmc/Target/CUDA/Decode.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 #include "llmc/Target/CUDA/WeightOnly.h"
 
@@ -1135,7 +1136,7 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
   dc.group_size = hq / hkv;
   dc.q_len = sq;
   dc.causal = op.getCausal();
-  bool decode = !op.getMask() && sq <= 16 && cu::DecodeSupported(dc) &&
+  bool decode = !op.getMask() && sq <= 16 && cu::FlashDecodeSupported(dc) &&
                 (kvLen || sq == 1);
   if (decode) {
     if (kvLen) {
@@ -1145,9 +1146,9 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
     } else {
       dc.kv_len = cu::KvLenSource::kArg;
     }
-    cu::DecodeKernels kernels = cu::EmitDecodeAttention(dc);
-    int splits = cu::DecodeNumSplits(dc, b, hkv, skv);
-    auto [accBytes, mlBytes] = cu::DecodeWorkspaceBytes(dc, b, hkv, splits);
+    cu::DecodeKernels kernels = cu::EmitFlashDecode(dc);
+    int splits = cu::FlashDecodeNumSplits(dc, b, hkv, skv);
+    auto [accBytes, mlBytes] = cu::FlashDecodeWorkspaceBytes(dc, b, hkv, splits);
     int acc = newArenaBuffer(accBytes, step, step);
     int ml = newArenaBuffer(mlBytes, step, step);
     std::vector<rt::Arg> a1 = {bufArg(acc), bufArg(ml), ptrArg(op.getQuery()),
@@ -1155,11 +1156,11 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                                kvLen ? ptrArg(kvLen) : nullArg(), i64Arg(skv),
                                i64Arg(skv), i32Arg(hkv), f32Arg(scale),
                                i32Arg(splits)};
-    launch(addKernel(kernels.split), cu::DecodeSplitLaunch(dc, b, hkv, splits),
+    launch(addKernel(kernels.split), cu::FlashDecodeSplitLaunch(dc, b, hkv, splits),
            std::move(a1), op);
     std::vector<rt::Arg> a2 = {ptrArg(op.getResult()), bufArg(acc), bufArg(ml),
                                i32Arg(hkv), i32Arg(splits)};
-    launch(addKernel(kernels.combine), cu::DecodeCombineLaunch(dc, b, hkv),
+    launch(addKernel(kernels.combine), cu::FlashDecodeCombineLaunch(dc, b, hkv),
            std::move(a2), op);
     return absl::OkStatus();
   }

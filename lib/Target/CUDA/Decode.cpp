@@ -1,0 +1,505 @@
+//===- Decode.cpp - bandwidth-oriented split-KV flash-decoding -------------===//
+//
+// Flash-decoding (Dao, Haziza, Massa, Sizov 2023) for q_len 1..16 against a
+// long KV cache, designed as a stream over the cache:
+//  * a lane group of `lanes` lanes loads one K row and one V row with
+//    coalesced vector loads (16 bytes per lane where the head dim allows), so
+//    one warp instruction reads 32 / lanes whole rows;
+//  * q . k is reduced with xor shuffles inside the lane group; every lane
+//    group keeps its own online softmax (max, sum, O) in the exp2 domain with
+//    fp32 accumulation, so the loop needs no cross-group communication;
+//  * `unroll` key slots per lane per tile: all K and V loads of a tile are
+//    issued before the first is used (memory-level parallelism; a register
+//    double buffer was tried and needed ~224 registers for the same bytes in
+//    flight, halving occupancy);
+//  * all group_size * q_len query rows of a kv head live in one block (GQA:
+//    K/V read once), split over warps only when Q and O would not fit in
+//    registers (row_sets > 1);
+//  * at the end, lane groups merge with shuffles and warps through shared
+//    memory, and the block writes its unnormalized partial (acc, max, sum).
+// Phase 2 merges the splits (one block per query row).
+// See include/llmc/Target/CUDA/Decode.h for layouts and arguments.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmc/Target/CUDA/Decode.h"
+
+#include "Internal.h"
+
+#include <algorithm>
+#include <sstream>
+#include <tuple>
+
+namespace llmc::cuda {
+using namespace detail;
+
+namespace {
+constexpr int kWarps = 4;
+constexpr int kCombineThreads = 128;
+// Registers per lane: fp32 Q values (and as many O values) of its rows: 16
+// if the layout allows, else 32; K (and as many V) bytes of one tile: 64,
+// i.e. 32 registers of loads in flight per lane, and at most 32 scores
+// (unroll * rows_per_warp). ptxas then uses 128-170 registers (3-4 blocks,
+// 12-16 warps per SM) and a warp has 4 KB of loads in flight per tile;
+// 128 bytes per tile needed ~250 registers for group 4.
+constexpr int kQoBudgets[] = {16, 32};
+constexpr int kTileBytes = 64;  // K bytes per lane per tile (single buffer)
+constexpr int kMaxScores = 32;
+
+const char *KvLenTag(KvLenSource s) {
+  switch (s) {
+  case KvLenSource::kArg: return "lenarg";
+  case KvLenSource::kDeviceI32: return "leni32";
+  case KvLenSource::kDeviceI64: return "leni64";
+  case KvLenSource::kPerBatchI32: return "pblen32";
+  case KvLenSource::kPerBatchI64: return "pblen64";
+  }
+  return "?";
+}
+
+std::string KvLenExpr(KvLenSource s) {
+  switch (s) {
+  case KvLenSource::kArg: return "kv_len_arg";
+  case KvLenSource::kDeviceI32: return "(int64_t)reinterpret_cast<const int32_t*>(kv_len_ptr)[0]";
+  case KvLenSource::kDeviceI64: return "(int64_t)reinterpret_cast<const int64_t*>(kv_len_ptr)[0]";
+  case KvLenSource::kPerBatchI32: return "(int64_t)reinterpret_cast<const int32_t*>(kv_len_ptr)[b]";
+  case KvLenSource::kPerBatchI64: return "(int64_t)reinterpret_cast<const int64_t*>(kv_len_ptr)[b]";
+  }
+  return "0";
+}
+
+int64_t Rows(const DecodeConfig &c) { return c.group_size * c.q_len; }
+
+int64_t SmemBytes(const DecodeConfig &c, const FlashDecodeGeometry &g) {
+  return int64_t{g.streams} * Rows(c) * (c.head_dim + 2) * 4;
+}
+
+std::string ReplaceAll(std::string s, const std::string &from, const std::string &to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
+    s.replace(p, from.size(), to);
+  return s;
+}
+
+// Device code shared by the split kernel: tile load and tile update. All
+// loops have compile-time trip counts so the arrays stay in registers.
+constexpr const char *kSplitHelpers = R"CUDA(
+typedef LlmcVec<T, kVec> Vec;
+
+// Loads key slots u = 0..kU-1 of one tile: key j = key0 + u * kKeysPerLoad
+// (key0 already includes this lane's group), vectors i*kLanes + lg of the
+// row. Keys >= j1 and vectors past the row are zero (never read).
+LLMC_DEV void fdLoadTile(Vec (&kt)[kU][kNV], Vec (&vt)[kU][kNV], const T* __restrict__ kb,
+                         const T* __restrict__ vb, int64_t row_stride, int64_t key0, int64_t j1, int lg) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int64_t j = key0 + (int64_t)u * kKeysPerLoad;
+    const Vec* kr = reinterpret_cast<const Vec*>(kb + j * row_stride);
+    const Vec* vr = reinterpret_cast<const Vec*>(vb + j * row_stride);
+#pragma unroll
+    for (int i = 0; i < kNV; ++i) {
+      const int vi = i * kLanes + lg;
+      if (j < j1 && (kRowVecs % kLanes == 0 || vi < kRowVecs)) {
+        kt[u][i] = kr[vi];
+        vt[u][i] = vr[vi];
+      } else {
+        kt[u][i] = Vec{};
+        vt[u][i] = Vec{};
+      }
+    }
+  }
+}
+
+// Online-softmax update of this lane group's state with one tile.
+// q is pre-scaled by scale*log2(e), so scores are in log2 units.
+LLMC_DEV void fdTile(const Vec (&kt)[kU][kNV], const Vec (&vt)[kU][kNV], const float (&q)[kRowsW][kPer],
+                     float (&acc)[kRowsW][kPer], float (&m)[kRowsW], float (&l)[kRowsW], int64_t key0,
+                     int64_t j1, int64_t causal_base, int row0) {
+  float s[kU][kRowsW];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+#pragma unroll
+    for (int r = 0; r < kRowsW; ++r) s[u][r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kNV; ++i)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const float kf = toF(kt[u][i].v[e]);
+#pragma unroll
+        for (int r = 0; r < kRowsW; ++r) s[u][r] += q[r][i * kVec + e] * kf;
+      }
+  }
+  // q . k over the lane group (every lane of the group gets the full sum)
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1)
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < kRowsW; ++r) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], o);
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int64_t j = key0 + (int64_t)u * kKeysPerLoad;
+#pragma unroll
+    for (int r = 0; r < kRowsW; ++r) {
+      bool visible = j < j1;
+      if (kCausal) visible = visible && j <= (int64_t)((row0 + r) / kGroup) + causal_base;
+      if (!visible) s[u][r] = -LLMC_INF;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsW; ++r) {
+    float mx = m[r];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) mx = fmaxf(mx, s[u][r]);
+    const float mu = mx == -LLMC_INF ? 0.0f : mx;
+    const float alpha = exp2f(m[r] - mu);
+    m[r] = mx;
+    float ls = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      s[u][r] = exp2f(s[u][r] - mu);  // p
+      ls += s[u][r];
+    }
+    l[r] = l[r] * alpha + ls;
+#pragma unroll
+    for (int d = 0; d < kPer; ++d) acc[r][d] *= alpha;
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u)
+#pragma unroll
+    for (int i = 0; i < kNV; ++i)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const float vf = toF(vt[u][i].v[e]);
+#pragma unroll
+        for (int r = 0; r < kRowsW; ++r) acc[r][i * kVec + e] += s[u][r] * vf;
+      }
+}
+)CUDA";
+
+constexpr const char *kSplitBody = R"CUDA(
+  // Block = (split, kv head, batch). Row r = qi * kGroup + g: query qi, q head hk * kGroup + g.
+  // Warp w: row set w % kRowSets (rows row0 .. row0 + kRowsW - 1), key stream w / kRowSets.
+  extern __shared__ __align__(16) float dsmem[];
+  float* sAcc = dsmem;                               // [kStreams][kRows][kHeadDim]
+  float* sML = sAcc + kStreams * kRows * kHeadDim;   // [kStreams][kRows][2]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = lane / kLanes, lg = lane % kLanes;
+  const int row0 = (warp % kRowSets) * kRowsW, stream = warp / kRowSets;
+  const int split = blockIdx.x, hk = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  const int heads_q = heads_kv * kGroup;
+  int64_t L = KV_LEN_EXPR;                           // valid cache rows
+  L = L < 0 ? 0 : (L > max_seq ? max_seq : L);
+  const float scale_log2 = scale * LLMC_LOG2E;
+
+  // This split's keys [j0, j1); chunk is a multiple of kTileKeys.
+  int64_t chunk = (L + num_splits - 1) / num_splits;
+  chunk = (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
+  const int64_t j0 = (int64_t)split * chunk;
+  const int64_t j1 = j0 + chunk < L ? j0 + chunk : L;
+  const int64_t row_stride = (int64_t)heads_kv * kHeadDim;
+  const T* kb = k + (b * max_seq * heads_kv + hk) * (int64_t)kHeadDim;
+  const T* vb = v + (b * max_seq * heads_kv + hk) * (int64_t)kHeadDim;
+
+  // Tiles of this warp: j0 + (stream + t * kStreams) * kTileKeys, t = 0 .. nt-1.
+  const int64_t first = j0 + (int64_t)stream * kTileKeys;
+  const int64_t tstride = (int64_t)kStreams * kTileKeys;
+  const int64_t nt = j1 > first ? (j1 - first + tstride - 1) / tstride : 0;
+  Vec kt[kU][kNV], vt[kU][kNV];
+
+  float q[kRowsW][kPer], acc[kRowsW][kPer], m[kRowsW], l[kRowsW];
+#pragma unroll
+  for (int r = 0; r < kRowsW; ++r) {
+    const int row = row0 + r;
+    const int qi = row / kGroup, h = hk * kGroup + row % kGroup;
+    const Vec* qr = reinterpret_cast<const Vec*>(q_in + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim);
+#pragma unroll
+    for (int i = 0; i < kNV; ++i) {
+      const int vi = i * kLanes + lg;
+      Vec qv = Vec{};
+      if (row < kRows && (kRowVecs % kLanes == 0 || vi < kRowVecs)) qv = qr[vi];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        q[r][i * kVec + e] = toF(qv.v[e]) * scale_log2;
+        acc[r][i * kVec + e] = 0.0f;
+      }
+    }
+    m[r] = -LLMC_INF;
+    l[r] = 0.0f;
+  }
+
+  // One tile = kU key slots of kKeysPerLoad rows: all its K and V loads are
+  // issued before any is used (kU * kNV * 2 vector loads in flight per lane).
+  const int64_t causal_base = L - kQLen;
+  for (int64_t t = 0; t < nt; ++t) {
+    const int64_t key0 = first + t * tstride + grp;
+    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1, lg);
+    fdTile(kt, vt, q, acc, m, l, key0, j1, causal_base, row0);
+  }
+
+  // ---- merge the lane groups of the warp (xor over the group bits) ----
+#pragma unroll
+  for (int r = 0; r < kRowsW; ++r) {
+    float mw = m[r];
+#pragma unroll
+    for (int o = kLanes; o < 32; o <<= 1) mw = fmaxf(mw, __shfl_xor_sync(0xffffffffu, mw, o));
+    const float f = m[r] == -LLMC_INF ? 0.0f : exp2f(m[r] - mw);
+    float lw = l[r] * f;
+#pragma unroll
+    for (int o = kLanes; o < 32; o <<= 1) lw += __shfl_xor_sync(0xffffffffu, lw, o);
+#pragma unroll
+    for (int d = 0; d < kPer; ++d) {
+      float a = acc[r][d] * f;
+#pragma unroll
+      for (int o = kLanes; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+      acc[r][d] = a;
+    }
+    m[r] = mw;
+    l[r] = lw;
+  }
+  if (grp == 0) {
+#pragma unroll
+    for (int r = 0; r < kRowsW; ++r) {
+      const int row = row0 + r;
+      if (row >= kRows) break;
+      float* sa = sAcc + (stream * kRows + row) * kHeadDim;
+#pragma unroll
+      for (int i = 0; i < kNV; ++i) {
+        const int vi = i * kLanes + lg;
+        if (kRowVecs % kLanes == 0 || vi < kRowVecs)
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) sa[vi * kVec + e] = acc[r][i * kVec + e];
+      }
+      if (lg == 0) {
+        sML[(stream * kRows + row) * 2 + 0] = m[r];
+        sML[(stream * kRows + row) * 2 + 1] = l[r];
+      }
+    }
+  }
+  __syncthreads();
+
+  // ---- merge the key streams; write partials [B, Hq, q_len, splits, D] and (max, sum) ----
+  for (int i = tid; i < kRows * kHeadDim; i += kThreads) {
+    const int r = i / kHeadDim, d = i % kHeadDim;
+    const int qi = r / kGroup, h = hk * kGroup + r % kGroup;
+    float M = -LLMC_INF;
+#pragma unroll
+    for (int s = 0; s < kStreams; ++s) M = fmaxf(M, sML[(s * kRows + r) * 2]);
+    float a = 0.0f, S = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kStreams; ++s) {
+      const float ms = sML[(s * kRows + r) * 2];
+      if (ms != -LLMC_INF) {
+        const float w = exp2f(ms - M);
+        a += sAcc[(s * kRows + r) * kHeadDim + d] * w;
+        S += sML[(s * kRows + r) * 2 + 1] * w;
+      }
+    }
+    const int64_t prow = ((b * heads_q + h) * kQLen + qi) * num_splits + split;
+    partial_acc[prow * kHeadDim + d] = a;
+    if (d == 0) {
+      partial_ml[prow * 2 + 0] = M;
+      partial_ml[prow * 2 + 1] = S;
+    }
+  }
+}
+)CUDA";
+
+constexpr const char *kCombineBody = R"CUDA(
+  // Block = one query row (b, h, qi): out = sum_s w_s acc_s / sum_s w_s l_s, w_s = exp2(m_s - M).
+  const int heads_q = heads_kv * kGroup;
+  const int64_t prow0 = (int64_t)blockIdx.x * num_splits;  // row index = (b*Hq + h)*kQLen + qi
+  const int64_t qi = blockIdx.x % kQLen;
+  const int64_t h = (blockIdx.x / kQLen) % heads_q;
+  const int64_t b = blockIdx.x / ((int64_t)kQLen * heads_q);
+  float M = -LLMC_INF;
+  for (int s = 0; s < num_splits; ++s) M = fmaxf(M, partial_ml[(prow0 + s) * 2]);
+  float S = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float ms = partial_ml[(prow0 + s) * 2];
+    if (ms != -LLMC_INF) S += partial_ml[(prow0 + s) * 2 + 1] * exp2f(ms - M);
+  }
+  const float inv = S > 0.0f ? 1.0f / S : 0.0f;  // no visible key -> 0
+  T* op = out + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim;
+  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
+    float a = 0.0f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float ms = partial_ml[(prow0 + s) * 2];
+      if (ms != -LLMC_INF) a += partial_acc[(prow0 + s) * kHeadDim + d] * exp2f(ms - M);
+    }
+    op[d] = fromF<T>(a * inv);
+  }
+}
+)CUDA";
+
+// __launch_bounds__ minimum blocks per SM. Without it ptxas sometimes picks
+// an occupancy step (96 or 168 registers) that spills a few bytes; with 3
+// (<= 168 registers) layouts of <= 4 rows per warp (<= 2 when causal: the
+// mask adds registers) compile without spills at 95-168 registers on sm_80
+// and sm_90; the others are left to ptxas (up to ~220 registers).
+int MinBlocks(const FlashDecodeGeometry &g, bool causal) {
+  return g.rows_per_warp <= (causal ? 2 : 4) ? 3 : 1;
+}
+
+struct Candidate {
+  FlashDecodeGeometry g;
+  double waste = 0;
+};
+
+// Best (vec, lanes) for rows_per_warp rows, or false. lanes <= max_lanes.
+bool PickLayout(const DecodeConfig &c, int rows_per_warp, int max_lanes, int qo_budget, Candidate *out) {
+  const int esize = ScalarSize(c.dtype);
+  const int v0 = VecWidth(c.head_dim, esize);
+  const int min_vec = std::max(1, std::min(v0, 4 / esize));  // >= 4-byte loads unless D forbids
+  bool found = false;
+  for (int vec = v0; vec >= min_vec; vec /= 2) {
+    const int64_t row_vecs = c.head_dim / vec;
+    for (int lanes = 1; lanes <= max_lanes; lanes *= 2) {
+      const int64_t nv = CeilDiv(row_vecs, lanes);
+      const int64_t per = nv * vec;
+      if (rows_per_warp * per > qo_budget || per * esize > kTileBytes) continue;
+      Candidate cand;
+      cand.g.lanes = lanes;
+      cand.g.vec = vec;
+      cand.g.vecs_per_lane = static_cast<int>(nv);
+      cand.waste = 1.0 - double(c.head_dim) / double(lanes * per);
+      // Prefer little idle lanes (<= 1/4), then wide loads, then few lanes
+      // per row (fewer shuffles: log2(lanes) per row per key slot).
+      auto key = [](const Candidate &x) {
+        return std::make_tuple(x.waste > 0.4, -x.g.vec, x.waste, x.g.lanes);
+      };
+      if (!found || key(cand) < key(*out)) *out = cand;
+      found = true;
+      break;  // smallest feasible lane count for this vec
+    }
+  }
+  return found;
+}
+} // namespace
+
+bool FlashDecodeSupported(const DecodeConfig &c) {
+  return (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16 || c.dtype == ScalarType::f32) &&
+         c.head_dim >= 1 && c.head_dim <= 512 && c.group_size >= 1 && c.q_len >= 1 &&
+         Rows(c) * c.head_dim <= 4096;
+}
+
+FlashDecodeGeometry FlashDecodeGeometryOf(const DecodeConfig &c) {
+  if (!FlashDecodeSupported(c)) Fail("flash decode: unsupported config (see FlashDecodeSupported)");
+  const int64_t rows = Rows(c);
+  Candidate best;
+  bool found = false;
+  // Lane groups of 32 cost 5 shuffles per row per key; splitting the rows
+  // over warps (re-reading K/V from L1/L2) is cheaper, so try that first.
+  for (int max_lanes : {16, 32}) {
+    for (int row_sets : {1, 2, 4}) {
+      const int rw = static_cast<int>(CeilDiv(rows, row_sets));
+      if (row_sets > 1 && CeilDiv(rows, row_sets / 2) == rw) continue;  // no fewer rows per warp
+      for (int budget : kQoBudgets) {
+        if (PickLayout(c, rw, max_lanes, budget, &best)) {
+          best.g.row_sets = row_sets;
+          best.g.rows_per_warp = rw;
+          found = true;
+          break;
+        }
+      }
+      if (found) break;
+    }
+    if (found) break;
+  }
+  if (!found) Fail("flash decode: no register layout for this config");
+  FlashDecodeGeometry &g = best.g;
+  const int slot_bytes = g.vecs_per_lane * g.vec * ScalarSize(c.dtype);  // K bytes per lane per slot
+  g.unroll = std::clamp(std::min(kTileBytes / slot_bytes, kMaxScores / g.rows_per_warp), 1, 8);
+  g.streams = kWarps / g.row_sets;
+  g.tile_keys = g.unroll * (32 / g.lanes);
+  return g;
+}
+
+std::string FlashDecodeGeometryName(const FlashDecodeGeometry &g) {
+  return "l" + std::to_string(g.lanes) + "v" + std::to_string(g.vec) + "n" + std::to_string(g.vecs_per_lane) + "r" +
+         std::to_string(g.row_sets) + "u" + std::to_string(g.unroll);
+}
+
+DecodeKernels EmitFlashDecode(const DecodeConfig &c) {
+  const FlashDecodeGeometry g = FlashDecodeGeometryOf(c);
+  const bool causal = c.causal && c.q_len > 1;
+  const std::string tag = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.head_dim) + "_g" +
+                          std::to_string(c.group_size) + "_q" + std::to_string(c.q_len) +
+                          (causal ? "_causal" : "") + "_" + KvLenTag(c.kv_len);
+  DecodeKernels k;
+  k.split.name = "llmc_flashdec_split_" + tag + "_" + FlashDecodeGeometryName(g);
+  k.combine.name = "llmc_flashdec_combine_" + tag;
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "static constexpr int kHeadDim = " << c.head_dim << ";\n"
+      << "static constexpr int kGroup = " << c.group_size << ";   // q heads per kv head\n"
+      << "static constexpr int kQLen = " << c.q_len << ";\n"
+      << "static constexpr int kRows = kGroup * kQLen;  // query rows per block\n"
+      << "static constexpr bool kCausal = " << (causal ? "true" : "false") << ";\n";
+  std::ostringstream scfg;
+  scfg << "static constexpr int kLanes = " << g.lanes << ";  // lanes per K/V row\n"
+       << "static constexpr int kVec = " << g.vec << ";  // elements per load\n"
+       << "static constexpr int kNV = " << g.vecs_per_lane << ";  // loads per lane per row\n"
+       << "static constexpr int kPer = kNV * kVec;  // head dims per lane\n"
+       << "static constexpr int kRowVecs = kHeadDim / kVec;\n"
+       << "static constexpr int kRowSets = " << g.row_sets << ";\n"
+       << "static constexpr int kRowsW = " << g.rows_per_warp << ";  // query rows per warp\n"
+       << "static constexpr int kU = " << g.unroll << ";  // key slots per lane per tile\n"
+       << "static constexpr int kWarps = " << kWarps << ";\n"
+       << "static constexpr int kThreads = kWarps * 32;\n"
+       << "static constexpr int kStreams = kWarps / kRowSets;  // warps splitting the keys\n"
+       << "static constexpr int kKeysPerLoad = 32 / kLanes;\n"
+       << "static constexpr int kTileKeys = kU * kKeysPerLoad;\n"
+       << "static constexpr int kMinBlocks = " << MinBlocks(g, causal) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
+  const std::string hdr =
+      "// llmc flash-decoding (split-KV; Dao, Haziza, Massa, Sizov 2023) for short queries against a\n"
+      "// KV cache [B, Smax, Hkv, D] of which the first kv_len rows are valid. Phase 1: block per\n"
+      "// (split, kv head, batch) handles all kGroup*kQLen query rows of the kv head (K/V read once);\n"
+      "// kLanes lanes read a K/V row with coalesced vector loads, per-lane-group online softmax\n"
+      "// (exp2 domain, fp32), double-buffered register tiles. Phase 2 combines the splits.\n";
+  std::ostringstream b1;
+  b1 << kSplitHelpers << "\nextern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocks) " << k.split.name
+     << "(\n"
+     << "    float* __restrict__ partial_acc, float* __restrict__ partial_ml, const T* __restrict__ q_in,\n"
+        "    const T* __restrict__ k, const T* __restrict__ v, const void* kv_len_ptr,\n"
+        "    long long kv_len_arg, long long max_seq, int heads_kv, float scale, int num_splits) {\n"
+     << ReplaceAll(kSplitBody, "KV_LEN_EXPR", KvLenExpr(c.kv_len));
+  std::ostringstream b2;
+  b2 << "\nextern \"C\" __global__ void __launch_bounds__(" << kCombineThreads << ") " << k.combine.name
+     << "(\n    T* __restrict__ out, const float* __restrict__ partial_acc,\n"
+        "    const float* __restrict__ partial_ml, int heads_kv, int num_splits) {\n"
+     << kCombineBody;
+  k.split.source = Assemble(hdr + "// (phase 1: split)\n", cfg.str() + scfg.str(), b1.str());
+  k.combine.source = Assemble(hdr + "// (phase 2: combine)\n", cfg.str(), b2.str());
+  return k;
+}
+
+int FlashDecodeNumSplits(const DecodeConfig &c, int64_t batch, int64_t heads_kv, int64_t max_kv_len, int num_sms) {
+  const FlashDecodeGeometry g = FlashDecodeGeometryOf(c);
+  const int64_t blocks = std::max<int64_t>(batch * heads_kv, 1);
+  // A pure stream over the cache: ~4 split blocks per SM (16 warps, each with
+  // two register tiles of loads in flight) saturate HBM; more splits only add
+  // combine traffic. Each warp of a split should get at least 2 tiles.
+  const int64_t want = std::clamp<int64_t>(CeilDiv(int64_t{4} * num_sms, blocks), 1, 256);
+  const int64_t min_chunk = int64_t{2} * g.streams * g.tile_keys;
+  int64_t chunk = std::max(CeilDiv(std::max<int64_t>(max_kv_len, 1), want), min_chunk);
+  chunk = RoundUp(chunk, g.tile_keys);  // as the kernel rounds it
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(max_kv_len, chunk), 1, 256));
+}
+
+LaunchDims FlashDecodeSplitLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv, int num_splits) {
+  const FlashDecodeGeometry g = FlashDecodeGeometryOf(c);
+  return Dims(std::max(num_splits, 1), heads_kv, batch, kWarps * 32, SmemBytes(c, g));
+}
+
+LaunchDims FlashDecodeCombineLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv) {
+  return Dims(batch * heads_kv * c.group_size * c.q_len, 1, 1, kCombineThreads);
+}
+
+std::pair<int64_t, int64_t> FlashDecodeWorkspaceBytes(const DecodeConfig &c, int64_t batch, int64_t heads_kv,
+                                                      int num_splits) {
+  const int64_t rows = batch * heads_kv * c.group_size * c.q_len * num_splits;
+  return {rows * c.head_dim * 4, rows * 2 * 4};
+}
+
+} // namespace llmc::cuda

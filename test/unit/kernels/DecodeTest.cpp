@@ -1,0 +1,349 @@
+//===- DecodeTest.cpp - flash-decoding kernels (Decode.h) ------------------===//
+//
+// * Emu.FlashDecode*: the generated split + combine kernels run on the CPU
+//   emulator (emu/CudaEmu.h) and are compared with the float64 attention
+//   reference on fresh random inputs: head dims 64/80/96/128/256, GQA groups
+//   1/3/4/8, q_len 1 and 7 (causal and not), kv_len 1/7/300/2048 inside a
+//   larger cache, every kv_len source, bf16/f16/f32, empty splits.
+// * FlashDecode.CompileWithoutSpills: NVRTC + ptxas -v for sm_90a and sm_80
+//   over the configuration grid, 0 spill bytes; prints the register table.
+// * FlashDecode.Geometry / Launch: layouts, split counts, workspace sizes.
+// Skips (with a reason) when no host compiler or no libnvrtc is found.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuReference.h"
+#include "NvrtcHelper.h"
+#include "llmc/Target/CUDA/Decode.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <regex>
+
+using namespace llmc::cuda;
+using llmc::ref::FromBf16;
+using llmc::ref::ToBf16;
+
+namespace {
+
+struct Dim3 { unsigned x = 1, y = 1, z = 1; };  // layout-compatible with the emulator's dim3
+
+std::string Compiler() {
+  if (const char *c = std::getenv("LLMC_EMU_CXX")) return c;
+  return "c++";
+}
+bool HaveCompiler() {
+  static const bool ok = std::system((Compiler() + " --version > /dev/null 2>&1").c_str()) == 0;
+  return ok;
+}
+
+// Builds a shared object from the kernel (device preamble replaced by the
+// emulator's) + `stub` and returns dlsym(emu_entry). Same scheme as EmuTest.
+void *BuildEmu(const KernelCode &k, const std::string &stub) {
+  const std::string marker = "// ===== end of llmc preamble =====\n";
+  std::string body = k.source.substr(k.source.find(marker) + marker.size());
+  body = std::regex_replace(body, std::regex(R"(extern __shared__ __align__\(16\) (\w+) (\w+)\[\];)"),
+                            "$1* $2 = reinterpret_cast<$1*>(emu::dyn_smem);");
+  char dir_tmpl[] = "/tmp/llmc_emu_XXXXXX";
+  const std::string dir = mkdtemp(dir_tmpl);
+  const std::string src = dir + "/" + k.name + ".cpp", so = dir + "/" + k.name + ".so";
+  std::ofstream(src) << "#include \"" << LLMC_TEST_SOURCE_DIR << "/emu/CudaEmu.h\"\n" << body << "\n" << stub;
+  const std::string cmd = Compiler() + " -std=c++17 -O1 -w -shared -fPIC -pthread -o " + so + " " + src;
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << "emulator build failed: " << cmd;
+    return nullptr;
+  }
+  void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    ADD_FAILURE() << dlerror();
+    return nullptr;
+  }
+  return dlsym(h, "emu_entry");
+}
+
+std::string WithName(const char *stub, const std::string &name) {
+  return std::regex_replace(stub, std::regex("KERNEL"), name);
+}
+Dim3 G(const LaunchDims &d) { return {d.grid[0], d.grid[1], d.grid[2]}; }
+Dim3 B(const LaunchDims &d) { return {d.block[0], d.block[1], d.block[2]}; }
+
+std::vector<float> Randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto &x : v) x = nd(rng);
+  return v;
+}
+
+// Storage bytes of `v` as dtype (v is rounded in place to what is stored).
+std::vector<char> Pack(std::vector<float> &v, ScalarType t) {
+  std::vector<char> out(v.size() * ScalarSize(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == ScalarType::f32) {
+      std::memcpy(&out[i * 4], &v[i], 4);
+    } else if (t == ScalarType::bf16) {
+      const uint16_t b = ToBf16(v[i]);
+      v[i] = FromBf16(b);
+      std::memcpy(&out[i * 2], &b, 2);
+    } else {
+      const _Float16 h = static_cast<_Float16>(v[i]);
+      v[i] = static_cast<float>(h);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+float Unpack(const std::vector<char> &buf, size_t i, ScalarType t) {
+  if (t == ScalarType::f32) {
+    float f;
+    std::memcpy(&f, &buf[i * 4], 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, &buf[i * 2], 2);
+  if (t == ScalarType::bf16) return FromBf16(b);
+  _Float16 h;
+  std::memcpy(&h, &b, 2);
+  return static_cast<float>(h);
+}
+
+const char *kSplitStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, const T* q, const T* k,
+                          const T* v, const void* lenp, long long len, long long smax, int hkv, float scale,
+                          int splits) {
+  emu::Launch(g, b, smem, [&] { KERNEL(pa, pml, q, k, v, lenp, len, smax, hkv, scale, splits); });
+})";
+const char *kCombineStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const float* pa, const float* pml, int hkv,
+                          int splits) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, pa, pml, hkv, splits); });
+})";
+
+struct DecodeCase {
+  ScalarType dtype;
+  int64_t d, group, q_len;
+  bool causal;
+  KvLenSource src;
+  int64_t batch, heads_kv, smax;
+  std::vector<int64_t> kv_len;  // one per batch for the per-batch sources, else one
+  int splits;                   // 0: FlashDecodeNumSplits
+};
+
+std::string CaseName(const DecodeCase &c) {
+  std::string s = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.d) + "_g" + std::to_string(c.group) +
+                  "_q" + std::to_string(c.q_len) + (c.causal ? "_causal" : "") + "_L";
+  for (int64_t l : c.kv_len) s += std::to_string(l) + "_";
+  return s + "s" + std::to_string(c.splits);
+}
+
+void RunDecode(const DecodeCase &c) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator (set LLMC_EMU_CXX)";
+  DecodeConfig cfg;
+  cfg.dtype = c.dtype;
+  cfg.head_dim = c.d;
+  cfg.group_size = c.group;
+  cfg.q_len = c.q_len;
+  cfg.causal = c.causal;
+  cfg.kv_len = c.src;
+  ASSERT_TRUE(FlashDecodeSupported(cfg)) << CaseName(c);
+  const DecodeKernels kd = EmitFlashDecode(cfg);
+  using SplitFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
+                           const void *, long long, long long, int, float, int);
+  using CombFn = void (*)(Dim3, Dim3, unsigned, void *, const float *, const float *, int, int);
+  auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, WithName(kSplitStub, kd.split.name)));
+  auto comb = reinterpret_cast<CombFn>(BuildEmu(kd.combine, WithName(kCombineStub, kd.combine.name)));
+  ASSERT_TRUE(split && comb);
+
+  const int64_t Bt = c.batch, Hkv = c.heads_kv, Hq = Hkv * c.group, D = c.d, Smax = c.smax, Sq = c.q_len;
+  const uint32_t seed = static_cast<uint32_t>(std::hash<std::string>()(CaseName(c)));
+  auto q = Randn(Bt * Sq * Hq * D, seed), k = Randn(Bt * Smax * Hkv * D, seed + 1),
+       v = Randn(Bt * Smax * Hkv * D, seed + 2);
+  auto qs = Pack(q, c.dtype), ks = Pack(k, c.dtype), vs = Pack(v, c.dtype);
+  const bool per_batch = c.src == KvLenSource::kPerBatchI32 || c.src == KvLenSource::kPerBatchI64;
+  ASSERT_EQ(c.kv_len.size(), per_batch ? size_t(Bt) : size_t(1));
+  std::vector<int32_t> len32(c.kv_len.begin(), c.kv_len.end());
+  std::vector<int64_t> len64(c.kv_len.begin(), c.kv_len.end());
+  const bool i32 = c.src == KvLenSource::kDeviceI32 || c.src == KvLenSource::kPerBatchI32;
+  const void *lenp = c.src == KvLenSource::kArg ? nullptr : i32 ? (const void *)len32.data() : len64.data();
+  const int splits = c.splits > 0 ? c.splits : FlashDecodeNumSplits(cfg, Bt, Hkv, Smax);
+  auto ws = FlashDecodeWorkspaceBytes(cfg, Bt, Hkv, splits);
+  // Poison the workspace: every element must be written by the split kernel.
+  std::vector<float> pa(ws.first / 4, NAN), pml(ws.second / 4, NAN);
+  std::vector<char> ob(q.size() * ScalarSize(c.dtype));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const LaunchDims d1 = FlashDecodeSplitLaunch(cfg, Bt, Hkv, splits), d2 = FlashDecodeCombineLaunch(cfg, Bt, Hkv);
+  split(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qs.data(), ks.data(), vs.data(), lenp,
+        c.src == KvLenSource::kArg ? c.kv_len[0] : -1, Smax, Hkv, scale, splits);
+  comb(G(d2), B(d2), d2.smem, ob.data(), pa.data(), pml.data(), Hkv, splits);
+
+  // Reference per batch (each with its own kv_len).
+  const double tol = c.dtype == ScalarType::f32 ? 1e-5 : 1e-2;
+  double max_err = 0;
+  for (int64_t b = 0; b < Bt; ++b) {
+    const int64_t L = c.kv_len[per_batch ? b : 0];
+    std::vector<float> qb(q.begin() + b * Sq * Hq * D, q.begin() + (b + 1) * Sq * Hq * D);
+    std::vector<float> kb(k.begin() + b * Smax * Hkv * D, k.begin() + (b + 1) * Smax * Hkv * D);
+    std::vector<float> vb(v.begin() + b * Smax * Hkv * D, v.begin() + (b + 1) * Smax * Hkv * D);
+    const auto ref = llmc::ref::AttentionRef(qb, kb, vb, nullptr, 1, Sq, L, Smax, Hq, Hkv, D, c.causal, scale);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const float got = Unpack(ob, b * Sq * Hq * D + i, c.dtype);
+      ASSERT_TRUE(std::isfinite(got)) << CaseName(c) << " b " << b << " element " << i;
+      const double err = std::fabs((double)got - ref[i]) / std::max(1.0, std::fabs((double)ref[i]));
+      max_err = std::max(max_err, err);
+    }
+  }
+  EXPECT_LT(max_err, tol) << CaseName(c) << " (" << kd.split.name << ", " << splits << " splits)";
+}
+
+class EmuFlashDecode : public ::testing::TestWithParam<DecodeCase> {};
+TEST_P(EmuFlashDecode, MatchesReference) { RunDecode(GetParam()); }
+
+using S = KvLenSource;
+constexpr ScalarType bf = ScalarType::bf16, f16 = ScalarType::f16, f32 = ScalarType::f32;
+INSTANTIATE_TEST_SUITE_P(
+    Emu, EmuFlashDecode,
+    ::testing::Values(
+        // LLaMA-2 shape (d 128, MHA) at kv 2048, library split count
+        DecodeCase{bf, 128, 1, 1, true, S::kDeviceI32, 1, 2, 2048, {2048}, 0},
+        // Mistral-style GQA group 4; kv 300 in a 320-row cache, 3 splits
+        DecodeCase{bf, 128, 4, 1, true, S::kDeviceI64, 1, 2, 320, {300}, 3},
+        // group 8, kv 7 with 4 splits (most splits empty)
+        DecodeCase{bf, 64, 8, 1, true, S::kDeviceI32, 1, 1, 16, {7}, 4},
+        // head dim 80 (not a multiple of 16 lanes x 8), group 3, q_len 7 causal, per-batch lengths
+        DecodeCase{bf, 80, 3, 7, true, S::kPerBatchI32, 2, 1, 300, {300, 7}, 3},
+        DecodeCase{bf, 96, 4, 7, true, S::kPerBatchI64, 2, 1, 64, {1, 64}, 2},
+        // q_len 7 non-causal, kv 300
+        DecodeCase{bf, 96, 1, 7, false, S::kArg, 1, 2, 300, {300}, 0},
+        // head dim 256; kv 1 with q_len 7 causal: only the last query sees a key
+        DecodeCase{bf, 256, 1, 7, true, S::kDeviceI64, 1, 2, 8, {1}, 1},
+        DecodeCase{bf, 256, 4, 1, true, S::kArg, 1, 1, 2048, {2048}, 5},
+        // group 8 x q_len 7 (56 rows: rows split over warps, 32-lane rows)
+        DecodeCase{bf, 64, 8, 7, true, S::kDeviceI32, 1, 1, 300, {300}, 2},
+        DecodeCase{f16, 128, 3, 7, true, S::kArg, 1, 1, 320, {300}, 0},
+        DecodeCase{f16, 80, 1, 1, true, S::kArg, 1, 2, 8, {1}, 0},
+        DecodeCase{f32, 128, 4, 1, true, S::kDeviceI32, 1, 2, 300, {7}, 2},
+        DecodeCase{f32, 80, 3, 7, true, S::kDeviceI64, 1, 1, 300, {300}, 3},
+        DecodeCase{f32, 64, 1, 1, true, S::kArg, 2, 1, 2048, {2048}, 0}),
+    [](const ::testing::TestParamInfo<DecodeCase> &i) { return CaseName(i.param); });
+
+// ptxas -v figures for one kernel.
+struct PtxasInfo {
+  int registers = -1, spill_stores = -1, spill_loads = -1;
+};
+PtxasInfo Ptxas(const KernelCode &k, const std::string &arch, std::string *log) {
+  PtxasInfo p;
+  if (!llmc::test::NvrtcCompileWithOptions(k.source, k.name, arch, {"--ptxas-options=-v"}, log)) return p;
+  std::smatch m;
+  if (std::regex_search(*log, m, std::regex(R"(Used (\d+) registers)"))) p.registers = std::stoi(m[1]);
+  if (std::regex_search(*log, m, std::regex(R"((\d+) bytes spill stores, (\d+) bytes spill loads)"))) {
+    p.spill_stores = std::stoi(m[1]);
+    p.spill_loads = std::stoi(m[2]);
+  }
+  return p;
+}
+
+} // namespace
+
+// Every dtype x head dim x (group, q_len) of the grid compiles for sm_90a and
+// sm_80 with no spills; the register table goes to stdout.
+TEST(FlashDecode, CompileWithoutSpills) {
+  if (!llmc::test::NvrtcAvailable()) GTEST_SKIP() << "libnvrtc not available";
+  const KvLenSource srcs[] = {S::kArg, S::kDeviceI32, S::kDeviceI64, S::kPerBatchI32, S::kPerBatchI64};
+  int n = 0;
+  for (ScalarType t : {bf, f16, f32})
+    for (int64_t d : {64, 80, 96, 128, 256})
+      for (auto [g, ql] : {std::pair<int64_t, int64_t>{1, 1}, {3, 1}, {4, 1}, {8, 1}, {4, 2}, {1, 7}, {4, 7}, {8, 8}}) {
+        DecodeConfig c;
+        c.dtype = t;
+        c.head_dim = d;
+        c.group_size = g;
+        c.q_len = ql;
+        c.kv_len = srcs[n++ % 5];
+        if (!FlashDecodeSupported(c)) continue;
+        const DecodeKernels k = EmitFlashDecode(c);
+        for (const char *arch : {"sm_90a", "sm_80"}) {
+          // sm_80 only for bf16 (the arch changes codegen, not the layout).
+          if (std::string(arch) == "sm_80" && t != bf) continue;
+          for (const KernelCode *kc : {&k.split, &k.combine}) {
+            std::string log;
+            const PtxasInfo p = Ptxas(*kc, arch, &log);
+            ASSERT_GT(p.registers, 0) << kc->name << " (" << arch << "):\n" << log;
+            EXPECT_EQ(p.spill_stores, 0) << kc->name << " (" << arch << "):\n" << log;
+            EXPECT_EQ(p.spill_loads, 0) << kc->name << " (" << arch << "):\n" << log;
+            if (kc == &k.split && std::string(arch) == "sm_90a" && t == bf)
+              std::printf("ptxas sm_90a %-64s %3d registers, smem %u B\n", kc->name.c_str(), p.registers,
+                          FlashDecodeSplitLaunch(c, 1, 1, 1).smem);
+          }
+        }
+      }
+}
+
+TEST(FlashDecode, Geometry) {
+  DecodeConfig c;  // bf16, d 128
+  c.group_size = 1;
+  FlashDecodeGeometry g = FlashDecodeGeometryOf(c);
+  // 8 lanes x 16 bytes x 2 loads per 256-byte row: 4 rows per warp load.
+  EXPECT_EQ(g.lanes, 8);
+  EXPECT_EQ(g.vec, 8);
+  EXPECT_EQ(g.vecs_per_lane, 2);
+  EXPECT_EQ(g.row_sets, 1);
+  EXPECT_EQ(g.streams, 4);
+  c.group_size = 4;  // 4 rows: 16 lanes per row so Q and O fit
+  g = FlashDecodeGeometryOf(c);
+  EXPECT_EQ(g.lanes, 16);
+  EXPECT_EQ(g.rows_per_warp, 4);
+  c.group_size = 8;  // 8 rows: split over 2 warps rather than 32-lane rows
+  g = FlashDecodeGeometryOf(c);
+  EXPECT_EQ(g.row_sets, 2);
+  EXPECT_EQ(g.lanes, 16);
+  for (int64_t d : {64, 80, 96, 128, 256})
+    for (int64_t grp : {1, 3, 4, 8})
+      for (int64_t ql : {1, 2, 7}) {
+        c.head_dim = d;
+        c.group_size = grp;
+        c.q_len = ql;
+        if (!FlashDecodeSupported(c)) continue;
+        g = FlashDecodeGeometryOf(c);
+        EXPECT_EQ(g.vec * 2 * g.vecs_per_lane * g.lanes >= d * 2, true);  // a lane group covers the row
+        EXPECT_LE(g.vec * 2, 16);
+        EXPECT_EQ(32 % g.lanes, 0);
+        EXPECT_GE(g.rows_per_warp * g.row_sets, grp * ql);
+        EXPECT_EQ(g.streams * g.row_sets, 4);
+      }
+  c.group_size = 64;
+  c.q_len = 1;
+  c.head_dim = 128;
+  EXPECT_FALSE(FlashDecodeSupported(c));  // 64 x 128 > 4096
+}
+
+TEST(FlashDecode, LaunchAndWorkspace) {
+  DecodeConfig c;
+  c.group_size = 1;  // LLaMA-2-7B: 32 heads x 128
+  // B=1: 32 blocks per split; ~4 blocks per SM want 17 splits, chunk rounded to 128 keys -> 16
+  EXPECT_EQ(FlashDecodeNumSplits(c, 1, 32, 2048), 16);
+  // B=32: 1024 blocks already fill 132 SMs several times
+  EXPECT_EQ(FlashDecodeNumSplits(c, 32, 32, 2048), 1);
+  // short cache: at least 2 tiles (2 x 4 warps x 8 keys) per split
+  EXPECT_EQ(FlashDecodeNumSplits(c, 1, 1, 100), 2);
+  EXPECT_EQ(FlashDecodeNumSplits(c, 1, 1, 1), 1);
+  c.group_size = 4;  // Mistral: 8 kv heads, group 4
+  EXPECT_EQ(FlashDecodeNumSplits(c, 1, 8, 2048), 32);
+  LaunchDims d = FlashDecodeSplitLaunch(c, 2, 8, 16);
+  EXPECT_EQ(d.grid[0], 16u);
+  EXPECT_EQ(d.grid[1], 8u);
+  EXPECT_EQ(d.grid[2], 2u);
+  EXPECT_EQ(d.block[0], 128u);
+  EXPECT_EQ(d.smem, 4u * 4u * (128u + 2u) * 4u);  // 4 key streams x 4 rows x (D + max, sum)
+  d = FlashDecodeCombineLaunch(c, 2, 8);
+  EXPECT_EQ(d.grid[0], 2u * 32u);
+  auto ws = FlashDecodeWorkspaceBytes(c, 2, 8, 16);
+  EXPECT_EQ(ws.first, 2 * 32 * 16 * 128 * 4);
+  EXPECT_EQ(ws.second, 2 * 32 * 16 * 2 * 4);
+}
