@@ -86,8 +86,24 @@ void registerLLMCPipeline();
 /// can be computed once per parameter set (`llm.hoistable`).
 bool isParameterDerived(mlir::Value v);
 
-/// True when `arg` is a parameter of `fn` (a weight): every argument when no
-/// argument carries `llm.param`, else exactly those that do.
+/// The parameters (weights) of `fn`, one flag per argument: work that
+/// depends on parameters only may run once per parameter set (codegen's
+/// parameter-preparation segment, the weight-only rewrite).
+///  - When some argument carries `llm.param`: exactly those arguments.
+///  - Otherwise (a heuristic): every argument that is read as a weight and
+///    never as an activation, following the ops computed from that argument
+///    (and constants) alone. Weight reads: a matmul's rank-2 RHS or its bias,
+///    a norm's weight/bias, quantize_weight, a gather table. Activation
+///    reads: a matmul LHS or batched (rank > 2) RHS, the input of a norm,
+///    softmax, RoPE or attention, KV-cache append, gather indices,
+///    collectives, function results. A rank-2 activation used only as a
+///    matmul RHS (e.g. K of a 2-D attention written as matmuls) reads as a
+///    weight: mark `llm.param` on the real weights in such graphs.
+/// Donated arguments (`llm.donate`) are never parameters.
+llvm::SmallVector<bool> parameterArguments(mlir::func::FuncOp fn);
+
+/// parameterArguments(fn)[arg's number]; false for a value that is not an
+/// argument of `fn`.
 bool isParameterArgument(mlir::func::FuncOp fn, mlir::BlockArgument arg);
 
 /// The `weight-only` rewrite of llmc-precision: every matmul whose rank-2

@@ -27,15 +27,6 @@ static BlockArgument parameterRoot(Value v) {
   return dyn_cast<BlockArgument>(v);
 }
 
-bool llmc::llm::isParameterArgument(func::FuncOp fn, BlockArgument arg) {
-  if (!arg || arg.getOwner() != &fn.getBody().front())
-    return false;
-  bool anyMarked = false;
-  for (unsigned i = 0; i < fn.getNumArguments(); ++i)
-    anyMarked |= static_cast<bool>(fn.getArgAttr(i, "llm.param"));
-  return !anyMarked || fn.getArgAttr(arg.getArgNumber(), "llm.param");
-}
-
 LogicalResult llmc::llm::quantizeLinearWeights(func::FuncOp fn, int64_t bits,
                                                int64_t groupSize) {
   if (fn.isExternal())
