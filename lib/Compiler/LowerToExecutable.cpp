@@ -24,6 +24,7 @@
 #include "llmc/Target/CUDA/Decode.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 #include "llmc/Target/CUDA/WeightOnly.h"
+#include "llmc/runtime/CudnnAttention.h"
 
 #include "absl/strings/str_cat.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -211,6 +212,8 @@ private:
   std::optional<MatrixView> matrixView(Value v);
   absl::Status emitPad(PadOp op);
   absl::Status emitAttention(AttentionOp op);
+  absl::Status attachCudnnAttention(AttentionOp op, int64_t b, int64_t sq, int64_t skv,
+                                    int64_t hq, int64_t hkv, int64_t d, float scale);
   absl::Status emitNorm(Operation *op);
   // Weight-only quantization (llm.quantize_weight / dequantize_weight).
   bool fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg);
@@ -1204,6 +1207,38 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                                i64Arg(strideQ)};
   launch(addKernel(cu::EmitAttention(cfg)), cu::AttentionLaunch(cfg, b, sq, hq),
          std::move(args), op);
+  return attachCudnnAttention(op, b, sq, skv, hq, hkv, d, scale);
+}
+
+/// Gives the attention kernel launch just emitted a cuDNN alternative
+/// (rt::AttentionSpec, Launch::attention) when the backend option allows it
+/// and cuDNN takes the shape; the kernel stays as the runtime's fallback.
+absl::Status Lowering::attachCudnnAttention(AttentionOp op, int64_t b, int64_t sq,
+                                            int64_t skv, int64_t hq, int64_t hkv,
+                                            int64_t d, float scale) {
+  auto backend = ResolveAttentionBackend(options.attention_backend);
+  if (!backend.ok())
+    return backend.status();
+  if (*backend == AttentionBackend::kLlmc || op.getMask())
+    return absl::OkStatus();
+  auto dtype = toRuntimeDType(tensorType(op.getQuery()).getElementType());
+  if (!dtype.ok())
+    return absl::OkStatus();
+  rt::AttentionSpec spec;
+  spec.b = b, spec.sq = sq, spec.skv = skv, spec.hq = hq, spec.hkv = hkv, spec.d = d;
+  spec.causal = op.getCausal();
+  spec.scale = scale;
+  spec.dtype = *dtype;
+  if (!rt::CudnnAttentionUnsupportedReason(spec).empty())
+    return absl::OkStatus();
+  auto ref = [&](Value v) {
+    rt::Arg a = ptrArg(v);
+    return rt::BufferRef{a.buffer, a.byte_offset};
+  };
+  spec.q = ref(op.getQuery()), spec.k = ref(op.getKey()), spec.v = ref(op.getValue());
+  spec.o = ref(op.getResult());
+  exe.attentions.push_back(spec);
+  exe.launches.back().attention = static_cast<int>(exe.attentions.size()) - 1;
   return absl::OkStatus();
 }
 
@@ -1814,6 +1849,32 @@ absl::Status Lowering::checkEveryOutputWritten() {
 }
 
 } // namespace
+
+absl::StatusOr<AttentionBackend>
+llmc::ParseAttentionBackend(const std::string &name) {
+  if (name == "auto")
+    return AttentionBackend::kAuto;
+  if (name == "llmc")
+    return AttentionBackend::kLlmc;
+  if (name == "cudnn")
+    return AttentionBackend::kCudnn;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown attention backend '", name, "' (expected auto, llmc or cudnn)"));
+}
+
+absl::StatusOr<AttentionBackend>
+llmc::ResolveAttentionBackend(AttentionBackend b) {
+  if (b != AttentionBackend::kDefault)
+    return b;
+  const char *env = std::getenv("LLMC_ATTENTION_BACKEND");
+  if (!env || !*env)
+    return AttentionBackend::kAuto;
+  auto parsed = ParseAttentionBackend(env);
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("LLMC_ATTENTION_BACKEND: ", parsed.status().message()));
+  return parsed;
+}
 
 absl::StatusOr<rt::DType> llmc::toRuntimeDType(Type t) {
   if (t.isF32()) return rt::DType::f32;

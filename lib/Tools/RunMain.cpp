@@ -96,6 +96,13 @@ struct Options {
       cl::value_desc("FILE"), cl::cat(cat)};
   cl::opt<bool> noGraphs{"no-cuda-graphs", cl::desc("launch kernels one by one"),
                          cl::cat(cat)};
+  cl::opt<std::string> attention{
+      "attention",
+      cl::desc("prefill attention backend: auto (cuDNN's fused flash attention "
+               "where cuDNN is present and takes the shape, else llmc's "
+               "kernel), llmc, or cudnn (as auto, and warn on every fallback); "
+               "default: LLMC_ATTENTION_BACKEND, else auto"),
+      cl::init(""), cl::cat(cat)};
   cl::opt<uint64_t> seed{"seed", cl::desc("random seed for inputs"), cl::init(1),
                          cl::cat(cat)};
   cl::opt<std::string> precision{
@@ -352,6 +359,13 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   if (deviceOr.ok())
     if (int cc = llmc::ComputeCapabilityOfArch((*deviceOr)->Arch()); cc > 0)
       lo.target_sm = cc;
+  if (!opts.attention.empty()) {
+    auto backend = llmc::ParseAttentionBackend(opts.attention);
+    if (!backend.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("--attention: ", backend.status().message()));
+    lo.attention_backend = *backend;
+  }
   auto exeOr = llmc::LowerToExecutable(fn, lo, stats);
   if (!exeOr.ok())
     return exeOr.status();
@@ -380,6 +394,17 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   llvm::outs() << "loaded " << exe->kernels.size() << " kernels, "
                << exe->gemms.size() << " GEMMs in " << llvm::format("%.1f", loadMs)
                << " ms (NVRTC + module load + cuBLASLt plans)\n";
+  // Which attention launches run on cuDNN, and why others run llmc's kernel.
+  if (!session->attention_report().empty()) {
+    auto backend = llmc::ResolveAttentionBackend(lo.attention_backend);
+    bool warn = backend.ok() && *backend == llmc::AttentionBackend::kCudnn;
+    for (llvm::StringRef line : llvm::split(session->attention_report(), '\n')) {
+      if (warn && line.starts_with("llmc kernel"))
+        llvm::errs() << "warning: --attention=cudnn: " << line << "\n";
+      else
+        llvm::outs() << "attention: " << line << "\n";
+    }
+  }
 
   std::vector<rt::DeviceTensor> din, dout;
   std::vector<uint64_t> allocations;

@@ -206,6 +206,32 @@ CollectiveSpec CollectiveFrom(const json& j) {
   return c;
 }
 
+json ToJson(const AttentionSpec& a) {
+  return {{"shape", {a.b, a.sq, a.skv, a.hq, a.hkv, a.d}},
+          {"causal", a.causal},
+          {"scale", a.scale},
+          {"dtype", DTypeName(a.dtype)},
+          {"q", Ref(a.q)},
+          {"k", Ref(a.k)},
+          {"v", Ref(a.v)},
+          {"o", Ref(a.o)}};
+}
+AttentionSpec AttentionFrom(const json& j) {
+  AttentionSpec a;
+  auto shape = j.at("shape").get<std::vector<int64_t>>();
+  if (shape.size() != 6) Fail("attention shape is not [b, sq, skv, hq, hkv, d]");
+  a.b = shape[0], a.sq = shape[1], a.skv = shape[2], a.hq = shape[3],
+  a.hkv = shape[4], a.d = shape[5];
+  a.causal = j.at("causal").get<bool>();
+  a.scale = j.at("scale").get<float>();
+  a.dtype = DTypeAt(j, "dtype");
+  a.q = RefAt(j, "q");
+  a.k = RefAt(j, "k");
+  a.v = RefAt(j, "v");
+  a.o = RefAt(j, "o");
+  return a;
+}
+
 json ToJson(const Arg& a) {
   switch (a.kind) {
     case Arg::BufferPtr: return {{"kind", 0}, {"ref", {a.buffer, a.byte_offset}}};
@@ -236,7 +262,7 @@ Arg ArgFrom(const json& j) {
 json ToJson(const Launch& l) {
   json args = json::array();
   for (const Arg& a : l.args) args.push_back(ToJson(a));
-  return {{"kind", static_cast<int>(l.kind)},
+  json j = {{"kind", static_cast<int>(l.kind)},
           {"kernel", l.kernel},
           {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
           {"block", {l.block[0], l.block[1], l.block[2]}},
@@ -248,6 +274,8 @@ json ToJson(const Launch& l) {
           {"dst", Ref(l.dst)},
           {"copy_bytes", l.copy_bytes},
           {"label", l.label}};
+  if (l.attention >= 0) j["attention"] = l.attention;
+  return j;
 }
 Launch LaunchFrom(const json& j) {
   Launch l;
@@ -265,6 +293,7 @@ Launch LaunchFrom(const json& j) {
   l.dst = RefAt(j, "dst");
   l.copy_bytes = j.at("copy_bytes").get<int64_t>();
   l.label = j.at("label").get<std::string>();
+  l.attention = j.value("attention", -1);
   return l;
 }
 
@@ -297,6 +326,7 @@ std::string SerializeExecutable(const Executable& exe) {
             {"num_prepare_launches", exe.num_prepare_launches},
             {"arena_bytes", exe.arena_bytes},
             {"symbol_bindings", exe.symbol_bindings}};
+  if (!exe.attentions.empty()) j["attentions"] = ListTo(exe.attentions);
   std::string payload = j.dump();
   return absl::StrCat("LLMCX ", exe.format_version, " ", payload.size(), " ",
                       Sha256::HexDigest(payload), "\n", payload);
@@ -338,6 +368,8 @@ absl::StatusOr<Executable> DeserializeExecutable(const std::string& data) {
     exe.kernels = ListFrom<KernelSpec>(j, "kernels", KernelFrom);
     exe.gemms = ListFrom<GemmSpec>(j, "gemms", GemmFrom);
     exe.collectives = ListFrom<CollectiveSpec>(j, "collectives", CollectiveFrom);
+    if (j.contains("attentions"))
+      exe.attentions = ListFrom<AttentionSpec>(j, "attentions", AttentionFrom);
     exe.launches = ListFrom<Launch>(j, "launches", LaunchFrom);
     exe.num_prepare_launches = j.at("num_prepare_launches").get<int>();
     exe.arena_bytes = j.at("arena_bytes").get<int64_t>();
@@ -437,6 +469,35 @@ absl::Status Executable::Validate() const {
     LLMC_RT_RETURN_IF_ERROR(check_ref(collectives[i].send, false, w + " send"));
     LLMC_RT_RETURN_IF_ERROR(check_ref(collectives[i].recv, false, w + " recv"));
   }
+  for (size_t i = 0; i < attentions.size(); ++i) {
+    const AttentionSpec& a = attentions[i];
+    std::string w = absl::StrCat("attention ", i);
+    if (a.b <= 0 || a.sq <= 0 || a.skv <= 0 || a.hq <= 0 || a.hkv <= 0 ||
+        a.d <= 0)
+      return bad(w, " has a non-positive dimension (b, sq, skv, hq, hkv, d = ",
+                 a.b, ", ", a.sq, ", ", a.skv, ", ", a.hq, ", ", a.hkv, ", ",
+                 a.d, ")");
+    if (a.hq % a.hkv != 0)
+      return bad(w, " has ", a.hq, " query heads, not a multiple of its ",
+                 a.hkv, " kv heads");
+    if (a.dtype != DType::bf16 && a.dtype != DType::f16)
+      return bad(w, " has dtype ", DTypeName(a.dtype), " (expected bf16 or f16)");
+    int64_t el = DTypeSize(a.dtype);
+    const std::pair<const BufferRef*, int64_t> refs[] = {
+        {&a.q, a.b * a.sq * a.hq * a.d * el},
+        {&a.k, a.b * a.skv * a.hkv * a.d * el},
+        {&a.v, a.b * a.skv * a.hkv * a.d * el},
+        {&a.o, a.b * a.sq * a.hq * a.d * el}};
+    const char* names[] = {" q", " k", " v", " o"};
+    for (int r = 0; r < 4; ++r) {
+      LLMC_RT_RETURN_IF_ERROR(check_ref(*refs[r].first, false, w + names[r]));
+      if (refs[r].first->offset + refs[r].second >
+          buffers[refs[r].first->buffer].bytes)
+        return bad(w, names[r], " needs ", refs[r].second, " bytes at offset ",
+                   refs[r].first->offset, " of buffer ", refs[r].first->buffer,
+                   " (", buffers[refs[r].first->buffer].bytes, " bytes)");
+    }
+  }
   if (num_prepare_launches < 0 ||
       num_prepare_launches > static_cast<int>(launches.size()))
     return bad("num_prepare_launches ", num_prepare_launches, " outside 0..",
@@ -445,10 +506,15 @@ absl::Status Executable::Validate() const {
     const Launch& l = launches[i];
     std::string w = absl::StrCat("launch ", i, l.label.empty() ? "" : " (",
                                  l.label, l.label.empty() ? "" : ")");
+    if (l.kind != Launch::Kernel && l.attention != -1)
+      return bad(w, " is not a kernel launch but names attention ", l.attention);
     switch (l.kind) {
       case Launch::Kernel:
         if (l.kernel < 0 || l.kernel >= static_cast<int>(kernels.size()))
           return bad(w, " refers to kernel ", l.kernel);
+        if (l.attention < -1 || l.attention >= static_cast<int>(attentions.size()))
+          return bad(w, " refers to attention ", l.attention, " of ",
+                     attentions.size());
         for (size_t a = 0; a < l.args.size(); ++a)
           if (l.args[a].kind == Arg::BufferPtr)
             LLMC_RT_RETURN_IF_ERROR(check_ref({l.args[a].buffer, l.args[a].byte_offset},

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "llmc/runtime/Communicator.h"
+#include "llmc/runtime/CudnnAttention.h"
 #include "llmc/runtime/DynamicLibs.h"
 #include "llmc/runtime/ParameterGuard.h"
 #include "llmc/runtime/Status.h"
@@ -327,8 +328,11 @@ struct Session::Impl {
   std::map<int, std::pair<CUevent, CUevent>> collective_events;
   std::vector<std::vector<int>> joins;
   std::vector<int> pending;  // Collective launches not yet joined this run
+  // cuDNN alternatives of attention kernels (Launch::attention); null: none.
+  std::unique_ptr<CudnnAttentionRunner> attention;
 
   ~Impl() {
+    attention.reset();
     if (graph) driver_->cuGraphExecDestroy(graph);
     for (auto& [i, ev] : collective_events) {
       if (ev.first) driver_->cuEventDestroy(ev.first);
@@ -495,6 +499,13 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
   };
   switch (l.kind) {
     case Launch::Kernel: {
+      if (l.attention >= 0 && attention) {
+        // cuDNN when it has a plan for this attention, else the kernel.
+        const AttentionSpec& a = exe.attentions[l.attention];
+        LLMC_RT_ASSIGN_OR_RETURN(bool ran, attention->Run(l.attention, addr(a.q), addr(a.k),
+                                                          addr(a.v), addr(a.o), stream));
+        if (ran) return absl::OkStatus();
+      }
       std::vector<uint64_t> storage(l.args.size());
       std::vector<void*> params(l.args.size());
       for (size_t i = 0; i < l.args.size(); ++i) {
@@ -705,6 +716,18 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
       LLMC_RT_RETURN_IF_ERROR(Annotate(
           im.PlanGemm(exe->gemms[i], options.gemm_workspace_bytes, &im.gemms[i]),
           absl::StrCat("gemm ", i)));
+  }
+  // cuDNN attention plans (never fails: a spec without a plan runs its
+  // kernel; attention_report() says which and why).
+  if (!exe->attentions.empty()) {
+    if (options.use_cudnn_attention) {
+      im.attention = CudnnAttentionRunner::Create(*exe, im.pool, GetCudnn());
+      s->attention_report_ = im.attention->Report();
+    } else {
+      s->attention_report_ = absl::StrCat("llmc kernel for all ", exe->attentions.size(),
+                                          " attention launch(es): cuDNN disabled "
+                                          "(SessionOptions::use_cudnn_attention)");
+    }
   }
   im.joins = PlanCollectiveJoins(*exe);
   if (!exe->collectives.empty()) {

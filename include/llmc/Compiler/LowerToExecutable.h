@@ -19,6 +19,31 @@
 
 namespace llmc {
 
+/// Which implementation runs prefill attention (llm.attention with a query
+/// longer than the decode kernels take) in bf16/f16.
+enum class AttentionBackend {
+  /// LLMC_ATTENTION_BACKEND (auto, llmc or cudnn) when set, else kAuto.
+  kDefault,
+  /// cuDNN's fused flash attention where the shape is one cuDNN takes
+  /// (rt::CudnnAttentionUnsupportedReason), llmc's FlashAttention-2 kernel
+  /// elsewhere. Today every shape cuDNN takes is given to it (cuDNN's SDPA is
+  /// about 2x llmc's kernel at B=4 S=2048 H=32 D=128 causal on the H200);
+  /// bench/attn_sweep.sh --backends measures both per shape for refining it.
+  kAuto,
+  /// llmc's kernel only (no cuDNN alternative in the executable).
+  kLlmc,
+  /// cuDNN for every shape it takes, as kAuto, and tools report a fallback to
+  /// llmc's kernel (no cuDNN, no plan) as a warning.
+  kCudnn,
+};
+
+/// "auto", "llmc" or "cudnn" -> the backend; InvalidArgument naming the
+/// value and the valid ones otherwise.
+absl::StatusOr<AttentionBackend> ParseAttentionBackend(const std::string &name);
+/// kDefault resolved through LLMC_ATTENTION_BACKEND (InvalidArgument for a
+/// bad value, naming the variable); other values unchanged.
+absl::StatusOr<AttentionBackend> ResolveAttentionBackend(AttentionBackend b);
+
 struct LowerOptions {
   /// Fuse chains of elementwise ops into one kernel (llmc-fuse's elementwise
   /// kind).
@@ -36,6 +61,11 @@ struct LowerOptions {
   /// both operands are dequantized to bf16 (exact) and multiplied by a bf16
   /// GEMM with the same f32 accumulation.
   int target_sm = 90;
+  /// Prefill attention backend: with kAuto/kCudnn a supported attention
+  /// kernel launch also carries an rt::AttentionSpec (Launch::attention) that
+  /// the runtime runs through cuDNN when libcudnn.so.9 is present and plans
+  /// the shape; the kernel stays in the executable as the fallback.
+  AttentionBackend attention_backend = AttentionBackend::kDefault;
 };
 
 /// The compute capability of an NVRTC arch name ("sm_90a" -> 90, "sm_80" ->

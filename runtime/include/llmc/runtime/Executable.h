@@ -134,6 +134,24 @@ struct CollectiveSpec {
   BufferRef send, recv;
 };
 
+/// Scaled dot-product attention that the runtime may run through cuDNN's
+/// fused flash attention (SDPA forward) instead of the Kernel launch that
+/// carries it (Launch::attention); that kernel computes the same result and
+/// is what runs whenever cuDNN is absent or has no plan for the shape (see
+/// CudnnAttention.h). o = softmax(q k^T * scale [causal]) v per head
+/// (Vaswani et al. 2017) with fp32 accumulation. Layout as llm.attention:
+/// q and o dense row-major [b, sq, hq, d], k and v [b, skv, hkv, d];
+/// grouped-query attention (hkv divides hq, query head h reads kv head
+/// h / (hq / hkv)). `causal` aligns at the bottom right (key j visible to
+/// query i iff j <= i + skv - sq). dtype: bf16 or f16 for q/k/v/o.
+struct AttentionSpec {
+  int64_t b = 0, sq = 0, skv = 0, hq = 0, hkv = 0, d = 0;
+  bool causal = false;
+  float scale = 1.f;
+  DType dtype = DType::bf16;
+  BufferRef q, k, v, o;
+};
+
 struct Launch {
   enum Kind { Kernel, Gemm, Collective, Copy };
   Kind kind = Kernel;
@@ -153,6 +171,10 @@ struct Launch {
   int64_t copy_bytes = 0;
   /// Free-form name for profiles ("layer3.attn.qkv").
   std::string label;
+  /// Kernel only: index into Executable::attentions when the runtime may
+  /// replace this (attention) kernel by cuDNN; -1: none. The kernel stays the
+  /// fallback.
+  int attention = -1;
 };
 
 struct Executable {
@@ -164,6 +186,10 @@ struct Executable {
   std::vector<KernelSpec> kernels;
   std::vector<GemmSpec> gemms;
   std::vector<CollectiveSpec> collectives;
+  /// Optional cuDNN alternatives of attention kernels (Launch::attention).
+  /// Serialized only when present, so files without them read as before and
+  /// a runtime that does not know them runs the kernels.
+  std::vector<AttentionSpec> attentions;
   std::vector<Launch> launches;
   /// launches[0, num_prepare_launches) are the parameter-preparation segment
   /// (e.g. weight quantization): they depend only on inputs marked

@@ -101,6 +101,11 @@ struct SessionOptions {
   void* nccl_comm = nullptr;
   /// cuBLASLt workspace, bytes.
   size_t gemm_workspace_bytes = 32 << 20;
+  /// Run the attention launches that carry a cuDNN alternative
+  /// (Launch::attention) through cuDNN's fused flash attention where
+  /// libcudnn.so.9 loads and a plan builds (CudnnAttention.h); false: always
+  /// llmc's kernels.
+  bool use_cudnn_attention = true;
 };
 
 /// The dependencies of collectives run on a separate communication stream:
@@ -153,6 +158,10 @@ class Session {
   void InvalidateParameters();
   /// Number of CUDA graph captures so far (for tests/diagnostics).
   int num_graph_captures() const { return graph_captures_; }
+  /// Which attention launches run on cuDNN and why the others run llmc's
+  /// kernel (CudnnAttentionRunner::Report); "" without attention
+  /// alternatives.
+  const std::string& attention_report() const { return attention_report_; }
 
   struct Impl;
 
@@ -169,6 +178,7 @@ class Session {
   std::unique_ptr<Impl> impl_;
   absl::Mutex mu_;
   int graph_captures_ = 0;
+  std::string attention_report_;
 };
 
 }  // namespace llmc::rt

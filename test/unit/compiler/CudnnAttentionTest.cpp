@@ -1,0 +1,386 @@
+//===- CudnnAttentionTest.cpp - cuDNN attention alternative ----------------===//
+//
+// LowerOptions::attention_backend / LLMC_ATTENTION_BACKEND:
+//  - CPU: which llm.attention launches get a cuDNN alternative
+//    (rt::AttentionSpec + Launch::attention; the llmc kernel stays as the
+//    fallback), that its buffers are the kernel's q/k/v/o, and that it
+//    survives serialization.
+//  - GPU (skips without a GPU; the cuDNN half skips without libcudnn.so.9):
+//    B=1 S=128 H=4 D=64 bf16, causal and not, GQA: llmc's kernel and cuDNN
+//    each against a float64 CPU reference on the same bf16 inputs (relative
+//    L2 <= 1e-2), eager and through a CUDA graph.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/InitAllDialects.h"
+#include "llmc/runtime/CudnnAttention.h"
+#include "llmc/runtime/Session.h"
+
+#include "LLM/Transforms/Passes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+
+namespace {
+
+namespace rt = llmc::rt;
+
+mlir::MLIRContext &Context() {
+  static mlir::MLIRContext *ctx = [] {
+    mlir::DialectRegistry registry;
+    llmc::registerAllDialects(registry);
+    auto *c = new mlir::MLIRContext(registry);
+    c->loadAllAvailableDialects();
+    return c;
+  }();
+  return *ctx;
+}
+
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = std::getenv(name))
+      old_ = old, had_ = true;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+struct Shape {
+  int64_t b, sq, skv, hq, hkv, d;
+  bool causal;
+  std::string type = "bf16";
+  bool mask = false;
+};
+
+std::string AttentionMlir(const Shape &s) {
+  auto t = [&](int64_t seq, int64_t h) {
+    return "tensor<" + std::to_string(s.b) + "x" + std::to_string(seq) + "x" +
+           std::to_string(h) + "x" + std::to_string(s.d) + "x" + s.type + ">";
+  };
+  std::string q = t(s.sq, s.hq), kv = t(s.skv, s.hkv);
+  std::string mt = "tensor<" + std::to_string(s.sq) + "x" + std::to_string(s.skv) + "x" +
+                   s.type + ">";
+  std::string args = "%q: " + q + ", %k: " + kv + ", %v: " + kv;
+  if (s.mask)
+    args += ", %m: " + mt;
+  return "func.func @attn(" + args + ") -> " + q + " {\n  %o = llm.attention %q, %k, %v " +
+         (s.mask ? "mask(%m : " + mt + ") " : std::string()) +
+         (s.causal ? "{causal} " : "") + ": " + q + ", " + kv + ", " + kv + "\n  return %o : " +
+         q + "\n}\n";
+}
+
+absl::StatusOr<rt::Executable> Lower(const Shape &s, llmc::AttentionBackend backend) {
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(AttentionMlir(s),
+                                                        mlir::ParserConfig(&Context()));
+  if (!module)
+    return absl::InvalidArgumentError("parse failed:\n" + AttentionMlir(s));
+  auto fn = *module->getOps<mlir::func::FuncOp>().begin();
+  llmc::LowerOptions lo;
+  lo.attention_backend = backend;
+  return llmc::LowerToExecutable(fn, lo);
+}
+
+/// The launch of the attention kernel.
+const rt::Launch *AttentionLaunch(const rt::Executable &exe) {
+  for (const rt::Launch &l : exe.launches)
+    if (l.label == "llm.attention")
+      return &l;
+  return nullptr;
+}
+
+TEST(CudnnAttentionLoweringTest, AutoAttachesSpecWithTheKernelsBuffers) {
+  ScopedEnv env("LLMC_ATTENTION_BACKEND", nullptr);
+  for (auto backend : {llmc::AttentionBackend::kDefault, llmc::AttentionBackend::kAuto,
+                       llmc::AttentionBackend::kCudnn}) {
+    auto exe = Lower({2, 128, 128, 8, 2, 64, true}, backend);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    ASSERT_EQ(exe->attentions.size(), 1u);
+    const rt::AttentionSpec &a = exe->attentions[0];
+    EXPECT_EQ(a.b, 2);
+    EXPECT_EQ(a.sq, 128);
+    EXPECT_EQ(a.skv, 128);
+    EXPECT_EQ(a.hq, 8);
+    EXPECT_EQ(a.hkv, 2);
+    EXPECT_EQ(a.d, 64);
+    EXPECT_TRUE(a.causal);
+    EXPECT_FLOAT_EQ(a.scale, 0.125f);  // 1/sqrt(64)
+    EXPECT_EQ(a.dtype, rt::DType::bf16);
+    const rt::Launch *l = AttentionLaunch(*exe);
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(l->kind, rt::Launch::Kernel);  // the fallback stays
+    EXPECT_EQ(l->attention, 0);
+    // The kernel's arguments are (o, q, k, v, ...).
+    ASSERT_GE(l->args.size(), 4u);
+    EXPECT_EQ(l->args[0].buffer, a.o.buffer);
+    EXPECT_EQ(l->args[1].buffer, a.q.buffer);
+    EXPECT_EQ(l->args[2].buffer, a.k.buffer);
+    EXPECT_EQ(l->args[3].buffer, a.v.buffer);
+    EXPECT_EQ(exe->buffers[a.q.buffer].kind, rt::Buffer::Input);
+    EXPECT_EQ(exe->buffers[a.o.buffer].kind, rt::Buffer::Output);
+    auto back = rt::DeserializeExecutable(rt::SerializeExecutable(*exe));
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->attentions.size(), 1u);
+    EXPECT_EQ(AttentionLaunch(*back)->attention, 0);
+  }
+}
+
+TEST(CudnnAttentionLoweringTest, NoSpecWhereCudnnDoesNotApply) {
+  ScopedEnv env("LLMC_ATTENTION_BACKEND", nullptr);
+  struct Case {
+    const char *what;
+    Shape shape;
+    llmc::AttentionBackend backend;
+  };
+  const Case cases[] = {
+      {"llmc backend", {1, 128, 128, 4, 4, 64, true}, llmc::AttentionBackend::kLlmc},
+      {"f32", {1, 128, 128, 4, 4, 64, true, "f32"}, llmc::AttentionBackend::kCudnn},
+      {"additive mask", {1, 128, 128, 4, 4, 64, false, "bf16", true},
+       llmc::AttentionBackend::kCudnn},
+      {"causal sq != skv", {1, 64, 128, 4, 4, 64, true}, llmc::AttentionBackend::kCudnn},
+      {"head dim 20", {1, 128, 128, 4, 4, 20, false}, llmc::AttentionBackend::kCudnn},
+  };
+  for (const Case &c : cases) {
+    auto exe = Lower(c.shape, c.backend);
+    ASSERT_TRUE(exe.ok()) << c.what << ": " << exe.status();
+    EXPECT_TRUE(exe->attentions.empty()) << c.what;
+    const rt::Launch *l = AttentionLaunch(*exe);
+    ASSERT_NE(l, nullptr) << c.what;
+    EXPECT_EQ(l->attention, -1) << c.what;
+  }
+  // Non-causal with sq != skv and f16 do get one.
+  auto exe = Lower({1, 64, 200, 4, 4, 64, false, "f16"}, llmc::AttentionBackend::kAuto);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  EXPECT_EQ(exe->attentions.size(), 1u);
+}
+
+TEST(CudnnAttentionLoweringTest, EnvironmentChoosesTheDefault) {
+  {
+    ScopedEnv env("LLMC_ATTENTION_BACKEND", "llmc");
+    auto exe = Lower({1, 128, 128, 4, 4, 64, true}, llmc::AttentionBackend::kDefault);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    EXPECT_TRUE(exe->attentions.empty());
+    // An explicit option wins over the environment.
+    exe = Lower({1, 128, 128, 4, 4, 64, true}, llmc::AttentionBackend::kCudnn);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    EXPECT_EQ(exe->attentions.size(), 1u);
+  }
+  {
+    ScopedEnv env("LLMC_ATTENTION_BACKEND", "fastest");
+    auto exe = Lower({1, 128, 128, 4, 4, 64, true}, llmc::AttentionBackend::kDefault);
+    ASSERT_FALSE(exe.ok());
+    EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(exe.status().message().find("LLMC_ATTENTION_BACKEND"), std::string::npos)
+        << exe.status();
+    EXPECT_NE(exe.status().message().find("'fastest' (expected auto, llmc or cudnn)"),
+              std::string::npos)
+        << exe.status();
+  }
+  EXPECT_EQ(llmc::ParseAttentionBackend("cudnn").value(), llmc::AttentionBackend::kCudnn);
+  EXPECT_FALSE(llmc::ParseAttentionBackend("CUDNN").ok());
+}
+
+// ---------------------------------------------------------------------------
+// GPU
+// ---------------------------------------------------------------------------
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even (finite inputs)
+  return static_cast<uint16_t>(u >> 16);
+}
+float FromBf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// softmax(q k^T * scale [causal, bottom-right]) v in float64; GQA head h
+/// reads kv head h / (hq / hkv).
+std::vector<double> Reference(const Shape &s, const std::vector<float> &q,
+                              const std::vector<float> &k, const std::vector<float> &v,
+                              double scale) {
+  std::vector<double> out(s.b * s.sq * s.hq * s.d, 0.0);
+  std::vector<double> p(s.skv);
+  for (int64_t b = 0; b < s.b; ++b)
+    for (int64_t h = 0; h < s.hq; ++h)
+      for (int64_t i = 0; i < s.sq; ++i) {
+        int64_t hk = h / (s.hq / s.hkv);
+        int64_t last = s.causal ? i + s.skv - s.sq : s.skv - 1;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= last; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < s.d; ++c)
+            dot += double(q[((b * s.sq + i) * s.hq + h) * s.d + c]) *
+                   k[((b * s.skv + j) * s.hkv + hk) * s.d + c];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (int64_t j = 0; j <= last; ++j)
+          sum += p[j] = std::exp(p[j] - mx);
+        for (int64_t j = 0; j <= last; ++j)
+          for (int64_t c = 0; c < s.d; ++c)
+            out[((b * s.sq + i) * s.hq + h) * s.d + c] +=
+                p[j] / sum * v[((b * s.skv + j) * s.hkv + hk) * s.d + c];
+      }
+  return out;
+}
+
+/// Relative L2 error; infinite when `got` has a NaN.
+double RelativeL2(const std::vector<float> &got, const std::vector<double> &want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i]))
+      return INFINITY;
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+struct GpuResult {
+  std::vector<float> eager, graph;
+  std::string report;
+};
+
+/// Lowers `s` for `backend`, runs it eagerly and through a CUDA graph.
+absl::StatusOr<GpuResult> RunOnGpu(std::shared_ptr<rt::Device> dev, const Shape &s,
+                                   llmc::AttentionBackend backend,
+                                   const std::vector<std::vector<uint16_t>> &in) {
+  auto exe = Lower(s, backend);
+  if (!exe.ok())
+    return exe.status();
+  auto shared = std::make_shared<rt::Executable>(std::move(*exe));
+  auto session = rt::Session::Load(dev, shared);
+  if (!session.ok())
+    return session.status();
+  GpuResult r;
+  r.report = (*session)->attention_report();
+  std::vector<rt::DeviceTensor> din, dout;
+  std::vector<uint64_t> ptrs;
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto p = dev->Alloc(in[i].size() * 2);
+    if (!p.ok())
+      return p.status();
+    ptrs.push_back(*p);
+    if (auto st = dev->CopyToDevice(*p, in[i].data(), in[i].size() * 2); !st.ok())
+      return st;
+    din.push_back({*p, rt::DType::bf16, shared->inputs[i].shape});
+  }
+  size_t n = static_cast<size_t>(shared->outputs[0].NumElements());
+  auto o = dev->Alloc(n * 2);
+  if (!o.ok())
+    return o.status();
+  ptrs.push_back(*o);
+  dout.push_back({*o, rt::DType::bf16, shared->outputs[0].shape});
+  auto stream = dev->CreateStream();
+  if (!stream.ok())
+    return stream.status();
+  absl::Status st;
+  std::vector<uint16_t> host(n);
+  auto fetch = [&](std::vector<float> *out) {
+    if (st.ok())
+      st = dev->SynchronizeStream(*stream);
+    if (st.ok())
+      st = dev->CopyToHost(host.data(), *o, n * 2);
+    for (uint16_t h : host)
+      out->push_back(FromBf16(h));
+  };
+  // Eager (null stream: no graph), then twice on a stream (capture + replay).
+  if (st.ok())
+    st = dev->Memset(*o, 0xff, n * 2);  // NaN: an unwritten output fails
+  if (st.ok())
+    st = (*session)->Run(din, dout, nullptr);
+  fetch(&r.eager);
+  if (st.ok())
+    st = dev->Memset(*o, 0xff, n * 2);
+  for (int i = 0; i < 2 && st.ok(); ++i)
+    st = (*session)->Run(din, dout, *stream);
+  fetch(&r.graph);
+  if (st.ok() && (*session)->num_graph_captures() != 1)
+    st = absl::InternalError("expected one CUDA graph capture");
+  (void)dev->DestroyStream(*stream);
+  for (uint64_t p : ptrs)
+    (void)dev->Free(p);
+  if (!st.ok())
+    return st;
+  return r;
+}
+
+TEST(CudnnAttentionGpuTest, CudnnAndKernelMatchReference) {
+  auto dev = rt::Device::Open(0);
+  if (!dev.ok())
+    GTEST_SKIP() << "no GPU: " << dev.status();
+  ScopedEnv env("LLMC_ATTENTION_BACKEND", nullptr);
+  const Shape shapes[] = {{1, 128, 128, 4, 4, 64, true},
+                          {1, 128, 128, 4, 4, 64, false},
+                          {2, 96, 160, 8, 2, 128, false}};
+  std::mt19937 rng(20261129);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  bool cudnn_ran[3] = {false, false, false};
+  std::string cudnn_report;
+  for (int si = 0; si < 3; ++si) {
+    const Shape &s = shapes[si];
+    std::string what = AttentionMlir(s);
+    std::vector<std::vector<uint16_t>> in(3);
+    std::vector<std::vector<float>> f(3);
+    int64_t sizes[3] = {s.b * s.sq * s.hq * s.d, s.b * s.skv * s.hkv * s.d,
+                        s.b * s.skv * s.hkv * s.d};
+    for (int t = 0; t < 3; ++t)
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        uint16_t h = ToBf16(normal(rng));
+        in[t].push_back(h);
+        f[t].push_back(FromBf16(h));  // the reference sees the bf16 inputs
+      }
+    std::vector<double> want = Reference(s, f[0], f[1], f[2], 1.0 / std::sqrt(double(s.d)));
+    for (auto backend : {llmc::AttentionBackend::kLlmc, llmc::AttentionBackend::kCudnn}) {
+      const char *name = backend == llmc::AttentionBackend::kLlmc ? "llmc" : "cudnn";
+      auto r = RunOnGpu(*dev, s, backend, in);
+      ASSERT_TRUE(r.ok()) << name << " " << what << r.status();
+      // bf16 output rounding (2^-9) and bf16 P: 1e-2 relative L2.
+      EXPECT_LE(RelativeL2(r->eager, want), 1e-2) << name << " eager\n" << what << r->report;
+      EXPECT_LE(RelativeL2(r->graph, want), 1e-2) << name << " CUDA graph\n" << what << r->report;
+      if (backend == llmc::AttentionBackend::kCudnn) {
+        cudnn_report += r->report + "\n";
+        cudnn_ran[si] = r->report.rfind("cuDNN ", 0) == 0;
+      } else {
+        EXPECT_EQ(r->report, "") << "llmc backend must not plan cuDNN";
+      }
+    }
+  }
+  std::cout << "cuDNN attention report:\n" << cudnn_report;
+  auto lib = rt::GetCudnn();
+  if (!lib.ok())
+    GTEST_SKIP() << "llmc's kernel checked; cuDNN not available: " << lib.status();
+  // With cuDNN present, the brief's two shapes must have run on it (the GQA
+  // shape with sq != skv may fall back; the report above says why).
+  EXPECT_TRUE(cudnn_ran[0] && cudnn_ran[1])
+      << "cuDNN " << rt::CudnnVersion(**lib) << " loaded from " << rt::CudnnPath(**lib)
+      << " but the S=128 attentions did not run on it:\n"
+      << cudnn_report;
+}
+
+} // namespace
