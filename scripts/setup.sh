@@ -48,6 +48,13 @@ for p in "${PY_PACKAGES[@]}"; do
     "$PYTHON" -m pip install -q "$p"
   fi
 done
+# cuDNN 9 headers (and library) for the cuDNN attention backend: the build
+# finds them in this wheel when the CUDA toolkit has none (runtime/CMakeLists.txt);
+# without them attention always runs llmc's own kernel.
+if ! "$PYTHON" -c "import nvidia.cudnn" >/dev/null 2>&1; then
+  echo "llmc setup: installing Python package nvidia-cudnn-cu13"
+  "$PYTHON" -m pip install -q nvidia-cudnn-cu13
+fi
 # The llmc package itself (editable), unless this checkout's is already the one imported.
 if ! "$PYTHON" -c "import os, sys, llmc; sys.exit(os.path.realpath(llmc.__file__) != os.path.realpath('python/llmc/__init__.py'))" >/dev/null 2>&1; then
   echo "llmc setup: installing the llmc Python package (pip install -e python/)"
