@@ -14,6 +14,16 @@
 //     (first fit over 128-byte aligned blocks, reuse of dead blocks).
 //  4. Launches, in program order: generated kernels (lib/Target/CUDA),
 //     cuBLASLt GEMMs, copies, NCCL collectives.
+//  5. Parameter preparation. Work that depends on parameters only
+//     (llm::parameterArguments: casts, fp8 scaling and quantization, pads,
+//     weight-only quantization, materialized slices, the fp8 GEMMs' [n,k]
+//     relayouts of weights) is moved to the front of the launch sequence,
+//     launches[0, num_prepare_launches), which the runtime runs once per
+//     parameter set (rt::ParameterGuard). Values of that segment read by the
+//     per-call launches (the frontier) live in Persistent buffers; the
+//     segment's own intermediates are arena scratch that the per-call
+//     launches reuse. Lazy views of parameters stay views unless a consumer
+//     needs dense storage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,12 +47,14 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/SaveAndRestore.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 using namespace mlir;
 using namespace llmc;
@@ -186,6 +198,7 @@ private:
 
   // --- storage ---
   int bufferFor(Value v); // buffer id of v's storage root
+  int bufferForImpl(Value v);
   int newArenaBuffer(int64_t bytes, int firstStep, int lastStep);
   absl::Status planArena();
   absl::Status checkEveryOutputWritten();
@@ -219,7 +232,10 @@ private:
   bool fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg);
   absl::Status emitQuantizeWeight(QuantizeWeightOp op);
   absl::Status emitDequantizeWeight(DequantizeWeightOp op);
-  absl::Status planParameterPreparation();
+  void planHoisting();
+  bool isHoisted(Value v) const { return parameterDerived.contains(v); }
+  void markPrep(size_t firstLaunch);
+  void finishParameterPreparation();
 
   func::FuncOp fn;
   LowerOptions options;
@@ -238,10 +254,16 @@ private:
   std::vector<ArenaItem> arenaItems;
   int64_t intermediateBytes = 0;
   std::vector<absl::Status> materializeErrors; // from lazy view copies
-  // Parameter preparation: ops emitted first, once per parameter set, and
-  // the values they compute (Persistent buffers).
-  llvm::DenseSet<Operation *> hoisted;
-  llvm::DenseSet<Value> persistent;
+  // Parameter preparation (see the file comment).
+  llvm::DenseSet<Operation *> hoisted;     // ops of the preparation segment
+  llvm::DenseSet<Value> parameterDerived;  // parameters and hoisted results
+  bool inPrep = false;                     // emitting preparation launches
+  std::vector<signed char> launchPrep;     // per launch: 1 prep, 0 per call
+  llvm::DenseSet<int> prepArena;           // arena buffers made while inPrep
+  llvm::DenseSet<int> prepOutputs;         // buffers of hoisted values
+  llvm::DenseSet<int> promoted;            // of those, read per call
+  llvm::DenseMap<std::tuple<Value, int, int>, int> hoistedRelayouts;
+  int64_t persistentBytes = 0;
 };
 
 absl::Status Lowering::checkStatic() {
@@ -369,7 +391,8 @@ void Lowering::planFusion() {
         return !v.getDefiningOp<BroadcastOp>() && !v.getDefiningOp<TransposeOp>() &&
                !v.getDefiningOp<SliceOp>() && !splatValue(v);
       };
-      if (!isDense(add.getLhs()) || !isDense(add.getRhs()))
+      if (!isDense(add.getLhs()) || !isDense(add.getRhs()) ||
+          hoisted.contains(add) != hoisted.contains(&op))
         continue;
       // Every other use of the sum must come after the norm.
       bool ok = true;
@@ -387,7 +410,8 @@ void Lowering::planFusion() {
     if (options.fuse_elementwise) {
       for (Value operand : op.getOperands()) {
         Operation *def = operand.getDefiningOp();
-        if (!def || !groupOf.count(def) || !operand.hasOneUse())
+        if (!def || !groupOf.count(def) || !operand.hasOneUse() ||
+            hoisted.contains(def) != hoisted.contains(&op))
           continue;
         group = groupOf[def];
         break;
@@ -423,10 +447,21 @@ int Lowering::newArenaBuffer(int64_t bytes, int firstStep, int lastStep) {
   exe.buffers.push_back(b);
   arenaItems.push_back({b.id, firstStep, lastStep});
   intermediateBytes += bytes;
+  if (inPrep)
+    prepArena.insert(b.id);
   return b.id;
 }
 
+/// A hoisted value's buffer starts as preparation scratch (arena) and becomes
+/// Persistent the first time a per-call launch reads it.
 int Lowering::bufferFor(Value v) {
+  int id = bufferForImpl(v);
+  if (!inPrep && prepOutputs.contains(id) && promoted.insert(id).second)
+    exe.buffers[id].kind = rt::Buffer::Persistent;
+  return id;
+}
+
+int Lowering::bufferForImpl(Value v) {
   Value root = storageRoot(v);
   auto it = buffers.find(root);
   if (it != buffers.end())
@@ -436,6 +471,10 @@ int Lowering::bufferFor(Value v) {
   // and copy into it now, right before the consumer's launch.
   if (Operation *def = root.getDefiningOp();
       def && isa<BroadcastOp, TransposeOp, SliceOp>(def)) {
+    // A view of parameters is materialized once per parameter set.
+    bool prep = isHoisted(root) && !outputIndex.count(root);
+    llvm::SaveAndRestore<bool> restore(inPrep, inPrep || prep);
+    size_t firstLaunch = exe.launches.size();
     int first = step;
     int last = std::max(step, lastUseStep.lookup(root));
     int id = outputIndex.count(root) ? -1 : newArenaBuffer(byteSize(root), first, last);
@@ -449,7 +488,11 @@ int Lowering::bufferFor(Value v) {
       id = b.id;
     }
     buffers[root] = id;
+    if (prep)
+      prepOutputs.insert(id);
     materializeErrors.push_back(emitCopyInto(root, root, def));
+    if (prep)
+      markPrep(firstLaunch);
     return id;
   }
   // Constants.
@@ -477,17 +520,12 @@ int Lowering::bufferFor(Value v) {
     exe.buffers.push_back(b);
     return buffers[root] = b.id;
   }
-  if (persistent.contains(root)) {
-    rt::Buffer b;
-    b.id = exe.buffers.size();
-    b.kind = rt::Buffer::Persistent;
-    b.bytes = byteSize(root);
-    exe.buffers.push_back(b);
-    return buffers[root] = b.id;
-  }
   int first = defStep.count(root) ? defStep[root] : step;
   int last = lastUseStep.count(root) ? lastUseStep[root] : step;
-  return buffers[root] = newArenaBuffer(byteSize(root), first, std::max(first, last));
+  int id = newArenaBuffer(byteSize(root), first, std::max(first, last));
+  if (isHoisted(root))
+    prepOutputs.insert(id);
+  return buffers[root] = id;
 }
 
 rt::Arg Lowering::bufArg(int buffer, int64_t byteOffset) {
@@ -1037,6 +1075,15 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
 /// the current step only. One elementwise kernel.
 absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
                                            cu::ScalarType to, Operation *op) {
+  // A parameter's relayout (an fp8 weight into cuBLASLt's [n,k]) is done
+  // once per parameter set, into a Persistent buffer shared by its GEMMs.
+  bool prep = isHoisted(src);
+  auto key = std::make_tuple(src, static_cast<int>(swapLastTwo), static_cast<int>(to));
+  if (prep)
+    if (auto it = hoistedRelayouts.find(key); it != hoistedRelayouts.end())
+      return it->second;
+  llvm::SaveAndRestore<bool> restore(inPrep, inPrep || prep);
+  size_t firstLaunch = exe.launches.size();
   SmallVector<int64_t> shape(tensorType(src).getShape());
   auto read = stridedRead(src, shape);
   if (!read.ok())
@@ -1051,7 +1098,17 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
   if (shape.size() > static_cast<size_t>(cu::kElementwiseMaxRank))
     return unsupported(op, "an operand of rank above 8");
   int64_t numel = numElements(src);
-  int dst = newArenaBuffer(numel * cu::ScalarSize(to), step, step);
+  int dst;
+  if (prep) {
+    rt::Buffer b;
+    b.id = dst = exe.buffers.size();
+    b.kind = rt::Buffer::Persistent;
+    b.bytes = numel * cu::ScalarSize(to);
+    exe.buffers.push_back(b);
+    hoistedRelayouts[key] = dst;
+  } else {
+    dst = newArenaBuffer(numel * cu::ScalarSize(to), step, step);
+  }
   cu::ElementwiseProgram prog;
   prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
   cu::EwNode n;
@@ -1068,6 +1125,8 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
                           {std::vector<int64_t>(strides.begin(), strides.end())}));
   launch(addKernel(cu::EmitElementwise(prog)), cu::ElementwiseLaunch(prog, numel),
          std::move(args), op);
+  if (prep)
+    markPrep(firstLaunch);
   return dst;
 }
 
@@ -1253,7 +1312,7 @@ absl::Status Lowering::emitOp(Operation *op) {
           SliceOp>(op))
     return absl::OkStatus(); // views and constants: no launch of their own
   if (auto q = dyn_cast<QuantizeWeightOp>(op))
-    return hoisted.contains(op) ? absl::OkStatus() : emitQuantizeWeight(q);
+    return emitQuantizeWeight(q);
   if (auto d = dyn_cast<DequantizeWeightOp>(op))
     return emitDequantizeWeight(d);
   if (auto a = dyn_cast<AllReduceOp>(op); a && a.getGroupSize() == 1)
@@ -1554,52 +1613,83 @@ absl::Status Lowering::emitDequantizeWeight(DequantizeWeightOp op) {
   return absl::OkStatus();
 }
 
-/// The parameter-preparation segment: every `llm.hoistable` quantize_weight
-/// whose weight is a function argument (directly or through reshape and
-/// transpose views) is emitted first, into Persistent buffers, and its
-/// argument is marked a parameter. The runtime runs these launches once per
-/// parameter set (rt::ParameterGuard). A quantize of a computed weight (e.g.
-/// a cast) runs with the per-call launches.
-absl::Status Lowering::planParameterPreparation() {
-  Block &body = fn.getBody().front();
-  SmallVector<QuantizeWeightOp> ops;
-  for (Operation &op : body) {
-    auto q = dyn_cast<QuantizeWeightOp>(op);
-    if (!q || !q->hasAttr("llm.hoistable"))
+/// The preparation segment's ops: every op (but those below) whose operands
+/// are all parameters (llm::parameterArguments), results of such ops or
+/// constants, with at least one of the former. Never hoisted: dequantize_weight
+/// (decompression, read per call by design), collectives (every rank would
+/// have to prepare at once), KV-cache appends, ops whose result is a function
+/// result (outputs are written on every call). The parameters that the
+/// segment reads are marked `parameter` for the runtime's guard.
+void Lowering::planHoisting() {
+  if (!options.hoist_parameter_work)
+    return;
+  SmallVector<bool> params = llm::parameterArguments(fn);
+  for (BlockArgument arg : fn.getArguments())
+    if (params[arg.getArgNumber()])
+      parameterDerived.insert(arg);
+  for (Operation &op : fn.getBody().front()) {
+    if (op.getNumResults() == 0 || op.getNumOperands() == 0 ||
+        isa<DequantizeWeightOp, AllReduceOp, AllGatherOp, ReduceScatterOp,
+            KVCacheAppendOp, func::ReturnOp>(op))
       continue;
-    Value v = q.getWeight();
-    while (Operation *def = v.getDefiningOp()) {
-      if (!isa<ReshapeOp, TransposeOp>(def))
-        break;
-      v = def->getOperand(0);
+    bool any = false, all = true;
+    for (Value o : op.getOperands()) {
+      if (parameterDerived.contains(o))
+        any = true;
+      else if (!matchPattern(o, m_Constant()))
+        all = false;
     }
-    auto arg = dyn_cast<BlockArgument>(v);
-    // Not when a result is returned (outputs are written on every call).
-    if (!arg || llvm::any_of(q->getResults(), [&](Value r) {
+    if (!any || !all || llvm::any_of(op.getResults(), [&](Value r) {
           return outputIndex.count(storageRoot(r)) > 0;
         }))
       continue;
-    ops.push_back(q);
-    hoisted.insert(q);
-    for (Value r : q->getResults())
-      persistent.insert(r);
-    exe.inputs[arg.getArgNumber()].parameter = true;
+    hoisted.insert(&op);
+    for (Value r : op.getResults())
+      parameterDerived.insert(r);
+    for (Value o : op.getOperands())
+      if (auto arg = dyn_cast<BlockArgument>(o))
+        exe.inputs[arg.getArgNumber()].parameter = true;
   }
-  int index = 0;
-  llvm::DenseMap<Operation *, int> opIndex;
-  for (Operation &op : body)
-    opIndex[&op] = index++;
-  for (QuantizeWeightOp q : ops) {
-    step = opIndex[q];
-    if (auto st = emitQuantizeWeight(q); !st.ok())
-      return st;
-    for (absl::Status &st : materializeErrors)
-      if (!st.ok())
-        return st;
-    materializeErrors.clear();
+}
+
+/// Marks the launches from `firstLaunch` on as preparation launches.
+void Lowering::markPrep(size_t firstLaunch) {
+  launchPrep.resize(exe.launches.size(), -1);
+  for (size_t i = firstLaunch; i < launchPrep.size(); ++i)
+    launchPrep[i] = 1;
+}
+
+/// Moves the preparation launches to the front (each part keeps its order:
+/// a preparation launch reads parameters and earlier preparation results
+/// only) and gives the arena the preparation's scratch: it runs before every
+/// per-call launch, so its blocks may overlap any of theirs.
+void Lowering::finishParameterPreparation() {
+  launchPrep.resize(exe.launches.size(), 0);
+  std::vector<rt::Launch> prep, perCall;
+  for (size_t i = 0; i < exe.launches.size(); ++i)
+    (launchPrep[i] == 1 ? prep : perCall).push_back(std::move(exe.launches[i]));
+  exe.num_prepare_launches = prep.size();
+  exe.launches = std::move(prep);
+  for (rt::Launch &l : perCall)
+    exe.launches.push_back(std::move(l));
+  int shift = static_cast<int>(std::distance(fn.getBody().front().begin(),
+                                             fn.getBody().front().end())) + 1;
+  std::vector<ArenaItem> items;
+  for (ArenaItem item : arenaItems) {
+    if (promoted.contains(item.buffer)) {
+      intermediateBytes -= exe.buffers[item.buffer].bytes;
+      continue; // now Persistent
+    }
+    if (prepArena.contains(item.buffer)) {
+      item.first -= shift;
+      item.last -= shift;
+    }
+    items.push_back(item);
   }
-  exe.num_prepare_launches = exe.launches.size();
-  return absl::OkStatus();
+  arenaItems = std::move(items);
+  for (const rt::Buffer &b : exe.buffers)
+    if (b.kind == rt::Buffer::Persistent)
+      persistentBytes += b.bytes;
 }
 
 absl::Status Lowering::planArena() {
@@ -1696,6 +1786,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     }
   }
 
+  planHoisting();
   planFusion();
 
   // Liveness in units of ops (program order); each value's storage root is
@@ -1736,19 +1827,22 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
         touch(add.getLhs(), opIndex[user]), touch(add.getRhs(), opIndex[user]);
   }
 
-  if (auto st = planParameterPreparation(); !st.ok())
-    return st;
   for (Operation &op : body) {
     if (isa<func::ReturnOp>(op))
       continue;
     step = opIndex[&op];
     absl::Status st;
+    inPrep = hoisted.contains(&op);
+    size_t firstLaunch = exe.launches.size();
     try {
       st = emitOp(&op);
     } catch (const std::exception &e) {
       // The kernel generators reject configurations they cannot handle.
       st = unsupported(&op, e.what());
     }
+    if (inPrep)
+      markPrep(firstLaunch);
+    inPrep = false;
     if (!st.ok())
       return st;
     for (absl::Status &st : materializeErrors)
@@ -1784,6 +1878,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   }
   if (auto st = checkEveryOutputWritten(); !st.ok())
     return st;
+  finishParameterPreparation();
   if (auto st = planArena(); !st.ok())
     return st;
   if (auto st = exe.Validate(); !st.ok())
@@ -1796,11 +1891,17 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     for (Operation &op : body)
       stats->num_ops += isa<LLMDialect>(op.getDialect());
     stats->num_kernel_launches = 0;
-    stats->num_gemms = exe.gemms.size();
-    for (auto &l : exe.launches) {
+    stats->num_gemms = 0;
+    for (auto [i, l] : llvm::enumerate(exe.launches)) {
+      if (static_cast<int>(i) < exe.num_prepare_launches) {
+        ++stats->num_prepare_launches;
+        continue;
+      }
       stats->num_kernel_launches += l.kind == rt::Launch::Kernel;
       stats->num_copies += l.kind == rt::Launch::Copy;
+      stats->num_gemms += l.kind == rt::Launch::Gemm;
     }
+    stats->persistent_bytes = persistentBytes;
     stats->num_distinct_kernels = exe.kernels.size();
     stats->arena_bytes = exe.arena_bytes;
     stats->intermediate_bytes = intermediateBytes;

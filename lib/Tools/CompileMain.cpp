@@ -63,6 +63,11 @@ int llmc::compileMain(int argc, char **argv) {
                       cl::cat(cat));
   cl::opt<bool> emitCuda("emit-cuda", cl::desc("print the CUDA C++ of every kernel"),
                          cl::cat(cat));
+  cl::opt<bool> noHoist("no-hoist",
+                        cl::desc("run parameter-only work (weight casts, fp8 "
+                                 "weight scaling, pads, relayouts) on every call "
+                                 "instead of once per parameter set"),
+                        cl::cat(cat));
   cl::opt<bool> noCache("no-cache", cl::desc("do not use the on-disk kernel cache"),
                         cl::cat(cat));
   cl::HideUnrelatedOptions(cat);
@@ -92,8 +97,9 @@ int llmc::compileMain(int argc, char **argv) {
   std::vector<std::string> archList(arches.begin(), arches.end());
   if (archList.empty())
     archList.push_back("sm_90a");
-  auto optionsFor = [](const std::string &arch) {
+  auto optionsFor = [&](const std::string &arch) {
     llmc::LowerOptions lo;
+    lo.hoist_parameter_work = !noHoist;
     if (int cc = llmc::ComputeCapabilityOfArch(arch); cc > 0)
       lo.target_sm = cc;
     return lo;
@@ -152,6 +158,9 @@ int llmc::compileMain(int argc, char **argv) {
                  << "copies: " << st.num_copies << "\n"
                  << "arena peak bytes: " << st.arena_bytes << " (sum of intermediates "
                  << st.intermediate_bytes << ")\n"
+                 << "persistent bytes: " << st.persistent_bytes
+                 << " (parameter preparation: " << st.num_prepare_launches
+                 << " launches, once per parameter set)\n"
                  << llvm::format("compile time: %.1f ms front end + codegen, %.1f ms "
                                  "NVRTC (%lld compiled, %lld memory hits, %lld disk hits)\n",
                                  ms(t0, t1), ms(t1, t2), (long long)cs.compiles,

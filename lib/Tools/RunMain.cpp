@@ -94,6 +94,11 @@ struct Options {
       cl::desc("with --bench: write the per-launch timings of one run as "
                "Chrome-trace JSON (chrome://tracing, ui.perfetto.dev) to FILE"),
       cl::value_desc("FILE"), cl::cat(cat)};
+  cl::opt<bool> noHoist{
+      "no-hoist",
+      cl::desc("run parameter-only work (weight casts, fp8 weight scaling, "
+               "pads, relayouts) on every call instead of once per parameter set"),
+      cl::cat(cat)};
   cl::opt<bool> noGraphs{"no-cuda-graphs", cl::desc("launch kernels one by one"),
                          cl::cat(cat)};
   cl::opt<std::string> attention{
@@ -356,6 +361,7 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   // Lower for the GPU present (fp8 GEMMs differ below sm_89); without one,
   // still lower first so that codegen errors show before the device error.
   llmc::LowerOptions lo;
+  lo.hoist_parameter_work = !opts.noHoist;
   if (deviceOr.ok())
     if (int cc = llmc::ComputeCapabilityOfArch((*deviceOr)->Arch()); cc > 0)
       lo.target_sm = cc;
@@ -514,10 +520,16 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   if (!st.ok())
     return st;
   if (bench) {
+    if (exe->num_prepare_launches > 0)
+      llvm::outs() << "parameter preparation: " << exe->num_prepare_launches
+                   << " launches (not timed per call: they run once per "
+                      "parameter set, before the first call)\n";
     llvm::outs() << "per-launch times (one eager run, CUDA events):\n";
     for (auto [i, l] : llvm::enumerate(exe->launches)) {
       if (i >= result.per_launch_ms.size())
         break;
+      if (static_cast<int>(i) < exe->num_prepare_launches)
+        continue;
       double ms = result.per_launch_ms[i];
       llvm::outs() << llvm::format("  %3d %-22s %9.4f ms", int(i), l.label.c_str(), ms);
       if (l.kind == rt::Launch::Gemm) {
@@ -868,7 +880,10 @@ int llmc::runMain(int argc, char **argv) {
                << stats.num_kernel_launches << " kernel launches ("
                << stats.num_distinct_kernels << " distinct kernels) + "
                << stats.num_gemms << " GEMMs; arena " << stats.arena_bytes
-               << " bytes (intermediates " << stats.intermediate_bytes << ")\n";
+               << " bytes (intermediates " << stats.intermediate_bytes << ")"
+               << "; parameter preparation " << stats.num_prepare_launches
+               << " launches, persistent " << stats.persistent_bytes
+               << " bytes\n";
   if (!writeOutputs(run->outputs))
     return 1;
   bool ok = true;

@@ -66,6 +66,11 @@ struct LowerOptions {
   /// the runtime runs through cuDNN when libcudnn.so.9 is present and plans
   /// the shape; the kernel stays in the executable as the fallback.
   AttentionBackend attention_backend = AttentionBackend::kDefault;
+  /// Move work that depends on parameters only (llm::parameterArguments) into
+  /// the parameter-preparation segment, run once per parameter set
+  /// (rt::Executable::num_prepare_launches). Off: every launch runs on every
+  /// call (for A/B measurements: llmc-compile/llmc-run --no-hoist).
+  bool hoist_parameter_work = true;
 };
 
 /// The compute capability of an NVRTC arch name ("sm_90a" -> 90, "sm_80" ->
@@ -73,6 +78,9 @@ struct LowerOptions {
 int ComputeCapabilityOfArch(const std::string &arch);
 
 /// Statistics of one lowering, for reports (`llmc-compile --stats`).
+/// The launch counts are those of every call (the per-call launches); the
+/// parameter-preparation segment, run once per parameter set, is counted
+/// apart.
 struct LowerStats {
   int num_ops = 0;          // llm ops in the function
   int num_kernel_launches = 0;
@@ -80,7 +88,10 @@ struct LowerStats {
   int num_copies = 0;       // device-to-device copies (skipped when in place)
   int num_distinct_kernels = 0;
   int64_t arena_bytes = 0;           // planned peak of intermediates
-  int64_t intermediate_bytes = 0;    // sum of all intermediates (no reuse)
+  int64_t intermediate_bytes = 0;    // sum of all arena intermediates (no reuse)
+  int num_prepare_launches = 0;      // rt::Executable::num_prepare_launches
+  int64_t persistent_bytes = 0;      // Persistent buffers (parameter-derived
+                                     // values read per call), bytes
 };
 
 /// The runtime element type of an llm element type (f32, f16, bf16,
