@@ -171,7 +171,6 @@ def test_gpu_sequence_sweep_dynamic_counts_compiles():
     # One Dynamo graph for every length; every partition is bucketed (16, 32,
     # 64): 3 compiles per partition for the 38 lengths, all run on llmc.
     assert len(llmc.backend.reports()) == 1, [str(r) for r in llmc.backend.reports()]
-    assert rep.num_partitions == 4, str(rep)
     assert rep.compiles == 3 * rep.num_partitions, str(rep)
     assert rep.llmc_runs == 38 * rep.num_partitions and rep.eager_runs == 0, str(rep)
     assert "buckets 16,32,64; 3 shape(s) compiled for 38 length(s)" in str(rep), str(rep)

@@ -115,11 +115,20 @@ static LogicalResult computeResultTypes(Operation *op,
   if (auto sm = dyn_cast<SoftmaxOp>(op); sm && sm.getMask())
     resolveBroadcastFrom(sm.getMask(), sm.getInput().getType().getShape());
   if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
-    return infer.inferReturnTypes(op->getContext(), op->getLoc(),
-                                  op->getOperands(),
-                                  op->getRawDictionaryAttrs(),
-                                  op->getPropertiesStorage(), op->getRegions(),
-                                  types);
+    if (succeeded(infer.inferReturnTypes(op->getContext(), op->getLoc(),
+                                         op->getOperands(),
+                                         op->getRawDictionaryAttrs(),
+                                         op->getPropertiesStorage(),
+                                         op->getRegions(), types)))
+      return success();
+    // Type inference may fail without a diagnostic of its own: always say
+    // which op and which operand types.
+    InFlightDiagnostic d = op->emitOpError()
+                           << "cannot compute its result types from the "
+                              "specialized operand types (";
+    llvm::interleaveComma(op->getOperandTypes(), d);
+    d << ")";
+    return failure();
   }
   auto same = [&](Value v) {
     types.push_back(withShape(op->getResult(0).getType(), shapeOf(v)));
