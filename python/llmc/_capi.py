@@ -143,6 +143,7 @@ _SIGNATURES = {
                                          ctypes.POINTER(ctypes.c_int64)]),
     "llmc_session_create": (_P, [_P, ctypes.c_int32, ctypes.c_char_p, _PP]),
     "llmc_session_release": (None, [_P]),
+    "llmc_session_invalidate_parameters": (_P, [_P]),
     "llmc_session_run": (_P, [_P, ctypes.POINTER(_Tensor), ctypes.c_int32,
                               ctypes.POINTER(_Tensor), ctypes.c_int32, _P]),
     "llmc_nccl_get_unique_id": (_P, [ctypes.c_char_p]),
@@ -372,12 +373,22 @@ class Session:
     """llmc_session_t on one GPU. Inputs are passed zero-copy (data_ptr);
     non-contiguous ones are made contiguous first. Outputs come from
     torch.empty on the inputs' device: PyTorch's caching allocator owns them.
-    Executables with collectives need a `communicator` (its GPU is used)."""
+    Executables with collectives need a `communicator` (its GPU is used).
+
+    Parameter preparation (weight casts, fp8 scaling, pads, weight-only
+    quantization) runs in the runtime once per set of parameter pointers. An
+    in-place update of an input at the same address (an optimizer step) is
+    seen through PyTorch's tensor version counters and makes it run again;
+    `always_prepare=True` (training graphs, where weights may also change
+    behind `.data`) runs it on every call."""
 
     def __init__(self, executable: Executable, device_ordinal: int = 0,
                  cuda_graphs: bool = False,
-                 communicator: Optional[Communicator] = None):
+                 communicator: Optional[Communicator] = None,
+                 always_prepare: bool = False):
         self._lib = load()
+        self.always_prepare = always_prepare
+        self._versions: Optional[List[Tuple[int, int]]] = None
         self.executable = executable  # keeps it alive
         self.communicator = communicator  # released after the session
         self.output_info = executable.outputs
@@ -396,7 +407,17 @@ class Session:
         _check(status, f"creating a session on GPU {device_ordinal}")
         self._handle = out
 
+    def _guard_parameters(self, inputs: Sequence[torch.Tensor]):
+        versions = [(t.data_ptr(), t._version) for t in inputs]
+        last = self._versions
+        self._versions = versions
+        if self.always_prepare or (last is not None and any(
+                p == q and v != w for (p, v), (q, w) in zip(versions, last))):
+            _check(self._lib.llmc_session_invalidate_parameters(self._handle),
+                   "invalidating the session's prepared parameters")
+
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        self._guard_parameters(inputs)
         keep: list = []
         ins = []
         for t in inputs:

@@ -435,8 +435,12 @@ class LlmcSubgraph(torch.nn.Module):
             return self._eager(args)
         if session is None:
             try:
+                # Training graphs: the optimizer may change weights in ways
+                # the version counters miss (.data): prepare on every call.
+                training = not self.report.graph.endswith("_inference")
                 session = _capi.Session(exe, tensors[0].device.index or 0,
-                                        cuda_graphs=self.options.cuda_graphs)
+                                        cuda_graphs=self.options.cuda_graphs,
+                                        always_prepare=training)
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
