@@ -371,17 +371,18 @@ TEST(Attention, SimpleCompileGrid) {
 TEST(Attention, Launch) {
   AttentionConfig c;
   c.head_dim = 128;
-  // Library default: 64 x 64 tiles, 4 warps, K/V double-buffered, grid (q tiles, Hq, B).
-  EXPECT_EQ(AttentionTileName(ResolvedAttentionTile(c)), "bm64_bn64_w4_s2");
+  // Library default: 64 x 64 tiles, 4 warps, K/V double-buffered, grid
+  // (B*Hq, q tiles): the fastest order in the H200 sweep.
+  EXPECT_EQ(AttentionTileName(ResolvedAttentionTile(c)), "bm64_bn64_w4_s2_gh");
   LaunchDims d = AttentionLaunch(c, 4, 2048, 32);
-  EXPECT_EQ(d.grid[0], 32u);
+  EXPECT_EQ(d.grid[0], 128u);
   EXPECT_EQ(d.grid[1], 32u);
-  EXPECT_EQ(d.grid[2], 4u);
+  EXPECT_EQ(d.grid[2], 1u);
   EXPECT_EQ(d.block[0], 128u);
   EXPECT_EQ(d.smem, 4u * 64u * 136u * 2u);  // 2 stages of K and V tiles, Q via registers
   ASSERT_TRUE(ParseAttentionTile("bm128_bn64_w4_s2", &c.tile, nullptr));
   d = AttentionLaunch(c, 4, 2048, 32);
-  EXPECT_EQ(d.grid[0], 16u);
+  EXPECT_EQ(d.grid[0], 16u);  // (q tiles, Hq, B)
   EXPECT_EQ(d.block[0], 128u);
   EXPECT_EQ(d.smem, (4u * 64u + 128u) * 136u * 2u);  // 32 rows per warp: Q stays in smem
   ASSERT_TRUE(ParseAttentionTile("bm128_bn32_w8_s1_gh", &c.tile, nullptr));
@@ -394,8 +395,8 @@ TEST(Attention, Launch) {
   c.tile = AttentionTile{};
   c.head_dim = 256;
   d = AttentionLaunch(c, 1, 129, 8);
-  EXPECT_EQ(d.grid[0], 3u);
-  EXPECT_EQ(d.grid[1], 8u);
+  EXPECT_EQ(d.grid[0], 8u);  // (B*Hq, q tiles)
+  EXPECT_EQ(d.grid[1], 3u);
   EXPECT_EQ(d.smem, (64u + 4u * 32u) * 264u * 2u);  // needs the >48 KiB opt-in
   c.dtype = ScalarType::f32;
   d = AttentionLaunch(c, 1, 7, 9);
