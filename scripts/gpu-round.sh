@@ -11,6 +11,8 @@ mkdir -p "$OUT"
 export PATH="$PWD/dist/bin:$PATH"
 export LD_LIBRARY_PATH="$PWD/dist/lib:${LD_LIBRARY_PATH:-}"
 export LLMC_CACHE_DIR="${LLMC_CACHE_DIR:-/tmp/llmc-cache}"
+# The test binaries find the examples here, not at the build machine's source path.
+export LLMC_EXAMPLES_DIR="$PWD/dist/share/llmc/examples"
 SUMMARY="$OUT/summary.txt"
 LOGS="$(mktemp -d)"
 : > "$SUMMARY"

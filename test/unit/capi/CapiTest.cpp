@@ -1,6 +1,7 @@
 // C API tests (llmc_c.h): misuse is reported as a status naming the argument,
 // compile/save/load round trip, and (with a GPU) runs checked against the CPU
 // reference executor, including two sessions running concurrently.
+#include "../ExamplePath.h"
 #include "llmc/llmc_c.h"
 
 #include "llmc/InitAllDialects.h"
@@ -29,7 +30,7 @@ namespace rt = llmc::rt;
 namespace ref = llmc::reference;
 
 std::string ReadExample(const std::string &name) {
-  std::ifstream f(std::string(LLMC_SOURCE_DIR) + "/examples/" + name);
+  std::ifstream f(llmc::test::ExamplePath(name));
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
@@ -340,8 +341,11 @@ void Prepare(mlir::MLIRContext &ctx, llmc_compiler_t *compiler,
              const std::string &file, int64_t seq, rt::Device &dev,
              uint64_t seed, Example &ex) {
   ex.text = ReadExample(file);
+  ASSERT_FALSE(ex.text.empty()) << "cannot read " << llmc::test::ExamplePath(file)
+                                << " (set LLMC_EXAMPLES_DIR)";
   ex.module = mlir::parseSourceString<mlir::ModuleOp>(ex.text, mlir::ParserConfig(&ctx));
   ASSERT_TRUE(ex.module);
+  ASSERT_FALSE(ex.module->getOps<mlir::func::FuncOp>().empty()) << file;
   ex.fn = *ex.module->getOps<mlir::func::FuncOp>().begin();
   ASSERT_TRUE(mlir::succeeded(llmc::llm::specializeShapes(ex.fn, {{"seq", seq}})));
   std::string bindings = "seq=" + std::to_string(seq);
@@ -428,7 +432,7 @@ TEST(CapiGpu, RunMatchesReferenceAndRejectsMismatches) {
   REQUIRE_GPU(dev);
   CompilerHandle c;
   Example ex;
-  Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, ex);
+  ASSERT_NO_FATAL_FAILURE(Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, ex));
   llmc_session_t *session = nullptr;
   EXPECT_LLMC_OK(llmc_session_create(ex.exe.e, 0, nullptr, &session));
   EXPECT_LLMC_OK(llmc_session_run(session, ex.cIn.data(), ex.cIn.size(),
@@ -496,8 +500,8 @@ TEST(CapiGpu, TwoSessionsConcurrentlyOnTwoStreams) {
   REQUIRE_GPU(dev);
   CompilerHandle c;
   Example a, b;
-  Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, a);
-  Prepare(Context(), c.c, "tiny_gpt2_block.mlir", 5, *dev, 2, b);
+  ASSERT_NO_FATAL_FAILURE(Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, a));
+  ASSERT_NO_FATAL_FAILURE(Prepare(Context(), c.c, "tiny_gpt2_block.mlir", 5, *dev, 2, b));
   llmc_session_t *sa = nullptr, *sb = nullptr;
   EXPECT_LLMC_OK(llmc_session_create(a.exe.e, 0, "cuda_graphs=1", &sa));
   EXPECT_LLMC_OK(llmc_session_create(b.exe.e, 0, "cuda_graphs=1", &sb));

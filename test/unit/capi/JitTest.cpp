@@ -1,6 +1,7 @@
 // C++ JIT API tests (llmc/Compiler.h): compile errors as statuses,
 // signatures of a compiled example, thread-safe compiles and the
 // specialization cache of a JitFunction.
+#include "../ExamplePath.h"
 #include "llmc/Compiler.h"
 
 #include "gtest/gtest.h"
@@ -12,7 +13,7 @@
 namespace {
 
 std::string ReadExample(const std::string &name) {
-  std::ifstream f(std::string(LLMC_SOURCE_DIR) + "/examples/" + name);
+  std::ifstream f(llmc::test::ExamplePath(name));
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();

@@ -10,6 +10,7 @@
 //  - GPU (skips without one): a weight overwritten in place gives the new
 //    result after Session::InvalidateParameters, a weight at a new pointer
 //    gives it at once; compared with the CPU reference on random inputs.
+#include "../ExamplePath.h"
 #include "llmc/Compiler.h"
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
@@ -46,7 +47,7 @@ mlir::MLIRContext &Context() {
 }
 
 std::string ReadExample(const std::string &name) {
-  std::ifstream f(std::string(LLMC_SOURCE_DIR) + "/examples/" + name);
+  std::ifstream f(llmc::test::ExamplePath(name));
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();

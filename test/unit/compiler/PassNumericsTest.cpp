@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../ExamplePath.h"
 #include "ReferenceTestUtils.h"
 
 #include "LLM/Transforms/Passes.h"
@@ -152,7 +153,7 @@ protected:
   }
 
   std::string loadExample(const std::string &name, int64_t seq) {
-    std::string path = std::string(LLMC_SOURCE_DIR) + "/examples/" + name;
+    std::string path = llmc::test::ExamplePath(name);
     auto m = parseSourceFile<ModuleOp>(path, &ctx);
     if (!m) {
       ADD_FAILURE() << "cannot parse " << path;

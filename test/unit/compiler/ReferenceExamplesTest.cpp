@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../ExamplePath.h"
 #include "ReferenceTestUtils.h"
 
 #include "mlir/Parser/Parser.h"
@@ -23,7 +24,7 @@ namespace {
 class ReferenceExamplesTest : public ReferenceTest {
 protected:
   func::FuncOp load(const std::string &name) {
-    std::string path = std::string(LLMC_SOURCE_DIR) + "/examples/" + name;
+    std::string path = llmc::test::ExamplePath(name);
     module = parseSourceFile<ModuleOp>(path, &ctx);
     if (!module) {
       ADD_FAILURE() << "cannot parse " << path;

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../ExamplePath.h"
 #include "ReferenceTestUtils.h"
 
 #include "LLM/IR/LLMOps.h"
@@ -124,7 +125,7 @@ protected:
   }
 
   std::string loadExample(const std::string &name) {
-    std::string path = std::string(LLMC_SOURCE_DIR) + "/examples/" + name;
+    std::string path = llmc::test::ExamplePath(name);
     OwningOpRef<ModuleOp> m = parseSourceFile<ModuleOp>(path, &ctx);
     if (!m) {
       ADD_FAILURE() << "cannot parse " << path;
@@ -221,7 +222,7 @@ TEST_F(ShardNumericsTest, TinyLlamaGqaTp2) {
 TEST_F(ShardNumericsTest, TinyLlamaStaticShapesTp2) {
   std::string diags;
   std::string path =
-      std::string(LLMC_SOURCE_DIR) + "/examples/tiny_llama_block.mlir";
+      llmc::test::ExamplePath("tiny_llama_block.mlir");
   OwningOpRef<ModuleOp> m = parseSourceFile<ModuleOp>(path, &ctx);
   ASSERT_TRUE(m);
   PassManager pm(&ctx);
