@@ -338,11 +338,20 @@ def run_all(args):
     meta.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 quick=q, budget_s=args.budget, python=sys.version.split()[0],
                 host=os.uname().nodename)
+    # The commit the measured binaries were built from: dist/COMMIT (written by
+    # scripts/make-dist.sh), else this checkout's HEAD.
+    meta["commit"] = None
     try:
-        meta["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                        text=True, timeout=10).stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        meta["commit"] = None
+        with open(os.path.join(ROOT, "dist", "COMMIT")) as f:
+            meta["commit"] = f.read().strip() or None
+    except OSError:
+        pass
+    if not meta["commit"]:
+        try:
+            meta["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                            text=True, timeout=10).stdout.strip() or None
+        except Exception:  # noqa: BLE001
+            meta["commit"] = None
     meta["commit"] = meta["commit"] or os.environ.get("LLMC_COMMIT", "unknown")
     try:
         meta["nvidia_smi"] = subprocess.run(

@@ -18,4 +18,8 @@ for f in dist/lib/libllmc.so dist/bin/*; do
   ldd "$f" 2>/dev/null | awk '/libabsl_/ {print $3}'
 done | sort -u | xargs -r cp -L -t dist/lib/
 rm -f dist/lib/*.a
+# The commit the binaries come from (read by bench/run.py); "+dirty" when the
+# tree had uncommitted changes.
+{ git rev-parse HEAD 2>/dev/null || echo unknown; } | tr -d '\n' > dist/COMMIT
+git diff --quiet HEAD 2>/dev/null || printf '+dirty' >> dist/COMMIT
 du -sh dist
