@@ -496,6 +496,64 @@ bool GemvSupported(const GemvConfig &cfg);
 KernelCode EmitGemv(const GemvConfig &cfg);
 LaunchDims GemvLaunch(const GemvConfig &cfg);
 
+/// Horizontal fusion of decode GEMVs that share their input x (q/k/v
+/// projections, gate/up): one launch computes every y_i. Each output row is
+/// computed by exactly the arithmetic of EmitGemv (same per-lane chunking,
+/// fp32 accumulation order, warp reduction, bias add and rounding), so
+/// y_i is bitwise what EmitGemv writes for (x, w_i, bias_i).
+inline constexpr int kMultiGemvMaxOutputs = 4;
+struct MultiGemvConfig {
+  ScalarType dtype = ScalarType::bf16; // x, every w_i and bias_i: bf16 or f16
+  int64_t m = 1;                       // rows of x, 1..kGemvMaxRows
+  int64_t k = 4096;                    // contraction length, multiple of 8
+  int num_outputs = 2;                 // 1..kMultiGemvMaxOutputs
+  ScalarType out[kMultiGemvMaxOutputs] = {ScalarType::bf16, ScalarType::bf16,
+                                          ScalarType::bf16, ScalarType::bf16}; // f32/f16/bf16
+  int64_t n[kMultiGemvMaxOutputs] = {0, 0, 0, 0}; // rows of w_i (only for the launch grid)
+  bool has_bias[kMultiGemvMaxOutputs] = {false, false, false, false};
+};
+bool MultiGemvSupported(const MultiGemvConfig &cfg);
+/// y_i[m, n] = sum_k x[m, k] * w_i[n, k] (+ bias_i[n]) for i < num_outputs;
+/// x [M, K], y_i [M, N_i] row-major, w_i [N_i, K] row-major; 16-byte aligned
+/// x and w_i. The rows of all w_i are one work list (one warp per row), so
+/// the grid covers sum_i N_i rows: one launch instead of num_outputs, and
+/// one wave tail instead of several.
+/// Kernel arguments:
+///   (const T* x, then per output i: OutT_i* y_i, const T* w_i,
+///    const T* bias_i /*nullptr if none*/, long long n_i)
+KernelCode EmitMultiGemv(const MultiGemvConfig &cfg);
+LaunchDims MultiGemvLaunch(const MultiGemvConfig &cfg);
+
+/// SwiGLU feed-forward input projections of a decode step in one kernel
+/// (Shazeer, "GLU Variants Improve Transformer", 2020; LLaMA's MLP):
+///   gate = round<gate_out>(x @ w_gate^T (+ bias_gate))
+///   up   = round<up_out>(x @ w_up^T (+ bias_up))
+///   y    = round<out>(round<act_out>(silu(gate)) * up),
+///   silu(g) = g / (1 + exp(-g)),
+/// i.e. llm.mul(llm.silu(matmul(x, w_gate)), matmul(x, w_up)) with every
+/// intermediate rounded to its type exactly as the unfused GEMVs and the
+/// elementwise kernel (every node rounded) do, so y is bitwise the unfused
+/// result. One warp computes row n of both weights (the product is formed in
+/// registers; gate and up are never stored).
+struct SwiGluGemvConfig {
+  ScalarType dtype = ScalarType::bf16;    // x, w_gate, w_up, biases: bf16 or f16
+  ScalarType gate_out = ScalarType::bf16; // type of the gate matmul's result
+  ScalarType up_out = ScalarType::bf16;   // type of the up matmul's result
+  ScalarType act_out = ScalarType::bf16;  // type of silu(gate)
+  ScalarType out = ScalarType::bf16;      // type of y
+  int64_t m = 1;                          // rows of x, 1..kGemvMaxRows
+  int64_t k = 4096;                       // contraction length, multiple of 8
+  int64_t n = 11008;                      // rows of w_gate and of w_up
+  bool has_bias = false;                  // both biases present
+};
+bool SwiGluGemvSupported(const SwiGluGemvConfig &cfg);
+/// x [M, K], y [M, N] row-major; w_gate, w_up [N, K] row-major, 16-byte
+/// aligned. Kernel arguments:
+///   (OutT* y, const T* x, const T* w_gate, const T* w_up,
+///    const T* bias_gate, const T* bias_up /*nullptr if none*/, long long n)
+KernelCode EmitSwiGluGemv(const SwiGluGemvConfig &cfg);
+LaunchDims SwiGluGemvLaunch(const SwiGluGemvConfig &cfg);
+
 //===----------------------------------------------------------------------===//
 // 12. Zero padding (llm.pad)
 //===----------------------------------------------------------------------===//
