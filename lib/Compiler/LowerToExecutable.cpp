@@ -30,6 +30,7 @@
 #include "llmc/Compiler/LowerToExecutable.h"
 
 #include "LLM/IR/LLMOps.h"
+#include "LLM/Transforms/FusionPlan.h"
 #include "LLM/Transforms/Passes.h"
 #include "llmc/Target/CUDA/Decode.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
@@ -377,14 +378,35 @@ absl::StatusOr<StridedRead> Lowering::stridedRead(Value v,
   return read;
 }
 
+/// Kernel grouping follows llm::planFusionGroups, the plan `llmc-fuse`
+/// materializes as llm.fusion regions (one source of truth for both): an
+/// elementwise op joins its producer's kernel only when the plan put both in
+/// one group, and a residual add is computed by the norm only when the plan
+/// grouped them. Codegen adds its own constraints on top (dense norm
+/// summands; hoisted parameter work never shares a kernel with per-call
+/// work). Plan groups codegen cannot emit as one kernel run as several:
+/// rope_attention (RoPE, then attention) and gemm_epilogue (the GEMM, then
+/// its elementwise tail in one kernel unless cuBLASLt's bias epilogue takes it).
 void Lowering::planFusion() {
   Block &body = fn.getBody().front();
+  llm::FusionPlanOptions planOptions;
+  planOptions.elementwise = options.fuse_elementwise;
+  planOptions.residualNorm = options.fuse_residual_norm;
+  planOptions.gemmEpilogue = options.fuse_gemm_epilogue;
+  llvm::DenseMap<Operation *, int> planGroupOf;
+  for (auto [i, g] : llvm::enumerate(llm::planFusionGroups(body, planOptions)))
+    for (Operation *op : g.ops)
+      planGroupOf[op] = static_cast<int>(i);
+  auto samePlanGroup = [&](Operation *a, Operation *b) {
+    auto ia = planGroupOf.find(a), ib = planGroupOf.find(b);
+    return ia != planGroupOf.end() && ib != planGroupOf.end() && ia->second == ib->second;
+  };
   if (options.fuse_residual_norm) {
     for (Operation &op : body) {
       if (!isa<RMSNormOp, LayerNormOp>(op))
         continue;
       auto add = op.getOperand(0).getDefiningOp<AddOp>();
-      if (!add || add->getBlock() != &body)
+      if (!add || add->getBlock() != &body || !samePlanGroup(add, &op))
         continue;
       // Both summands must be plain dense tensors of the same shape (not views).
       auto isDense = [&](Value v) {
@@ -411,7 +433,7 @@ void Lowering::planFusion() {
       for (Value operand : op.getOperands()) {
         Operation *def = operand.getDefiningOp();
         if (!def || !groupOf.count(def) || !operand.hasOneUse() ||
-            hoisted.contains(def) != hoisted.contains(&op))
+            !samePlanGroup(def, &op) || hoisted.contains(def) != hoisted.contains(&op))
           continue;
         group = groupOf[def];
         break;
@@ -1723,8 +1745,9 @@ absl::Status Lowering::planArena() {
 
 absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   // llm.fusion regions (llmc-fuse) are inlined back into a private copy of
-  // the function: planFusion below regroups the same ops (it shares the
-  // grouping rules of llm::planFusionGroups).
+  // the function: planFusion below asks llm::planFusionGroups, the same plan
+  // that formed the regions, so the regions' ops come back as the same
+  // kernels.
   OwningOpRef<func::FuncOp> unfused;
   if (!fn.getOps<FusionOp>().empty()) {
     unfused = fn.clone();
