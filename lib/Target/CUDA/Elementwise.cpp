@@ -11,6 +11,7 @@
 #include "Internal.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 namespace llmc::cuda {
@@ -70,8 +71,22 @@ const char *CmpOp(CmpPredicate p) {
   return "==";
 }
 
+/// 16-byte vectors per input each thread loads per iteration of the fast
+/// path before using any (1: one at a time). A tuning knob,
+/// LLMC_EW_UNROLL=1..4, for measuring on the GPU; the default is
+/// kElementwiseUnroll.
+int ElementwiseUnroll() {
+  if (const char *e = std::getenv("LLMC_EW_UNROLL"); e && *e) {
+    const int u = std::atoi(e);
+    if (u >= 1 && u <= 4) return u;
+    Fail("LLMC_EW_UNROLL: expected 1, 2, 3 or 4, found '" + std::string(e) + "'");
+  }
+  return kElementwiseUnroll;
+}
+
 struct Emitter {
   const ElementwiseProgram &p;
+  const int unroll_ = ElementwiseUnroll();
   explicit Emitter(const ElementwiseProgram &p) : p(p) {}
 
   bool ValueIsInt(int operand) const {
@@ -213,7 +228,9 @@ struct Emitter {
       s << "//   out" << i << ": " << ScalarTypeTag(p.outputs[i].type) << " = n" << p.outputs[i].node << "\n";
     s << "static constexpr int kNumInputs = " << nin << ";\n";
     s << "static constexpr int kVec = " << VecElems() << ";  // elements per 16-byte access of the widest type\n";
-    s << "static constexpr int kThreads = " << kElementwiseThreads << ";\n\n";
+    s << "static constexpr int kThreads = " << kElementwiseThreads << ";\n";
+    if (Vectorizable() && unroll_ > 1) s << "static constexpr int kUnroll = " << unroll_ << ";  // vectors in flight per thread\n";
+    s << "\n";
 
     s << "LLMC_DEV float ew_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n"
          "LLMC_DEV float ew_silu(float x) { return x / (1.0f + expf(-x)); }\n"
@@ -293,29 +310,52 @@ struct Emitter {
       for (int i = 0; i < nin; ++i)
         if (p.inputs[i].layout == InputLayout::kScalar)
           s << "    const " << CTypeName(p.inputs[i].type) << " s" << i << " = in" << i << "[0];\n";
-      s << "    for (int64_t v = tid; v < nvec; v += nthreads) {\n";
-      for (int i = 0; i < nin; ++i)
-        if (p.inputs[i].layout == InputLayout::kContiguous)
-          s << "      const LlmcVec<" << CTypeName(p.inputs[i].type) << ", kVec> l" << i
-            << " = reinterpret_cast<const LlmcVec<" << CTypeName(p.inputs[i].type) << ", kVec>*>(in" << i << ")[v];\n";
-      for (int i = 0; i < nout; ++i)
-        s << "      LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec> o" << i << ";\n";
-      s << "#pragma unroll\n      for (int e = 0; e < kVec; ++e) ew_body(";
-      bool first = true;
-      for (int i = 0; i < nin; ++i) {
-        s << (first ? "" : ", ");
-        first = false;
-        if (p.inputs[i].layout == InputLayout::kScalar) s << "s" << i;
-        else s << "l" << i << ".v[e]";
+      // One 16-byte vector of every input at vector index `idx` into l<i><sfx>,
+      // the body, and the store of o<i> at `idx`.
+      auto loads = [&](const std::string &ind, const std::string &idx, const std::string &sfx) {
+        for (int i = 0; i < nin; ++i)
+          if (p.inputs[i].layout == InputLayout::kContiguous)
+            s << ind << "const LlmcVec<" << CTypeName(p.inputs[i].type) << ", kVec> l" << i << sfx
+              << " = reinterpret_cast<const LlmcVec<" << CTypeName(p.inputs[i].type) << ", kVec>*>(in"
+              << i << ")[" << idx << "];\n";
+      };
+      auto bodyAndStore = [&](const std::string &ind, const std::string &idx, const std::string &sfx) {
+        for (int i = 0; i < nout; ++i)
+          s << ind << "LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec> o" << i << ";\n";
+        s << "#pragma unroll\n" << ind << "for (int e = 0; e < kVec; ++e) ew_body(";
+        bool first = true;
+        for (int i = 0; i < nin; ++i) {
+          s << (first ? "" : ", ");
+          first = false;
+          if (p.inputs[i].layout == InputLayout::kScalar) s << "s" << i;
+          else s << "l" << i << sfx << ".v[e]";
+        }
+        for (int i = 0; i < nout; ++i) {
+          s << (first ? "" : ", ") << "o" << i << ".v[e]";
+          first = false;
+        }
+        s << ");\n";
+        for (int i = 0; i < nout; ++i)
+          s << ind << "reinterpret_cast<LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec>*>(out" << i
+            << ")[" << idx << "] = o" << i << ";\n";
+      };
+      s << "    int64_t v = tid;\n";
+      if (unroll_ > 1) {
+        // kUnroll vectors per input per thread and iteration, all loaded before
+        // any is used: more independent loads in flight per thread.
+        s << "    for (; v + (kUnroll - 1) * nthreads < nvec; v += kUnroll * nthreads) {\n";
+        for (int u = 0; u < unroll_; ++u)
+          loads("      ", "v + " + std::to_string(u) + " * nthreads", "_" + std::to_string(u));
+        for (int u = 0; u < unroll_; ++u) {
+          s << "      {\n";
+          bodyAndStore("        ", "v + " + std::to_string(u) + " * nthreads", "_" + std::to_string(u));
+          s << "      }\n";
+        }
+        s << "    }\n";
       }
-      for (int i = 0; i < nout; ++i) {
-        s << (first ? "" : ", ") << "o" << i << ".v[e]";
-        first = false;
-      }
-      s << ");\n";
-      for (int i = 0; i < nout; ++i)
-        s << "      reinterpret_cast<LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec>*>(out" << i
-          << ")[v] = o" << i << ";\n";
+      s << "    for (; v < nvec; v += nthreads) {\n";
+      loads("      ", "v", "");
+      bodyAndStore("      ", "v", "");
       s << "    }\n    scalar_begin = nvec * kVec;\n  }\n";
     }
     s << "  // ---- scalar path (tail, unaligned pointers, broadcasting) ----\n";

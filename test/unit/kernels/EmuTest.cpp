@@ -391,6 +391,45 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
   }
 }
 
+// The fast path with LLMC_EW_UNROLL = 1..4 vectors in flight per thread: one
+// block, so every thread runs the unrolled loop several times, then single
+// vectors, then the scalar tail.
+TEST(Emu, ElementwiseUnrolledFastPath) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const char *saved = std::getenv("LLMC_EW_UNROLL");
+  const std::string restore = saved ? saved : "";
+  for (int u = 1; u <= 4; ++u) {
+    setenv("LLMC_EW_UNROLL", std::to_string(u).c_str(), 1);
+    ElementwiseProgram p;  // out = silu(a) * b, bf16 in and out (8 per vector)
+    p.inputs = {{ScalarType::bf16, InputLayout::kContiguous}, {ScalarType::bf16, InputLayout::kContiguous}};
+    p.nodes = {{EwOp::silu, {-1}, ScalarType::bf16}, {EwOp::mul, {0, -2}, ScalarType::bf16}};
+    p.outputs = {{1, ScalarType::bf16}};
+    auto k = EmitElementwise(p);
+    EXPECT_EQ(k.source.find("kUnroll") != std::string::npos, u > 1) << u;
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* a, const bf16* c, long long n) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o, a, c, n); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, const uint16_t *, const uint16_t *, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    ASSERT_NE(fn, nullptr);
+    const int64_t n = 256 * 8 * u * 3 + 256 * 8 + 13;  // 3 unrolled rounds, 1 single round, tail
+    std::vector<uint16_t> a(n), c(n), o(n, 0xFFFF);
+    auto ra = Randn(n, 21), rc = Randn(n, 22);
+    for (int64_t i = 0; i < n; ++i) a[i] = ToBf16(ra[i]), c[i] = ToBf16(rc[i]);
+    LaunchDims d = ElementwiseLaunch(p, n);
+    d.grid[0] = 1;
+    fn(G(d), B(d), d.smem, o.data(), a.data(), c.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = FromBf16(a[i]);
+      const float silu = FromBf16(ToBf16(x / (1.0f + std::exp(-x))));
+      ASSERT_EQ(o[i], ToBf16(silu * FromBf16(c[i]))) << "unroll " << u << " element " << i;
+    }
+  }
+  if (restore.empty()) unsetenv("LLMC_EW_UNROLL");
+  else setenv("LLMC_EW_UNROLL", restore.c_str(), 1);
+}
+
 TEST(Emu, GatherAndKvAppendErrors) {
   if (!HaveCompiler()) GTEST_SKIP();
   {

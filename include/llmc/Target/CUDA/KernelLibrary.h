@@ -123,6 +123,9 @@ struct ElementwiseProgram {
 
 inline constexpr int kElementwiseMaxRank = 8;
 inline constexpr int kElementwiseThreads = 256;
+/// Default 16-byte vectors per input in flight per thread in the elementwise
+/// fast path (LLMC_EW_UNROLL overrides it at code generation).
+inline constexpr int kElementwiseUnroll = 1;
 
 /// Elementwise kernel. Math: float-typed nodes compute in fp32, integer-typed
 /// nodes (i1/i8/i32/i64) in 64-bit integers (integer div truncates toward
