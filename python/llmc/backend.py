@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.fx
 
-from . import _capi, bucketing, importer, partition
+from . import _capi, bucketing, fold, importer, partition
 
 log = logging.getLogger("llmc")
 
@@ -583,8 +583,11 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
                    kind: str):
     from torch._functorch.aot_autograd import make_boxed_func
     name = f"g{next(_graph_ids)}_{kind}"
+    folded = fold.fold_causal_masks(gm)
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
+    if folded:
+        report.notes.append(f"{folded} constant causal attention mask(s) folded into is_causal")
     for i, sub in enumerate(names):
         eager = getattr(fused, sub)
         setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i))

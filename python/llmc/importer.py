@@ -771,6 +771,18 @@ def _h_cat(imp, node):
         raise Unsupported("concat of empty tensors")
     if len(vals) == 1:
         return vals[0]
+    if any(not (_is_static(d) and d == 1) for d in shape[:dim]):
+        # The CUDA codegen concatenates only where every outer dimension is 1
+        # (block copies): move `dim` to the front, concatenate there, move it
+        # back (RoPE's rotate_half = cat(-x2, x1, -1) stays in the graph).
+        perm = [dim] + [i for i in range(len(shape)) if i != dim]
+        inv = [perm.index(i) for i in range(len(shape))]
+        moved = [imp.transpose(v, perm) for v in vals]
+        mshape = tuple(shape[i] for i in perm)
+        types = ", ".join(v.type for v in moved)
+        cat = imp.new(mshape, dtype, "llm.concat",
+                      lambda: f"{', '.join(imp.ref(v) for v in moved)} dim = 0 : {types}")
+        return imp.transpose(cat, inv)
     types = ", ".join(v.type for v in vals)
     return imp.new(shape, dtype, "llm.concat",
                    lambda: f"{', '.join(imp.ref(v) for v in vals)} dim = {dim} : {types}")

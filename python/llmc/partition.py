@@ -90,11 +90,6 @@ def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
     """Forms the importer translates but llmc's CUDA codegen does not lower."""
     t = node.target
     m = importer._meta(node)
-    if t is aten.cat.default and isinstance(m, torch.Tensor):
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-        dim = dim + m.dim() if dim < 0 else dim
-        if any(not (isinstance(d, int) and d == 1) for d in m.shape[:dim]):
-            return "llmc codegen: concat along an inner dimension"
     if t in (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default):
         x = importer._meta(node.args[0])
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")

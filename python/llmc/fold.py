@@ -1,0 +1,200 @@
+"""FX rewrites before partitioning: constant causal attention masks.
+
+Hugging Face models under torch.compile build the attention mask inside the
+graph even when the caller passes none: `create_causal_mask` cannot skip it
+while tracing (the packed-sequence check `find_packed_sequence_indices`
+reads the positions' values), so the graph computes
+`causal(q >= k) & same_sequence(cumsum(diff(positions) != 1))` from
+`arange` positions with arange/index/cumsum/compare ops, PyTorch's SDPA
+turns it into a float bias ([B, H, S, S], -inf where masked; padded to a
+multiple of 16 and sliced back for the memory-efficient kernel), and
+attention reads it. In llmc that is a materialized [B, H, S, S] tensor
+(1 GiB at B=4, H=32, S=2048, bf16) plus a split graph (index.Tensor,
+arange, cumsum stay in PyTorch).
+
+When the mask depends on no graph input (only on constants and shapes) and
+all its shapes are static, its value is the same on every call: this pass
+evaluates it once on the CPU and, when it is exactly the causal pattern
+(allowed iff key <= query, for every batch and head, query and key lengths
+equal), replaces it with `is_causal=True` and no mask. The attention result
+is unchanged: masked keys got weight exp(-inf) = 0 either way. Masks that
+read an input (a real padding mask), are symbolic, too large to evaluate,
+or not causal are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Optional, Set
+
+import torch
+import torch.fx
+
+log = logging.getLogger("llmc")
+
+aten = torch.ops.aten
+
+# Attention ops: (name of the mask argument, name of the causal flag).
+MASKED_ATTENTION = {
+    aten._scaled_dot_product_efficient_attention.default: ("attn_bias", "is_causal"),
+    aten._scaled_dot_product_cudnn_attention.default: ("attn_bias", "is_causal"),
+    aten._scaled_dot_product_flash_attention_for_cpu.default: ("attn_mask", "is_causal"),
+    aten.scaled_dot_product_attention.default: ("attn_mask", "is_causal"),
+}
+
+# Evaluating the mask subgraph materializes its non-view intermediates on the
+# CPU: refuse masks whose ops would produce more elements than this.
+MAX_ELEMENTS = 1 << 26
+
+_VIEWS = {aten.expand.default, aten.view.default, aten.unsqueeze.default,
+          aten.permute.default, aten.slice.Tensor, aten.alias.default,
+          aten._unsafe_view.default, aten.reshape.default, aten.squeeze.dim,
+          aten.transpose.int, aten.select.int}
+
+
+def _static_numel(node: torch.fx.Node) -> Optional[int]:
+    m = node.meta.get("val")
+    vals = m if isinstance(m, (tuple, list)) else [m]
+    n = 0
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            if any(isinstance(d, torch.SymInt) for d in v.shape):
+                return None
+            n += v.numel()
+        elif isinstance(v, torch.SymInt):
+            return None
+    return n
+
+
+def _constant_subgraph(mask: torch.fx.Node) -> Optional[List[torch.fx.Node]]:
+    """The nodes `mask` is computed from, in graph order, when none is an
+    input and all are static calls of bounded size; else None."""
+    seen: Set[torch.fx.Node] = set()
+    stack = [mask]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op != "call_function":
+            return None  # a placeholder (input, parameter) or get_attr
+        numel = _static_numel(n)
+        if numel is None:
+            return None
+        if n.target not in _VIEWS and numel > MAX_ELEMENTS:
+            return None
+        stack.extend(n.all_input_nodes)
+    order = {n: i for i, n in enumerate(mask.graph.nodes)}
+    return sorted(seen, key=order.__getitem__)
+
+
+def _to_cpu(v):
+    if isinstance(v, torch.device):
+        return torch.device("cpu")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_cpu(x) for x in v)
+    return v
+
+
+def _evaluate(nodes: List[torch.fx.Node]) -> Optional[torch.Tensor]:
+    env: Dict[torch.fx.Node, object] = {}
+    for n in nodes:
+        args = torch.fx.node.map_arg(n.args, env.__getitem__)
+        kwargs = torch.fx.node.map_arg(n.kwargs, env.__getitem__)
+        kwargs = {k: _to_cpu(v) for k, v in kwargs.items()}
+        if "pin_memory" in kwargs:
+            kwargs["pin_memory"] = False
+        env[n] = n.target(*_to_cpu(args), **kwargs)
+    out = env[nodes[-1]]
+    return out if isinstance(out, torch.Tensor) else None
+
+
+def _squeeze_broadcast(t: torch.Tensor) -> torch.Tensor:
+    """`t` with every stride-0 (broadcast) dimension narrowed to one entry."""
+    for d in range(t.dim()):
+        if t.stride(d) == 0 and t.shape[d] > 1:
+            t = t.narrow(d, 0, 1)
+    return t
+
+
+def is_causal_mask(mask: torch.Tensor, sq: int, skv: int) -> bool:
+    """True iff `mask` (bool: True = attend; float: additive, 0 = attend,
+    -inf = masked) is the top-left causal mask of a [.., sq, skv] score
+    matrix with sq == skv, whatever it broadcasts over."""
+    if sq != skv or mask.dim() < 2 or tuple(mask.shape[-2:]) != (sq, skv):
+        return False
+    m = _squeeze_broadcast(mask)
+    if m.dtype == torch.bool:
+        allowed = m
+    elif m.dtype.is_floating_point:
+        allowed = m == 0
+        if not bool(torch.all(allowed | torch.isneginf(m))):
+            return False  # finite nonzero biases, NaN or +inf
+    else:
+        return False
+    tril = torch.ones(sq, skv, dtype=torch.bool).tril()
+    return bool(torch.equal(allowed, tril.expand(allowed.shape)))
+
+
+def _set_arg(node: torch.fx.Node, name: str, value):
+    schema = node.target._schema
+    for i, a in enumerate(schema.arguments):
+        if a.name != name:
+            continue
+        if i < len(node.args):
+            node.update_arg(i, value)
+        else:
+            node.update_kwarg(name, value)
+        return
+    raise KeyError(f"{node.target} has no argument {name}")
+
+
+def _get_arg(node: torch.fx.Node, name: str):
+    schema = node.target._schema
+    for i, a in enumerate(schema.arguments):
+        if a.name == name:
+            if i < len(node.args):
+                return node.args[i]
+            if name in node.kwargs:
+                return node.kwargs[name]
+            return a.default_value if a.has_default_value() else None
+    return None
+
+
+def fold_causal_masks(gm: torch.fx.GraphModule) -> int:
+    """Replaces constant causal attention masks with is_causal=True (see the
+    module doc). Returns how many attention ops were rewritten."""
+    folded = 0
+    cache: Dict[torch.fx.Node, bool] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in MASKED_ATTENTION:
+            continue
+        mask_name, causal_name = MASKED_ATTENTION[node.target]
+        mask = _get_arg(node, mask_name)
+        if not isinstance(mask, torch.fx.Node) or _get_arg(node, causal_name):
+            continue
+        if mask not in cache:
+            ok = False
+            q, k = node.args[0].meta.get("val"), node.args[1].meta.get("val")
+            nodes = _constant_subgraph(mask)
+            if nodes is not None and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor):
+                sq, skv = q.shape[-2], k.shape[-2]
+                if isinstance(sq, int) and isinstance(skv, int):
+                    # The backend runs under AOTAutograd's fake mode: compute
+                    # real values with it (and any other mode) switched off.
+                    from torch.utils._python_dispatch import _disable_current_modes
+                    try:
+                        with _disable_current_modes(), torch.no_grad():
+                            value = _evaluate(nodes)
+                            ok = value is not None and is_causal_mask(value, sq, skv)
+                    except Exception as e:  # an op that does not run on the CPU
+                        log.debug("llmc: mask %s not evaluated: %s", mask.name, e)
+            cache[mask] = ok
+        if cache[mask]:
+            _set_arg(node, mask_name, None)
+            _set_arg(node, causal_name, True)
+            folded += 1
+    if folded:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return folded

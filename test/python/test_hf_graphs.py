@@ -1,0 +1,131 @@
+"""Issue #6: the graphs Hugging Face models hand the llmc backend.
+
+* Constant causal masks (`llmc/fold.py`): HF builds the attention mask in the
+  graph under torch.compile; the backend folds it into is_causal, so no
+  [B, H, S, S] mask is materialized and arange/index/cumsum do not split the
+  graph.
+* Concat along an inner dimension (RoPE's rotate_half) is imported as
+  transpose + outer concat + transpose, which the CUDA codegen lowers, so
+  the projections, RoPE and attention stay in one llmc subgraph.
+CPU only; the numerics go through `llmc-run --backend=ref`.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+import llmc.backend
+from conftest import MODELS
+from llmc import fold, importer
+from test_importer import trace
+from test_importer_numerics import _need_llmc_run, check_graph
+
+
+def _tril(s, dtype=torch.bool):
+    m = torch.ones(s, s, dtype=torch.bool).tril()
+    if dtype == torch.bool:
+        return m
+    return torch.zeros(s, s, dtype=dtype).masked_fill(~m, float("-inf"))
+
+
+def test_causal_mask_recognized_bool_and_additive():
+    assert fold.is_causal_mask(_tril(8)[None, None].expand(2, 4, 8, 8), 8, 8)
+    assert fold.is_causal_mask(_tril(8, torch.float32)[None, None], 8, 8)
+    assert fold.is_causal_mask(_tril(8, torch.bfloat16).expand(3, 8, 8), 8, 8)
+
+
+def test_non_causal_masks_rejected():
+    assert not fold.is_causal_mask(torch.ones(8, 8, dtype=torch.bool), 8, 8)
+    m = _tril(8).clone()
+    m[5, 1] = False  # a padded key
+    assert not fold.is_causal_mask(m, 8, 8)
+    f = _tril(8, torch.float32)
+    f[3, 0] = -1.0  # a finite bias
+    assert not fold.is_causal_mask(f, 8, 8)
+    f = _tril(8, torch.float32)
+    f[2, 1] = float("nan")
+    assert not fold.is_causal_mask(f, 8, 8)
+    # one batch entry different
+    b = _tril(8)[None].repeat(2, 1, 1)
+    b[1, 7, 7] = False
+    assert not fold.is_causal_mask(b, 8, 8)
+    # query and key lengths differ: torch's causal is top-left, llm's bottom-right
+    assert not fold.is_causal_mask(torch.ones(4, 8, dtype=torch.bool).tril(), 4, 8)
+    assert not fold.is_causal_mask(torch.ones(8, 8, dtype=torch.int64).tril(), 8, 8)
+
+
+def test_mask_from_an_input_is_not_folded():
+    def f(q, k, v, pad):
+        s = q.shape[2]
+        causal = torch.ones(s, s, dtype=torch.bool).tril()
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal & pad[:, None, None, :])
+    q = torch.randn(1, 2, 8, 16)
+    gm = trace(f, q, q, q, torch.ones(1, 8, dtype=torch.bool))
+    assert fold.fold_causal_masks(gm) == 0
+
+
+def test_constant_causal_mask_folded_and_exact():
+    def f(q, k, v):
+        s = q.shape[2]
+        i = torch.arange(s)
+        mask = i[None, :] <= i[:, None]
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8) for _ in range(3))
+    gm = trace(f, q, k, v)
+    want = gm(q, k, v)
+    assert fold.fold_causal_masks(gm) == 1
+    ops = {importer.op_name(n) for n in gm.graph.nodes if n.op == "call_function"}
+    assert not any("arange" in o or o.startswith("aten.le") for o in ops), ops
+    got = gm(q, k, v)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    want = want[0] if isinstance(want, (tuple, list)) else want
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+# Expected with static shapes (torch 2.15, transformers 5.x): the only ops
+# left to PyTorch are RoPE's cos/sin table (arange, cos, sin); GPT-2 has none.
+EXPECTED = {"gpt2": (1, {"aten.arange.start_step"}),
+            "llama": (2, {"aten.arange.start_step", "aten.cos.default", "aten.sin.default"}),
+            "mistral": (2, {"aten.arange.start_step", "aten.cos.default", "aten.sin.default"})}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_hf_model_graph_partitions(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    cm = torch.compile(model, backend="llmc", dynamic=False)
+    x = torch.randint(0, 1000, (2, 16))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = cm(x, use_cache=False).logits
+        want = model(x, use_cache=False).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    rep = llmc.backend.last_report()
+    parts, left = EXPECTED[name]
+    assert any("2 constant causal attention mask(s) folded" in n for n in rep.notes), str(rep)
+    assert set(rep.unsupported) <= left, str(rep)
+    assert rep.num_partitions == parts, str(rep)
+    assert rep.flops_fraction == 1.0, str(rep)
+
+
+def _rope(q, cos, sin):
+    h = q.shape[-1] // 2
+    rot = torch.cat((-q[..., h:], q[..., :h]), dim=-1)
+    return q * cos + rot * sin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotate_half_concat_inner_matches_torch(dtype):
+    _need_llmc_run()
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 6, 16, dtype=dtype)
+    cos = torch.randn(1, 1, 6, 16, dtype=dtype)
+    sin = torch.randn(1, 1, 6, 16, dtype=dtype)
+    gm = trace(_rope, q, cos, sin)
+    text = importer.import_graph(gm).text
+    assert "llm.concat" in text and "dim = 0" in text, text
+    assert all(importer.check_node(n) is None for n in gm.graph.nodes if n.op == "call_function")
+    check_graph(gm, [q, cos, sin], f"rope_{dtype}")
