@@ -233,6 +233,16 @@ private:
   bool fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg);
   absl::Status emitQuantizeWeight(QuantizeWeightOp op);
   absl::Status emitDequantizeWeight(DequantizeWeightOp op);
+  // Horizontal fusion of decode GEMVs sharing an input (planGemvGroups).
+  struct GemvGroup {
+    SmallVector<MatmulOp, 4> members; // program order; SwiGLU: {gate, up}
+    Operation *emitAt = nullptr;      // last member, or the SwiGLU mul
+    Operation *silu = nullptr;        // SwiGLU only
+  };
+  bool decodeGemvConfig(MatmulOp op, cu::GemvConfig *cfg);
+  rt::Arg gemvWeightArg(MatmulOp op);
+  void planGemvGroups();
+  absl::Status emitGemvGroup(const GemvGroup &group);
   void planHoisting();
   bool isHoisted(Value v) const { return parameterDerived.contains(v); }
   void markPrep(size_t firstLaunch);
@@ -248,6 +258,8 @@ private:
   llvm::DenseMap<Value, int> defStep;          // storage root -> def step
   llvm::DenseSet<Operation *> fusedIntoNorm;   // residual adds
   llvm::DenseMap<Operation *, int> groupOf;    // elementwise op -> group
+  std::vector<GemvGroup> gemvGroups;
+  llvm::DenseMap<Operation *, int> gemvGroupOf; // members, silu, mul -> group
   std::vector<SmallVector<Operation *>> groups;
   llvm::DenseMap<Value, int> outputIndex;      // returned root -> output
   std::map<std::string, int> kernelIndex;
@@ -908,30 +920,13 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   }
   // Decode-shaped projections (a few rows against an nn.Linear weight): the
   // weight read is the whole cost; a GEMV kernel streams it at full bandwidth.
-  if (!ta && tb && rhsBatch == 1 && m * lhsBatch <= cu::kGemvMaxRows) {
-    cu::GemvConfig gc;
-    gc.dtype = scalarOf(op.getLhs());
-    gc.out = scalarOf(op.getResult());
-    gc.m = m * lhsBatch;
-    gc.k = k;
-    gc.n = n;
-    gc.has_bias = op.getBias() && dt(op.getBias()) == dt(op.getLhs());
-    bool outOk = gc.out == cu::ScalarType::f32 || gc.out == cu::ScalarType::f16 ||
-                 gc.out == cu::ScalarType::bf16;
-    if (cu::GemvSupported(gc) && outOk && (!op.getBias() || gc.has_bias)) {
-      // A block of whole weight rows (llmc-shard's column-parallel split) is
-      // read in place.
-      std::optional<MatrixView> w = matrixView(op.getRhs());
-      rt::Arg weight = w && !w->transposed && w->ld == k
-                           ? bufArg(w->buffer, w->byteOffset)
-                           : ptrArg(op.getRhs());
-      std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
-                                   weight,
-                                   gc.has_bias ? ptrArg(op.getBias()) : nullArg(),
-                                   i64Arg(n)};
-      launch(addKernel(cu::EmitGemv(gc)), cu::GemvLaunch(gc), std::move(args), op);
-      return absl::OkStatus();
-    }
+  if (cu::GemvConfig gc; decodeGemvConfig(op, &gc)) {
+    std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
+                                 gemvWeightArg(op),
+                                 gc.has_bias ? ptrArg(op.getBias()) : nullArg(),
+                                 i64Arg(n)};
+    launch(addKernel(cu::EmitGemv(gc)), cu::GemvLaunch(gc), std::move(args), op);
+    return absl::OkStatus();
   }
   rt::GemmSpec g;
   g.dtype_a = dt(op.getLhs());
@@ -1341,6 +1336,9 @@ absl::Status Lowering::emitOp(Operation *op) {
     return absl::OkStatus();
   if (fusedIntoNorm.contains(op))
     return absl::OkStatus();
+  if (auto it = gemvGroupOf.find(op); it != gemvGroupOf.end())
+    return op == gemvGroups[it->second].emitAt ? emitGemvGroup(gemvGroups[it->second])
+                                               : absl::OkStatus();
   if (isElementwiseOp(op)) {
     auto &group = groups[groupOf[op]];
     if (group.back() != op)
@@ -1563,6 +1561,203 @@ absl::Status Lowering::emitOp(Operation *op) {
       .Default([&](Operation *o) {
         return unsupported(o, "no CUDA lowering for this op");
       });
+}
+
+//===----------------------------------------------------------------------===//
+// Decode GEMVs: single, horizontally fused, SwiGLU
+//===----------------------------------------------------------------------===//
+
+/// The GEMV kernel's configuration for a decode-shaped projection (a few rows
+/// against an nn.Linear weight: the weight read is the whole cost and the
+/// GEMV streams it at full bandwidth); false when the matmul is not one.
+bool Lowering::decodeGemvConfig(MatmulOp op, cu::GemvConfig *gc) {
+  auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs());
+  int64_t lr = lhs.getRank(), rr = rhs.getRank();
+  if (op.getTransposeLhs() || !op.getTransposeRhs() || lr < 2 || rr < 2)
+    return false;
+  int64_t lhsBatch = 1, rhsBatch = 1;
+  for (int64_t d : lhs.getShape().drop_back(2)) lhsBatch *= d;
+  for (int64_t d : rhs.getShape().drop_back(2)) rhsBatch *= d;
+  int64_t m = lhs.getDimSize(lr - 2);
+  if (rhsBatch != 1 || m * lhsBatch > cu::kGemvMaxRows)
+    return false;
+  gc->dtype = scalarOf(op.getLhs());
+  gc->out = scalarOf(op.getResult());
+  gc->m = m * lhsBatch;
+  gc->k = lhs.getDimSize(lr - 1);
+  gc->n = rhs.getDimSize(rr - 2);
+  gc->has_bias = op.getBias() && scalarOf(op.getBias()) == gc->dtype;
+  bool outOk = gc->out == cu::ScalarType::f32 || gc->out == cu::ScalarType::f16 ||
+               gc->out == cu::ScalarType::bf16;
+  return cu::GemvSupported(*gc) && outOk && (!op.getBias() || gc->has_bias) &&
+         scalarOf(op.getRhs()) == gc->dtype;
+}
+
+/// A GEMV's weight: a block of whole weight rows (llmc-shard's
+/// column-parallel split) is read in place.
+rt::Arg Lowering::gemvWeightArg(MatmulOp op) {
+  int64_t k = tensorType(op.getLhs()).getShape().back();
+  std::optional<MatrixView> w = matrixView(op.getRhs());
+  return w && !w->transposed && w->ld == k ? bufArg(w->buffer, w->byteOffset)
+                                           : ptrArg(op.getRhs());
+}
+
+/// Groups decode GEMVs that read the same lhs:
+///  * mul(silu(matmul(x, Wg)), matmul(x, Wu)), each intermediate used only
+///    there and silu + mul alone in their elementwise group: one SwiGLU GEMV
+///    at the mul (gate, up and silu(gate) are never stored);
+///  * other runs of 2..kMultiGemvMaxOutputs GEMVs of the same x whose
+///    results are all used only after the run's last matmul (so none feeds
+///    another): one multi-output GEMV at the last matmul.
+/// The liveness pass keeps every member's operands live up to the group's
+/// launch (emitAt); results are defined no later than it.
+void Lowering::planGemvGroups() {
+  if (!options.fuse_gemv)
+    return;
+  Block &body = fn.getBody().front();
+  llvm::MapVector<Value, SmallVector<MatmulOp>> byLhs;
+  for (MatmulOp mm : body.getOps<MatmulOp>()) {
+    cu::GemvConfig gc;
+    cu::QuantGemvConfig qc;
+    if (!hoisted.contains(mm) && !fusedDequantGemv(mm, &qc) && decodeGemvConfig(mm, &gc))
+      byLhs[mm.getLhs()].push_back(mm);
+  }
+  auto usedOnlyAfter = [](Value v, Operation *point) {
+    return llvm::all_of(v.getUsers(), [&](Operation *user) {
+      return user->getBlock() == point->getBlock() && point->isBeforeInBlock(user);
+    });
+  };
+  auto onlyOps = [&](Operation *member, Operation *a, Operation *b) {
+    auto it = groupOf.find(member);
+    return it != groupOf.end() && llvm::all_of(groups[it->second], [&](Operation *o) {
+             return o == a || o == b;
+           });
+  };
+  auto addGroup = [&](GemvGroup g) {
+    int id = gemvGroups.size();
+    for (MatmulOp mm : g.members)
+      gemvGroupOf[mm] = id;
+    if (g.silu)
+      gemvGroupOf[g.silu] = id, gemvGroupOf[g.emitAt] = id;
+    gemvGroups.push_back(std::move(g));
+  };
+  for (auto &[lhs, mms] : byLhs) {
+    if (mms.size() < 2)
+      continue;
+    llvm::DenseSet<Operation *> taken;
+    // mul(silu(gate), up) => swiglu_gemv(x, Wg, Wu)
+    for (MatmulOp gate : mms) {
+      if (!options.fuse_elementwise || taken.contains(gate) || !gate->hasOneUse())
+        continue;
+      auto silu = dyn_cast<SiluOp>(*gate->user_begin());
+      if (!silu || !silu->hasOneUse())
+        continue;
+      auto mul = dyn_cast<MulOp>(*silu->user_begin());
+      if (!mul || hoisted.contains(mul))
+        continue;
+      Value other = mul.getLhs() == silu.getResult() ? mul.getRhs() : mul.getLhs();
+      auto up = other.getDefiningOp<MatmulOp>();
+      if (!up || up == gate || taken.contains(up) || !llvm::is_contained(mms, up) ||
+          !up->hasOneUse())
+        continue;
+      ArrayRef<int64_t> shape = tensorType(gate.getResult()).getShape();
+      if (tensorType(up.getResult()).getShape() != shape ||
+          tensorType(silu.getResult()).getShape() != shape ||
+          tensorType(mul.getResult()).getShape() != shape)
+        continue;
+      if (!onlyOps(silu, silu, mul) || !onlyOps(mul, silu, mul))
+        continue;
+      cu::GemvConfig gg, gu;
+      decodeGemvConfig(gate, &gg);
+      decodeGemvConfig(up, &gu);
+      cu::SwiGluGemvConfig c;
+      c.dtype = gg.dtype;
+      c.gate_out = gg.out;
+      c.up_out = gu.out;
+      c.act_out = scalarOf(silu.getResult());
+      c.out = scalarOf(mul.getResult());
+      c.m = gg.m;
+      c.k = gg.k;
+      c.n = gg.n;
+      c.has_bias = gg.has_bias;
+      if (gg.has_bias != gu.has_bias || !cu::SwiGluGemvSupported(c))
+        continue;
+      taken.insert(gate);
+      taken.insert(up);
+      addGroup({{gate, up}, mul, silu});
+    }
+    // Runs of independent GEMVs in program order => multi_gemv(x, W_0..W_n).
+    GemvGroup run;
+    auto flush = [&] {
+      if (run.members.size() >= 2) {
+        run.emitAt = run.members.back();
+        addGroup(std::move(run));
+      }
+      run = GemvGroup();
+    };
+    for (MatmulOp mm : mms) {
+      if (taken.contains(mm))
+        continue;
+      bool fits = !run.members.empty() &&
+                  run.members.size() < static_cast<size_t>(cu::kMultiGemvMaxOutputs) &&
+                  llvm::all_of(run.members, [&](MatmulOp prev) {
+                    return usedOnlyAfter(prev.getResult(), mm);
+                  });
+      if (!fits)
+        flush();
+      run.members.push_back(mm);
+    }
+    flush();
+  }
+}
+
+absl::Status Lowering::emitGemvGroup(const GemvGroup &group) {
+  if (group.silu) {
+    MatmulOp gate = group.members[0];
+    MatmulOp up = group.members[1];
+    cu::GemvConfig gg, gu;
+    decodeGemvConfig(gate, &gg);
+    decodeGemvConfig(up, &gu);
+    cu::SwiGluGemvConfig c;
+    c.dtype = gg.dtype;
+    c.gate_out = gg.out;
+    c.up_out = gu.out;
+    c.act_out = scalarOf(group.silu->getResult(0));
+    c.out = scalarOf(group.emitAt->getResult(0));
+    c.m = gg.m;
+    c.k = gg.k;
+    c.n = gg.n;
+    c.has_bias = gg.has_bias;
+    std::vector<rt::Arg> args = {
+        ptrArg(group.emitAt->getResult(0)), ptrArg(gate.getLhs()),
+        gemvWeightArg(gate), gemvWeightArg(up),
+        c.has_bias ? ptrArg(gate.getBias()) : nullArg(),
+        c.has_bias ? ptrArg(up.getBias()) : nullArg(), i64Arg(c.n)};
+    launch(addKernel(cu::EmitSwiGluGemv(c)), cu::SwiGluGemvLaunch(c), std::move(args),
+           group.emitAt);
+    return absl::OkStatus();
+  }
+  cu::MultiGemvConfig c;
+  c.num_outputs = group.members.size();
+  std::vector<rt::Arg> args = {ptrArg(MatmulOp(group.members[0]).getLhs())};
+  for (auto [i, member] : llvm::enumerate(group.members)) {
+    MatmulOp mm = member;
+    cu::GemvConfig gc;
+    decodeGemvConfig(mm, &gc);
+    c.dtype = gc.dtype;
+    c.m = gc.m;
+    c.k = gc.k;
+    c.out[i] = gc.out;
+    c.n[i] = gc.n;
+    c.has_bias[i] = gc.has_bias;
+    args.push_back(ptrArg(mm.getResult()));
+    args.push_back(gemvWeightArg(mm));
+    args.push_back(gc.has_bias ? ptrArg(mm.getBias()) : nullArg());
+    args.push_back(i64Arg(gc.n));
+  }
+  launch(addKernel(cu::EmitMultiGemv(c)), cu::MultiGemvLaunch(c), std::move(args),
+         group.emitAt);
+  return absl::OkStatus();
 }
 
 //===----------------------------------------------------------------------===//
@@ -1811,6 +2006,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
 
   planHoisting();
   planFusion();
+  planGemvGroups();
 
   // Liveness in units of ops (program order); each value's storage root is
   // live from its definition to its last (transitive, through views) use.
@@ -1844,6 +2040,10 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
         if (defStep[storageRoot(r)] > last || defStep[storageRoot(r)] == at)
           defStep[storageRoot(r)] = std::min(defStep[storageRoot(r)], at);
     }
+    // A fused GEMV group reads its members' operands when it is emitted.
+    if (auto it = gemvGroupOf.find(&op); it != gemvGroupOf.end() && isa<MatmulOp>(op))
+      for (Value operand : op.getOperands())
+        touch(operand, opIndex[gemvGroups[it->second].emitAt]);
     // The fused residual add's sum is written by the norm.
     if (auto add = dyn_cast<AddOp>(&op); add && fusedIntoNorm.contains(add))
       for (Operation *user : add->getUsers())

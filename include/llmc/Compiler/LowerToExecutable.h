@@ -52,6 +52,11 @@ struct LowerOptions {
   bool fuse_residual_norm = true;
   /// Fuse a bias add into the cuBLASLt epilogue.
   bool fuse_gemm_epilogue = true;
+  /// Horizontal fusion of decode GEMVs (at most kGemvMaxRows rows) that read
+  /// the same input: 2-4 of them (q/k/v) become one multi-output GEMV
+  /// launch, and mul(silu(x W_gate^T), x W_up^T) one SwiGLU GEMV (with
+  /// fuse_elementwise). Results are bitwise those of the separate kernels.
+  bool fuse_gemv = true;
   /// Alignment of arena offsets, bytes.
   int64_t arena_alignment = 128;
   /// Compute capability of the target GPU times ten plus the minor (90 for
