@@ -205,53 +205,6 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Emu, SimpleAttentionF32D96) { RunAttention({96, 1, 7, 7, 9, 3, true, false, true}); }
 TEST(Emu, SimpleAttentionF32D80Mask) { RunAttention({80, 2, 5, 9, 4, 2, false, true, true}); }
 
-TEST(Emu, FlashDecodeBf16) {
-  if (!HaveCompiler()) GTEST_SKIP();
-  for (int64_t ql : {1, 2}) {
-    DecodeConfig cfg;
-    cfg.dtype = ScalarType::bf16;
-    cfg.head_dim = 80;
-    cfg.group_size = 3;
-    cfg.q_len = ql;
-    cfg.kv_len = KvLenSource::kDeviceI64;
-    auto kd = EmitDecodeAttention(cfg);
-    const char *split_stub = R"(
-extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, const T* q, const T* k,
-                          const T* v, const void* lenp, long long len, long long smax, int hkv, float scale,
-                          int splits) {
-  emu::Launch(g, b, smem, [&] { KERNEL(pa, pml, q, k, v, lenp, len, smax, hkv, scale, splits); });
-})";
-    const char *combine_stub = R"(
-extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const float* pa, const float* pml, int hkv,
-                          int splits) {
-  emu::Launch(g, b, smem, [&] { KERNEL(out, pa, pml, hkv, splits); });
-})";
-    using SplitFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
-                             const void *, long long, long long, int, float, int);
-    using CombFn = void (*)(Dim3, Dim3, unsigned, void *, const float *, const float *, int, int);
-    auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, WithName(split_stub, kd.split.name)));
-    auto comb = reinterpret_cast<CombFn>(BuildEmu(kd.combine, WithName(combine_stub, kd.combine.name)));
-    ASSERT_TRUE(split && comb);
-    const int64_t Bt = 2, Hkv = 2, Hq = 6, D = 80, Smax = 320, L = 300;
-    auto q = Randn(Bt * ql * Hq * D, 5), k = Randn(Bt * Smax * Hkv * D, 6), v = Randn(Bt * Smax * Hkv * D, 7);
-    auto qb = ToBf16Vec(q), kb = ToBf16Vec(k), vb = ToBf16Vec(v);
-    const int splits = 3;
-    auto ws = DecodeWorkspaceBytes(cfg, Bt, Hkv, splits);
-    std::vector<float> pa(ws.first / 4), pml(ws.second / 4);
-    std::vector<uint16_t> ob(q.size());
-    const int64_t len = L;
-    const float scale = 1.0f / std::sqrt(80.0f);
-    LaunchDims d1 = DecodeSplitLaunch(cfg, Bt, Hkv, splits), d2 = DecodeCombineLaunch(cfg, Bt, Hkv);
-    split(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qb.data(), kb.data(), vb.data(), &len, 0, Smax, Hkv, scale,
-          splits);
-    comb(G(d2), B(d2), d2.smem, ob.data(), pa.data(), pml.data(), Hkv, splits);
-    auto ref = llmc::ref::AttentionRef(q, k, v, nullptr, Bt, ql, L, Smax, Hq, Hkv, D, true, scale);
-    double max_err = 0;
-    for (size_t i = 0; i < ob.size(); ++i) max_err = std::max(max_err, std::fabs((double)FromBf16(ob[i]) - ref[i]));
-    EXPECT_LT(max_err, 1e-2) << "q_len " << ql;
-  }
-}
-
 TEST(Emu, RMSNormResidualAndSoftmax) {
   if (!HaveCompiler()) GTEST_SKIP();
   {

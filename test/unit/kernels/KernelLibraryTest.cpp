@@ -536,45 +536,6 @@ TEST(Attention, AllTilesCompileWithoutSpills) {
     }
 }
 
-TEST(Decode, CompileGrid) {
-  const KvLenSource srcs[] = {KvLenSource::kArg, KvLenSource::kDeviceI32, KvLenSource::kDeviceI64,
-                              KvLenSource::kPerBatchI32, KvLenSource::kPerBatchI64};
-  for (ScalarType t : kFloatTypes)
-    for (int64_t d : {64, 80, 96, 128, 256})
-      for (auto [g, ql] : {std::pair<int64_t, int64_t>{1, 1}, {3, 1}, {8, 1}, {4, 2}}) {
-          DecodeConfig c;
-          c.dtype = t;
-          c.head_dim = d;
-          c.group_size = g;
-          c.q_len = ql;
-          c.kv_len = srcs[(d + g + ql) % 5];
-          if (!DecodeSupported(c)) continue;
-          auto k = EmitDecodeAttention(c);
-          ExpectCompiles(k.split);
-          ExpectCompiles(k.combine);
-        }
-}
-
-TEST(Decode, LaunchAndWorkspace) {
-  DecodeConfig c;  // g=4, d=128
-  EXPECT_EQ(DecodeNumSplits(c, 1, 8, 2048), 32);    // 4*132 / 8 = 66 -> capped at 2048/64
-  EXPECT_EQ(DecodeNumSplits(c, 32, 8, 2048), 3);    // 528 / 256 -> 3
-  EXPECT_EQ(DecodeNumSplits(c, 1, 1, 100), 2);      // capped at ceil(100/64)
-  LaunchDims d = DecodeSplitLaunch(c, 2, 8, 16);
-  EXPECT_EQ(d.grid[0], 16u);
-  EXPECT_EQ(d.grid[1], 8u);
-  EXPECT_EQ(d.grid[2], 2u);
-  EXPECT_EQ(d.block[0], 128u);
-  EXPECT_EQ(d.smem, (2u * 4u * 128u + 4u * 4u * 2u) * 4u);
-  d = DecodeCombineLaunch(c, 2, 8);
-  EXPECT_EQ(d.grid[0], 2u * 32u);
-  auto ws = DecodeWorkspaceBytes(c, 2, 8, 16);
-  EXPECT_EQ(ws.first, 2 * 32 * 16 * 128 * 4);
-  EXPECT_EQ(ws.second, 2 * 32 * 16 * 2 * 4);
-  c.group_size = 64;
-  EXPECT_FALSE(DecodeSupported(c));
-}
-
 //===----------------------------------------------------------------------===//
 // KV append, gather, reductions
 //===----------------------------------------------------------------------===//
