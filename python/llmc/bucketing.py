@@ -131,6 +131,7 @@ class AV:
     nmask: Optional[Tuple[int, int]] = None
     zmask: Optional[Tuple[int, int]] = None
     neginf: bool = False                 # every element is -inf
+    pos_off: int = 0                     # pos: graph-level offset c in `position + c`
 
     @property
     def rank(self) -> int:
@@ -236,7 +237,8 @@ class Analysis:
             q, k = m(p[0]), m(p[1])
             return None if q is None or k is None else (q, k)
         return AV(tuple(new_axes), av.dirty, m(av.pos), av.pos_src if m(av.pos) is not None
-                  else frozenset(), m2(av.cmask), m2(av.nmask), m2(av.zmask), av.neginf)
+                  else frozenset(), m2(av.cmask), m2(av.nmask), m2(av.zmask), av.neginf,
+                  av.pos_off if m(av.pos) is not None else 0)
 
     def broadcast_to(self, av: AV, rank: int) -> AV:
         lead = rank - av.rank
@@ -325,27 +327,38 @@ def _elementwise(an: Analysis, node) -> AV:
     out = AV(axes, dirty)
     t = node.target
     pk = getattr(t, "overloadpacket", None)
-    # Positions: x + c, x - c keep `pos` (integer results only).
+    # Positions: x + c, x - c keep `pos` (integer results only) and add c to
+    # its offset, which the causal comparison below must take into account.
     m = importer._meta(node)
     if (pk in (aten.add, aten.sub) and len(ins) == 1 and ins[0].pos is not None
-            and isinstance(node.args[1], int) and not m.dtype.is_floating_point):
-        return replace(out, pos=ins[0].pos, pos_src=ins[0].pos_src)
+            and isinstance(node.args[1], int) and not m.dtype.is_floating_point
+            and an.av(node.args[0]) is not None and not node.kwargs):
+        c = node.args[1] if pk is aten.add else -node.args[1]
+        return replace(out, pos=ins[0].pos, pos_src=ins[0].pos_src,
+                       pos_off=ins[0].pos_off + c)
     if pk in (aten._to_copy,) or t is prims.convert_element_type.default:
         v = ins[0]
         if not m.dtype.is_floating_point and m.dtype != torch.bool and v.pos is not None:
-            return replace(out, pos=v.pos, pos_src=v.pos_src)
+            return replace(out, pos=v.pos, pos_src=v.pos_src, pos_off=v.pos_off)
         if v.cmask and m.dtype == torch.bool:
             return replace(out, cmask=v.cmask)
         if v.nmask and m.dtype.is_floating_point:
             return replace(out, nmask=v.nmask)
         return replace(out, neginf=v.neginf)
     # k_pos <= q_pos (and the mirrored forms): False for real q, padded k.
+    # With k_pos = j + ck and q_pos = i + cq (the inputs' own offsets are
+    # checked equal at run time), every padded key j >= L is hidden from every
+    # real query i <= L-1 iff L + ck > L - 1 + cq, i.e. ck >= cq (<=), or
+    # ck >= cq - 1 for the strict form (<).
     if pk in (aten.le, aten.lt, aten.ge, aten.gt) and len(ins) == 2:
         a, b = ins
-        if a.pos is not None and b.pos is not None and a.pos != b.pos:
+        if (a.pos is not None and b.pos is not None and a.pos != b.pos
+                and len(node.args) == 2 and all(an.av(x) is not None for x in node.args)):
             k, q = (a, b) if pk in (aten.le, aten.lt) else (b, a)
-            an.pos_inputs |= a.pos_src | b.pos_src
-            return replace(out, cmask=(q.pos, k.pos))
+            strict = pk in (aten.lt, aten.gt)
+            if k.pos_off >= q.pos_off - (1 if strict else 0):
+                an.pos_inputs |= a.pos_src | b.pos_src
+                return replace(out, cmask=(q.pos, k.pos))
         return out
     if pk in (aten.logical_and, aten.bitwise_and) and len(ins) == 2:
         cm = ins[0].cmask or ins[1].cmask
@@ -447,7 +460,7 @@ def _reshape(an, node) -> AV:
         return a is not None and a in amap and len(out_axes[amap[a]]) == 1
     res = AV(tuple(out_axes), v.dirty)
     if keep(v.pos):
-        res = replace(res, pos=amap[v.pos], pos_src=v.pos_src)
+        res = replace(res, pos=amap[v.pos], pos_src=v.pos_src, pos_off=v.pos_off)
     for f in ("cmask", "nmask", "zmask"):
         p = getattr(v, f)
         if p is not None and keep(p[0]) and keep(p[1]):

@@ -100,6 +100,25 @@ def test_mask_from_positions_the_wrong_way_is_refused():
     assert sym not in plan.syms, plan
 
 
+@pytest.mark.parametrize("mask,ok", [
+    (lambda kpos, qpos: kpos <= qpos + 1, False),      # the last real query sees key L
+    (lambda kpos, qpos: kpos - 2 <= qpos, False),      # same, offset on the key side
+    (lambda kpos, qpos: kpos < qpos + 2, False),       # strict form of the first
+    (lambda kpos, qpos: kpos + 1 <= qpos + 1, True),   # equal offsets: still causal
+    (lambda kpos, qpos: kpos <= qpos - 3, True),       # a sliding offset away from padding
+    (lambda kpos, qpos: kpos < qpos + 1, True),        # k < q + 1 is k <= q
+])
+def test_position_offsets_decide_whether_padding_is_hidden(mask, ok):
+    """A padded key j >= L must stay invisible to every real query i <= L-1:
+    offsets added to the positions in the graph can break that."""
+    def f(q, k, v, kpos, qpos):
+        m = torch.where(mask(kpos, qpos), 0.0, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    pos = torch.arange(11)
+    plan, sym = _plan(f, *QKV, pos.view(1, 1, 1, 11), pos.view(1, 1, 11, 1), dim=2)
+    assert (sym in plan.syms) == ok, plan
+
+
 def test_bucket_sizes():
     assert [bucketing.bucket_size(n, "pow2") for n in (1, 16, 17, 40, 64, 65)] == \
         [16, 16, 32, 64, 64, 128]
