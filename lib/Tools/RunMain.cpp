@@ -590,6 +590,11 @@ int llmc::runMain(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "llmc-run: execute an llm function\n");
 
   // Tensor parallelism: a launcher starts the ranks and returns.
+  if (opts.rank.getNumOccurrences() && opts.rank < 0) {
+    llvm::errs() << "llmc-run: error: --rank=" << opts.rank
+                 << ": expected 0 <= rank < --tp\n";
+    return 1;
+  }
   llmc::tools::TpFlags tpFlags;
   tpFlags.tp = opts.tp;
   tpFlags.rank = opts.rank;
@@ -655,15 +660,31 @@ int llmc::runMain(int argc, char **argv) {
   }
   if (failed(llmc::llm::specializeShapes(fn, bindings)))
     return 1;
+  // Weight-only quantization: the quantized graph is what --check compares
+  // against (`refFn`, a quantized clone); the function that runs is
+  // quantized after llmc-shard, so each rank quantizes only its own slice
+  // of every weight (groups of 128 along K never straddle a shard boundary
+  // that is a multiple of 128, so the values are the same).
+  OwningOpRef<func::FuncOp> quantized;
+  const int weightBits = opts.weightOnly == "int4" ? 4 : opts.weightOnly == "int8" ? 8 : 0;
   if (opts.weightOnly != "none") {
-    if (opts.weightOnly != "int8" && opts.weightOnly != "int4")
+    if (weightBits == 0)
       return fail("--weight-only must be none, int8 or int4, found '" +
                   opts.weightOnly + "'");
-    // The quantized graph is what runs and what --check compares against.
-    if (failed(llmc::llm::quantizeLinearWeights(
-            fn, opts.weightOnly == "int4" ? 4 : 8)))
+    if (opts.precision == "fp8")
+      return fail("--weight-only=" + opts.weightOnly +
+                  " cannot be combined with --precision=fp8 (llmc-precision "
+                  "quantizes weights either to fp8 or to int8/int4)");
+    quantized = cast<func::FuncOp>(fn->clone());
+    if (failed(llmc::llm::quantizeLinearWeights(*quantized, weightBits)))
       return 1;
+    if (quantized->getOps<llmc::llm::QuantizeWeightOp>().empty())
+      llvm::errs() << "llmc-run: warning: --weight-only=" << opts.weightOnly
+                   << " quantized no weight of @" << fn.getSymName()
+                   << " (it takes rank-2 parameter weights of matmuls whose K "
+                      "is a multiple of 128)\n";
   }
+  func::FuncOp refFn = quantized ? *quantized : fn;
   if (failed(llmc::tools::checkGroupSizes(fn, tp.tp)))
     return 1;
 
@@ -772,10 +793,10 @@ int llmc::runMain(int argc, char **argv) {
   if (precisionTolerance(policy) == 0.0 && policy != "fp32")
     return fail("--precision must be fp32, bf16, fp16 or fp8, found '" + policy + "'");
   if (opts.backend == "ref") {
-    if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok())
+    if (auto st = llmc::ApplyPrecisionPolicy(refFn, policy); !st.ok())
       return fail(std::string(st.message()));
     auto t0 = std::chrono::steady_clock::now();
-    auto outs = ref::Evaluate(fn, inputs);
+    auto outs = ref::Evaluate(refFn, inputs);
     if (!outs.ok())
       return fail(std::string(outs.status().message()));
     if (!writeOutputs(*outs))
@@ -838,13 +859,13 @@ int llmc::runMain(int argc, char **argv) {
   std::vector<ref::HostTensor> expected;
   std::string expectedFrom;
   if (checkMode == "ref") {
-    auto outs = ref::Evaluate(fn, inputs);
+    auto outs = ref::Evaluate(refFn, inputs);
     if (!outs.ok())
       return fail("reference executor: " + std::string(outs.status().message()));
     expected = std::move(*outs);
     expectedFrom = "CPU reference executor (float64 math)";
   } else if (checkMode == "gpu-f32") {
-    OwningOpRef<func::FuncOp> clone(cast<func::FuncOp>(fn->clone()));
+    OwningOpRef<func::FuncOp> clone(cast<func::FuncOp>(refFn->clone()));
     if (failed(upcastToF32(*clone)))
       return fail("could not build the float32 instance");
     std::vector<ref::HostTensor> inputs32 = inputs;
@@ -868,6 +889,8 @@ int llmc::runMain(int argc, char **argv) {
                  precisionTolerance(policy)));
   // This rank's shard (the reference above ran the function as written).
   if (failed(llmc::tools::shardForRank(fn, tp.tp, tp.rank)))
+    return 1;
+  if (weightBits && failed(llmc::llm::quantizeLinearWeights(fn, weightBits)))
     return 1;
   if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok())
     return fail(std::string(st.message()));

@@ -6,6 +6,7 @@
 // RUN: not llmc-run %s --tp=2 --rank=1 2>&1 | FileCheck %s --check-prefix=RDZV
 // RUN: env RANK=0 WORLD_SIZE=4 not llmc-run %s --tp=2 2>&1 | FileCheck %s --check-prefix=WORLD
 // RUN: env RANK=1 not llmc-run %s --tp=2 2>&1 | FileCheck %s --check-prefix=NOWORLD
+// RUN: not llmc-run %s --tp=2 --rank=-1 2>&1 | FileCheck %s --check-prefix=NEGRANK
 // RUN: not llmc-run %s 2>&1 | FileCheck %s --check-prefix=GROUP
 // RUN: not llmc-run %s --tp=4 --rank=0 --rendezvous=%t.id 2>&1 | FileCheck %s --check-prefix=GROUP4
 // REF: error: --tp needs the cuda backend
@@ -14,6 +15,7 @@
 // RDZV: [rank 1] error: rank 1 of --tp=2 needs --rendezvous=PATH
 // WORLD: error: --tp=2 but WORLD_SIZE=4: start as many processes as the tensor-parallel degree
 // NOWORLD: error: RANK is set but WORLD_SIZE is not
+// NEGRANK: error: --rank=-1: expected 0 <= rank < --tp
 // GROUP: error: 'llm.all_reduce' op has group_size = 2 but llmc-run runs 1 rank(s); use --tp=2
 // GROUP4: error: 'llm.all_reduce' op has group_size = 2 but llmc-run runs 4 rank(s); use --tp=2
 func.func @two_rank_sum(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {

@@ -77,9 +77,9 @@ const char *CmpOp(CmpPredicate p) {
 /// kElementwiseUnroll.
 int ElementwiseUnroll() {
   if (const char *e = std::getenv("LLMC_EW_UNROLL"); e && *e) {
-    const int u = std::atoi(e);
-    if (u >= 1 && u <= 4) return u;
-    Fail("LLMC_EW_UNROLL: expected 1, 2, 3 or 4, found '" + std::string(e) + "'");
+    const std::string v(e);
+    if (v.size() == 1 && v[0] >= '1' && v[0] <= '4') return v[0] - '0';
+    Fail("environment variable LLMC_EW_UNROLL: expected 1, 2, 3 or 4, found '" + v + "'");
   }
   return kElementwiseUnroll;
 }
