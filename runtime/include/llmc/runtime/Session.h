@@ -141,7 +141,11 @@ class Session {
   ~Session();
 
   /// Enqueues the executable on `stream` (asynchronous). Inputs/outputs must
-  /// match the signature exactly (InvalidArgument otherwise).
+  /// match the signature exactly (InvalidArgument otherwise). The arena and
+  /// the Persistent buffers (parameter-preparation results) belong to the
+  /// session, not to a stream: a caller that alternates streams must order
+  /// the runs itself (an event or a synchronize between them), as with any
+  /// shared scratch.
   absl::Status Run(const std::vector<DeviceTensor>& inputs,
                    const std::vector<DeviceTensor>& outputs, CUstream stream);
   /// Like Run but without graphs, timing each launch with events; returns
