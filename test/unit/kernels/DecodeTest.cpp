@@ -13,74 +13,24 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuReference.h"
+#include "EmuSupport.h"
 #include "NvrtcHelper.h"
 #include "llmc/Target/CUDA/Decode.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <random>
 #include <regex>
 
 using namespace llmc::cuda;
+using namespace llmc::test;
 using llmc::ref::FromBf16;
 using llmc::ref::ToBf16;
 
 namespace {
-
-struct Dim3 { unsigned x = 1, y = 1, z = 1; };  // layout-compatible with the emulator's dim3
-
-std::string Compiler() {
-  if (const char *c = std::getenv("LLMC_EMU_CXX")) return c;
-  return "c++";
-}
-bool HaveCompiler() {
-  static const bool ok = std::system((Compiler() + " --version > /dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
-
-// Builds a shared object from the kernel (device preamble replaced by the
-// emulator's) + `stub` and returns dlsym(emu_entry). Same scheme as EmuTest.
-void *BuildEmu(const KernelCode &k, const std::string &stub) {
-  const std::string marker = "// ===== end of llmc preamble =====\n";
-  std::string body = k.source.substr(k.source.find(marker) + marker.size());
-  body = std::regex_replace(body, std::regex(R"(extern __shared__ __align__\(16\) (\w+) (\w+)\[\];)"),
-                            "$1* $2 = reinterpret_cast<$1*>(emu::dyn_smem);");
-  char dir_tmpl[] = "/tmp/llmc_emu_XXXXXX";
-  const std::string dir = mkdtemp(dir_tmpl);
-  const std::string src = dir + "/" + k.name + ".cpp", so = dir + "/" + k.name + ".so";
-  std::ofstream(src) << "#include \"" << LLMC_TEST_SOURCE_DIR << "/emu/CudaEmu.h\"\n" << body << "\n" << stub;
-  const std::string cmd = Compiler() + " -std=c++17 -O1 -w -shared -fPIC -pthread -o " + so + " " + src;
-  if (std::system(cmd.c_str()) != 0) {
-    ADD_FAILURE() << "emulator build failed: " << cmd;
-    return nullptr;
-  }
-  void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    ADD_FAILURE() << dlerror();
-    return nullptr;
-  }
-  return dlsym(h, "emu_entry");
-}
-
-std::string WithName(const char *stub, const std::string &name) {
-  return std::regex_replace(stub, std::regex("KERNEL"), name);
-}
-Dim3 G(const LaunchDims &d) { return {d.grid[0], d.grid[1], d.grid[2]}; }
-Dim3 B(const LaunchDims &d) { return {d.block[0], d.block[1], d.block[2]}; }
-
-std::vector<float> Randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto &x : v) x = nd(rng);
-  return v;
-}
 
 // Storage bytes of `v` as dtype (v is rounded in place to what is stored).
 std::vector<char> Pack(std::vector<float> &v, ScalarType t) {
@@ -157,8 +107,8 @@ void RunDecode(const DecodeCase &c) {
   using SplitFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
                            const void *, long long, long long, int, float, int);
   using CombFn = void (*)(Dim3, Dim3, unsigned, void *, const float *, const float *, int, int);
-  auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, WithName(kSplitStub, kd.split.name)));
-  auto comb = reinterpret_cast<CombFn>(BuildEmu(kd.combine, WithName(kCombineStub, kd.combine.name)));
+  auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, kSplitStub));
+  auto comb = reinterpret_cast<CombFn>(BuildEmu(kd.combine, kCombineStub));
   ASSERT_TRUE(split && comb);
 
   const int64_t Bt = c.batch, Hkv = c.heads_kv, Hq = Hkv * c.group, D = c.d, Smax = c.smax, Sq = c.q_len;

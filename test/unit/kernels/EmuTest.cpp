@@ -8,74 +8,22 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuReference.h"
+#include "EmuSupport.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <random>
-#include <regex>
 
 using namespace llmc::cuda;
+using namespace llmc::test;
 using llmc::ref::FromBf16;
 using llmc::ref::ToBf16;
 
 namespace {
 
-struct Dim3 { unsigned x = 1, y = 1, z = 1; };  // layout-compatible with the emulator's dim3
-
-std::string Compiler() {
-  if (const char *c = std::getenv("LLMC_EMU_CXX")) return c;
-  return "c++";
-}
-
-// Builds a shared object from the kernel + `stub` and returns dlsym(emu_entry).
-void *BuildEmu(const KernelCode &k, const std::string &stub) {
-  const std::string marker = "// ===== end of llmc preamble =====\n";
-  std::string body = k.source.substr(k.source.find(marker) + marker.size());
-  const size_t ptx = body.find("// ---- PTX wrappers (sm_80+) ----");
-  if (ptx != std::string::npos) {
-    const size_t end = body.find("extern \"C\"", ptx);
-    body = body.substr(0, ptx) + "LLMC_EMU_PTX_WRAPPERS\n" + body.substr(end);
-  }
-  body = std::regex_replace(body, std::regex(R"(extern __shared__ __align__\(16\) (\w+) (\w+)\[\];)"),
-                            "$1* $2 = reinterpret_cast<$1*>(emu::dyn_smem);");
-  char dir_tmpl[] = "/tmp/llmc_emu_XXXXXX";
-  const std::string dir = mkdtemp(dir_tmpl);
-  const std::string src = dir + "/" + k.name + ".cpp", so = dir + "/" + k.name + ".so";
-  std::ofstream(src) << "#include \"" << LLMC_TEST_SOURCE_DIR << "/emu/CudaEmu.h\"\n" << body << "\n" << stub;
-  const std::string cmd = Compiler() + " -std=c++17 -O1 -w -shared -fPIC -pthread -o " + so + " " + src;
-  if (std::system(cmd.c_str()) != 0) {
-    ADD_FAILURE() << "emulator build failed: " << cmd;
-    return nullptr;
-  }
-  void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    ADD_FAILURE() << dlerror();
-    return nullptr;
-  }
-  return dlsym(h, "emu_entry");
-}
-
-bool HaveCompiler() {
-  static const bool ok = std::system((Compiler() + " --version > /dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
-
-Dim3 G(const LaunchDims &d) { return {d.grid[0], d.grid[1], d.grid[2]}; }
-Dim3 B(const LaunchDims &d) { return {d.block[0], d.block[1], d.block[2]}; }
-
-std::vector<float> Randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto &x : v) x = nd(rng);
-  return v;
-}
 std::vector<uint16_t> ToBf16Vec(std::vector<float> &v) {  // rounds v in place too
   std::vector<uint16_t> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
@@ -92,10 +40,6 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* q, con
   emu::Launch(g, b, smem, [&] { KERNEL(out, q, k, v, mask, B, Sq, Skv, Hq, Hkv, scale, msb, msh, msq); });
 }
 )";
-
-std::string WithName(const char *stub, const std::string &name) {
-  return std::regex_replace(stub, std::regex("KERNEL"), name);
-}
 
 struct AttnCase {
   int64_t d, batch, sq, skv, hq, hkv;
@@ -121,7 +65,7 @@ void RunAttention(const AttnCase &c) {
   ASSERT_EQ(AttentionUsesTensorCores(cfg), !c.simple);
   using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, const float *,
                       long long, long long, long long, int, int, float, long long, long long, long long);
-  auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(kAttnStub, k.name)));
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, kAttnStub));
   ASSERT_NE(fn, nullptr);
   auto q = Randn(c.batch * c.sq * c.hq * c.d, 1), kk = Randn(c.batch * c.skv * c.hkv * c.d, 2),
        v = Randn(c.batch * c.skv * c.hkv * c.d, 3);
@@ -221,7 +165,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, float* ro, 
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, float *, float *, const float *, const float *, const float *,
                         long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     const int64_t rows = 3, n = 1001;
     auto x = Randn(rows * n, 8, 300.0f), r = Randn(rows * n, 9), w = Randn(n, 10);
@@ -246,7 +190,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
   emu::Launch(g, b, smem, [&] { KERNEL(out, x, m, scale, rows, mrows); });
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const float *, float, long long, long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     const int64_t rows = 5, mrows = 2;
     auto x = Randn(rows * n, 11, 3.0f), m = Randn(mrows * n, 12);
@@ -283,7 +227,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
   emu::Launch(g, b, smem, [&] { KERNEL(out, x, off, B, S); });
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const void *, long long, long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     const int64_t Bt = 2, S = 5, H = 3, D = 80;
     auto x = Randn(Bt * S * H * D, 13);
@@ -322,7 +266,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, uint8_t *, const float *, const float *, const float *,
                         long long, const void *);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub.c_str(), k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     const int64_t M = 7, N = 37, n = M * N;  // odd sizes: vector body + scalar tail
     auto a = Randn(n, 14);
@@ -364,7 +308,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* a,
   emu::Launch(g, b, smem, [&] { KERNEL(o, a, c, n); });
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, const uint16_t *, const uint16_t *, long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     const int64_t n = 256 * 8 * u * 3 + 256 * 8 + 13;  // 3 unrolled rounds, 1 single round, tail
     std::vector<uint16_t> a(n), c(n), o(n, 0xFFFF);
@@ -397,7 +341,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
   emu::Launch(g, b, smem, [&] { KERNEL(out, t, idx, err, n, V); });
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const int32_t *, int *, long long, long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     auto table = Randn(5 * 12, 16);
     std::vector<int32_t> idx = {4, 0, 5, -1, 2};
@@ -424,7 +368,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* kc, float* vc, c
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, float *, float *, const float *, const float *, const void *, int *,
                         long long, long long, long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     const int64_t Bt = 2, Smax = 8, Snew = 3, row = 12;
     std::vector<float> kc(Bt * Smax * row, -1.0f), vc = kc;
@@ -457,7 +401,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
   emu::Launch(g, b, smem, [&] { KERNEL(out, x, rows); });
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     auto x = Randn(2 * 5000, 19);
     x[5000 + 77] = NAN;
@@ -483,8 +427,8 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* 
 })";
     using F1 = void (*)(Dim3, Dim3, unsigned, float *, const uint16_t *, long long);
     using F2 = void (*)(Dim3, Dim3, unsigned, float *, const float *, int, long long);
-    auto f1 = reinterpret_cast<F1>(BuildEmu(ks.stage1, WithName(s1, ks.stage1.name)));
-    auto f2 = reinterpret_cast<F2>(BuildEmu(ks.stage2, WithName(s2, ks.stage2.name)));
+    auto f1 = reinterpret_cast<F1>(BuildEmu(ks.stage1, s1));
+    auto f2 = reinterpret_cast<F2>(BuildEmu(ks.stage2, s2));
     ASSERT_TRUE(f1 && f2);
     const int64_t n = 3 * 4096 + 5;
     std::vector<uint16_t> x(n, ToBf16(0.5f));
@@ -506,7 +450,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, const bf16* 
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *,
                         long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     const int64_t rows = 5, n = 200;
     auto x = Randn(rows * n, 20, 300.0f), w = Randn(n, 21), bias = Randn(n, 22);
@@ -541,7 +485,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
   emu::Launch(g, b, smem, [&] { KERNEL(out, x, rows); });
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, long long);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     std::vector<float> out(R, -1.f);
     LaunchDims d = RowReduceLaunch(cfg, R);
@@ -570,7 +514,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* 
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const float *, long long,
                         const void *);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     std::vector<float> m = {0.5f, -1.25f, 2.0f};
     std::vector<float> o(R * N);
@@ -596,8 +540,8 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, long long* o, const flo
 })";
     using F1 = void (*)(Dim3, Dim3, unsigned, float *, const long long *, long long);
     using F2 = void (*)(Dim3, Dim3, unsigned, long long *, const float *, int, long long);
-    auto f1 = reinterpret_cast<F1>(BuildEmu(ks.stage1, WithName(s1, ks.stage1.name)));
-    auto f2 = reinterpret_cast<F2>(BuildEmu(ks.stage2, WithName(s2, ks.stage2.name)));
+    auto f1 = reinterpret_cast<F1>(BuildEmu(ks.stage1, s1));
+    auto f2 = reinterpret_cast<F2>(BuildEmu(ks.stage2, s2));
     ASSERT_TRUE(f1 && f2);
     const int64_t n = 32;  // e.g. 2 x 16 labels, some ignored
     std::vector<long long> v(n);
@@ -644,7 +588,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, E* out, const E* in, lo
   emu::Launch(g, b, smem, [&] { KERNEL(out, in, n, *sh); });
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, long long, const void *);
-    auto fn = reinterpret_cast<Fn>(BuildEmu(k, WithName(stub, k.name)));
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr) << k.name;
     const int size = ScalarSize(c.dtype);
     int64_t nin = 1, nout = 1;

@@ -13,66 +13,25 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuReference.h"
+#include "EmuSupport.h"
 #include "NvrtcHelper.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <regex>
 #include <sstream>
 
 using namespace llmc::cuda;
+using namespace llmc::test;
 using llmc::ref::FromBf16;
 using llmc::ref::ToBf16;
 
 namespace {
-
-struct Dim3 { unsigned x = 1, y = 1, z = 1; };  // layout-compatible with the emulator's dim3
-
-std::string HostCompiler() {
-  if (const char *c = std::getenv("LLMC_EMU_CXX")) return c;
-  return "c++";
-}
-bool HaveCompiler() {
-  static const bool ok =
-      std::system((HostCompiler() + " --version > /dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
-
-// The kernel (without the device preamble) + `stub` as a host shared object;
-// returns dlsym(emu_entry). Same scheme as EmuTest.
-void *BuildEmu(const KernelCode &k, const std::string &stub) {
-  const std::string marker = "// ===== end of llmc preamble =====\n";
-  std::string body = k.source.substr(k.source.find(marker) + marker.size());
-  char dir_tmpl[] = "/tmp/llmc_gemv_emu_XXXXXX";
-  const std::string dir = mkdtemp(dir_tmpl);
-  const std::string src = dir + "/" + k.name + ".cpp", so = dir + "/" + k.name + ".so";
-  std::ofstream(src) << "#include \"" << LLMC_TEST_SOURCE_DIR << "/emu/CudaEmu.h\"\n"
-                     << body << "\n"
-                     << std::regex_replace(stub, std::regex("KERNEL"), k.name);
-  const std::string cmd =
-      HostCompiler() + " -std=c++17 -O1 -w -shared -fPIC -pthread -o " + so + " " + src;
-  if (std::system(cmd.c_str()) != 0) {
-    ADD_FAILURE() << "emulator build failed: " << cmd;
-    return nullptr;
-  }
-  void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    ADD_FAILURE() << dlerror();
-    return nullptr;
-  }
-  return dlsym(h, "emu_entry");
-}
-
-Dim3 G(const LaunchDims &d) { return {d.grid[0], d.grid[1], d.grid[2]}; }
-Dim3 B(const LaunchDims &d) { return {d.block[0], d.block[1], d.block[2]}; }
 
 // ---- host storage of bf16 / f16 / f32 values ----
 // f16 through the compiler's _Float16 (round to nearest even), as the
