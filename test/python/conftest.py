@@ -55,13 +55,13 @@ def tiny_llama(**kw):
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=176,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=512, **kw)
+                      max_position_embeddings=2048, **kw)
     return LlamaForCausalLM(cfg)
 
 
 def tiny_gpt2(**kw):
     from transformers import GPT2Config, GPT2LMHeadModel
-    cfg = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=512,
+    cfg = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=2048,
                      bos_token_id=0, eos_token_id=0, **kw)
     return GPT2LMHeadModel(cfg)
 
@@ -70,7 +70,7 @@ def tiny_mistral(**kw):
     from transformers import MistralConfig, MistralForCausalLM
     cfg = MistralConfig(vocab_size=1000, hidden_size=64, intermediate_size=176,
                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                        max_position_embeddings=512, sliding_window=None, **kw)
+                        max_position_embeddings=2048, sliding_window=None, **kw)
     return MistralForCausalLM(cfg)
 
 

@@ -125,7 +125,7 @@ def _need_llmc_gpu():
 @gpu
 @pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("batch", [1, 4])
-@pytest.mark.parametrize("seq", [1, 7, 128])
+@pytest.mark.parametrize("seq", [1, 7, 128, 2048])
 def test_gpu_logits_match_eager_bf16(name, batch, seq):
     _need_llmc_gpu()
     torch.manual_seed(0)
