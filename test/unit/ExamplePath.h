@@ -9,6 +9,8 @@
 #define LLMC_TEST_UNIT_EXAMPLEPATH_H
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace llmc::test {
@@ -18,6 +20,14 @@ inline std::string ExamplePath(const std::string &name) {
   if (const char *dir = std::getenv("LLMC_EXAMPLES_DIR"); dir && *dir)
     return std::string(dir) + "/" + name;
   return std::string(LLMC_SOURCE_DIR) + "/examples/" + name;
+}
+
+/// Text of examples/<name>; empty when it cannot be read.
+inline std::string ReadExample(const std::string &name) {
+  std::ifstream f(ExamplePath(name));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 } // namespace llmc::test

@@ -29,12 +29,7 @@ namespace {
 namespace rt = llmc::rt;
 namespace ref = llmc::reference;
 
-std::string ReadExample(const std::string &name) {
-  std::ifstream f(llmc::test::ExamplePath(name));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using llmc::test::ReadExample;
 
 /// Owns a status; reads code and message.
 struct Status {

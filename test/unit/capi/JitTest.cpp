@@ -12,12 +12,7 @@
 
 namespace {
 
-std::string ReadExample(const std::string &name) {
-  std::ifstream f(llmc::test::ExamplePath(name));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using llmc::test::ReadExample;
 
 std::shared_ptr<llmc::Compiler> MakeCompiler() {
   llmc::CompilerOptions options;

@@ -46,12 +46,7 @@ mlir::MLIRContext &Context() {
   return *ctx;
 }
 
-std::string ReadExample(const std::string &name) {
-  std::ifstream f(llmc::test::ExamplePath(name));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using llmc::test::ReadExample;
 
 /// A parsed, shape-specialized function (the graph as written).
 struct Parsed {
