@@ -231,6 +231,9 @@ private:
   absl::Status emitNorm(Operation *op);
   // Weight-only quantization (llm.quantize_weight / dequantize_weight).
   bool fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg);
+  absl::StatusOr<cu::WeightQuantConfig> weightQuantConfig(Operation *op, int64_t bits,
+                                                          int64_t group,
+                                                          cu::ScalarType dtype);
   absl::Status emitQuantizeWeight(QuantizeWeightOp op);
   absl::Status emitDequantizeWeight(DequantizeWeightOp op);
   // Horizontal fusion of decode GEMVs sharing an input (planGemvGroups).
@@ -1787,14 +1790,27 @@ bool Lowering::fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg) {
   return cu::QuantGemvSupported(*cfg);
 }
 
-absl::Status Lowering::emitQuantizeWeight(QuantizeWeightOp op) {
+/// The quantize/dequantize kernel configuration of `op` (bits, group size,
+/// float side `dtype`); Unimplemented naming the op when unsupported.
+absl::StatusOr<cu::WeightQuantConfig>
+Lowering::weightQuantConfig(Operation *op, int64_t bits, int64_t group,
+                            cu::ScalarType dtype) {
   cu::WeightQuantConfig cfg;
-  cfg.bits = op.getBits();
-  cfg.group = op.getGroupSize();
-  cfg.dtype = scalarOf(op.getWeight());
+  cfg.bits = bits;
+  cfg.group = group;
+  cfg.dtype = dtype;
   if (!cu::WeightQuantSupported(cfg))
-    return unsupported(op, "weight quantization with this bits/group_size "
+    return unsupported(op, "weight (de)quantization with this bits/group_size "
                            "(supported: 4 or 8 bits, group_size a multiple of 64)");
+  return cfg;
+}
+
+absl::Status Lowering::emitQuantizeWeight(QuantizeWeightOp op) {
+  auto cfgOr = weightQuantConfig(op, op.getBits(), op.getGroupSize(),
+                                 scalarOf(op.getWeight()));
+  if (!cfgOr.ok())
+    return cfgOr.status();
+  const cu::WeightQuantConfig &cfg = *cfgOr;
   auto w = tensorType(op.getWeight());
   int64_t n = w.getDimSize(0), k = w.getDimSize(1);
   std::vector<rt::Arg> args = {ptrArg(op.getPacked()), ptrArg(op.getScales()),
@@ -1814,13 +1830,11 @@ absl::Status Lowering::emitDequantizeWeight(DequantizeWeightOp op) {
                fusedDequantGemv(mm, &qc);
       }))
     return absl::OkStatus();
-  cu::WeightQuantConfig cfg;
-  cfg.bits = op.getBits();
-  cfg.group = op.getGroupSize();
-  cfg.dtype = scalarOf(op.getResult());
-  if (!cu::WeightQuantSupported(cfg))
-    return unsupported(op, "weight dequantization with this bits/group_size "
-                           "(supported: 4 or 8 bits, group_size a multiple of 64)");
+  auto cfgOr = weightQuantConfig(op, op.getBits(), op.getGroupSize(),
+                                 scalarOf(op.getResult()));
+  if (!cfgOr.ok())
+    return cfgOr.status();
+  const cu::WeightQuantConfig &cfg = *cfgOr;
   auto t = tensorType(op.getResult());
   int64_t n = t.getDimSize(0), k = t.getDimSize(1);
   std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getPacked()),
