@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "../ScopedEnv.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/runtime/CudnnAttention.h"
 #include "llmc/runtime/Session.h"
@@ -46,27 +47,7 @@ mlir::MLIRContext &Context() {
   return *ctx;
 }
 
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name))
-      old_ = old, had_ = true;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
-private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using llmc::test::ScopedEnv;
 
 struct Shape {
   int64_t b, sq, skv, hq, hkv, d;

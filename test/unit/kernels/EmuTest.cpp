@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuReference.h"
+#include "../ScopedEnv.h"
 #include "EmuSupport.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
@@ -292,11 +293,10 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
 // block, so every thread runs the unrolled loop several times, then single
 // vectors, then the scalar tail.
 TEST(Emu, ElementwiseUnrolledFastPath) {
+  using llmc::test::ScopedEnv;
   if (!HaveCompiler()) GTEST_SKIP();
-  const char *saved = std::getenv("LLMC_EW_UNROLL");
-  const std::string restore = saved ? saved : "";
   for (int u = 1; u <= 4; ++u) {
-    setenv("LLMC_EW_UNROLL", std::to_string(u).c_str(), 1);
+    ScopedEnv env("LLMC_EW_UNROLL", std::to_string(u).c_str());
     ElementwiseProgram p;  // out = silu(a) * b, bf16 in and out (8 per vector)
     p.inputs = {{ScalarType::bf16, InputLayout::kContiguous}, {ScalarType::bf16, InputLayout::kContiguous}};
     p.nodes = {{EwOp::silu, {-1}, ScalarType::bf16}, {EwOp::mul, {0, -2}, ScalarType::bf16}};
@@ -323,8 +323,6 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* a,
       ASSERT_EQ(o[i], ToBf16(silu * FromBf16(c[i]))) << "unroll " << u << " element " << i;
     }
   }
-  if (restore.empty()) unsetenv("LLMC_EW_UNROLL");
-  else setenv("LLMC_EW_UNROLL", restore.c_str(), 1);
 }
 
 TEST(Emu, GatherAndKvAppendErrors) {

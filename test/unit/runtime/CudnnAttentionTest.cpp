@@ -4,6 +4,7 @@
 // (built without a GPU when a libcudnn.so.9 is loadable). Plan building and
 // numerics need a GPU: test/unit/compiler/CudnnAttentionGpuTest.cpp.
 #include "llmc/runtime/CudnnAttention.h"
+#include "../ScopedEnv.h"
 
 #include <sys/stat.h>
 
@@ -18,27 +19,7 @@
 namespace llmc::rt {
 namespace {
 
-/// Restores an environment variable on scope exit.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using llmc::test::ScopedEnv;
 
 AttentionSpec Spec(int64_t b, int64_t sq, int64_t skv, int64_t hq, int64_t hkv,
                    int64_t d, bool causal, DType t = DType::bf16) {

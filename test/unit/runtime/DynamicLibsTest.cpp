@@ -1,4 +1,5 @@
 #include "llmc/runtime/DynamicLibs.h"
+#include "../ScopedEnv.h"
 
 #include <cstdlib>
 
@@ -7,19 +8,7 @@
 namespace llmc::rt {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using llmc::test::ScopedEnv;
 
 TEST(DynamicLibsTest, MissingDriverNamesLibraryAndEnvVar) {
   ScopedEnv env("LLMC_LIBCUDA", "/nonexistent.so");
