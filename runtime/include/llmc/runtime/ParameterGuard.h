@@ -1,13 +1,14 @@
 // Once-per-parameter-set execution of an Executable's parameter-preparation
-// segment (launches[0, num_prepare_launches): e.g. weight-only quantization
-// of the weights, see llm.quantize_weight).
+// segment (launches[0, num_prepare_launches): the work that depends on
+// parameters only — weight casts, fp8 weight scaling, pads and relayouts of
+// weights, weight-only quantization (llm.quantize_weight)).
 //
 // Guard: pointer identity. The segment runs on the first Run and again
 // whenever the device pointer of any input marked `parameter` differs from
 // the previous preparation. A caller who overwrites a weight in place (same
 // pointer, new values) must call Session::InvalidateParameters() (C API:
 // llmc_session_invalidate_parameters) before the next Run; otherwise the
-// persistent results (quantized weights) of the old values are used.
+// persistent results (e.g. quantized weights) of the old values are used.
 #ifndef LLMC_RUNTIME_PARAMETERGUARD_H
 #define LLMC_RUNTIME_PARAMETERGUARD_H
 
