@@ -119,8 +119,15 @@ def _squeeze_broadcast(t: torch.Tensor) -> torch.Tensor:
 
 def is_causal_mask(mask: torch.Tensor, sq: int, skv: int) -> bool:
     """True iff `mask` (bool: True = attend; float: additive, 0 = attend,
-    -inf = masked) is the top-left causal mask of a [.., sq, skv] score
-    matrix with sq == skv, whatever it broadcasts over."""
+    -inf or the dtype's lowest finite value = masked) is the top-left causal
+    mask of a [.., sq, skv] score matrix with sq == skv, whatever it
+    broadcasts over.
+
+    Hugging Face's `sdpa_mask` writes `torch.finfo(dtype).min`, not -inf
+    (transformers 5.17 on CUDA). A causal row always attends its diagonal,
+    so its max score m is finite and a key biased by min gets weight
+    exp(s + min - m) = 0 exactly in float32 for any score |s| < 1e38: the
+    same result as is_causal."""
     if sq != skv or mask.dim() < 2 or tuple(mask.shape[-2:]) != (sq, skv):
         return False
     m = _squeeze_broadcast(mask)
@@ -128,7 +135,8 @@ def is_causal_mask(mask: torch.Tensor, sq: int, skv: int) -> bool:
         allowed = m
     elif m.dtype.is_floating_point:
         allowed = m == 0
-        if not bool(torch.all(allowed | torch.isneginf(m))):
+        masked = torch.isneginf(m) | (m == torch.finfo(m.dtype).min)
+        if not bool(torch.all(allowed | masked)):
             return False  # finite nonzero biases, NaN or +inf
     else:
         return False

@@ -33,6 +33,10 @@ def test_causal_mask_recognized_bool_and_additive():
     assert fold.is_causal_mask(_tril(8)[None, None].expand(2, 4, 8, 8), 8, 8)
     assert fold.is_causal_mask(_tril(8, torch.float32)[None, None], 8, 8)
     assert fold.is_causal_mask(_tril(8, torch.bfloat16).expand(3, 8, 8), 8, 8)
+    # transformers 5.17's sdpa_mask on CUDA: finfo(dtype).min where masked
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        low = torch.zeros(8, 8, dtype=dt).masked_fill(~_tril(8), torch.finfo(dt).min)
+        assert fold.is_causal_mask(low[None, None], 8, 8), dt
 
 
 def test_non_causal_masks_rejected():
@@ -43,6 +47,11 @@ def test_non_causal_masks_rejected():
     f = _tril(8, torch.float32)
     f[3, 0] = -1.0  # a finite bias
     assert not fold.is_causal_mask(f, 8, 8)
+    f = _tril(8, torch.float32)
+    f[4, 1] = -1e30  # large but not the dtype's lowest value: a real bias
+    assert not fold.is_causal_mask(f, 8, 8)
+    f = torch.zeros(8, 8).masked_fill(~_tril(8), torch.finfo(torch.float32).min)
+    assert not fold.is_causal_mask(f.to(torch.float64), 8, 8)  # not float64's min
     f = _tril(8, torch.float32)
     f[2, 1] = float("nan")
     assert not fold.is_causal_mask(f, 8, 8)
