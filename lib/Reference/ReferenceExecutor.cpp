@@ -1035,9 +1035,46 @@ absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
                                       B, "], found ", shapeStr(off.shape)));
     }
   }
-  double theta = op.getTheta().convertToDouble();
   bool interleaved = op.getMode() == llm::RopeMode::interleaved;
   int64_t half = D / 2;
+  if (op.getCos() || op.getSin()) {
+    if (!op.getCos() || !op.getSin() || op.getOffset())
+      return opError(op, "cos and sin tables must be given together and "
+                         "without an offset");
+    // Table form (HF apply_rotary_pos_emb): x * cos + rotate(x) * sin, with
+    // full head-dim rows cos/sin [S, D] or [Bt, S, D], Bt in {1, B}.
+    const HostTensor &cs = in(op.getCos());
+    const HostTensor &sn = in(op.getSin());
+    size_t rank = cs.shape.size();
+    bool shapeOk = cs.shape == sn.shape && (rank == 2 || rank == 3) &&
+                   cs.shape[rank - 2] == S && cs.shape[rank - 1] == D &&
+                   (rank == 2 || cs.shape[0] == 1 || cs.shape[0] == B);
+    if (!shapeOk)
+      return opError(op, absl::StrCat("cos and sin must both be [", S, ", ", D,
+                                      "] or [1 or ", B, ", ", S, ", ", D,
+                                      "], found ", shapeStr(cs.shape), " and ",
+                                      shapeStr(sn.shape)));
+    int64_t tableBatchStride = rank == 3 && cs.shape[0] == B && B > 1 ? S * D : 0;
+    HostTensor out = makeTensor(x.elementType, x.shape);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) {
+        const double *c = cs.data.data() + b * tableBatchStride + s * D;
+        const double *n = sn.data.data() + b * tableBatchStride + s * D;
+        for (int64_t h = 0; h < H; ++h) {
+          const double *xr = x.data.data() + ((b * S + s) * H + h) * D;
+          double *o = out.data.data() + ((b * S + s) * H + h) * D;
+          for (int64_t i = 0; i < half; ++i) {
+            int64_t ia = interleaved ? 2 * i : i;
+            int64_t ib = interleaved ? 2 * i + 1 : i + half;
+            o[ia] = xr[ia] * c[ia] - xr[ib] * n[ia];
+            o[ib] = xr[ib] * c[ib] + xr[ia] * n[ib];
+          }
+        }
+      }
+    roundInPlace(out);
+    return out;
+  }
+  double theta = op.getTheta().convertToDouble();
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = std::pow(theta, -2.0 * static_cast<double>(i) /

@@ -632,6 +632,42 @@ LogicalResult RoPEOp::verify() {
                            << in.getDimSize(0) << "] (one per batch), found "
                            << shapeStr(t.getShape());
   }
+  Value cos = getCos(), sin = getSin();
+  if (!cos && !sin)
+    return success();
+  // Table form.
+  if (!cos || !sin)
+    return emitOpError() << "cos and sin tables must be given together, found "
+                         << (cos ? "cos" : "sin") << " only";
+  if (getOffset())
+    return emitOpError() << "offset cannot be combined with cos/sin tables "
+                            "(the tables already hold the positions)";
+  if (getTheta().convertToDouble() != 10000.0)
+    return emitOpError() << "theta is not used with cos/sin tables: expected "
+                            "the default (10000), found "
+                         << getTheta().convertToDouble();
+  if (cos.getType() != sin.getType())
+    return emitOpError() << "sin must have the same type as cos, found "
+                         << sin.getType() << " and " << cos.getType();
+  auto t = cast<RankedTensorType>(cos.getType());
+  if (t.getRank() != 2 && t.getRank() != 3)
+    return emitOpError() << "cos must be [S, D] or [Bt, S, D] (rank 2 or 3), "
+                            "found "
+                         << shapeStr(t.getShape());
+  int64_t lead = t.getRank() - 2;
+  if (!dimsCompatible(t.getDimSize(lead), in.getDimSize(1)))
+    return emitOpError() << "cos must have the input's sequence length "
+                         << in.getDimSize(1) << " in dimension " << lead
+                         << ", found " << shapeStr(t.getShape());
+  if (!dimsCompatible(t.getDimSize(lead + 1), d))
+    return emitOpError() << "cos must hold the full head dimension " << d
+                         << " per position (as HF passes it), found "
+                         << shapeStr(t.getShape());
+  if (lead == 1 && t.getDimSize(0) != 1 &&
+      !dimsCompatible(t.getDimSize(0), in.getDimSize(0)))
+    return emitOpError() << "cos batch dimension must be 1 or the input's "
+                         << in.getDimSize(0) << ", found "
+                         << shapeStr(t.getShape());
   return success();
 }
 

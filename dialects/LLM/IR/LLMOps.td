@@ -493,27 +493,53 @@ def LLM_LayerNormOp : LLM_Op<"layer_norm", [Pure, AllTypesMatch<["input", "resul
 // Transformer ops
 //===----------------------------------------------------------------------===//
 
-def LLM_RoPEOp : LLM_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+def LLM_RoPEOp : LLM_Op<"rope",
+    [Pure, AttrSizedOperandSegments, AllTypesMatch<["input", "result"]>]> {
   let summary = "Rotary position embedding (RoPE) on [B, S, H, D].";
   let description = [{
-    Su et al. 2021 (RoFormer). For position p = s + offset and pair index
+    Su et al. 2021 (RoFormer). Two forms.
+
+    Theta form (no tables): for position p = s + offset and pair index
     i < D/2, angle = p * theta^(-2i/D); each pair (a, b) becomes
     (a cos - b sin, a sin + b cos). `half_split` pairs (i, i + D/2) as in
     LLaMA/GPT-NeoX (HF `rotate_half`); `interleaved` pairs (2i, 2i+1) as in
     GPT-J. `offset` is an i32/i64 scalar or one value per batch ([B]),
-    e.g. the KV-cache position of a decode step. Math in fp32.
+    e.g. the KV-cache position of a decode step.
+
+    Table form (`cos` and `sin`, always together): the angles come from
+    precomputed tables, as Hugging Face LLaMA/Mistral pass them to
+    `apply_rotary_pos_emb` (`q * cos + rotate_half(q) * sin`), which covers
+    any rope scaling the model applies when it builds the tables. cos and
+    sin have one type, [S, D] or [Bt, S, D] with Bt = 1 or B, FULL head-dim
+    rows (D entries per position, each angle stored twice as HF does),
+    broadcast over heads (and over batch when rank 2 or Bt = 1). Their
+    element type may differ from the input's (read as fp32). With c = cos
+    and s = sin at (b, s):
+      half_split:  out[i] = x[i] c[i] - x[i + D/2] s[i]          (i < D/2)
+                   out[i] = x[i] c[i] + x[i - D/2] s[i]          (i >= D/2)
+      interleaved: out[2j]     = x[2j] c[2j] - x[2j+1] s[2j]
+                   out[2j + 1] = x[2j+1] c[2j+1] + x[2j] s[2j+1]
+    The tables hold the positions, so `offset` is rejected, and `theta`
+    means nothing: a theta other than the default is rejected.
+
+    Both forms compute in fp32 (or wider) and round once to the input type.
 
     ```mlir
     %q2 = llm.rope %q half_split {theta = 10000.0 : f64} : tensor<1x?x32x128xbf16>
     %k2 = llm.rope %k offset %pos half_split : tensor<4x1x32x128xbf16>, tensor<i64>
+    %q3 = llm.rope %q cos(%c : tensor<1x2048x128xbf16>) sin(%s : tensor<1x2048x128xbf16>) half_split : tensor<4x2048x32x128xbf16>
     ```
   }];
   let arguments = (ins LLM_FloatTensor:$input, Optional<LLM_IntTensor>:$offset,
+                       Optional<LLM_FloatTensor>:$cos,
+                       Optional<LLM_FloatTensor>:$sin,
                        LLM_RopeMode:$mode,
                        DefaultValuedAttr<F64Attr, "10000.0">:$theta);
   let results = (outs LLM_FloatTensor:$result);
   let assemblyFormat = [{
-    $input (`offset` $offset^)? $mode attr-dict `:` type($input) (`,` type($offset)^)?
+    $input (`offset` $offset^)? (`cos` `(` $cos^ `:` type($cos) `)`)?
+    (`sin` `(` $sin^ `:` type($sin) `)`)? $mode attr-dict `:` type($input)
+    (`,` type($offset)^)?
   }];
   let hasVerifier = 1;
 }

@@ -114,6 +114,13 @@ static LogicalResult computeResultTypes(Operation *op,
   }
   if (auto sm = dyn_cast<SoftmaxOp>(op); sm && sm.getMask())
     resolveBroadcastFrom(sm.getMask(), sm.getInput().getType().getShape());
+  // RoPE cos/sin tables broadcast to [B, S, D] (right-aligned: [S, D] too).
+  if (auto rope = dyn_cast<RoPEOp>(op); rope && rope.getCos()) {
+    auto x = rope.getInput().getType();
+    for (Value table : {rope.getCos(), rope.getSin()})
+      resolveBroadcastFrom(table, {x.getDimSize(0), x.getDimSize(1),
+                                   x.getDimSize(3)});
+  }
   if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
     if (succeeded(infer.inferReturnTypes(op->getContext(), op->getLoc(),
                                          op->getOperands(),

@@ -362,6 +362,86 @@ func.func @rope_offset(%x: tensor<2x8x2x64xf32>, %o: tensor<3xi64>) {
 
 // -----
 
+func.func @rope_cos_only(%x: tensor<2x8x2x64xf32>, %c: tensor<8x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op cos and sin tables must be given together, found cos only}}
+  %0 = llm.rope %x cos(%c : tensor<8x64xf32>) half_split : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_sin_only(%x: tensor<2x8x2x64xf32>, %s: tensor<8x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op cos and sin tables must be given together, found sin only}}
+  %0 = llm.rope %x sin(%s : tensor<8x64xf32>) half_split : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_table_offset(%x: tensor<2x8x2x64xf32>, %o: tensor<i64>, %c: tensor<8x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op offset cannot be combined with cos/sin tables (the tables already hold the positions)}}
+  %0 = llm.rope %x offset %o cos(%c : tensor<8x64xf32>) sin(%c : tensor<8x64xf32>) half_split : tensor<2x8x2x64xf32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @rope_table_theta(%x: tensor<2x8x2x64xf32>, %c: tensor<8x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op theta is not used with cos/sin tables: expected the default (10000), found 5.000000e+05}}
+  %0 = llm.rope %x cos(%c : tensor<8x64xf32>) sin(%c : tensor<8x64xf32>) half_split {theta = 5.0e5 : f64} : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_table_types(%x: tensor<2x8x2x64xf32>, %c: tensor<8x64xf32>, %s: tensor<8x64xbf16>) {
+  // expected-error @+1 {{'llm.rope' op sin must have the same type as cos, found 'tensor<8x64xbf16>' and 'tensor<8x64xf32>'}}
+  %0 = llm.rope %x cos(%c : tensor<8x64xf32>) sin(%s : tensor<8x64xbf16>) half_split : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_table_rank(%x: tensor<2x8x2x64xf32>, %c: tensor<2x1x8x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op cos must be [S, D] or [Bt, S, D] (rank 2 or 3), found [2, 1, 8, 64]}}
+  %0 = llm.rope %x cos(%c : tensor<2x1x8x64xf32>) sin(%c : tensor<2x1x8x64xf32>) half_split : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_table_seq(%x: tensor<2x8x2x64xf32>, %c: tensor<1x7x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op cos must have the input's sequence length 8 in dimension 1, found [1, 7, 64]}}
+  %0 = llm.rope %x cos(%c : tensor<1x7x64xf32>) sin(%c : tensor<1x7x64xf32>) half_split : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_table_half_width(%x: tensor<2x8x2x64xf32>, %c: tensor<8x32xf32>) {
+  // expected-error @+1 {{'llm.rope' op cos must hold the full head dimension 64 per position (as HF passes it), found [8, 32]}}
+  %0 = llm.rope %x cos(%c : tensor<8x32xf32>) sin(%c : tensor<8x32xf32>) half_split : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_table_batch(%x: tensor<2x8x2x64xf32>, %c: tensor<3x8x64xf32>) {
+  // expected-error @+1 {{'llm.rope' op cos batch dimension must be 1 or the input's 2, found [3, 8, 64]}}
+  %0 = llm.rope %x cos(%c : tensor<3x8x64xf32>) sin(%c : tensor<3x8x64xf32>) half_split : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_table_int(%x: tensor<2x8x2x64xf32>, %c: tensor<8x64xi32>) {
+  // expected-error @+1 {{'llm.rope' op operand #1 must be ranked tensor of 32-bit float or 16-bit float or bfloat16 type or f8E4M3FN type or f8E5M2 type values, but got 'tensor<8x64xi32>'}}
+  %0 = llm.rope %x cos(%c : tensor<8x64xi32>) sin(%c : tensor<8x64xi32>) half_split : tensor<2x8x2x64xf32>
+  return
+}
+
+// -----
+
 func.func @matmul_rank(%a: tensor<4xf32>, %b: tensor<4x4xf32>) {
   // expected-error @+1 {{'llm.matmul' op operands must have rank >= 2, found lhs [4] and rhs [4, 4]}}
   %0 = llm.matmul %a, %b : tensor<4xf32>, tensor<4x4xf32> -> tensor<4xf32>

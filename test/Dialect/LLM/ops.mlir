@@ -114,7 +114,10 @@ func.func @reductions_and_norms(%x: tensor<3x7x4096xf16>, %w: tensor<4096xf16>, 
 func.func @transformer(%x: tensor<?x4096xbf16>, %wq: tensor<4096x4096xbf16>, %bias: tensor<4096xbf16>,
                        %q: tensor<4x?x32x128xbf16>, %k: tensor<4x?x8x128xbf16>, %mask: tensor<1x1x?x?xf32>,
                        %cache: tensor<4x2048x8x128xbf16>, %pos: tensor<i64>, %posb: tensor<4xi32>,
-                       %a3: tensor<8x?x64xf16>, %b2: tensor<64x32xf16>) {
+                       %a3: tensor<8x?x64xf16>, %b2: tensor<64x32xf16>,
+                       %cos1: tensor<1x?x128xf32>, %sin1: tensor<1x?x128xf32>,
+                       %cos4: tensor<4x?x128xbf16>, %sin4: tensor<4x?x128xbf16>,
+                       %cos2: tensor<?x128xf32>, %sin2: tensor<?x128xf32>) {
   // CHECK: llm.matmul %{{.*}}, %{{.*}} {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16> -> tensor<?x4096xbf16>
   %0 = llm.matmul %x, %wq {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16> -> tensor<?x4096xbf16>
   // CHECK: llm.matmul %{{.*}}, %{{.*}} bias %{{.*}} {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16>, tensor<4096xbf16> -> tensor<?x4096xf32>
@@ -125,6 +128,12 @@ func.func @transformer(%x: tensor<?x4096xbf16>, %wq: tensor<4096x4096xbf16>, %bi
   %3 = llm.rope %q half_split : tensor<4x?x32x128xbf16>
   // CHECK: llm.rope %{{.*}} offset %{{.*}} interleaved {theta = 1.000000e+06 : f64} : tensor<4x?x32x128xbf16>, tensor<4xi32>
   %4 = llm.rope %q offset %posb interleaved {theta = 1.0e6 : f64} : tensor<4x?x32x128xbf16>, tensor<4xi32>
+  // CHECK: llm.rope %{{.*}} cos(%{{.*}} : tensor<1x?x128xf32>) sin(%{{.*}} : tensor<1x?x128xf32>) half_split : tensor<4x?x32x128xbf16>
+  %r1 = llm.rope %q cos(%cos1 : tensor<1x?x128xf32>) sin(%sin1 : tensor<1x?x128xf32>) half_split : tensor<4x?x32x128xbf16>
+  // CHECK: llm.rope %{{.*}} cos(%{{.*}} : tensor<4x?x128xbf16>) sin(%{{.*}} : tensor<4x?x128xbf16>) interleaved : tensor<4x?x32x128xbf16>
+  %r2 = llm.rope %q cos(%cos4 : tensor<4x?x128xbf16>) sin(%sin4 : tensor<4x?x128xbf16>) interleaved : tensor<4x?x32x128xbf16>
+  // CHECK: llm.rope %{{.*}} cos(%{{.*}} : tensor<?x128xf32>) sin(%{{.*}} : tensor<?x128xf32>) half_split : tensor<4x?x32x128xbf16>
+  %r3 = llm.rope %q cos(%cos2 : tensor<?x128xf32>) sin(%sin2 : tensor<?x128xf32>) half_split : tensor<4x?x32x128xbf16>
   // CHECK: llm.attention %{{.*}}, %{{.*}}, %{{.*}} {causal} : tensor<4x?x32x128xbf16>, tensor<4x?x8x128xbf16>, tensor<4x?x8x128xbf16>
   %5 = llm.attention %q, %k, %k {causal} : tensor<4x?x32x128xbf16>, tensor<4x?x8x128xbf16>, tensor<4x?x8x128xbf16>
   // CHECK: llm.attention %{{.*}}, %{{.*}}, %{{.*}} mask(%{{.*}} : tensor<1x1x?x?xf32>) {scale = 1.250000e-01 : f64} : tensor<4x?x32x128xbf16>, tensor<4x?x8x128xbf16>, tensor<4x?x8x128xbf16>

@@ -125,6 +125,27 @@ func.func @rope_attention(%q: tensor<1x7x4x16xf32>, %k: tensor<1x7x2x16xf32>, %v
 
 // -----
 
+// The table form joins the attention prologue too; cos/sin become inputs of
+// the region.
+// CHECK-LABEL: func.func @rope_tables_attention
+// CHECK-SAME: (%[[Q:[^:]+]]: tensor<1x7x4x16xf32>, %[[K:[^:]+]]: tensor<1x7x2x16xf32>, %[[V:[^:]+]]: tensor<1x7x2x16xf32>, %[[C:[^:]+]]: tensor<7x16xbf16>, %[[S:[^:]+]]: tensor<7x16xbf16>)
+// CHECK: llm.fusion "rope_attention"(%[[Q]], %[[C]], %[[S]], %[[K]], %[[V]])
+// CHECK: ^bb0(%[[AQ:[^:]+]]: tensor<1x7x4x16xf32>, %[[AC:[^:]+]]: tensor<7x16xbf16>, %[[AS:[^:]+]]: tensor<7x16xbf16>, %[[AK:[^:]+]]: tensor<1x7x2x16xf32>
+// CHECK:   llm.rope %[[AQ]] cos(%[[AC]] : tensor<7x16xbf16>) sin(%[[AS]] : tensor<7x16xbf16>) half_split
+// CHECK:   llm.rope %[[AK]] cos(%[[AC]] : tensor<7x16xbf16>) sin(%[[AS]] : tensor<7x16xbf16>) half_split
+// CHECK:   llm.attention
+// CHECK:   llm.yield
+// OFF-LABEL: func.func @rope_tables_attention
+// OFF-NOT: llm.fusion
+func.func @rope_tables_attention(%q: tensor<1x7x4x16xf32>, %k: tensor<1x7x2x16xf32>, %v: tensor<1x7x2x16xf32>, %c: tensor<7x16xbf16>, %s: tensor<7x16xbf16>) -> tensor<1x7x4x16xf32> {
+  %qr = llm.rope %q cos(%c : tensor<7x16xbf16>) sin(%s : tensor<7x16xbf16>) half_split : tensor<1x7x4x16xf32>
+  %kr = llm.rope %k cos(%c : tensor<7x16xbf16>) sin(%s : tensor<7x16xbf16>) half_split : tensor<1x7x2x16xf32>
+  %a = llm.attention %qr, %kr, %v {causal} : tensor<1x7x4x16xf32>, tensor<1x7x2x16xf32>, tensor<1x7x2x16xf32>
+  return %a : tensor<1x7x4x16xf32>
+}
+
+// -----
+
 // A rope whose result is also returned stays outside the attention.
 // CHECK-LABEL: func.func @rope_multi_use
 // CHECK: %[[QR:.+]] = llm.rope

@@ -278,6 +278,35 @@ func.func @heads_not_divisible(%x: tensor<1x5x24xf32>, %wq: tensor<24x24xf32>, %
 
 // -----
 
+// RoPE with cos/sin tables (HF apply_rotary_pos_emb) is on the head split's
+// path like the theta form: the tables are per position and broadcast over
+// heads, so every rank reads them whole and only the rope's type changes.
+// CHECK-LABEL: func.func @rope_tables
+// CHECK-SAME: %[[COS:[^:]+]]: tensor<5x4xf32>, %[[SIN:[^:]+]]: tensor<5x4xf32>, %[[COSB:[^:]+]]: tensor<1x5x4xbf16>, %[[SINB:[^:]+]]: tensor<1x5x4xbf16>
+// CHECK: %[[Q4:.+]] = llm.reshape %{{.+}} : tensor<1x5x8xf32> to tensor<1x5x2x4xf32>
+// CHECK: %[[K4:.+]] = llm.reshape %{{.+}} : tensor<1x5x8xf32> to tensor<1x5x2x4xf32>
+// CHECK: %[[QR:.+]] = llm.rope %[[Q4]] cos(%[[COS]] : tensor<5x4xf32>) sin(%[[SIN]] : tensor<5x4xf32>) half_split : tensor<1x5x2x4xf32>
+// CHECK: %[[KR:.+]] = llm.rope %[[K4]] cos(%[[COSB]] : tensor<1x5x4xbf16>) sin(%[[SINB]] : tensor<1x5x4xbf16>) interleaved : tensor<1x5x2x4xf32>
+// CHECK: llm.attention %[[QR]], %[[KR]], %{{.+}} {causal} : tensor<1x5x2x4xf32>, tensor<1x5x2x4xf32>, tensor<1x5x2x4xf32>
+// CHECK: llm.all_reduce
+func.func @rope_tables(%x: tensor<1x5x16xf32>, %wq: tensor<16x16xf32>, %wk: tensor<16x16xf32>, %wv: tensor<16x16xf32>, %wo: tensor<16x16xf32>,
+                       %cos: tensor<5x4xf32>, %sin: tensor<5x4xf32>, %cosb: tensor<1x5x4xbf16>, %sinb: tensor<1x5x4xbf16>) -> tensor<1x5x16xf32> {
+  %q = llm.matmul %x, %wq {transpose_rhs} : tensor<1x5x16xf32>, tensor<16x16xf32> -> tensor<1x5x16xf32>
+  %k = llm.matmul %x, %wk {transpose_rhs} : tensor<1x5x16xf32>, tensor<16x16xf32> -> tensor<1x5x16xf32>
+  %v = llm.matmul %x, %wv {transpose_rhs} : tensor<1x5x16xf32>, tensor<16x16xf32> -> tensor<1x5x16xf32>
+  %q4 = llm.reshape %q : tensor<1x5x16xf32> to tensor<1x5x4x4xf32>
+  %k4 = llm.reshape %k : tensor<1x5x16xf32> to tensor<1x5x4x4xf32>
+  %v4 = llm.reshape %v : tensor<1x5x16xf32> to tensor<1x5x4x4xf32>
+  %qr = llm.rope %q4 cos(%cos : tensor<5x4xf32>) sin(%sin : tensor<5x4xf32>) half_split : tensor<1x5x4x4xf32>
+  %kr = llm.rope %k4 cos(%cosb : tensor<1x5x4xbf16>) sin(%sinb : tensor<1x5x4xbf16>) interleaved : tensor<1x5x4x4xf32>
+  %a = llm.attention %qr, %kr, %v4 {causal} : tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>
+  %a2 = llm.reshape %a : tensor<1x5x4x4xf32> to tensor<1x5x16xf32>
+  %o = llm.matmul %a2, %wo {transpose_rhs} : tensor<1x5x16xf32>, tensor<16x16xf32> -> tensor<1x5x16xf32>
+  return %o : tensor<1x5x16xf32>
+}
+
+// -----
+
 // A fused QKV projection (sliced into q, k, v) is not recognized.
 func.func @fused_qkv(%x: tensor<1x5x16xf32>, %wqkv: tensor<48x16xf32>, %wo: tensor<16x16xf32>) -> tensor<1x5x16xf32> {
   %qkv = llm.matmul %x, %wqkv {transpose_rhs} : tensor<1x5x16xf32>, tensor<48x16xf32> -> tensor<1x5x48xf32>
