@@ -8,6 +8,10 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassOptions.h"
 
+namespace mlir {
+class RewritePatternSet;
+} // namespace mlir
+
 #include <map>
 #include <string>
 
@@ -27,6 +31,10 @@ std::string dynamicDimName(mlir::func::FuncOp fn, unsigned arg, unsigned dim);
 mlir::LogicalResult
 specializeShapes(mlir::func::FuncOp fn,
                  const std::map<std::string, int64_t> &bindings);
+
+/// The patterns of `llmc-raise`: decomposed RMSNorm (as imported from ATen)
+/// => llm.rms_norm. See the pass description in Passes.td.
+void populateRaisePatterns(mlir::RewritePatternSet &patterns);
 
 struct FusionGroup;
 
@@ -74,8 +82,8 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                       llvm::cl::init(false)};
 };
 
-/// canonicalize -> precision -> pad-layout -> canonicalize, cse -> fuse ->
-/// plan-memory, on every func.func of a module.
+/// canonicalize -> raise -> precision -> pad-layout -> canonicalize, cse ->
+/// fuse -> plan-memory, on every func.func of a module.
 void buildLLMCPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
 
 /// Registers `llmc-pipeline`.

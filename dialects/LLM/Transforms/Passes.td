@@ -37,6 +37,72 @@ def SpecializeShapesPass : Pass<"llmc-specialize-shapes", "::mlir::func::FuncOp"
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
 
+def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
+  let summary = "Recognizes decomposed normalizations and rewrites them to llm ops.";
+  let description = [{
+    Graphs imported op by op from ATen (the torch.compile plugin) spell
+    Hugging Face's `LlamaRMSNorm` (also Mistral's, Qwen2's) as
+    cast/pow/reduce_mean/add/rsqrt/mul/cast/mul. This pass rewrites such a
+    chain to one `llm.rms_norm` (Zhang & Sennrich 2019), which codegen
+    lowers to a single kernel and fuses with a preceding residual add.
+    LayerNorm needs no raising: the plugin imports `aten.native_layer_norm`
+    as `llm.layer_norm` directly.
+
+    Matched: `mul(w', n)` (either order) where
+
+    - `w'` is a rank-1 weight `w` of shape [H] (an argument or a computed
+      value) broadcast over the leading dimensions;
+    - `n` is `m` or `cast(m)` back from f32;
+    - `m` is `mul(xf, broadcast(r))` (either order) with
+      `r = rsqrt(v)` or `div(1, sqrt(v))`, or `div(xf, broadcast(sqrt(v)))`;
+    - `v = add(reduce_mean(sq) [last dim] keepdim, eps)` (either order),
+      `eps` a splat constant >= 0 (possibly broadcast);
+    - `sq = pow(xf, 2.0)` or `mul(xf, xf)`, the same `xf` that is
+      normalized;
+    - `xf` is `x` or `cast(x)` to f32, the math in f32.
+
+    It is raised only when exact up to rounding: the result type equals
+    `x`'s type and `w`'s element type equals it (all f32, or bf16/f16 with
+    the f32 casts of HF), and the reduction is over the last dimension only
+    with keepdim and a static hidden size. Every intermediate (square, mean,
+    sum, rsqrt and its broadcast, normalized value, cast back) must have one
+    use: otherwise the decomposed ops would stay alive for their other
+    users and raising would add work instead of removing it. `xf`, `w` and
+    the constants may have other uses. A norm without the weight multiply is
+    not raised (a ones weight would add a constant buffer and a multiply;
+    no HF model emits one).
+
+    Numerics: `llm.rms_norm` computes in fp32 and rounds once to the result
+    type, where HF rounds twice in bf16/fp16 (the normalized value to the
+    input type, then the product with the weight). The raised form is
+    therefore at least as accurate; the difference is within the bf16/fp16
+    tolerance (one rounding, 2^-8 relative for bf16).
+
+    Before:
+    ```mlir
+    %2 = llm.broadcast %w : tensor<128xbf16> to tensor<1x16x128xbf16>
+    %3 = llm.cast %x : tensor<1x16x128xbf16> to tensor<1x16x128xf32>
+    %4 = llm.constant dense<2.0> : tensor<f32>
+    %5 = llm.broadcast %4 : tensor<f32> to tensor<1x16x128xf32>
+    %6 = llm.pow %3, %5 : tensor<1x16x128xf32>
+    %7 = llm.reduce_mean %6 [2] keepdim : tensor<1x16x128xf32>
+    %8 = llm.constant dense<1.0e-06> : tensor<f32>
+    %9 = llm.broadcast %8 : tensor<f32> to tensor<1x16x1xf32>
+    %10 = llm.add %7, %9 : tensor<1x16x1xf32>
+    %11 = llm.rsqrt %10 : tensor<1x16x1xf32>
+    %12 = llm.broadcast %11 : tensor<1x16x1xf32> to tensor<1x16x128xf32>
+    %13 = llm.mul %3, %12 : tensor<1x16x128xf32>
+    %14 = llm.cast %13 : tensor<1x16x128xf32> to tensor<1x16x128xbf16>
+    %15 = llm.mul %2, %14 : tensor<1x16x128xbf16>
+    ```
+    After (the dead ops are erased; eps is the f32 constant's value):
+    ```mlir
+    %15 = llm.rms_norm %x, %w {eps = 9.9999999747524271E-7 : f64} : tensor<1x16x128xbf16>, tensor<128xbf16>
+    ```
+  }];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
 def FusePass : Pass<"llmc-fuse", "::mlir::func::FuncOp"> {
   let summary = "Groups ops that share a kernel into llm.fusion regions.";
   let description = [{

@@ -13,6 +13,7 @@ void llmc::llm::buildLLMCPipeline(OpPassManager &pm,
                                   const PipelineOptions &options) {
   OpPassManager &fn = pm.nest<func::FuncOp>();
   fn.addPass(createCanonicalizerPass());
+  fn.addPass(createRaisePass());
   PrecisionPassOptions precision;
   precision.policy = options.precision;
   precision.weightOnly = options.weightOnly;
@@ -38,7 +39,7 @@ void llmc::llm::buildLLMCPipeline(OpPassManager &pm,
 void llmc::llm::registerLLMCPipeline() {
   PassPipelineRegistration<PipelineOptions>(
       "llmc-pipeline",
-      "canonicalize -> precision -> pad-layout -> canonicalize, cse -> fuse "
+      "canonicalize -> raise -> precision -> pad-layout -> canonicalize, cse -> fuse "
       "-> plan-memory on every func.func",
       buildLLMCPipeline);
 }
