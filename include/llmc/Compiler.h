@@ -4,7 +4,8 @@
 // thin layer over it). A Compiler owns an MLIRContext with every llmc dialect
 // and an NVRTC kernel compiler; Compile() runs the same flow as llmc-compile:
 //
-//   parse + verify -> llm::specializeShapes -> ApplyPrecisionPolicy
+//   parse + verify -> llm::specializeShapes -> PrepareForLowering
+//                  -> ApplyPrecisionPolicy
 //                  -> LowerToExecutable
 //                  -> rt::KernelCompiler::CompileAll (cubins for `arch`)
 //

@@ -175,6 +175,8 @@ Compiler::Compile(std::string_view mlirText, std::string_view function,
     }
     {
       DiagnosticCollector diags(context_.get());
+      if (auto st = PrepareForLowering(*fn); !st.ok())
+        return diags.error(std::string(st.message()));
       if (auto st = ApplyPrecisionPolicy(*fn, options_.precision); !st.ok())
         return diags.error(std::string(st.message()));
     }

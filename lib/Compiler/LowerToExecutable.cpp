@@ -2243,6 +2243,22 @@ int llmc::ComputeCapabilityOfArch(const std::string &arch) {
   return cc;
 }
 
+absl::Status llmc::PrepareForLowering(func::FuncOp fn, bool raise) {
+  PassManager pm(fn.getContext(), func::FuncOp::getOperationName());
+  pm.addPass(createCanonicalizerPass());
+  if (raise) {
+    pm.addPass(createRaisePass());
+    pm.addPass(createCanonicalizerPass());
+  }
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(fn)))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "preparing @", fn.getSymName().str(),
+        " for lowering (canonicalize, llmc-raise, CSE) failed (see the "
+        "diagnostics above)"));
+  return absl::OkStatus();
+}
+
 absl::Status llmc::ApplyPrecisionPolicy(func::FuncOp fn,
                                         const std::string &policy) {
   if (policy != "fp32" && policy != "bf16" && policy != "fp16" &&

@@ -68,6 +68,11 @@ int llmc::compileMain(int argc, char **argv) {
                                  "weight scaling, pads, relayouts) on every call "
                                  "instead of once per parameter set"),
                         cl::cat(cat));
+  cl::opt<bool> noRaise("no-raise",
+                        cl::desc("keep decomposed normalizations as written "
+                                 "(skip llmc-raise; canonicalize and CSE "
+                                 "still run)"),
+                        cl::cat(cat));
   cl::opt<bool> noCache("no-cache", cl::desc("do not use the on-disk kernel cache"),
                         cl::cat(cat));
   cl::HideUnrelatedOptions(cat);
@@ -92,6 +97,8 @@ int llmc::compileMain(int argc, char **argv) {
   std::map<std::string, int64_t> bindings = std::move(*parsedBindings);
   if (failed(llmc::llm::specializeShapes(fn, bindings)))
     return 1;
+  if (auto s = llmc::PrepareForLowering(fn, !noRaise); !s.ok())
+    return fail(std::string(s.message()));
   if (auto s = llmc::ApplyPrecisionPolicy(fn, precision); !s.ok())
     return fail(std::string(s.message()));
   std::vector<std::string> archList(arches.begin(), arches.end());

@@ -892,6 +892,11 @@ int llmc::runMain(int argc, char **argv) {
     return 1;
   if (weightBits && failed(llmc::llm::quantizeLinearWeights(fn, weightBits)))
     return 1;
+  // Canonicalize and raise (decomposed RMSNorm => llm.rms_norm) the function
+  // that runs only: the reference results above came from the graph as
+  // written, so --check also verifies the raise.
+  if (auto st = llmc::PrepareForLowering(fn); !st.ok())
+    return fail(std::string(st.message()));
   if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok())
     return fail(std::string(st.message()));
 

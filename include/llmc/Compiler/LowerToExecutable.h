@@ -103,6 +103,20 @@ struct LowerStats {
 /// f8E4M3FN, f8E5M2, i1, i8, i32, i64); InvalidArgument for any other type.
 absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
 
+/// Cleans up and raises an imported graph before lowering: canonicalize ->
+/// llmc-raise (decomposed RMSNorm => llm.rms_norm) -> canonicalize -> CSE on
+/// `fn`, in place. Graphs imported op by op from ATen (the torch.compile
+/// plugin) carry no-ops such as `x * broadcast(1.0)` and norms spelled as
+/// five elementwise/reduction kernels; this turns them into what codegen
+/// fuses. Run it after shape specialization (and sharding), before
+/// ApplyPrecisionPolicy; llmc-compile, llmc-run's CUDA path and
+/// llmc::Compiler::Compile do. The values `fn` computes are unchanged up to
+/// rounding (a raised bf16/f16 RMSNorm rounds once instead of twice; see
+/// llmc-raise). `raise` = false skips llmc-raise (llmc-compile --no-raise,
+/// to compare). Errors: InvalidArgument naming @fn when a pass fails (its
+/// diagnostics go to the context's diagnostic handler).
+absl::Status PrepareForLowering(mlir::func::FuncOp fn, bool raise = true);
+
 /// The numerics policies of `--precision` (llmc-run, llmc-compile) and
 /// CompilerOptions::precision: "fp32" (the graph as written), "bf16" and
 /// "fp16" (matmul/attention operands cast, f32 accumulation), "fp8" (per-tensor

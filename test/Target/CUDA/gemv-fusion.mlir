@@ -72,15 +72,17 @@ func.func @swiglu_act_escapes(%h: tensor<1x4096xbf16>, %wg: tensor<1024x4096xbf1
   return %a, %y : tensor<1x1024xbf16>, tensor<1x1024xbf16>
 }
 
-// Five projections of one input: 4 in one launch, the fifth alone.
+// Five projections of one input: 4 in one launch, the fifth alone (five
+// weights: identical matmuls would be merged by CSE before lowering).
 // FIVE: kernel launches: 2
 // FIVE: ({{[0-9]+}} distinct kernels)
-func.func @five(%h: tensor<2x64xbf16>, %w: tensor<8x64xbf16>)
+func.func @five(%h: tensor<2x64xbf16>, %w0: tensor<8x64xbf16>, %w1: tensor<8x64xbf16>,
+                %w2: tensor<8x64xbf16>, %w3: tensor<8x64xbf16>, %w4: tensor<8x64xbf16>)
     -> (tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>) {
-  %a = llm.matmul %h, %w {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
-  %b = llm.matmul %h, %w {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
-  %c = llm.matmul %h, %w {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
-  %d = llm.matmul %h, %w {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
-  %e = llm.matmul %h, %w {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
+  %a = llm.matmul %h, %w0 {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
+  %b = llm.matmul %h, %w1 {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
+  %c = llm.matmul %h, %w2 {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
+  %d = llm.matmul %h, %w3 {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
+  %e = llm.matmul %h, %w4 {transpose_rhs} : tensor<2x64xbf16>, tensor<8x64xbf16> -> tensor<2x8xbf16>
   return %a, %b, %c, %d, %e : tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>
 }
