@@ -1392,6 +1392,47 @@ absl::Status Lowering::emitOp(Operation *op) {
       })
       .Case<RoPEOp>([&](RoPEOp o) -> absl::Status {
         auto t = tensorType(o.getInput());
+        if (Value cos = o.getCos()) {
+          // Table form: cos/sin [S, D] or [Bt, S, D] (Bt in {1, B}), read
+          // with batch stride 0 unless there is one table per batch.
+          auto ct = tensorType(cos);
+          cu::RoPETableConfig cfg;
+          cfg.dtype = scalarOf(o.getInput());
+          cfg.table = scalarOf(cos);
+          cfg.num_heads = t.getDimSize(2);
+          cfg.head_dim = t.getDimSize(3);
+          cfg.interleaved = o.getMode() == RopeMode::interleaved;
+          int64_t batch = t.getDimSize(0), seq = t.getDimSize(1);
+          bool perBatch = ct.getRank() == 3 && ct.getDimSize(0) != 1;
+          // Tables broadcast over the batch (llm.broadcast of one [S, D]
+          // table) are read from the broadcast's input with stride 0 rather
+          // than materialized.
+          Value sin = o.getSin();
+          auto sharedTable = [&](Value v) -> Value {
+            auto b = v.getDefiningOp<BroadcastOp>();
+            if (!b)
+              return Value();
+            // [..., 1, S, D]: only leading unit dims are broadcast.
+            ArrayRef<int64_t> in = tensorType(b.getInput()).getShape();
+            if (in.size() < 2 || in[in.size() - 2] != seq ||
+                in.back() != cfg.head_dim ||
+                !llvm::all_of(in.drop_back(2), [](int64_t d) { return d == 1; }))
+              return Value();
+            return b.getInput();
+          };
+          if (Value c1 = sharedTable(cos), s1 = sharedTable(sin); c1 && s1) {
+            cos = c1;
+            sin = s1;
+            perBatch = false;
+          }
+          std::vector<rt::Arg> args = {
+              ptrArg(o.getResult()), ptrArg(o.getInput()), ptrArg(cos),
+              ptrArg(sin),           i64Arg(batch),        i64Arg(seq),
+              i64Arg(perBatch ? seq * cfg.head_dim : 0)};
+          launch(addKernel(cu::EmitRoPETable(cfg)),
+                 cu::RoPETableLaunch(cfg, batch, seq), std::move(args), o);
+          return absl::OkStatus();
+        }
         cu::RoPEConfig cfg;
         cfg.dtype = scalarOf(o.getInput());
         cfg.num_heads = t.getDimSize(2);

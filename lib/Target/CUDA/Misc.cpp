@@ -131,6 +131,81 @@ LaunchDims RoPELaunch(const RoPEConfig &c, int64_t batch, int64_t seq) {
 }
 
 //===----------------------------------------------------------------------===//
+// RoPE, table form
+//===----------------------------------------------------------------------===//
+
+namespace {
+RoPEConfig GeomConfig(const RoPETableConfig &c) {
+  RoPEConfig g;
+  g.num_heads = c.num_heads;
+  g.head_dim = c.head_dim;
+  return g;
+}
+} // namespace
+
+KernelCode EmitRoPETable(const RoPETableConfig &c) {
+  if (!IsFloatType(c.dtype)) Fail("rope table: dtype must be float");
+  if (!IsFloatType(c.table)) Fail("rope table: cos/sin table type must be float");
+  if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.num_heads < 1)
+    Fail("rope table: bad head_dim / num_heads");
+  const RoPEGeom g = ComputeRoPEGeom(GeomConfig(c));
+  KernelCode kc;
+  kc.name = std::string("llmc_rope_table_") + ScalarTypeTag(c.dtype) + "_tab" + ScalarTypeTag(c.table) + "_h" +
+            std::to_string(c.num_heads) + "_d" + std::to_string(c.head_dim) +
+            (c.interleaved ? "_interleaved" : "_half");
+  std::ostringstream hdr;
+  hdr << "// llmc RoPE, table form (HF apply_rotary_pos_emb: x*cos + rotate_half(x)*sin;\n"
+         "// Su et al. 2021) on x [B, S, H, D], contiguous. cos/sin hold full head-dim\n"
+         "// rows at b * table_batch_stride + s * D (stride 0: broadcast over batch),\n"
+         "// broadcast over heads. fp32 math, rounded once.\n"
+      << (c.interleaved ? "// Pairs (2j, 2j+1) (GPT-J interleaved).\n"
+                        : "// Pairs (i, i + D/2) (LLaMA / GPT-NeoX rotate_half).\n")
+      << "// One block per token; thread (i, hg) reads pair i's table entries once and\n"
+         "// rotates pair i of heads hg, hg + kHeadGroups, ...\n";
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "typedef " << CTypeName(c.table) << " TabT;\n"
+      << "static constexpr int kHeads = " << c.num_heads << ";\n"
+      << "static constexpr int kHeadDim = " << c.head_dim << ";\n"
+      << "static constexpr int kHalf = kHeadDim / 2;  // pairs per head\n"
+      << "static constexpr bool kInterleaved = " << (c.interleaved ? "true" : "false") << ";\n"
+      << "static constexpr int kThreadsI = " << g.threads_i << ";\n"
+      << "static constexpr int kHeadGroups = " << g.head_groups << ";\n"
+      << "static constexpr int kThreads = " << g.block << ";\n";
+  std::ostringstream b;
+  b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
+    << "(\n    T* out, const T* x, const TabT* cos_tab, const TabT* sin_tab, long long batch, long long seq,\n"
+       "    long long table_batch_stride) {\n";
+  b << R"CUDA(  const int64_t token = blockIdx.x;  // b * seq + s
+  const int64_t bi = token / seq, s = token % seq;
+  const int64_t row = bi * table_batch_stride + s * (int64_t)kHeadDim;
+  const int64_t tok_base = token * (int64_t)(kHeads * kHeadDim);
+  const int ti = threadIdx.x % kThreadsI, hg = threadIdx.x / kThreadsI;
+  if (hg < kHeadGroups) {
+    for (int i = ti; i < kHalf; i += kThreadsI) {
+      const int ia = kInterleaved ? 2 * i : i;
+      const int ib = kInterleaved ? 2 * i + 1 : i + kHalf;
+      const float ca = toF(cos_tab[row + ia]), sa = toF(sin_tab[row + ia]);
+      const float cb = toF(cos_tab[row + ib]), sb = toF(sin_tab[row + ib]);
+      for (int h = hg; h < kHeads; h += kHeadGroups) {
+        const int64_t o = tok_base + (int64_t)h * kHeadDim;
+        const float a = toF(x[o + ia]), bv = toF(x[o + ib]);
+        out[o + ia] = fromF<T>(a * ca - bv * sa);
+        out[o + ib] = fromF<T>(bv * cb + a * sb);
+      }
+    }
+  }
+}
+)CUDA";
+  kc.source = Assemble(hdr.str(), cfg.str(), b.str());
+  return kc;
+}
+
+LaunchDims RoPETableLaunch(const RoPETableConfig &c, int64_t batch, int64_t seq) {
+  return Dims(std::max<int64_t>(batch * seq, 1), 1, 1, ComputeRoPEGeom(GeomConfig(c)).block);
+}
+
+//===----------------------------------------------------------------------===//
 // KV-cache append
 //===----------------------------------------------------------------------===//
 

@@ -152,6 +152,32 @@ inline std::vector<float> RoPERef(const std::vector<float> &x, int64_t B, int64_
   return y;
 }
 
+// ---- RoPE, table form (HF apply_rotary_pos_emb) on x [B, S, H, D] ----
+// cos/sin: full head-dim rows, element (b, s, d) at b * table_batch_stride + s * D + d
+// (stride 0: one table for every batch), broadcast over heads. float64:
+//   half_split:  y[i] = x[i] c[i] - x[i+D/2] s[i] (i < D/2), y[i] = x[i] c[i] + x[i-D/2] s[i]
+//   interleaved: y[2j] = x[2j] c[2j] - x[2j+1] s[2j], y[2j+1] = x[2j+1] c[2j+1] + x[2j] s[2j+1]
+inline std::vector<double> RoPETableRef(const std::vector<float> &x, const std::vector<float> &cos,
+                                        const std::vector<float> &sin, int64_t B, int64_t S, int64_t H,
+                                        int64_t D, int64_t table_batch_stride, bool interleaved) {
+  std::vector<double> y(x.size());
+  const int64_t half = D / 2;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t row = b * table_batch_stride + s * D;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t o = ((b * S + s) * H + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t ia = interleaved ? 2 * i : i, ib = interleaved ? 2 * i + 1 : i + half;
+          const double a = x[o + ia], bb = x[o + ib];
+          y[o + ia] = a * double(cos[row + ia]) - bb * double(sin[row + ia]);
+          y[o + ib] = bb * double(cos[row + ib]) + a * double(sin[row + ib]);
+        }
+      }
+    }
+  return y;
+}
+
 // ---- attention: q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D] (kv_len rows used), out [B,Sq,Hq,D] ----
 // o = softmax(q k^T * scale + mask) v with GQA kv head h / (Hq/Hkv); causal: key j visible to
 // query i iff j <= i + kv_len - Sq; mask index b*msb + h*msh + i*msq + j. Rows with no visible

@@ -241,6 +241,84 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
   }
 }
 
+// The table form of RoPE (llm.rope with cos/sin) against a float64 reference:
+// x f32 or bf16, tables f32 or bf16, both pairings, head dims 64 and 128, S = 7,
+// H = 5 (more heads than head groups at D = 128), tables shared by the batch
+// (stride 0) or one per batch, in place and out of place.
+TEST(Emu, RoPETableMatchesFloat64Reference) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, const TabT* c,
+                          const TabT* s, long long B, long long S, long long tbs) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, c, s, B, S, tbs); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, long long,
+                      long long, long long);
+  const std::pair<ScalarType, ScalarType> types[] = {
+      {ScalarType::f32, ScalarType::f32}, {ScalarType::bf16, ScalarType::f32}, {ScalarType::bf16, ScalarType::bf16}};
+  const int64_t Bt = 2, S = 7, H = 5;
+  uint32_t seed = 100;
+  for (auto [xt, tt] : types)
+    for (int64_t D : {64, 128})
+      for (bool inter : {false, true}) {
+        RoPETableConfig cfg;
+        cfg.dtype = xt;
+        cfg.table = tt;
+        cfg.num_heads = H;
+        cfg.head_dim = D;
+        cfg.interleaved = inter;
+        auto k = EmitRoPETable(cfg);
+        auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+        ASSERT_NE(fn, nullptr) << k.name;
+        for (bool perBatch : {false, true}) {
+          const int64_t n = Bt * S * H * D, tn = (perBatch ? Bt : 1) * S * D;
+          auto x = Randn(n, seed++);
+          // Angles in [-pi, pi) as real tables hold; cos/sin of the same angle.
+          auto ang = Randn(tn, seed++, 1.7f);
+          std::vector<float> c(tn), sn(tn);
+          for (int64_t i = 0; i < tn; ++i) {
+            c[i] = std::cos(ang[i]);
+            sn[i] = std::sin(ang[i]);
+          }
+          const bool bfx = xt == ScalarType::bf16, bft = tt == ScalarType::bf16;
+          // Device-side storage; the float copies become the rounded values.
+          std::vector<uint16_t> xb, cb, sb;
+          if (bfx) xb = ToBf16Vec(x);
+          if (bft) {
+            cb = ToBf16Vec(c);
+            sb = ToBf16Vec(sn);
+          }
+          const int64_t stride = perBatch ? S * D : 0;
+          auto ref = llmc::ref::RoPETableRef(x, c, sn, Bt, S, H, D, stride, inter);
+          const bool inPlace = perBatch;  // out aliases x in half of the runs
+          std::vector<float> outF(n, NAN), xF = x;
+          std::vector<uint16_t> outB(n, 0x7fc0), xB = xb;  // NaN: an unwritten element fails
+          void *out = bfx ? (void *)(inPlace ? xB.data() : outB.data()) : (void *)(inPlace ? xF.data() : outF.data());
+          const void *xin = bfx ? (const void *)xB.data() : (const void *)xF.data();
+          const void *cp = bft ? (const void *)cb.data() : (const void *)c.data();
+          const void *sp = bft ? (const void *)sb.data() : (const void *)sn.data();
+          LaunchDims d = RoPETableLaunch(cfg, Bt, S);
+          fn(G(d), B(d), d.smem, out, xin, cp, sp, Bt, S, stride);
+          double num = 0, den = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const float got = bfx ? FromBf16(static_cast<const uint16_t *>(out)[i]) : static_cast<const float *>(out)[i];
+            ASSERT_TRUE(std::isfinite(got)) << k.name << " element " << i;
+            num += (got - ref[i]) * (got - ref[i]);
+            den += ref[i] * ref[i];
+          }
+          const double rel = std::sqrt(num / den), tol = bfx ? 1e-2 : 1e-5;
+          EXPECT_LT(rel, tol) << k.name << (perBatch ? " per-batch tables" : " shared tables")
+                              << (inPlace ? ", in place" : "");
+          // Rounded once to bf16: each element is off by at most the unit
+          // roundoff 2^-9 of its value (plus fp32 noise), so the relative L2
+          // stays below 2^-9 ~ 1.95e-3.
+          if (bfx) {
+            EXPECT_LT(rel, 2.5e-3) << k.name;
+          }
+        }
+      }
+}
+
 TEST(Emu, ElementwiseBroadcastAndVectorPaths) {
   if (!HaveCompiler()) GTEST_SKIP();
   // out0 = silu(a) * b (+ row bias c) as bf16, out1 = (a > c) as i1

@@ -331,6 +331,35 @@ TEST(RoPE, Launch) {
   EXPECT_EQ(d.block[0], 96u);
 }
 
+TEST(RoPETable, CompileGrid) {
+  for (ScalarType t : kFloatTypes)
+    for (ScalarType tab : kFloatTypes)
+      for (int64_t d : {64, 128})
+        for (bool inter : {false, true}) {
+          RoPETableConfig c;
+          c.dtype = t;
+          c.table = tab;
+          c.head_dim = d;
+          c.num_heads = d == 64 ? 32 : 9;
+          c.interleaved = inter;
+          ExpectCompiles(EmitRoPETable(c));
+        }
+}
+
+TEST(RoPETable, NameEncodesTheVariantAndLaunch) {
+  RoPETableConfig c;  // bf16 x, f32 tables, H=32, D=128, half_split
+  KernelCode k = EmitRoPETable(c);
+  EXPECT_EQ(k.name, "llmc_rope_table_bf16_tabf32_h32_d128_half");
+  c.interleaved = true;
+  c.table = ScalarType::bf16;
+  EXPECT_EQ(EmitRoPETable(c).name, "llmc_rope_table_bf16_tabbf16_h32_d128_interleaved");
+  LaunchDims d = RoPETableLaunch(c, 4, 2048);  // one block per token
+  EXPECT_EQ(d.grid[0], 4u * 2048u);
+  EXPECT_EQ(d.block[0], 256u);                 // 64 pairs x 4 head groups
+  c.head_dim = 7;
+  EXPECT_ANY_THROW(EmitRoPETable(c));
+}
+
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//

@@ -251,6 +251,34 @@ struct RoPEConfig {
 KernelCode EmitRoPE(const RoPEConfig &cfg);
 LaunchDims RoPELaunch(const RoPEConfig &cfg, int64_t batch, int64_t seq);
 
+/// The table form of RoPE (llm.rope with cos/sin), as Hugging Face
+/// LLaMA/Mistral `apply_rotary_pos_emb` (q * cos + rotate_half(q) * sin; Su
+/// et al. 2021): the angles come from precomputed tables, which also covers
+/// any rope scaling.
+struct RoPETableConfig {
+  ScalarType dtype = ScalarType::bf16;  // x and out
+  ScalarType table = ScalarType::f32;   // cos and sin (any float type, read as fp32)
+  int64_t num_heads = 32;
+  int64_t head_dim = 128;               // D, even
+  bool interleaved = false;             // pairs (2j, 2j+1) instead of (i, i+D/2)
+};
+
+/// x, out [B, S, H, D] contiguous; cos, sin full head-dim rows, element
+/// (b, s, d) at b * table_batch_stride + s * D + d (table_batch_stride = S*D
+/// for [B, S, D] tables, 0 for [S, D] or [1, S, D]: broadcast over batch;
+/// always broadcast over heads). fp32 math, rounded once to T:
+///   half_split:  out[i] = x[i] c[i] - x[i+D/2] s[i] (i < D/2),
+///                out[i] = x[i] c[i] + x[i-D/2] s[i] (i >= D/2)
+///   interleaved: out[2j] = x[2j] c[2j] - x[2j+1] s[2j],
+///                out[2j+1] = x[2j+1] c[2j+1] + x[2j] s[2j+1]
+/// Kernel arguments:
+///   (T* out, const T* x, const TabT* cos_tab, const TabT* sin_tab, long long batch,
+///    long long seq, long long table_batch_stride)
+/// out may alias x (in place). One block per token (b, s); each thread reads
+/// the table entries of its pairs once and applies them to every head.
+KernelCode EmitRoPETable(const RoPETableConfig &cfg);
+LaunchDims RoPETableLaunch(const RoPETableConfig &cfg, int64_t batch, int64_t seq);
+
 //===----------------------------------------------------------------------===//
 // 6. Flash attention (prefill)
 //===----------------------------------------------------------------------===//
