@@ -54,6 +54,16 @@ bool isSplat(Value v, double expected) {
   return s && *s == expected;
 }
 
+/// a and b are the same value, or the same cast of one value (`x.float()`
+/// written twice imports as two casts; canonicalize does not merge them).
+bool sameValue(Value a, Value b) {
+  if (a == b)
+    return true;
+  auto ca = a.getDefiningOp<CastOp>(), cb = b.getDefiningOp<CastOp>();
+  return ca && cb && ca.getInput() == cb.getInput() &&
+         a.getType() == b.getType();
+}
+
 /// Each value of a matched chain must be used only by the next op of the
 /// chain: otherwise the decomposed ops stay alive for their other users and
 /// raising would add a fused norm on top of them instead of replacing them.
@@ -92,7 +102,7 @@ std::optional<std::pair<Value, double>> matchMeanSquarePlusEps(Value v) {
       if (isSplat(pow.getRhs(), 2.0))
         xf = pow.getLhs();
     } else if (auto mul = sq.getDefiningOp<MulOp>()) {
-      if (mul.getLhs() == mul.getRhs())
+      if (sameValue(mul.getLhs(), mul.getRhs()))
         xf = mul.getLhs();
     }
     if (!xf)
@@ -150,7 +160,7 @@ std::optional<Normalized> matchNormalized(Value m) {
   }
   for (auto [xf, v] : candidates) {
     auto inner = matchMeanSquarePlusEps(v);
-    if (!inner || inner->first != xf)
+    if (!inner || !sameValue(inner->first, xf))
       continue;
     return Normalized{xf, inner->second};
   }

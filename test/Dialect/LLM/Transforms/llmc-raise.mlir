@@ -143,6 +143,31 @@ func.func @div_by_sqrt(%x: tensor<4x16xf32>, %w: tensor<16xf32>) -> tensor<4x16x
 
 // -----
 
+// x.float() written twice (as the plugin imports `x.float().pow(2)` and
+// `x.float() * r`): two casts of one value count as the same x.
+// CHECK-LABEL: func.func @x_cast_twice
+// CHECK-SAME: (%[[X:.+]]: tensor<4x16xbf16>, %[[W:.+]]: tensor<16xbf16>)
+// CHECK-NEXT: %[[Y:.+]] = llm.rms_norm %[[X]], %[[W]] {{.+}} : tensor<4x16xbf16>, tensor<16xbf16>
+// CHECK-NEXT: return %[[Y]]
+func.func @x_cast_twice(%x: tensor<4x16xbf16>, %w: tensor<16xbf16>) -> tensor<4x16xbf16> {
+  %xf1 = llm.cast %x : tensor<4x16xbf16> to tensor<4x16xf32>
+  %xf2 = llm.cast %x : tensor<4x16xbf16> to tensor<4x16xf32>
+  %two = llm.constant dense<2.0> : tensor<4x16xf32>
+  %sq = llm.pow %xf1, %two : tensor<4x16xf32>
+  %mean = llm.reduce_mean %sq [1] keepdim : tensor<4x16xf32>
+  %eps = llm.constant dense<1.0e-06> : tensor<4x1xf32>
+  %v = llm.add %mean, %eps : tensor<4x1xf32>
+  %r = llm.rsqrt %v : tensor<4x1xf32>
+  %rb = llm.broadcast %r : tensor<4x1xf32> to tensor<4x16xf32>
+  %m = llm.mul %xf2, %rb : tensor<4x16xf32>
+  %n = llm.cast %m : tensor<4x16xf32> to tensor<4x16xbf16>
+  %wb = llm.broadcast %w : tensor<16xbf16> to tensor<4x16xbf16>
+  %y = llm.mul %wb, %n : tensor<4x16xbf16>
+  return %y : tensor<4x16xbf16>
+}
+
+// -----
+
 // Two norms of one input (q/k-norm style): the shared x and its cast may have
 // other uses, each chain is raised.
 // CHECK-LABEL: func.func @two_norms_share_x
