@@ -515,10 +515,14 @@ def LLM_RoPEOp : LLM_Op<"rope",
     broadcast over heads (and over batch when rank 2 or Bt = 1). Their
     element type may differ from the input's (read as fp32). With c = cos
     and s = sin at (b, s):
-      half_split:  out[i] = x[i] c[i] - x[i + D/2] s[i]          (i < D/2)
-                   out[i] = x[i] c[i] + x[i - D/2] s[i]          (i >= D/2)
-      interleaved: out[2j]     = x[2j] c[2j] - x[2j+1] s[2j]
-                   out[2j + 1] = x[2j+1] c[2j+1] + x[2j] s[2j+1]
+
+    ```
+    half_split:  out[i]      = x[i] c[i] - x[i + D/2] s[i]     (i < D/2)
+                 out[i]      = x[i] c[i] + x[i - D/2] s[i]     (i >= D/2)
+    interleaved: out[2j]     = x[2j] c[2j] - x[2j+1] s[2j]
+                 out[2j + 1] = x[2j+1] c[2j+1] + x[2j] s[2j+1]
+    ```
+
     The tables hold the positions, so `offset` is rejected, and `theta`
     means nothing: a theta other than the default is rejected.
 
