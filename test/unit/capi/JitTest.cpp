@@ -61,6 +61,39 @@ TEST(JitCompiler, CompilesTinyLlamaWithCubins) {
   }
 }
 
+// The compile path of the C API and the torch.compile plugin raises the
+// decomposed RMSNorm the plugin imports for HF's LlamaRMSNorm (bf16) to one
+// llm.rms_norm kernel (PrepareForLowering); as written it is 5 kernels.
+TEST(JitCompiler, RaisesDecomposedRMSNorm) {
+  auto compiler = MakeCompiler();
+  ASSERT_TRUE(compiler);
+  const std::string text = R"mlir(
+func.func @norm(%x: tensor<1x?x128xbf16> {llm.dim_names = ["seq"]}, %w: tensor<128xbf16>) -> tensor<1x?x128xbf16> {
+  %2 = llm.broadcast %w : tensor<128xbf16> to tensor<1x?x128xbf16>
+  %3 = llm.cast %x : tensor<1x?x128xbf16> to tensor<1x?x128xf32>
+  %4 = llm.constant dense<2.0> : tensor<f32>
+  %5 = llm.broadcast %4 : tensor<f32> to tensor<1x?x128xf32>
+  %6 = llm.pow %3, %5 : tensor<1x?x128xf32>
+  %7 = llm.reduce_mean %6 [2] keepdim : tensor<1x?x128xf32>
+  %8 = llm.constant dense<1.0e-06> : tensor<f32>
+  %9 = llm.broadcast %8 : tensor<f32> to tensor<1x?x1xf32>
+  %10 = llm.add %7, %9 : tensor<1x?x1xf32>
+  %11 = llm.rsqrt %10 : tensor<1x?x1xf32>
+  %12 = llm.broadcast %11 : tensor<1x?x1xf32> to tensor<1x?x128xf32>
+  %13 = llm.mul %3, %12 : tensor<1x?x128xf32>
+  %14 = llm.cast %13 : tensor<1x?x128xf32> to tensor<1x?x128xbf16>
+  %15 = llm.mul %2, %14 : tensor<1x?x128xbf16>
+  return %15 : tensor<1x?x128xbf16>
+}
+)mlir";
+  auto exe = compiler->Compile(text, "norm", {{"seq", 16}});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  ASSERT_EQ((*exe)->kernels.size(), 1u);
+  EXPECT_NE((*exe)->kernels[0].name.find("rmsnorm"), std::string::npos)
+      << (*exe)->kernels[0].name;
+  EXPECT_TRUE((*exe)->gemms.empty());
+}
+
 TEST(JitCompiler, ErrorsAreStatuses) {
   auto compiler = MakeCompiler();
   ASSERT_TRUE(compiler);
