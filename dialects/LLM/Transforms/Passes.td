@@ -58,17 +58,18 @@ def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
     - `v = add(reduce_mean(sq) [last dim] keepdim, eps)` (either order),
       `eps` a splat constant >= 0 (possibly broadcast);
     - `sq = pow(xf, 2.0)` or `mul(xf, xf)`, the same `xf` that is
-      normalized;
+      normalized (or an identical cast of the same value);
     - `xf` is `x` or `cast(x)` to f32, the math in f32.
 
     It is raised only when exact up to rounding: the result type equals
     `x`'s type and `w`'s element type equals it (all f32, or bf16/f16 with
     the f32 casts of HF), and the reduction is over the last dimension only
-    with keepdim and a static hidden size. Every intermediate (square, mean,
-    sum, rsqrt and its broadcast, normalized value, cast back) must have one
-    use: otherwise the decomposed ops would stay alive for their other
-    users and raising would add work instead of removing it. `xf`, `w` and
-    the constants may have other uses. A norm without the weight multiply is
+    with keepdim and a static hidden size, outside `llm.fusion` regions.
+    Every intermediate (square, mean, sum, rsqrt and its broadcast,
+    normalized value, cast back) must have one use: otherwise the
+    decomposed ops would stay alive for their other users and raising would
+    add work instead of removing it. `xf`, `w` and the constants may have
+    other uses. A norm without the weight multiply is
     not raised (a ones weight would add a constant buffer and a multiply;
     no HF model emits one).
 
