@@ -1414,9 +1414,10 @@ absl::Status Lowering::emitOp(Operation *op) {
               return Value();
             // [..., 1, S, D]: only leading unit dims are broadcast.
             ArrayRef<int64_t> in = tensorType(b.getInput()).getShape();
+            auto isOne = [](int64_t d) { return d == 1; };
             if (in.size() < 2 || in[in.size() - 2] != seq ||
                 in.back() != cfg.head_dim ||
-                !llvm::all_of(in.drop_back(2), [](int64_t d) { return d == 1; }))
+                !llvm::all_of(in.drop_back(2), isOne))
               return Value();
             return b.getInput();
           };

@@ -1054,7 +1054,8 @@ absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
                                       "] or [1 or ", B, ", ", S, ", ", D,
                                       "], found ", shapeStr(cs.shape), " and ",
                                       shapeStr(sn.shape)));
-    int64_t tableBatchStride = rank == 3 && cs.shape[0] == B && B > 1 ? S * D : 0;
+    int64_t tableBatchStride =
+        rank == 3 && cs.shape[0] == B && B > 1 ? S * D : 0;
     HostTensor out = makeTensor(x.elementType, x.shape);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < S; ++s) {
