@@ -173,6 +173,28 @@ def _shape_str(tensors: Sequence[Any]) -> str:
                      if isinstance(t, torch.Tensor) else repr(t) for t in tensors)
 
 
+class _Entry:
+    """One compiled shape of a subgraph: its executable and import, the
+    session (created on the first GPU call), and what the fast path of
+    `LlmcSubgraph.forward` precomputes for it: the placeholder index of each
+    llmc argument, the non-tensor arguments it was compiled for, the
+    arguments that are 0-dim CPU tensors (moved to the GPU per call), and per
+    real size of the padded symbols the restride actions of the results."""
+    __slots__ = ("exe", "imp", "session", "args", "scalars", "lifted", "restride")
+
+    def __init__(self, exe, imp):
+        self.exe = exe
+        self.imp = imp
+        self.session = None
+        self.args: List[int] = list(imp.arg_placeholders)
+        self.scalars: Tuple[Tuple[int, Any], ...] = ()
+        self.lifted: List[int] = []
+        self.restride: Dict[Tuple, List[Tuple[int, Optional[Tuple[int, ...]]]]] = {}
+
+
+_NO_SIZES: Dict[str, Tuple[int, int]] = {}
+
+
 class LlmcSubgraph(torch.nn.Module):
     """One llmc subgraph: compiled per input shape (or bucket), PyTorch as the fallback."""
 
@@ -192,6 +214,15 @@ class LlmcSubgraph(torch.nn.Module):
         outs = out_node.args[0]
         self.out_metas = [importer._meta(o) for o in
                           (outs if isinstance(outs, (tuple, list)) else [outs])]
+        # Placeholders that are not tensors (SymInt sizes, constants): their
+        # values are part of a compiled shape. Any placeholder without
+        # metadata turns the fast path off.
+        self._scalar_args = [i for i, n in enumerate(self.placeholders)
+                             if not isinstance(n.meta.get("val"), torch.Tensor)]
+        self._fast = all("val" in n.meta for n in self.placeholders)
+        self._last: Optional[_Entry] = None
+        self._sym_sources: Optional[List[Tuple[int, Optional[int], str]]] = None
+        self._axes_of: Optional[Tuple[Any, list, list]] = None  # see _padded_axes
         self.static_only = False
         self.imported: Optional[importer.ImportResult] = None
         self.plan = bucketing.Plan(())
@@ -248,19 +279,35 @@ class LlmcSubgraph(torch.nn.Module):
                 ops[k] = ops.get(k, 0) + 1
         return ", ".join(f"{k} x{v}" for k, v in sorted(ops.items()))
 
+    def _symbol_sources(self) -> List[Tuple[int, Optional[int], str]]:
+        """(placeholder, dimension or None for a SymInt placeholder, symbol)
+        for every plain-symbol size of the placeholders, in order."""
+        if self._sym_sources is None:
+            src = []
+            for pi, ph in enumerate(self.placeholders):
+                m = ph.meta.get("val")
+                if isinstance(m, torch.SymInt):
+                    if getattr(m.node.expr, "is_Symbol", False):
+                        src.append((pi, None, str(m.node.expr)))
+                elif isinstance(m, torch.Tensor):
+                    for di, d in enumerate(m.shape):
+                        if isinstance(d, torch.SymInt) and getattr(d.node.expr, "is_Symbol", False):
+                            src.append((pi, di, str(d.node.expr)))
+            self._sym_sources = src
+        return self._sym_sources
+
     def _symbol_values(self, args) -> Dict[str, int]:
         """Symbol name -> size, read from the actual inputs."""
         vals: Dict[str, int] = {}
-        for ph, a in zip(self.placeholders, args):
-            m = ph.meta.get("val")
-            if isinstance(m, torch.SymInt) and isinstance(a, int):
-                e = m.node.expr
-                if getattr(e, "is_Symbol", False):
-                    vals[str(e)] = a
-            elif isinstance(m, torch.Tensor) and isinstance(a, torch.Tensor):
-                for d, s in zip(m.shape, a.shape):
-                    if isinstance(d, torch.SymInt) and getattr(d.node.expr, "is_Symbol", False):
-                        vals[str(d.node.expr)] = int(s)
+        for pi, di, name in self._symbol_sources():
+            if pi >= len(args):
+                continue
+            a = args[pi]
+            if di is None:
+                if isinstance(a, int):
+                    vals[name] = a
+            elif isinstance(a, torch.Tensor) and di < a.dim():
+                vals[name] = int(a.shape[di])
         return vals
 
     def _compile_import(self, args, static: bool = False) -> importer.ImportResult:
@@ -296,8 +343,8 @@ class LlmcSubgraph(torch.nn.Module):
         return exe, imp
 
     def _key(self, args) -> Tuple:
-        return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
-                     for a in args)
+        return tuple([(a.shape, a.dtype) if isinstance(a, torch.Tensor) else a
+                      for a in args])
 
     # -- bucketing ----------------------------------------------------------------
     def _pad(self, args) -> Tuple[list, Dict[str, Tuple[int, int]]]:
@@ -317,11 +364,18 @@ class LlmcSubgraph(torch.nn.Module):
                 info["lengths"].add(n)
         if not sizes or all(n == b for n, b in sizes.values()):
             return list(args), sizes
-        cs = set()
+        # One read of the device for all position inputs (is_position each).
+        in_axes = self._padded_axes()[0]
+        checks = []
         for pi in self.plan.pos_inputs:
-            axes = bucketing.padded_axes_of(self.placeholders[pi].meta.get("val"), self.plan.syms)
-            c = (bucketing.is_position(args[pi], axes[0][0])
-                 if len(axes) == 1 and axes[0][2] == 0 else None)
+            axes = in_axes[pi]
+            checks.append((args[pi], axes[0][0]) if len(axes) == 1 and axes[0][2] == 0
+                          else None)
+        offsets = bucketing.position_offsets([c for c in checks if c is not None])
+        it = iter(offsets)
+        cs = set()
+        for pi, chk in zip(self.plan.pos_inputs, checks):
+            c = next(it) if chk is not None else None
             if c is None:
                 warn_once(f"pos:{self.report.graph}:{self.name}",
                           f"llmc: {self.name}: input {pi} is not arange(n)+c along its "
@@ -337,8 +391,7 @@ class LlmcSubgraph(torch.nn.Module):
         for pi, (ph, a) in enumerate(zip(self.placeholders, args)):
             m = ph.meta.get("val")
             if isinstance(a, torch.Tensor):
-                axes = [(ax, sizes[s][1] + c) for ax, s, c in
-                        bucketing.padded_axes_of(m, self.plan.syms) if s in sizes]
+                axes = [(ax, sizes[s][1] + c) for ax, s, c in in_axes[pi] if s in sizes]
                 if axes:
                     mode = ("position" if pi in self.plan.pos_inputs else
                             "mask" if pi in self.plan.mask_inputs else "edge")
@@ -348,13 +401,27 @@ class LlmcSubgraph(torch.nn.Module):
             padded.append(a)
         return padded, sizes
 
+    def _padded_axes(self) -> Tuple[list, list]:
+        """bucketing.padded_axes_of every placeholder and every output for the
+        bucketed symbols of self.plan (made once per plan)."""
+        if self._axes_of is None or self._axes_of[0] is not self.plan:
+            syms = self.plan.syms
+            self._axes_of = (self.plan,
+                             [bucketing.padded_axes_of(ph.meta.get("val"), syms)
+                              for ph in self.placeholders],
+                             [bucketing.padded_axes_of(m, syms) for m in self.out_metas])
+        return self._axes_of[1], self._axes_of[2]
+
     def _slice_outputs(self, outs, sizes) -> list:
         if not sizes:
             return list(outs)
         res = []
-        for o, m in zip(outs, self.out_metas):
+        out_axes = self._padded_axes()[1]
+        for k, (o, m) in enumerate(zip(outs, self.out_metas)):
             if isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor):
-                for ax, sym, c in bucketing.padded_axes_of(m, list(sizes)):
+                for ax, sym, c in out_axes[k]:
+                    if sym not in sizes:
+                        continue
                     o = o.narrow(ax, 0, sizes[sym][0] + c)
             res.append(o)
         return res
@@ -367,14 +434,25 @@ class LlmcSubgraph(torch.nn.Module):
         the subgraph may `view` a result: a contiguous llmc result (or a
         padded one sliced back) where PyTorch's is laid out otherwise would be
         read wrongly or fail. Results already laid out that way are kept."""
-        vals = None
         res = list(outs)
+        self._restride_plan(res, imp, args)
+        return res
+
+    def _restride_plan(self, res: list, imp, args) -> List[Tuple[int, Optional[Tuple[int, ...]]]]:
+        """`_restride` in place on the list `res`; returns what it did as
+        (result index, strides) actions in order (None strides: made
+        contiguous). The results of one compiled shape (and one set of real
+        sizes of its padded symbols) always come with the same shapes and
+        strides, so the forward's fast path replays the actions
+        (`_apply_restride`) instead of deciding again."""
+        vals = None
+        plan: List[Tuple[int, Optional[Tuple[int, ...]]]] = []
         for (kind, i), m in zip(imp.outputs, self.out_metas):
             if kind != "out" or not isinstance(m, torch.Tensor):
                 continue
             o = res[i]
             if vals is None:
-                vals = {k: v for k, v in self._symbol_values(args).items()}
+                vals = self._symbol_values(args)
             try:
                 want = tuple(_concrete(st, vals) for st in m.stride())
             except (KeyError, TypeError, ValueError):
@@ -384,13 +462,15 @@ class LlmcSubgraph(torch.nn.Module):
             if want is None:
                 if not o.is_contiguous():
                     res[i] = o.contiguous()
+                    plan.append((i, None))
                 continue
             if all(sz <= 1 or a == b for sz, a, b in zip(o.shape, o.stride(), want)):
                 continue
             t = torch.empty_strided(tuple(o.shape), want, dtype=o.dtype, device=o.device)
             t.copy_(o)
             res[i] = t
-        return res
+            plan.append((i, want))
+        return plan
 
     # -- execution --------------------------------------------------------------
     def _eager(self, args):
@@ -400,7 +480,62 @@ class LlmcSubgraph(torch.nn.Module):
     def forward(self, *args):
         if self.disabled is not None:
             return self._eager(args)
-        run_args, sizes = self._pad(args)
+        if self.plan:
+            run_args, sizes = self._pad(args)
+        else:
+            run_args, sizes = args, _NO_SIZES
+        # Fast path: the compiled shape of the previous call, when this call's
+        # llmc arguments match its session's signature (dtype, shape, GPU)
+        # and its non-tensor arguments are the same (run_fast checks the
+        # former and does nothing on a mismatch).
+        entry = self._last
+        if entry is not None and all(run_args[i] == v for i, v in entry.scalars):
+            tensors = [run_args[i] for i in entry.args]
+            for j in entry.lifted:
+                tensors[j] = tensors[j].to(entry.session.device, non_blocking=True)
+            if not entry.imp.outputs:
+                if self._matches(entry, tensors):
+                    return self._finish(entry, [], sizes, args)
+            else:
+                outs = entry.session.run_fast(tensors)
+                if outs is not None:
+                    return self._finish(entry, outs, sizes, args)
+        return self._forward_general(args, run_args, sizes)
+
+    @staticmethod
+    def _matches(entry: "_Entry", tensors) -> bool:
+        """The signature check of run_fast, for a subgraph without results
+        (never run)."""
+        s = entry.session
+        return len(tensors) == len(s._in_sig) and all(
+            t.dtype is d and t.shape == sh and t.get_device() == s._device_index
+            for t, (sh, d) in zip(tensors, s._in_sig))
+
+    def _finish(self, entry: "_Entry", outs: list, sizes, args):
+        """The subgraph's outputs from the session's results (sliced back,
+        restrided, assembled)."""
+        imp = entry.imp
+        if sizes:
+            outs = self._slice_outputs(outs, sizes)
+            skey = tuple([n for n, _ in sizes.values()])
+        else:
+            skey = ()
+        plan = entry.restride.get(skey)
+        if plan is None:
+            outs = list(outs)
+            entry.restride[skey] = self._restride_plan(outs, imp, args)
+        elif plan:
+            outs = list(outs)
+            _apply_restride(outs, plan)
+        self.report.llmc_runs += 1
+        result = assemble_outputs(imp, outs, args)
+        if self.options.check:
+            self._check(args, result, imp)
+        return result[0] if imp.single_output else tuple(result)
+
+    def _forward_general(self, args, run_args, sizes):
+        """forward without the fast path: finds or compiles the shape's
+        executable, checks the devices, creates the session."""
         key = self._key(run_args)
         entry = self.sessions.get(key)
         if entry is None:
@@ -418,16 +553,18 @@ class LlmcSubgraph(torch.nn.Module):
             except importer.Unsupported as e:
                 self._disable(f"import failed: {e}")
                 return self._eager(args)
-            entry = [exe, imp, None]
+            entry = _Entry(exe, imp)
             self.sessions[key] = entry
-        exe, imp, session = entry
+        exe, imp, session = entry.exe, entry.imp, entry.session
         tensors = [run_args[i] for i in imp.arg_placeholders]
         dev = next((t.device for t in tensors if t.is_cuda), None)
+        lifted = []
         if dev is not None:
             # AOTAutograd can pass 0-dim CPU tensors (lifted scalars) next to
             # CUDA ones; PyTorch ops accept that mix, llmc needs device memory.
-            tensors = [t.to(dev, non_blocking=True) if not t.is_cuda and t.dim() == 0 else t
-                       for t in tensors]
+            lifted = [j for j, t in enumerate(tensors) if not t.is_cuda and t.dim() == 0]
+            for j in lifted:
+                tensors[j] = tensors[j].to(dev, non_blocking=True)
         on_gpu = bool(tensors) and all(t.is_cuda for t in tensors)
         if not on_gpu or not torch.cuda.is_available():
             warn_once("nogpu", "llmc: inputs are not on a CUDA GPU (or none is present): "
@@ -444,14 +581,14 @@ class LlmcSubgraph(torch.nn.Module):
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
-            entry[2] = session
-        outs = self._slice_outputs(session.run(tensors), sizes) if imp.outputs else []
-        outs = self._restride(outs, imp, args)
-        self.report.llmc_runs += 1
-        result = assemble_outputs(imp, outs, args)
-        if self.options.check:
-            self._check(args, result, imp)
-        return result[0] if imp.single_output else tuple(result)
+            entry.session = session
+        outs = session.run(tensors) if imp.outputs else []
+        if self._fast and not any(isinstance(run_args[i], torch.Tensor)
+                                  for i in self._scalar_args):
+            entry.scalars = tuple((i, run_args[i]) for i in self._scalar_args)
+            entry.lifted = lifted
+            self._last = entry
+        return self._finish(entry, outs, sizes, args)
 
     # -- debug check ----------------------------------------------------------------
     def _check(self, args, result, imp):
@@ -513,6 +650,18 @@ def _concrete(d, vals: Dict[str, int]) -> int:
         e = e.xreplace({s: vals[str(s)] for s in e.free_symbols})
         return int(e)
     return int(d)
+
+
+def _apply_restride(res: list, plan) -> None:
+    """Replays a `LlmcSubgraph._restride_plan` on the list `res`."""
+    for i, want in plan:
+        o = res[i]
+        if want is None:
+            res[i] = o.contiguous()
+        else:
+            t = torch.empty_strided(tuple(o.shape), want, dtype=o.dtype, device=o.device)
+            t.copy_(o)
+            res[i] = t
 
 
 def assemble_outputs(imp: importer.ImportResult, outs, args) -> list:

@@ -804,9 +804,32 @@ def pad_tensor(t: torch.Tensor, axes: Sequence[Tuple[int, int]], mode: str = "ed
 
 def is_position(t: torch.Tensor, axis: int) -> Optional[int]:
     """c when `t` is arange(n) + c along `axis` (all other sizes 1), else None."""
-    if t.numel() == 0 or t.numel() != t.shape[axis]:
-        return None
-    flat = t.reshape(-1)
-    c = flat[0]
-    ok = torch.equal(flat - c, torch.arange(flat.numel(), device=t.device, dtype=t.dtype))
-    return int(c) if ok else None
+    return position_offsets([(t, axis)])[0]
+
+
+def position_offsets(items: Sequence[Tuple[torch.Tensor, int]]) -> List[Optional[int]]:
+    """is_position of every (tensor, axis), reading the device once: per
+    tensor t - arange(n) is reduced to its (min, max) on the device, all of
+    them stacked into one tensor and read back with one `.tolist()` (one
+    host-device synchronization for all position inputs of a call instead of
+    two per input). t is arange(n) + c exactly when min == max == c."""
+    res: List[Optional[int]] = [None] * len(items)
+    parts, where = [], []
+    for k, (t, axis) in enumerate(items):
+        if t.numel() == 0 or t.numel() != t.shape[axis] or t.dtype == torch.bool:
+            continue
+        flat = t.reshape(-1)
+        d = flat - torch.arange(flat.numel(), device=t.device, dtype=t.dtype)
+        parts.append(torch.stack(torch.aminmax(d)).to(
+            torch.float64 if t.dtype.is_floating_point else torch.int64))
+        where.append(k)
+    if not parts:
+        return res
+    if len({p.dtype for p in parts}) > 1:
+        parts = [p.to(torch.float64) for p in parts]
+    vals = torch.cat(parts).tolist()
+    for j, k in enumerate(where):
+        lo, hi = vals[2 * j], vals[2 * j + 1]
+        if lo == hi:
+            res[k] = int(lo)
+    return res

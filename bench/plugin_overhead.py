@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Host (Python) time of one `LlmcSubgraph.forward`, without the C call.
+
+Runs on a CPU machine: a tiny Hugging Face LLaMA is compiled with
+torch.compile(backend="llmc") (the C API compiles every subgraph; NVRTC needs
+no GPU), then every llmc subgraph is called again and again on its recorded
+inputs with the device parts faked so that the real Python path of a GPU call
+runs:
+
+  * the inputs (and the bucketed path's padded inputs) are a Tensor
+    subclass whose `is_cuda` says True (its torch functions are plain
+    tensors', so nothing else changes);
+  * `torch.cuda.is_available` says True, `torch.cuda.current_stream` answers
+    stream 0;
+  * the session is `_capi.Session` itself with a stand-in for the library
+    whose `llmc_session_run` returns success at once (outputs stay as
+    allocated), and CPU as its device.
+
+Prints the mean microseconds per forward of each subgraph and, with
+--segments, where they go (_pad, _key, lookup, input list, Session.run's
+Python, _slice_outputs, _restride, assemble_outputs).
+
+    python3 bench/plugin_overhead.py [--layers 1] [--seq 16] [--calls 2000] [--segments]
+    python3 bench/plugin_overhead.py --dynamic   # bucketed path (pads, position check)
+"""
+import argparse
+import contextlib
+import os
+import sys
+import time
+import types
+import warnings
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# --python DIR: time another copy of the package (e.g. the previous commit's).
+_py = os.path.join(REPO, "python")
+if "--python" in sys.argv:
+    _py = sys.argv[sys.argv.index("--python") + 1]
+sys.path.insert(0, _py)
+
+import torch  # noqa: E402
+
+
+class FakeCuda(torch.Tensor):
+    """A CPU tensor that answers is_cuda=True (nothing else differs)."""
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def fake_cuda(a):
+    if isinstance(a, torch.Tensor) and not isinstance(a, FakeCuda):
+        return torch.Tensor._make_subclass(FakeCuda, a, a.requires_grad)
+    return a
+
+
+class _Lib:
+    """Forwards to the real library except the calls that need a GPU."""
+
+    def __init__(self, real):
+        self._real = real
+        self.runs = 0
+
+    def llmc_session_run(self, *args):
+        self.runs += 1
+        return None
+
+    def llmc_session_invalidate_parameters(self, handle):
+        return None
+
+    def llmc_session_release(self, handle):
+        return None
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+@contextlib.contextmanager
+def fake_device():
+    from llmc import _capi
+    real_session = _capi.Session
+
+    class Session(real_session):
+        def __init__(self, executable, device_ordinal=0, cuda_graphs=False,
+                     communicator=None, always_prepare=False):
+            lib = _Lib(_capi.load())
+            if hasattr(real_session, "_setup"):
+                self._setup(lib, executable, torch.device("cpu"), always_prepare)
+            else:  # before the per-key argument templates
+                self._lib = lib
+                self.always_prepare = always_prepare
+                self._versions = None
+                self.executable = executable
+                self.communicator = None
+                self.output_info = executable.outputs
+                self.device = torch.device("cpu")
+            self._handle = None
+
+        def _stream(self):
+            return 0
+
+    from llmc import bucketing
+    pad = bucketing.pad_tensor
+
+    def pad_tensor(*a, **k):  # padded inputs are "on the GPU" too
+        return fake_cuda(pad(*a, **k))
+
+    saved = (torch.cuda.is_available, torch.cuda.current_stream, _capi.Session)
+    torch.cuda.is_available = lambda: True
+    torch.cuda.current_stream = lambda device=None: types.SimpleNamespace(cuda_stream=0)
+    _capi.Session = Session
+    bucketing.pad_tensor = pad_tensor
+    try:
+        yield
+    finally:
+        torch.cuda.is_available, torch.cuda.current_stream, _capi.Session = saved
+        bucketing.pad_tensor = pad
+
+
+def record_subgraphs(model, inputs_list):
+    """Compiles `model`, runs it on each of `inputs_list`; returns
+    [(subgraph, [args of each call])]."""
+    import llmc.backend as B
+    calls = {}
+    orig = B.LlmcSubgraph.forward
+
+    def spy(self, *args):
+        calls.setdefault(id(self), (self, []))[1].append(
+            [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args])
+        return orig(self, *args)
+
+    B.LlmcSubgraph.forward = spy
+    try:
+        cm = torch.compile(model, backend="llmc", dynamic=None)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for x in inputs_list:
+                cm(x, use_cache=False)
+    finally:
+        B.LlmcSubgraph.forward = orig
+    return list(calls.values())
+
+
+SEGMENTS = ["_pad", "_key", "_slice_outputs", "_restride"]
+
+
+def time_segments(sub, args, calls):
+    """Mean ns per call of the backend's helper methods and Session.run."""
+    import llmc.backend as B
+    from llmc import _capi
+    acc = {}
+
+    def wrap(owner, name, label):
+        f = getattr(owner, name)
+
+        def timed(*a, **k):
+            t0 = time.perf_counter_ns()
+            r = f(*a, **k)
+            acc[label] = acc.get(label, 0) + time.perf_counter_ns() - t0
+            return r
+        return f, timed
+
+    patches = []
+    for name in SEGMENTS + ["_finish", "_restride_plan"]:
+        if hasattr(B.LlmcSubgraph, name):
+            patches.append((B.LlmcSubgraph, name) + wrap(B.LlmcSubgraph, name, name))
+    for name in ("run", "run_fast"):
+        if hasattr(_capi.Session, name):
+            patches.append((_capi.Session, name) + wrap(_capi.Session, name, "Session." + name))
+    patches.append((B, "assemble_outputs") + wrap(B, "assemble_outputs", "assemble_outputs"))
+    for owner, name, _, timed in patches:
+        setattr(owner, name, timed)
+    try:
+        t0 = time.perf_counter_ns()
+        for i in range(calls):
+            sub(*args[i % len(args)])
+        total = time.perf_counter_ns() - t0
+    finally:
+        for owner, name, orig, _ in patches:
+            setattr(owner, name, orig)
+    return total / calls, {k: v / calls for k, v in acc.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--dynamic", action="store_true",
+                    help="sequence lengths 13 and 15 (bucketed to 16, position inputs checked)")
+    ap.add_argument("--segments", action="store_true")
+    ap.add_argument("--python", help="directory holding the llmc package to time")
+    args = ap.parse_args()
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from llmc import _capi
+    ok, why = _capi.available()
+    if not ok:
+        sys.exit(f"needs libllmc.so with the C API: {why}")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=176,
+                      num_hidden_layers=args.layers, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=2048)
+    model = LlamaForCausalLM(cfg).eval()
+    seqs = [13, 15] if args.dynamic else [args.seq]
+    xs = [torch.randint(0, 1000, (args.batch, s)) for s in seqs]
+    subs = record_subgraphs(model, xs)
+    with fake_device(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        total_us = 0.0
+        for sub, recorded in subs:
+            fargs = [[fake_cuda(a) for a in call] for call in recorded[-len(seqs):]]
+            try:
+                for a in fargs:  # compile + session set-up outside the timing
+                    sub(*a)
+            except RuntimeError as e:  # e.g. an executable whose result shapes
+                # are not concrete: the stand-in session cannot allocate them
+                print(f"{sub.name}: not timed ({str(e).splitlines()[0]})")
+                continue
+            if sub.disabled:
+                print(f"{sub.name}: disabled ({sub.disabled.splitlines()[0]})")
+                continue
+            for _ in range(3):
+                best = None
+                t0 = time.perf_counter_ns()
+                for i in range(args.calls):
+                    sub(*fargs[i % len(fargs)])
+                per = (time.perf_counter_ns() - t0) / args.calls
+                best = per if best is None else min(best, per)
+            ntens = sum(isinstance(a, torch.Tensor) for a in fargs[0])
+            print(f"{sub.name}: {best / 1000:.1f} us per forward "
+                  f"({len(fargs[0])} args, {ntens} tensors, "
+                  f"{'bucketed' if sub.plan else 'static'})")
+            total_us += best / 1000
+            if args.segments:
+                tot, seg = time_segments(sub, fargs, args.calls)
+                rest = tot - sum(seg.values())
+                for k, v in sorted(seg.items(), key=lambda kv: -kv[1]):
+                    print(f"    {k:18s} {v / 1000:7.2f} us")
+                print(f"    {'(forward body)':18s} {rest / 1000:7.2f} us")
+        print(f"all {len(subs)} llmc subgraph(s): {total_us:.1f} us of Python per model forward")
+
+
+if __name__ == "__main__":
+    main()

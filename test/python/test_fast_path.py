@@ -1,0 +1,352 @@
+"""The plugin's per-call fast path (CPU): precomputed llmc_tensor templates in
+`_capi.Session.run_fast`, the last-shape lookup and cached restride actions
+of `LlmcSubgraph.forward`, and the batched position check of the bucketed
+path.
+
+The GPU is stood in for: the subgraph inputs are a Tensor subclass that says
+is_cuda, and the session's library writes, for every llmc result, the bytes
+of the subgraph's PyTorch output (contiguous) to the output pointer it was
+given, recording the llmc_tensor descriptions it received. So a forward
+through the fast path must return exactly PyTorch's outputs, with PyTorch's
+strides, and pass the runtime the right pointers, dtypes and shapes."""
+import ctypes
+import warnings
+
+import pytest
+import torch
+
+import llmc.backend as B
+from llmc import _capi, bucketing
+from conftest import capi_or_skip, tiny_llama
+
+
+class FakeCuda(torch.Tensor):
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def fake_cuda(a):
+    if isinstance(a, torch.Tensor) and not isinstance(a, FakeCuda):
+        return torch.Tensor._make_subclass(FakeCuda, a, a.requires_grad)
+    return a
+
+
+def _describe(arr, n):
+    out = []
+    for k in range(n):
+        t = arr[k]
+        out.append((t.data or 0, _capi.LLMC_TO_TORCH[t.dtype],
+                    tuple(t.shape[j] for j in range(t.rank))))
+    return out
+
+
+class FakeLib:
+    """The library with llmc_session_run writing `self.results`."""
+
+    def __init__(self, real):
+        self._real = real
+        self.calls = []  # (inputs, outputs) as (data, dtype, shape)
+        self.results = None  # None: leave the outputs as allocated
+        self.invalidations = 0
+
+    def llmc_session_run(self, handle, in_arr, n_in, out_arr, n_out, stream):
+        ins, outs = _describe(in_arr, n_in), _describe(out_arr, n_out)
+        self.calls.append((ins, outs))
+        if self.results is None:
+            return None
+        assert len(self.results) == n_out
+        for (ptr, dtype, shape), r in zip(outs, self.results):
+            assert r.dtype == dtype and r.numel() == torch.Size(shape).numel(), (r, dtype, shape)
+            ctypes.memmove(ptr, r.data_ptr(), r.numel() * r.element_size())
+        return None
+
+    def llmc_session_invalidate_parameters(self, handle):
+        self.invalidations += 1
+        return None
+
+    def llmc_session_release(self, handle):
+        return None
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    capi_or_skip()
+    libs = []
+
+    class Session(_capi.Session):
+        def __init__(self, executable, device_ordinal=0, cuda_graphs=False,
+                     communicator=None, always_prepare=False):
+            lib = FakeLib(_capi.load())
+            libs.append(lib)
+            self.communicator = None
+            self._setup(lib, executable, torch.device("cpu"), always_prepare)
+            self._handle = None
+
+        def _stream(self):
+            return 0
+
+    def on():
+        """After compiling (Dynamo asks the real torch.cuda)."""
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(_capi, "Session", Session)
+    return on
+
+
+def _record(model, xs, dynamic):
+    """[(subgraph, [args per call])] of compiling `model` and running `xs`."""
+    calls = {}
+    orig = B.LlmcSubgraph.forward
+
+    def spy(self, *args):
+        calls.setdefault(id(self), (self, []))[1].append(
+            [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args])
+        return orig(self, *args)
+
+    B.LlmcSubgraph.forward = spy
+    try:
+        cm = torch.compile(model, backend="llmc", dynamic=dynamic,
+                           options={"dynamic_buckets": "none"})
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for x in xs:
+                cm(x, use_cache=False)
+    finally:
+        B.LlmcSubgraph.forward = orig
+    return list(calls.values())
+
+
+def _llmc_results(sub, imp, want):
+    """What llmc's results would be: PyTorch's outputs, contiguous, by result index."""
+    res = {}
+    for (kind, i), w in zip(imp.outputs, want):
+        if kind == "out":
+            res[i] = w.contiguous()
+    return [res[i] for i in range(len(res))]
+
+
+def _flat(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _call(sub, lib_of, args):
+    """One forward with the stand-in library primed; returns (got, want)."""
+    want = _flat(sub.eager(*args))
+    key = sub._key(list(args))
+    entry = sub.sessions.get(key)
+    if entry is not None and entry.session is not None:
+        entry.session._lib.results = _llmc_results(sub, entry.imp, want)
+    got = _flat(sub(*[fake_cuda(a) for a in args]))
+    return got, want
+
+
+def _assert_same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if not isinstance(w, torch.Tensor):
+            assert g == w
+            continue
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert g.stride() == w.stride() or g.numel() <= 1, (g.stride(), w.stride())
+        assert torch.equal(g, w)
+
+
+def _prime(sub, args):
+    """A first call: compiles and creates the session (its outputs are not
+    written: the library is primed from the next call on)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sub(*[fake_cuda(a) for a in args])
+
+
+def test_fast_path_returns_pytorch_outputs_and_passes_pointers(fake_gpu):
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = _record(model, [torch.randint(0, 1000, (2, 9))], dynamic=False)
+    assert subs
+    fake_gpu()
+    for sub, recorded in subs:
+        args = recorded[0]
+        _prime(sub, args)
+        assert sub.disabled is None, sub.disabled
+        entry = next(iter(sub.sessions.values()))
+        lib = entry.session._lib
+        assert sub._last is entry
+        for call in range(3):
+            fresh = [torch.randn_like(a) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                     else a for a in args]
+            lib.calls.clear()
+            got, want = _call(sub, fake_gpu, fresh)
+            _assert_same(got, want)
+            (ins, outs), = lib.calls
+            tensors = [fresh[i] for i in entry.imp.arg_placeholders]
+            # The runtime sees each input's own pointer, dtype and shape.
+            assert [(p, d, s) for p, d, s in ins] == [
+                (t.data_ptr(), t.dtype, tuple(t.shape)) for t in tensors]
+            assert [(d, s) for _, d, s in outs] == [
+                (i.dtype, tuple(i.shape)) for i in entry.session.output_info]
+        assert len(sub.sessions) == 1
+
+
+def test_general_path_builds_the_same_description(fake_gpu):
+    """Session.run's general path (a call that does not match the template)
+    and the fast path describe the same tensors identically."""
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = _record(model, [torch.randint(0, 1000, (1, 5))], dynamic=False)
+    sub, recorded = subs[0]
+    fake_gpu()
+    _prime(sub, recorded[0])
+    entry = next(iter(sub.sessions.values()))
+    s, lib = entry.session, entry.session._lib
+    tensors = [recorded[0][i] for i in entry.imp.arg_placeholders]
+    lib.results = [torch.zeros(i.shape, dtype=i.dtype) for i in s.output_info]
+    lib.calls.clear()
+    s.run(tensors)            # fast: matches the template
+    fast = lib.calls[-1][0]
+    bad = list(tensors)
+    bad[0] = bad[0].to(torch.float64) if bad[0].is_floating_point() else bad[0].to(torch.int32)
+    assert s.run_fast(bad) is None  # dtype differs: nothing done
+    assert len(lib.calls) == 1
+    s.run(tensors[:-1] + [tensors[-1].clone()])  # fast again, new last pointer
+    assert lib.calls[-1][0][:-1] == fast[:-1]
+    # The general path (what run used to do for every call) on the same tensors.
+    run_fast, s.run_fast = s.run_fast, lambda inputs: None
+    try:
+        s.run(tensors)
+    finally:
+        s.run_fast = run_fast
+    assert lib.calls[-1][0] == fast
+
+
+def test_shape_change_switches_sessions_and_templates(fake_gpu):
+    """Per-size compiles (dynamic shapes, no buckets): alternating lengths
+    must leave the fast path for the other compiled shape each time."""
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = _record(model, [torch.randint(0, 1000, (1, s)) for s in (6, 7, 6)], dynamic=True)
+    checked = 0
+    fake_gpu()
+    for sub, recorded in subs:
+        by_len = {}
+        for args in recorded:
+            by_len.setdefault(tuple(a.shape if isinstance(a, torch.Tensor) else a for a in args),
+                              args)
+        variants = list(by_len.values())
+        if len(variants) < 2:
+            continue
+        for args in variants:
+            _prime(sub, args)
+        if sub.disabled is not None:
+            continue
+        for args in variants * 2:
+            got, want = _call(sub, fake_gpu, args)
+            _assert_same(got, want)
+            entry = sub._last
+            (ins, _), = [entry.session._lib.calls[-1]]
+            tensors = [args[i] for i in entry.imp.arg_placeholders]
+            assert [s for _, _, s in ins] == [tuple(t.shape) for t in tensors]
+        assert len(sub.sessions) == len(variants)
+        checked += 1
+    assert checked, "no subgraph saw two shapes"
+
+
+def test_parameter_update_in_place_invalidates_on_the_fast_path(fake_gpu):
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = _record(model, [torch.randint(0, 1000, (1, 4))], dynamic=False)
+    sub, recorded = max(subs, key=lambda s: len(s[1][0]))
+    args = recorded[0]
+    fake_gpu()
+    _prime(sub, args)
+    entry = next(iter(sub.sessions.values()))
+    lib = entry.session._lib
+    _call(sub, fake_gpu, args)
+    before = lib.invalidations
+    _call(sub, fake_gpu, args)
+    assert lib.invalidations == before
+    w = next(a for a in args if isinstance(a, torch.Tensor) and a.dim() == 2
+             and a.is_floating_point())
+    with torch.no_grad():
+        w.add_(1.0)  # same pointer, new version
+    got, want = _call(sub, fake_gpu, args)
+    _assert_same(got, want)
+    assert lib.invalidations == before + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_position_offsets_one_read_matches_is_position(dtype):
+    cases = [
+        (torch.arange(4, 9, dtype=dtype).view(1, 5), 1, 4),
+        (torch.arange(0, 7, dtype=dtype).view(7, 1), 0, 0),
+        (torch.arange(-3, 2, dtype=dtype).view(1, 5), 1, -3),
+        (torch.tensor([[0, 1, 3]], dtype=dtype), 1, None),
+        (torch.tensor([[5, 5, 5]], dtype=dtype), 1, None),
+        (torch.arange(6, dtype=dtype).view(2, 3), 1, None),  # other sizes not 1
+        (torch.zeros(1, 0, dtype=dtype), 1, None),
+        (torch.tensor([[7]], dtype=dtype), 1, 7),
+    ]
+    got = bucketing.position_offsets([(t, a) for t, a, _ in cases])
+    assert got == [c for _, _, c in cases]
+    for t, a, c in cases:
+        assert bucketing.is_position(t, a) == c
+    # Random positions: arange + random offset, and one value disturbed.
+    g = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        n = int(torch.randint(1, 40, (1,), generator=g))
+        c = int(torch.randint(-100, 100, (1,), generator=g))
+        t = (torch.arange(n) + c).to(dtype).view(1, n)
+        assert bucketing.is_position(t, 1) == c
+        if n > 1:
+            u = t.clone()
+            u[0, int(torch.randint(0, n, (1,), generator=g))] += 1
+            assert bucketing.is_position(u, 1) is None
+
+
+def test_position_offsets_reads_the_device_once(monkeypatch):
+    """All position inputs of a call are decided with one .tolist()."""
+    reads = []
+    orig = torch.Tensor.tolist
+
+    def tolist(self):
+        reads.append(self.numel())
+        return orig(self)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+    items = [(torch.arange(3, 9).view(1, 6), 1), (torch.arange(2, 8).view(6), 0),
+             (torch.tensor([1, 0, 2]), 0)]
+    assert bucketing.position_offsets(items) == [3, 2, None]
+    assert len(reads) == 1
+
+
+def test_restride_plan_replays_what_restride_did():
+    """The cached actions give the same tensors (values and strides) as
+    deciding again."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output((x,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    sub = B.LlmcSubgraph.__new__(B.LlmcSubgraph)
+    torch.nn.Module.__init__(sub)
+    base = torch.randn(4, 6)
+    sub.out_metas = [base.t(), base, torch.randn(1, 4).expand(3, 4)]
+    sub.placeholders = []
+    sub._sym_sources = None
+
+    class Imp:
+        outputs = [("out", 0), ("out", 1), ("out", 2), ("out", 0)]
+    outs = [base.t().contiguous(), base.clone(), torch.randn(3, 4)]
+    first = list(outs)
+    plan = sub._restride_plan(first, Imp, [])
+    assert plan == [(0, (1, 6))]  # only the transposed result is restrided
+    again = list(outs)
+    B._apply_restride(again, plan)
+    for a, b in zip(first, again):
+        assert a.stride() == b.stride() and torch.equal(a, b)
+    assert first[0].stride() == base.t().stride()
+    del gm
