@@ -121,6 +121,19 @@ llmc_status_t *llmc_session_run(llmc_session_t *session,
                                 const llmc_tensor *outputs, int32_t num_outputs,
                                 void *cuda_stream);
 
+/* CUDA graph counters of a session (options "cuda_graphs=1"), for tests and
+ * diagnostics. out_counts (7 entries) receives, since the session was made:
+ * captures, instantiations, updates (captures written into a cached graph),
+ * replays (cached graphs launched as they were), graph launches, graph runs
+ * on the session's private stream (callers on the legacy default stream),
+ * graphs cached now. out_reason (reason_bytes, may be 0 with NULL) receives
+ * why graphs were turned off after a capture or instantiation failure,
+ * NUL-terminated and truncated to fit; "" while they are on. Code 3 for a
+ * NULL session or out_counts. */
+llmc_status_t *llmc_session_graph_stats(llmc_session_t *session,
+                                        int64_t *out_counts, char *out_reason,
+                                        size_t reason_bytes);
+
 /* Weights changed in place: the next llmc_session_run re-runs the executable's
  * parameter-preparation launches (e.g. int8/int4 weight quantization), which
  * otherwise run only when a parameter input's device pointer changes.

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -568,6 +569,29 @@ LLMC_EXPORT llmc_status_t *llmc_session_run(llmc_session_t *session,
         !s.ok())
       return s;
     return session->session->Run(in, out, static_cast<CUstream>(cuda_stream));
+  });
+}
+
+LLMC_EXPORT llmc_status_t *llmc_session_graph_stats(llmc_session_t *session,
+                                                    int64_t *out_counts,
+                                                    char *out_reason,
+                                                    size_t reason_bytes) {
+  return guarded("llmc_session_graph_stats", [&]() -> absl::Status {
+    if (!session)
+      return absl::InvalidArgumentError("session: NULL handle");
+    if (!out_counts)
+      return absl::InvalidArgumentError("out_counts: NULL output pointer");
+    llmc::rt::Session::GraphStats st = session->session->graph_stats();
+    const int64_t counts[7] = {st.captures, st.instantiations,      st.updates,
+                               st.replays,  st.launches,            st.private_stream_runs,
+                               st.cached};
+    std::memcpy(out_counts, counts, sizeof(counts));
+    if (out_reason && reason_bytes > 0) {
+      size_t n = std::min(reason_bytes - 1, st.disabled_reason.size());
+      std::memcpy(out_reason, st.disabled_reason.data(), n);
+      out_reason[n] = '\0';
+    }
+    return absl::OkStatus();
   });
 }
 

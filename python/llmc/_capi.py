@@ -155,6 +155,12 @@ _SIGNATURES = {
     "llmc_session_create_with_communicator": (_P, [_P, _P, ctypes.c_char_p, _PP]),
 }
 
+# Entry points of newer libraries: bound when present, None otherwise.
+_OPTIONAL_SIGNATURES = {
+    "llmc_session_graph_stats": (_P, [_P, ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p,
+                                      ctypes.c_size_t]),
+}
+
 NCCL_UNIQUE_ID_BYTES = 128
 
 
@@ -184,6 +190,11 @@ def load():
                 fn = getattr(lib, name)
                 fn.restype = res
                 fn.argtypes = args
+            for name, (res, args) in _OPTIONAL_SIGNATURES.items():
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.restype = res
+                    fn.argtypes = args
             lib._llmc_path = str(path)
             _lib = lib
             return lib
@@ -543,6 +554,23 @@ class Session:
         _check(status, "running on inputs " + ", ".join(
             f"{t.dtype}{list(t.shape)}" for t in inputs))
         return outs
+
+    GRAPH_STATS = ("captures", "instantiations", "updates", "replays", "launches",
+                   "private_stream_runs", "cached")
+
+    def graph_stats(self) -> Optional[Dict[str, object]]:
+        """The runtime's CUDA graph counters (llmc_session_graph_stats: keys
+        GRAPH_STATS, and "disabled_reason", "" while graphs are on); None when
+        the library predates them."""
+        fn = getattr(self._lib, "llmc_session_graph_stats", None)
+        if fn is None:
+            return None
+        counts = (ctypes.c_int64 * len(self.GRAPH_STATS))()
+        reason = ctypes.create_string_buffer(1024)
+        _check(fn(self._handle, counts, reason, len(reason)), "reading graph statistics")
+        stats: Dict[str, object] = dict(zip(self.GRAPH_STATS, list(counts)))
+        stats["disabled_reason"] = reason.value.decode("utf-8", "replace")
+        return stats
 
     def __del__(self):
         h = getattr(self, "_handle", None)

@@ -69,6 +69,13 @@ namespace {
     t->name = reinterpret_cast<decltype(t->name)>(sym);                        \
   }
 
+// An entry point the caller can do without: null when absent.
+#define LLMC_RT_RESOLVE_OPTIONAL(name)                                         \
+  {                                                                            \
+    absl::StatusOr<void*> sym = t->library->Symbol(LLMC_STR(name));            \
+    t->name = sym.ok() ? reinterpret_cast<decltype(t->name)>(*sym) : nullptr;  \
+  }
+
 std::vector<std::string> CudaToolkitCandidates(const std::string& soname) {
   std::vector<std::string> out = {soname};
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
@@ -101,6 +108,7 @@ absl::StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Load() {
                             "/usr/local/nvidia/lib64/libcuda.so.1"},
                            "running kernels on the GPU (NVIDIA driver)"));
   LLMC_CUDA_DRIVER_SYMBOLS(LLMC_RT_RESOLVE)
+  LLMC_CUDA_DRIVER_OPTIONAL_SYMBOLS(LLMC_RT_RESOLVE_OPTIONAL)
   return t;
 }
 absl::StatusOr<const CudaDriver*> CudaDriver::Get() {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -317,8 +318,19 @@ struct Session::Impl {
   PooledBuffer arena, workspace;
   cublasLtHandle_t lt_handle = nullptr;
   std::vector<GemmPlan> gemms;
-  CUgraphExec graph = nullptr;
-  std::vector<uint64_t> graph_key;
+  // Instantiated CUDA graphs by input/output pointer key, least recently
+  // used first out (SessionOptions::use_cuda_graphs).
+  struct CachedGraph {
+    std::vector<uint64_t> key;
+    CUgraphExec exec = nullptr;
+    uint64_t last_use = 0;
+  };
+  std::vector<CachedGraph> graphs;
+  uint64_t graph_clock = 0;
+  // Graph runs for callers on the legacy default stream: a private stream
+  // and the events that order it after / before the caller's work.
+  CUstream graph_stream = nullptr;
+  CUevent graph_fork = nullptr, graph_join = nullptr;
   std::vector<uint64_t> base;  // per buffer, resolved each run
   // Collectives: the communicator, the communication stream, per Collective
   // launch a fork event (compute -> comm) and a done event (comm -> compute),
@@ -333,7 +345,11 @@ struct Session::Impl {
 
   ~Impl() {
     attention.reset();
-    if (graph) driver_->cuGraphExecDestroy(graph);
+    for (CachedGraph& g : graphs)
+      if (g.exec) driver_->cuGraphExecDestroy(g.exec);
+    if (graph_fork) driver_->cuEventDestroy(graph_fork);
+    if (graph_join) driver_->cuEventDestroy(graph_join);
+    if (graph_stream) driver_->cuStreamDestroy(graph_stream);
     for (auto& [i, ev] : collective_events) {
       if (ev.first) driver_->cuEventDestroy(ev.first);
       if (ev.second) driver_->cuEventDestroy(ev.second);
@@ -860,21 +876,6 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
       im.parameters.Prepared(std::move(pkey));
     }
   }
-  auto enqueue_all = [&]() -> absl::Status {
-    for (size_t i = first; i < exe_->launches.size(); ++i) {
-      const Launch& l = exe_->launches[i];
-      NvtxRange range(LaunchRangeName(l, i));
-      absl::Status st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/false);
-      if (!st.ok()) {
-        // Join what was forked so a capture ends cleanly.
-        (void)im.JoinAll(stream);
-        return Annotate(st, absl::StrCat("launch ", i,
-                                         l.label.empty() ? "" : " (" + l.label + ")"));
-      }
-    }
-    return im.JoinAll(stream);
-  };
-
   if (timings) {
     size_t n = exe_->launches.size();
     std::vector<CUevent> events(n + 1, nullptr);
@@ -910,32 +911,147 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
     return st;
   }
 
-  if (!options_.use_cuda_graphs || stream == nullptr) return enqueue_all();
-  if (im.graph && im.graph_key == key) {
-    NvtxRange range("llmc CUDA graph replay");
-    return CU_CALL(cuGraphLaunch, im.graph, stream);
+  if (!options_.use_cuda_graphs || !graph_stats_.disabled_reason.empty())
+    return EnqueueAll(stream, first);
+  return RunGraph(key, stream, first);
+}
+
+absl::Status Session::EnqueueAll(CUstream stream, size_t first) {
+  Impl& im = *impl_;
+  for (size_t i = first; i < exe_->launches.size(); ++i) {
+    const Launch& l = exe_->launches[i];
+    NvtxRange range(LaunchRangeName(l, i));
+    absl::Status st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/false);
+    if (!st.ok()) {
+      // Join what was forked so a capture ends cleanly.
+      (void)im.JoinAll(stream);
+      return Annotate(st, absl::StrCat("launch ", i,
+                                       l.label.empty() ? "" : " (" + l.label + ")"));
+    }
   }
-  if (im.graph) {
-    driver_->cuGraphExecDestroy(im.graph);
-    im.graph = nullptr;
+  return im.JoinAll(stream);
+}
+
+Session::GraphStats Session::graph_stats() const {
+  absl::MutexLock lock(&mu_);
+  GraphStats s = graph_stats_;
+  s.cached = static_cast<int>(impl_->graphs.size());
+  return s;
+}
+
+absl::Status Session::RunGraph(const std::vector<uint64_t>& key,
+                               CUstream stream, size_t first) {
+  Impl& im = *impl_;
+  const CudaDriver* driver_ = im.driver_;
+  GraphStats& stats = graph_stats_;
+  // Capture is not allowed on the legacy default stream: run on a private
+  // stream that waits for the caller's work so far, and make the caller's
+  // stream wait for the graph.
+  const bool legacy = stream == nullptr || stream == CU_STREAM_LEGACY;
+  if (!legacy && driver_->cuStreamIsCapturing) {
+    // The caller is capturing its own graph: our launches become part of it.
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (driver_->cuStreamIsCapturing(stream, &capturing) == CUDA_SUCCESS &&
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+      return EnqueueAll(stream, first);
   }
-  LLMC_RT_RETURN_IF_ERROR(
-      CU_CALL(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-  absl::Status enq = enqueue_all();
+  CUstream s = stream;
+  if (legacy) {
+    if (!im.graph_stream) {
+      LLMC_RT_RETURN_IF_ERROR(
+          CU_CALL(cuStreamCreate, &im.graph_stream, CU_STREAM_NON_BLOCKING));
+      LLMC_RT_RETURN_IF_ERROR(
+          CU_CALL(cuEventCreate, &im.graph_fork, CU_EVENT_DISABLE_TIMING));
+      LLMC_RT_RETURN_IF_ERROR(
+          CU_CALL(cuEventCreate, &im.graph_join, CU_EVENT_DISABLE_TIMING));
+    }
+    LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuEventRecord, im.graph_fork, stream));
+    LLMC_RT_RETURN_IF_ERROR(
+        CU_CALL(cuStreamWaitEvent, im.graph_stream, im.graph_fork, 0));
+    s = im.graph_stream;
+  }
+  auto join = [&]() -> absl::Status {
+    if (!legacy) return absl::OkStatus();
+    ++stats.private_stream_runs;
+    LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuEventRecord, im.graph_join, s));
+    return CU_CALL(cuStreamWaitEvent, stream, im.graph_join, 0);
+  };
+  auto launch = [&](Impl::CachedGraph& g) -> absl::Status {
+    g.last_use = ++im.graph_clock;
+    NvtxRange range("llmc CUDA graph launch");
+    LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuGraphLaunch, g.exec, s));
+    ++stats.launches;
+    return join();
+  };
+  // Graphs off for good: say why once, then run as without graphs (on the
+  // caller's stream; the private one, if forked, is joined empty).
+  auto give_up = [&](const absl::Status& why) -> absl::Status {
+    stats.disabled_reason = std::string(why.message());
+    std::fprintf(stderr,
+                 "llmc: CUDA graphs turned off for this session, launches are "
+                 "enqueued one by one: %s\n",
+                 stats.disabled_reason.c_str());
+    for (Impl::CachedGraph& g : im.graphs)
+      if (g.exec) driver_->cuGraphExecDestroy(g.exec);
+    im.graphs.clear();
+    if (legacy) {
+      LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuEventRecord, im.graph_join, s));
+      LLMC_RT_RETURN_IF_ERROR(CU_CALL(cuStreamWaitEvent, stream, im.graph_join, 0));
+    }
+    return EnqueueAll(stream, first);
+  };
+
+  for (Impl::CachedGraph& g : im.graphs)
+    if (g.key == key) {
+      ++stats.replays;
+      return launch(g);
+    }
+
+  // A new pointer set: capture the launches.
+  absl::Status begin =
+      CU_CALL(cuStreamBeginCapture, s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  if (!begin.ok()) return give_up(Annotate(begin, "beginning the capture"));
+  absl::Status enq = EnqueueAll(s, first);
   CUgraph graph = nullptr;
-  absl::Status end = CU_CALL(cuStreamEndCapture, stream, &graph);
+  absl::Status end = CU_CALL(cuStreamEndCapture, s, &graph);
   if (!enq.ok() || !end.ok()) {
     if (graph) driver_->cuGraphDestroy(graph);
-    return enq.ok() ? end : enq;
+    return give_up(Annotate(enq.ok() ? end : enq, "capturing the launches"));
+  }
+  ++stats.captures;
+  struct GraphGuard {
+    const CudaDriver* d;
+    CUgraph g;
+    ~GraphGuard() { d->cuGraphDestroy(g); }
+  } guard{driver_, graph};
+
+  const size_t capacity =
+      static_cast<size_t>(std::max(1, options_.max_cuda_graphs));
+  if (im.graphs.size() >= capacity) {
+    // Full: reuse the least recently used graph, updated in place when the
+    // driver accepts the new graph's topology (same launches, new pointers).
+    auto lru = std::min_element(
+        im.graphs.begin(), im.graphs.end(),
+        [](const Impl::CachedGraph& a, const Impl::CachedGraph& b) {
+          return a.last_use < b.last_use;
+        });
+    if (driver_->cuGraphExecUpdate) {
+      CUgraphExecUpdateResultInfo info{};
+      if (driver_->cuGraphExecUpdate(lru->exec, graph, &info) == CUDA_SUCCESS) {
+        lru->key = key;
+        ++stats.updates;
+        return launch(*lru);
+      }
+    }
+    driver_->cuGraphExecDestroy(lru->exec);
+    im.graphs.erase(lru);
   }
   CUgraphExec exec = nullptr;
   absl::Status inst = CU_CALL(cuGraphInstantiate, &exec, graph, 0);
-  driver_->cuGraphDestroy(graph);
-  LLMC_RT_RETURN_IF_ERROR(inst);
-  im.graph = exec;
-  im.graph_key = key;
-  ++graph_captures_;
-  return CU_CALL(cuGraphLaunch, im.graph, stream);
+  if (!inst.ok()) return give_up(Annotate(inst, "instantiating the graph"));
+  ++stats.instantiations;
+  im.graphs.push_back({key, exec, 0});
+  return launch(im.graphs.back());
 }
 
 }  // namespace llmc::rt

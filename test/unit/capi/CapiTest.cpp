@@ -277,6 +277,13 @@ TEST(CapiSession, RunNullSession) {
   EXPECT_TRUE(Contains(st.message(), "session")) << st.message();
 }
 
+TEST(CapiSession, GraphStatsNullArguments) {
+  int64_t counts[7];
+  Status a(llmc_session_graph_stats(nullptr, counts, nullptr, 0));
+  EXPECT_EQ(a.code(), 3);
+  EXPECT_TRUE(Contains(a.message(), "session")) << a.message();
+}
+
 //===----------------------------------------------------------------------===//
 // GPU tests
 //===----------------------------------------------------------------------===//
@@ -485,6 +492,48 @@ TEST(CapiGpu, RunMatchesReferenceAndRejectsMismatches) {
   EXPECT_EQ(nullIn.code(), 3);
 
   ASSERT_TRUE(dev->Synchronize().ok());
+  llmc_session_release(session);
+  Free(*dev, ex);
+}
+
+// CUDA graphs for a caller on the legacy default stream (PyTorch's default):
+// captured once on the session's private stream, replayed, joined to stream
+// 0 so that a synchronize sees the results; each run checked against the
+// reference executor.
+TEST(CapiGpu, GraphsOnTheDefaultStreamReplayAndMatchReference) {
+  REQUIRE_GPU(dev);
+  CompilerHandle c;
+  Example ex;
+  ASSERT_NO_FATAL_FAILURE(Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, ex));
+  llmc_session_t *session = nullptr;
+  EXPECT_LLMC_OK(llmc_session_create(ex.exe.e, 0, "cuda_graphs=1", &session));
+  for (int i = 0; i < 3; ++i) {
+    for (const llmc_tensor &t : ex.cOut) {
+      size_t bytes = 1;
+      for (int d = 0; d < t.rank; ++d) bytes *= t.shape[d];
+      switch (t.dtype) {
+        case LLMC_DTYPE_F32: case LLMC_DTYPE_I32: bytes *= 4; break;
+        case LLMC_DTYPE_F16: case LLMC_DTYPE_BF16: bytes *= 2; break;
+        case LLMC_DTYPE_I64: bytes *= 8; break;
+        default: break;  // one byte
+      }
+      // Poisoned (NaN bytes) so that a run that writes nothing fails.
+      ASSERT_TRUE(dev->Memset(reinterpret_cast<uint64_t>(t.data), 0xff, bytes).ok());
+    }
+    EXPECT_LLMC_OK(llmc_session_run(session, ex.cIn.data(), ex.cIn.size(),
+                                    ex.cOut.data(), ex.cOut.size(), nullptr));
+    ASSERT_TRUE(dev->Synchronize().ok());
+    CheckOutputs(*dev, ex);
+  }
+  int64_t counts[7] = {0};
+  char reason[512];
+  EXPECT_LLMC_OK(llmc_session_graph_stats(session, counts, reason, sizeof(reason)));
+  EXPECT_STREQ(reason, "");
+  EXPECT_EQ(counts[0], 1) << "captures";
+  EXPECT_EQ(counts[3], 2) << "replays";
+  EXPECT_EQ(counts[4], 3) << "launches";
+  EXPECT_EQ(counts[5], 3) << "private stream runs";
+  EXPECT_EQ(counts[6], 1) << "cached";
   llmc_session_release(session);
   Free(*dev, ex);
 }

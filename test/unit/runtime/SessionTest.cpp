@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "gtest/gtest.h"
+#include "llmc/runtime/DynamicLibs.h"
 
 namespace llmc::rt {
 namespace {
@@ -212,6 +214,174 @@ void RunGemm(const std::shared_ptr<Device>& dev, DType dt, bool transb,
   (void)dev->DestroyStream(*stream);
   (void)dev->Free(*da);
   (void)dev->Free(*dd);
+}
+
+// y[m,n] = 3 * (a[m,k] @ B) + 1 (f32): a cuBLASLt GEMM into the arena, a
+// constant copied to the output, an axpy kernel. B is a constant.
+constexpr int kGm = 8, kGn = 32, kGk = 48;
+std::shared_ptr<Executable> GemmAxpyExecutable(const std::vector<float>& B) {
+  auto e = std::make_shared<Executable>();
+  const int mn = kGm * kGn;
+  e->inputs = {{"a", DType::f32, {kGm, kGk}}};
+  e->outputs = {{"y", DType::f32, {kGm, kGn}}};
+  std::vector<float> ones(mn, 1.f);
+  e->buffers = {{0, Buffer::Input, 4 * kGm * kGk, 0, 0, ""},
+                {1, Buffer::Output, 4 * mn, 0, 0, ""},
+                {2, Buffer::Constant, 4 * kGk * kGn, 0, -1,
+                 std::string(reinterpret_cast<const char*>(B.data()), 4 * kGk * kGn)},
+                {3, Buffer::Constant, 4 * mn, 0, -1,
+                 std::string(reinterpret_cast<char*>(ones.data()), 4 * mn)},
+                {4, Buffer::Arena, 4 * mn, 0, -1, ""}};
+  e->arena_bytes = 4 * mn;
+  KernelSpec k;
+  k.name = "axpy";
+  k.source = kAxpy;
+  e->kernels = {k};
+  GemmSpec g;
+  g.m = kGm, g.n = kGn, g.k = kGk;
+  g.lda = kGk, g.ldb = kGn, g.ldc = kGn, g.ldd = kGn;
+  g.dtype_a = g.dtype_b = g.dtype_c = g.dtype_d = DType::f32;
+  g.a = {0, 0}, g.b = {2, 0}, g.d = {4, 0};
+  e->gemms = {g};
+  Launch gl; gl.kind = Launch::Gemm; gl.gemm = 0;
+  Launch c1; c1.kind = Launch::Copy; c1.src = {3, 0}; c1.dst = {1, 0}; c1.copy_bytes = 4 * mn;
+  Launch ax; ax.kind = Launch::Kernel; ax.kernel = 0;
+  ax.grid[0] = (mn + 127) / 128; ax.block[0] = 128;
+  Arg y; y.buffer = 1;
+  Arg x; x.buffer = 4;
+  Arg a; a.kind = Arg::F32; a.f = 3.f;
+  Arg nn; nn.kind = Arg::I32; nn.i = mn;
+  ax.args = {y, x, a, nn};
+  e->launches = {gl, c1, ax};
+  return e;
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+// Graph runs against plain enqueue (bitwise: the same kernels) and against
+// a float64 reference, over pointer sets that alternate, then a third set.
+TEST(SessionGpuTest, GraphCacheReplaysUpdatesAndMatchesEnqueue) {
+  REQUIRE_GPU(dev);
+  std::vector<float> B = RandomFloats(kGk * kGn, 1);
+  auto exe = GemmAxpyExecutable(B);
+  SessionOptions with;
+  with.max_cuda_graphs = 2;
+  SessionOptions without;
+  without.use_cuda_graphs = false;
+  auto graphs = Session::Load(dev, exe, with);
+  auto plain = Session::Load(dev, exe, without);
+  ASSERT_TRUE(graphs.ok()) << graphs.status();
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto stream = dev->CreateStream();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  const size_t in_bytes = 4 * kGm * kGk, out_bytes = 4 * kGm * kGn;
+  struct Set { uint64_t a, y; };
+  std::vector<Set> sets(3);
+  for (Set& s : sets) {
+    auto a = dev->Alloc(in_bytes), y = dev->Alloc(out_bytes);
+    ASSERT_TRUE(a.ok() && y.ok());
+    s = {*a, *y};
+  }
+  auto ref_out = dev->Alloc(out_bytes);
+  ASSERT_TRUE(ref_out.ok());
+  // Set order: A B A B (replays), C (update of A's graph, the least recently
+  // used), B (replay), A (update of C's).
+  const int order[] = {0, 1, 0, 1, 2, 1, 0};
+  uint32_t seed = 100;
+  for (int which : order) {
+    const Set& s = sets[which];
+    std::vector<float> a = RandomFloats(kGm * kGk, ++seed);
+    ASSERT_TRUE(dev->CopyToDevice(s.a, a.data(), in_bytes).ok());
+    ASSERT_TRUE(dev->Memset(s.y, 0xff, out_bytes).ok());  // NaN if unwritten
+    absl::Status st = (*graphs)->Run({{s.a, DType::f32, {kGm, kGk}}},
+                                     {{s.y, DType::f32, {kGm, kGn}}}, *stream);
+    ASSERT_TRUE(st.ok()) << st;
+    st = (*plain)->Run({{s.a, DType::f32, {kGm, kGk}}},
+                       {{*ref_out, DType::f32, {kGm, kGn}}}, *stream);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE(dev->SynchronizeStream(*stream).ok());
+    std::vector<float> got(kGm * kGn), want(kGm * kGn);
+    ASSERT_TRUE(dev->CopyToHost(got.data(), s.y, out_bytes).ok());
+    ASSERT_TRUE(dev->CopyToHost(want.data(), *ref_out, out_bytes).ok());
+    for (int i = 0; i < kGm; ++i)
+      for (int j = 0; j < kGn; ++j) {
+        double ref = 0, scale = 0;  // scale: sum of |terms|, bounds fp32 rounding
+        for (int p = 0; p < kGk; ++p) {
+          ref += double(a[i * kGk + p]) * B[p * kGn + j];
+          scale += std::fabs(double(a[i * kGk + p]) * B[p * kGn + j]);
+        }
+        ref = 3 * ref + 1;
+        float g = got[i * kGn + j];
+        ASSERT_FALSE(std::isnan(g)) << "(" << i << "," << j << ") set " << which;
+        ASSERT_EQ(g, want[i * kGn + j]) << "graph != enqueue at (" << i << "," << j
+                                        << ") set " << which;
+        // CUBLAS_COMPUTE_32F (no TF32): fp32 rounding of k products and sums.
+        ASSERT_NEAR(g, ref, 1e-5 * (1 + 3 * scale)) << "(" << i << "," << j << ")";
+      }
+  }
+  Session::GraphStats st = (*graphs)->graph_stats();
+  EXPECT_EQ(st.disabled_reason, "");
+  EXPECT_EQ(st.captures, 4);  // A, B, C, A again
+  EXPECT_EQ(st.replays, 3);   // A, B, B
+  EXPECT_EQ(st.launches, 7);
+  EXPECT_EQ(st.cached, 2);
+  if (dev->driver().cuGraphExecUpdate) {
+    EXPECT_EQ(st.updates, 2);
+    EXPECT_EQ(st.instantiations, 2);
+  } else {
+    EXPECT_EQ(st.updates, 0);
+    EXPECT_EQ(st.instantiations, 4);
+  }
+  EXPECT_EQ(st.private_stream_runs, 0);
+  EXPECT_EQ((*plain)->graph_stats().launches, 0);
+  (void)dev->DestroyStream(*stream);
+  for (const Set& s : sets) (void)dev->Free(s.a), (void)dev->Free(s.y);
+  (void)dev->Free(*ref_out);
+}
+
+// On the legacy default stream (PyTorch's default) graphs run on the
+// session's private stream, joined to the caller's: a second session that
+// reads the first one's output on stream 0 sees it complete.
+TEST(SessionGpuTest, GraphOnLegacyDefaultStreamIsOrderedWithCaller) {
+  REQUIRE_GPU(dev);
+  const int n = 1000;
+  auto first = Session::Load(dev, AxpyExecutable(false));
+  auto second = Session::Load(dev, AxpyExecutable(false));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto x = dev->Alloc(4 * n), y = dev->Alloc(4 * n), z = dev->Alloc(4 * n);
+  ASSERT_TRUE(x.ok() && y.ok() && z.ok());
+  for (int call = 0; call < 3; ++call) {
+    std::vector<float> hx = RandomFloats(n, 7 + call);
+    ASSERT_TRUE(dev->CopyToDevice(*x, hx.data(), 4 * n).ok());
+    ASSERT_TRUE(dev->Memset(*z, 0xff, 4 * n).ok());
+    absl::Status st = (*first)->Run({{*x, DType::f32, {n}}}, {{*y, DType::f32, {n}}},
+                                    /*stream=*/nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    st = (*second)->Run({{*y, DType::f32, {n}}}, {{*z, DType::f32, {n}}}, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE(dev->Synchronize().ok());
+    std::vector<float> hz(n);
+    ASSERT_TRUE(dev->CopyToHost(hz.data(), *z, 4 * n).ok());
+    for (int i = 0; i < n; ++i) {
+      double want = 3.0 * (3.0 * hx[i] + 1.0) + 1.0;
+      ASSERT_NEAR(hz[i], want, 1e-5 * (1 + std::fabs(want))) << i << " call " << call;
+    }
+  }
+  for (auto* s : {&*first, &*second}) {
+    Session::GraphStats st = (*s)->graph_stats();
+    EXPECT_EQ(st.disabled_reason, "");
+    EXPECT_EQ(st.captures, 1);
+    EXPECT_EQ(st.replays, 2);
+    EXPECT_EQ(st.private_stream_runs, 3);
+  }
+  for (uint64_t p : {*x, *y, *z}) (void)dev->Free(p);
 }
 
 TEST(SessionGpuTest, GemmF32RowMajor) {

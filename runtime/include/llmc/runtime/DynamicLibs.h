@@ -73,6 +73,12 @@ class DynamicLibrary {
   X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuGetErrorString)                  \
   X(cuGetErrorName)
 
+// Entry points used when the driver has them (null otherwise; callers fall
+// back). cuGraphExecUpdate resolves to cuGraphExecUpdate_v2 (CUDA 12+:
+// CUgraphExecUpdateResultInfo*).
+#define LLMC_CUDA_DRIVER_OPTIONAL_SYMBOLS(X)                                   \
+  X(cuGraphExecUpdate) X(cuStreamIsCapturing)
+
 #define LLMC_NVRTC_SYMBOLS(X)                                                  \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram)                 \
   X(nvrtcCompileProgram) X(nvrtcDestroyProgram) X(nvrtcGetProgramLogSize)      \
@@ -100,6 +106,7 @@ class DynamicLibrary {
 /// CUDA driver API (libcuda.so.1).
 struct CudaDriver {
   LLMC_CUDA_DRIVER_SYMBOLS(LLMC_RT_DECLARE_SYMBOL)
+  LLMC_CUDA_DRIVER_OPTIONAL_SYMBOLS(LLMC_RT_DECLARE_SYMBOL)
   std::unique_ptr<DynamicLibrary> library;
 
   /// Loads a fresh table (honours LLMC_LIBCUDA now). Does not call cuInit.

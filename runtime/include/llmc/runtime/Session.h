@@ -85,10 +85,24 @@ absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
                           const char* what);
 
 struct SessionOptions {
-  /// Capture the launch sequence into a CUDA graph on first Run and replay it
-  /// while input/output pointers stay the same (re-captured when they
-  /// change). Ignored on the legacy default stream (stream == nullptr).
+  /// Run the launch sequence (after parameter preparation, which always runs
+  /// eagerly) as a CUDA graph. Graphs are keyed by the input and output
+  /// pointers: up to `max_cuda_graphs` instantiated graphs are kept, least
+  /// recently used first out, so a caller whose allocator cycles through a
+  /// few buffer sets replays without capturing. A new pointer set is
+  /// captured once and, when the cache is full, written into the least
+  /// recently used graph with cuGraphExecUpdate (a fresh cuGraphInstantiate
+  /// when the update is refused or the driver lacks it). On the legacy
+  /// default stream (stream == nullptr or CU_STREAM_LEGACY, where capture is
+  /// not allowed) the graph runs on a private stream of the session, ordered
+  /// after the caller's earlier work and before its later work by events.
+  /// A caller that is itself capturing `stream` gets the launches enqueued
+  /// into its capture. A capture or instantiation failure is not an error: the session turns
+  /// graphs off, says why in graph_stats().disabled_reason (and once on
+  /// stderr), and enqueues the launches as without graphs.
   bool use_cuda_graphs = true;
+  /// Instantiated CUDA graphs kept per session (>= 1).
+  int max_cuda_graphs = 4;
   /// Compiler for kernels without a usable cubin; null = a private one.
   KernelCompiler* compiler = nullptr;
   /// Pool for the arena, constants and GEMM workspace; null = device pool.
@@ -160,8 +174,21 @@ class Session {
   /// overwriting weights in place. The segment otherwise runs only when a
   /// parameter input's pointer changes (see ParameterGuard.h).
   void InvalidateParameters();
+  /// What the CUDA graph path did so far (tests, diagnostics).
+  struct GraphStats {
+    int64_t captures = 0;        ///< stream captures of the launch sequence
+    int64_t instantiations = 0;  ///< cuGraphInstantiate calls that succeeded
+    int64_t updates = 0;         ///< captures written into a cached graph
+    int64_t replays = 0;         ///< runs that launched a cached graph as is
+    int64_t launches = 0;        ///< graph launches in all (replays + new)
+    int64_t private_stream_runs = 0;  ///< graph runs for legacy-stream callers
+    int cached = 0;              ///< instantiated graphs held now
+    /// Why graphs were turned off for this session; "" while they are on.
+    std::string disabled_reason;
+  };
+  GraphStats graph_stats() const;
   /// Number of CUDA graph captures so far (for tests/diagnostics).
-  int num_graph_captures() const { return graph_captures_; }
+  int num_graph_captures() const { return static_cast<int>(graph_stats().captures); }
   /// Which attention launches run on cuDNN and why the others run llmc's
   /// kernel (CudnnAttentionRunner::Report); "" without attention
   /// alternatives.
@@ -180,8 +207,17 @@ class Session {
   std::shared_ptr<const Executable> exe_;
   SessionOptions options_;
   std::unique_ptr<Impl> impl_;
-  absl::Mutex mu_;
-  int graph_captures_ = 0;
+  /// The CUDA graph path of RunLocked: replays, captures, updates or
+  /// instantiates; on a capture/instantiation failure turns graphs off and
+  /// enqueues eagerly. `first` = number of preparation launches.
+  absl::Status RunGraph(const std::vector<uint64_t>& key, CUstream stream,
+                        size_t first) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Enqueues launches [first, end) on `stream`, joining every collective.
+  absl::Status EnqueueAll(CUstream stream, size_t first)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  GraphStats graph_stats_ ABSL_GUARDED_BY(mu_);
   std::string attention_report_;
 };
 
