@@ -104,6 +104,21 @@ class Options:
         `bucket` is an older name of it.
     check: False, True (raise CheckMismatch) or "warn"; LLMC_CHECK=1 (or
         =warn) sets it. check_tol overrides the relative L2 bound CHECK_TOL.
+    cuda_graphs (default False): each session replays its launches as a CUDA
+        graph (SessionOptions::use_cuda_graphs): up to 4 graphs per compiled
+        shape, keyed by the input/output pointers (PyTorch's caching
+        allocator usually hands the same few buffers back), also on
+        PyTorch's default (legacy) stream through a private stream joined
+        with events; graphs are turned off for a session when capture fails
+        or the pointers change on most calls. What makes a graph valid here:
+        every kernel argument is fixed by the executable (no host value that
+        changes between calls), the arena, workspaces and prepared-parameter
+        buffers belong to the session, and parameter preparation (and
+        training's always_prepare) runs eagerly before the graph, so
+        in-place weight updates are seen; donated (in-place) outputs are
+        part of the pointer key. Off by default until the GPU tests
+        (test_cuda_graphs.py, SessionGpuTest.Graph*, CapiGpu.Graphs*) have
+        passed on the H200 and the per-call gain is measured there.
     """
     precision: Optional[str] = None
     cuda_graphs: bool = False

@@ -327,6 +327,7 @@ struct Session::Impl {
   };
   std::vector<CachedGraph> graphs;
   uint64_t graph_clock = 0;
+  uint32_t graph_history = 0;  // cache misses of the last 32 graph runs
   // Graph runs for callers on the legacy default stream: a private stream
   // and the events that order it after / before the caller's work.
   CUstream graph_stream = nullptr;
@@ -1001,11 +1002,20 @@ absl::Status Session::RunGraph(const std::vector<uint64_t>& key,
     return EnqueueAll(stream, first);
   };
 
+  // The last 32 lookups, one bit each (1 = miss): when pointer sets change
+  // on most calls, capturing costs more than graphs save.
+  im.graph_history <<= 1;
   for (Impl::CachedGraph& g : im.graphs)
     if (g.key == key) {
       ++stats.replays;
       return launch(g);
     }
+  im.graph_history |= 1;
+  if (stats.captures >= 32 && __builtin_popcount(im.graph_history) > 16)
+    return give_up(absl::FailedPreconditionError(absl::StrCat(
+        "the input/output pointers changed on ", __builtin_popcount(im.graph_history),
+        " of the last 32 runs (more sets than the ", options_.max_cuda_graphs,
+        " cached graphs)")));
 
   // A new pointer set: capture the launches.
   absl::Status begin =

@@ -97,7 +97,9 @@ struct SessionOptions {
   /// not allowed) the graph runs on a private stream of the session, ordered
   /// after the caller's earlier work and before its later work by events.
   /// A caller that is itself capturing `stream` gets the launches enqueued
-  /// into its capture. A capture or instantiation failure is not an error: the session turns
+  /// into its capture. When more than 16 of the last 32 runs (after 32
+  /// captures) missed the cache, graphs cost more than they save and are
+  /// turned off as below. A capture or instantiation failure is not an error: the session turns
   /// graphs off, says why in graph_stats().disabled_reason (and once on
   /// stderr), and enqueues the launches as without graphs.
   bool use_cuda_graphs = true;
