@@ -36,6 +36,10 @@ specializeShapes(mlir::func::FuncOp fn,
 /// => llm.rms_norm. See the pass description in Passes.td.
 void populateRaisePatterns(mlir::RewritePatternSet &patterns);
 
+/// HF apply_rotary_pos_emb (q*cos + rotate_half(q)*sin) -> llm.rope with
+/// cos/sin tables (RaiseRoPE.cpp); part of populateRaisePatterns.
+void populateRaiseRoPEPatterns(mlir::RewritePatternSet &patterns);
+
 struct FusionGroup;
 
 /// Replaces the ops of `group` (from planFusionGroups) by one llm.fusion op

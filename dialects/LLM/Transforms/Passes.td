@@ -38,7 +38,7 @@ def SpecializeShapesPass : Pass<"llmc-specialize-shapes", "::mlir::func::FuncOp"
 }
 
 def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
-  let summary = "Recognizes decomposed normalizations and rewrites them to llm ops.";
+  let summary = "Recognizes decomposed RMSNorm and RoPE and rewrites them to llm ops.";
   let description = [{
     Graphs imported op by op from ATen (the torch.compile plugin) spell
     Hugging Face's `LlamaRMSNorm` (also Mistral's, Qwen2's) as
@@ -78,6 +78,16 @@ def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
     input type, then the product with the weight). The raised form is
     therefore at least as accurate; the difference is within the bf16/fp16
     tolerance (one rounding, 2^-8 relative for bf16).
+
+    RoPE (RaiseRoPE.cpp): HF's `apply_rotary_pos_emb`,
+    `q*cos + rotate_half(q)*sin` with `rotate_half(x) = cat(-x[..., D/2:],
+    x[..., :D/2])` (the concat direct or spelled transpose / outer concat /
+    transpose), on q [B, H, S, D] = transpose(y [B, S, H, D], [0, 2, 1, 3])
+    or q [B, S, H, D], with cos/sin broadcast from [Bt, 1, S, D] (or
+    [Bt, S, 1, D]), Bt 1 or B, becomes `llm.rope y cos(C) sin(S) half_split`
+    on the tables reshaped to [Bt, S, D] (and the transpose back), any
+    operand order. Every product and the rotated halves must have one use.
+    HF rounds q*cos, rotate_half(q)*sin and the sum; llm.rope rounds once.
 
     Before:
     ```mlir

@@ -237,4 +237,5 @@ struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
 
 void llmc::llm::populateRaisePatterns(RewritePatternSet &patterns) {
   patterns.add<RaiseRMSNorm>(patterns.getContext());
+  populateRaiseRoPEPatterns(patterns);
 }

@@ -1,0 +1,142 @@
+// RUN: llmc-opt --split-input-file --llmc-raise %s | FileCheck %s
+// RUN: llmc-opt --split-input-file --llmc-raise --canonicalize %s | FileCheck %s --check-prefix=CANON
+
+// The IR the torch.compile plugin imports for Hugging Face's
+// apply_rotary_pos_emb on q [B, H, S, D] = transpose of the projection's
+// [B, S, H, D] view: q*cos + rotate_half(q)*sin with rotate_half's inner
+// concat spelled transpose / outer concat / transpose, and cos/sin [1, S, D]
+// (f32, cast to bf16) unsqueezed at the head dimension.
+// CHECK-LABEL: func.func @hf_llama_bf16
+// CHECK-SAME: (%[[Y:.+]]: tensor<2x8x4x16xbf16>, %[[C:.+]]: tensor<1x8x16xf32>, %[[S:.+]]: tensor<1x8x16xf32>)
+// CHECK-DAG: %[[CB:.+]] = llm.cast %[[C]] : tensor<1x8x16xf32> to tensor<1x8x16xbf16>
+// CHECK-DAG: %[[SB:.+]] = llm.cast %[[S]] : tensor<1x8x16xf32> to tensor<1x8x16xbf16>
+// CHECK: %[[R:.+]] = llm.rope %[[Y]] cos(%{{.+}} : tensor<1x8x16xbf16>) sin(%{{.+}} : tensor<1x8x16xbf16>) half_split : tensor<2x8x4x16xbf16>
+// CHECK: %[[T:.+]] = llm.transpose %[[R]] [0, 2, 1, 3] : tensor<2x8x4x16xbf16>
+// CHECK: return %[[T]]
+// After canonicalization the tables are the casts themselves and the
+// caller's transpose pair (here: the one inside the function) is gone.
+// CANON-LABEL: func.func @hf_llama_bf16
+// CANON-NOT: llm.slice
+// CANON-NOT: llm.concat
+// CANON-NOT: llm.neg
+// CANON: llm.rope %{{.+}} cos(%{{.+}} : tensor<1x8x16xbf16>) sin(%{{.+}} : tensor<1x8x16xbf16>)
+// CANON-NOT: llm.slice
+// CANON-NOT: llm.concat
+// CANON-NOT: llm.neg
+// CANON: return
+func.func @hf_llama_bf16(%y: tensor<2x8x4x16xbf16>, %cos: tensor<1x8x16xf32>, %sin: tensor<1x8x16xf32>) -> tensor<2x4x8x16xbf16> {
+  %q = llm.transpose %y [0, 2, 1, 3] : tensor<2x8x4x16xbf16>
+  %c1 = llm.cast %cos : tensor<1x8x16xf32> to tensor<1x8x16xbf16>
+  %c2 = llm.reshape %c1 : tensor<1x8x16xbf16> to tensor<1x1x8x16xbf16>
+  %c3 = llm.broadcast %c2 : tensor<1x1x8x16xbf16> to tensor<2x4x8x16xbf16>
+  %qc = llm.mul %q, %c3 : tensor<2x4x8x16xbf16>
+  %hi = llm.slice %q [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x4x8x16xbf16>
+  %nhi = llm.neg %hi : tensor<2x4x8x8xbf16>
+  %t0 = llm.transpose %nhi [3, 0, 1, 2] : tensor<2x4x8x8xbf16>
+  %lo = llm.slice %q [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x4x8x16xbf16>
+  %t1 = llm.transpose %lo [3, 0, 1, 2] : tensor<2x4x8x8xbf16>
+  %cat = llm.concat %t0, %t1 dim = 0 : tensor<8x2x4x8xbf16>, tensor<8x2x4x8xbf16>
+  %rot = llm.transpose %cat [1, 2, 3, 0] : tensor<16x2x4x8xbf16>
+  %s1 = llm.cast %sin : tensor<1x8x16xf32> to tensor<1x8x16xbf16>
+  %s2 = llm.reshape %s1 : tensor<1x8x16xbf16> to tensor<1x1x8x16xbf16>
+  %s3 = llm.broadcast %s2 : tensor<1x1x8x16xbf16> to tensor<2x4x8x16xbf16>
+  %rs = llm.mul %rot, %s3 : tensor<2x4x8x16xbf16>
+  %out = llm.add %qc, %rs : tensor<2x4x8x16xbf16>
+  return %out : tensor<2x4x8x16xbf16>
+}
+
+// -----
+
+// x already [B, S, H, D] (tables broadcast over dim 2), a direct concat on
+// the last dimension, and every operand order swapped: rope on x itself.
+// CHECK-LABEL: func.func @bshd_swapped
+// CHECK-SAME: (%[[X:.+]]: tensor<2x8x4x16xf32>, %[[C:.+]]: tensor<8x16xf32>, %[[S:.+]]: tensor<8x16xf32>)
+// CHECK: %[[R:.+]] = llm.rope %[[X]] cos(%{{.+}} : tensor<1x8x16xf32>) sin(%{{.+}} : tensor<1x8x16xf32>) half_split : tensor<2x8x4x16xf32>
+// CHECK-NEXT: return %[[R]]
+func.func @bshd_swapped(%x: tensor<2x8x4x16xf32>, %cos: tensor<8x16xf32>, %sin: tensor<8x16xf32>) -> tensor<2x8x4x16xf32> {
+  %c2 = llm.reshape %cos : tensor<8x16xf32> to tensor<8x1x16xf32>
+  %c3 = llm.broadcast %c2 : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %hi = llm.slice %x [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %nhi = llm.neg %hi : tensor<2x8x4x8xf32>
+  %lo = llm.slice %x [0, 0, 0, 0] to [2, 8, 4, 8] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %rot = llm.concat %nhi, %lo dim = 3 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+  %s2 = llm.reshape %sin : tensor<8x16xf32> to tensor<8x1x16xf32>
+  %s3 = llm.broadcast %s2 : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %rs = llm.mul %s3, %rot : tensor<2x8x4x16xf32>
+  %xc = llm.mul %c3, %x : tensor<2x8x4x16xf32>
+  %out = llm.add %rs, %xc : tensor<2x8x4x16xf32>
+  return %out : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+// Not rotate_half: cat(-x[..., :D/2], x[..., D/2:]) (the halves swapped).
+// CHECK-LABEL: func.func @not_rotate_half
+// CHECK-NOT: llm.rope
+func.func @not_rotate_half(%x: tensor<2x8x4x16xf32>, %cos: tensor<8x1x16xf32>, %sin: tensor<8x1x16xf32>) -> tensor<2x8x4x16xf32> {
+  %c3 = llm.broadcast %cos : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %lo = llm.slice %x [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %nlo = llm.neg %lo : tensor<2x8x4x8xf32>
+  %hi = llm.slice %x [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %rot = llm.concat %nlo, %hi dim = 3 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+  %s3 = llm.broadcast %sin : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %xc = llm.mul %x, %c3 : tensor<2x8x4x16xf32>
+  %rs = llm.mul %rot, %s3 : tensor<2x8x4x16xf32>
+  %out = llm.add %xc, %rs : tensor<2x8x4x16xf32>
+  return %out : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+// The rotated value is of another tensor than the one times cos.
+// CHECK-LABEL: func.func @different_x
+// CHECK-NOT: llm.rope
+func.func @different_x(%x: tensor<2x8x4x16xf32>, %z: tensor<2x8x4x16xf32>, %cos: tensor<8x1x16xf32>, %sin: tensor<8x1x16xf32>) -> tensor<2x8x4x16xf32> {
+  %c3 = llm.broadcast %cos : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %hi = llm.slice %z [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %nhi = llm.neg %hi : tensor<2x8x4x8xf32>
+  %lo = llm.slice %z [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %rot = llm.concat %nhi, %lo dim = 3 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+  %s3 = llm.broadcast %sin : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %xc = llm.mul %x, %c3 : tensor<2x8x4x16xf32>
+  %rs = llm.mul %rot, %s3 : tensor<2x8x4x16xf32>
+  %out = llm.add %xc, %rs : tensor<2x8x4x16xf32>
+  return %out : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+// Tables that vary per head (not broadcast over the head dimension) are not
+// RoPE tables.
+// CHECK-LABEL: func.func @per_head_tables
+// CHECK-NOT: llm.rope
+func.func @per_head_tables(%x: tensor<2x8x4x16xf32>, %cos: tensor<8x4x16xf32>, %sin: tensor<8x4x16xf32>) -> tensor<2x8x4x16xf32> {
+  %c3 = llm.broadcast %cos : tensor<8x4x16xf32> to tensor<2x8x4x16xf32>
+  %hi = llm.slice %x [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %nhi = llm.neg %hi : tensor<2x8x4x8xf32>
+  %lo = llm.slice %x [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %rot = llm.concat %nhi, %lo dim = 3 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+  %s3 = llm.broadcast %sin : tensor<8x4x16xf32> to tensor<2x8x4x16xf32>
+  %xc = llm.mul %x, %c3 : tensor<2x8x4x16xf32>
+  %rs = llm.mul %rot, %s3 : tensor<2x8x4x16xf32>
+  %out = llm.add %xc, %rs : tensor<2x8x4x16xf32>
+  return %out : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+// q*cos is also returned: the decomposed ops must stay, so nothing is raised.
+// CHECK-LABEL: func.func @partial_product_escapes
+// CHECK-NOT: llm.rope
+func.func @partial_product_escapes(%x: tensor<2x8x4x16xf32>, %cos: tensor<8x1x16xf32>, %sin: tensor<8x1x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) {
+  %c3 = llm.broadcast %cos : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %hi = llm.slice %x [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %nhi = llm.neg %hi : tensor<2x8x4x8xf32>
+  %lo = llm.slice %x [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %rot = llm.concat %nhi, %lo dim = 3 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+  %s3 = llm.broadcast %sin : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %xc = llm.mul %x, %c3 : tensor<2x8x4x16xf32>
+  %rs = llm.mul %rot, %s3 : tensor<2x8x4x16xf32>
+  %out = llm.add %xc, %rs : tensor<2x8x4x16xf32>
+  return %out, %xc : tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>
+}

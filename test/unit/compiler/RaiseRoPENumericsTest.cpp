@@ -1,0 +1,161 @@
+//===- RaiseRoPENumericsTest.cpp - decomposed vs raised HF RoPE -----------===//
+//
+// llmc-raise (through llmc::PrepareForLowering, as every CUDA lowering runs
+// it) turns Hugging Face's apply_rotary_pos_emb as the torch.compile plugin
+// imports it (q [B, H, S, D] = transpose of [B, S, H, D]; q*cos +
+// rotate_half(q)*sin, rotate_half's inner concat spelled transpose / outer
+// concat / transpose; cos/sin [Bt, S, D] cast to q's type and unsqueezed at
+// the head dimension) into the table form of llm.rope. Each case is
+// evaluated by the reference executor as written and raised, on fresh random
+// inputs (tables from random angles, so every entry differs), and both are
+// compared with the rotation computed here in float64 from the same rounded
+// inputs (Su et al. 2021; HF rotate_half pairs i and i + D/2):
+//  - f32: raised vs as written <= 1e-6 relative L2;
+//  - bf16: <= 1e-2 (the chain rounds q*cos, rot*sin and their sum, the raised
+//    op once), and the raised result is at least as close to float64.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ReferenceTestUtils.h"
+
+#include "LLM/IR/LLMOps.h"
+#include "llmc/Compiler/LowerToExecutable.h"
+
+#include <cmath>
+#include <sstream>
+
+using namespace mlir;
+using namespace llmc::reference;
+using namespace llmc::reference::testing;
+
+namespace {
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t v : d)
+    s += std::to_string(v) + "x";
+  return s;
+}
+
+/// The plugin's import of HF apply_rotary_pos_emb for q of [B, S, H, D]
+/// (argument %y, transposed to [B, H, S, D] as HF does), tables [Bt, S, D]
+/// in f32, math in `elt`.
+std::string decomposed(int64_t b, int64_t s, int64_t h, int64_t d, int64_t bt,
+                       const std::string &elt) {
+  const int64_t half = d / 2;
+  std::string y = "tensor<" + dims({b, s, h, d}) + elt + ">";
+  std::string q = "tensor<" + dims({b, h, s, d}) + elt + ">";
+  std::string qh = "tensor<" + dims({b, h, s, half}) + elt + ">";
+  std::string th = "tensor<" + dims({half, b, h, s}) + elt + ">";
+  std::string tc = "tensor<" + dims({d, b, h, s}) + elt + ">";
+  std::string tf = "tensor<" + dims({bt, s, d}) + "f32>";
+  std::string te = "tensor<" + dims({bt, s, d}) + elt + ">";
+  std::string t4 = "tensor<" + dims({bt, 1, s, d}) + elt + ">";
+  std::ostringstream os;
+  os << "func.func @rope(%y: " << y << ", %cos: " << tf << ", %sin: " << tf
+     << ") -> " << q << " {\n"
+     << "  %q = llm.transpose %y [0, 2, 1, 3] : " << y << "\n";
+  for (const char *t : {"cos", "sin"}) {
+    if (elt == "f32")
+      os << "  %" << t << "e = llm.reshape %" << t << " : " << tf << " to " << te << "\n";
+    else
+      os << "  %" << t << "e = llm.cast %" << t << " : " << tf << " to " << te << "\n";
+    os << "  %" << t << "4 = llm.reshape %" << t << "e : " << te << " to " << t4 << "\n"
+       << "  %" << t << "b = llm.broadcast %" << t << "4 : " << t4 << " to " << q << "\n";
+  }
+  os << "  %qc = llm.mul %q, %cosb : " << q << "\n"
+     << "  %hi = llm.slice %q [0, 0, 0, " << half << "] to [-1, -1, -1, " << d
+     << "] step [1, 1, 1, 1] : " << q << "\n"
+     << "  %nhi = llm.neg %hi : " << qh << "\n"
+     << "  %t0 = llm.transpose %nhi [3, 0, 1, 2] : " << qh << "\n"
+     << "  %lo = llm.slice %q [0, 0, 0, 0] to [-1, -1, -1, " << half
+     << "] step [1, 1, 1, 1] : " << q << "\n"
+     << "  %t1 = llm.transpose %lo [3, 0, 1, 2] : " << qh << "\n"
+     << "  %cat = llm.concat %t0, %t1 dim = 0 : " << th << ", " << th << "\n"
+     << "  %rot = llm.transpose %cat [1, 2, 3, 0] : " << tc << "\n"
+     << "  %rs = llm.mul %rot, %sinb : " << q << "\n"
+     << "  %out = llm.add %qc, %rs : " << q << "\n"
+     << "  return %out : " << q << "\n}\n";
+  return os.str();
+}
+
+class RaiseRoPENumericsTest : public ReferenceTest {
+protected:
+  void check(int64_t b, int64_t s, int64_t h, int64_t d, int64_t bt,
+             const std::string &elt) {
+    std::string src = decomposed(b, s, h, d, bt, elt);
+    SCOPED_TRACE(src);
+    OwningOpRef<ModuleOp> before = parseSourceString<ModuleOp>(src, &ctx);
+    OwningOpRef<ModuleOp> after = parseSourceString<ModuleOp>(src, &ctx);
+    ASSERT_TRUE(before && after);
+    func::FuncOp fnBefore = firstFunc(*before), fnAfter = firstFunc(*after);
+    absl::Status st = llmc::PrepareForLowering(fnAfter);
+    ASSERT_TRUE(st.ok()) << st;
+    // Raised: one llm.rope; no slice, concat, neg, mul or add is left.
+    int ropes = 0, leftovers = 0;
+    fnAfter.walk([&](Operation *op) {
+      if (isa<llmc::llm::RoPEOp>(op))
+        ++ropes;
+      else if (isa<llmc::llm::SliceOp, llmc::llm::ConcatOp, llmc::llm::NegOp,
+                   llmc::llm::MulOp, llmc::llm::AddOp>(op))
+        ++leftovers;
+    });
+    ASSERT_EQ(ropes, 1) << print(*after);
+    ASSERT_EQ(leftovers, 0) << print(*after);
+
+    Type et = elt == "bf16" ? bf16() : f32();
+    const double tolerance = elt == "f32" ? 1e-6 : 1e-2;
+    for (int draw = 0; draw < 2; ++draw) {
+      HostTensor y = rand(et, {b, s, h, d});
+      // cos/sin of random angles: unit-circle pairs, every entry distinct.
+      HostTensor cosT = rand(f32(), {bt, s, d}), sinT = cosT;
+      std::uniform_real_distribution<double> angle(-M_PI, M_PI);
+      for (size_t i = 0; i < cosT.data.size(); ++i) {
+        double a = angle(rng);
+        cosT.data[i] = RoundToType(std::cos(a), f32());
+        sinT.data[i] = RoundToType(std::sin(a), f32());
+      }
+      auto asWritten = Evaluate(fnBefore, {y, cosT, sinT});
+      auto raised = Evaluate(fnAfter, {y, cosT, sinT});
+      ASSERT_TRUE(asWritten.ok()) << asWritten.status();
+      ASSERT_TRUE(raised.ok()) << raised.status();
+      const HostTensor &a = (*asWritten)[0], &r = (*raised)[0];
+      ASSERT_TRUE(allFinite(a) && allFinite(r));
+      // float64 from the inputs as the graph sees them (tables rounded to
+      // the element type), result [B, H, S, D].
+      HostTensor want = a;
+      for (int64_t ib = 0; ib < b; ++ib)
+        for (int64_t ih = 0; ih < h; ++ih)
+          for (int64_t is = 0; is < s; ++is)
+            for (int64_t i = 0; i < d; ++i) {
+              auto yv = [&](int64_t j) {
+                return y.data[((ib * s + is) * h + ih) * d + j];
+              };
+              int64_t tb = bt == 1 ? 0 : ib;
+              double c = RoundToType(cosT.data[(tb * s + is) * d + i], et);
+              double sn = RoundToType(sinT.data[(tb * s + is) * d + i], et);
+              double rot = i < d / 2 ? -yv(i + d / 2) : yv(i - d / 2);
+              want.data[((ib * h + ih) * s + is) * d + i] = yv(i) * c + rot * sn;
+            }
+      double diff = RelativeError(r, a);
+      double errRaised = RelativeError(r, want);
+      double errWritten = RelativeError(a, want);
+      EXPECT_LE(diff, tolerance) << "raised vs as written, draw " << draw;
+      EXPECT_LE(errRaised, tolerance) << "raised vs float64, draw " << draw;
+      if (elt != "f32") {
+        EXPECT_LE(errRaised, errWritten) << "draw " << draw;
+        EXPECT_GT(diff, 0.0) << "draw " << draw; // not vacuous
+      }
+    }
+  }
+};
+
+TEST_F(RaiseRoPENumericsTest, HuggingFaceForm) {
+  for (const char *elt : {"f32", "bf16"}) {
+    check(2, 7, 3, 16, 1, elt);   // tables shared over the batch
+    check(2, 5, 4, 64, 2, elt);   // per-batch tables (packed positions)
+    check(1, 33, 2, 128, 1, elt); // LLaMA head dim
+  }
+}
+
+} // namespace
