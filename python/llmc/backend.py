@@ -747,11 +747,13 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
                    kind: str):
     from torch._functorch.aot_autograd import make_boxed_func
     name = f"g{next(_graph_ids)}_{kind}"
-    folded = fold.fold_causal_masks(gm)
+    mask_notes: List[str] = []
+    folded = fold.fold_causal_masks(gm, mask_notes)
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
     if folded:
         report.notes.append(f"{folded} constant causal attention mask(s) folded into is_causal")
+    report.notes.extend(mask_notes)
     for i, sub in enumerate(names):
         eager = getattr(fused, sub)
         setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i))

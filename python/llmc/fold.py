@@ -42,6 +42,9 @@ MASKED_ATTENTION = {
     aten.scaled_dot_product_attention.default: ("attn_mask", "is_causal"),
 }
 
+# Additive mask values at or below this count as masked (see is_causal_mask).
+MASKED_BIAS = -65504.0
+
 # Evaluating the mask subgraph materializes its non-view intermediates on the
 # CPU: refuse masks whose ops would produce more elements than this.
 MAX_ELEMENTS = 1 << 26
@@ -119,15 +122,17 @@ def _squeeze_broadcast(t: torch.Tensor) -> torch.Tensor:
 
 def is_causal_mask(mask: torch.Tensor, sq: int, skv: int) -> bool:
     """True iff `mask` (bool: True = attend; float: additive, 0 = attend,
-    -inf or the dtype's lowest finite value = masked) is the top-left causal
-    mask of a [.., sq, skv] score matrix with sq == skv, whatever it
-    broadcasts over.
+    -inf or any value <= MASKED_BIAS = masked) is the top-left causal mask of
+    a [.., sq, skv] score matrix with sq == skv, whatever it broadcasts over.
 
-    Hugging Face's `sdpa_mask` writes `torch.finfo(dtype).min`, not -inf
-    (transformers 5.17 on CUDA). A causal row always attends its diagonal,
-    so its max score m is finite and a key biased by min gets weight
-    exp(s + min - m) = 0 exactly in float32 for any score |s| < 1e38: the
-    same result as is_causal."""
+    Masks do not always use -inf: Hugging Face writes torch.finfo(dtype).min
+    and the graph PyTorch 2.11 traces on CUDA for transformers 5.17 writes
+    -65504 (float16's lowest, -65536 once in bf16). A causal row always
+    attends its diagonal, so its max score m is one of the row's real
+    scores; with every |score| < 16384 a key biased by b <= -65504 gets
+    weight exp(s + b - m) <= exp(-32736) = 0 exactly in float32 and float64:
+    the same result as is_causal. (Scores that large are not a softmax input
+    any model produces; the check=True debug mode compares with eager.)"""
     if sq != skv or mask.dim() < 2 or tuple(mask.shape[-2:]) != (sq, skv):
         return False
     m = _squeeze_broadcast(mask)
@@ -135,7 +140,7 @@ def is_causal_mask(mask: torch.Tensor, sq: int, skv: int) -> bool:
         allowed = m
     elif m.dtype.is_floating_point:
         allowed = m == 0
-        masked = torch.isneginf(m) | (m == torch.finfo(m.dtype).min)
+        masked = torch.isneginf(m) | (m <= MASKED_BIAS)
         if not bool(torch.all(allowed | masked)):
             return False  # finite nonzero biases, NaN or +inf
     else:
@@ -169,9 +174,11 @@ def _get_arg(node: torch.fx.Node, name: str):
     return None
 
 
-def fold_causal_masks(gm: torch.fx.GraphModule) -> int:
+def fold_causal_masks(gm: torch.fx.GraphModule, notes: Optional[List[str]] = None) -> int:
     """Replaces constant causal attention masks with is_causal=True (see the
-    module doc). Returns how many attention ops were rewritten."""
+    module doc). Returns how many attention ops were rewritten; a constant
+    mask that was evaluated but kept (not causal, or its evaluation failed)
+    is explained in `notes`, for the partition report."""
     folded = 0
     cache: Dict[torch.fx.Node, bool] = {}
     for node in list(gm.graph.nodes):
@@ -195,8 +202,17 @@ def fold_causal_masks(gm: torch.fx.GraphModule) -> int:
                         with _disable_current_modes(), torch.no_grad():
                             value = _evaluate(nodes)
                             ok = value is not None and is_causal_mask(value, sq, skv)
+                        if not ok and notes is not None and value is not None:
+                            vals = torch.unique(_squeeze_broadcast(value).float())
+                            notes.append(
+                                f"constant attention mask {mask.name} {list(value.shape)} kept: "
+                                f"not the causal pattern (values {vals[:4].tolist()}"
+                                f"{'...' if vals.numel() > 4 else ''}); attention reads it")
                     except Exception as e:  # an op that does not run on the CPU
                         log.debug("llmc: mask %s not evaluated: %s", mask.name, e)
+                        if notes is not None:
+                            notes.append(f"constant attention mask {mask.name} kept: "
+                                         f"evaluating it failed ({type(e).__name__}: {e})")
             cache[mask] = ok
         if cache[mask]:
             _set_arg(node, mask_name, None)

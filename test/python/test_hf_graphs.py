@@ -33,10 +33,12 @@ def test_causal_mask_recognized_bool_and_additive():
     assert fold.is_causal_mask(_tril(8)[None, None].expand(2, 4, 8, 8), 8, 8)
     assert fold.is_causal_mask(_tril(8, torch.float32)[None, None], 8, 8)
     assert fold.is_causal_mask(_tril(8, torch.bfloat16).expand(3, 8, 8), 8, 8)
-    # transformers 5.17's sdpa_mask on CUDA: finfo(dtype).min where masked
+    # HF's finfo(dtype).min, and the -65504 (float16's lowest) of the graph
+    # PyTorch 2.11 traces on CUDA for transformers 5.17, in every float type
     for dt in (torch.bfloat16, torch.float16, torch.float32):
-        low = torch.zeros(8, 8, dtype=dt).masked_fill(~_tril(8), torch.finfo(dt).min)
-        assert fold.is_causal_mask(low[None, None], 8, 8), dt
+        for low in (torch.finfo(dt).min, -65504.0):
+            f = torch.zeros(8, 8, dtype=dt).masked_fill(~_tril(8), low)
+            assert fold.is_causal_mask(f[None, None], 8, 8), (dt, low)
 
 
 def test_non_causal_masks_rejected():
@@ -48,10 +50,10 @@ def test_non_causal_masks_rejected():
     f[3, 0] = -1.0  # a finite bias
     assert not fold.is_causal_mask(f, 8, 8)
     f = _tril(8, torch.float32)
-    f[4, 1] = -1e30  # large but not the dtype's lowest value: a real bias
+    f[4, 1] = -60000.0  # a large bias above the masked threshold: a real bias
     assert not fold.is_causal_mask(f, 8, 8)
-    f = torch.zeros(8, 8).masked_fill(~_tril(8), torch.finfo(torch.float32).min)
-    assert not fold.is_causal_mask(f.to(torch.float64), 8, 8)  # not float64's min
+    f = torch.zeros(8, 8).masked_fill(~_tril(8), -1e4)  # not masking for sure
+    assert not fold.is_causal_mask(f, 8, 8)
     f = _tril(8, torch.float32)
     f[2, 1] = float("nan")
     assert not fold.is_causal_mask(f, 8, 8)
@@ -92,6 +94,42 @@ def test_constant_causal_mask_folded_and_exact():
     got = got[0] if isinstance(got, (tuple, list)) else got
     want = want[0] if isinstance(want, (tuple, list)) else want
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_cuda_style_float_mask_folded_and_exact():
+    """The mask graph PyTorch 2.11 traces on CUDA for transformers 5.17:
+    where(causal, 0, -65504) in the query's dtype. Folded, and the attention
+    result equals the masked one."""
+    def f(q, k, v):
+        s = q.shape[2]
+        i = torch.arange(s)
+        causal = (i[None, :] <= i[:, None]).expand(1, 1, s, s)
+        bias = torch.where(causal, torch.scalar_tensor(0.0, dtype=q.dtype),
+                           torch.scalar_tensor(-65504.0, dtype=q.dtype))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8) for _ in range(3))
+    gm = trace(f, q, k, v)
+    want = gm(q, k, v)
+    notes = []
+    assert fold.fold_causal_masks(gm, notes) == 1 and notes == []
+    got = gm(q, k, v)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    want = want[0] if isinstance(want, (tuple, list)) else want
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_constant_non_causal_mask_kept_with_a_note():
+    def f(q, k, v):
+        s = q.shape[2]
+        i = torch.arange(s)
+        window = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 4)  # sliding window
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=window)
+    q = torch.randn(1, 2, 8, 16)
+    gm = trace(f, q, q, q)
+    notes = []
+    assert fold.fold_causal_masks(gm, notes) == 0
+    assert len(notes) == 1 and "not the causal pattern" in notes[0], notes
 
 
 # Expected with static shapes (torch 2.15, transformers 5.x): the only ops
