@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--options", default="", help="k=v,... passed as torch.compile options")
+    ap.add_argument("--trace", default=None, help="write the profiled calls as a Chrome trace (JSON)")
     args = ap.parse_args()
 
     import torch
@@ -78,6 +79,8 @@ def main():
         for _ in range(n):
             step()
         torch.cuda.synchronize()
+    if args.trace:
+        prof.export_chrome_trace(args.trace)
     rows = {}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
