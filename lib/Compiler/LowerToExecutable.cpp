@@ -129,8 +129,8 @@ struct StridedRead {
 /// Whether an op is lowered as part of an elementwise program.
 bool isElementwiseOp(Operation *op) {
   return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, NegOp,
-             AbsOp, ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, SiluOp, GeluOp,
-             ReluOp, SigmoidOp, CompareOp, SelectOp, CastOp>(op);
+             AbsOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SqrtOp, RsqrtOp, SiluOp,
+             GeluOp, ReluOp, SigmoidOp, CompareOp, SelectOp, CastOp>(op);
 }
 
 std::optional<double> splatValue(Value v) {
@@ -688,6 +688,8 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
         .Case<ExpOp>([](auto) { return cu::EwOp::exp; })
         .Case<LogOp>([](auto) { return cu::EwOp::log; })
         .Case<TanhOp>([](auto) { return cu::EwOp::tanh; })
+        .Case<SinOp>([](auto) { return cu::EwOp::sin; })
+        .Case<CosOp>([](auto) { return cu::EwOp::cos; })
         .Case<SqrtOp>([](auto) { return cu::EwOp::sqrt; })
         .Case<RsqrtOp>([](auto) { return cu::EwOp::rsqrt; })
         .Case<SiluOp>([](auto) { return cu::EwOp::silu; })

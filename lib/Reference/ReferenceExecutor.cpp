@@ -512,6 +512,12 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::TanhOp>([&](auto) {
         return unary(op, [](double x) { return std::tanh(x); });
       })
+      .Case<llm::SinOp>([&](auto) {
+        return unary(op, [](double x) { return std::sin(x); });
+      })
+      .Case<llm::CosOp>([&](auto) {
+        return unary(op, [](double x) { return std::cos(x); });
+      })
       .Case<llm::SqrtOp>([&](auto) {
         return unary(op, [](double x) { return std::sqrt(x); });
       })

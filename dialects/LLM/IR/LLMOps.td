@@ -178,6 +178,28 @@ def LLM_TanhOp : LLM_ElementwiseUnaryOp<"tanh", LLM_FloatTensor> {
     ```
   }];
 }
+def LLM_SinOp : LLM_ElementwiseUnaryOp<"sin", LLM_FloatTensor> {
+  let summary = "Elementwise sine of an angle in radians, computed in fp32.";
+  let description = [{
+    Accurate sine (CUDA `sinf`, not the `__sinf` intrinsic, whose error grows
+    with |x|): RoPE tables (Su et al. 2021) take angles position * inv_freq
+    of thousands of radians, and PyTorch/Hugging Face use the accurate form.
+
+    ```mlir
+    %s = llm.sin %angles : tensor<2048x64xf32>
+    ```
+  }];
+}
+def LLM_CosOp : LLM_ElementwiseUnaryOp<"cos", LLM_FloatTensor> {
+  let summary = "Elementwise cosine of an angle in radians, computed in fp32.";
+  let description = [{
+    Accurate cosine (CUDA `cosf`, not `__cosf`); see `llm.sin`.
+
+    ```mlir
+    %c = llm.cos %angles : tensor<2048x64xf32>
+    ```
+  }];
+}
 def LLM_SqrtOp : LLM_ElementwiseUnaryOp<"sqrt", LLM_FloatTensor> {
   let summary = "Elementwise square root, computed in fp32.";
   let description = [{

@@ -26,8 +26,8 @@ llvm::StringRef llmc::llm::fusionKindName(FusionKind kind) {
 
 bool llmc::llm::isFusibleElementwise(Operation *op) {
   return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, NegOp,
-             AbsOp, ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, SiluOp, GeluOp,
-             ReluOp, SigmoidOp, CompareOp, SelectOp, CastOp>(op);
+             AbsOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SqrtOp, RsqrtOp, SiluOp,
+             GeluOp, ReluOp, SigmoidOp, CompareOp, SelectOp, CastOp>(op);
 }
 
 /// A value the norm kernel can read as a dense row-major tensor.

@@ -30,6 +30,8 @@ const char *OpName(EwOp op) {
   case EwOp::exp: return "exp";
   case EwOp::log: return "log";
   case EwOp::tanh: return "tanh";
+  case EwOp::sin: return "sin";
+  case EwOp::cos: return "cos";
   case EwOp::sqrt: return "sqrt";
   case EwOp::rsqrt: return "rsqrt";
   case EwOp::pow: return "pow";
@@ -135,6 +137,11 @@ struct Emitter {
     case EwOp::exp: return {"expf(" + F(a(0)) + ")", false};
     case EwOp::log: return {"logf(" + F(a(0)) + ")", false};
     case EwOp::tanh: return {"tanhf(" + F(a(0)) + ")", false};
+    // Accurate sinf/cosf (slow path with Payne-Hanek reduction for large |x|):
+    // RoPE angles reach thousands of radians, where __sinf/__cosf lose
+    // all accuracy.
+    case EwOp::sin: return {"sinf(" + F(a(0)) + ")", false};
+    case EwOp::cos: return {"cosf(" + F(a(0)) + ")", false};
     case EwOp::sqrt: return {"sqrtf(" + F(a(0)) + ")", false};
     case EwOp::rsqrt: return {"rsqrtf(" + F(a(0)) + ")", false};
     case EwOp::pow: return {"powf(" + F(a(0)) + ", " + F(a(1)) + ")", false};

@@ -25,6 +25,22 @@ func.func @silu_int(%a: tensor<4xi32>) {
 
 // -----
 
+func.func @sin_int(%a: tensor<4xi64>) {
+  // expected-error @+1 {{'llm.sin' op operand #0 must be ranked tensor of 32-bit float or 16-bit float or bfloat16 type or f8E4M3FN type or f8E5M2 type values, but got 'tensor<4xi64>'}}
+  %0 = llm.sin %a : tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @cos_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.cos' op operand #0 must be ranked tensor of}}
+  %0 = llm.cos %a : tensor<4xi32>
+  return
+}
+
+// -----
+
 func.func @unsupported_element_type(%a: tensor<4xf64>) {
   // expected-error @+1 {{'llm.exp' op operand #0 must be ranked tensor of}}
   %0 = llm.exp %a : tensor<4xf64>

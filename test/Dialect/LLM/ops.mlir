@@ -51,6 +51,17 @@ func.func @elementwise(%a: tensor<4x?xbf16>, %b: tensor<4x?xbf16>, %i: tensor<8x
   return %19 : tensor<4x?xbf16>
 }
 
+// CHECK-LABEL: func.func @trig
+func.func @trig(%x: tensor<16x?xf32>, %h: tensor<3xbf16>) -> (tensor<16x?xf32>, tensor<16x?xf32>, tensor<3xbf16>) {
+  // CHECK: llm.sin %{{.*}} : tensor<16x?xf32>
+  %s = llm.sin %x : tensor<16x?xf32>
+  // CHECK: llm.cos %{{.*}} : tensor<16x?xf32>
+  %c = llm.cos %x : tensor<16x?xf32>
+  // CHECK: llm.sin %{{.*}} : tensor<3xbf16>
+  %t = llm.sin %h : tensor<3xbf16>
+  return %s, %c, %t : tensor<16x?xf32>, tensor<16x?xf32>, tensor<3xbf16>
+}
+
 // CHECK-LABEL: func.func @element_types
 func.func @element_types(%a: tensor<2xf32>, %b: tensor<2xf16>, %c: tensor<2xf8E4M3FN>, %d: tensor<2xf8E5M2>, %e: tensor<2xi8>, %f: tensor<2xi64>, %g: tensor<2xi1>) {
   // CHECK: llm.cast %{{.*}} : tensor<2xf32> to tensor<2xf8E4M3FN>

@@ -7,6 +7,7 @@
 
 #include "ReferenceTestUtils.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -97,6 +98,8 @@ TEST_F(ReferenceTest, UnaryOpsMatchLibm) {
       {"exp", [](double x) { return std::exp(x); }, false},
       {"log", [](double x) { return std::log(x); }, true},
       {"tanh", [](double x) { return std::tanh(x); }, false},
+      {"sin", [](double x) { return std::sin(x); }, false},
+      {"cos", [](double x) { return std::cos(x); }, false},
       {"sqrt", [](double x) { return std::sqrt(x); }, true},
       {"rsqrt", [](double x) { return 1 / std::sqrt(x); }, true},
       {"silu", [](double x) { return x / (1 + std::exp(-x)); }, false},
@@ -129,6 +132,35 @@ TEST_F(ReferenceTest, UnaryOpsMatchLibm) {
                                     c.fn(x.data[i]))))
           << "at " << i << " x=" << x.data[i];
   }
+}
+
+// RoPE tables take sin/cos of position * inv_freq: angles of thousands of
+// radians. The f32 results must be the float64 sin/cos of the f32 angle,
+// rounded once (relative error <= 2^-24 < 1e-6), also for |x| near 1e4.
+TEST_F(ReferenceTest, SinCosOfLargeAnglesMatchFloat64) {
+  const char *src = R"mlir(
+func.func @f(%x: tensor<512xf32>) -> (tensor<512xf32>, tensor<512xf32>) {
+  %s = llm.sin %x : tensor<512xf32>
+  %c = llm.cos %x : tensor<512xf32>
+  return %s, %c : tensor<512xf32>, tensor<512xf32>
+})mlir";
+  std::uniform_real_distribution<double> angle(-1e4, 1e4);
+  HostTensor x = tensor(f32(), {512}, {});
+  for (int i = 0; i < 512; ++i)
+    x.data.push_back(RoundToType(i < 16 ? angle(rng) * 1e-3 : angle(rng), f32()));
+  auto out = run(src, {x});
+  ASSERT_EQ(out.size(), 2u);
+  double maxAbs = 0;
+  for (int i = 0; i < 512; ++i) {
+    maxAbs = std::max(maxAbs, std::fabs(x.data[i]));
+    const double ws = std::sin(x.data[i]), wc = std::cos(x.data[i]);
+    ASSERT_FALSE(std::isnan(out[0].data[i]) || std::isnan(out[1].data[i])) << i;
+    EXPECT_LE(std::fabs(out[0].data[i] - ws), 1e-6 * std::fabs(ws))
+        << "sin(" << x.data[i] << ")";
+    EXPECT_LE(std::fabs(out[1].data[i] - wc), 1e-6 * std::fabs(wc))
+        << "cos(" << x.data[i] << ")";
+  }
+  EXPECT_GT(maxAbs, 9e3);  // the large angles were exercised
 }
 
 TEST_F(ReferenceTest, BinaryOpsAndNaNPropagation) {

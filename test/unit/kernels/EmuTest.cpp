@@ -367,6 +367,41 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
   }
 }
 
+// sin/cos as RoPE tables use them: f32 angles up to |x| = 1e4 radians. The
+// kernel must call the accurate sinf/cosf (the __sinf/__cosf intrinsics are
+// off by ~1e-3 there); compared per element with float64 sin/cos.
+TEST(Emu, ElementwiseSinCosOfLargeAngles) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  ElementwiseProgram p;
+  p.inputs = {{ScalarType::f32, InputLayout::kContiguous}};
+  p.nodes = {{EwOp::sin, {-1}, ScalarType::f32}, {EwOp::cos, {-1}, ScalarType::f32}};
+  p.outputs = {{0, ScalarType::f32}, {1, ScalarType::f32}};
+  auto k = EmitElementwise(p);
+  EXPECT_NE(k.source.find("sinf("), std::string::npos);
+  EXPECT_NE(k.source.find("cosf("), std::string::npos);
+  EXPECT_EQ(k.source.find("__sinf"), std::string::npos);
+  EXPECT_EQ(k.source.find("__cosf"), std::string::npos);
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* s, float* c, const float* x, long long n) {
+  emu::Launch(g, b, smem, [&] { KERNEL(s, c, x, n); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, float *, float *, const float *, long long);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+  ASSERT_NE(fn, nullptr);
+  const int64_t n = 4099;  // vector body + scalar tail
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> angle(-1e4f, 1e4f);
+  std::vector<float> x(n), s(n, NAN), c(n, NAN);
+  for (int64_t i = 0; i < n; ++i) x[i] = i < 64 ? angle(rng) * 1e-3f : angle(rng);
+  LaunchDims d = ElementwiseLaunch(p, n);
+  fn(G(d), B(d), d.smem, s.data(), c.data(), x.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double ws = std::sin(static_cast<double>(x[i])), wc = std::cos(static_cast<double>(x[i]));
+    ASSERT_LE(std::fabs(s[i] - ws), 1e-6 * std::fabs(ws)) << "sin(" << x[i] << ") at " << i;
+    ASSERT_LE(std::fabs(c[i] - wc), 1e-6 * std::fabs(wc)) << "cos(" << x[i] << ") at " << i;
+  }
+}
+
 // The fast path with LLMC_EW_UNROLL = 1..4 vectors in flight per thread: one
 // block, so every thread runs the unrolled loop several times, then single
 // vectors, then the scalar tail.

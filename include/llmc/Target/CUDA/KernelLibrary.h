@@ -78,7 +78,8 @@ inline constexpr int kAssumedNumSMs = 132;
 enum class EwOp {
   add, sub, mul, div, neg, abs, exp, log, tanh, sqrt, rsqrt, pow, maximum,
   minimum, silu, gelu_erf, gelu_tanh, relu, sigmoid, compare, select, cast,
-  constant
+  constant,
+  sin, cos  // accurate sinf/cosf (radians), not the __sinf/__cosf intrinsics
 };
 enum class CmpPredicate { eq, ne, lt, le, gt, ge };
 
