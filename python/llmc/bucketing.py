@@ -384,6 +384,16 @@ def _constant(an: Analysis, node) -> AV:
     return AV(an.meta_axes(node), neginf=isinstance(v, float) and v == -math.inf)
 
 
+def _arange(an: Analysis, node) -> AV:
+    """A static arange (the importer's constant) does not depend on any padded
+    size; one with a symbolic bound is not imported, so never reaches here."""
+    args = importer.bind_args(node)
+    for k in ("start", "end", "step"):
+        if isinstance(args.get(k), (torch.fx.Node, torch.SymInt, torch.SymFloat)):
+            an.fail(node, f"arange with a symbolic {k}")
+    return AV(an.meta_axes(node))
+
+
 # Views ---------------------------------------------------------------------------------
 
 def _identity(an, node) -> AV:
@@ -620,7 +630,8 @@ def _attention(an, node):
 _TRANSFER = {}
 for _t in (aten.add, aten.sub, aten.mul, aten.div, aten.pow, aten.maximum, aten.minimum,
            aten.rsub, aten.reciprocal, aten.clamp_min, aten.clamp_max, aten.clamp,
-           aten.neg, aten.abs, aten.exp, aten.log, aten.tanh, aten.sqrt, aten.rsqrt,
+           aten.neg, aten.abs, aten.exp, aten.log, aten.tanh, aten.sin, aten.cos,
+           aten.sqrt, aten.rsqrt,
            aten.sigmoid, aten.silu, aten.relu, aten.gelu, aten.eq, aten.ne, aten.lt,
            aten.le, aten.gt, aten.ge, aten.logical_not, aten.bitwise_not, aten.logical_and,
            aten.logical_or, aten.bitwise_and, aten.bitwise_or, aten.where, aten._to_copy):
@@ -644,6 +655,7 @@ _TRANSFER[aten.embedding] = _gather
 _TRANSFER[aten.index_select] = _gather
 for _t in (aten.full, aten.scalar_tensor, aten.full_like, aten.zeros, aten.ones):
     _TRANSFER[_t] = _constant
+_TRANSFER[aten.arange] = _arange
 for _t in (aten.sum, aten.mean, aten.amax, aten.amin):
     _TRANSFER[_t] = _reduce
 _TRANSFER[aten._softmax] = _softmax

@@ -488,6 +488,7 @@ _UNARY = {
     aten.neg.default: ("llm.neg", False), aten.abs.default: ("llm.abs", False),
     aten.exp.default: ("llm.exp", True), aten.log.default: ("llm.log", True),
     aten.tanh.default: ("llm.tanh", True), aten.sqrt.default: ("llm.sqrt", True),
+    aten.sin.default: ("llm.sin", True), aten.cos.default: ("llm.cos", True),
     aten.rsqrt.default: ("llm.rsqrt", True), aten.sigmoid.default: ("llm.sigmoid", True),
     aten.silu.default: ("llm.silu", True), aten.relu.default: ("llm.relu", False),
 }
@@ -504,6 +505,50 @@ def _h_unary(imp, node):
     x = imp.operand(node.args[0], dtype, shape)
     ty = tensor_type(shape, dtype)
     return imp.new(shape, dtype, op, lambda: f"{imp.ref(x)} : {ty}")
+
+
+# A static arange becomes a dense constant of at most this many elements
+# (position ids and RoPE tables: one per sequence position).
+ARANGE_MAX_ELEMENTS = 1 << 16
+
+
+@handles(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _h_arange(imp, node):
+    """torch.arange with static bounds -> `llm.constant dense<[...]>`.
+
+    The values are torch.arange's own (computed here on the CPU), printed
+    exactly as other literals of the result dtype. Symbolic bounds (dynamic
+    shapes) have no translation: the range would depend on a run-time size."""
+    args = bind_args(node)
+    start = args.get("start", 0)
+    end, step = args["end"], args.get("step", 1)
+    start = 0 if start is None else start
+    step = 1 if step is None else step
+    for name, b in (("start", start), ("end", end), ("step", step)):
+        if isinstance(b, (torch.fx.Node, torch.SymInt, torch.SymFloat)):
+            raise Unsupported(f"arange with a symbolic {name} (dynamic shape); "
+                              "only static bounds are imported as a constant")
+        if isinstance(b, bool) or not isinstance(b, (int, float)):
+            raise Unsupported(f"arange with a {type(b).__name__} {name}")
+    shape, dtype = imp.out_meta(node)
+    if dtype == torch.bool or len(shape) != 1 or not _is_static(shape[0]):
+        raise Unsupported(f"arange of {dtype} with shape {list(shape)}")
+    n = int(shape[0])
+    if n == 0:
+        raise Unsupported("empty arange")
+    if n > ARANGE_MAX_ELEMENTS:
+        raise Unsupported(f"arange of {n} elements (more than {ARANGE_MAX_ELEMENTS} "
+                          "are not inlined as a constant)")
+    # Real values even while the partitioner runs under a FakeTensorMode.
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        values = torch.arange(start, end, step, dtype=dtype, device="cpu").tolist()
+    if len(values) != n:
+        raise Unsupported(f"arange({start}, {end}, {step}) has {len(values)} "
+                          f"elements, the graph says {n}")
+    lit = ", ".join(_literal(v, dtype) for v in values)
+    ty = tensor_type(shape, dtype)
+    return imp.new(shape, dtype, "llm.constant", lambda: f"dense<[{lit}]> : {ty}")
 
 
 @handles(aten.gelu.default)

@@ -132,11 +132,13 @@ def test_constant_non_causal_mask_kept_with_a_note():
     assert len(notes) == 1 and "not the causal pattern" in notes[0], notes
 
 
-# Expected with static shapes (torch 2.15, transformers 5.x): the only ops
-# left to PyTorch are RoPE's cos/sin table (arange, cos, sin); GPT-2 has none.
-EXPECTED = {"gpt2": (1, {"aten.arange.start_step"}),
-            "llama": (2, {"aten.arange.start_step", "aten.cos.default", "aten.sin.default"}),
-            "mistral": (2, {"aten.arange.start_step", "aten.cos.default", "aten.sin.default"})}
+# Expected with static shapes (torch 2.15, transformers 5.x): the whole
+# forward is one llmc subgraph and nothing is left to PyTorch; the position
+# ids (a static arange) become a constant and RoPE's cos/sin table is
+# computed by llm.cos/llm.sin.
+EXPECTED = {"gpt2": (1, set()),
+            "llama": (1, set()),
+            "mistral": (1, set())}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -153,7 +155,8 @@ def test_hf_model_graph_partitions(name):
     rep = llmc.backend.last_report()
     parts, left = EXPECTED[name]
     assert any("2 constant causal attention mask(s) folded" in n for n in rep.notes), str(rep)
-    assert set(rep.unsupported) <= left, str(rep)
+    assert set(rep.unsupported) == left, str(rep)
+    assert rep.num_llmc_nodes == rep.num_nodes, str(rep)
     assert rep.num_partitions == parts, str(rep)
     assert rep.flops_fraction == 1.0, str(rep)
 

@@ -40,6 +40,17 @@ CASES = {
     "exp": (torch.exp, (r(4, 8),), ["llm.exp"]),
     "log": (torch.log, (r(4, 8),), ["llm.log"]),
     "tanh": (torch.tanh, (r(4, 8),), ["llm.tanh"]),
+    # RoPE-sized angles as inputs: |x| up to ~1e4 radians (computing them in
+    # the graph would add f32 rounding of the angle, ~1e-4 at 3000).
+    "sin": (torch.sin, (r(4, 8) * 3000.0,), ["llm.sin"]),
+    "cos": (torch.cos, (r(4, 8) * 3000.0,), ["llm.cos"]),
+    "arange": (lambda a: a + torch.arange(8), (r(4, 8),),
+               ["llm.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi64>"]),
+    "arange_start_step_f32": (lambda a: a * torch.arange(0.5, 4.5, 0.5), (r(4, 8),),
+                              ["llm.constant dense<[0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]> : tensor<8xf32>"]),
+    "rope_table": (lambda f: torch.cos(torch.arange(3, 35, 4)[:, None].float() * f)
+                   + torch.sin(torch.arange(8)[:, None].float() * f), (r(1, 8),),
+                   ["dense<[3, 7, 11,", "llm.cos", "llm.sin"]),
     "sqrt": (torch.sqrt, (r(4, 8),), ["llm.sqrt"]),
     "rsqrt": (torch.rsqrt, (r(4, 8),), ["llm.rsqrt"]),
     "pow_scalar": (lambda a: a.pow(2), (r(4, 8),), ["llm.pow"]),
@@ -187,9 +198,56 @@ def test_linear_folds_flatten_and_transpose():
 
 
 def test_unsupported_op_is_reported_not_raised():
-    gm = trace(lambda a: torch.cos(a) + 1, r(4, 8))
-    cos = next(n for n in gm.graph.nodes if n.op == "call_function")
-    assert "no translation for aten.cos.default" in importer.check_node(cos)
+    gm = trace(lambda a: torch.atan(a) + 1, r(4, 8))
+    atan = next(n for n in gm.graph.nodes if n.op == "call_function")
+    assert "no translation for aten.atan.default" in importer.check_node(atan)
+
+
+def _arange_node(gm):
+    return next(n for n in gm.graph.nodes
+                if n.op == "call_function" and "arange" in importer.op_name(n))
+
+
+def test_symbolic_arange_stays_in_pytorch():
+    """A dynamic length has no constant: the arange is left to PyTorch."""
+    gm = trace(lambda a: a + torch.arange(a.shape[0]), r(6), mode="symbolic")
+    reason = importer.check_node(_arange_node(gm))
+    assert reason is not None and "symbolic" in reason, reason
+
+
+def test_large_arange_stays_in_pytorch():
+    n = importer.ARANGE_MAX_ELEMENTS + 1
+    gm = trace(lambda a: a + torch.arange(n), r(n))
+    reason = importer.check_node(_arange_node(gm))
+    assert reason is not None and "65537 elements" in reason, reason
+    gm = trace(lambda a: a + torch.arange(n - 1), r(n - 1))
+    assert importer.check_node(_arange_node(gm)) is None
+
+
+@pytest.mark.parametrize("args,dtype", [
+    ((7,), torch.int64), ((3, 40, 6), torch.int32), ((-5, 5), torch.int64),
+    ((0.5, 4.0, 0.25), torch.float32), ((0, 70000, 5000), torch.float32),
+    ((1.0, 2.0, 0.1), torch.bfloat16), ((0, 1, 0.125), torch.float16)])
+def test_arange_constant_values_are_torchs(args, dtype):
+    """The constant's elements, parsed back, are exactly torch.arange's."""
+    gm = trace(lambda: torch.arange(*args, dtype=dtype))
+    res = importer.import_graph(gm, func_name="f")
+    m = re.search(r"llm.constant dense<\[(.*)\]> : tensor<(\d+)x(\w+)>", res.text)
+    assert m, res.text
+    want = torch.arange(*args, dtype=dtype)
+    assert int(m.group(2)) == want.numel()
+    assert m.group(3) == importer.MLIR_DTYPES[dtype]
+    got = []
+    for lit in m.group(1).split(", "):
+        if lit.startswith("0x"):  # exact bits
+            bits = int(lit, 16)
+            got.append(torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32).item()
+                       if dtype == torch.float32 else None)
+        else:
+            got.append(float(lit))
+    assert None not in got
+    assert torch.equal(torch.tensor(got, dtype=torch.float64).to(dtype), want), (got, want)
+    llmc_opt_verify(res.text)
 
 
 def test_constant_literals():
