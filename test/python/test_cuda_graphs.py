@@ -82,11 +82,26 @@ def test_gpu_graph_replays_see_in_place_weight_updates(monkeypatch):
     model = tiny_llama().eval().cuda().to(torch.bfloat16)
     cm = torch.compile(model, backend="llmc", dynamic=False, options={"cuda_graphs": True})
     x = torch.randint(0, 1000, (2, 16), device="cuda")
-    for step in range(3):
+    replays_after_update = 0
+    for step in range(4):
         with torch.no_grad():
-            got = cm(x, use_cache=False).logits
             want = model(x, use_cache=False).logits
-            assert _rel_l2(got.float(), want.float()) <= 2e-2, step
+            before = sum(s.graph_stats()["replays"] for s in made)
+            # Two calls: the first call's output is freed before the second
+            # allocates its own, so PyTorch's caching allocator hands the
+            # same block back and the second call finds its pointer set in
+            # the graph cache (whether the first one does depends on what
+            # eager allocated in between).
+            got = None
+            got = cm(x, use_cache=False).logits
+            got = None
+            got = cm(x, use_cache=False).logits
+            replayed = sum(s.graph_stats()["replays"] for s in made) - before
+            assert _rel_l2(got.float(), want.float()) <= 2e-2, (step, replayed)
+            if step > 0:
+                replays_after_update += replayed
             for p in model.parameters():
                 p.mul_(1.0 + 0.1 * torch.rand_like(p))
-    assert sum(s.graph_stats()["replays"] for s in made) > 0
+    # Replays served calls made after in-place weight updates, and their
+    # logits matched eager's with the updated weights.
+    assert replays_after_update > 0, [s.graph_stats() for s in made]
