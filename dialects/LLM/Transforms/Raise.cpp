@@ -180,6 +180,9 @@ struct RaiseRMSNorm : OpRewritePattern<MulOp> {
     RankedTensorType type = root.getResult().getType();
     if (type.getRank() < 1)
       return rewriter.notifyMatchFailure(root, "rank-0 result");
+    // llm.rms_norm takes floats only (an i32 w * cast(normalized) is not one).
+    if (!isa<FloatType>(type.getElementType()))
+      return rewriter.notifyMatchFailure(root, "not a float result");
     int64_t hidden = type.getDimSize(type.getRank() - 1);
     if (ShapedType::isDynamic(hidden))
       return rewriter.notifyMatchFailure(root, "dynamic last dimension");

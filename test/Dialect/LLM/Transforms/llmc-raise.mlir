@@ -562,3 +562,25 @@ func.func @inside_fusion_region(%x: tensor<4x16xf32>, %w: tensor<16xf32>) -> ten
   }
   return %y : tensor<4x16xf32>
 }
+
+// -----
+
+// Not raised: an integer result (w and the normalized value cast to i32).
+// llm.rms_norm takes floats only; raising made an invalid op.
+// CHECK-LABEL: func.func @integer_result
+// CHECK-NOT: llm.rms_norm
+// CHECK: return
+func.func @integer_result(%x: tensor<4x8xi32>, %w: tensor<8xi32>) -> tensor<4x8xi32> {
+  %xf = llm.cast %x : tensor<4x8xi32> to tensor<4x8xf32>
+  %sq = llm.mul %xf, %xf : tensor<4x8xf32>
+  %m = llm.reduce_mean %sq [1] keepdim : tensor<4x8xf32>
+  %e = llm.constant dense<1.0e-6> : tensor<4x1xf32>
+  %a = llm.add %m, %e : tensor<4x1xf32>
+  %r = llm.rsqrt %a : tensor<4x1xf32>
+  %rb = llm.broadcast %r : tensor<4x1xf32> to tensor<4x8xf32>
+  %n = llm.mul %xf, %rb : tensor<4x8xf32>
+  %nc = llm.cast %n : tensor<4x8xf32> to tensor<4x8xi32>
+  %wb = llm.broadcast %w : tensor<8xi32> to tensor<4x8xi32>
+  %y = llm.mul %wb, %nc : tensor<4x8xi32>
+  return %y : tensor<4x8xi32>
+}
