@@ -37,69 +37,18 @@ _py = os.path.join(REPO, "python")
 if "--python" in sys.argv:
     _py = sys.argv[sys.argv.index("--python") + 1]
 sys.path.insert(0, _py)
+# The CPU stand-ins for the GPU parts, shared with test/python/test_fast_path.py.
+sys.path.insert(1, os.path.join(REPO, "test", "python"))
 
 import torch  # noqa: E402
-
-
-class FakeCuda(torch.Tensor):
-    """A CPU tensor that answers is_cuda=True (nothing else differs)."""
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @property
-    def is_cuda(self):
-        return True
-
-
-def fake_cuda(a):
-    if isinstance(a, torch.Tensor) and not isinstance(a, FakeCuda):
-        return torch.Tensor._make_subclass(FakeCuda, a, a.requires_grad)
-    return a
-
-
-class _Lib:
-    """Forwards to the real library except the calls that need a GPU."""
-
-    def __init__(self, real):
-        self._real = real
-        self.runs = 0
-
-    def llmc_session_run(self, *args):
-        self.runs += 1
-        return None
-
-    def llmc_session_invalidate_parameters(self, handle):
-        return None
-
-    def llmc_session_release(self, handle):
-        return None
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
+from cuda_standin import (StandInLib, fake_cuda, record_subgraphs,  # noqa: E402
+                          stand_in_session)
 
 
 @contextlib.contextmanager
 def fake_device():
     from llmc import _capi
-    real_session = _capi.Session
-
-    class Session(real_session):
-        def __init__(self, executable, device_ordinal=0, cuda_graphs=False,
-                     communicator=None, always_prepare=False):
-            lib = _Lib(_capi.load())
-            if hasattr(real_session, "_setup"):
-                self._setup(lib, executable, torch.device("cpu"), always_prepare)
-            else:  # before the per-key argument templates
-                self._lib = lib
-                self.always_prepare = always_prepare
-                self._versions = None
-                self.executable = executable
-                self.communicator = None
-                self.output_info = executable.outputs
-                self.device = torch.device("cpu")
-            self._handle = None
-
-        def _stream(self):
-            return 0
+    Session = stand_in_session(_capi.Session, lambda: StandInLib(_capi.load()))
 
     from llmc import bucketing
     pad = bucketing.pad_tensor
@@ -117,30 +66,6 @@ def fake_device():
     finally:
         torch.cuda.is_available, torch.cuda.current_stream, _capi.Session = saved
         bucketing.pad_tensor = pad
-
-
-def record_subgraphs(model, inputs_list):
-    """Compiles `model`, runs it on each of `inputs_list`; returns
-    [(subgraph, [args of each call])]."""
-    import llmc.backend as B
-    calls = {}
-    orig = B.LlmcSubgraph.forward
-
-    def spy(self, *args):
-        calls.setdefault(id(self), (self, []))[1].append(
-            [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args])
-        return orig(self, *args)
-
-    B.LlmcSubgraph.forward = spy
-    try:
-        cm = torch.compile(model, backend="llmc", dynamic=None)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for x in inputs_list:
-                cm(x, use_cache=False)
-    finally:
-        B.LlmcSubgraph.forward = orig
-    return list(calls.values())
 
 
 SEGMENTS = ["_pad", "_key", "_slice_outputs", "_restride"]
@@ -207,7 +132,7 @@ def main():
     model = LlamaForCausalLM(cfg).eval()
     seqs = [13, 15] if args.dynamic else [args.seq]
     xs = [torch.randint(0, 1000, (args.batch, s)) for s in seqs]
-    subs = record_subgraphs(model, xs)
+    subs = record_subgraphs(model, xs, dynamic=None)
     with fake_device(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         total_us = 0.0

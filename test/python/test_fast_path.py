@@ -18,20 +18,7 @@ import torch
 import llmc.backend as B
 from llmc import _capi, bucketing
 from conftest import capi_or_skip, tiny_llama
-
-
-class FakeCuda(torch.Tensor):
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @property
-    def is_cuda(self):
-        return True
-
-
-def fake_cuda(a):
-    if isinstance(a, torch.Tensor) and not isinstance(a, FakeCuda):
-        return torch.Tensor._make_subclass(FakeCuda, a, a.requires_grad)
-    return a
+from cuda_standin import StandInLib, fake_cuda, record_subgraphs, stand_in_session
 
 
 def _describe(arr, n):
@@ -43,11 +30,11 @@ def _describe(arr, n):
     return out
 
 
-class FakeLib:
+class FakeLib(StandInLib):
     """The library with llmc_session_run writing `self.results`."""
 
     def __init__(self, real):
-        self._real = real
+        super().__init__(real)
         self.calls = []  # (inputs, outputs) as (data, dtype, shape)
         self.results = None  # None: leave the outputs as allocated
         self.invalidations = 0
@@ -67,29 +54,11 @@ class FakeLib:
         self.invalidations += 1
         return None
 
-    def llmc_session_release(self, handle):
-        return None
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
     capi_or_skip()
-    libs = []
-
-    class Session(_capi.Session):
-        def __init__(self, executable, device_ordinal=0, cuda_graphs=False,
-                     communicator=None, always_prepare=False):
-            lib = FakeLib(_capi.load())
-            libs.append(lib)
-            self.communicator = None
-            self._setup(lib, executable, torch.device("cpu"), always_prepare)
-            self._handle = None
-
-        def _stream(self):
-            return 0
+    Session = stand_in_session(_capi.Session, lambda: FakeLib(_capi.load()))
 
     def on():
         """After compiling (Dynamo asks the real torch.cuda)."""
@@ -99,26 +68,8 @@ def fake_gpu(monkeypatch):
 
 
 def _record(model, xs, dynamic):
-    """[(subgraph, [args per call])] of compiling `model` and running `xs`."""
-    calls = {}
-    orig = B.LlmcSubgraph.forward
-
-    def spy(self, *args):
-        calls.setdefault(id(self), (self, []))[1].append(
-            [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args])
-        return orig(self, *args)
-
-    B.LlmcSubgraph.forward = spy
-    try:
-        cm = torch.compile(model, backend="llmc", dynamic=dynamic,
-                           options={"dynamic_buckets": "none"})
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for x in xs:
-                cm(x, use_cache=False)
-    finally:
-        B.LlmcSubgraph.forward = orig
-    return list(calls.values())
+    """[(subgraph, [args per call])] of compiling `model` (no buckets) and running `xs`."""
+    return record_subgraphs(model, xs, dynamic=dynamic, options={"dynamic_buckets": "none"})
 
 
 def _llmc_results(sub, imp, want):
