@@ -145,8 +145,10 @@ def is_causal_mask(mask: torch.Tensor, sq: int, skv: int) -> bool:
             return False  # finite nonzero biases, NaN or +inf
     else:
         return False
+    # `allowed` may have kept a broadcast query or key dimension of size 1
+    # (a padding row expanded over the queries): compare broadcasting.
     tril = torch.ones(sq, skv, dtype=torch.bool).tril()
-    return bool(torch.equal(allowed, tril.expand(allowed.shape)))
+    return bool(torch.all(allowed == tril))
 
 
 def _set_arg(node: torch.fx.Node, name: str, value):

@@ -66,6 +66,20 @@ def test_non_causal_masks_rejected():
     assert not fold.is_causal_mask(torch.ones(8, 8, dtype=torch.int64).tril(), 8, 8)
 
 
+def test_masks_broadcast_along_query_or_key_are_rejected_not_raised():
+    # HF's padding mask [B, 1, 1, S] expanded over the queries (stride 0 along
+    # dim -2), one bias per query expanded over the keys, and a scalar zero
+    # expanded to [S, S]: none is causal, and the answer is False, not an
+    # exception (fold_causal_masks would report "evaluating it failed").
+    pad = torch.ones(2, 1, 1, 8, dtype=torch.bool)
+    pad[1, 0, 0, :3] = False
+    assert not fold.is_causal_mask(pad.expand(2, 1, 8, 8), 8, 8)
+    assert not fold.is_causal_mask(torch.zeros(8, 1).expand(8, 8), 8, 8)
+    assert not fold.is_causal_mask(torch.zeros(()).expand(1, 1, 8, 8), 8, 8)
+    # ... and a causal mask whose batch/head dimensions broadcast still folds
+    assert fold.is_causal_mask(_tril(8, torch.float16).expand(2, 4, 8, 8), 8, 8)
+
+
 def test_mask_from_an_input_is_not_folded():
     def f(q, k, v, pad):
         s = q.shape[2]
