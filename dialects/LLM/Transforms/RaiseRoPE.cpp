@@ -143,14 +143,20 @@ Value matchTable(Value v, RankedTensorType xt, int headDim) {
   return t;
 }
 
-/// `t` as the [Bt, S, D] table llm.rope takes.
-Value asRopeTable(PatternRewriter &rewriter, Location loc, Value t,
-                  int headDim) {
+/// The type of `t` as the [Bt, S, D] table llm.rope takes.
+RankedTensorType ropeTableType(Value t, int headDim) {
   RankedTensorType tt = tensorOf(t);
   SmallVector<int64_t, 4> shape(4 - tt.getRank(), 1);
   llvm::append_range(shape, tt.getShape());
   shape.erase(shape.begin() + headDim);
-  auto want = RankedTensorType::get(shape, tt.getElementType());
+  return RankedTensorType::get(shape, tt.getElementType());
+}
+
+/// `t` as the [Bt, S, D] table llm.rope takes.
+Value asRopeTable(PatternRewriter &rewriter, Location loc, Value t,
+                  int headDim) {
+  RankedTensorType tt = tensorOf(t);
+  RankedTensorType want = ropeTableType(t, headDim);
   if (tt == want)
     return t;
   return ReshapeOp::create(rewriter, loc, want, t);
@@ -187,14 +193,16 @@ struct RaiseRotaryEmbedding : OpRewritePattern<AddOp> {
           int headDim = headTranspose ? 1 : 2;
           Value cosT = matchTable(c, xt, headDim);
           Value sinT = matchTable(s, xt, headDim);
-          if (!cosT || !sinT)
+          // cos and sin of one type (e.g. not Bt = B and Bt = 1), decided
+          // before creating anything: a pattern that fails must not have
+          // changed the IR (the greedy driver would never converge).
+          if (!cosT || !sinT ||
+              ropeTableType(cosT, headDim) != ropeTableType(sinT, headDim))
             continue;
           Location loc = root.getLoc();
           Value y = headTranspose ? tr.getInput() : x;
           Value cosR = asRopeTable(rewriter, loc, cosT, headDim);
           Value sinR = asRopeTable(rewriter, loc, sinT, headDim);
-          if (cosR.getType() != sinR.getType())
-            continue;
           Value rope = RoPEOp::create(rewriter, loc, y.getType(), y,
                                       /*offset=*/Value(), cosR, sinR,
                                       RopeMode::half_split,

@@ -140,3 +140,28 @@ func.func @partial_product_escapes(%x: tensor<2x8x4x16xf32>, %cos: tensor<8x1x16
   %out = llm.add %xc, %rs : tensor<2x8x4x16xf32>
   return %out, %xc : tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>
 }
+
+// -----
+
+// Not raised: one cos table per batch ([2, 1, S, D]) but one sin table for
+// all ([1, 1, S, D]); llm.rope takes cos and sin of one type. The pattern
+// used to build the tables' reshapes before finding that out, so every
+// greedy iteration changed the IR and the pass failed (no convergence).
+// CHECK-LABEL: func.func @tables_of_different_batch
+// CHECK-NOT: llm.rope
+// CHECK: return
+func.func @tables_of_different_batch(%y: tensor<2x8x4x16xf32>, %cos: tensor<2x8x16xf32>, %sin: tensor<1x8x16xf32>) -> tensor<2x4x8x16xf32> {
+  %q = llm.transpose %y [0, 2, 1, 3] : tensor<2x8x4x16xf32>
+  %c2 = llm.reshape %cos : tensor<2x8x16xf32> to tensor<2x1x8x16xf32>
+  %c3 = llm.broadcast %c2 : tensor<2x1x8x16xf32> to tensor<2x4x8x16xf32>
+  %qc = llm.mul %q, %c3 : tensor<2x4x8x16xf32>
+  %hi = llm.slice %q [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x4x8x16xf32>
+  %nhi = llm.neg %hi : tensor<2x4x8x8xf32>
+  %lo = llm.slice %q [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x4x8x16xf32>
+  %rot = llm.concat %nhi, %lo dim = 3 : tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>
+  %s2 = llm.reshape %sin : tensor<1x8x16xf32> to tensor<1x1x8x16xf32>
+  %s3 = llm.broadcast %s2 : tensor<1x1x8x16xf32> to tensor<2x4x8x16xf32>
+  %rs = llm.mul %rot, %s3 : tensor<2x4x8x16xf32>
+  %out = llm.add %qc, %rs : tensor<2x4x8x16xf32>
+  return %out : tensor<2x4x8x16xf32>
+}
