@@ -154,23 +154,17 @@ protected:
              Form form, double eps) {
     std::string src = decomposed(shape, elt, form, eps);
     SCOPED_TRACE(src);
-    OwningOpRef<ModuleOp> before = parseSourceString<ModuleOp>(src, &ctx);
-    OwningOpRef<ModuleOp> after = parseSourceString<ModuleOp>(src, &ctx);
-    ASSERT_TRUE(before && after);
-    func::FuncOp fnBefore = firstFunc(*before), fnAfter = firstFunc(*after);
-    absl::Status st = llmc::PrepareForLowering(fnAfter);
-    ASSERT_TRUE(st.ok()) << st;
+    Prepared p;
+    ASSERT_NO_FATAL_FAILURE(parseAndPrepare(src, p));
+    func::FuncOp fnBefore = p.fnBefore, fnAfter = p.fnAfter;
     // The raise happened: one llm.rms_norm and nothing else is left.
-    int norms = 0, others = 0;
-    fnAfter.walk([&](Operation *op) {
-      if (isa<llmc::llm::RMSNormOp>(op))
-        ++norms;
-      else if (op->getDialect() &&
-               op->getDialect()->getNamespace() == "llm")
-        ++others;
+    int norms = countOps(fnAfter, [](Operation *op) { return isa<llmc::llm::RMSNormOp>(op); });
+    int others = countOps(fnAfter, [](Operation *op) {
+      return !isa<llmc::llm::RMSNormOp>(op) && op->getDialect() &&
+             op->getDialect()->getNamespace() == "llm";
     });
-    ASSERT_EQ(norms, 1) << print(*after);
-    ASSERT_EQ(others, 0) << print(*after);
+    ASSERT_EQ(norms, 1) << print(*p.after);
+    ASSERT_EQ(others, 0) << print(*p.after);
 
     const bool f32 = elt == "f32";
     const double tolerance = f32 ? 1e-6 : 1e-2;

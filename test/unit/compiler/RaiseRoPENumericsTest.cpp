@@ -85,23 +85,17 @@ protected:
              const std::string &elt) {
     std::string src = decomposed(b, s, h, d, bt, elt);
     SCOPED_TRACE(src);
-    OwningOpRef<ModuleOp> before = parseSourceString<ModuleOp>(src, &ctx);
-    OwningOpRef<ModuleOp> after = parseSourceString<ModuleOp>(src, &ctx);
-    ASSERT_TRUE(before && after);
-    func::FuncOp fnBefore = firstFunc(*before), fnAfter = firstFunc(*after);
-    absl::Status st = llmc::PrepareForLowering(fnAfter);
-    ASSERT_TRUE(st.ok()) << st;
+    Prepared p;
+    ASSERT_NO_FATAL_FAILURE(parseAndPrepare(src, p));
+    func::FuncOp fnBefore = p.fnBefore, fnAfter = p.fnAfter;
     // Raised: one llm.rope; no slice, concat, neg, mul or add is left.
-    int ropes = 0, leftovers = 0;
-    fnAfter.walk([&](Operation *op) {
-      if (isa<llmc::llm::RoPEOp>(op))
-        ++ropes;
-      else if (isa<llmc::llm::SliceOp, llmc::llm::ConcatOp, llmc::llm::NegOp,
-                   llmc::llm::MulOp, llmc::llm::AddOp>(op))
-        ++leftovers;
+    int ropes = countOps(fnAfter, [](Operation *op) { return isa<llmc::llm::RoPEOp>(op); });
+    int leftovers = countOps(fnAfter, [](Operation *op) {
+      return isa<llmc::llm::SliceOp, llmc::llm::ConcatOp, llmc::llm::NegOp, llmc::llm::MulOp,
+                 llmc::llm::AddOp>(op);
     });
-    ASSERT_EQ(ropes, 1) << print(*after);
-    ASSERT_EQ(leftovers, 0) << print(*after);
+    ASSERT_EQ(ropes, 1) << print(*p.after);
+    ASSERT_EQ(leftovers, 0) << print(*p.after);
 
     Type et = elt == "bf16" ? bf16() : f32();
     const double tolerance = elt == "f32" ? 1e-6 : 1e-2;

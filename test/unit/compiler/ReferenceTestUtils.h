@@ -3,11 +3,13 @@
 #ifndef LLMC_TEST_UNIT_COMPILER_REFERENCETESTUTILS_H
 #define LLMC_TEST_UNIT_COMPILER_REFERENCETESTUTILS_H
 
+#include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/MLIRContext.h"
@@ -20,6 +22,21 @@
 #include <vector>
 
 namespace llmc::reference::testing {
+
+/// The first func.func of `m`, or null.
+inline mlir::func::FuncOp firstFunc(mlir::ModuleOp m) {
+  for (auto fn : m.getOps<mlir::func::FuncOp>())
+    return fn;
+  return nullptr;
+}
+
+/// How many ops nested in `root` (`root` included) satisfy `pred`.
+inline int countOps(mlir::Operation *root,
+                    llvm::function_ref<bool(mlir::Operation *)> pred) {
+  int n = 0;
+  root->walk([&](mlir::Operation *op) { n += pred(op) ? 1 : 0; });
+  return n;
+}
 
 class ReferenceTest : public ::testing::Test {
 protected:
@@ -84,6 +101,24 @@ protected:
   }
   HostTensor scalar(mlir::Type t, double v) { return HostTensor{t, {}, {v}}; }
 
+  /// `src` parsed twice: `before` as written, `after` through
+  /// llmc::PrepareForLowering (the raise and what else every CUDA lowering
+  /// runs first). Call it under ASSERT_NO_FATAL_FAILURE: it fails the test
+  /// when parsing or the preparation fails.
+  struct Prepared {
+    mlir::OwningOpRef<mlir::ModuleOp> before, after;
+    mlir::func::FuncOp fnBefore, fnAfter;
+  };
+  void parseAndPrepare(const std::string &src, Prepared &p) {
+    p.before = mlir::parseSourceString<mlir::ModuleOp>(src, &ctx);
+    p.after = mlir::parseSourceString<mlir::ModuleOp>(src, &ctx);
+    ASSERT_TRUE(p.before && p.after);
+    p.fnBefore = firstFunc(*p.before);
+    p.fnAfter = firstFunc(*p.after);
+    absl::Status st = llmc::PrepareForLowering(p.fnAfter);
+    ASSERT_TRUE(st.ok()) << st;
+  }
+
   mlir::MLIRContext ctx;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::mt19937_64 rng{20261129};
@@ -98,13 +133,6 @@ inline double maxAbsDiff(const std::vector<double> &got,
   for (size_t i = 0; i < got.size(); ++i)
     m = std::max(m, std::fabs(got[i] - want[i]));
   return m;
-}
-
-/// The first func.func of `m`, or null.
-inline mlir::func::FuncOp firstFunc(mlir::ModuleOp m) {
-  for (auto fn : m.getOps<mlir::func::FuncOp>())
-    return fn;
-  return nullptr;
 }
 
 /// `m` as text (for failure messages and round trips).
