@@ -2,6 +2,7 @@
 // compile/save/load round trip, and (with a GPU) runs checked against the CPU
 // reference executor, including two sessions running concurrently.
 #include "../ExamplePath.h"
+#include "../MlirContext.h"
 #include "llmc/llmc_c.h"
 
 #include "llmc/InitAllDialects.h"
@@ -30,6 +31,7 @@ namespace rt = llmc::rt;
 namespace ref = llmc::reference;
 
 using llmc::test::ReadExample;
+using llmc::test::SharedContext;
 
 /// Owns a status; reads code and message.
 struct Status {
@@ -419,22 +421,11 @@ void Free(rt::Device &dev, Example &ex) {
     (void)dev.Free(p);
 }
 
-mlir::MLIRContext &Context() {
-  static mlir::MLIRContext *ctx = [] {
-    mlir::DialectRegistry registry;
-    llmc::registerAllDialects(registry);
-    auto *c = new mlir::MLIRContext(registry);
-    c->loadAllAvailableDialects();
-    return c;
-  }();
-  return *ctx;
-}
-
 TEST(CapiGpu, RunMatchesReferenceAndRejectsMismatches) {
   REQUIRE_GPU(dev);
   CompilerHandle c;
   Example ex;
-  ASSERT_NO_FATAL_FAILURE(Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, ex));
+  ASSERT_NO_FATAL_FAILURE(Prepare(SharedContext(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, ex));
   llmc_session_t *session = nullptr;
   EXPECT_LLMC_OK(llmc_session_create(ex.exe.e, 0, nullptr, &session));
   EXPECT_LLMC_OK(llmc_session_run(session, ex.cIn.data(), ex.cIn.size(),
@@ -504,7 +495,7 @@ TEST(CapiGpu, GraphsOnTheDefaultStreamReplayAndMatchReference) {
   REQUIRE_GPU(dev);
   CompilerHandle c;
   Example ex;
-  ASSERT_NO_FATAL_FAILURE(Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, ex));
+  ASSERT_NO_FATAL_FAILURE(Prepare(SharedContext(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, ex));
   llmc_session_t *session = nullptr;
   EXPECT_LLMC_OK(llmc_session_create(ex.exe.e, 0, "cuda_graphs=1", &session));
   for (int i = 0; i < 3; ++i) {
@@ -544,8 +535,8 @@ TEST(CapiGpu, TwoSessionsConcurrentlyOnTwoStreams) {
   REQUIRE_GPU(dev);
   CompilerHandle c;
   Example a, b;
-  ASSERT_NO_FATAL_FAILURE(Prepare(Context(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, a));
-  ASSERT_NO_FATAL_FAILURE(Prepare(Context(), c.c, "tiny_gpt2_block.mlir", 5, *dev, 2, b));
+  ASSERT_NO_FATAL_FAILURE(Prepare(SharedContext(), c.c, "tiny_llama_block.mlir", 7, *dev, 1, a));
+  ASSERT_NO_FATAL_FAILURE(Prepare(SharedContext(), c.c, "tiny_gpt2_block.mlir", 5, *dev, 2, b));
   llmc_session_t *sa = nullptr, *sb = nullptr;
   EXPECT_LLMC_OK(llmc_session_create(a.exe.e, 0, "cuda_graphs=1", &sa));
   EXPECT_LLMC_OK(llmc_session_create(b.exe.e, 0, "cuda_graphs=1", &sb));

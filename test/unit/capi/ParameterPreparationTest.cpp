@@ -11,6 +11,7 @@
 //    result after Session::InvalidateParameters, a weight at a new pointer
 //    gives it at once; compared with the CPU reference on random inputs.
 #include "../ExamplePath.h"
+#include "../MlirContext.h"
 #include "llmc/Compiler.h"
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
@@ -35,18 +36,8 @@ namespace {
 namespace rt = llmc::rt;
 namespace ref = llmc::reference;
 
-mlir::MLIRContext &Context() {
-  static mlir::MLIRContext *ctx = [] {
-    mlir::DialectRegistry registry;
-    llmc::registerAllDialects(registry);
-    auto *c = new mlir::MLIRContext(registry);
-    c->loadAllAvailableDialects();
-    return c;
-  }();
-  return *ctx;
-}
-
 using llmc::test::ReadExample;
+using llmc::test::SharedContext;
 
 /// A parsed, shape-specialized function (the graph as written).
 struct Parsed {
@@ -56,7 +47,8 @@ struct Parsed {
 
 Parsed Parse(const std::string &text, const std::map<std::string, int64_t> &dims) {
   Parsed p;
-  p.module = mlir::parseSourceString<mlir::ModuleOp>(text, mlir::ParserConfig(&Context()));
+  p.module =
+      mlir::parseSourceString<mlir::ModuleOp>(text, mlir::ParserConfig(&SharedContext()));
   EXPECT_TRUE(p.module);
   if (!p.module)
     return p;

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "../MlirContext.h"
 #include "../ScopedEnv.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/runtime/CudnnAttention.h"
@@ -36,18 +37,8 @@ namespace {
 
 namespace rt = llmc::rt;
 
-mlir::MLIRContext &Context() {
-  static mlir::MLIRContext *ctx = [] {
-    mlir::DialectRegistry registry;
-    llmc::registerAllDialects(registry);
-    auto *c = new mlir::MLIRContext(registry);
-    c->loadAllAvailableDialects();
-    return c;
-  }();
-  return *ctx;
-}
-
 using llmc::test::ScopedEnv;
+using llmc::test::SharedContext;
 
 struct Shape {
   int64_t b, sq, skv, hq, hkv, d;
@@ -75,7 +66,7 @@ std::string AttentionMlir(const Shape &s) {
 
 absl::StatusOr<rt::Executable> Lower(const Shape &s, llmc::AttentionBackend backend) {
   auto module = mlir::parseSourceString<mlir::ModuleOp>(AttentionMlir(s),
-                                                        mlir::ParserConfig(&Context()));
+                                                        mlir::ParserConfig(&SharedContext()));
   if (!module)
     return absl::InvalidArgumentError("parse failed:\n" + AttentionMlir(s));
   auto fn = *module->getOps<mlir::func::FuncOp>().begin();

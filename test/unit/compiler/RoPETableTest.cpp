@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../MlirContext.h"
 #include "ReferenceTestUtils.h"
 
 #include "llmc/Compiler/LowerToExecutable.h"
@@ -28,6 +29,7 @@ namespace {
 namespace rt = llmc::rt;
 using llmc::reference::HostTensor;
 using llmc::reference::testing::ReferenceTest;
+using llmc::test::SharedContext;
 
 std::string Ty(std::vector<int64_t> shape, const std::string &elem) {
   std::string s = "tensor<";
@@ -172,17 +174,6 @@ TEST_F(RoPETableReferenceTest, RejectsTablesOfTheWrongShapeAtRunTime) {
 // Lowering
 //===----------------------------------------------------------------------===//
 
-mlir::MLIRContext &Context() {
-  static mlir::MLIRContext *ctx = [] {
-    mlir::DialectRegistry registry;
-    llmc::registerAllDialects(registry);
-    auto *c = new mlir::MLIRContext(registry);
-    c->loadAllAvailableDialects();
-    return c;
-  }();
-  return *ctx;
-}
-
 struct Lowered {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   mlir::func::FuncOp fn;
@@ -190,7 +181,8 @@ struct Lowered {
 };
 
 void Lower(const std::string &src, Lowered &l) {
-  l.module = mlir::parseSourceString<mlir::ModuleOp>(src, mlir::ParserConfig(&Context()));
+  l.module =
+      mlir::parseSourceString<mlir::ModuleOp>(src, mlir::ParserConfig(&SharedContext()));
   ASSERT_TRUE(l.module) << src;
   l.fn = *l.module->getOps<mlir::func::FuncOp>().begin();
   l.exe = llmc::LowerToExecutable(l.fn);
