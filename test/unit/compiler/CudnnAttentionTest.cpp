@@ -14,6 +14,7 @@
 
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "../MlirContext.h"
+#include "../kernels/CpuReference.h"
 #include "../ScopedEnv.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/runtime/CudnnAttention.h"
@@ -37,6 +38,8 @@ namespace {
 
 namespace rt = llmc::rt;
 
+using llmc::ref::FromBf16;
+using llmc::ref::ToBf16;
 using llmc::test::ScopedEnv;
 using llmc::test::SharedContext;
 
@@ -177,19 +180,6 @@ TEST(CudnnAttentionLoweringTest, EnvironmentChoosesTheDefault) {
 // ---------------------------------------------------------------------------
 // GPU
 // ---------------------------------------------------------------------------
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even (finite inputs)
-  return static_cast<uint16_t>(u >> 16);
-}
-float FromBf16(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 /// softmax(q k^T * scale [causal, bottom-right]) v in float64; GQA head h
 /// reads kv head h / (hq / hkv).
 std::vector<double> Reference(const Shape &s, const std::vector<float> &q,

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../MlirContext.h"
+#include "../kernels/CpuReference.h"
 #include "ReferenceTestUtils.h"
 
 #include "llmc/Compiler/LowerToExecutable.h"
@@ -29,6 +30,8 @@ namespace {
 namespace rt = llmc::rt;
 using llmc::reference::HostTensor;
 using llmc::reference::testing::ReferenceTest;
+using llmc::ref::FromBf16;
+using llmc::ref::ToBf16;
 using llmc::test::SharedContext;
 
 std::string Ty(std::vector<int64_t> shape, const std::string &elem) {
@@ -240,19 +243,6 @@ TEST(RoPETableLoweringTest, BroadcastTablesAreReadWithoutACopy) {
 //===----------------------------------------------------------------------===//
 // GPU: the CUDA executable against the reference executor
 //===----------------------------------------------------------------------===//
-
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1); // round to nearest even (finite values)
-  return static_cast<uint16_t>(u >> 16);
-}
-float FromBf16(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 /// Packs a host tensor as its device dtype (f32 or bf16 here).
 std::string Pack(const HostTensor &t) {
