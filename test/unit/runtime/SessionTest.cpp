@@ -64,6 +64,18 @@ extern "C" __global__ void axpy(float* y, const float* x, float a, int n) {
   if (i < n) y[i] = a * x[i] + y[i];
 })";
 
+// kAxpy (kernel 0) over n floats: buffer y += 3 * buffer x, 128 threads a block.
+Launch AxpyLaunch(int y_buffer, int x_buffer, int n) {
+  Launch ax; ax.kind = Launch::Kernel; ax.kernel = 0;
+  ax.grid[0] = (n + 127) / 128; ax.block[0] = 128;
+  Arg y; y.buffer = y_buffer;
+  Arg x; x.buffer = x_buffer;
+  Arg a; a.kind = Arg::F32; a.f = 3.f;
+  Arg nn; nn.kind = Arg::I32; nn.i = n;
+  ax.args = {y, x, a, nn};
+  return ax;
+}
+
 // y = 3*x + const(1.0) via copy + axpy; n = 1000.
 std::shared_ptr<Executable> AxpyExecutable(bool with_cubin_for_other_arch) {
   auto e = std::make_shared<Executable>();
@@ -86,13 +98,7 @@ std::shared_ptr<Executable> AxpyExecutable(bool with_cubin_for_other_arch) {
   }
   e->kernels = {k};
   Launch c1; c1.kind = Launch::Copy; c1.src = {2, 0}; c1.dst = {3, 0}; c1.copy_bytes = 4 * n;
-  Launch ax; ax.kind = Launch::Kernel; ax.kernel = 0;
-  ax.grid[0] = (n + 127) / 128; ax.block[0] = 128;
-  Arg y; y.buffer = 3;
-  Arg x; x.buffer = 0;
-  Arg a; a.kind = Arg::F32; a.f = 3.f;
-  Arg nn; nn.kind = Arg::I32; nn.i = n;
-  ax.args = {y, x, a, nn};
+  Launch ax = AxpyLaunch(/*y=*/3, /*x=*/0, n);
   Launch c2; c2.kind = Launch::Copy; c2.src = {3, 0}; c2.dst = {1, 0}; c2.copy_bytes = 4 * n;
   e->launches = {c1, ax, c2};
   return e;
@@ -245,13 +251,7 @@ std::shared_ptr<Executable> GemmAxpyExecutable(const std::vector<float>& B) {
   e->gemms = {g};
   Launch gl; gl.kind = Launch::Gemm; gl.gemm = 0;
   Launch c1; c1.kind = Launch::Copy; c1.src = {3, 0}; c1.dst = {1, 0}; c1.copy_bytes = 4 * mn;
-  Launch ax; ax.kind = Launch::Kernel; ax.kernel = 0;
-  ax.grid[0] = (mn + 127) / 128; ax.block[0] = 128;
-  Arg y; y.buffer = 1;
-  Arg x; x.buffer = 4;
-  Arg a; a.kind = Arg::F32; a.f = 3.f;
-  Arg nn; nn.kind = Arg::I32; nn.i = mn;
-  ax.args = {y, x, a, nn};
+  Launch ax = AxpyLaunch(/*y=*/1, /*x=*/4, mn);
   e->launches = {gl, c1, ax};
   return e;
 }
