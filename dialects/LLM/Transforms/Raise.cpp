@@ -231,8 +231,14 @@ struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateRaisePatterns(patterns);
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns)))) {
+      getOperation().emitError()
+          << "llmc-raise: the RMSNorm/RoPE rewrites did not converge on @"
+          << getOperation().getSymName()
+          << " (a pattern changed the IR and then failed; please report it "
+             "with this function's IR)";
       return signalPassFailure();
+    }
   }
 };
 
