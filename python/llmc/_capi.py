@@ -472,16 +472,10 @@ class Session:
             return get(self._device_index)
         return torch.cuda.current_stream(self.device).cuda_stream
 
-    def _guard(self, ptrs: List[int], versions: List[int], copied: bool = False):
-        """Invalidates the runtime's prepared parameters when an input's
-        contents may differ from what they were prepared from. The runtime
-        keys preparation by the device pointers it is given; a non-contiguous
-        input is given as a fresh contiguous copy (`copied`), whose address
-        the allocator may hand out again for another tensor's copy, so any
-        copied input forces preparation."""
+    def _guard(self, ptrs: List[int], versions: List[int]):
         last = self._versions
         self._versions = (ptrs, versions)
-        if self.always_prepare or copied:
+        if self.always_prepare:
             changed = True
         elif last is None or versions == last[1]:
             changed = False
@@ -495,8 +489,7 @@ class Session:
                    "invalidating the session's prepared parameters")
 
     def _guard_parameters(self, inputs: Sequence[torch.Tensor]):
-        self._guard([t.data_ptr() for t in inputs], [t._version for t in inputs],
-                    copied=not all(t.is_contiguous() for t in inputs))
+        self._guard([t.data_ptr() for t in inputs], [t._version for t in inputs])
 
     def run_fast(self, inputs: Sequence[torch.Tensor]) -> Optional[List[torch.Tensor]]:
         """run(inputs) when every input matches the executable's signature
@@ -523,7 +516,7 @@ class Session:
                 for shape, dtype in self._out_alloc]
         stream = self._stream()
         with self._run_lock:
-            self._guard(ptrs, versions, copied=bool(copies))
+            self._guard(ptrs, versions)
             if self._n_in:
                 self._in_data[0::4] = array.array("Q", data)
             if self._n_out:
