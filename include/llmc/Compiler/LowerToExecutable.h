@@ -104,14 +104,16 @@ struct LowerStats {
 absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
 
 /// Cleans up and raises an imported graph before lowering: canonicalize ->
-/// llmc-raise (decomposed RMSNorm => llm.rms_norm) -> canonicalize -> CSE on
+/// llmc-raise (decomposed RMSNorm => llm.rms_norm; HF q*cos +
+/// rotate_half(q)*sin => llm.rope with cos/sin tables) -> canonicalize -> CSE on
 /// `fn`, in place. Graphs imported op by op from ATen (the torch.compile
 /// plugin) carry no-ops such as `x * broadcast(1.0)` and norms spelled as
 /// five elementwise/reduction kernels; this turns them into what codegen
 /// fuses. Run it after shape specialization (and sharding), before
 /// ApplyPrecisionPolicy; llmc-compile, llmc-run's CUDA path and
 /// llmc::Compiler::Compile do. The values `fn` computes are unchanged up to
-/// rounding (a raised bf16/f16 RMSNorm rounds once instead of twice; see
+/// rounding (a raised bf16/f16 RMSNorm or RoPE rounds once where the
+/// decomposed form rounds each step; see
 /// llmc-raise). `raise` = false skips llmc-raise (llmc-compile --no-raise,
 /// to compare). Errors: InvalidArgument naming @fn when a pass fails (its
 /// diagnostics go to the context's diagnostic handler).
