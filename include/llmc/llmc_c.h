@@ -102,6 +102,21 @@ llmc_status_t *llmc_executable_output_info(const llmc_executable_t *executable,
                                            int32_t index, llmc_dtype *out_dtype,
                                            int32_t *out_rank, int64_t *out_shape);
 
+/* Whether input `index` is a parameter (*out_is_parameter = 1, else 0): the
+ * executable's parameter-preparation launches (weight casts, fp8 scaling,
+ * pads, weight-only quantization) read it, and llmc_session_run re-runs them
+ * only when the device pointer of a parameter differs from the last
+ * preparation's, or after llmc_session_invalidate_parameters. A pointer
+ * identifies contents only while the caller keeps that memory allocated and
+ * unchanged: a caller that frees a parameter and passes new contents that the
+ * allocator placed at the same address, or that overwrites it in place, must
+ * invalidate (or keep the old allocation alive until the next run, so that
+ * new contents land elsewhere). Code 3 for a NULL handle or output pointer or
+ * an index outside [0, llmc_executable_num_inputs). */
+llmc_status_t *llmc_executable_input_is_parameter(
+    const llmc_executable_t *executable, int32_t index,
+    int32_t *out_is_parameter);
+
 /*--- session ------------------------------------------------------------------*/
 typedef struct llmc_session_t llmc_session_t;
 

@@ -387,6 +387,24 @@ llmc_executable_output_info(const llmc_executable_t *executable, int32_t index,
   });
 }
 
+LLMC_EXPORT llmc_status_t *
+llmc_executable_input_is_parameter(const llmc_executable_t *executable,
+                                   int32_t index, int32_t *out_is_parameter) {
+  return guarded("llmc_executable_input_is_parameter", [&]() -> absl::Status {
+    if (!executable)
+      return absl::InvalidArgumentError("executable: NULL handle");
+    if (!out_is_parameter)
+      return absl::InvalidArgumentError("out_is_parameter: NULL output pointer");
+    const auto &inputs = executable->exe->inputs;
+    if (index < 0 || index >= static_cast<int32_t>(inputs.size()))
+      return absl::InvalidArgumentError(
+          absl::StrCat("index: expected input index in [0, ", inputs.size(),
+                       "), found ", index));
+    *out_is_parameter = inputs[index].parameter ? 1 : 0;
+    return absl::OkStatus();
+  });
+}
+
 /*--- session ------------------------------------------------------------------*/
 namespace {
 llmc_status_t *createSession(const char *fn, const llmc_executable_t *executable,

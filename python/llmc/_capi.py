@@ -142,6 +142,8 @@ _SIGNATURES = {
     "llmc_executable_output_info": (_P, [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_int),
                                          ctypes.POINTER(ctypes.c_int32),
                                          ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_executable_input_is_parameter": (_P, [_P, ctypes.c_int32,
+                                                ctypes.POINTER(ctypes.c_int32)]),
     "llmc_session_create": (_P, [_P, ctypes.c_int32, ctypes.c_char_p, _PP]),
     "llmc_session_release": (None, [_P]),
     "llmc_session_invalidate_parameters": (_P, [_P]),
@@ -273,14 +275,19 @@ def _opt(v) -> str:
 
 
 class TensorInfo:
-    __slots__ = ("dtype", "shape")
+    """One input or output of an executable: dtype, shape and, for inputs,
+    whether it is a parameter (read by the parameter-preparation launches;
+    see Session)."""
+    __slots__ = ("dtype", "shape", "parameter")
 
-    def __init__(self, dtype: torch.dtype, shape: Tuple[int, ...]):
+    def __init__(self, dtype: torch.dtype, shape: Tuple[int, ...], parameter: bool = False):
         self.dtype = dtype
         self.shape = shape
+        self.parameter = parameter
 
     def __repr__(self):
-        return f"TensorInfo({self.dtype}, {list(self.shape)})"
+        p = ", parameter" if self.parameter else ""
+        return f"TensorInfo({self.dtype}, {list(self.shape)}{p})"
 
 
 class Executable:
@@ -311,7 +318,14 @@ class Executable:
     @property
     def inputs(self) -> List[TensorInfo]:
         n = self._lib.llmc_executable_num_inputs(self._handle)
-        return [self._info(self._lib.llmc_executable_input_info, i) for i in range(n)]
+        infos = [self._info(self._lib.llmc_executable_input_info, i) for i in range(n)]
+        flag = ctypes.c_int32()
+        for i, info in enumerate(infos):
+            _check(self._lib.llmc_executable_input_is_parameter(self._handle, i,
+                                                                ctypes.byref(flag)),
+                   f"reading whether input {i} is a parameter")
+            info.parameter = bool(flag.value)
+        return infos
 
     @property
     def outputs(self) -> List[TensorInfo]:
@@ -395,11 +409,21 @@ class Session:
     mismatch).
 
     Parameter preparation (weight casts, fp8 scaling, pads, weight-only
-    quantization) runs in the runtime once per set of parameter pointers. An
-    in-place update of an input at the same address (an optimizer step) is
-    seen through PyTorch's tensor version counters and makes it run again;
+    quantization) runs in the runtime once per set of parameter pointers
+    (the inputs TensorInfo.parameter marks), so a pointer must identify the
+    contents it was prepared from. The session makes sure it does:
+    - it keeps the parameter tensors of the last call alive until the next
+      one, so PyTorch's allocator cannot hand their memory to a new tensor
+      (a fresh tensor at a reused address, version 0 like the last one, would
+      otherwise reuse the last call's prepared weights);
+    - a non-contiguous parameter is passed as a contiguous copy that is kept
+      and reused while its source (pointer, version, strides) is unchanged,
+      and made anew (at a new address, the old copy still alive) otherwise;
+    - an in-place update at the same address (an optimizer step) is seen
+      through PyTorch's version counters and invalidates the preparation
+      (an inference tensor, which has no version counter, always does).
     `always_prepare=True` (training graphs, where weights may also change
-    behind `.data`) runs it on every call.
+    behind `.data`) runs the preparation on every call and keeps nothing.
 
     cuda_graphs: the runtime replays a CUDA graph of the launches while the
     input/output pointers are ones it has seen (a few sets are kept, see
@@ -433,10 +457,17 @@ class Session:
         bench/plugin_overhead.py with a stand-in library)."""
         self._lib = lib
         self.always_prepare = always_prepare
-        self._versions: Optional[Tuple[List[int], List[int]]] = None
         self.executable = executable  # keeps it alive
         self.output_info = executable.outputs
         self.input_info = executable.inputs
+        # Parameter guard (see the class docstring): the indices of the
+        # parameter inputs, their tensors and (pointer, version) in the last
+        # call, and the kept contiguous copies of non-contiguous ones.
+        self._params = [k for k, i in enumerate(self.input_info) if i.parameter]
+        self._param_set = frozenset(self._params)
+        self._held: Optional[List[torch.Tensor]] = None
+        self._held_keys: Optional[List[Tuple[int, Optional[int]]]] = None
+        self._param_copies: Dict[int, Tuple[Tuple[int, int, Tuple[int, ...]], torch.Tensor]] = {}
         self.device = device
         self._device_index = device.index if device.index is not None else (
             0 if device.type == "cuda" else -1)
@@ -472,24 +503,44 @@ class Session:
             return get(self._device_index)
         return torch.cuda.current_stream(self.device).cuda_stream
 
-    def _guard(self, ptrs: List[int], versions: List[int]):
-        last = self._versions
-        self._versions = (ptrs, versions)
+    @staticmethod
+    def _version(t: torch.Tensor) -> Optional[int]:
+        """t's version counter; None for an inference tensor (none kept)."""
+        return None if t.is_inference() else t._version
+
+    def _contiguous(self, k: int, t: torch.Tensor) -> torch.Tensor:
+        """The contiguous form of non-contiguous input `k`: for a parameter,
+        the kept copy while its source is unchanged (see the class
+        docstring), else a new copy."""
+        if self.always_prepare or k not in self._param_set:
+            return t.contiguous()
+        version = self._version(t)
+        key = (t.data_ptr(), version, t.stride())
+        kept = self._param_copies.get(k)
+        if kept is not None and version is not None and kept[0] == key:
+            return kept[1]
+        copy = t.contiguous()
+        self._param_copies[k] = (key, copy)  # the old copy is freed only now
+        return copy
+
+    def _guard(self, inputs: Sequence[torch.Tensor]):
+        """Before a run: invalidates the runtime's prepared parameters when a
+        parameter input was updated in place, and keeps this call's parameter
+        tensors alive until the next call (see the class docstring)."""
+        if not self._params:
+            return
         if self.always_prepare:
             changed = True
-        elif last is None or versions == last[1]:
-            changed = False
-        elif ptrs == last[0]:
-            changed = True
         else:
-            changed = any(p == q and v != w for p, v, q, w in
-                          zip(ptrs, versions, last[0], last[1]))
+            held = [inputs[k] for k in self._params]
+            keys = [(t.data_ptr(), self._version(t)) for t in held]
+            last = self._held_keys
+            changed = last is not None and any(
+                p == q and (v is None or v != w) for (p, v), (q, w) in zip(keys, last))
+            self._held, self._held_keys = held, keys
         if changed:
             _check(self._lib.llmc_session_invalidate_parameters(self._handle),
                    "invalidating the session's prepared parameters")
-
-    def _guard_parameters(self, inputs: Sequence[torch.Tensor]):
-        self._guard([t.data_ptr() for t in inputs], [t._version for t in inputs])
 
     def run_fast(self, inputs: Sequence[torch.Tensor]) -> Optional[List[torch.Tensor]]:
         """run(inputs) when every input matches the executable's signature
@@ -504,19 +555,17 @@ class Session:
                 return None
             if not t.is_contiguous():
                 copies = copies or {}
-                copies[k] = t.contiguous()
-        ptrs = [t.data_ptr() for t in inputs]
-        versions = [t._version for t in inputs]
-        data = ptrs
-        if copies:
-            data = list(ptrs)
-            for k, t in copies.items():
-                data[k] = t.data_ptr()
+                copies[k] = t
+        data = [t.data_ptr() for t in inputs]
         outs = [torch.empty(shape, dtype=dtype, device=self.device)
                 for shape, dtype in self._out_alloc]
         stream = self._stream()
         with self._run_lock:
-            self._guard(ptrs, versions)
+            self._guard(inputs)
+            if copies:
+                for k, t in copies.items():
+                    copies[k] = c = self._contiguous(k, t)
+                    data[k] = c.data_ptr()
             if self._n_in:
                 self._in_data[0::4] = array.array("Q", data)
             if self._n_out:
@@ -534,20 +583,21 @@ class Session:
         outs = self.run_fast(inputs)
         if outs is not None:
             return outs
-        self._guard_parameters(inputs)
         keep: list = []
-        ins = []
-        for t in inputs:
-            if not t.is_contiguous():
-                t = t.contiguous()
-            keep.append(t)
-            ins.append(_tensor_struct(t, keep))
         outs = [torch.empty(i.shape, dtype=i.dtype, device=self.device)
                 for i in self.output_info]
         out_structs = [_tensor_struct(t, keep) for t in outs]
-        in_arr = (_Tensor * max(len(ins), 1))(*ins)
         out_arr = (_Tensor * max(len(outs), 1))(*out_structs)
         with self._run_lock:
+            if len(inputs) == self._n_in:  # else the runtime names the mismatch
+                self._guard(inputs)
+            ins = []
+            for k, t in enumerate(inputs):
+                if not t.is_contiguous():
+                    t = self._contiguous(k, t)
+                keep.append(t)
+                ins.append(_tensor_struct(t, keep))
+            in_arr = (_Tensor * max(len(ins), 1))(*ins)
             status = self._lib.llmc_session_run(self._handle, in_arr, len(ins),
                                                 out_arr, len(outs),
                                                 ctypes.c_void_p(self._stream()))

@@ -207,10 +207,22 @@ def test_shape_change_switches_sessions_and_templates(fake_gpu):
     assert checked, "no subgraph saw two shapes"
 
 
+def _record_bf16(model, xs):
+    """_record under the bf16 policy, whose weight casts are parameter
+    preparation (so the weights are parameters of the executable)."""
+    return record_subgraphs(model, xs, dynamic=False,
+                            options={"dynamic_buckets": "none", "precision": "bf16"})
+
+
+def _parameter_args(entry, args):
+    """The placeholder indices of the session's parameter inputs."""
+    return [entry.imp.arg_placeholders[k] for k in entry.session._params]
+
+
 def test_parameter_update_in_place_invalidates_on_the_fast_path(fake_gpu):
     torch.manual_seed(0)
     model = tiny_llama().eval()
-    subs = _record(model, [torch.randint(0, 1000, (1, 4))], dynamic=False)
+    subs = _record_bf16(model, [torch.randint(0, 1000, (1, 4))])
     sub, recorded = max(subs, key=lambda s: len(s[1][0]))
     args = recorded[0]
     fake_gpu()
@@ -221,12 +233,70 @@ def test_parameter_update_in_place_invalidates_on_the_fast_path(fake_gpu):
     before = lib.invalidations
     _call(sub, fake_gpu, args)
     assert lib.invalidations == before
-    w = next(a for a in args if isinstance(a, torch.Tensor) and a.dim() == 2
-             and a.is_floating_point())
+    params = _parameter_args(entry, args)
+    w = next(args[i] for i in params if args[i].dim() == 2)
     with torch.no_grad():
         w.add_(1.0)  # same pointer, new version
     got, want = _call(sub, fake_gpu, args)
     _assert_same(got, want)
+    assert lib.invalidations == before + 1
+
+
+def test_non_contiguous_parameters_reach_the_runtime_at_distinct_addresses(fake_gpu):
+    """A layer compiled once and applied to other weights laid out
+    transposed: each is passed as a contiguous copy, and the runtime keys
+    preparation by pointer; a copy of other weights must never arrive at the
+    address of the copy it prepared from (the session keeps its copy while
+    the source is unchanged, and makes the next one while it still holds
+    it)."""
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = _record_bf16(model, [torch.randint(0, 1000, (1, 4))])
+    sub, recorded = max(subs, key=lambda s: len(s[1][0]))
+    args = list(recorded[0])
+    fake_gpu()
+    _prime(sub, args)
+    entry = next(iter(sub.sessions.values()))
+    lib = entry.session._lib
+    k = next(i for i in _parameter_args(entry, args)
+             if args[i].dim() == 2 and args[i].shape[0] > 1 and args[i].shape[1] > 1)
+    ai = entry.imp.arg_placeholders.index(k)
+    seen = {}  # pointer the runtime got -> contents at that time
+    for n in range(6):
+        args[k] = (torch.randn_like(args[k]) if n % 2 else args[k]).t().contiguous().t()
+        assert not args[k].is_contiguous()
+        lib.calls.clear()
+        got, want = _call(sub, fake_gpu, args)
+        _assert_same(got, want)
+        (ins, _), = lib.calls
+        ptr = ins[ai][0]
+        value = args[k].contiguous()
+        if ptr in seen:
+            assert torch.equal(seen[ptr], value), f"call {n}: other weights at a prepared address"
+        seen[ptr] = value
+    assert lib.invalidations == 0
+
+
+def test_inference_mode_forward_runs_on_the_fast_path(fake_gpu):
+    """Under torch.inference_mode the inputs are inference tensors, which
+    have no version counter (reading it raises): the guard must not read
+    it from them, and must treat such a parameter as possibly changed."""
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = _record_bf16(model, [torch.randint(0, 1000, (1, 4))])
+    sub, recorded = max(subs, key=lambda s: len(s[1][0]))
+    fake_gpu()
+    _prime(sub, recorded[0])
+    entry = next(iter(sub.sessions.values()))
+    lib = entry.session._lib
+    with torch.inference_mode():
+        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in recorded[0]]
+        before = lib.invalidations
+        for _ in range(2):
+            got, want = _call(sub, fake_gpu, args)
+            _assert_same(got, want)
+    # The first call holds new parameter tensors; the second sees the same
+    # pointers with no version to compare: prepared again.
     assert lib.invalidations == before + 1
 
 

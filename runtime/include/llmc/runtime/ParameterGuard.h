@@ -9,6 +9,10 @@
 // pointer, new values) must call Session::InvalidateParameters() (C API:
 // llmc_session_invalidate_parameters) before the next Run; otherwise the
 // persistent results (e.g. quantized weights) of the old values are used.
+// The same holds for new contents at a reused address: a caller that frees a
+// parameter and passes another whose allocation landed at the same pointer
+// must invalidate, or keep the old allocation alive until the next Run (what
+// the torch.compile plugin does, python/llmc/_capi.py Session).
 #ifndef LLMC_RUNTIME_PARAMETERGUARD_H
 #define LLMC_RUNTIME_PARAMETERGUARD_H
 
