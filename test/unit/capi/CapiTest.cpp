@@ -238,6 +238,48 @@ TEST(CapiExecutable, InfoMisuse) {
   EXPECT_TRUE(Contains(g.message(), "path")) << g.message();
   Status h(llmc_executable_load("/tmp/x.llmcx", nullptr));
   EXPECT_EQ(h.code(), 3);
+  int32_t isParam = -1;
+  Status i(llmc_executable_input_is_parameter(nullptr, 0, &isParam));
+  EXPECT_EQ(i.code(), 3);
+  EXPECT_TRUE(Contains(i.message(), "executable")) << i.message();
+  Status j(llmc_executable_input_is_parameter(exe.e, 10, &isParam));
+  EXPECT_EQ(j.code(), 3);
+  EXPECT_TRUE(Contains(j.message(), "expected input index in [0, 10), found 10"))
+      << j.message();
+  Status k(llmc_executable_input_is_parameter(exe.e, 0, nullptr));
+  EXPECT_EQ(k.code(), 3);
+  EXPECT_TRUE(Contains(k.message(), "out_is_parameter")) << k.message();
+  EXPECT_EQ(isParam, -1) << "nothing written on failure";
+}
+
+TEST(CapiExecutable, ParameterInputs) {
+  // Under the bf16 policy the weight casts are parameter preparation: the
+  // seven projection weights that they read are parameters; the activation
+  // (input 0) is not. In fp32 nothing is prepared, so nothing is a parameter.
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  for (std::string precision : {"bf16", "fp32"}) {
+    llmc_compiler_t *compiler = nullptr;
+    std::string opts = "arch=sm_90a;precision=" + precision;
+    EXPECT_LLMC_OK(llmc_compiler_create(opts.c_str(), &compiler));
+    ExeHandle exe;
+    Status st(llmc_compile(compiler, text.data(), text.size(), nullptr, "seq=7",
+                           &exe.e));
+    llmc_compiler_release(compiler);
+    ASSERT_EQ(st.code(), 0) << st.message();
+    int32_t n = llmc_executable_num_inputs(exe.e), params = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      int32_t isParam = -1;
+      EXPECT_LLMC_OK(llmc_executable_input_is_parameter(exe.e, i, &isParam));
+      ASSERT_TRUE(isParam == 0 || isParam == 1) << isParam;
+      if (i == 0)
+        EXPECT_EQ(isParam, 0) << "the activation";
+      params += isParam;
+    }
+    if (precision == "bf16")
+      EXPECT_GE(params, 7) << "the projection weights";
+    else
+      EXPECT_EQ(params, 0) << precision;
+  }
 }
 
 TEST(CapiSession, CreateMisuseAndMissingGpu) {
