@@ -4,6 +4,7 @@
 
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
+#include "llmc/Support/ParseSource.h"
 #include "llmc/runtime/Session.h"
 
 #include "LLM/Transforms/Passes.h"
@@ -100,9 +101,8 @@ absl::StatusOr<func::FuncOp> parseFunction(MLIRContext *ctx,
                                            OwningOpRef<ModuleOp> &module) {
   {
     DiagnosticCollector diags(ctx);
-    ParserConfig config(ctx);
-    module = parseSourceString<ModuleOp>(llvm::StringRef(text.data(), text.size()),
-                                         config, "<mlir>");
+    module = parseModuleString(llvm::StringRef(text.data(), text.size()),
+                               "<mlir>", ctx);
     if (!module)
       return diags.error("could not parse the MLIR module");
   }

@@ -15,6 +15,7 @@
 
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
+#include "llmc/Support/ParseSource.h"
 #include "llmc/Tools.h"
 #include "ToolSupport.h"
 #include "llmc/runtime/KernelCompiler.h"
@@ -83,7 +84,7 @@ int llmc::compileMain(int argc, char **argv) {
   llvm::SourceMgr sm;
   SourceMgrDiagnosticHandler diag(sm, &ctx);
   auto t0 = std::chrono::steady_clock::now();
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(input, sm, &ctx);
+  OwningOpRef<ModuleOp> module = llmc::parseModuleFile(input, sm, &ctx);
   if (!module)
     return fail("could not parse '" + input + "'");
   std::string error;

@@ -24,6 +24,7 @@
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
+#include "llmc/Support/ParseSource.h"
 #include "llmc/Tools.h"
 #include "TensorParallel.h"
 #include "ToolSupport.h"
@@ -615,7 +616,7 @@ int llmc::runMain(int argc, char **argv) {
   MLIRContext &ctx = *ctxOwner;
   llvm::SourceMgr sm;
   SourceMgrDiagnosticHandler diag(sm, &ctx);
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(opts.input, sm, &ctx);
+  OwningOpRef<ModuleOp> module = llmc::parseModuleFile(opts.input, sm, &ctx);
   if (!module)
     return fail("could not parse '" + opts.input + "'");
   std::string error;
