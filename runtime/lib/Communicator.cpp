@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "llmc/runtime/DynamicLibs.h"
-#include "llmc/runtime/KernelCompiler.h"
+#include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/Session.h"
 #include "llmc/runtime/Status.h"
 
@@ -306,6 +307,23 @@ absl::StatusOr<RendezvousFile> ParseRendezvous(const std::string& path,
   return f;
 }
 
+/// Rendezvous and acknowledgement files hold a few short lines.
+ReadOptions RendezvousRead() {
+  ReadOptions ro;
+  ro.max_bytes = 64 << 10;
+  ro.what = "rendezvous file";
+  return ro;
+}
+
+/// Removes `path` if it is a regular file: a rendezvous path that names a
+/// device node, FIFO or directory is never removed (as root, removing
+/// /dev/null would break the machine).
+void RemoveRegularFile(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    std::remove(path.c_str());
+}
+
 std::string AckPath(const std::string& path, int rank) {
   return absl::StrCat(path, ".rank", rank);
 }
@@ -328,7 +346,7 @@ std::vector<std::pair<int, std::string>> ListAcks(const std::string& path) {
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
     int k;
     if (!absl::SimpleAtoi(name.substr(prefix.size()), &k)) continue;
-    auto text = ReadFile(dir + "/" + name);
+    auto text = ReadFile(dir + "/" + name, RendezvousRead());
     if (text.ok()) out.push_back({k, *text});
   }
   closedir(d);
@@ -375,8 +393,10 @@ absl::StatusOr<NcclUniqueId> FileRendezvous::Exchange(const NcclUniqueId* id) {
   absl::Status st = PollUntil(
       [&]() -> absl::StatusOr<bool> {
         if (access(path_.c_str(), F_OK) != 0) return false;
-        auto text = ReadFile(path_);
-        if (!text.ok()) return false;  // removed between the two calls
+        auto text = ReadFile(path_, RendezvousRead());
+        if (absl::IsNotFound(text.status()))
+          return false;  // removed between the two calls
+        if (!text.ok()) return text.status();
         LLMC_RT_ASSIGN_OR_RETURN(found, ParseRendezvous(path_, *text));
         if (!run_id_.empty() && found.run_id != run_id_) {
           last_stale = absl::StrCat("a file with run id '", found.run_id,
@@ -434,9 +454,9 @@ absl::Status FileRendezvous::CheckPeers() const {
 
 void FileRendezvous::Cleanup() {
   if (rank_ != 0) return;
-  std::remove(path_.c_str());
+  RemoveRegularFile(path_);
   for (const auto& [k, text] : ListAcks(path_))
-    std::remove(AckPath(path_, k).c_str());
+    RemoveRegularFile(AckPath(path_, k));
 }
 
 }  // namespace llmc::rt

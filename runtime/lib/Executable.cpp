@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "llmc/runtime/Hash.h"
-#include "llmc/runtime/KernelCompiler.h"
+#include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/Status.h"
 
 namespace llmc::rt {
@@ -392,7 +392,9 @@ absl::Status SaveExecutable(const Executable& exe, const std::string& path) {
 }
 
 absl::StatusOr<Executable> LoadExecutable(const std::string& path) {
-  LLMC_RT_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
+  ReadOptions ro;
+  ro.what = "llmc executable";
+  LLMC_RT_ASSIGN_OR_RETURN(std::string data, ReadFile(path, ro));
   auto exe = DeserializeExecutable(data);
   if (!exe.ok()) return Annotate(exe.status(), path);
   return exe;

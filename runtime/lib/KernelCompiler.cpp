@@ -8,9 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -25,19 +23,6 @@ namespace {
 bool FileExists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;
-}
-
-absl::Status MakeDirs(const std::string& dir) {
-  std::string cur;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-        return absl::PermissionDeniedError(
-            absl::StrCat("cannot create directory ", cur, ": ", strerror(errno)));
-    }
-    if (i < dir.size()) cur.push_back(dir[i]);
-  }
-  return absl::OkStatus();
 }
 
 std::string Env(const char* name) {
@@ -126,6 +111,24 @@ std::string DecodeEntry(const std::string& data, const std::string& key,
   return "";
 }
 
+// Clears the path of a damaged disk entry so that the recompiled kernel can
+// be written there: a file, FIFO, device node or symbolic link is unlinked
+// (the name only, never what a link points to), an empty directory removed,
+// and a non-empty directory renamed aside (to PATH.damaged.<pid>.<random>)
+// rather than deleted: its contents are not llmc's.
+void RemoveDamagedEntry(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return;
+  if (!S_ISDIR(st.st_mode)) {
+    ::unlink(path.c_str());
+    return;
+  }
+  if (::rmdir(path.c_str()) == 0) return;
+  std::random_device rd;
+  std::string aside = absl::StrCat(path, ".damaged.", ::getpid(), ".", rd());
+  (void)::rename(path.c_str(), aside.c_str());
+}
+
 }  // namespace
 
 std::string DefaultCacheDir() {
@@ -133,50 +136,6 @@ std::string DefaultCacheDir() {
   if (!Env("XDG_CACHE_HOME").empty()) return Env("XDG_CACHE_HOME") + "/llmc";
   if (!Env("HOME").empty()) return Env("HOME") + "/.cache/llmc";
   return "/tmp/llmc-cache";
-}
-
-absl::Status AtomicWriteFile(const std::string& path, const std::string& data) {
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  LLMC_RT_RETURN_IF_ERROR(MakeDirs(dir));
-  std::random_device rd;
-  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", rd(), rd());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::string err = strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("write to ", tmp, " failed: ", err));
-    }
-    done += n;
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat("fsync/close of ", tmp, " failed"));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string err = strerror(errno);
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(
-        absl::StrCat("rename ", tmp, " -> ", path, " failed: ", err));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return ss.str();
 }
 
 KernelCompiler::KernelCompiler(KernelCompilerOptions options)
@@ -252,13 +211,19 @@ absl::StatusOr<CompiledKernel> KernelCompiler::Compile(const KernelSource& src) 
 absl::StatusOr<CompiledKernel> KernelCompiler::ReadDisk(
     const std::string& key, const KernelSource& src) {
   std::string path = CachePath(key);
-  auto data = ReadFile(path);
-  if (!data.ok()) return data.status();
+  ReadOptions ro;
+  ro.what = "kernel cache entry";
+  // llmc writes entries as regular files: a symbolic link (say to
+  // /dev/zero) is damage like any other, never followed.
+  ro.follow_symlinks = false;
+  auto data = ReadFile(path, ro);
+  if (absl::IsNotFound(data.status())) return data.status();
   CompiledKernel k;
-  std::string why = DecodeEntry(*data, key, &k);
+  std::string why = data.ok() ? DecodeEntry(*data, key, &k)
+                              : std::string(data.status().message());
   if (!why.empty()) {
     ++corrupt_;
-    ::unlink(path.c_str());
+    RemoveDamagedEntry(path);
     return absl::DataLossError(absl::StrCat("cache entry ", path, ": ", why));
   }
   k.name = src.name;
@@ -269,7 +234,10 @@ absl::StatusOr<CompiledKernel> KernelCompiler::ReadDisk(
 
 void KernelCompiler::WriteDisk(const CompiledKernel& kernel) {
   // Best effort: a read-only or full cache directory must not fail compiles.
-  (void)AtomicWriteFile(CachePath(kernel.key), EncodeEntry(kernel));
+  // The cache directory is llmc's own, so missing levels are created.
+  WriteOptions wo;
+  wo.create_parent_dirs = true;
+  (void)AtomicWriteFile(CachePath(kernel.key), EncodeEntry(kernel), wo);
 }
 
 absl::StatusOr<CompiledKernel> KernelCompiler::CompileUncached(

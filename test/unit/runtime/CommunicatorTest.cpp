@@ -4,6 +4,7 @@
 // communicator/session tests one or two GPUs (skipped otherwise).
 #include "llmc/runtime/Communicator.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -204,6 +205,34 @@ TEST(FileRendezvousTest, TimeoutNamesPathAndMalformedFileIsDataLoss) {
   got = FileRendezvous(path, 1, 2, "", absl::Seconds(5)).Exchange(nullptr);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(Msg(got.status()), HasSubstr("malformed"));
+}
+
+// A rendezvous path that is not a regular file: rank 0 refuses to publish
+// and leaves it alone (before, its clean-up removed whatever was there, so
+// as root --rendezvous=/dev/null deleted the device node, and the rename
+// put a regular file in its place); the other ranks report it at once
+// (before, reading a FIFO blocked forever).
+TEST(FileRendezvousTest, SpecialFileAsPathIsRefusedAndKept) {
+  TempDir dir;
+  std::string fifo = dir.File("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  NcclUniqueId id = RandomId(3);
+  auto published = FileRendezvous(fifo, 0, 2, "", absl::Seconds(1)).Exchange(&id);
+  EXPECT_EQ(published.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Msg(published.status()),
+              HasSubstr("is a FIFO, not a regular file; llmc writes regular "
+                        "files only"));
+  struct stat st;
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  auto t0 = absl::Now();
+  auto got = FileRendezvous(fifo, 1, 2, "", absl::Seconds(30)).Exchange(nullptr);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Msg(got.status()),
+              HasSubstr("rendezvous file '" + fifo + "' is a FIFO"));
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
 TEST(FileRendezvousTest, RejectsBadRankAndMissingId) {

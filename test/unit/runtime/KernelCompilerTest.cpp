@@ -1,5 +1,6 @@
 #include "llmc/runtime/KernelCompiler.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,6 +210,67 @@ TEST_F(KernelCompilerTest, TruncatedEntryIsDetectedAndRecompiled) {
 TEST_F(KernelCompilerTest, TruncatedHeaderIsDetectedAndRecompiled) {
   CorruptAndRecompile(dir_, [](const std::string& path) {
     fs::resize_file(path, 10);
+  });
+}
+
+// An entry that is not a regular file is damage too: it is removed (a
+// non-empty directory renamed aside), the kernel recompiled and cached, and
+// the next process hits the disk cache. Before, a FIFO hung the compile, a
+// symbolic link to /dev/zero was read until memory ran out, and a directory
+// was never replaced (every run recompiled).
+TEST_F(KernelCompilerTest, FifoEntryIsReplacedWithoutBlocking) {
+  CorruptAndRecompile(dir_, [](const std::string& path) {
+    fs::remove(path);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  });
+}
+
+TEST_F(KernelCompilerTest, SymlinkToDevZeroEntryIsReplaced) {
+  CorruptAndRecompile(dir_, [](const std::string& path) {
+    fs::remove(path);
+    fs::create_symlink("/dev/zero", path);
+  });
+  EXPECT_TRUE(fs::is_character_file("/dev/zero"));
+}
+
+TEST_F(KernelCompilerTest, SymlinkToAValidEntryIsNotTrusted) {
+  CorruptAndRecompile(dir_, [](const std::string& path) {
+    fs::rename(path, path + ".elsewhere");
+    fs::create_symlink(path + ".elsewhere", path);
+  });
+}
+
+TEST_F(KernelCompilerTest, EmptyDirectoryEntryIsReplaced) {
+  CorruptAndRecompile(dir_, [](const std::string& path) {
+    fs::remove(path);
+    fs::create_directory(path);
+  });
+}
+
+TEST_F(KernelCompilerTest, NonEmptyDirectoryEntryIsMovedAsideAndReplaced) {
+  std::string entry;
+  CorruptAndRecompile(dir_, [&](const std::string& path) {
+    entry = path;
+    fs::remove(path);
+    fs::create_directories(path + "/inside");
+    std::ofstream(path + "/inside/keep") << "not llmc's";
+  });
+  EXPECT_TRUE(fs::is_regular_file(entry));
+  // The directory's contents were not deleted: they sit beside the entry.
+  int aside = 0;
+  for (auto& e : fs::directory_iterator(fs::path(entry).parent_path()))
+    if (e.path().string().find(".damaged.") != std::string::npos) {
+      ++aside;
+      EXPECT_TRUE(fs::exists(e.path() / "inside/keep")) << e.path();
+    }
+  EXPECT_EQ(aside, 1);
+}
+
+TEST_F(KernelCompilerTest, OversizedEntryIsNotRead) {
+  // A sparse file larger than any entry llmc reads (4 GiB): refused by its
+  // size, without reading or allocating it.
+  CorruptAndRecompile(dir_, [](const std::string& path) {
+    fs::resize_file(path, kMaxReadBytes + 1);
   });
 }
 

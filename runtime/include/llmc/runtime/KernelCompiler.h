@@ -12,6 +12,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+// ReadFile and AtomicWriteFile, which the cache uses, live there.
+#include "llmc/runtime/FileIO.h"
 
 namespace llmc::rt {
 
@@ -58,7 +60,8 @@ struct KernelCompilerStats {
   int64_t memory_hits = 0;
   int64_t disk_hits = 0;
   int64_t compiles = 0;
-  /// Disk entries found corrupt/truncated, deleted and recompiled.
+  /// Disk entries found corrupt or truncated, or not a regular file (a
+  /// directory, a FIFO, a symbolic link), removed and recompiled.
   int64_t corrupt_entries = 0;
 };
 
@@ -108,12 +111,6 @@ class KernelCompiler {
 
 /// Default cache root ($LLMC_CACHE_DIR, $XDG_CACHE_HOME/llmc, ~/.cache/llmc).
 std::string DefaultCacheDir();
-
-/// Writes `data` to `path` atomically: temp file in the same directory
-/// (pid + random suffix), fsync, rename. Creates parent directories.
-absl::Status AtomicWriteFile(const std::string& path, const std::string& data);
-/// Reads a whole file. NotFound if absent.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 }  // namespace llmc::rt
 
