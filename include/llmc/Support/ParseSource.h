@@ -34,8 +34,11 @@ namespace llmc {
 
 /// The deepest nesting of '(', '[', '{' and '<' that llmc parses, counting
 /// the levels an attribute or type alias brings where it is used. Real
-/// programs nest a few tens of levels; 256 levels need well under 1 MiB of
-/// stack in the parser, verifier and printer.
+/// programs nest a few tens of levels. At 256 levels the parser, verifier
+/// and printer need at most about 0.7 MiB of stack (measured: 256 nested
+/// modules 0.6 MiB, 250 nested llm.fusion regions reported with the op
+/// printed 0.7 MiB), well within the 8 MiB of a main thread or a default
+/// pthread; NestingTest runs them on a 2 MiB thread.
 inline constexpr unsigned kMaxNestingDepth = 256;
 
 /// Where a source first nests deeper than the limit.
