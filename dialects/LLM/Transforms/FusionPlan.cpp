@@ -5,6 +5,7 @@
 #include "LLM/IR/LLMOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/STLExtras.h"
 
 using namespace mlir;
@@ -28,6 +29,24 @@ bool llmc::llm::isFusibleElementwise(Operation *op) {
   return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, NegOp,
              AbsOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SqrtOp, RsqrtOp, SiluOp,
              GeluOp, ReluOp, SigmoidOp, CompareOp, SelectOp, CastOp>(op);
+}
+
+int llmc::llm::fusedOpCost(Operation *op) {
+  if (isa<SinOp, CosOp>(op))
+    return 64;
+  if (isa<PowOp>(op))
+    return 48;
+  if (isa<LogOp>(op))
+    return 24;
+  if (isa<GeluOp>(op))
+    return 16;
+  if (isa<TanhOp, SigmoidOp, SiluOp>(op))
+    return 12;
+  if (isa<ExpOp, SqrtOp, DivOp>(op))
+    return 8;
+  if (isa<RsqrtOp>(op))
+    return 4;
+  return isa<MatmulOp>(op) ? 0 : 1;
 }
 
 /// A value the norm kernel can read as a dense row-major tensor.
@@ -66,6 +85,37 @@ struct GroupBuilder {
     for (Operation *op : ops)
       groupOf[op] = groups.size() - 1;
     return groups.size() - 1;
+  }
+
+  /// Whether the ops of `a` and `b` together stay within one kernel's
+  /// bounds (kMaxFusedOps): options.maxOps ops, options.maxCost cost units
+  /// and options.maxInputs distinct values read from outside (a matmul
+  /// member's result counts as one: the epilogue reads it; the matmul's own
+  /// operands are the GEMM's, not the kernel's).
+  bool fitsOneKernel(ArrayRef<Operation *> a, ArrayRef<Operation *> b) {
+    if (static_cast<int64_t>(a.size() + b.size()) > options.maxOps)
+      return false;
+    int64_t cost = 0;
+    llvm::SmallPtrSet<Operation *, 16> members;
+    for (ArrayRef<Operation *> ops : {a, b})
+      for (Operation *op : ops) {
+        members.insert(op);
+        cost += fusedOpCost(op);
+      }
+    if (cost > options.maxCost)
+      return false;
+    llvm::SmallDenseSet<Value, 16> inputs;
+    for (ArrayRef<Operation *> ops : {a, b})
+      for (Operation *op : ops) {
+        if (isa<MatmulOp>(op))
+          continue;
+        for (Value v : op->getOperands()) {
+          Operation *def = v.getDefiningOp();
+          if (!def || !members.contains(def) || isa<MatmulOp>(def))
+            inputs.insert(v);
+        }
+      }
+    return static_cast<int64_t>(inputs.size()) <= options.maxInputs;
   }
 
   void merge(int into, int from) {
@@ -145,6 +195,8 @@ struct GroupBuilder {
             continue;
           if (groups[g].ops.size() > 1 && !options.elementwise)
             continue;
+          if (!fitsOneKernel(groups[g].ops, {mm.getOperation()}))
+            continue;
           groups[g].ops.push_back(mm);
           groups[g].hasMatmul = true;
           groups[g].kind = FusionKind::GemmEpilogue;
@@ -169,6 +221,9 @@ struct GroupBuilder {
         } else if (!options.elementwise) {
           continue;
         }
+        // A chain beyond one kernel's bounds continues in a new kernel.
+        if (!fitsOneKernel(groups[g].ops, groups[d].ops))
+          continue;
         merge(g, d);
         if (groups[g].hasMatmul)
           groups[g].kind = FusionKind::GemmEpilogue;

@@ -135,7 +135,13 @@ def FusePass : Pass<"llmc-fuse", "::mlir::func::FuncOp"> {
     outside, and each group has one escaping root); a GEMM main loop is
     never fused into (a matmul's operands stay outside; one matmul per
     group); views (reshape, broadcast, transpose, slice) and constants stay
-    outside and are read through strides. The grouping is
+    outside and are read through strides. A group is bounded so that
+    NVRTC's time and the kernel's parameter space stay bounded: at most
+    `kMaxFusedOps` (64) ops, `kMaxFusedCost` (512) cost units (1 per
+    arithmetic op, up to 64 for `sinf`; `fusedOpCost`) and
+    `kMaxFusedInputs` (32) distinct inputs (FusionPlan.h); a longer chain
+    becomes several groups, each continuing from the previous one's result.
+    The grouping is
     `llmc::llm::planFusionGroups` (FusionPlan.h), shared with codegen.
 
     Before:
