@@ -27,20 +27,41 @@ def LLM_Dialect : Dialect {
     i32 and i64. Broadcasting is explicit (`llm.broadcast`); binary
     elementwise ops require operands of identical type.
 
+    Sizes: every tensor an op takes or makes has at most 2^40 elements,
+    and every static dimension is at most 2^40 (empty dimensions count as 1
+    in the product, so every stride and linear index is bounded too). Byte
+    sizes (at most 8 TiB for i64) and offsets therefore fit int64
+    everywhere. The verifier of every op checks it for static dimensions;
+    shape specialization checks it again for the bound ones, and for the
+    function's own argument and result types. Tensors with an empty
+    (size-0) dimension are valid and have no elements; an op whose results
+    are all empty does nothing. Ops that would have to reduce over an
+    empty dimension to produce elements (a reduction over an empty axis, a
+    matmul with K = 0) are rejected by their verifiers: see each op.
+
     Function argument attributes understood by llmc: `llm.dim_names`
-    (names of the argument's dynamic dimensions, bound per specialization)
-    and `llm.donate` (the caller lets the compiled code update the argument
-    in place, as a KV cache appended by `llm.kv_cache_append`).
+    (names of the argument's dynamic dimensions, bound per specialization:
+    an array of strings, at most one per dynamic dimension), `llm.donate`
+    (the caller lets the compiled code update the argument in place, as a
+    KV cache appended by `llm.kv_cache_append`) and `llm.param` (the
+    argument is a parameter, see `llm::parameterArguments`).
 
     ```mlir
     %h = llm.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<?x4096xbf16>, tensor<4096xbf16>
     ```
   }];
   let hasConstantMaterializer = 1;
+  let hasRegionArgAttrVerify = 1;
+}
+
+// Every ranked tensor an llm op takes or makes has at most 2^40 elements
+// (llm::kMaxTensorElements; see the dialect description).
+def LLM_BoundedTensors : NativeOpTrait<"BoundedTensors"> {
+  let cppNamespace = "::llmc::llm";
 }
 
 class LLM_Op<string mnemonic, list<Trait> traits = []>
-    : Op<LLM_Dialect, mnemonic, traits>;
+    : Op<LLM_Dialect, mnemonic, !listconcat(traits, [LLM_BoundedTensors])>;
 
 //===----------------------------------------------------------------------===//
 // Enums

@@ -15,6 +15,7 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace llmc::llm;
@@ -101,6 +102,79 @@ static FailureOr<RankedTensorType> rankedOperand(std::optional<Location> loc,
 static bool isScalarInt(Type type) {
   auto t = dyn_cast<RankedTensorType>(type);
   return t && t.getRank() == 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor sizes and element types (every op)
+//===----------------------------------------------------------------------===//
+
+std::optional<int64_t> llmc::llm::checkedExtent(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (ShapedType::isDynamic(d) || d == 0)
+      continue;
+    if (d < 0 || llvm::MulOverflow(n, d, n))
+      return std::nullopt;
+  }
+  return n;
+}
+
+std::optional<int64_t> llmc::llm::checkedNumElements(ShapedType type) {
+  if (!type || !type.hasRank())
+    return std::nullopt;
+  std::optional<int64_t> extent = checkedExtent(type.getShape());
+  if (!extent)
+    return std::nullopt;
+  return llvm::is_contained(type.getShape(), 0) ? 0 : *extent;
+}
+
+LogicalResult
+llmc::llm::verifyTensorSize(function_ref<InFlightDiagnostic()> emitError,
+                            StringRef what, Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t)
+    return success();
+  for (auto [i, d] : llvm::enumerate(t.getShape()))
+    if (!ShapedType::isDynamic(d) && d > kMaxTensorElements)
+      return emitError() << what << " has type '" << typeStr(t)
+                         << "' whose dimension " << i << " is " << d
+                         << ", more than the supported 2^40 ("
+                         << kMaxTensorElements << ")";
+  std::optional<int64_t> extent = checkedExtent(t.getShape());
+  if (extent && *extent <= kMaxTensorElements)
+    return success();
+  std::string count = extent ? std::to_string(*extent) : "over 2^63";
+  InFlightDiagnostic d = emitError();
+  d << what << " has type '" << typeStr(t) << "'";
+  if (llvm::is_contained(t.getShape(), 0))
+    d << " whose non-empty dimensions multiply to " << count;
+  else if (t.hasStaticShape())
+    d << " with " << count << " elements";
+  else
+    d << " with " << count << " elements in its static dimensions alone";
+  d << ", more than the supported 2^40 (" << kMaxTensorElements << ")";
+  return d;
+}
+
+bool llmc::llm::isSupportedElementType(Type type) {
+  if (auto it = dyn_cast<IntegerType>(type))
+    return it.isSignless() && llvm::is_contained({1u, 8u, 32u, 64u},
+                                                 it.getWidth());
+  return type.isF32() || type.isF16() || type.isBF16() ||
+         isa<Float8E4M3FNType, Float8E5M2Type>(type);
+}
+
+LogicalResult llmc::llm::verifyBoundedTensors(Operation *op) {
+  auto emit = [&] { return op->emitOpError(); };
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    if (failed(verifyTensorSize(emit, "operand #" + std::to_string(i),
+                                v.getType())))
+      return failure();
+  for (auto [i, v] : llvm::enumerate(op->getResults()))
+    if (failed(verifyTensorSize(emit, "result #" + std::to_string(i),
+                                v.getType())))
+      return failure();
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -270,12 +344,20 @@ LogicalResult ReshapeOp::verify() {
     return emitOpError() << "element type " << typeStr(in.getElementType())
                          << " of the input differs from the result's "
                          << typeStr(out.getElementType());
+  // Element counts are checked (the BoundedTensors trait ran first, so they
+  // exist; a count that wrapped around would make any reshape "equal").
+  std::optional<int64_t> inCount = checkedNumElements(in);
+  std::optional<int64_t> outCount = checkedNumElements(out);
+  if (!inCount || !outCount)
+    return emitOpError() << "element count of the input " << typeStr(in)
+                         << " or the result " << typeStr(out)
+                         << " overflows int64";
   if (in.hasStaticShape() && out.hasStaticShape()) {
-    if (in.getNumElements() != out.getNumElements())
+    if (*inCount != *outCount)
       return emitOpError() << "input " << shapeStr(in.getShape()) << " has "
-                           << in.getNumElements() << " elements but result "
+                           << *inCount << " elements but result "
                            << shapeStr(out.getShape()) << " has "
-                           << out.getNumElements();
+                           << *outCount;
     return success();
   }
   if (!in.hasStaticShape() && out.getNumDynamicDims() > 1)
@@ -284,11 +366,8 @@ LogicalResult ReshapeOp::verify() {
                          << " dynamic dimensions; expected at most 1 when "
                             "the input is dynamic";
   if (in.hasStaticShape() && out.getNumDynamicDims() > 0) {
-    int64_t known = 1;
-    for (int64_t d : out.getShape())
-      if (!ShapedType::isDynamic(d))
-        known *= d;
-    if (known == 0 || in.getNumElements() % known != 0)
+    int64_t known = *outCount; // the static dimensions' product
+    if (known == 0 || *inCount % known != 0)
       return emitOpError() << "input " << shapeStr(in.getShape())
                            << " cannot be reshaped to "
                            << shapeStr(out.getShape());
@@ -411,7 +490,8 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
       return emitOptionalError(loc, "'llm.slice' range [", starts[i], ", ",
                                limit, ") of dimension ", i,
                                " is outside [0, ", dim, "]");
-    shape.push_back((limit - starts[i] + steps[i] - 1) / steps[i]);
+    int64_t len = limit - starts[i]; // in [0, dim]: no overflow below
+    shape.push_back(len == 0 ? 0 : (len - 1) / steps[i] + 1);
   }
   results.push_back(RankedTensorType::get(shape, in.getElementType()));
   return success();
@@ -459,9 +539,13 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
     for (int64_t i = 0; i < rank; ++i) {
       int64_t d = t.getDimSize(i);
       if (i == dim) {
-        shape[i] = (ShapedType::isDynamic(shape[i]) || ShapedType::isDynamic(d))
-                       ? ShapedType::kDynamic
-                       : shape[i] + d;
+        if (ShapedType::isDynamic(shape[i]) || ShapedType::isDynamic(d))
+          shape[i] = ShapedType::kDynamic;
+        else if (llvm::AddOverflow(shape[i], d, shape[i]) ||
+                 shape[i] > kMaxTensorElements)
+          return emitOptionalError(loc, "'llm.concat' result dimension ", dim,
+                                   " is more than the supported 2^40 (",
+                                   kMaxTensorElements, ") at input ", idx + 1);
       } else if (!dimsCompatible(shape[i], d)) {
         return emitOptionalError(loc, "'llm.concat' input ", idx + 1,
                                  " has size ", d, " in dimension ", i,
@@ -860,8 +944,13 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
     return emitOptionalError(loc, "'llm.all_gather' dim ", dim,
                              " is out of range for rank ", in.getRank());
   SmallVector<int64_t> shape(in.getShape());
-  if (!ShapedType::isDynamic(shape[dim]))
-    shape[dim] *= group;
+  if (!ShapedType::isDynamic(shape[dim]) &&
+      (llvm::MulOverflow(shape[dim], group, shape[dim]) ||
+       shape[dim] > kMaxTensorElements))
+    return emitOptionalError(loc, "'llm.all_gather' result dimension ", dim,
+                             " (", in.getDimSize(dim), " x group_size ", group,
+                             ") is more than the supported 2^40 (",
+                             kMaxTensorElements, ")");
   results.push_back(RankedTensorType::get(shape, in.getElementType()));
   return success();
 }
@@ -919,6 +1008,10 @@ LogicalResult PadOp::verify() {
     if (ShapedType::isDynamic(d) && h != 0)
       return emitOpError() << "dynamic dimension " << i
                            << " cannot be padded, found high padding " << h;
+    if (h > kMaxTensorElements)
+      return emitOpError() << "high padding " << h << " of dimension " << i
+                           << " is more than the supported 2^40 ("
+                           << kMaxTensorElements << ")";
     expected.push_back(ShapedType::isDynamic(d) ? d : d + h);
   }
   if (failed(verifyCompatibleShape(expected, out.getShape())))

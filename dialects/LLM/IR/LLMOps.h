@@ -17,10 +17,62 @@
 
 #include "LLM/IR/LLMEnums.h.inc"
 
+#include <optional>
+
+namespace llmc::llm {
+
+/// The most elements one tensor may have in llmc, and the most any static
+/// dimension may be: 2^40 (8 TiB of i64, 4 TiB of f32). Every byte size,
+/// stride and linear index of such a tensor fits int64 with room to spare;
+/// the runtime's Executable::Validate uses the same bound.
+constexpr int64_t kMaxTensorElements = int64_t(1) << 40;
+
+/// The product of `shape`'s static dimensions, dynamic ones left out, with
+/// empty (size-0) dimensions counted as 1: an upper bound on every row-major
+/// stride and linear index of a tensor of that shape (and its element count
+/// when no dimension is empty). nullopt when the product overflows int64.
+std::optional<int64_t> checkedExtent(llvm::ArrayRef<int64_t> shape);
+
+/// The number of elements of `type` counting only its static dimensions
+/// (0 when one is empty); nullopt when `type` is unranked or the product of
+/// its static dimensions overflows int64 (see checkedExtent).
+std::optional<int64_t> checkedNumElements(mlir::ShapedType type);
+
+/// Checks that `type` (when it is a ranked tensor) is within
+/// kMaxTensorElements: no static dimension above it, and the product of the
+/// static dimensions (empty ones counted as 1) not above it. `what` names
+/// the value for the message ("operand #1", "argument 0 of @f"), e.g.
+///   operand #0 has type 'tensor<2199023255552xf32>' with 2199023255552
+///   elements, more than the supported 2^40 (1099511627776)
+mlir::LogicalResult
+verifyTensorSize(llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
+                 llvm::StringRef what, mlir::Type type);
+
+/// True for the element types of the `llm` dialect: f32, f16, bf16,
+/// f8E4M3FN, f8E5M2, i1, i8, i32 and i64 (signless).
+bool isSupportedElementType(mlir::Type type);
+
+/// The verifier of the BoundedTensors trait: every ranked tensor operand
+/// and result of `op` passes verifyTensorSize.
+mlir::LogicalResult verifyBoundedTensors(mlir::Operation *op);
+
+/// Op trait of every `llm` op (LLM_Op): its operands and results are within
+/// kMaxTensorElements, so its verifier, folders and lowerings may compute
+/// element counts, byte sizes and strides without overflow checks. (Region
+/// arguments of llm.fusion have the types of its inputs.)
+template <typename ConcreteType>
+class BoundedTensors
+    : public mlir::OpTrait::TraitBase<ConcreteType, BoundedTensors> {
+public:
+  static mlir::LogicalResult verifyTrait(mlir::Operation *op) {
+    return verifyBoundedTensors(op);
+  }
+};
+
+} // namespace llmc::llm
+
 #define GET_OP_CLASSES
 #include "LLM/IR/LLMOps.h.inc"
-
-#include <optional>
 
 namespace llmc::llm {
 

@@ -27,7 +27,9 @@ std::string dynamicDimName(mlir::func::FuncOp fn, unsigned arg, unsigned dim);
 /// Rewrites `fn` to static shapes: every dynamic argument dimension takes its
 /// value from `bindings` (by dynamicDimName) and result shapes are recomputed
 /// op by op. Emits a diagnostic on `fn` (unbound or unused name, a binding
-/// that contradicts the IR, a shape no rule determines) and fails.
+/// that contradicts the IR, a shape no rule determines, an argument, result
+/// or op result above llm::kMaxTensorElements, a function argument or result
+/// whose element type llmc does not support) and fails.
 mlir::LogicalResult
 specializeShapes(mlir::func::FuncOp fn,
                  const std::map<std::string, int64_t> &bindings);

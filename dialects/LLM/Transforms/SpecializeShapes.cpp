@@ -16,6 +16,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace llmc::llm {
 #define GEN_PASS_DEF_SPECIALIZESHAPESPASS
@@ -214,12 +215,39 @@ static LogicalResult computeResultTypes(Operation *op,
       });
 }
 
+/// The function's own tensors (arguments and results, which no llm
+/// verifier sees when they pass straight through) have llm element types
+/// and sizes within kMaxTensorElements.
+static LogicalResult verifySignature(func::FuncOp fn) {
+  auto emit = [&] { return fn.emitError(); };
+  auto check = [&](StringRef kind, unsigned i, Type type) -> LogicalResult {
+    std::string what =
+        (kind + " " + llvm::Twine(i) + " of @" + fn.getSymName()).str();
+    auto shaped = dyn_cast<ShapedType>(type);
+    if (shaped && !isSupportedElementType(shaped.getElementType()))
+      return fn.emitError()
+             << what << " has element type " << shaped.getElementType()
+             << ", which llmc does not support (expected f32, f16, bf16, "
+                "f8E4M3FN, f8E5M2, i1, i8, i32 or i64)";
+    return verifyTensorSize(emit, what, type);
+  };
+  for (auto [i, t] : llvm::enumerate(fn.getArgumentTypes()))
+    if (failed(check("argument", i, t)))
+      return failure();
+  for (auto [i, t] : llvm::enumerate(fn.getResultTypes()))
+    if (failed(check("result", i, t)))
+      return failure();
+  return success();
+}
+
 LogicalResult
 llmc::llm::specializeShapes(func::FuncOp fn,
                             const std::map<std::string, int64_t> &bindings) {
   if (fn.isExternal())
     return fn.emitError() << "@" << fn.getSymName()
                           << " is a declaration (no body); nothing to specialize";
+  if (failed(verifySignature(fn)))
+    return failure();
   auto isStatic = [](Type t) {
     auto rt = dyn_cast<RankedTensorType>(t);
     return !rt || rt.hasStaticShape();
@@ -256,17 +284,35 @@ llmc::llm::specializeShapes(func::FuncOp fn,
                               << "=<size>"
                               << (given.empty() ? "" : " (bound: " + given + ")");
       }
-      // Keep every shape's element count far from int64 overflow.
-      if (it->second > (int64_t(1) << 40))
-        return fn.emitError() << "dimension '" << name << "' = " << it->second
-                              << " is too large (at most 2^40)";
+      if (it->second > kMaxTensorElements)
+        return fn.emitError()
+               << "dimension '" << name << "' = " << it->second
+               << " (argument " << arg.getArgNumber() << " of @"
+               << fn.getSymName() << ", dimension " << d
+               << ") is more than the supported 2^40 (" << kMaxTensorElements
+               << ")";
       if (it->second < 0)
         return fn.emitError() << "dimension '" << name << "' = " << it->second
-                              << " must be >= 0";
+                              << " (argument " << arg.getArgNumber()
+                              << ", dimension " << d << ") must be >= 0";
       size = it->second;
       used[name] = true;
     }
-    arg.setType(withShape(type, shape));
+    // The bound dimensions together may still be too many elements.
+    RankedTensorType bound = withShape(type, shape);
+    std::string what;
+    llvm::raw_string_ostream os(what);
+    os << "argument " << arg.getArgNumber() << " of @" << fn.getSymName()
+       << " (";
+    unsigned n = 0;
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (type.isDynamicDim(d))
+        os << (n++ ? ", " : "") << dynamicDimName(fn, arg.getArgNumber(), d)
+           << " = " << shape[d];
+    os << ")";
+    if (failed(verifyTensorSize([&] { return fn.emitError(); }, what, bound)))
+      return failure();
+    arg.setType(bound);
   }
   for (auto &[name, wasUsed] : used)
     if (!wasUsed)
@@ -283,7 +329,8 @@ llmc::llm::specializeShapes(func::FuncOp fn,
     SmallVector<Type> types;
     if (failed(computeResultTypes(&op, types)))
       return failure();
-    for (auto [result, type] : llvm::zip(op.getResults(), types)) {
+    for (auto [i, result, type] :
+         llvm::enumerate(op.getResults(), types)) {
       auto declared = dyn_cast<RankedTensorType>(result.getType());
       auto computed = cast<RankedTensorType>(type);
       if (declared && failed(verifyCompatibleShape(declared.getShape(),
@@ -291,6 +338,12 @@ llmc::llm::specializeShapes(func::FuncOp fn,
         return op.emitOpError()
                << "result declared as " << declared << " but is " << computed
                << " for the bound dimensions";
+      // Before any later op computes with it (element counts, reshapes).
+      if (failed(verifyTensorSize([&] { return op.emitOpError(); },
+                                  "result #" + std::to_string(i) +
+                                      " for the bound dimensions",
+                                  computed)))
+        return failure();
       result.setType(computed);
     }
   }

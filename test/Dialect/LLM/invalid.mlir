@@ -873,3 +873,120 @@ func.func @dequantize_weight_k(%q: tensor<64x48xi8>, %s: tensor<64x1xf32>) {
   %w = llm.dequantize_weight %q, %s {bits = 4 : i64, group_size = 128 : i64} : tensor<64x48xi8>, tensor<64x1xf32> -> tensor<64x96xbf16>
   return
 }
+
+// -----
+
+// Element counts: every tensor an llm op takes or makes has at most 2^40
+// elements (the BoundedTensors trait of every op).
+
+func.func @size_overflows_int64(%a: tensor<1099511627776x1099511627776x1099511627776xf32>) {
+  // expected-error @+1 {{'llm.neg' op operand #0 has type 'tensor<1099511627776x1099511627776x1099511627776xf32>' with over 2^63 elements, more than the supported 2^40 (1099511627776)}}
+  %0 = llm.neg %a : tensor<1099511627776x1099511627776x1099511627776xf32>
+  return
+}
+
+// -----
+
+func.func @size_above_2_40(%a: tensor<1048576x1048577xf32>) {
+  // expected-error @+1 {{'llm.exp' op operand #0 has type 'tensor<1048576x1048577xf32>' with 1099512676352 elements, more than the supported 2^40 (1099511627776)}}
+  %0 = llm.exp %a : tensor<1048576x1048577xf32>
+  return
+}
+
+// -----
+
+func.func @size_dimension_above_2_40(%a: tensor<4611686018427387904x4xf32>) {
+  // expected-error @+1 {{'llm.neg' op operand #0 has type 'tensor<4611686018427387904x4xf32>' whose dimension 0 is 4611686018427387904, more than the supported 2^40 (1099511627776)}}
+  %0 = llm.neg %a : tensor<4611686018427387904x4xf32>
+  return
+}
+
+// -----
+
+func.func @size_static_dims_of_dynamic_type(%a: tensor<?x1048576x1048577xf32>) {
+  // expected-error @+1 {{'llm.neg' op operand #0 has type 'tensor<?x1048576x1048577xf32>' with 1099512676352 elements in its static dimensions alone, more than the supported 2^40 (1099511627776)}}
+  %0 = llm.neg %a : tensor<?x1048576x1048577xf32>
+  return
+}
+
+// -----
+
+func.func @size_empty_tensor_with_huge_strides(%a: tensor<0x1099511627776x1099511627776xf32>) {
+  // expected-error @+1 {{'llm.neg' op operand #0 has type 'tensor<0x1099511627776x1099511627776xf32>' whose non-empty dimensions multiply to over 2^63, more than the supported 2^40 (1099511627776)}}
+  %0 = llm.neg %a : tensor<0x1099511627776x1099511627776xf32>
+  return
+}
+
+// -----
+
+func.func @size_result(%a: tensor<1x1024xf32>) {
+  // Exactly 2^40 elements is allowed.
+  %0 = llm.broadcast %a : tensor<1x1024xf32> to tensor<1073741824x1024xf32>
+  // expected-error @+1 {{'llm.broadcast' op result #0 has type 'tensor<1073741825x1024xf32>' with 1099511628800 elements, more than the supported 2^40 (1099511627776)}}
+  %1 = llm.broadcast %a : tensor<1x1024xf32> to tensor<1073741825x1024xf32>
+  return
+}
+
+// -----
+
+// A wrapped-around element count made this reshape "equal".
+func.func @reshape_of_overflowing_count(%a: tensor<1099511627776x1099511627776x1099511627776xf32>) {
+  // expected-error @+1 {{'llm.reshape' op operand #0 has type 'tensor<1099511627776x1099511627776x1099511627776xf32>' with over 2^63 elements}}
+  %0 = llm.reshape %a : tensor<1099511627776x1099511627776x1099511627776xf32> to tensor<0xf32>
+  return
+}
+
+// -----
+
+func.func @concat_dimension_overflows(%a: tensor<9223372036854775807xf32>) {
+  // expected-error @+1 {{'llm.concat' result dimension 0 is more than the supported 2^40 (1099511627776) at input 1}}
+  %0 = llm.concat %a, %a dim = 0 : tensor<9223372036854775807xf32>, tensor<9223372036854775807xf32>
+  return
+}
+
+// -----
+
+func.func @all_gather_dimension_overflows(%a: tensor<4611686018427387904xf32>) {
+  // expected-error @+1 {{'llm.all_gather' result dimension 0 (4611686018427387904 x group_size 4) is more than the supported 2^40 (1099511627776)}}
+  %0 = llm.all_gather %a dim = 0 group_size = 4 : tensor<4611686018427387904xf32>
+  return
+}
+
+// -----
+
+// 4 + high overflowed int64 before it was compared with the result.
+func.func @pad_high_too_large(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.pad' op high padding 9223372036854775804 of dimension 0 is more than the supported 2^40 (1099511627776)}}
+  %0 = llm.pad %a high [9223372036854775804] : tensor<4xf32> to tensor<8xf32>
+  return
+}
+
+// -----
+
+// Function argument attributes.
+
+// expected-error @+1 {{attribute 'llm.dim_names' of argument 0 of @dim_names_not_strings must be an array of non-empty strings (one name per dynamic dimension), found 1 : i64 at position 0}}
+func.func @dim_names_not_strings(%x: tensor<?x4xf32> {llm.dim_names = [1]}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'llm.dim_names' of argument 0 of @dim_names_not_an_array must be an array of strings, found "seq"}}
+func.func @dim_names_not_an_array(%x: tensor<?x4xf32> {llm.dim_names = "seq"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'llm.donate' of argument 1 of @donate_with_a_value is a unit attribute (write it without a value), found 1 : i64}}
+func.func @donate_with_a_value(%x: tensor<4xf32>, %c: tensor<4xf32> {llm.donate = 1}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'llm.dim_name' of argument 0 of @unknown_argument_attribute is not an llm argument attribute (expected llm.dim_names, llm.donate or llm.param)}}
+func.func @unknown_argument_attribute(%x: tensor<?x4xf32> {llm.dim_name = ["seq"]}) {
+  return
+}

@@ -195,3 +195,12 @@ func.func @weight_only_quantization(%w: tensor<?x256xbf16>) -> tensor<?x256xf16>
   %d = llm.dequantize_weight %q, %s {bits = 4 : i64, group_size = 128 : i64} : tensor<?x128xi8>, tensor<?x2xf32> -> tensor<?x256xf16>
   return %d : tensor<?x256xf16>
 }
+
+// A step larger than the dimension takes one element (the inferred size
+// computed limit - start + step - 1, which overflowed int64 for this step).
+// CHECK-LABEL: func.func @slice_with_the_largest_step
+func.func @slice_with_the_largest_step(%x: tensor<4x6xf32>) -> tensor<1x2xf32> {
+  // CHECK: llm.slice %{{.*}} [1, 0] to [-1, 6] step [9223372036854775807, 5] : tensor<4x6xf32>
+  %s = llm.slice %x [1, 0] to [-1, 6] step [9223372036854775807, 5] : tensor<4x6xf32>
+  return %s : tensor<1x2xf32>
+}
