@@ -4,7 +4,8 @@
 # the CPU reference executor (small shapes) or an unfused float32 run on the
 # GPU (large shapes), the shared cases, and per-kernel timings. Logs go to
 # $OUT (or ./gpu-out). SECTIONS="unit examples cases precision tp python" (the
-# default) picks what runs.
+# default) picks what runs; "sanitize" (compute-sanitizer memcheck and
+# racecheck over the GPU unit tests and small examples) runs only when named.
 set -uo pipefail
 OUT="${OUT:-gpu-out}"
 mkdir -p "$OUT"
@@ -113,6 +114,33 @@ if has tp && [ "$NGPU" -ge 2 ] && [ "${SKIP_TP:-0}" != 1 ]; then
     grep -h -i "busbw\|bus bandwidth" "$LOGS/torch.allreduce.256mb.log" | tee -a "$SUMMARY"
   fi
   grep -h "end to end" "$LOGS"/tp[12].llama7b*.log | tee -a "$SUMMARY"
+fi
+# compute-sanitizer (memcheck, racecheck) over the GPU unit tests and the
+# examples at small shapes (not in the default SECTIONS: it takes minutes).
+# --error-exitcode makes any report a FAIL; logs name the kernel and address.
+if has sanitize; then
+  CS="${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}"
+  GPU_TESTS='*Gpu*:CudnnGraphTest.*:CapiSession.*'
+  for tool in memcheck racecheck; do
+    opts="--tool $tool --error-exitcode 97 --print-limit 20"
+    [ "$tool" = memcheck ] && opts="$opts --leak-check full"
+    run "san.$tool.runtime-tests" "$CS" $opts dist/bin/llmc-runtime-tests --gtest_filter="$GPU_TESTS"
+    run "san.$tool.capi-tests" "$CS" $opts dist/bin/llmc-capi-tests --gtest_filter="$GPU_TESTS"
+    run "san.$tool.compiler-tests" "$CS" $opts dist/bin/llmc-compiler-tests --gtest_filter="$GPU_TESTS"
+    run "san.$tool.tiny_llama.seq7" "$CS" $opts llmc-run $S/tiny_llama_block.mlir --shape seq=7 --check
+    run "san.$tool.tiny_llama.seq129.bf16" "$CS" $opts llmc-run $S/tiny_llama_block.mlir --shape seq=129 --precision=bf16 --check
+    run "san.$tool.tiny_llama.seq129.fp8" "$CS" $opts llmc-run $S/tiny_llama_block.mlir --shape seq=129 --precision=fp8 --check
+    run "san.$tool.tiny_gpt2.seq5" "$CS" $opts llmc-run $S/tiny_gpt2_block.mlir --shape seq=5 --check
+    run "san.$tool.mistral.seq64" "$CS" $opts llmc-run $S/mistral_gqa_block.mlir --shape seq=64 --check=gpu-f32
+    run "san.$tool.decode.b2.pos300" "$CS" $opts llmc-run $S/llama2_7b_decode_step.mlir --shape batch=2 --value arg3=300 --check=gpu-f32
+    run "san.$tool.decode.b1.int4" "$CS" $opts llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=300 --weight-only=int4 --check=gpu-f32
+    for c in c3_prefill_h9_kv3_d80_bf16 c3_decode_h12_kv2_d256_f32 c2_fp8_gemms_d80_s129; do
+      f=dist/share/llmc/cases/$c.mlir
+      args="$(sed -n 's|^// ARGS: *||p' "$f")"
+      run "san.$tool.case.$c" "$CS" $opts llmc-run "$f" --check $args
+    done
+  done
+  grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|LEAK SUMMARY" "$LOGS"/san.*.log | sort | uniq -c | tee -a "$SUMMARY"
 fi
 # The torch.compile backend against eager on the GPU (PyTorch there).
 if has python && [ "${SKIP_PYTHON:-0}" != 1 ] && python3 -c "import torch, transformers, pytest" 2>/dev/null; then
