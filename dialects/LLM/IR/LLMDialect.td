@@ -35,13 +35,14 @@ def LLM_Dialect : Dialect {
     shape specialization checks it again for the bound ones, and for the
     function's own argument and result types. Tensors with an empty
     (size-0) dimension are valid and have no elements; an op whose results
-    are all empty does nothing. Ops that would have to reduce over an
-    empty dimension to produce elements (a reduction over an empty axis, a
-    matmul with K = 0) are rejected by their verifiers: see each op.
+    are all empty does nothing. Ops that reduce over an empty dimension (a
+    reduction over an empty axis, a matmul with K = 0) are rejected by
+    their verifiers: see each op.
 
     Function argument attributes understood by llmc: `llm.dim_names`
     (names of the argument's dynamic dimensions, bound per specialization:
-    an array of strings, at most one per dynamic dimension), `llm.donate`
+    an array of non-empty strings, one per dynamic dimension in order),
+    `llm.donate`
     (the caller lets the compiled code update the argument in place, as a
     KV cache appended by `llm.kv_cache_append`) and `llm.param` (the
     argument is a parameter, see `llm::parameterArguments`).

@@ -164,6 +164,30 @@ bool llmc::llm::isSupportedElementType(Type type) {
          isa<Float8E4M3FNType, Float8E5M2Type>(type);
 }
 
+std::optional<std::string>
+llmc::llm::checkReducedDims(ArrayRef<int64_t> shape, ArrayRef<int64_t> dims) {
+  for (int64_t d : dims)
+    if (d >= 0 && d < static_cast<int64_t>(shape.size()) && shape[d] == 0)
+      return "reduces dimension " + std::to_string(d) + " of the input " +
+             shapeStr(shape) +
+             ", which is empty; reduced dimensions must have size >= 1";
+  return std::nullopt;
+}
+
+std::optional<std::string> llmc::llm::checkContractionSize(int64_t k) {
+  if (k == 0)
+    return std::string("contraction size K is 0; a matmul needs K >= 1");
+  return std::nullopt;
+}
+
+std::optional<std::string> llmc::llm::checkAttentionHeadDim(int64_t d) {
+  if (!ShapedType::isDynamic(d) && (d < 1 || d > kMaxAttentionHeadDim))
+    return "head dimension D = " + std::to_string(d) +
+           " is outside the supported range [1, " +
+           std::to_string(kMaxAttentionHeadDim) + "]";
+  return std::nullopt;
+}
+
 LogicalResult llmc::llm::verifyBoundedTensors(Operation *op) {
   auto emit = [&] { return op->emitOpError(); };
   for (auto [i, v] : llvm::enumerate(op->getOperands()))
@@ -636,6 +660,19 @@ LLM_REDUCE_INFER(ReduceMaxOp, "reduce_max")
 LLM_REDUCE_INFER(ReduceMinOp, "reduce_min")
 #undef LLM_REDUCE_INFER
 
+#define LLM_REDUCE_VERIFY(OP)                                                  \
+  LogicalResult OP::verify() {                                                 \
+    if (std::optional<std::string> error =                                     \
+            checkReducedDims(getInput().getType().getShape(), getDims()))      \
+      return emitOpError() << *error;                                          \
+    return success();                                                          \
+  }
+LLM_REDUCE_VERIFY(ReduceSumOp)
+LLM_REDUCE_VERIFY(ReduceMeanOp)
+LLM_REDUCE_VERIFY(ReduceMaxOp)
+LLM_REDUCE_VERIFY(ReduceMinOp)
+#undef LLM_REDUCE_VERIFY
+
 //===----------------------------------------------------------------------===//
 // Softmax and norms
 //===----------------------------------------------------------------------===//
@@ -811,6 +848,9 @@ LogicalResult MatmulOp::verify() {
   if (!dimsCompatible(kl, kr))
     return emitOpError() << "contraction sizes differ: lhs K = " << kl
                          << ", rhs K = " << kr;
+  if (std::optional<std::string> error =
+          checkContractionSize(ShapedType::isDynamic(kl) ? kr : kl))
+    return emitOpError() << *error;
   std::optional<SmallVector<int64_t>> expectedOr =
       matmulResultShape(lhs, rhs, getTransposeLhs(), getTransposeRhs());
   if (!expectedOr)
@@ -863,6 +903,9 @@ LogicalResult AttentionOp::verify() {
   if (!dimsCompatible(q.getDimSize(3), k.getDimSize(3)))
     return emitOpError() << "head dimensions differ: query " << q.getDimSize(3)
                          << ", key " << k.getDimSize(3);
+  if (std::optional<std::string> error = checkAttentionHeadDim(
+          q.isDynamicDim(3) ? k.getDimSize(3) : q.getDimSize(3)))
+    return emitOpError() << *error;
   int64_t hq = q.getDimSize(2), hkv = k.getDimSize(2);
   if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
       (hkv == 0 || hq % hkv != 0))

@@ -18,6 +18,7 @@
 #include "LLM/IR/LLMEnums.h.inc"
 
 #include <optional>
+#include <string>
 
 namespace llmc::llm {
 
@@ -51,6 +52,25 @@ verifyTensorSize(llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
 /// True for the element types of the `llm` dialect: f32, f16, bf16,
 /// f8E4M3FN, f8E5M2, i1, i8, i32 and i64 (signless).
 bool isSupportedElementType(mlir::Type type);
+
+/// The largest head dimension `llm.attention` supports (its range is
+/// 1..kMaxAttentionHeadDim): what llmc's CUDA kernels implement (the
+/// warp-per-query-row kernel keeps D / 32 accumulators per lane).
+constexpr int64_t kMaxAttentionHeadDim = 1024;
+
+// Edge-case rules shared by the verifiers and the reference executor, so
+// that both reject the same programs with the same words: each returns the
+// message (without the op name) or nullopt. Dynamic sizes pass.
+
+/// A reduction over `dims` of a tensor of `shape`: no reduced dimension is
+/// empty.
+std::optional<std::string> checkReducedDims(llvm::ArrayRef<int64_t> shape,
+                                            llvm::ArrayRef<int64_t> dims);
+/// A matmul's contraction size K (already known to agree between lhs and
+/// rhs): at least 1.
+std::optional<std::string> checkContractionSize(int64_t k);
+/// An attention head dimension D: 1..kMaxAttentionHeadDim.
+std::optional<std::string> checkAttentionHeadDim(int64_t d);
 
 /// The verifier of the BoundedTensors trait: every ranked tensor operand
 /// and result of `op` passes verifyTensorSize.

@@ -433,6 +433,14 @@ class LLM_ReduceOp<string mnemonic, string what>
     fp32 (split into blocks for long reductions); the result is rounded once
     to the element type.
 
+    Every reduced dimension has size >= 1: reducing over an empty dimension
+    is an error (of the verifier for static sizes, again after shape
+    specialization, and of the reference executor for unspecialized ones),
+    not 0 for a sum, NaN for a mean or -inf/+inf for max/min. The maximum
+    of nothing has no value (PyTorch raises too), an empty reduced axis in
+    a transformer graph is a shape bug, and one rule keeps the CUDA kernels
+    and the reference executor from disagreeing.
+
     ```mlir
     %s = llm.}] # mnemonic # [{ %x [1] keepdim : tensor<4x4096xf32>
     ```
@@ -441,6 +449,7 @@ class LLM_ReduceOp<string mnemonic, string what>
                        UnitAttr:$keepdim);
   let results = (outs LLM_NumericTensor:$result);
   let assemblyFormat = "$input $dims (`keepdim` $keepdim^)? attr-dict `:` type($input)";
+  let hasVerifier = 1;
 }
 
 def LLM_ReduceSumOp : LLM_ReduceOp<"reduce_sum", "sum">;
@@ -579,7 +588,10 @@ def LLM_MatmulOp : LLM_Op<"matmul", [Pure]> {
     rank-2 rhs is shared by every batch). `bias` is [N], added to every row.
     Products accumulate in fp32; the result element type may differ from
     the operands' (an output cast), and is fp32, f16 or bf16 for fp8
-    operands.
+    operands. K >= 1: an empty contraction (K = 0) is rejected rather than
+    giving zeros (or the bias), for the reason reductions over empty
+    dimensions are (see `llm.reduce_sum`); M or N may be 0 (an empty
+    result, nothing to compute).
 
     ```mlir
     %q = llm.matmul %x, %wq {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16> -> tensor<?x4096xbf16>
@@ -608,7 +620,17 @@ def LLM_AttentionOp : LLM_Op<"attention",
     first kv_len keys, for a preallocated KV cache. `causal` aligns at the
     bottom right: query i attends key j iff j <= i + L - Sq, where L is
     kv_len (or Skv), as in FlashAttention 2.1+ and PyTorch for Sq == Skv.
-    Computed as FlashAttention-2 (Dao 2023) with fp32 accumulation.
+    Computed as FlashAttention-2 (Dao 2023) with fp32 accumulation. A query
+    row that sees no key (Skv = 0, kv_len = 0, or every score -inf) gives
+    zeros.
+
+    The head dimension D is 1..1024 (llm::kMaxAttentionHeadDim), the range
+    llmc's kernels implement (FlashAttention-2 on tensor cores for bf16/f16
+    with D a multiple of 16 up to 256, a warp per query row otherwise, which
+    keeps D / 32 fp32 accumulators per lane); the verifier and the reference
+    executor reject other D. The CUDA backend evaluates `kv_len` only with
+    its flash-decoding kernel (no mask, Sq <= 16, D <= 512, bf16/f16/f32)
+    and rejects other `kv_len` attentions at compile time.
 
     ```mlir
     %o = llm.attention %q, %k, %v {causal} : tensor<1x?x32x128xbf16>, tensor<1x?x8x128xbf16>, tensor<1x?x8x128xbf16>

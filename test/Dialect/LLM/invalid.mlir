@@ -990,3 +990,54 @@ func.func @donate_with_a_value(%x: tensor<4xf32>, %c: tensor<4xf32> {llm.donate 
 func.func @unknown_argument_attribute(%x: tensor<?x4xf32> {llm.dim_name = ["seq"]}) {
   return
 }
+
+// -----
+
+// Edge cases with one semantics for the CUDA backend and the reference
+// executor: no reduction over an empty dimension, K >= 1, D in [1, 1024].
+
+func.func @reduce_over_empty_dimension(%a: tensor<4x0xf32>) {
+  // expected-error @+1 {{'llm.reduce_max' op reduces dimension 1 of the input [4, 0], which is empty; reduced dimensions must have size >= 1}}
+  %0 = llm.reduce_max %a [1] : tensor<4x0xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_sum_over_empty_dimension(%a: tensor<0x4xf32>) {
+  // expected-error @+1 {{'llm.reduce_sum' op reduces dimension 0 of the input [0, 4], which is empty; reduced dimensions must have size >= 1}}
+  %0 = llm.reduce_sum %a [0, 1] : tensor<0x4xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_empty_contraction(%a: tensor<4x0xf32>, %b: tensor<0x8xf32>) {
+  // expected-error @+1 {{'llm.matmul' op contraction size K is 0; a matmul needs K >= 1}}
+  %0 = llm.matmul %a, %b : tensor<4x0xf32>, tensor<0x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_empty_contraction_dynamic_lhs(%a: tensor<4x?xf32>, %b: tensor<8x0xf32>) {
+  // expected-error @+1 {{'llm.matmul' op contraction size K is 0; a matmul needs K >= 1}}
+  %0 = llm.matmul %a, %b {transpose_rhs} : tensor<4x?xf32>, tensor<8x0xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_head_dim_too_large(%q: tensor<1x4x2x4096xf32>, %k: tensor<1x4x2x4096xf32>) {
+  // expected-error @+1 {{'llm.attention' op head dimension D = 4096 is outside the supported range [1, 1024]}}
+  %0 = llm.attention %q, %k, %k : tensor<1x4x2x4096xf32>, tensor<1x4x2x4096xf32>, tensor<1x4x2x4096xf32>
+  return
+}
+
+// -----
+
+func.func @attention_head_dim_zero(%q: tensor<1x4x2x?xf32>, %k: tensor<1x4x2x0xf32>) {
+  // expected-error @+1 {{'llm.attention' op head dimension D = 0 is outside the supported range [1, 1024]}}
+  %0 = llm.attention %q, %k, %k : tensor<1x4x2x?xf32>, tensor<1x4x2x0xf32>, tensor<1x4x2x0xf32>
+  return
+}
