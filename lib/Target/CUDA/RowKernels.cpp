@@ -6,6 +6,10 @@
 // t, t + kThreadsPerRow, ... (kChunks per thread) and keep them in registers.
 // Short rows: one warp per row, 4 rows per 128-thread block (warp
 // reductions only). Long rows: one block per row (block reductions).
+// Rows too long for registers (RowFitsRegisters) are streamed instead: each
+// pass over the row is a loop that re-reads it, so neither the generated
+// code nor a thread's registers grow with the row width (an unrolled
+// register row of 2^20 elements took NVRTC 3.4 s, 2^22 over 2 minutes).
 //
 //===----------------------------------------------------------------------===//
 
@@ -46,11 +50,43 @@ RowGeom ComputeRowGeom(int64_t n, int elem_size) {
   return g;
 }
 
+/// The most row elements one thread of a norm kernel keeps in registers
+/// (kChunks * kVec). Rows needing more (above 65536 elements: 1024 threads
+/// per row, 64 elements each) are streamed.
+constexpr int64_t kNormMaxRegisterFloats = 64;
+
+bool RowFitsRegisters(const RowGeom &g, int64_t max_floats) {
+  return static_cast<int64_t>(g.chunks) * g.vec <= max_floats;
+}
+
+/// Row lengths from this one on are indexed with 64-bit integers in the
+/// generated code (vector and element indices within a row overflow int
+/// near 2^31).
+constexpr int64_t kWideRow = int64_t(1) << 30;
+
+/// `body` with its row indices made 64-bit, for rows of kWideRow elements or
+/// more: the loop counters over a row's vectors (`int vi`) and element
+/// indices passed as `int j`.
+std::string WidenRowIndices(std::string body) {
+  for (const char *from : {"int vi = ", "int j,"}) {
+    const std::string f = from, to = "int64_t" + f.substr(3);
+    for (size_t at = body.find(f); at != std::string::npos; at = body.find(f, at + to.size()))
+      body.replace(at, f.size(), to);
+  }
+  return body;
+}
+
 std::string GeomConfig(const RowGeom &g, int64_t n) {
   std::ostringstream s;
-  s << "static constexpr int kN = " << n << ";              // row length\n"
-    << "static constexpr int kVec = " << g.vec << ";           // elements per vector access\n"
-    << "static constexpr int kNumVec = kN / kVec;\n"
+  if (n >= kWideRow)
+    s << "static constexpr long long kN = " << n << "LL;     // row length\n"
+      << "static constexpr int kVec = " << g.vec << ";           // elements per vector access\n"
+      << "static constexpr long long kNumVec = kN / kVec;\n";
+  else
+    s << "static constexpr int kN = " << n << ";              // row length\n"
+      << "static constexpr int kVec = " << g.vec << ";           // elements per vector access\n"
+      << "static constexpr int kNumVec = kN / kVec;\n";
+  s
     << "static constexpr int kThreadsPerRow = " << g.threads_per_row << ";  // 32 = one warp per row\n"
     << "static constexpr int kRowsPerBlock = " << g.rows_per_block << ";\n"
     << "static constexpr int kChunks = " << g.chunks << ";        // vectors per thread (registers)\n";
@@ -96,12 +132,123 @@ std::string NormName(const NormParams &p) {
   return s.str();
 }
 
+/// A norm over a row too long for registers: one block per row, each pass a
+/// loop over the row's vectors (thread t takes vectors t, t + kThreadsPerRow,
+/// ..., as the register kernel does, so per-thread sums are formed in the
+/// same order). Pass 1 forms s = x (+ residual, rounded and written to
+/// residual_out) and its sum of squares (RMSNorm) or sum (LayerNorm);
+/// LayerNorm's pass 2 re-reads s for the variance; the last pass re-reads s,
+/// normalizes and stores. Later passes read s back from residual_out when
+/// the residual is fused (the elements this thread wrote). 64-bit indices.
+KernelCode EmitStreamingNorm(const NormParams &p, const RowGeom &g) {
+  KernelCode kc;
+  kc.name = NormName(p);
+  std::ostringstream hdr;
+  if (p.layer_norm)
+    hdr << "// llmc LayerNorm (Ba, Kiros & Hinton 2016): y = (x - mean) * rsqrt(var + eps) * w + b\n"
+           "// biased variance, fp32 math.\n";
+  else
+    hdr << "// llmc RMSNorm (Zhang & Sennrich 2019): y = x * rsqrt(mean(x^2) + eps) * w, fp32 math.\n";
+  if (p.residual)
+    hdr << "// Fused residual add: s = x + residual (rounded to the input type) is written to\n"
+           "// residual_out and normalized.\n";
+  hdr << "// Long row: one block per row, streamed (each pass re-reads the row from memory).\n";
+
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(p.in) << " InT;\n"
+      << "typedef " << CTypeName(p.weight) << " WT;\n"
+      << "typedef " << CTypeName(p.out) << " OutT;\n"
+      << "static constexpr long long kN = " << p.hidden << "LL;  // row length\n"
+      << "static constexpr int kVec = " << g.vec << ";           // elements per vector access\n"
+      << "static constexpr long long kNumVec = kN / kVec;\n"
+      << "static constexpr int kThreadsPerRow = " << g.threads_per_row << ";\n"
+      << "static constexpr int kRowsPerBlock = 1;\n"
+      << "static constexpr float kEps = " << FloatLit(p.eps) << ";\n"
+      << "static constexpr bool kRoundBeforeWeight = " << (p.round_before_weight ? "true" : "false") << ";\n";
+
+  std::ostringstream b;
+  b << kRowReduceHelpers << "\n";
+  b << "extern \"C\" __global__ void __launch_bounds__(kThreadsPerRow * kRowsPerBlock) " << kc.name << "(\n"
+    << "    OutT* __restrict__ out,\n";
+  if (p.residual) b << "    InT* residual_out,\n";
+  b << "    const InT* x,\n";
+  if (p.residual) b << "    const InT* residual,\n";
+  if (p.has_weight) b << "    const WT* __restrict__ weight,\n";
+  if (p.has_bias) b << "    const WT* __restrict__ bias,\n";
+  b << "    long long rows) {\n";
+  b << R"CUDA(  typedef LlmcVec<InT, kVec> InV;
+  typedef LlmcVec<WT, kVec> WV;
+  typedef LlmcVec<OutT, kVec> OutV;
+  __shared__ float scratch[32];
+  const int t = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  if (row >= rows) return;  // uniform per block
+  const int64_t base = row * kN;
+
+  // ---- pass 1: the row s (fp32) and its sum )CUDA"
+    << (p.layer_norm ? "" : "of squares ") << "----\n";
+  b << R"CUDA(  float acc = 0.0f;
+  for (int64_t vi = t; vi < kNumVec; vi += kThreadsPerRow) {
+    const InV xv = reinterpret_cast<const InV*>(x + base)[vi];
+)CUDA";
+  const char *accumulate = p.layer_norm ? "acc += f;" : "acc += f * f;";
+  if (p.residual) {
+    b << "    const InV rv = reinterpret_cast<const InV*>(residual + base)[vi];\n"
+         "    InV sv;\n#pragma unroll\n    for (int e = 0; e < kVec; ++e) {\n"
+         "      sv.v[e] = fromF<InT>(toF(xv.v[e]) + toF(rv.v[e]));  // rounded like the unfused add\n"
+         "      const float f = toF(sv.v[e]);\n      " << accumulate << "\n    }\n"
+         "    reinterpret_cast<InV*>(residual_out + base)[vi] = sv;\n  }\n";
+  } else {
+    b << "#pragma unroll\n    for (int e = 0; e < kVec; ++e) {\n"
+         "      const float f = toF(xv.v[e]);\n      " << accumulate << "\n    }\n  }\n";
+  }
+  // Later passes read s again: x, or the sum this thread wrote.
+  b << "  const InV* sr = reinterpret_cast<const InV*>(" << (p.residual ? "residual_out" : "x") << " + base);\n";
+  if (p.layer_norm) {
+    b << R"CUDA(  const float mean = rowSum(acc, scratch) / (float)kN;
+  // ---- pass 2: biased variance ----
+  acc = 0.0f;
+  for (int64_t vi = t; vi < kNumVec; vi += kThreadsPerRow) {
+    const InV sv = sr[vi];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float d = toF(sv.v[e]) - mean;
+      acc += d * d;
+    }
+  }
+  const float var = rowSum(acc, scratch) / (float)kN;
+  const float rstd = rsqrtf(var + kEps);
+)CUDA";
+  } else {
+    b << R"CUDA(  const float mean = 0.0f;
+  const float rstd = rsqrtf(rowSum(acc, scratch) / (float)kN + kEps);
+)CUDA";
+  }
+  b << R"CUDA(
+  // ---- last pass: normalize, scale, store ----
+  for (int64_t vi = t; vi < kNumVec; vi += kThreadsPerRow) {
+    const InV sv = sr[vi];
+)CUDA";
+  if (p.has_weight) b << "    const WV wv = reinterpret_cast<const WV*>(weight)[vi];\n";
+  if (p.has_bias) b << "    const WV bv = reinterpret_cast<const WV*>(bias)[vi];\n";
+  b << "    OutV ov;\n#pragma unroll\n    for (int e = 0; e < kVec; ++e) {\n"
+       "      float y = (toF(sv.v[e]) - mean) * rstd;\n"
+       "      if (kRoundBeforeWeight) y = toF(fromF<InT>(y));  // HF: .to(input_dtype) before * weight\n";
+  if (p.has_weight) b << "      y = y * toF(wv.v[e]);\n";
+  if (p.has_bias) b << "      y = y + toF(bv.v[e]);\n";
+  b << "      ov.v[e] = fromF<OutT>(y);\n    }\n"
+       "    reinterpret_cast<OutV*>(out + base)[vi] = ov;\n  }\n}\n";
+  kc.source = Assemble(hdr.str(), cfg.str(), b.str());
+  return kc;
+}
+
 KernelCode EmitNorm(const NormParams &p) {
   CheckFloat(p.in, "norm input");
   CheckFloat(p.weight, "norm weight");
   CheckFloat(p.out, "norm output");
   if (p.hidden < 1) Fail("norm: hidden must be >= 1");
   const RowGeom g = ComputeRowGeom(p.hidden, ScalarSize(p.in));
+  if (!RowFitsRegisters(g, kNormMaxRegisterFloats)) return EmitStreamingNorm(p, g);
   KernelCode kc;
   kc.name = NormName(p);
 
@@ -402,7 +549,7 @@ LLMC_DEV float logit2(float x, const MaskT* mrow, int j, float scale) {
 }
 )CUDA";
   }
-  kc.source = Assemble(hdr.str(), cfg.str(), b.str());
+  kc.source = Assemble(hdr.str(), cfg.str(), c.n >= kWideRow ? WidenRowIndices(b.str()) : b.str());
   return kc;
 }
 
@@ -472,9 +619,11 @@ KernelCode EmitRowReduce(const RowReduceConfig &c) {
   std::ostringstream cfg;
   cfg << "typedef " << CTypeName(c.in) << " InT;\n"
       << "typedef " << CTypeName(c.out) << " OutT;\n"
-      << "static constexpr int kN = " << c.n << ";\n"
+      << (c.n >= kWideRow ? "static constexpr long long kN = " : "static constexpr int kN = ") << c.n
+      << (c.n >= kWideRow ? "LL;\n" : ";\n")
       << "static constexpr int kVec = " << vec << ";\n"
-      << "static constexpr int kNumVec = kN / kVec;\n"
+      << (c.n >= kWideRow ? "static constexpr long long kNumVec = kN / kVec;\n"
+                          : "static constexpr int kNumVec = kN / kVec;\n")
       << "static constexpr int kThreadsPerRow = " << threads << ";\n"
       << "static constexpr int kRowsPerBlock = " << rows_per_block << ";\n"
       << ReduceOps(c.kind);
@@ -501,7 +650,7 @@ KernelCode EmitRowReduce(const RowReduceConfig &c) {
   kc.source = Assemble(std::string("// llmc row reduction (") + KindName(c.kind) +
                            ") over the last dim, fp32 accumulation: per-thread strided\n"
                            "// accumulation, then warp/block butterfly tree.\n",
-                       cfg.str(), b.str());
+                       cfg.str(), c.n >= kWideRow ? WidenRowIndices(b.str()) : b.str());
   return kc;
 }
 

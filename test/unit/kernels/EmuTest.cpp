@@ -211,6 +211,70 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
   }
 }
 
+// Rows above 65536 elements are too long for registers: the norm kernels
+// stream them (a loop per pass, re-reading the row) instead of unrolling a
+// register array of the row width. Same results as the reference, and the
+// fused residual sum written exactly.
+TEST(Emu, StreamedNormsOfLongRows) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  for (int64_t n : {70000, 65537}) {  // 16-byte vectors of bf16; odd: scalar
+    RMSNormConfig cfg;
+    cfg.in = cfg.weight = cfg.out = ScalarType::bf16;
+    cfg.hidden = n;
+    cfg.fused_residual = true;
+    cfg.eps = 1e-5f;
+    auto k = EmitRMSNorm(cfg);
+    ASSERT_NE(k.source.find("streamed"), std::string::npos) << k.name;
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, bf16* ro, const bf16* x,
+                          const bf16* r, const bf16* w, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, ro, x, r, w, rows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, uint16_t *, const uint16_t *, const uint16_t *,
+                        const uint16_t *, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+    ASSERT_NE(fn, nullptr);
+    const int64_t rows = 2;
+    auto x = Randn(rows * n, 30, 3.0f), r = Randn(rows * n, 31), w = Randn(n, 32);
+    auto xb = ToBf16Vec(x), rb = ToBf16Vec(r), wb = ToBf16Vec(w);
+    std::vector<uint16_t> out(rows * n), ro(rows * n);
+    LaunchDims d = RMSNormLaunch(cfg, rows);
+    EXPECT_EQ(d.block[0], 1024u);
+    EXPECT_EQ(d.grid[0], 2u);
+    fn(G(d), B(d), d.smem, out.data(), ro.data(), xb.data(), rb.data(), wb.data(), rows);
+    std::vector<float> ref_out, ref_ro;
+    llmc::ref::NormRef(false, x, &r, &w, nullptr, rows, n, 1e-5f,
+                       [](float v) { return FromBf16(ToBf16(v)); }, &ref_out, &ref_ro);
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_EQ(FromBf16(ro[i]), ref_ro[i]) << "n=" << n << " i=" << i;
+      ASSERT_NEAR(FromBf16(out[i]), ref_out[i], 1e-2 * (1 + std::fabs(ref_out[i]))) << "n=" << n << " i=" << i;
+    }
+  }
+  {
+    LayerNormConfig cfg;
+    cfg.in = cfg.weight = cfg.out = ScalarType::f32;
+    cfg.hidden = 66000;  // 16500 vectors of 4: 17 per thread, streamed
+    auto k = EmitLayerNorm(cfg);
+    ASSERT_NE(k.source.find("streamed"), std::string::npos) << k.name;
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, const float* w,
+                          const float* bias, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, w, bias, rows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const float *, const float *, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+    ASSERT_NE(fn, nullptr);
+    const int64_t rows = 3, n = cfg.hidden;
+    auto x = Randn(rows * n, 33, 300.0f), w = Randn(n, 34), bias = Randn(n, 35);
+    for (int64_t j = 0; j < n; ++j) x[n + j] = 1e-6f;  // variance ~ 0 << eps
+    std::vector<float> out(rows * n), ref;
+    LaunchDims d = LayerNormLaunch(cfg, rows);
+    fn(G(d), B(d), d.smem, out.data(), x.data(), w.data(), bias.data(), rows);
+    llmc::ref::NormRef(true, x, nullptr, &w, &bias, rows, n, cfg.eps, [](float v) { return v; }, &ref, nullptr);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-3 * (1 + std::fabs(ref[i]))) << i;
+  }
+}
+
 TEST(Emu, RoPEHalfAndInterleavedWithPerBatchOffset) {
   if (!HaveCompiler()) GTEST_SKIP();
   for (bool inter : {false, true}) {

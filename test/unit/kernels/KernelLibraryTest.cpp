@@ -261,6 +261,59 @@ TEST(LayerNorm, CompileGrid) {
   EXPECT_EQ(LayerNormLaunch(c, 7).grid[0], 7u);
 }
 
+// The compile-time constant kChunks (vectors per thread kept in registers,
+// every loop over them unrolled) of a row kernel; -1 when there is none.
+long long ChunksOf(const KernelCode &k) {
+  const std::string key = "kChunks = ";
+  const size_t at = k.source.find(key);
+  return at == std::string::npos ? -1 : std::atoll(k.source.c_str() + at + key.size());
+}
+
+// NVRTC's time grew with the row width: the norms kept a thread's share of
+// the row in registers, kChunks = width / 1024 / vector width, every loop
+// over it unrolled (2^20 columns: 3.4 s; 2^22: over 2 minutes; 2^31: never
+// finished). Up to 65536 columns the register kernel is unchanged; beyond,
+// the row is streamed: no kChunks, source no longer than the register
+// kernel's, 64-bit row indices.
+TEST(RMSNorm, LongRowsAreStreamedNotUnrolled) {
+  RMSNormConfig reg;
+  reg.hidden = 65536;  // 8192 vectors of bf16: 8 per thread, in registers
+  EXPECT_EQ(ChunksOf(EmitRMSNorm(reg)), 8);
+  const size_t reg_size = EmitRMSNorm(reg).source.size();
+  for (ScalarType t : kFloatTypes)
+    for (int64_t h : {int64_t{65544}, int64_t{1} << 20, int64_t{1} << 22, int64_t{1} << 31,
+                      int64_t{1} << 40})
+      for (bool res : {false, true}) {
+        RMSNormConfig c;
+        c.in = c.out = c.weight = t;
+        c.hidden = h;
+        c.fused_residual = res;
+        const KernelCode k = EmitRMSNorm(c);
+        EXPECT_EQ(ChunksOf(k), -1) << k.name;
+        EXPECT_EQ(k.source.find("v[kChunks]"), std::string::npos) << k.name;
+        EXPECT_NE(k.source.find("kN = " + std::to_string(h) + "LL;"), std::string::npos) << k.name;
+        EXPECT_LE(k.source.size(), reg_size + 512) << k.name;
+        EXPECT_EQ(RMSNormLaunch(c, 3).block[0], 1024u);
+        if (h == int64_t{1} << 31) ExpectCompiles(k);
+      }
+}
+
+TEST(LayerNorm, LongRowsAreStreamedNotUnrolled) {
+  for (int64_t h : {int64_t{66000}, int64_t{1} << 22, int64_t{1} << 31})
+    for (int flags = 0; flags < 8; ++flags) {
+      LayerNormConfig c;
+      c.in = c.out = c.weight = ScalarType::f32;
+      c.hidden = h;
+      c.has_weight = flags & 1;
+      c.has_bias = flags & 2;
+      c.fused_residual = flags & 4;
+      const KernelCode k = EmitLayerNorm(c);
+      EXPECT_EQ(ChunksOf(k), -1) << k.name;
+      EXPECT_NE(k.source.find("pass 2: biased variance"), std::string::npos) << k.name;
+      if (h == int64_t{1} << 31 && flags == 7) ExpectCompiles(k);
+    }
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax
 //===----------------------------------------------------------------------===//
@@ -276,6 +329,27 @@ TEST(Softmax, CompileGrid) {
         c.mask = ScalarType::bf16;
         ExpectCompiles(EmitSoftmax(c));
       }
+}
+
+// Rows of 2^30 elements or more index with 64-bit integers: an int kN of
+// 2^31 silently wrapped (and `int vi` loops over its vectors overflowed).
+TEST(Softmax, WideRowsIndexWith64Bits) {
+  for (int64_t n : {int64_t{1} << 31, (int64_t{1} << 40) + 8})
+    for (bool mask : {false, true}) {
+      SoftmaxConfig c;
+      c.in = c.out = ScalarType::bf16;
+      c.n = n;
+      c.has_mask = mask;
+      const KernelCode k = EmitSoftmax(c);
+      EXPECT_NE(k.source.find("long long kN = " + std::to_string(n) + "LL;"), std::string::npos) << k.name;
+      EXPECT_NE(k.source.find("long long kNumVec"), std::string::npos) << k.name;
+      EXPECT_EQ(k.source.find("int vi"), std::string::npos) << k.name;
+      EXPECT_EQ(k.source.find("int j,"), std::string::npos) << k.name;
+      if (n == int64_t{1} << 31) ExpectCompiles(k);
+    }
+  SoftmaxConfig narrow;
+  narrow.n = (int64_t{1} << 30) - 8;  // still int
+  EXPECT_NE(EmitSoftmax(narrow).source.find("static constexpr int kN = "), std::string::npos);
 }
 
 TEST(Softmax, Launch) {
@@ -632,6 +706,18 @@ TEST(Reduce, CompileGridAndLaunch) {
   RowReduceConfig r;
   r.n = 4096;  // 512 vectors -> warp per row
   EXPECT_EQ(RowReduceLaunch(r, 9).grid[0], 3u);
+}
+
+TEST(Reduce, WideRowsIndexWith64Bits) {
+  RowReduceConfig c;
+  c.in = ScalarType::f32;
+  c.n = int64_t{1} << 31;
+  const KernelCode k = EmitRowReduce(c);
+  EXPECT_NE(k.source.find("long long kN = 2147483648LL;"), std::string::npos);
+  EXPECT_EQ(k.source.find("int vi"), std::string::npos);
+  ExpectCompiles(k);
+  c.n = 4096;
+  EXPECT_NE(EmitRowReduce(c).source.find("static constexpr int kN = 4096;"), std::string::npos);
 }
 
 TEST(Names, DistinctAcrossConfigs) {
