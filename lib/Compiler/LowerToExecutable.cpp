@@ -2019,6 +2019,12 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cuda backend: argument ", arg.getArgNumber(), ": ",
           dtype.status().message()));
+    // The runtime's signatures and the C API hold rank <= 8.
+    if (tensorType(arg).getRank() > rt::kMaxTensorRank)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda backend: argument ", arg.getArgNumber(), " has rank ",
+          tensorType(arg).getRank(), "; executables take tensors of rank at most ",
+          rt::kMaxTensorRank));
     rt::TensorSig sig;
     sig.name = absl::StrCat("arg", arg.getArgNumber());
     sig.dtype = *dtype;
@@ -2040,6 +2046,10 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     auto dtype = toDType(tensorType(v).getElementType());
     if (!dtype.ok())
       return dtype.status();
+    if (tensorType(v).getRank() > rt::kMaxTensorRank)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda backend: result ", i, " has rank ", tensorType(v).getRank(),
+          "; executables return tensors of rank at most ", rt::kMaxTensorRank));
     rt::TensorSig sig;
     sig.name = absl::StrCat("result", i);
     sig.dtype = *dtype;

@@ -759,6 +759,9 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
             "the communicator is on GPU ", options.communicator->device()->ordinal(),
             " but the session on GPU ", device->ordinal()));
       im.comm = options.communicator->comm();
+      // All-gather and reduce-scatter buffers hold nranks shares.
+      LLMC_RT_RETURN_IF_ERROR(
+          ValidateCollectives(*exe, options.communicator->nranks()));
     } else {
       im.comm = static_cast<ncclComm_t>(options.nccl_comm);
     }

@@ -17,6 +17,13 @@ namespace llmc::rt {
 
 enum class DType { f32, f16, bf16, f8e4m3, f8e5m2, i1, i8, i32, i64 };
 
+/// Largest rank of an input or output (the kernels' shape structs hold 8
+/// dims, kElementwiseMaxRank).
+inline constexpr int kMaxTensorRank = 8;
+/// Largest byte size of an input or output (2^62: every offset and size
+/// computed from it stays within int64).
+inline constexpr int64_t kMaxTensorBytes = int64_t(1) << 62;
+
 /// Bytes per element (i1 is stored as one byte).
 int64_t DTypeSize(DType t);
 /// "f32", "bf16", ...
@@ -202,10 +209,31 @@ struct Executable {
   /// Dynamic dim name -> value this specialization was compiled for.
   std::map<std::string, int64_t> symbol_bindings;
 
-  /// Structural checks (indices in range, offsets within buffers, arena
-  /// regions inside arena_bytes). InvalidArgument naming the offending item.
+  /// Everything the runtime trusts, checked against the executable's own
+  /// buffers and the hardware's limits with overflow-checked arithmetic:
+  /// indices in range; signatures (rank <= kMaxTensorRank, dtype, dims in
+  /// 0..2^40, at most kMaxTensorBytes, aliases of equal type); buffers
+  /// (input/output buffers exactly their tensor's bytes, arena regions
+  /// inside arena_bytes, constants holding their bytes); kernels (text
+  /// source, names and headers without NUL bytes, a well-formed arch, a
+  /// cubin that is a CUDA ELF whose headers and sections lie inside it, PTX
+  /// without NUL bytes); launches (grid.x < 2^31, grid.y/z < 2^16, at most
+  /// 1024 threads per block, <= 227 KiB dynamic shared memory, <= 32764
+  /// parameter bytes, i32 arguments in range, buffer arguments inside their
+  /// buffer); GEMMs (m, n, k, batch > 0, row strides >= rows, every operand's
+  /// extent including batch strides inside its buffer, f32 accumulation,
+  /// fp8 layout, bias and scales present and large enough); attention and
+  /// copy extents; collective counts (per rank; ValidateCollectives checks
+  /// the totals once the communicator's size is known); enum values.
+  /// InvalidArgument naming the offending item and the expected bound.
   absl::Status Validate() const;
 };
+
+/// The totals Validate cannot check without the communicator: an
+/// all-gather receives and a reduce-scatter sends `nranks * count`
+/// elements. InvalidArgument naming the collective, the bytes needed and
+/// those its buffer has.
+absl::Status ValidateCollectives(const Executable& exe, int nranks);
 
 /// Serializes to the LLMCX container (see file comment).
 std::string SerializeExecutable(const Executable& exe);
@@ -213,8 +241,12 @@ std::string SerializeExecutable(const Executable& exe);
 /// or a different format version (message names both versions), DataLoss for
 /// truncation/corruption (size or checksum mismatch, malformed JSON/fields).
 absl::StatusOr<Executable> DeserializeExecutable(const std::string& data);
-/// Atomic write (temp file + fsync + rename).
+/// Validates `exe` (an invalid executable is never written), then writes it
+/// with AtomicWriteFile: `path` must be absent or a regular file and its
+/// directory must exist.
 absl::Status SaveExecutable(const Executable& exe, const std::string& path);
+/// ReadFile (a regular file of at most kMaxReadBytes) + DeserializeExecutable;
+/// errors name `path`.
 absl::StatusOr<Executable> LoadExecutable(const std::string& path);
 
 }  // namespace llmc::rt
