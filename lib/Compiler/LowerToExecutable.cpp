@@ -280,7 +280,24 @@ private:
   llvm::DenseSet<int> promoted;            // of those, read per call
   llvm::DenseMap<std::tuple<Value, int, int>, int> hoistedRelayouts;
   int64_t persistentBytes = 0;
+  int64_t constantBytesTotal = 0; // constant data stored in the executable
 };
+
+/// Every tensor codegen sizes is within llm::kMaxTensorElements (what the
+/// `llm` verifiers and the runtime's Executable::Validate take), so element
+/// counts, byte sizes and offsets below cannot overflow int64. `what` names
+/// the value ("argument 0 of @f", "'arith.constant' at loc(...)").
+absl::Status checkTensorSize(const std::string &what, RankedTensorType t) {
+  std::optional<int64_t> extent = llm::checkedExtent(t.getShape());
+  if (extent && *extent <= llm::kMaxTensorElements)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cuda backend: ", what, " has type ", typeName(t),
+      " whose dimensions multiply to ",
+      extent ? std::to_string(*extent) : std::string("more than 2^63"),
+      " (empty ones counted as 1), more than the supported 2^40 (",
+      llm::kMaxTensorElements, ")"));
+}
 
 absl::Status Lowering::checkStatic() {
   if (fn.isExternal())
@@ -301,6 +318,10 @@ absl::Status Lowering::checkStatic() {
           fn.getSymName().str(),
           " has a dynamic shape; specialize shapes first "
           "(--llmc-specialize-shapes or llmc-run --shape)"));
+    if (absl::Status st = checkTensorSize(
+            absl::StrCat("argument ", arg.getArgNumber(), " of @", fn.getSymName().str()), t);
+        !st.ok())
+      return st;
   }
   for (Operation &op : fn.getBody().front())
     for (Value r : op.getResults()) {
@@ -312,6 +333,8 @@ absl::Status Lowering::checkStatic() {
       if (!t.hasStaticShape())
         return absl::InvalidArgumentError(absl::StrCat(
             "cuda backend: ", describe(&op), " has a result of dynamic shape"));
+      if (absl::Status st = checkTensorSize(describe(&op), t); !st.ok())
+        return st;
     }
   return absl::OkStatus();
 }
@@ -532,18 +555,31 @@ int Lowering::bufferForImpl(Value v) {
       markPrep(firstLaunch);
     return id;
   }
-  // Constants.
+  // Constants: their bytes are stored in the executable, within
+  // options.max_constant_bytes in total (checked before allocating them).
   Attribute attr;
   if (matchPattern(root, m_Constant(&attr))) {
     rt::Buffer b;
     b.id = exe.buffers.size();
     b.kind = rt::Buffer::Constant;
     b.bytes = byteSize(root);
-    auto bytes = constantBytes(cast<ElementsAttr>(attr));
-    if (bytes.ok())
-      b.constant_data = std::move(*bytes);
-    else
-      materializeErrors.push_back(bytes.status());
+    if (b.bytes > options.max_constant_bytes - constantBytesTotal) {
+      Operation *def = root.getDefiningOp();
+      materializeErrors.push_back(absl::ResourceExhaustedError(absl::StrCat(
+          "cuda backend: ", describe(def), ": a constant of ", b.bytes,
+          " bytes (", typeName(root.getType()), ") takes the executable's "
+          "constant data to ", constantBytesTotal + b.bytes,
+          " bytes, more than the limit of ", options.max_constant_bytes,
+          " bytes (LowerOptions::max_constant_bytes); pass large tensors as "
+          "function arguments")));
+    } else {
+      constantBytesTotal += b.bytes;
+      auto bytes = constantBytes(cast<ElementsAttr>(attr));
+      if (bytes.ok())
+        b.constant_data = std::move(*bytes);
+      else
+        materializeErrors.push_back(bytes.status());
+    }
     exe.buffers.push_back(b);
     return buffers[root] = b.id;
   }
@@ -2045,7 +2081,8 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     auto dtype = toDType(tensorType(v).getElementType());
     if (!dtype.ok())
-      return dtype.status();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda backend: result ", i, ": ", dtype.status().message()));
     if (tensorType(v).getRank() > rt::kMaxTensorRank)
       return absl::InvalidArgumentError(absl::StrCat(
           "cuda backend: result ", i, " has rank ", tensorType(v).getRank(),
@@ -2118,28 +2155,35 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
         touch(add.getLhs(), opIndex[user]), touch(add.getRhs(), opIndex[user]);
   }
 
+  // Runs `emit` (launches for `op`): a kernel generator's rejection (an
+  // exception) becomes an error naming `op`, and so do the errors of lazy
+  // materializations (view copies, constants) that `emit` caused.
+  auto guarded = [&](Operation *op, llvm::function_ref<absl::Status()> emit) {
+    absl::Status st;
+    try {
+      st = emit();
+    } catch (const std::exception &e) {
+      // The kernel generators reject configurations they cannot handle.
+      st = unsupported(op, e.what());
+    }
+    for (absl::Status &m : materializeErrors)
+      if (st.ok() && !m.ok())
+        st = m;
+    materializeErrors.clear();
+    return st;
+  };
   for (Operation &op : body) {
     if (isa<func::ReturnOp>(op))
       continue;
     step = opIndex[&op];
-    absl::Status st;
     inPrep = hoisted.contains(&op);
     size_t firstLaunch = exe.launches.size();
-    try {
-      st = emitOp(&op);
-    } catch (const std::exception &e) {
-      // The kernel generators reject configurations they cannot handle.
-      st = unsupported(&op, e.what());
-    }
+    absl::Status st = guarded(&op, [&] { return emitOp(&op); });
     if (inPrep)
       markPrep(firstLaunch);
     inPrep = false;
     if (!st.ok())
       return st;
-    for (absl::Status &st : materializeErrors)
-      if (!st.ok())
-        return st;
-    materializeErrors.clear();
   }
   // Run at the return's step: the sources of views and copies are live up to
   // and including it, so the arena never places the new buffers over them.
@@ -2147,11 +2191,12 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   for (Value root : viewResults) {
     if (buffers.count(root))
       continue; // a consumer already materialized it into the output
-    bufferFor(root);
-    for (absl::Status &st : materializeErrors)
-      if (!st.ok())
-        return st;
-    materializeErrors.clear();
+    if (absl::Status st = guarded(root.getDefiningOp(), [&] {
+          bufferFor(root);
+          return absl::OkStatus();
+        });
+        !st.ok())
+      return st;
   }
   // Results that are inputs, constants or duplicates: copy.
   for (auto [v, i] : copies) {
@@ -2164,7 +2209,8 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     if (auto arg = dyn_cast<BlockArgument>(storageRoot(v));
         arg && arg != v && fn.getArgAttr(arg.getArgNumber(), "llm.donate"))
       exe.outputs[i].alias_input = arg.getArgNumber();
-    if (auto st = emitCopyToBuffer(b.id, v, ret); !st.ok())
+    if (absl::Status st = guarded(ret, [&, v = v] { return emitCopyToBuffer(b.id, v, ret); });
+        !st.ok())
       return st;
   }
   if (auto st = checkEveryOutputWritten(); !st.ok())

@@ -76,6 +76,14 @@ struct LowerOptions {
   /// (rt::Executable::num_prepare_launches). Off: every launch runs on every
   /// call (for A/B measurements: llmc-compile/llmc-run --no-hoist).
   bool hoist_parameter_work = true;
+  /// The most bytes of constant data one executable may carry: dense
+  /// constants that some launch reads from memory are stored in the
+  /// executable and uploaded by the runtime at load. All such constants
+  /// together must fit, else lowering fails (ResourceExhausted, naming the
+  /// constant and this limit) before their bytes are allocated. Splat
+  /// constants that only fused elementwise kernels read are immediates and
+  /// do not count.
+  int64_t max_constant_bytes = int64_t(1) << 30;
 };
 
 /// The compute capability of an NVRTC arch name ("sm_90a" -> 90, "sm_80" ->
