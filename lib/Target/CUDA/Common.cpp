@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace llmc::cuda {
 
@@ -115,7 +116,8 @@ LaunchDims Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx, int64_t smem) {
   if (gy < 1) gy = 1;
   if (gz < 1) gz = 1;
   if (gx > 0x7fffffffLL || gy > 65535 || gz > 65535)
-    Fail("launch grid too large");
+    Fail("launch grid too large: " + std::to_string(gx) + " x " + std::to_string(gy) + " x " +
+         std::to_string(gz) + " blocks (CUDA allows at most 2147483647 x 65535 x 65535)");
   LaunchDims d{};
   d.grid[0] = static_cast<unsigned>(gx);
   d.grid[1] = static_cast<unsigned>(gy);

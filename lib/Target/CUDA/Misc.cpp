@@ -37,6 +37,17 @@ std::string PosExpr(PositionSource p, const char *ptr, const char *b) {
   return "0";
 }
 
+/// The most elements of one token's heads (RoPE, KV append) or one gathered
+/// row these kernels index with 32-bit integers (kHeads * kHeadDim, kRow,
+/// kDim and the loops over them), with room for a block's stride.
+constexpr int64_t kMaxIntRow = int64_t(1) << 30;
+
+void CheckTokenSize(const char *what, int64_t heads, int64_t head_dim) {
+  if (heads > kMaxIntRow / head_dim)
+    Fail(std::string(what) + ": " + std::to_string(heads) + " heads of " + std::to_string(head_dim) +
+         " elements per token; at most 2^30 (" + std::to_string(kMaxIntRow) + ") elements are supported");
+}
+
 struct RoPEGeom {
   int half;        // rotary pairs per head
   int threads_i;   // threads along the pair index
@@ -63,6 +74,7 @@ KernelCode EmitRoPE(const RoPEConfig &c) {
   const int64_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
   if (c.head_dim < 2 || rot < 2 || rot > c.head_dim || rot % 2 != 0 || c.num_heads < 1)
     Fail("rope: bad head_dim / rotary_dim / num_heads");
+  CheckTokenSize("rope", c.num_heads, c.head_dim);
   const RoPEGeom g = ComputeRoPEGeom(c);
   KernelCode kc;
   kc.name = std::string("llmc_rope_") + ScalarTypeTag(c.dtype) + "_h" + std::to_string(c.num_heads) + "_d" +
@@ -148,6 +160,7 @@ KernelCode EmitRoPETable(const RoPETableConfig &c) {
   if (!IsFloatType(c.table)) Fail("rope table: cos/sin table type must be float");
   if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.num_heads < 1)
     Fail("rope table: bad head_dim / num_heads");
+  CheckTokenSize("rope table", c.num_heads, c.head_dim);
   const RoPEGeom g = ComputeRoPEGeom(GeomConfig(c));
   KernelCode kc;
   kc.name = std::string("llmc_rope_table_") + ScalarTypeTag(c.dtype) + "_tab" + ScalarTypeTag(c.table) + "_h" +
@@ -215,6 +228,7 @@ constexpr int kAppendThreads = 256;
 
 KernelCode EmitKvAppend(const KvAppendConfig &c) {
   if (c.heads_kv < 1 || c.head_dim < 1) Fail("kv append: bad sizes");
+  CheckTokenSize("kv append", c.heads_kv, c.head_dim);
   const int64_t row = c.heads_kv * c.head_dim;
   const int vec = VecWidth(row, ScalarSize(c.dtype));
   KernelCode kc;
@@ -277,6 +291,9 @@ int GatherThreads(const GatherConfig &c) {
 KernelCode EmitGather(const GatherConfig &c) {
   if (c.index != ScalarType::i32 && c.index != ScalarType::i64) Fail("gather: index must be i32 or i64");
   if (c.dim < 1) Fail("gather: dim must be >= 1");
+  if (c.dim > kMaxIntRow)
+    Fail("gather: rows of " + std::to_string(c.dim) + " elements; at most 2^30 (" +
+         std::to_string(kMaxIntRow) + ") are supported");
   const int vec = VecWidth(c.dim, ScalarSize(c.dtype));
   KernelCode kc;
   kc.name = std::string("llmc_gather_") + ScalarTypeTag(c.dtype) + "_" + ScalarTypeTag(c.index) + "_d" +

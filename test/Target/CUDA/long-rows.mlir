@@ -36,3 +36,12 @@ func.func @softmax_2p31(%x: tensor<1x2147483648xf16>) -> tensor<1x2147483648xf16
   %y = llm.softmax %x : tensor<1x2147483648xf16>
   return %y : tensor<1x2147483648xf16>
 }
+
+// Kernels indexing a row with 32-bit integers refuse rows they would
+// overflow (gather emitted `int kDim = 2147483648`, a wrapped row length).
+// RUN: not llmc-compile %s --fn=gather_2p31 --arch=sm_90a 2>&1 | FileCheck %s --check-prefix=GATHER
+// GATHER: llmc-compile: error: cuda backend: 'llm.gather' at {{.*}}long-rows.mlir{{.*}}: llmc::cuda kernel generator: gather: rows of 2147483648 elements; at most 2^30 (1073741824) are supported
+func.func @gather_2p31(%t: tensor<16x2147483648xbf16>, %i: tensor<3xi64>) -> tensor<3x2147483648xbf16> {
+  %y = llm.gather %t, %i axis = 0 : tensor<16x2147483648xbf16>, tensor<3xi64>
+  return %y : tensor<3x2147483648xbf16>
+}

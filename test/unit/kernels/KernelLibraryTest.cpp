@@ -16,6 +16,7 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 using namespace llmc::cuda;
@@ -718,6 +719,48 @@ TEST(Reduce, WideRowsIndexWith64Bits) {
   ExpectCompiles(k);
   c.n = 4096;
   EXPECT_NE(EmitRowReduce(c).source.find("static constexpr int kN = 4096;"), std::string::npos);
+}
+
+// Kernels that index a token's heads or a gathered row with 32-bit integers
+// refuse sizes those would overflow (`int kDim = 2147483648` wrapped, and
+// kHeads * kHeadDim overflowed in int) instead of emitting wrong code.
+TEST(IntIndexedKernels, RefuseRowsBeyond2p30) {
+  auto message = [](auto &&emit) {
+    try {
+      emit();
+    } catch (const std::invalid_argument &e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  GatherConfig g;
+  g.dim = int64_t{1} << 31;
+  EXPECT_EQ(message([&] { EmitGather(g); }),
+            "llmc::cuda kernel generator: gather: rows of 2147483648 elements; at most 2^30 (1073741824) are "
+            "supported");
+  g.dim = int64_t{1} << 30;
+  EXPECT_NE(EmitGather(g).source.find("kDim = 1073741824;"), std::string::npos);
+  RoPEConfig r;
+  r.num_heads = 65536;
+  r.head_dim = 32768;
+  EXPECT_EQ(message([&] { EmitRoPE(r); }),
+            "llmc::cuda kernel generator: rope: 65536 heads of 32768 elements per token; at most 2^30 "
+            "(1073741824) elements are supported");
+  RoPETableConfig t;
+  t.num_heads = 1;
+  t.head_dim = int64_t{1} << 31;
+  EXPECT_NE(message([&] { EmitRoPETable(t); }).find("rope table: 1 heads of 2147483648 elements"),
+            std::string::npos);
+  KvAppendConfig k;
+  k.heads_kv = int64_t{1} << 20;
+  k.head_dim = int64_t{1} << 20;
+  EXPECT_NE(message([&] { EmitKvAppend(k); }).find("kv append: 1048576 heads of 1048576 elements"),
+            std::string::npos);
+  // A grid CUDA cannot launch names its size and the limits.
+  GatherConfig many;
+  EXPECT_EQ(message([&] { GatherLaunch(many, int64_t{1} << 31); }),
+            "llmc::cuda kernel generator: launch grid too large: 2147483648 x 1 x 1 blocks (CUDA allows at "
+            "most 2147483647 x 65535 x 65535)");
 }
 
 TEST(Names, DistinctAcrossConfigs) {
