@@ -11,6 +11,8 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
@@ -22,9 +24,12 @@ using namespace mlir;
 namespace llmc::reference {
 
 int64_t HostTensor::numElements() const {
+  if (llvm::is_contained(shape, 0))
+    return 0;
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    if (llvm::MulOverflow(n, d, n))
+      return std::numeric_limits<int64_t>::max();
   return n;
 }
 
@@ -91,6 +96,8 @@ static double roundToBF16(double value) {
 }
 
 double RoundToType(double value, Type elementType) {
+  if (!elementType)
+    return std::numeric_limits<double>::quiet_NaN();
   if (auto it = dyn_cast<IntegerType>(elementType)) {
     if (it.getWidth() == 1) // x != 0, as torch's bool conversion (NaN -> 1)
       return value != 0.0 ? 1.0 : 0.0;
@@ -102,8 +109,8 @@ double RoundToType(double value, Type elementType) {
     return static_cast<double>(static_cast<float>(value));
   if (elementType.isBF16())
     return roundToBF16(value);
-  auto ft = cast<FloatType>(elementType);
-  if (std::isnan(value))
+  auto ft = dyn_cast<FloatType>(elementType);
+  if (!ft || std::isnan(value))
     return std::numeric_limits<double>::quiet_NaN();
   if (isa<Float8E4M3FNType>(ft)) {
     // No infinities in e4m3fn: saturate (cvt.satfinite), NaN stays NaN.

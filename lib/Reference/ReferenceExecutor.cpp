@@ -9,6 +9,12 @@
 // range, a KV cache overflow) are InvalidArgumentError / OutOfRangeError
 // naming the op; an op the executor does not know is UnimplementedError.
 //
+// Host memory is bounded (EvaluateOptions::max_host_bytes): every buffer is
+// reserved against the budget before it is allocated (ResourceExhausted
+// naming the op and the tensor otherwise), and a value is released after
+// its last use. The build has no exceptions, so an allocation that failed
+// would abort the process: none is attempted that the budget did not allow.
+//
 //===----------------------------------------------------------------------===//
 
 #include "llmc/Reference/ReferenceExecutor.h"
@@ -22,6 +28,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -29,12 +36,24 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 using namespace mlir;
 namespace llm = llmc::llm;
 
 namespace llmc::reference {
 namespace {
+
+/// `lhs = *expr;` when `expr` (a StatusOr) is ok, else returns its status.
+#define REF_ASSIGN_OR_RETURN(lhs, expr)                                        \
+  REF_ASSIGN_OR_RETURN_IMPL(REF_CONCAT(refStatusOr, __LINE__), lhs, expr)
+#define REF_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                              \
+  auto tmp = (expr);                                                           \
+  if (!tmp.ok())                                                               \
+    return tmp.status();                                                       \
+  lhs = std::move(*tmp)
+#define REF_CONCAT(a, b) REF_CONCAT_IMPL(a, b)
+#define REF_CONCAT_IMPL(a, b) a##b
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -45,10 +64,24 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using Shape = std::vector<int64_t>;
 
+/// Product of `shape`; callers pass shapes already within the budget or
+/// the element limit (see checkedProduct otherwise).
 int64_t product(llvm::ArrayRef<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
+  return n;
+}
+
+/// Product of `shape`, nullopt when it overflows int64 (0 when a
+/// dimension is 0).
+std::optional<int64_t> checkedProduct(llvm::ArrayRef<int64_t> shape) {
+  if (llvm::is_contained(shape, 0))
+    return 0;
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || llvm::MulOverflow(n, d, n))
+      return std::nullopt;
   return n;
 }
 
@@ -80,19 +113,70 @@ std::string locStr(Location loc) {
   return s;
 }
 
-absl::Status opError(Operation *op, absl::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "'", op->getName().getStringRef().str(), "' at ",
-      locStr(op->getLoc()), ": ", msg));
+/// "'llm.matmul' at loc(...)": how messages name an op.
+std::string opName(Operation *op) {
+  return absl::StrCat("'", op->getName().getStringRef().str(), "' at ",
+                      locStr(op->getLoc()));
 }
 
-HostTensor makeTensor(Type elementType, Shape shape) {
+absl::Status opError(Operation *op, absl::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat(opName(op), ": ", msg));
+}
+
+/// "tensor<2x3xbf16>" for messages.
+std::string tensorStr(Type elementType, llvm::ArrayRef<int64_t> shape) {
   HostTensor t;
   t.elementType = elementType;
-  t.shape = std::move(shape);
-  t.data.assign(product(t.shape), 0.0);
-  return t;
+  t.shape.assign(shape.begin(), shape.end());
+  return t.typeString();
 }
+
+constexpr const char *kSupportedTypes =
+    "f32, f16, bf16, f8E4M3FN, f8E5M2, i1, i8, i32 or i64";
+
+/// The host memory of one evaluation (all its ranks): bytes held in values
+/// and results, plus the buffers reserved by the op being evaluated.
+class HostBudget {
+public:
+  explicit HostBudget(int64_t limit) : limit_(limit) {}
+
+  /// Counts `elements` doubles for `what` (e.g. "the result
+  /// tensor<4x8xf32>") of the op named `where`, or fails before anything
+  /// is allocated when they do not fit.
+  absl::Status reserve(absl::string_view where, absl::string_view what,
+                       std::optional<int64_t> elements) {
+    int64_t bytes = 0;
+    if (!elements || *elements < 0 ||
+        llvm::MulOverflow(*elements, int64_t(sizeof(double)), bytes) ||
+        bytes > limit_ - used())
+      return absl::ResourceExhaustedError(absl::StrCat(
+          where, ": ", what, " needs ",
+          bytes > 0 ? std::to_string(bytes) : std::string("over 2^63"),
+          " bytes of host memory (float64 values) but ",
+          std::max<int64_t>(limit_ - used(), 0),
+          " bytes are left of the reference executor's budget of ", limit_,
+          " bytes (", used(),
+          " in use); raise it with EvaluateOptions::max_host_bytes"));
+    inFlight_ += bytes;
+    peak_ = std::max(peak_, used());
+    return absl::OkStatus();
+  }
+  /// A tensor enters or leaves the held values (results stay held).
+  void hold(const HostTensor &t) { held_ += bytesOf(t); }
+  void drop(const HostTensor &t) { held_ -= bytesOf(t); }
+  /// The op's buffers are freed or held as values by now.
+  void endOp() { inFlight_ = 0; }
+  int64_t peak() const { return peak_; }
+
+private:
+  static int64_t bytesOf(const HostTensor &t) {
+    return static_cast<int64_t>(t.data.size() * sizeof(double));
+  }
+  int64_t used() const { return held_ + inFlight_; }
+
+  int64_t limit_;
+  int64_t held_ = 0, inFlight_ = 0, peak_ = 0;
+};
 
 Type resultElementType(Operation *op, unsigned i = 0) {
   return cast<RankedTensorType>(op->getResult(i).getType()).getElementType();
@@ -142,22 +226,21 @@ absl::Status checkBroadcastable(Operation *op, absl::string_view what,
   return absl::OkStatus();
 }
 
-/// Materializes `t` broadcast to `to` (shapes already checked).
-std::vector<double> broadcastData(const HostTensor &t,
-                                  llvm::ArrayRef<int64_t> to) {
+/// Materializes `t` broadcast to `to` (shapes already checked) into `out`,
+/// which has product(to) elements.
+void broadcastInto(const HostTensor &t, llvm::ArrayRef<int64_t> to,
+                   std::vector<double> &out) {
   Shape fromStrides = stridesOf(t.shape);
   size_t lead = to.size() - t.shape.size();
   Shape s(to.size(), 0);
   for (size_t i = 0; i < t.shape.size(); ++i)
     s[lead + i] = t.shape[i] == 1 ? 0 : fromStrides[i];
-  std::vector<double> out(product(to));
   forEachIndex(to, [&](int64_t lin, llvm::ArrayRef<int64_t> idx) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d)
       off += idx[d] * s[d];
     out[lin] = t.data[off];
   });
-  return out;
 }
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -178,54 +261,23 @@ int64_t scalarInt(const HostTensor &t) {
 }
 
 //===----------------------------------------------------------------------===//
-// Constants
-//===----------------------------------------------------------------------===//
-
-absl::StatusOr<HostTensor> constantFromAttr(Operation *op, Attribute attr) {
-  auto dense = dyn_cast<DenseElementsAttr>(attr);
-  if (!dense)
-    return absl::UnimplementedError(absl::StrCat(
-        "'", op->getName().getStringRef().str(), "' at ", locStr(op->getLoc()),
-        ": only dense elements attributes are supported by the reference "
-        "executor"));
-  auto type = cast<ShapedType>(dense.getType());
-  HostTensor t = makeTensor(type.getElementType(),
-                            Shape(type.getShape().begin(), type.getShape().end()));
-  if (isa<FloatType>(type.getElementType())) {
-    int64_t i = 0;
-    for (const APFloat &f : dense.getValues<APFloat>()) {
-      bool lost = false;
-      APFloat d = f;
-      d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
-      t.data[i++] = d.convertToDouble();
-    }
-  } else if (auto it = dyn_cast<IntegerType>(type.getElementType())) {
-    int64_t i = 0;
-    for (const APInt &v : dense.getValues<APInt>())
-      t.data[i++] = it.getWidth() == 1 ? static_cast<double>(v.getZExtValue())
-                                       : static_cast<double>(v.getSExtValue());
-  } else {
-    return opError(op, absl::StrCat("unsupported constant element type ",
-                                    typeStr(type.getElementType())));
-  }
-  return t;
-}
-
-//===----------------------------------------------------------------------===//
 // The per-rank interpreter
 //===----------------------------------------------------------------------===//
 
 class RankState {
 public:
-  explicit RankState(func::FuncOp fn) : fn_(fn) {}
+  RankState(func::FuncOp fn, HostBudget *budget);
 
   absl::Status bindInputs(llvm::ArrayRef<HostTensor> inputs);
   /// Runs ops until a collective with group_size > 1 (returned) or the
   /// terminator (returns nullptr; results in `results()`).
   absl::StatusOr<Operation *> runUntilCollective(bool allowMultiRank);
-  /// Stores a collective's result computed by the rank simulation.
+  /// Stores a collective's result computed by the rank simulation (its
+  /// buffer reserved by the caller) and releases the operands it was the
+  /// last user of.
   void setResult(Operation *op, HostTensor t) {
-    values_[op->getResult(0)] = Entry{std::move(t), false};
+    store(op->getResult(0), Entry{std::move(t), false});
+    releaseDeadOperands(op);
   }
   const HostTensor &operand(Operation *op, unsigned i) {
     return values_[op->getOperand(i)].tensor;
@@ -241,6 +293,7 @@ private:
   };
 
   absl::Status evalOp(Operation *op);
+  absl::Status evalOpImpl(Operation *op);
   absl::Status evalFusion(llm::FusionOp op);
   absl::StatusOr<HostTensor> compute(Operation *op);
   absl::Status checkResult(Operation *op, const HostTensor &t);
@@ -250,6 +303,36 @@ private:
   }
   const HostTensor &in(Value v) { return values_[v].tensor; }
 
+  // Memory: every buffer is reserved before it is allocated.
+  absl::Status reserve(Operation *op, absl::string_view what,
+                       std::optional<int64_t> elements) {
+    return budget_->reserve(opName(op), what, elements);
+  }
+  /// A zero-filled result tensor of `shape`.
+  absl::StatusOr<HostTensor> newTensor(Operation *op, Type elementType,
+                                       Shape shape,
+                                       absl::string_view what = "the result");
+  /// A zero-filled scratch buffer of `n` doubles.
+  absl::StatusOr<std::vector<double>> newBuffer(Operation *op,
+                                                absl::string_view what,
+                                                int64_t n);
+  /// `t` copied.
+  absl::StatusOr<HostTensor> copyOf(Operation *op, const HostTensor &t,
+                                    absl::string_view what);
+  /// Operand `i` of `op`: moved out when `op` is its only remaining user
+  /// (no copy, nothing to reserve), else copied.
+  absl::StatusOr<HostTensor> takeOrCopy(Operation *op, unsigned i);
+  void store(Value v, Entry e);
+  void release(Value v);
+  bool isPending(Value v) {
+    auto it = values_.find(v);
+    return it != values_.end() && it->second.pendingBroadcast;
+  }
+  /// Releases the operands whose last user is `op`, and `op`'s unused
+  /// results.
+  void releaseDeadOperands(Operation *op);
+  absl::StatusOr<HostTensor> constantFromAttr(Operation *op, Attribute attr);
+
   // Op groups.
   absl::StatusOr<HostTensor> unary(Operation *op, double (*fn)(double));
   absl::StatusOr<HostTensor> binary(Operation *op);
@@ -258,6 +341,7 @@ private:
   absl::StatusOr<HostTensor> reshape(llm::ReshapeOp op);
   absl::StatusOr<HostTensor> transpose(llm::TransposeOp op);
   absl::StatusOr<HostTensor> slice(llm::SliceOp op);
+  absl::StatusOr<HostTensor> pad(llm::PadOp op);
   absl::StatusOr<HostTensor> concat(llm::ConcatOp op);
   absl::StatusOr<HostTensor> gather(llm::GatherOp op);
   absl::StatusOr<HostTensor> reduce(Operation *op, llvm::ArrayRef<int64_t> dims,
@@ -273,10 +357,135 @@ private:
   absl::StatusOr<HostTensor> dequantizeWeight(llm::DequantizeWeightOp op);
 
   func::FuncOp fn_;
+  HostBudget *budget_;
   llvm::DenseMap<Value, Entry> values_;
+  /// The op (in the value's own block) that uses each value last.
+  llvm::DenseMap<Value, Operation *> lastUser_;
   Block::iterator it_;
   std::vector<HostTensor> results_;
 };
+
+RankState::RankState(func::FuncOp fn, HostBudget *budget)
+    : fn_(fn), budget_(budget) {
+  fn.walk([&](Operation *user) {
+    for (Value v : user->getOperands()) {
+      Block *block = v.getParentBlock();
+      Operation *at = block ? block->findAncestorOpInBlock(*user) : nullptr;
+      if (!at)
+        continue;
+      Operation *&last = lastUser_[v];
+      if (!last || last->isBeforeInBlock(at))
+        last = at;
+    }
+  });
+}
+
+absl::StatusOr<HostTensor> RankState::newTensor(Operation *op, Type elementType,
+                                                Shape shape,
+                                                absl::string_view what) {
+  if (absl::Status s =
+          reserve(op, absl::StrCat(what, " ", tensorStr(elementType, shape)),
+                  checkedProduct(shape));
+      !s.ok())
+    return s;
+  HostTensor t;
+  t.elementType = elementType;
+  t.shape = std::move(shape);
+  t.data.assign(product(t.shape), 0.0);
+  return t;
+}
+
+absl::StatusOr<std::vector<double>>
+RankState::newBuffer(Operation *op, absl::string_view what, int64_t n) {
+  if (absl::Status s = reserve(op, what, n); !s.ok())
+    return s;
+  return std::vector<double>(n, 0.0);
+}
+
+absl::StatusOr<HostTensor> RankState::copyOf(Operation *op, const HostTensor &t,
+                                             absl::string_view what) {
+  if (absl::Status s =
+          reserve(op, absl::StrCat(what, " ", t.typeString()),
+                  static_cast<int64_t>(t.data.size()));
+      !s.ok())
+    return s;
+  return t;
+}
+
+absl::StatusOr<HostTensor> RankState::takeOrCopy(Operation *op, unsigned i) {
+  Value v = op->getOperand(i);
+  bool onlyUse = lastUser_.lookup(v) == op &&
+                 llvm::count(op->getOperands(), v) == 1;
+  auto it = values_.find(v);
+  if (!onlyUse || it == values_.end() || it->second.pendingBroadcast)
+    return copyOf(op, in(v), "a copy of its operand");
+  HostTensor t = std::move(it->second.tensor);
+  budget_->drop(t);
+  values_.erase(it);
+  return t;
+}
+
+void RankState::store(Value v, Entry e) {
+  auto it = values_.find(v);
+  if (it != values_.end())
+    budget_->drop(it->second.tensor);
+  budget_->hold(e.tensor);
+  values_[v] = std::move(e);
+}
+
+void RankState::release(Value v) {
+  auto it = values_.find(v);
+  if (it == values_.end())
+    return;
+  budget_->drop(it->second.tensor);
+  values_.erase(it);
+}
+
+void RankState::releaseDeadOperands(Operation *op) {
+  for (Value v : op->getOperands())
+    if (lastUser_.lookup(v) == op)
+      release(v);
+  for (Value r : op->getResults())
+    if (r.use_empty())
+      release(r);
+}
+
+absl::StatusOr<HostTensor> RankState::constantFromAttr(Operation *op,
+                                                       Attribute attr) {
+  auto dense = dyn_cast<DenseElementsAttr>(attr);
+  if (!dense)
+    return absl::UnimplementedError(absl::StrCat(
+        opName(op), ": only dense elements attributes are supported by the "
+                    "reference executor"));
+  auto type = cast<ShapedType>(dense.getType());
+  if (!llm::isSupportedElementType(type.getElementType()))
+    return opError(op, absl::StrCat("constant of element type ",
+                                    typeStr(type.getElementType()),
+                                    ", which the reference executor does not "
+                                    "support (expected ",
+                                    kSupportedTypes, ")"));
+  absl::StatusOr<HostTensor> t = newTensor(
+      op, type.getElementType(),
+      Shape(type.getShape().begin(), type.getShape().end()), "the constant");
+  if (!t.ok())
+    return t.status();
+  if (isa<FloatType>(type.getElementType())) {
+    int64_t i = 0;
+    for (const APFloat &f : dense.getValues<APFloat>()) {
+      bool lost = false;
+      APFloat d = f;
+      d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+      t->data[i++] = d.convertToDouble();
+    }
+  } else {
+    auto it = cast<IntegerType>(type.getElementType());
+    int64_t i = 0;
+    for (const APInt &v : dense.getValues<APInt>())
+      t->data[i++] = it.getWidth() == 1 ? static_cast<double>(v.getZExtValue())
+                                        : static_cast<double>(v.getSExtValue());
+  }
+  return t;
+}
 
 absl::Status RankState::bindInputs(llvm::ArrayRef<HostTensor> inputs) {
   std::string fnName = absl::StrCat("@", fn_.getSymName().str());
@@ -288,6 +497,24 @@ absl::Status RankState::bindInputs(llvm::ArrayRef<HostTensor> inputs) {
     return absl::InvalidArgumentError(
         absl::StrCat(fnName, " expects ", argTypes.size(), " inputs, found ",
                      inputs.size()));
+  // Element types first: RoundToType below only knows the llm ones.
+  auto checkType = [&](absl::string_view what, Type type) -> absl::Status {
+    auto rt = dyn_cast<ShapedType>(type);
+    if (rt && !llm::isSupportedElementType(rt.getElementType()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          fnName, " ", what, " has element type ",
+          typeStr(rt.getElementType()),
+          ", which the reference executor does not support (expected ",
+          kSupportedTypes, ")"));
+    return absl::OkStatus();
+  };
+  for (auto [i, type] : llvm::enumerate(argTypes))
+    if (absl::Status s = checkType(absl::StrCat("argument #", i), type);
+        !s.ok())
+      return s;
+  for (auto [i, type] : llvm::enumerate(fn_.getResultTypes()))
+    if (absl::Status s = checkType(absl::StrCat("result #", i), type); !s.ok())
+      return s;
   Block &body = fn_.getBody().front();
   for (auto [i, type] : llvm::enumerate(argTypes)) {
     const HostTensor &t = inputs[i];
@@ -313,6 +540,16 @@ absl::Status RankState::bindInputs(llvm::ArrayRef<HostTensor> inputs) {
             absl::StrCat(what, ": expected shape ", shapeStr(rt.getShape()),
                          ", found ", shapeStr(t.shape)));
     }
+    // The element limit of the llm dialect, for the dynamic dimensions
+    // (before any count is computed from them).
+    std::optional<int64_t> extent = llm::checkedExtent(t.shape);
+    if (!extent || *extent > llm::kMaxTensorElements)
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": shape ", shapeStr(t.shape), " has ",
+          extent ? std::to_string(*extent) : std::string("over 2^63"),
+          llvm::is_contained(t.shape, 0) ? " elements in its non-empty dimensions"
+                                         : " elements",
+          ", more than the supported 2^40 (", llm::kMaxTensorElements, ")"));
     if (static_cast<int64_t>(t.data.size()) != t.numElements())
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": shape ", shapeStr(t.shape), " has ",
@@ -325,7 +562,16 @@ absl::Status RankState::bindInputs(llvm::ArrayRef<HostTensor> inputs) {
             what, ": element ", k, " is ", v, ", not representable in ",
             typeStr(t.elementType), " (nearest ", r, ")"));
     }
-    values_[body.getArgument(i)] = Entry{t, false};
+    BlockArgument arg = body.getArgument(i);
+    if (arg.use_empty())
+      continue;
+    if (absl::Status s =
+            budget_->reserve(what, absl::StrCat("the copy of ", t.typeString()),
+                             static_cast<int64_t>(t.data.size()));
+        !s.ok())
+      return s;
+    store(arg, Entry{t, false});
+    budget_->endOp();
   }
   it_ = body.begin();
   return absl::OkStatus();
@@ -339,8 +585,23 @@ absl::StatusOr<Operation *> RankState::runUntilCollective(bool allowMultiRank) {
       if (absl::Status s = resolvePendingOperands(op); !s.ok())
         return s;
       results_.clear();
-      for (Value v : ret.getOperands())
-        results_.push_back(in(v));
+      // Results stay held (counted) until the caller takes them; a value
+      // returned twice is copied.
+      for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+        bool again = llvm::is_contained(ret.getOperands().drop_front(i + 1), v);
+        auto it = values_.find(v);
+        if (!again && it != values_.end() && lastUser_.lookup(v) == op) {
+          results_.push_back(std::move(it->second.tensor));
+          values_.erase(it);
+          continue;
+        }
+        absl::StatusOr<HostTensor> t = copyOf(op, in(v), "a copy of result");
+        if (!t.ok())
+          return t.status();
+        budget_->hold(*t);
+        results_.push_back(std::move(*t));
+      }
+      budget_->endOp();
       ++it_;
       return nullptr;
     }
@@ -358,6 +619,7 @@ absl::StatusOr<Operation *> RankState::runUntilCollective(bool allowMultiRank) {
                                " ranks; evaluate it with EvaluateRanks"));
       if (absl::Status s = resolvePendingOperands(op); !s.ok())
         return s;
+      budget_->endOp();
       Operation *stopped = op;
       ++it_;
       return stopped;
@@ -420,24 +682,33 @@ absl::Status RankState::resolvePendingOperands(Operation *op) {
                                             e.tensor.shape, to);
         !s.ok())
       return s;
-    HostTensor out;
-    out.elementType = e.tensor.elementType;
-    out.data = broadcastData(e.tensor, to);
-    out.shape = to;
-    e = Entry{std::move(out), false};
+    absl::StatusOr<HostTensor> out =
+        newTensor(v.getDefiningOp(), e.tensor.elementType, to);
+    if (!out.ok())
+      return out.status();
+    broadcastInto(values_[v].tensor, to, out->data);
+    store(v, Entry{std::move(*out), false});
   }
   return absl::OkStatus();
 }
 
 absl::Status RankState::evalOp(Operation *op) {
+  absl::Status s = evalOpImpl(op);
+  budget_->endOp();
+  if (s.ok())
+    releaseDeadOperands(op);
+  return s;
+}
+
+absl::Status RankState::evalOpImpl(Operation *op) {
   if (auto f = dyn_cast<llm::FusionOp>(op))
     return evalFusion(f);
   if (auto q = dyn_cast<llm::QuantizeWeightOp>(op))
     return quantizeWeight(q);
   if (op->getNumResults() != 1)
     return absl::UnimplementedError(absl::StrCat(
-        "'", op->getName().getStringRef().str(), "' at ", locStr(op->getLoc()),
-        ": the reference executor supports single-result ops only"));
+        opName(op), ": the reference executor supports single-result ops "
+                    "only"));
   if (auto b = dyn_cast<llm::BroadcastOp>(op)) {
     if (absl::Status s = resolvePendingOperands(op); !s.ok())
       return s;
@@ -448,7 +719,7 @@ absl::Status RankState::evalOp(Operation *op) {
     if (!pending)
       if (absl::Status s = checkResult(op, *t); !s.ok())
         return s;
-    values_[op->getResult(0)] = Entry{std::move(*t), pending};
+    store(op->getResult(0), Entry{std::move(*t), pending});
     return absl::OkStatus();
   }
   if (absl::Status s = resolvePendingOperands(op); !s.ok())
@@ -458,7 +729,7 @@ absl::Status RankState::evalOp(Operation *op) {
     return t.status();
   if (absl::Status s = checkResult(op, *t); !s.ok())
     return s;
-  values_[op->getResult(0)] = Entry{std::move(*t), false};
+  store(op->getResult(0), Entry{std::move(*t), false});
   return absl::OkStatus();
 }
 
@@ -466,20 +737,39 @@ absl::Status RankState::evalOp(Operation *op) {
 /// flow in unresolved and are resolved by their users inside).
 absl::Status RankState::evalFusion(llm::FusionOp op) {
   Block &body = op.getBody().front();
-  // Copy before inserting: values_[x] may grow the map and invalidate a
-  // reference into it taken on the right-hand side.
-  for (auto [arg, input] : llvm::zip(body.getArguments(), op.getInputs())) {
-    Entry entry = values_.lookup(input);
-    values_[arg] = std::move(entry);
+  for (auto [i, arg, input] :
+       llvm::enumerate(body.getArguments(), op.getInputs())) {
+    if (arg.use_empty())
+      continue;
+    bool pending = isPending(input);
+    absl::StatusOr<HostTensor> t = takeOrCopy(op, i);
+    if (!t.ok())
+      return t.status();
+    store(arg, Entry{std::move(*t), pending});
   }
+  budget_->endOp();
   for (Operation &inner : body.without_terminator())
     if (absl::Status s = evalOp(&inner); !s.ok())
       return s;
   Operation *yield = body.getTerminator();
-  for (auto [result, v] : llvm::zip(op.getResults(), yield->getOperands())) {
-    Entry entry = values_.lookup(v);
-    values_[result] = std::move(entry);
+  for (auto [i, result, v] :
+       llvm::enumerate(op.getResults(), yield->getOperands())) {
+    bool again =
+        llvm::is_contained(yield->getOperands().drop_front(i + 1), v);
+    auto it = values_.find(v);
+    if (!again && it != values_.end() && lastUser_.lookup(v) == yield) {
+      Entry e = std::move(it->second);
+      budget_->drop(e.tensor);
+      values_.erase(it);
+      store(result, std::move(e));
+      continue;
+    }
+    absl::StatusOr<HostTensor> t = copyOf(op, in(v), "a copy of result");
+    if (!t.ok())
+      return t.status();
+    store(result, Entry{std::move(*t), isPending(v)});
   }
+  releaseDeadOperands(yield);
   return absl::OkStatus();
 }
 
@@ -551,7 +841,8 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
                                           ", on_true ", shapeStr(a.shape),
                                           " and on_false ", shapeStr(b.shape),
                                           " must have one shape"));
-        HostTensor out = makeTensor(resultElementType(op), a.shape);
+        REF_ASSIGN_OR_RETURN(HostTensor out,
+                             newTensor(op, resultElementType(op), a.shape));
         for (size_t i = 0; i < out.data.size(); ++i)
           out.data[i] = c.data[i] != 0.0 ? a.data[i] : b.data[i];
         return out;
@@ -559,7 +850,7 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::CastOp>([&](auto) -> R {
         const HostTensor &x = in(op, 0);
         Type to = resultElementType(op);
-        HostTensor out = makeTensor(to, x.shape);
+        REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, to, x.shape));
         auto it = dyn_cast<IntegerType>(to);
         bool floatToInt = isa<FloatType>(x.elementType) && it && it.getWidth() > 1;
         for (size_t i = 0; i < out.data.size(); ++i) {
@@ -577,26 +868,7 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::ReshapeOp>([&](auto r) { return reshape(r); })
       .Case<llm::TransposeOp>([&](auto t) { return transpose(t); })
       .Case<llm::SliceOp>([&](auto s) { return slice(s); })
-      .Case<llm::PadOp>([&](llm::PadOp p) -> R {
-        const HostTensor &x = in(op, 0);
-        ArrayRef<int64_t> high = p.getHigh();
-        if (high.size() != x.shape.size())
-          return opError(op, absl::StrCat("expected ", x.shape.size(),
-                                          " high padding entries, found ",
-                                          high.size()));
-        Shape to = x.shape;
-        for (size_t d = 0; d < to.size(); ++d)
-          to[d] += high[d];
-        HostTensor out = makeTensor(x.elementType, to);
-        Shape os = stridesOf(to);
-        forEachIndex(x.shape, [&](int64_t lin, ArrayRef<int64_t> idx) {
-          int64_t off = 0;
-          for (size_t d = 0; d < idx.size(); ++d)
-            off += idx[d] * os[d];
-          out.data[off] = x.data[lin];
-        });
-        return out;
-      })
+      .Case<llm::PadOp>([&](auto p) { return pad(p); })
       .Case<llm::ConcatOp>([&](auto c) { return concat(c); })
       .Case<llm::GatherOp>([&](auto g) { return gather(g); })
       .Case<llm::ReduceSumOp>([&](auto r) {
@@ -622,12 +894,10 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
           [&](auto d) { return dequantizeWeight(d); })
       // Collectives of a group of one rank are the identity.
       .Case<llm::AllReduceOp, llm::AllGatherOp, llm::ReduceScatterOp>(
-          [&](auto) -> R { return in(op, 0); })
+          [&](auto) -> R { return takeOrCopy(op, 0); })
       .Default([&](Operation *) -> R {
         return absl::UnimplementedError(absl::StrCat(
-            "'", op->getName().getStringRef().str(), "' at ",
-            locStr(op->getLoc()),
-            ": op is not supported by the reference executor"));
+            opName(op), ": op is not supported by the reference executor"));
       });
 }
 
@@ -638,7 +908,8 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
 absl::StatusOr<HostTensor> RankState::unary(Operation *op,
                                             double (*fn)(double)) {
   const HostTensor &x = in(op, 0);
-  HostTensor out = makeTensor(resultElementType(op), x.shape);
+  REF_ASSIGN_OR_RETURN(HostTensor out,
+                       newTensor(op, resultElementType(op), x.shape));
   for (size_t i = 0; i < x.data.size(); ++i)
     out.data[i] = fn(x.data[i]);
   roundInPlace(out);
@@ -652,7 +923,8 @@ absl::StatusOr<HostTensor> RankState::binary(Operation *op) {
                                     " and ", shapeStr(b.shape),
                                     "; expected one shape (broadcast "
                                     "explicitly with llm.broadcast)"));
-  HostTensor out = makeTensor(resultElementType(op), a.shape);
+  REF_ASSIGN_OR_RETURN(HostTensor out,
+                       newTensor(op, resultElementType(op), a.shape));
   bool isInt = isa<IntegerType>(a.elementType);
   size_t n = a.data.size();
   auto apply = [&](auto fn) {
@@ -725,14 +997,12 @@ absl::StatusOr<HostTensor> RankState::broadcast(llm::BroadcastOp op,
     }
     // The result's size here is not given by the input: a user decides it.
     *pending = true;
-    return x;
+    return takeOrCopy(op, 0);
   }
   if (absl::Status s = checkBroadcastable(op, "input", x.shape, to); !s.ok())
     return s;
-  HostTensor out;
-  out.elementType = x.elementType;
-  out.data = broadcastData(x, to);
-  out.shape = std::move(to);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
+  broadcastInto(x, out.shape, out.data);
   return out;
 }
 
@@ -763,7 +1033,7 @@ absl::StatusOr<HostTensor> RankState::reshape(llm::ReshapeOp op) {
                                     " elements but the result ", shapeStr(to),
                                     " has ", known));
   }
-  HostTensor out = x;
+  REF_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
   out.shape = std::move(to);
   return out;
 }
@@ -777,7 +1047,7 @@ absl::StatusOr<HostTensor> RankState::transpose(llm::TransposeOp op) {
     to[i] = x.shape[perm[i]];
     s[i] = xs[perm[i]];
   }
-  HostTensor out = makeTensor(x.elementType, to);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
   forEachIndex(to, [&](int64_t lin, ArrayRef<int64_t> idx) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d)
@@ -799,14 +1069,36 @@ absl::StatusOr<HostTensor> RankState::slice(llm::SliceOp op) {
       return opError(op, absl::StrCat("range [", starts[d], ", ", limit,
                                       ") step ", steps[d], " of dimension ", d,
                                       " is outside [0, ", x.shape[d], "]"));
-    to[d] = (limit - starts[d] + steps[d] - 1) / steps[d];
+    int64_t len = limit - starts[d]; // in [0, dim]: no overflow below
+    to[d] = len == 0 ? 0 : (len - 1) / steps[d] + 1;
   }
-  HostTensor out = makeTensor(x.elementType, to);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
   forEachIndex(to, [&](int64_t lin, ArrayRef<int64_t> idx) {
     int64_t off = 0;
     for (size_t d = 0; d < rank; ++d)
       off += (starts[d] + idx[d] * steps[d]) * xs[d];
     out.data[lin] = x.data[off];
+  });
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::pad(llm::PadOp op) {
+  const HostTensor &x = in(op, 0);
+  ArrayRef<int64_t> high = op.getHigh();
+  if (high.size() != x.shape.size())
+    return opError(op, absl::StrCat("expected ", x.shape.size(),
+                                    " high padding entries, found ",
+                                    high.size()));
+  Shape to = x.shape;
+  for (size_t d = 0; d < to.size(); ++d)
+    to[d] += high[d]; // both at most 2^40 (the verifier)
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
+  Shape os = stridesOf(to);
+  forEachIndex(x.shape, [&](int64_t lin, ArrayRef<int64_t> idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      off += idx[d] * os[d];
+    out.data[off] = x.data[lin];
   });
   return out;
 }
@@ -824,9 +1116,13 @@ absl::StatusOr<HostTensor> RankState::concat(llm::ConcatOp op) {
                                         shapeStr(t.shape), ", expected ",
                                         first.shape[d], " in dimension ", d,
                                         " (as input 0)"));
-    to[dim] += t.shape[dim];
+    if (llvm::AddOverflow(to[dim], t.shape[dim], to[dim]))
+      return opError(op, absl::StrCat("result dimension ", dim,
+                                      " overflows int64 at input ", i));
   }
-  HostTensor out = makeTensor(first.elementType, to);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, first.elementType, to));
+  if (out.data.empty()) // no elements: nothing to copy, however many rows
+    return out;
   int64_t outer = product(ArrayRef<int64_t>(to).take_front(dim));
   int64_t inner = product(ArrayRef<int64_t>(to).drop_front(dim + 1));
   int64_t offset = 0;
@@ -851,7 +1147,6 @@ absl::StatusOr<HostTensor> RankState::gather(llm::GatherOp op) {
   int64_t inner = product(ArrayRef<int64_t>(table.shape).drop_front(axis + 1));
   int64_t rows = table.shape[axis];
   int64_t count = idx.numElements();
-  HostTensor out = makeTensor(table.elementType, to);
   for (int64_t k = 0; k < count; ++k) {
     double v = idx.data[k];
     if (v < 0 || v >= static_cast<double>(rows))
@@ -861,6 +1156,9 @@ absl::StatusOr<HostTensor> RankState::gather(llm::GatherOp op) {
           " of the indices is out of range [0, ", rows, ") for axis ", axis,
           " of the table ", shapeStr(table.shape)));
   }
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, table.elementType, to));
+  if (out.data.empty())
+    return out;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < count; ++k) {
       int64_t r = static_cast<int64_t>(idx.data[k]);
@@ -879,6 +1177,9 @@ absl::StatusOr<HostTensor> RankState::reduce(Operation *op,
                                              ArrayRef<int64_t> dims,
                                              bool keepdim, int kind) {
   const HostTensor &x = in(op, 0);
+  // The verifier's rule, for shapes that were dynamic there.
+  if (std::optional<std::string> error = llm::checkReducedDims(x.shape, dims))
+    return opError(op, *error);
   size_t rank = x.shape.size();
   std::vector<bool> reduced(rank, false);
   for (int64_t d : dims)
@@ -891,9 +1192,15 @@ absl::StatusOr<HostTensor> RankState::reduce(Operation *op,
       count *= x.shape[d];
   }
   Shape ks = stridesOf(kept);
-  int64_t outN = product(kept);
   double init = kind == 2 ? -kInf : kind == 3 ? kInf : 0.0;
-  std::vector<double> acc(outN, init);
+  Shape to;
+  for (size_t d = 0; d < rank; ++d)
+    if (!reduced[d] || keepdim)
+      to.push_back(kept[d]);
+  REF_ASSIGN_OR_RETURN(HostTensor out,
+                       newTensor(op, resultElementType(op), std::move(to)));
+  std::vector<double> &acc = out.data;
+  std::fill(acc.begin(), acc.end(), init);
   forEachIndex(x.shape, [&](int64_t lin, ArrayRef<int64_t> idx) {
     int64_t o = 0;
     for (size_t d = 0; d < rank; ++d)
@@ -909,15 +1216,7 @@ absl::StatusOr<HostTensor> RankState::reduce(Operation *op,
   });
   if (kind == 1)
     for (double &v : acc)
-      v = count == 0 ? kNaN : v / static_cast<double>(count);
-  Shape to;
-  for (size_t d = 0; d < rank; ++d)
-    if (!reduced[d] || keepdim)
-      to.push_back(kept[d]);
-  HostTensor out;
-  out.elementType = resultElementType(op);
-  out.shape = std::move(to);
-  out.data = std::move(acc);
+      v /= static_cast<double>(count); // count >= 1: no empty reduced dim
   roundInPlace(out);
   return out;
 }
@@ -930,13 +1229,18 @@ absl::StatusOr<HostTensor> RankState::softmax(llm::SoftmaxOp op) {
     if (absl::Status s = checkBroadcastable(op, "mask", m.shape, x.shape);
         !s.ok())
       return s;
-    mask = broadcastData(m, x.shape);
+    REF_ASSIGN_OR_RETURN(mask, newBuffer(op, absl::StrCat(
+                                                 "the mask broadcast to ",
+                                                 shapeStr(x.shape)),
+                                         x.numElements()));
+    broadcastInto(m, x.shape, mask);
   }
   double scale = op.getScale() ? op.getScale()->convertToDouble() : 1.0;
   int64_t cols = x.shape.back();
   int64_t rows = cols == 0 ? 0 : x.numElements() / cols;
-  HostTensor out = makeTensor(x.elementType, x.shape);
-  std::vector<double> z(cols);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
+  REF_ASSIGN_OR_RETURN(std::vector<double> z,
+                       newBuffer(op, "a row of scores", cols));
   for (int64_t r = 0; r < rows; ++r) {
     double mx = -kInf;
     for (int64_t c = 0; c < cols; ++c) {
@@ -972,7 +1276,7 @@ absl::StatusOr<HostTensor> RankState::rmsNorm(llm::RMSNormOp op) {
     return s;
   double eps = op.getEps().convertToDouble();
   int64_t rows = h == 0 ? 0 : x.numElements() / h;
-  HostTensor out = makeTensor(x.elementType, x.shape);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
   for (int64_t r = 0; r < rows; ++r) {
     const double *row = x.data.data() + r * h;
     double ss = 0.0;
@@ -999,7 +1303,7 @@ absl::StatusOr<HostTensor> RankState::layerNorm(llm::LayerNormOp op) {
   }
   double eps = op.getEps().convertToDouble();
   int64_t rows = h == 0 ? 0 : x.numElements() / h;
-  HostTensor out = makeTensor(x.elementType, x.shape);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
   for (int64_t r = 0; r < rows; ++r) {
     const double *row = x.data.data() + r * h;
     double mean = 0.0;
@@ -1028,14 +1332,20 @@ absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
   int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
   if (D % 2 != 0)
     return opError(op, absl::StrCat("head dimension must be even, found ", D));
-  std::vector<int64_t> offsets(B, 0);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
+  if (out.data.empty()) // no elements: no loop over the other dimensions
+    return out;
+  // Positions are float64 (s + an i64 offset near 2^63 must not overflow).
+  REF_ASSIGN_OR_RETURN(std::vector<double> offsets,
+                       newBuffer(op, "the per-batch offsets", B));
   if (op.getOffset()) {
     const HostTensor &off = in(op.getOffset());
     if (off.shape.empty()) {
-      std::fill(offsets.begin(), offsets.end(), scalarInt(off));
+      std::fill(offsets.begin(), offsets.end(),
+                off.data.empty() ? 0.0 : off.data[0]);
     } else if (off.shape.size() == 1 && off.shape[0] == B) {
       for (int64_t b = 0; b < B; ++b)
-        offsets[b] = static_cast<int64_t>(off.data[b]);
+        offsets[b] = off.data[b];
     } else {
       return opError(op, absl::StrCat("offset must be a scalar or have shape [",
                                       B, "], found ", shapeStr(off.shape)));
@@ -1062,7 +1372,6 @@ absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
                                       shapeStr(sn.shape)));
     int64_t tableBatchStride =
         rank == 3 && cs.shape[0] == B && B > 1 ? S * D : 0;
-    HostTensor out = makeTensor(x.elementType, x.shape);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < S; ++s) {
         const double *c = cs.data.data() + b * tableBatchStride + s * D;
@@ -1082,14 +1391,14 @@ absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
     return out;
   }
   double theta = op.getTheta().convertToDouble();
-  std::vector<double> invFreq(half);
+  REF_ASSIGN_OR_RETURN(std::vector<double> invFreq,
+                       newBuffer(op, "the inverse frequencies", half));
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = std::pow(theta, -2.0 * static_cast<double>(i) /
                                      static_cast<double>(D));
-  HostTensor out = makeTensor(x.elementType, x.shape);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) {
-      double p = static_cast<double>(s + offsets[b]);
+      double p = static_cast<double>(s) + offsets[b];
       for (int64_t h = 0; h < H; ++h) {
         int64_t base = ((b * S + s) * H + h) * D;
         for (int64_t i = 0; i < half; ++i) {
@@ -1133,6 +1442,9 @@ absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
                                     shapeStr(a.shape), " has K = ", K,
                                     ", rhs ", shapeStr(bt.shape), " has K = ",
                                     Kr));
+  // The verifier's rule, for shapes that were dynamic there.
+  if (std::optional<std::string> error = llm::checkContractionSize(K))
+    return opError(op, *error);
   const HostTensor *bias = nullptr;
   if (op.getBias()) {
     bias = &in(op.getBias());
@@ -1163,8 +1475,15 @@ absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
   Shape to = batch;
   to.push_back(M);
   to.push_back(N);
-  HostTensor out = makeTensor(resultElementType(op), to);
-  std::vector<double> A(M * K), Bt(N * K); // A row-major [M,K]; Bt [N,K]
+  REF_ASSIGN_OR_RETURN(HostTensor out,
+                       newTensor(op, resultElementType(op), to));
+  if (out.data.empty()) // no elements: no loop over the batch
+    return out;
+  // A row-major [M, K]; Bt [N, K].
+  REF_ASSIGN_OR_RETURN(std::vector<double> A,
+                       newBuffer(op, "a copy of the lhs matrix", M * K));
+  REF_ASSIGN_OR_RETURN(std::vector<double> Bt,
+                       newBuffer(op, "a copy of the rhs matrix", N * K));
   int64_t lastL = -1, lastR = -1;
   forEachIndex(batch, [&](int64_t bi, ArrayRef<int64_t> idx) {
     int64_t lo = 0, ro = 0;
@@ -1210,6 +1529,9 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
     return opError(op, absl::StrCat("query ", shapeStr(q.shape), " and key ",
                                     shapeStr(k.shape),
                                     " differ in batch or head dimension"));
+  // The verifier's rule, for shapes that were dynamic there.
+  if (std::optional<std::string> error = llm::checkAttentionHeadDim(D))
+    return opError(op, *error);
   if (Hkv == 0 || Hq % Hkv != 0)
     return opError(op, absl::StrCat("query heads (", Hq,
                                     ") must be a multiple of key/value heads (",
@@ -1222,20 +1544,30 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
                                       "] (the key length)"));
   }
   Shape scoresShape = {B, Hq, Sq, Skv};
-  std::vector<double> mask;
+  // The mask is read in place through broadcast strides (0 along the
+  // dimensions it broadcasts), not materialized at [B, Hq, Sq, Skv].
+  const HostTensor *mask = nullptr;
+  Shape ms(4, 0);
   if (op.getMask()) {
-    const HostTensor &m = in(op.getMask());
-    if (absl::Status s = checkBroadcastable(op, "mask", m.shape, scoresShape);
+    mask = &in(op.getMask());
+    if (absl::Status s =
+            checkBroadcastable(op, "mask", mask->shape, scoresShape);
         !s.ok())
       return s;
-    mask = broadcastData(m, scoresShape);
+    Shape strides = stridesOf(mask->shape);
+    size_t lead = 4 - mask->shape.size();
+    for (size_t d = 0; d < mask->shape.size(); ++d)
+      ms[lead + d] = mask->shape[d] == 1 ? 0 : strides[d];
   }
   double scale = op.getScale() ? op.getScale()->convertToDouble()
                                : 1.0 / std::sqrt(static_cast<double>(D));
   bool causal = op.getCausal();
   int64_t group = Hq / Hkv;
-  HostTensor out = makeTensor(q.elementType, q.shape);
-  std::vector<double> p(Skv);
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
+  if (out.data.empty()) // no elements: no loop over batch, heads, rows
+    return out;
+  REF_ASSIGN_OR_RETURN(std::vector<double> p,
+                       newBuffer(op, "a row of scores", Skv));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
       int64_t hk = h / group;
@@ -1247,8 +1579,8 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
         for (int64_t j = 0; j < end; ++j) {
           const double *kj = k.data.data() + ((b * Skv + j) * Hkv + hk) * D;
           double s = dot(qi, kj, D) * scale;
-          if (!mask.empty())
-            s += mask[((b * Hq + h) * Sq + i) * Skv + j];
+          if (mask)
+            s += mask->data[b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]];
           p[j] = s;
           mx = nanMax(mx, s);
         }
@@ -1294,12 +1626,18 @@ absl::Status RankState::quantizeWeight(llm::QuantizeWeightOp op) {
                                     group));
   const float qmax = bits == 4 ? 7.0f : 127.0f;
   const int64_t groups = k / group;
-  HostTensor packed = makeTensor(op.getPacked().getType().getElementType(),
-                                 {n, bits == 4 ? k / 2 : k});
-  HostTensor scales = makeTensor(op.getScales().getType().getElementType(),
-                                 {n, groups});
+  REF_ASSIGN_OR_RETURN(
+      HostTensor packed,
+      newTensor(op, op.getPacked().getType().getElementType(),
+                {n, bits == 4 ? k / 2 : k}, "the packed result"));
+  REF_ASSIGN_OR_RETURN(HostTensor scales,
+                       newTensor(op, op.getScales().getType().getElementType(),
+                                 {n, groups}, "the scales result"));
+  // One row of codes (counted as doubles: an upper bound).
+  if (absl::Status s = reserve(op, "a row of codes", k); !s.ok())
+    return s;
   std::vector<int> q(k);
-  for (int64_t r = 0; r < n; ++r) {
+  for (int64_t r = 0; r < n && k > 0; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       float amax = 0.0f;
       for (int64_t j = g * group; j < (g + 1) * group; ++j)
@@ -1330,7 +1668,7 @@ absl::Status RankState::quantizeWeight(llm::QuantizeWeightOp op) {
         return opError(op, absl::StrCat("computed result shape ", shapeStr(t->shape),
                                         " does not match the result type ",
                                         typeStr(rt)));
-    values_[result] = Entry{std::move(*t), false};
+    store(result, Entry{std::move(*t), false});
   }
   return absl::OkStatus();
 }
@@ -1348,8 +1686,9 @@ RankState::dequantizeWeight(llm::DequantizeWeightOp op) {
                                     " do not match packed of shape ",
                                     shapeStr(packed.shape), " for group_size ",
                                     group));
-  HostTensor out = makeTensor(resultElementType(op), {n, k});
-  for (int64_t r = 0; r < n; ++r)
+  REF_ASSIGN_OR_RETURN(HostTensor out,
+                       newTensor(op, resultElementType(op), {n, k}));
+  for (int64_t r = 0; r < n && k > 0; ++r)
     for (int64_t j = 0; j < k; ++j) {
       int q;
       if (bits == 8) {
@@ -1378,11 +1717,17 @@ RankState::kvCacheAppend(llm::KVCacheAppendOp op) {
                                     " in batch, heads or head dimension"));
   int64_t B = cache.shape[0], Smax = cache.shape[1], Snew = upd.shape[1];
   int64_t row = cache.shape[2] * cache.shape[3];
-  if (pos < 0 || pos + Snew > Smax)
+  // pos > Smax - Snew, not pos + Snew > Smax: the sum overflows int64 for
+  // a position near 2^63, wrapping negative past the check.
+  if (pos < 0 || pos > Smax - Snew)
     return absl::OutOfRangeError(absl::StrCat(
-        "'llm.kv_cache_append' at ", locStr(op.getLoc()), ": position ", pos,
-        " + ", Snew, " new rows exceeds the cache length ", Smax));
-  HostTensor out = cache;
+        opName(op), ": position ", pos, " + ", Snew,
+        " new rows exceeds the cache length ", Smax));
+  // The cache is updated in place when this is its last use (`cache` is
+  // not used below: taking it ends that reference).
+  REF_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
+  if (Snew * row == 0)
+    return out;
   for (int64_t b = 0; b < B; ++b)
     std::copy_n(upd.data.begin() + b * Snew * row, Snew * row,
                 out.data.begin() + (b * Smax + pos) * row);
@@ -1394,7 +1739,7 @@ RankState::kvCacheAppend(llm::KVCacheAppendOp op) {
 //===----------------------------------------------------------------------===//
 
 absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
-                           std::vector<RankState> &ranks) {
+                           std::vector<RankState> &ranks, HostBudget &budget) {
   int64_t n = static_cast<int64_t>(ranks.size());
   Operation *op0 = ops[0];
   for (int64_t r = 1; r < n; ++r)
@@ -1419,6 +1764,18 @@ absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
                                        n, " simulated ranks"));
     return absl::OkStatus();
   };
+  // `copies` tensors of `shape` for what the collective makes.
+  auto reserve = [&](absl::string_view what, llvm::ArrayRef<int64_t> shape,
+                     int64_t copies) -> absl::Status {
+    std::optional<int64_t> count = checkedProduct(shape);
+    if (count && llvm::MulOverflow(*count, copies, *count))
+      count = std::nullopt;
+    return budget.reserve(
+        opName(op0),
+        absl::StrCat(what, " (", copies, " x ",
+                     tensorStr(ins[0]->elementType, shape), ")"),
+        count);
+  };
   auto reduceAll = [&](bool isMax) {
     HostTensor sum = *ins[0];
     for (int64_t r = 1; r < n; ++r)
@@ -1428,12 +1785,18 @@ absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
     roundInPlace(sum);
     return sum;
   };
+  // Every rank gets `t` (copies but the last, which is moved).
+  auto giveAll = [&](HostTensor t) {
+    for (int64_t r = 0; r + 1 < n; ++r)
+      ranks[r].setResult(ops[r], t);
+    ranks[n - 1].setResult(ops[n - 1], std::move(t));
+  };
   if (auto ar = dyn_cast<llm::AllReduceOp>(op0)) {
     if (absl::Status s = checkGroup(ar.getGroupSize()); !s.ok())
       return s;
-    HostTensor t = reduceAll(ar.getKind() == llm::ReduceKind::max);
-    for (int64_t r = 0; r < n; ++r)
-      ranks[r].setResult(ops[r], t);
+    if (absl::Status s = reserve("the results", ins[0]->shape, n); !s.ok())
+      return s;
+    giveAll(reduceAll(ar.getKind() == llm::ReduceKind::max));
     return absl::OkStatus();
   }
   if (auto ag = dyn_cast<llm::AllGatherOp>(op0)) {
@@ -1442,16 +1805,23 @@ absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
     int64_t dim = ag.getDim();
     Shape to = ins[0]->shape;
     int64_t rows = to[dim];
-    to[dim] *= n;
-    HostTensor out = makeTensor(ins[0]->elementType, to);
+    if (llvm::MulOverflow(to[dim], n, to[dim]))
+      return opError(op0, absl::StrCat("result dimension ", dim, " (", rows,
+                                       " x ", n, " ranks) overflows int64"));
+    if (absl::Status s = reserve("the results", to, n); !s.ok())
+      return s;
+    HostTensor out;
+    out.elementType = ins[0]->elementType;
+    out.shape = to;
+    out.data.assign(product(to), 0.0);
     int64_t outer = product(ArrayRef<int64_t>(to).take_front(dim));
     int64_t inner = product(ArrayRef<int64_t>(to).drop_front(dim + 1));
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t o = 0; o < outer; ++o)
-        std::copy_n(ins[r]->data.begin() + o * rows * inner, rows * inner,
-                    out.data.begin() + (o * to[dim] + r * rows) * inner);
-    for (int64_t r = 0; r < n; ++r)
-      ranks[r].setResult(ops[r], out);
+    if (!out.data.empty())
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t o = 0; o < outer; ++o)
+          std::copy_n(ins[r]->data.begin() + o * rows * inner, rows * inner,
+                      out.data.begin() + (o * to[dim] + r * rows) * inner);
+    giveAll(std::move(out));
     return absl::OkStatus();
   }
   auto rs = cast<llm::ReduceScatterOp>(op0);
@@ -1462,6 +1832,10 @@ absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
     return opError(op0, absl::StrCat("dimension ", dim, " of size ",
                                      ins[0]->shape[dim],
                                      " does not divide by group_size ", n));
+  // The sum, then one chunk per rank (as much again in all).
+  if (absl::Status s = reserve("the sum and its chunks", ins[0]->shape, 2);
+      !s.ok())
+    return s;
   HostTensor sum = reduceAll(rs.getKind() == llm::ReduceKind::max);
   Shape to = sum.shape;
   int64_t rows = to[dim] / n;
@@ -1469,10 +1843,14 @@ absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
   int64_t outer = product(ArrayRef<int64_t>(to).take_front(dim));
   int64_t inner = product(ArrayRef<int64_t>(to).drop_front(dim + 1));
   for (int64_t r = 0; r < n; ++r) {
-    HostTensor out = makeTensor(sum.elementType, to);
-    for (int64_t o = 0; o < outer; ++o)
-      std::copy_n(sum.data.begin() + (o * rows * n + r * rows) * inner,
-                  rows * inner, out.data.begin() + o * rows * inner);
+    HostTensor out;
+    out.elementType = sum.elementType;
+    out.shape = to;
+    out.data.assign(product(to), 0.0);
+    if (!out.data.empty())
+      for (int64_t o = 0; o < outer; ++o)
+        std::copy_n(sum.data.begin() + (o * rows * n + r * rows) * inner,
+                    rows * inner, out.data.begin() + o * rows * inner);
     ranks[r].setResult(ops[r], std::move(out));
   }
   return absl::OkStatus();
@@ -1485,8 +1863,10 @@ absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
 //===----------------------------------------------------------------------===//
 
 absl::StatusOr<std::vector<HostTensor>>
-Evaluate(func::FuncOp fn, llvm::ArrayRef<HostTensor> inputs) {
-  RankState state(fn);
+Evaluate(func::FuncOp fn, llvm::ArrayRef<HostTensor> inputs,
+         const EvaluateOptions &options) {
+  HostBudget budget(options.max_host_bytes);
+  RankState state(fn, &budget);
   if (absl::Status s = state.bindInputs(inputs); !s.ok())
     return s;
   absl::StatusOr<Operation *> stopped =
@@ -1498,15 +1878,17 @@ Evaluate(func::FuncOp fn, llvm::ArrayRef<HostTensor> inputs) {
 
 absl::StatusOr<std::vector<std::vector<HostTensor>>>
 EvaluateRanks(llvm::ArrayRef<func::FuncOp> fns,
-              llvm::ArrayRef<std::vector<HostTensor>> inputs) {
+              llvm::ArrayRef<std::vector<HostTensor>> inputs,
+              const EvaluateOptions &options) {
   if (fns.empty() || fns.size() != inputs.size())
     return absl::InvalidArgumentError(
         absl::StrCat("EvaluateRanks expects one input list per function, found ",
                      fns.size(), " functions and ", inputs.size(),
                      " input lists"));
+  HostBudget budget(options.max_host_bytes);
   std::vector<RankState> ranks;
   for (func::FuncOp fn : fns)
-    ranks.emplace_back(fn);
+    ranks.emplace_back(fn, &budget);
   for (size_t r = 0; r < ranks.size(); ++r)
     if (absl::Status s = ranks[r].bindInputs(inputs[r]); !s.ok())
       return absl::Status(s.code(), absl::StrCat("rank ", r, ": ", s.message()));
@@ -1526,7 +1908,9 @@ EvaluateRanks(llvm::ArrayRef<func::FuncOp> fns,
     if (done != 0)
       return absl::InvalidArgumentError(
           "some ranks returned while others wait in a collective");
-    if (absl::Status s = runCollective(stops, ranks); !s.ok())
+    absl::Status s = runCollective(stops, ranks, budget);
+    budget.endOp();
+    if (!s.ok())
       return s;
   }
   std::vector<std::vector<HostTensor>> out;

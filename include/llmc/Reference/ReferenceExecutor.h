@@ -36,7 +36,8 @@ struct HostTensor {
   std::vector<int64_t> shape;
   std::vector<double> data;
 
-  /// Product of `shape` (1 for a rank-0 tensor).
+  /// Product of `shape` (1 for a rank-0 tensor; INT64_MAX when it
+  /// overflows int64).
   int64_t numElements() const;
   /// "tensor<2x3xbf16>"-style description for messages.
   std::string typeString() const;
@@ -45,22 +46,43 @@ struct HostTensor {
 /// Rounds `value` to `elementType` as the GPU stores it: RNE for floats
 /// (f8E4M3FN saturates finite values and ±inf to ±448, NaN stays NaN),
 /// truncation toward zero and wrap-around for integers, `x != 0` for i1.
+/// A type that is neither a float nor an integer (index, complex, none)
+/// gives NaN; the executor rejects such types before it rounds.
 double RoundToType(double value, mlir::Type elementType);
 
+/// The default of EvaluateOptions::max_host_bytes: 8 GiB.
+constexpr int64_t kDefaultMaxHostBytes = int64_t(8) << 30;
+
+struct EvaluateOptions {
+  /// The most bytes of tensor data the executor holds at once (8 per
+  /// element: values are float64), over all ranks: its copies of the
+  /// inputs, the values still to be used, the results, and the buffers of
+  /// the op being evaluated. Every allocation is checked against it first;
+  /// going over is a ResourceExhaustedError naming the op, the tensor, its
+  /// size and the budget. Values are released after their last use.
+  int64_t max_host_bytes = kDefaultMaxHostBytes;
+};
+
 /// Evaluates `fn` on `inputs` (one per argument, matching its element type,
-/// rank and static dimensions). Errors name the op (or argument) and say
-/// what was expected and what was found. Collectives with group_size 1 are
-/// the identity; larger groups need `EvaluateRanks`.
+/// rank and static dimensions; at most 2^40 elements each). Errors name the
+/// op (or argument) and say what was expected and what was found; the
+/// edge-case rules of the verifiers (no reduction over an empty dimension,
+/// K >= 1, attention head dims 1..1024) hold for dynamic shapes too.
+/// Collectives with group_size 1 are the identity; larger groups need
+/// `EvaluateRanks`.
 absl::StatusOr<std::vector<HostTensor>>
-Evaluate(mlir::func::FuncOp fn, llvm::ArrayRef<HostTensor> inputs);
+Evaluate(mlir::func::FuncOp fn, llvm::ArrayRef<HostTensor> inputs,
+         const EvaluateOptions &options = {});
 
 /// Evaluates one function per simulated rank in lockstep: `fns[r]` runs on
 /// `inputs[r]`. Collectives (all_reduce, all_gather, reduce_scatter) must be
 /// reached in the same order by every rank and have group_size equal to the
-/// number of ranks; rank r contributes its input at position r.
+/// number of ranks; rank r contributes its input at position r. The ranks
+/// share one host memory budget.
 absl::StatusOr<std::vector<std::vector<HostTensor>>>
 EvaluateRanks(llvm::ArrayRef<mlir::func::FuncOp> fns,
-              llvm::ArrayRef<std::vector<HostTensor>> inputs);
+              llvm::ArrayRef<std::vector<HostTensor>> inputs,
+              const EvaluateOptions &options = {});
 
 /// A tensor of `shape` with N(0, stddev) values rounded to a float
 /// `elementType`; integers are uniform in [-4, 4] (i1: 0 or 1).

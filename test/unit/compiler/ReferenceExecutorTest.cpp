@@ -941,3 +941,265 @@ TEST_F(ReferenceTest, BF16FastPathMatchesAPFloat) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Robustness: what user IR and inputs cannot make the executor do (crash,
+// abort on an allocation, compute what the CUDA backend rejects)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+bool contains(const absl::Status &s, absl::string_view text) {
+  return s.message().find(text) != absl::string_view::npos;
+}
+
+// complex<f32> reached RoundToType through the input check and crashed
+// (SIGSEGV in FloatType::getFloatSemantics).
+TEST_F(ReferenceTest, UnsupportedElementTypesAreErrorsNotCrashes) {
+  Type c32 = ComplexType::get(f32());
+  absl::Status s = runStatus(R"mlir(
+func.func @f(%x: tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>> {
+  return %x : tensor<4xcomplex<f32>>
+})mlir",
+                             {tensor(c32, {4}, {0, 0, 0, 0})});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(contains(s, "@f argument #0 has element type complex<f32>, "
+                          "which the reference executor does not support "
+                          "(expected f32, f16, bf16, f8E4M3FN, f8E5M2, i1, "
+                          "i8, i32 or i64)"))
+      << s;
+  Type index = IndexType::get(&ctx);
+  s = runStatus(R"mlir(
+func.func @f(%x: tensor<2xindex>) -> tensor<2xindex> {
+  return %x : tensor<2xindex>
+})mlir",
+                {tensor(index, {2}, {0, 1})});
+  EXPECT_TRUE(contains(s, "argument #0 has element type index")) << s;
+  s = runStatus(R"mlir(
+func.func @f(%x: tensor<2xf32>) -> tensor<2xf64> {
+  %c = arith.constant dense<1.0> : tensor<2xf64>
+  return %c : tensor<2xf64>
+})mlir",
+                {tensor(f32(), {2}, {0, 1})});
+  EXPECT_TRUE(contains(s, "@f result #0 has element type f64")) << s;
+  // A constant of a type outside the dialect (arith.constant takes any).
+  s = runStatus(R"mlir(
+func.func @f() -> tensor<2xf32> {
+  %c = arith.constant dense<1.0> : tensor<2xf64>
+  %r = arith.constant dense<1.0> : tensor<2xf32>
+  return %r : tensor<2xf32>
+})mlir",
+                {});
+  EXPECT_TRUE(contains(s, "'arith.constant' at ")) << s;
+  EXPECT_TRUE(contains(s, "constant of element type f64, which the reference "
+                          "executor does not support"))
+      << s;
+  // The rounding helper itself never crashes on such a type: NaN.
+  EXPECT_TRUE(std::isnan(RoundToType(1.0, c32)));
+  EXPECT_TRUE(std::isnan(RoundToType(1.0, index)));
+}
+
+// Dims of 2^62 made the element count wrap to 0, so an input with no data
+// passed the size check and gather, rope and matmul read past it (SIGSEGV)
+// or sized a vector from it (std::length_error -> terminate).
+TEST_F(ReferenceTest, InputShapesBeyondTheElementLimitAreErrors) {
+  const int64_t huge = int64_t(1) << 62;
+  struct Case {
+    const char *src;
+    std::vector<HostTensor> inputs;
+  };
+  std::vector<Case> cases = {
+      {R"mlir(
+func.func @f(%t: tensor<?x4xf32>, %i: tensor<2xi64>) -> tensor<2x4xf32> {
+  %e = llm.gather %t, %i axis = 0 : tensor<?x4xf32>, tensor<2xi64>
+  return %e : tensor<2x4xf32>
+})mlir",
+       {tensor(f32(), {huge, 4}, {}), tensor(i64(), {2}, {1, 2})}},
+      {R"mlir(
+func.func @f(%x: tensor<1x?x2x4xf32>) -> tensor<1x?x2x4xf32> {
+  %r = llm.rope %x half_split : tensor<1x?x2x4xf32>
+  return %r : tensor<1x?x2x4xf32>
+})mlir",
+       {tensor(f32(), {1, huge, 2, 4}, {})}},
+      {R"mlir(
+func.func @f(%x: tensor<?x4xf32>, %w: tensor<4x4xf32>) -> tensor<?x4xf32> {
+  %y = llm.matmul %x, %w : tensor<?x4xf32>, tensor<4x4xf32> -> tensor<?x4xf32>
+  return %y : tensor<?x4xf32>
+})mlir",
+       {tensor(f32(), {huge, 4}, {}), rand(f32(), {4, 4})}},
+  };
+  for (const Case &c : cases) {
+    absl::Status s = runStatus(c.src, c.inputs);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(contains(s, "argument #0")) << s;
+    EXPECT_TRUE(contains(s, "more than the supported 2^40")) << s;
+  }
+  // Below the limit but not 2^40-sized data: still the usual count check.
+  absl::Status s = runStatus(cases[2].src, {tensor(f32(), {1 << 20, 4}, {}),
+                                            rand(f32(), {4, 4})});
+  EXPECT_TRUE(contains(s, "has 4194304 elements but the data holds 0")) << s;
+}
+
+// An intermediate of 2^40 elements (8 TiB as float64) was allocated without
+// a check: std::bad_alloc, which the -fno-exceptions build turns into an
+// abort of the whole process.
+TEST_F(ReferenceTest, AnIntermediateBeyondTheHostBudgetIsAnErrorNotAnAbort) {
+  absl::Status s = runStatus(R"mlir(
+func.func @f(%x: tensor<1xf32>) -> tensor<1099511627776xf32> {
+  %b = llm.broadcast %x : tensor<1xf32> to tensor<1099511627776xf32>
+  return %b : tensor<1099511627776xf32>
+})mlir",
+                             {tensor(f32(), {1}, {1.0})});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(contains(s, "'llm.broadcast' at ")) << s;
+  EXPECT_TRUE(contains(s, "result tensor<1099511627776xf32>")) << s;
+  EXPECT_TRUE(contains(s, "8796093022208 bytes")) << s;
+  EXPECT_TRUE(contains(s, "budget of 8589934592 bytes")) << s;
+}
+
+// position + Snew overflowed int64 and wrapped negative, so the bounds check
+// passed and the copy wrote far outside the cache (SIGSEGV).
+TEST_F(ReferenceTest, KVCacheAppendPositionNearInt64MaxIsOutOfRange) {
+  absl::Status s = runStatus(R"mlir(
+func.func @f(%c: tensor<1x1024x1x1xf32>, %u: tensor<1x1024x1x1xf32>, %p: tensor<i64>) -> tensor<1x1024x1x1xf32> {
+  %r = llm.kv_cache_append %c, %u, %p : tensor<1x1024x1x1xf32>, tensor<1x1024x1x1xf32>, tensor<i64>
+  return %r : tensor<1x1024x1x1xf32>
+})mlir",
+                             {rand(f32(), {1, 1024, 1, 1}),
+                              rand(f32(), {1, 1024, 1, 1}),
+                              scalar(i64(), 0x1p63 - 1024)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  EXPECT_TRUE(contains(s, "position 9223372036854774784 + 1024 new rows "
+                          "exceeds the cache length 1024"))
+      << s;
+}
+
+// The verifier's edge-case rules hold for unspecialized (dynamic) functions
+// too, with the verifier's words: the reference gave -inf for the max of
+// nothing and zeros for K = 0, and ran head dims the CUDA kernels reject.
+TEST_F(ReferenceTest, EmptyReductionsKZeroAndHeadDimsFollowTheVerifier) {
+  absl::Status s = runStatus(R"mlir(
+func.func @f(%x: tensor<4x?xf32>) -> tensor<4xf32> {
+  %m = llm.reduce_max %x [1] : tensor<4x?xf32>
+  return %m : tensor<4xf32>
+})mlir",
+                             {tensor(f32(), {4, 0}, {})});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(contains(s, "'llm.reduce_max' at ")) << s;
+  EXPECT_TRUE(contains(s, "reduces dimension 1 of the input [4, 0], which is "
+                          "empty; reduced dimensions must have size >= 1"))
+      << s;
+  s = runStatus(R"mlir(
+func.func @f(%a: tensor<4x?xf32>, %b: tensor<?x8xf32>) -> tensor<4x8xf32> {
+  %y = llm.matmul %a, %b : tensor<4x?xf32>, tensor<?x8xf32> -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+})mlir",
+                {tensor(f32(), {4, 0}, {}), tensor(f32(), {0, 8}, {})});
+  EXPECT_TRUE(contains(s, "'llm.matmul' at ")) << s;
+  EXPECT_TRUE(contains(s, "contraction size K is 0; a matmul needs K >= 1"))
+      << s;
+  s = runStatus(R"mlir(
+func.func @f(%q: tensor<1x2x1x?xf32>) -> tensor<1x2x1x?xf32> {
+  %o = llm.attention %q, %q, %q : tensor<1x2x1x?xf32>, tensor<1x2x1x?xf32>, tensor<1x2x1x?xf32>
+  return %o : tensor<1x2x1x?xf32>
+})mlir",
+                {rand(f32(), {1, 2, 1, 1032})});
+  EXPECT_TRUE(contains(s, "'llm.attention' at ")) << s;
+  EXPECT_TRUE(contains(s, "head dimension D = 1032 is outside the supported "
+                          "range [1, 1024]"))
+      << s;
+}
+
+// The budget counts what is live: a value is released after its last use,
+// and an op that is its operand's only remaining user (reshape,
+// kv_cache_append) takes the buffer instead of copying it.
+TEST_F(ReferenceTest, HostBudgetCountsLiveValuesAndIsAnOption) {
+  std::string chain = R"mlir(
+func.func @f(%x: tensor<65536xf32>) -> tensor<65536xf32> {
+  %a = llm.neg %x : tensor<65536xf32>
+  %b = llm.neg %a : tensor<65536xf32>
+  %c = llm.neg %b : tensor<65536xf32>
+  %d = llm.neg %c : tensor<65536xf32>
+  %e = llm.neg %d : tensor<65536xf32>
+  %f = llm.neg %e : tensor<65536xf32>
+  %g = llm.neg %f : tensor<65536xf32>
+  %h = llm.neg %g : tensor<65536xf32>
+  return %h : tensor<65536xf32>
+})mlir";
+  const int64_t tensorBytes = 65536 * 8; // 512 KiB of float64
+  func::FuncOp fn = parse(chain);
+  ASSERT_TRUE(fn);
+  HostTensor x = rand(f32(), {65536});
+  // Two tensors live at a time (an operand and its result), not nine.
+  EvaluateOptions two;
+  two.max_host_bytes = 2 * tensorBytes;
+  absl::StatusOr<std::vector<HostTensor>> out = Evaluate(fn, {x}, two);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].data, x.data); // eight negations
+  EvaluateOptions small;
+  small.max_host_bytes = 2 * tensorBytes - 1;
+  absl::Status s = Evaluate(fn, {x}, small).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(contains(s, "'llm.neg' at ")) << s;
+  EXPECT_TRUE(contains(s, "the result tensor<65536xf32> needs 524288 bytes"))
+      << s;
+  EXPECT_TRUE(contains(s, "budget of 1048575 bytes (524288 in use)")) << s;
+  // The input copy itself is checked.
+  EvaluateOptions tiny;
+  tiny.max_host_bytes = tensorBytes - 1;
+  s = Evaluate(fn, {x}, tiny).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(contains(s, "@f argument #0: the copy of tensor<65536xf32> "
+                          "needs 524288 bytes"))
+      << s;
+
+  // In place: the only buffer is the input's.
+  fn = parse(R"mlir(
+func.func @f(%x: tensor<65536xf32>) -> tensor<256x256xf32> {
+  %r = llm.reshape %x : tensor<65536xf32> to tensor<256x256xf32>
+  return %r : tensor<256x256xf32>
+})mlir");
+  ASSERT_TRUE(fn);
+  EvaluateOptions one;
+  one.max_host_bytes = tensorBytes;
+  out = Evaluate(fn, {x}, one);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].data, x.data);
+  fn = parse(R"mlir(
+func.func @f(%c: tensor<1x4096x16x1xf32>, %u: tensor<1x1x16x1xf32>, %p: tensor<i64>) -> tensor<1x4096x16x1xf32> {
+  %r = llm.kv_cache_append %c, %u, %p : tensor<1x4096x16x1xf32>, tensor<1x1x16x1xf32>, tensor<i64>
+  return %r : tensor<1x4096x16x1xf32>
+})mlir");
+  ASSERT_TRUE(fn);
+  HostTensor c = rand(f32(), {1, 4096, 16, 1}), u = rand(f32(), {1, 1, 16, 1});
+  EvaluateOptions cacheOnce;
+  cacheOnce.max_host_bytes = tensorBytes + 16 * 8 + 8;
+  out = Evaluate(fn, {c, u, scalar(i64(), 7)}, cacheOnce);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].data[7 * 16 + 3], u.data[3]);
+  EXPECT_EQ((*out)[0].data[8 * 16 + 3], c.data[8 * 16 + 3]);
+}
+
+// Empty tensors whose other dims are large: the rope kernel sized a vector
+// from the batch (2^39 int64s: abort) and matmul looped over 2^38 empty
+// batch entries (minutes). An op with an empty result returns at once.
+TEST_F(ReferenceTest, EmptyTensorsWithLargeDimsFinishAtOnce) {
+  auto out = run(R"mlir(
+func.func @f(%x: tensor<549755813888x0x1x2xf32>) -> tensor<549755813888x0x1x2xf32> {
+  %r = llm.rope %x half_split : tensor<549755813888x0x1x2xf32>
+  return %r : tensor<549755813888x0x1x2xf32>
+})mlir",
+                 {tensor(f32(), {int64_t(1) << 39, 0, 1, 2}, {})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].data.empty());
+  out = run(R"mlir(
+func.func @f(%a: tensor<274877906944x0x4xf32>, %w: tensor<4x4xf32>) -> tensor<274877906944x0x4xf32> {
+  %c = llm.matmul %a, %w : tensor<274877906944x0x4xf32>, tensor<4x4xf32> -> tensor<274877906944x0x4xf32>
+  return %c : tensor<274877906944x0x4xf32>
+})mlir",
+            {tensor(f32(), {int64_t(1) << 38, 0, 4}, {}), rand(f32(), {4, 4})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].data.empty());
+}
+
+} // namespace
