@@ -1,0 +1,62 @@
+// Sizes, element types and edge cases the tools refuse with an error (exit
+// 1) instead of a crash, an abort or a silent result (issue 14, items 2, 3,
+// 5 and 9). Each function is run alone with --fn.
+//
+// RUN: not llmc-run %s --fn=passthrough_complex --backend=ref 2>&1 | FileCheck %s --check-prefix=COMPLEX
+// COMPLEX: error: argument 0 of @passthrough_complex has element type 'complex<f32>', which llmc does not support (expected f32, f16, bf16, f8E4M3FN, f8E5M2, i1, i8, i32 or i64)
+//
+// RUN: not llmc-run %s --fn=passthrough_huge --backend=ref 2>&1 | FileCheck %s --check-prefix=HUGE
+// RUN: not llmc-compile %s --fn=passthrough_huge -o %t.llmcx 2>&1 | FileCheck %s --check-prefix=HUGE
+// HUGE: error: argument 0 of @passthrough_huge has type 'tensor<4611686018427387904x4xf32>' whose dimension 0 is 4611686018427387904, more than the supported 2^40 (1099511627776)
+//
+// RUN: not llmc-run %s --fn=two_dims --backend=ref --shape a=4611686018427387904 --shape b=4 2>&1 | FileCheck %s --check-prefix=BIGDIM
+// BIGDIM: error: dimension 'a' = 4611686018427387904 (argument 0 of @two_dims, dimension 0) is more than the supported 2^40 (1099511627776)
+//
+// RUN: not llmc-run %s --fn=two_dims --backend=ref --shape a=1099511627776 --shape b=1099511627776 2>&1 | FileCheck %s --check-prefix=PRODUCT
+// PRODUCT: error: argument 0 of @two_dims (a = 1099511627776, b = 1099511627776) has type 'tensor<1099511627776x1099511627776xf32>' with over 2^63 elements, more than the supported 2^40 (1099511627776)
+//
+// The reference executor's host memory budget (8 GiB of float64 data by
+// default), for --backend=ref and for --check (which runs the reference
+// before it needs a GPU).
+// RUN: not llmc-run %s --fn=broadcast_budget --backend=ref 2>&1 | FileCheck %s --check-prefix=BUDGET
+// RUN: not llmc-run %s --fn=broadcast_budget --check 2>&1 | FileCheck %s --check-prefix=BUDGET
+// BUDGET: error: {{(reference executor: )?}}'llm.broadcast' at loc("{{.*}}llmc-run-limits.mlir":{{[0-9]+}}:{{[0-9]+}}): the result tensor<1099511627776xf32> needs 8796093022208 bytes of host memory (float64 values) but 8589934584 bytes are left of the reference executor's budget of 8589934592 bytes (8 in use)
+//
+// Edge cases of the op semantics, after shape specialization.
+// RUN: not llmc-run %s --fn=reduce_seq --backend=ref --shape seq=0 2>&1 | FileCheck %s --check-prefix=REDUCE
+// RUN: not llmc-compile %s --fn=reduce_seq --shape seq=0 -o %t.llmcx 2>&1 | FileCheck %s --check-prefix=REDUCE
+// REDUCE: error: 'llm.reduce_max' op reduces dimension 1 of the input [4, 0], which is empty; reduced dimensions must have size >= 1
+//
+// RUN: not llmc-run %s --fn=matmul_seq --backend=ref --shape seq=0 2>&1 | FileCheck %s --check-prefix=KZERO
+// KZERO: error: 'llm.matmul' op contraction size K is 0; a matmul needs K >= 1
+//
+// RUN: not test -e %t.llmcx
+
+func.func @passthrough_complex(%x: tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>> {
+  return %x : tensor<4xcomplex<f32>>
+}
+
+// No llm op sees this argument: the function's own types are checked.
+func.func @passthrough_huge(%x: tensor<4611686018427387904x4xf32>) -> tensor<4611686018427387904x4xf32> {
+  return %x : tensor<4611686018427387904x4xf32>
+}
+
+func.func @two_dims(%x: tensor<?x?xf32> {llm.dim_names = ["a", "b"]}) -> tensor<?x?xf32> {
+  %y = llm.neg %x : tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
+}
+
+func.func @broadcast_budget(%x: tensor<1xf32>) -> tensor<1099511627776xf32> {
+  %b = llm.broadcast %x : tensor<1xf32> to tensor<1099511627776xf32>
+  return %b : tensor<1099511627776xf32>
+}
+
+func.func @reduce_seq(%x: tensor<4x?xf32> {llm.dim_names = ["seq"]}) -> tensor<4xf32> {
+  %m = llm.reduce_max %x [1] : tensor<4x?xf32>
+  return %m : tensor<4xf32>
+}
+
+func.func @matmul_seq(%x: tensor<4x?xf32> {llm.dim_names = ["seq"]}, %w: tensor<?x8xf32> {llm.dim_names = ["seq"]}) -> tensor<4x8xf32> {
+  %y = llm.matmul %x, %w : tensor<4x?xf32>, tensor<?x8xf32> -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
