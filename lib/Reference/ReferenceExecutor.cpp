@@ -457,7 +457,13 @@ absl::StatusOr<HostTensor> RankState::constantFromAttr(Operation *op,
     return absl::UnimplementedError(absl::StrCat(
         opName(op), ": only dense elements attributes are supported by the "
                     "reference executor"));
-  auto type = cast<ShapedType>(dense.getType());
+  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!type || type != dense.getType())
+    return opError(op, absl::StrCat("result type ",
+                                    typeStr(op->getResult(0).getType()),
+                                    " is not a ranked tensor of the value's "
+                                    "type; the reference executor evaluates "
+                                    "tensors only"));
   if (!llm::isSupportedElementType(type.getElementType()))
     return opError(op, absl::StrCat("constant of element type ",
                                     typeStr(type.getElementType()),

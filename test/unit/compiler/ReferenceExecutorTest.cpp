@@ -994,6 +994,17 @@ func.func @f() -> tensor<2xf32> {
   EXPECT_TRUE(contains(s, "constant of element type f64, which the reference "
                           "executor does not support"))
       << s;
+  // A constant that is not a tensor (the result type was cast to a ranked
+  // tensor type unchecked).
+  s = runStatus(R"mlir(
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %c = arith.constant dense<1.0> : vector<4xf32>
+  return %x : tensor<4xf32>
+})mlir",
+                {rand(f32(), {4})});
+  EXPECT_TRUE(contains(s, "'arith.constant' at ")) << s;
+  EXPECT_TRUE(contains(s, "result type vector<4xf32> is not a ranked tensor"))
+      << s;
   // The rounding helper itself never crashes on such a type: NaN.
   EXPECT_TRUE(std::isnan(RoundToType(1.0, c32)));
   EXPECT_TRUE(std::isnan(RoundToType(1.0, index)));
