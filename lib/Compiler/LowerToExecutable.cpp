@@ -631,11 +631,56 @@ rt::Arg f32Arg(float v) {
 }
 rt::Arg nullArg() { return i64Arg(0); }
 
+/// The index space of an elementwise kernel with more dims than the
+/// kernel's shape argument holds (cu::kElementwiseMaxRank), in fewer dims
+/// that address the same elements: size-1 dims are dropped and adjacent
+/// dims merge where every strided input reads them as one (stride[d] ==
+/// stride[d+1] * size[d+1]). The last dim stays as it is (a row-broadcast
+/// input reads index % its size). Index spaces within the bound are left
+/// unchanged.
+void collapseIndexSpace(const cu::ElementwiseProgram &prog, std::vector<int64_t> &sizes,
+                        std::vector<std::vector<int64_t>> &strides) {
+  if (sizes.size() <= static_cast<size_t>(cu::kElementwiseMaxRank))
+    return;
+  auto isStrided = [&](size_t i) {
+    return prog.inputs[i].layout == cu::InputLayout::kStrided && i < strides.size();
+  };
+  std::vector<int64_t> outSizes;
+  std::vector<std::vector<int64_t>> outStrides(strides.size());
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    bool last = d + 1 == sizes.size();
+    if (!last && sizes[d] == 1)
+      continue;
+    bool merge = !last && !outSizes.empty();
+    for (size_t i = 0; merge && i < strides.size(); ++i)
+      merge = !isStrided(i) || outStrides[i].back() == strides[i][d] * sizes[d];
+    if (merge) {
+      outSizes.back() *= sizes[d];
+      for (size_t i = 0; i < strides.size(); ++i)
+        if (isStrided(i))
+          outStrides[i].back() = strides[i][d];
+      continue;
+    }
+    outSizes.push_back(sizes[d]);
+    for (size_t i = 0; i < strides.size(); ++i)
+      if (isStrided(i))
+        outStrides[i].push_back(strides[i][d]);
+  }
+  sizes = std::move(outSizes);
+  for (size_t i = 0; i < strides.size(); ++i)
+    if (isStrided(i))
+      strides[i] = std::move(outStrides[i]);
+}
+
 /// The elementwise kernels' by-value shape struct (sizes and per-input
-/// strides, see PackElementwiseShape) as one kernel parameter.
+/// strides, see PackElementwiseShape) as one kernel parameter. A kernel over
+/// more than cu::kElementwiseMaxRank dims runs over its collapsed index
+/// space (collapseIndexSpace); when even that has too many dims the
+/// generator refuses it, naming the rank.
 rt::Arg shapeArg(const cu::ElementwiseProgram &prog,
-                 const std::vector<int64_t> &sizes,
-                 const std::vector<std::vector<int64_t>> &strides) {
+                 std::vector<int64_t> sizes,
+                 std::vector<std::vector<int64_t>> strides) {
+  collapseIndexSpace(prog, sizes, strides);
   std::vector<int64_t> packed = cu::PackElementwiseShape(prog, sizes, strides);
   rt::Arg a;
   a.kind = rt::Arg::Bytes;
@@ -788,8 +833,6 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
     std::vector<std::vector<int64_t>> strides;
     for (auto &read : reads)
       strides.emplace_back(read.strides.begin(), read.strides.end());
-    if (sizes.size() > static_cast<size_t>(cu::kElementwiseMaxRank))
-      return unsupported(last, "elementwise rank above 8");
     args.push_back(shapeArg(prog, sizes, strides));
   }
   launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), last);

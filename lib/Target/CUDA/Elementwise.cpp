@@ -437,7 +437,9 @@ PackElementwiseShape(const ElementwiseProgram &prog,
                      const std::vector<int64_t> &out_sizes,
                      const std::vector<std::vector<int64_t>> &in_strides) {
   const int rank = static_cast<int>(out_sizes.size());
-  if (rank < 1 || rank > kElementwiseMaxRank) Fail("elementwise: rank must be 1..8");
+  if (rank < 1 || rank > kElementwiseMaxRank)
+    Fail("elementwise: a strided or broadcast read over " + std::to_string(rank) +
+         " dimensions (after merging size-1 and contiguous ones); 1 to 8 are supported");
   const size_t nin = prog.inputs.size();
   std::vector<int64_t> data(1 + 8 + 8 * nin, 0);
   data[0] = rank;

@@ -19,7 +19,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -147,6 +149,80 @@ func.func @too_big_arg(%x: tensor<1099511627776x1099511627776x1099511627776xf32>
   EXPECT_NE(arg.status().message().find("argument 0 of @too_big_arg has type"), std::string::npos)
       << arg.status();
   EXPECT_NE(arg.status().message().find("multiply to more than 2^63"), std::string::npos) << arg.status();
+}
+
+// The EwShape argument of an elementwise launch: {rank, sizes[8],
+// strides[inputs][8]}.
+std::vector<int64_t> ShapeArg(const rt::Launch &l) {
+  const rt::Arg &a = l.args.back();
+  EXPECT_EQ(a.kind, rt::Arg::Bytes);
+  std::vector<int64_t> v(a.bytes.size() / sizeof(int64_t));
+  std::memcpy(v.data(), a.bytes.data(), v.size() * sizeof(int64_t));
+  return v;
+}
+
+// Offset of element `i` (row-major over `sizes`) read through `strides`.
+int64_t OffsetOf(int64_t i, const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides) {
+  int64_t off = 0;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    off += (i % sizes[d]) * strides[d];
+    i /= sizes[d];
+  }
+  return off;
+}
+
+// Elementwise kernels take at most 8 dims of strides; a view of rank 10 (or
+// 100) is indexed over its collapsed index space, which reads the same
+// elements. Before, the rank-10 transposed view below escaped lowering as an
+// uncaught exception (terminate) and the rank-100 broadcast add was refused.
+TEST(LoweringLimits, ViewsOfRankAbove8ReadTheSameElements) {
+  // x viewed as [2,1,3,1,2,2,1,1,5,1] and transposed by `perm`.
+  const std::vector<int64_t> in = {2, 1, 3, 1, 2, 2, 1, 1, 5, 1};
+  const std::vector<int64_t> perm = {8, 0, 2, 4, 5, 1, 3, 6, 7, 9};
+  std::string inT = "tensor<2x1x3x1x2x2x1x1x5x1xf32>";
+  auto exe = Lower("func.func @rank10_view(%x: tensor<120xf32>) -> tensor<120xf32> {\n"
+                   "  %v = llm.reshape %x : tensor<120xf32> to " + inT + "\n"
+                   "  %t = llm.transpose %v [8, 0, 2, 4, 5, 1, 3, 6, 7, 9] : " + inT + "\n"
+                   "  %r = llm.reshape %t : tensor<5x2x3x2x2x1x1x1x1x1xf32> to tensor<120xf32>\n"
+                   "  return %r : tensor<120xf32>\n}\n");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  ASSERT_EQ(exe->launches.size(), 1u);
+  std::vector<int64_t> shape = ShapeArg(exe->launches[0]);
+  ASSERT_EQ(shape.size(), 1u + 8 + 8);
+  const int64_t rank = shape[0];
+  EXPECT_EQ(rank, 3);  // 5, then 2x3x2x2 (one run of x's strides), then the trailing 1
+  std::vector<int64_t> sizes(shape.begin() + 1, shape.begin() + 1 + rank);
+  std::vector<int64_t> strides(shape.begin() + 9, shape.begin() + 9 + rank);
+  std::vector<int64_t> inStrides(in.size(), 1), outSizes, outStrides;
+  for (int64_t d = static_cast<int64_t>(in.size()) - 2; d >= 0; --d)
+    inStrides[d] = inStrides[d + 1] * in[d + 1];
+  for (int64_t p : perm) {
+    outSizes.push_back(in[p]);
+    outStrides.push_back(inStrides[p]);
+  }
+  for (int64_t i = 0; i < 120; ++i)
+    ASSERT_EQ(OffsetOf(i, sizes, strides), OffsetOf(i, outSizes, outStrides)) << "element " << i;
+
+  // A rank-100 broadcast add: [1 x ... x 1 x 4] broadcast to [2 x 1 ... x 4].
+  std::string ones, twos;
+  for (int d = 0; d < 99; ++d) {
+    ones += "1x";
+    twos += d == 0 ? "2x" : "1x";
+  }
+  std::string t = "tensor<" + ones + "4xf32>", tb = "tensor<" + twos + "4xf32>";
+  auto add = Lower("func.func @rank100_add(%x0: tensor<4xf32>, %y0: tensor<8xf32>) -> tensor<8xf32> {\n"
+                   "  %x = llm.reshape %x0 : tensor<4xf32> to " + t + "\n"
+                   "  %y = llm.reshape %y0 : tensor<8xf32> to " + tb + "\n"
+                   "  %b = llm.broadcast %x : " + t + " to " + tb + "\n"
+                   "  %a = llm.add %b, %y : " + tb + "\n"
+                   "  %r = llm.reshape %a : " + tb + " to tensor<8xf32>\n"
+                   "  return %r : tensor<8xf32>\n}\n");
+  ASSERT_TRUE(add.ok()) << add.status();
+  ASSERT_EQ(add->launches.size(), 1u);
+  shape = ShapeArg(add->launches[0]);
+  EXPECT_EQ(shape[0], 2);  // [2, 4]: the row-broadcast input reads index % 4
+  EXPECT_EQ(shape[1], 2);
+  EXPECT_EQ(shape[2], 4);
 }
 
 } // namespace
