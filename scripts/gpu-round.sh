@@ -100,6 +100,8 @@ if has tp && [ "$NGPU" -ge 2 ] && [ "${SKIP_TP:-0}" != 1 ]; then
   run tp1.llama7b.seq2048.bench llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --bench
   run tp2.llama7b.seq2048 llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --tp=2 --check=gpu-f32 --bench
   # TP=2 output vs the single-GPU output of the same inputs (bf16 tolerance).
+  # (llmc-run --output-dir writes into an existing directory only.)
+  mkdir -p /tmp/tp1 /tmp/tp2
   run tp1.llama7b.out llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --output-dir=/tmp/tp1
   run tp2.llama7b.out llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --tp=2 --output-dir=/tmp/tp2
   run tp2.vs.tp1 python3 -c "import numpy as n;a=n.fromfile('/tmp/tp1/result0.f32','f4');b=n.fromfile('/tmp/tp2/result0.f32','f4');e=n.linalg.norm(b-a)/n.linalg.norm(a);print('relative error', e);assert n.isfinite(b).all() and e<=1e-2"

@@ -1,7 +1,7 @@
 //===- CompileMain.cpp - llmc-compile: ahead-of-time compilation -----------===//
 //
 //   llmc-compile FILE.mlir [--fn=NAME] [--shape NAME=N]... [--arch=sm_90a]...
-//                [--precision=fp32|bf16|fp16|fp8] [-o FILE.llmcx]
+//                [--precision=fp32|bf16|fp16|fp8] [-o FILE.llmcx | -o -]
 //                [--print-stats] [--emit-cuda]
 //
 // Specializes shapes, applies the precision policy, lowers to an Executable
@@ -17,7 +17,10 @@
 #include "llmc/InitAllDialects.h"
 #include "llmc/Support/ParseSource.h"
 #include "llmc/Tools.h"
+#include "CommandLine.h"
 #include "ToolSupport.h"
+#include "llmc/runtime/Executable.h"
+#include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/KernelCompiler.h"
 
 #include "LLM/Transforms/Passes.h"
@@ -48,7 +51,12 @@ int llmc::compileMain(int argc, char **argv) {
   cl::OptionCategory cat("llmc-compile options");
   cl::opt<std::string> input(cl::Positional, cl::desc("<file.mlir>"), cl::Required,
                              cl::cat(cat));
-  cl::opt<std::string> output("o", cl::desc("output .llmcx file"), cl::cat(cat));
+  cl::opt<std::string> output(
+      "o",
+      cl::desc("output .llmcx file (written atomically; an existing target "
+               "must be a regular file and its directory must exist), or - "
+               "for stdout"),
+      cl::value_desc("FILE"), cl::cat(cat));
   cl::opt<std::string> fnName("fn", cl::desc("function (default: the first)"),
                               cl::cat(cat));
   cl::list<std::string> shapes("shape", cl::desc("NAME=N binding of a dynamic dimension"),
@@ -78,6 +86,29 @@ int llmc::compileMain(int argc, char **argv) {
                         cl::cat(cat));
   cl::HideUnrelatedOptions(cat);
   cl::ParseCommandLineOptions(argc, argv, "llmc-compile: ahead-of-time compilation\n");
+  if (std::string e = llmc::tools::repeatedOptionError(cat, argc, argv); !e.empty())
+    return fail(e);
+  // Every flag value is checked before the (possibly long) compile.
+  std::vector<std::string> archList;
+  for (const std::string &arch : arches) {
+    if (llvm::is_contained(archList, arch))
+      return fail("--arch=" + arch + " is given twice; give each arch once");
+    archList.push_back(arch);
+  }
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16" &&
+      precision != "fp8")
+    return fail("precision policy must be fp32, bf16, fp16 or fp8, found '" +
+                precision + "'");
+  const bool toStdout = output == "-";
+  if (toStdout && (emitCuda || stats))
+    return fail(std::string("-o - writes the executable to stdout, where ") +
+                (emitCuda ? "--emit-cuda" : "--print-stats") +
+                " prints too; write the executable to a file");
+  if (output.getNumOccurrences() && output.empty())
+    return fail("-o needs a file name (or - for stdout)");
+  if (!output.empty() && !toStdout)
+    if (auto s = llmc::rt::CheckWritableFile(output); !s.ok())
+      return fail("-o: " + std::string(s.message()));
 
   std::unique_ptr<MLIRContext> ctxOwner = llmc::tools::makeContext();
   MLIRContext &ctx = *ctxOwner;
@@ -102,7 +133,6 @@ int llmc::compileMain(int argc, char **argv) {
     return fail(std::string(s.message()));
   if (auto s = llmc::ApplyPrecisionPolicy(fn, precision); !s.ok())
     return fail(std::string(s.message()));
-  std::vector<std::string> archList(arches.begin(), arches.end());
   if (archList.empty())
     archList.push_back("sm_90a");
   auto optionsFor = [&](const std::string &arch) {
@@ -174,8 +204,20 @@ int llmc::compileMain(int argc, char **argv) {
                                  ms(t0, t1), ms(t1, t2), (long long)cs.compiles,
                                  (long long)cs.memory_hits, (long long)cs.disk_hits);
   }
-  if (!output.empty())
+  if (toStdout) {
+    // What SaveExecutable writes, validated the same way.
+    if (auto s = exe->Validate(); !s.ok())
+      return fail(std::string(s.message()));
+    std::string data = llmc::rt::SerializeExecutable(*exe);
+    llvm::outs() << data;
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      llvm::outs().clear_error();
+      return fail("writing the executable to stdout failed");
+    }
+  } else if (!output.empty()) {
     if (auto s = llmc::rt::SaveExecutable(*exe, output); !s.ok())
       return fail(std::string(s.message()));
+  }
   return 0;
 }

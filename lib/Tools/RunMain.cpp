@@ -26,10 +26,12 @@
 #include "llmc/Reference/ReferenceExecutor.h"
 #include "llmc/Support/ParseSource.h"
 #include "llmc/Tools.h"
+#include "CommandLine.h"
 #include "TensorParallel.h"
 #include "ToolSupport.h"
 #include "llmc/runtime/Communicator.h"
 #include "llmc/runtime/DynamicLibs.h"
+#include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/Profile.h"
 #include "llmc/runtime/Session.h"
@@ -43,14 +45,19 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Parallel.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 using namespace mlir;
@@ -74,14 +81,17 @@ struct Options {
                                cl::cat(cat)};
   cl::list<std::string> inputFiles{
       "input",
-      cl::desc("argI=FILE: take argument I from a raw little-endian file of "
-               "float32 (FILE.f32) or int64 (FILE.i64) values, rounded to the "
-               "argument's type"),
+      cl::desc("argI=FILE: take argument I (row-major, little-endian) from "
+               "FILE.f32 (float32 values, rounded to the argument's type), "
+               "FILE.i64 (int64 values), or FILE.bin / FILE.<its dtype> "
+               "(e.g. FILE.bf16: the argument's own storage, i1 one byte 0 "
+               "or 1); the file must hold exactly the argument's element "
+               "count, and integer arguments take integral values in range"),
       cl::cat(cat)};
   cl::opt<std::string> outputDir{
       "output-dir",
       cl::desc("write each result I as DIR/resultI.f32 (raw little-endian "
-               "float32, row-major)"),
+               "float32, row-major); DIR must exist"),
       cl::cat(cat)};
   cl::opt<std::string> check{"check", cl::desc("compare with a reference: ref (CPU, "
                                                "float64), gpu-f32 (unfused f32 on the GPU), "
@@ -123,7 +133,9 @@ struct Options {
                "along K); --check then checks the kernels against the "
                "quantized graph"),
       cl::init("none"), cl::cat(cat)};
-  cl::opt<double> tolerance{"tol", cl::desc("relative error bound (default by dtype)"),
+  cl::opt<double> tolerance{"tol",
+                            cl::desc("with --check: relative error bound "
+                                     "(default by dtype)"),
                             cl::init(-1.0), cl::cat(cat)};
   cl::opt<int> tp{"tp",
                   cl::desc("tensor-parallel degree: run llmc-shard{tp=N rank=R} "
@@ -164,6 +176,78 @@ int fail(const llvm::Twine &msg) {
                        : std::string())
                << "error: " << msg << "\n";
   return 1;
+}
+
+/// The error for a flag whose value is invalid, or for flags that
+/// contradict each other or have no effect together, whatever the backend
+/// (every value is checked before anything runs); "" when they are fine.
+std::string checkFlags(const Options &opts) {
+  auto given = [](const cl::Option &o) { return o.getNumOccurrences() > 0; };
+  if (opts.backend != "cuda" && opts.backend != "ref")
+    return "unknown --backend '" + opts.backend + "' (expected cuda or ref)";
+  if (opts.precision != "fp32" && opts.precision != "bf16" &&
+      opts.precision != "fp16" && opts.precision != "fp8")
+    return "--precision must be fp32, bf16, fp16 or fp8, found '" +
+           opts.precision + "'";
+  if (opts.weightOnly != "none" && opts.weightOnly != "int8" &&
+      opts.weightOnly != "int4")
+    return "--weight-only must be none, int8 or int4, found '" +
+           opts.weightOnly + "'";
+  if (given(opts.check) && !opts.check.empty() && opts.check != "ref" &&
+      opts.check != "gpu-f32")
+    return "unknown --check mode '" + opts.check + "' (expected ref or gpu-f32)";
+  if (!opts.attention.empty())
+    if (auto backend = llmc::ParseAttentionBackend(opts.attention); !backend.ok())
+      return "--attention: " + std::string(backend.status().message());
+  if (given(opts.tolerance) &&
+      !(std::isfinite(opts.tolerance.getValue()) && opts.tolerance >= 0)) {
+    std::string tol;
+    llvm::raw_string_ostream(tol) << llvm::format("%g", opts.tolerance.getValue());
+    return "--tol=" + tol + ": expected a finite relative error >= 0";
+  }
+  if (given(opts.iters) && opts.iters < 1)
+    return "--iters=" + std::to_string(opts.iters) +
+           ": expected at least 1 timed run";
+  if (given(opts.gpu) && opts.gpu < 0)
+    return "--gpu=" + std::to_string(opts.gpu) + ": expected a GPU ordinal >= 0";
+  // Flags the cuda backend alone reads would be silently ignored.
+  if (opts.backend == "ref")
+    for (const cl::Option *o :
+         std::initializer_list<const cl::Option *>{
+             &opts.check, &opts.bench, &opts.iters, &opts.profile,
+             &opts.noGraphs, &opts.attention, &opts.gpu, &opts.tolerance,
+             &opts.noHoist, &opts.ncclTimeout})
+      if (given(*o))
+        return "--" + o->ArgStr.str() +
+               " applies to the cuda backend only; it has no effect with "
+               "--backend=ref";
+  if (given(opts.tolerance) && !given(opts.check))
+    return "--tol needs --check (it bounds the check's relative error)";
+  if (given(opts.iters) && !opts.bench)
+    return "--iters needs --bench (it counts the timed runs)";
+  if (!opts.profile.empty() && !opts.bench)
+    return "--profile needs --bench (the profile is the timed run)";
+  if (given(opts.profile)) {
+    if (opts.profile.empty() || opts.profile == "-")
+      return "--profile='" + opts.profile +
+             "': name a file (llmc-run prints its report on stdout)";
+    if (auto st = llmc::rt::CheckWritableFile(opts.profile); !st.ok())
+      return "--profile: " + std::string(st.message());
+  }
+  if (given(opts.outputDir)) {
+    struct stat st;
+    if (opts.outputDir.empty() || opts.outputDir == "-")
+      return "--output-dir='" + opts.outputDir + "': name a directory";
+    if (::stat(opts.outputDir.c_str(), &st) != 0)
+      return "--output-dir '" + opts.outputDir + "': " +
+             (errno == ENOENT ? std::string("the directory does not exist "
+                                            "(llmc-run does not create it)")
+                              : std::string(std::strerror(errno)));
+    if (!S_ISDIR(st.st_mode))
+      return "--output-dir '" + opts.outputDir + "' is " +
+             llmc::rt::FileKindName(st.st_mode) + ", not a directory";
+  }
+  return "";
 }
 
 absl::StatusOr<llmc::rt::DType> dtypeOf(Type t) { return llmc::toRuntimeDType(t); }
@@ -248,6 +332,132 @@ ref::HostTensor unpack(const std::string &bytes, Type elementType,
   return t;
 }
 
+std::string typeStr(Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return s;
+}
+
+/// Why `v` is no value of the integer type `t` ("" when it is one): not
+/// integral, outside the signed range of t's width (i1: 0 or 1), or, for
+/// i64, beyond 2^53, where the doubles llmc-run holds host values in stop
+/// being exact.
+std::string integerRangeError(Type t, double v) {
+  auto it = dyn_cast<IntegerType>(t);
+  if (!it)
+    return "";
+  unsigned w = it.getWidth();
+  double lo = w == 1 ? 0 : -std::ldexp(1.0, std::min(w, 54u) - 1);
+  double hi = w == 1 ? 1 : std::ldexp(1.0, std::min(w, 54u) - 1) - (w <= 53);
+  if (std::isfinite(v) && v == std::trunc(v) && v >= lo && v <= hi)
+    return "";
+  std::string found;
+  llvm::raw_string_ostream(found) << llvm::format("%.17g", v);
+  return "takes integers in [" + std::to_string(static_cast<int64_t>(lo)) +
+         ", " + std::to_string(static_cast<int64_t>(hi)) + "], found " + found;
+}
+
+/// Argument `idx` of type `t` from `--input argI=path` (see its --help):
+/// FILE.f32 / FILE.i64 values converted to the argument's type, or the
+/// argument's own storage (FILE.bin, FILE.<dtype>). The file must have
+/// exactly the argument's element count; integer arguments take integral
+/// values in range. Sets `error` and returns nullopt otherwise.
+std::optional<ref::HostTensor> readInput(const std::string &path, unsigned idx,
+                                         RankedTensorType t, std::string &error) {
+  const std::string flag = "--input arg" + std::to_string(idx) + "=" + path;
+  const std::string argName = "argument " + std::to_string(idx) + " (" +
+                              typeStr(t) + ")";
+  Type et = t.getElementType();
+  auto own = dtypeOf(et);
+  const std::string ownName = own.ok() ? llmc::rt::DTypeName(*own) : "";
+  llvm::StringRef ext = llvm::sys::path::extension(path);
+  ext.consume_front(".");
+  enum { F32, I64, Raw } kind;
+  int64_t width;
+  if (ext == "f32") {
+    kind = F32, width = 4;
+  } else if (ext == "i64") {
+    kind = I64, width = 8;
+  } else if (ext == "bin" || (!ownName.empty() && ext == ownName)) {
+    if (!own.ok()) {
+      error = flag + ": " + argName +
+              " has no raw storage format in llmc; use FILE.f32 or FILE.i64";
+      return std::nullopt;
+    }
+    kind = Raw, width = llmc::rt::DTypeSize(*own);
+  } else {
+    error = flag + ": " +
+            (ext.empty() ? std::string("no file extension")
+                         : "unknown input file type '." + ext.str() + "'") +
+            "; name it FILE.f32 (float32 values), FILE.i64 (int64 values)" +
+            (ownName.empty() ? std::string()
+                             : ", FILE.bin or FILE." + ownName + " (raw " +
+                                   ownName + " storage of argument " +
+                                   std::to_string(idx) + ")");
+    return std::nullopt;
+  }
+  const int64_t n = t.getNumElements();
+  llmc::rt::ReadOptions ro;
+  ro.exact_bytes = n * width;
+  auto bytes = llmc::rt::ReadFile(path, ro);
+  if (!bytes.ok()) {
+    error = flag + ": " + std::string(bytes.status().message());
+    if (absl::IsOutOfRange(bytes.status()))
+      error += " (" + argName + " holds " + std::to_string(n) + " values of " +
+               std::to_string(width) + " bytes as " +
+               (kind == F32   ? std::string("float32")
+                : kind == I64 ? std::string("int64")
+                              : "raw " + ownName) +
+               ")";
+    return std::nullopt;
+  }
+  std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
+  ref::HostTensor h;
+  if (kind == Raw) {
+    h = unpack(*bytes, et, shape);
+  } else {
+    h.elementType = et;
+    h.shape = shape;
+    h.data.resize(n);
+  }
+  const bool isInt = isa<IntegerType>(et);
+  for (int64_t i = 0; i < n; ++i) {
+    double v;
+    if (kind == Raw) {
+      if (et.isInteger(1) && static_cast<unsigned char>((*bytes)[i]) > 1) {
+        error = flag + ": byte #" + std::to_string(i) + " is " +
+                std::to_string(static_cast<unsigned char>((*bytes)[i])) + "; " +
+                argName + " takes 0 or 1";
+        return std::nullopt;
+      }
+      v = h.data[i];
+    } else if (kind == I64) {
+      int64_t x;
+      std::memcpy(&x, bytes->data() + i * 8, 8);
+      v = static_cast<double>(x);
+      // Beyond 2^53 the double is not x: refuse it rather than round.
+      if (isInt && (x > (int64_t(1) << 53) || x < -(int64_t(1) << 53))) {
+        std::string range = integerRangeError(et, std::ldexp(1.0, 63));
+        error = flag + ": value #" + std::to_string(i) + ": " + argName + " " +
+                range.substr(0, range.find(", found")) + ", found " +
+                std::to_string(x);
+        return std::nullopt;
+      }
+    } else {
+      float x;
+      std::memcpy(&x, bytes->data() + i * 4, 4);
+      v = x;
+    }
+    if (std::string why = integerRangeError(et, v); !why.empty()) {
+      error = flag + ": value #" + std::to_string(i) + ": " + argName + " " + why;
+      return std::nullopt;
+    }
+    h.data[i] = kind == Raw ? v : ref::RoundToType(v, et);
+  }
+  return h;
+}
+
 double dtypeTolerance(Type t) {
   if (t.isF32()) return 1e-5;
   if (t.isF16() || t.isBF16()) return 1e-2;
@@ -285,12 +495,6 @@ double precisionTolerance(const std::string &policy) {
   return 0.0;
 }
 
-std::string typeStr(Type t) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  t.print(os);
-  return s;
-}
 
 /// Rewrites every f16/bf16 type in `fn` to f32 (args, results, constants):
 /// the "unfused float32 instance" used as the GPU reference for big shapes.
@@ -589,6 +793,11 @@ int llmc::runMain(int argc, char **argv) {
   Options opts;
   cl::HideUnrelatedOptions(opts.cat);
   cl::ParseCommandLineOptions(argc, argv, "llmc-run: execute an llm function\n");
+  if (std::string e = llmc::tools::repeatedOptionError(opts.cat, argc, argv);
+      !e.empty())
+    return fail(e);
+  if (std::string e = checkFlags(opts); !e.empty())
+    return fail(e);
 
   // Tensor parallelism: a launcher starts the ranks and returns.
   if (opts.rank.getNumOccurrences() && opts.rank < 0) {
@@ -609,6 +818,16 @@ int llmc::runMain(int argc, char **argv) {
   if (tp.tp > 1 && opts.backend != "cuda")
     return fail("--tp needs the cuda backend (the reference executor "
                 "checks --tp runs through --check)");
+  if (tp.role != llmc::tools::TpState::Rank)
+    for (const cl::Option *o :
+         std::initializer_list<const cl::Option *>{&opts.rendezvous, &opts.runId})
+      if (o->getNumOccurrences())
+        return fail("--" + o->ArgStr.str() + " is for a rank started by hand "
+                    "(--tp=N --rank=R); " +
+                    (tp.role == llmc::tools::TpState::Launcher
+                         ? "llmc-run --tp=N without --rank starts the ranks "
+                           "with its own"
+                         : "without --tp there is no rendezvous"));
   if (tp.role == llmc::tools::TpState::Launcher)
     return llmc::tools::LaunchRanks(argc, argv);
 
@@ -628,7 +847,9 @@ int llmc::runMain(int argc, char **argv) {
   if (!parsedBindings)
     return fail(error);
   std::map<std::string, int64_t> bindings = std::move(*parsedBindings);
+  // --value and --input name each argument once, and not both.
   std::map<unsigned, int64_t> scalarValues;
+  std::map<unsigned, std::string> valueFlags, inputFlags;
   for (const std::string &s : opts.values) {
     auto [name, value] = llvm::StringRef(s).split('=');
     unsigned idx;
@@ -636,16 +857,23 @@ int llmc::runMain(int argc, char **argv) {
     if (!name.consume_front("arg") || name.getAsInteger(10, idx) ||
         value.getAsInteger(10, v))
       return fail("malformed --value '" + s + "', expected argI=N");
+    if (auto [it, fresh] = valueFlags.emplace(idx, s); !fresh)
+      return fail("--value " + s + ": argument " + std::to_string(idx) +
+                  " already has --value " + it->second + " (give it once)");
     scalarValues[idx] = v;
   }
-  if (!opts.profile.empty() && !opts.bench)
-    return fail("--profile needs --bench (the profile is the timed run)");
   std::map<unsigned, std::string> inputPaths;
   for (const std::string &s : opts.inputFiles) {
     auto [name, path] = llvm::StringRef(s).split('=');
     unsigned idx;
     if (!name.consume_front("arg") || name.getAsInteger(10, idx) || path.empty())
       return fail("malformed --input '" + s + "', expected argI=FILE");
+    if (auto [it, fresh] = inputFlags.emplace(idx, s); !fresh)
+      return fail("--input " + s + ": argument " + std::to_string(idx) +
+                  " already has --input " + it->second + " (give it once)");
+    if (valueFlags.count(idx))
+      return fail("--input " + s + " and --value " + valueFlags[idx] +
+                  " both give argument " + std::to_string(idx));
     inputPaths[idx] = path.str();
   }
   for (auto &[idx, v] : scalarValues) {
@@ -658,6 +886,11 @@ int llmc::runMain(int argc, char **argv) {
                   (t ? " is not a rank-0 integer tensor" : " does not exist") +
                   " (@" + fn.getSymName().str() + " has " +
                   std::to_string(fn.getNumArguments()) + " arguments)");
+    if (std::string why = integerRangeError(t.getElementType(), double(v));
+        !why.empty())
+      return fail("--value arg" + std::to_string(idx) + "=" + std::to_string(v) +
+                  ": argument " + std::to_string(idx) + " (" + typeStr(t) +
+                  ") " + why);
   }
   if (failed(llmc::llm::specializeShapes(fn, bindings)))
     return 1;
@@ -716,38 +949,12 @@ int llmc::runMain(int argc, char **argv) {
     Type et = t.getElementType();
     std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
     if (auto it = inputPaths.find(arg.getArgNumber()); it != inputPaths.end()) {
-      auto bytes = llmc::rt::ReadFile(it->second);
-      if (!bytes.ok())
-        return fail(std::string(bytes.status().message()));
-      bool isI64 = llvm::StringRef(it->second).ends_with(".i64");
-      size_t width = isI64 ? 8 : 4;
-      if (bytes->size() % width != 0)
-        return fail("--input " + it->second + " has " +
-                    std::to_string(bytes->size()) + " bytes, not a multiple of " +
-                    std::to_string(width) + (isI64 ? " (int64)" : " (float32)"));
-      if (bytes->size() != static_cast<size_t>(t.getNumElements()) * width)
-        return fail("--input " + it->second + " holds " +
-                    std::to_string(bytes->size() / width) + " values, argument " +
-                    std::to_string(arg.getArgNumber()) + " needs " +
-                    std::to_string(t.getNumElements()));
-      ref::HostTensor h;
-      h.elementType = et;
-      h.shape = shape;
-      h.data.resize(t.getNumElements());
-      for (size_t i = 0; i < h.data.size(); ++i) {
-        double v;
-        if (isI64) {
-          int64_t x;
-          std::memcpy(&x, bytes->data() + i * 8, 8);
-          v = static_cast<double>(x);
-        } else {
-          float x;
-          std::memcpy(&x, bytes->data() + i * 4, 4);
-          v = x;
-        }
-        h.data[i] = ref::RoundToType(v, et);
-      }
-      inputs.push_back(std::move(h));
+      std::string error;
+      std::optional<ref::HostTensor> h =
+          readInput(it->second, arg.getArgNumber(), t, error);
+      if (!h)
+        return fail(error);
+      inputs.push_back(std::move(*h));
       continue;
     }
     if (isa<IntegerType>(et)) {

@@ -46,7 +46,13 @@ llmc::tools::parseShapeBindings(llvm::ArrayRef<std::string> entries,
       error = "malformed --shape '" + s + "', expected NAME=N with N >= 0";
       return std::nullopt;
     }
-    bindings[name.str()] = v;
+    // Last-wins would silently run another shape (the C API rejects it).
+    if (auto [it, fresh] = bindings.emplace(name.str(), v); !fresh) {
+      error = "--shape " + s + ": '" + name.str() + "' is already bound by --shape " +
+              name.str() + "=" + std::to_string(it->second) +
+              " (bind each dynamic dimension once)";
+      return std::nullopt;
+    }
   }
   return bindings;
 }

@@ -28,7 +28,8 @@ std::unique_ptr<mlir::MLIRContext> makeContext();
 mlir::func::FuncOp findFunction(mlir::ModuleOp module, llvm::StringRef name,
                                 std::string &error);
 
-/// Parses `--shape NAME=N` bindings. Sets `error` naming the malformed entry.
+/// Parses `--shape NAME=N` bindings. Sets `error` naming the malformed entry,
+/// or both entries of a name bound twice.
 std::optional<std::map<std::string, int64_t>>
 parseShapeBindings(llvm::ArrayRef<std::string> entries, std::string &error);
 

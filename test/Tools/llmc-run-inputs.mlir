@@ -1,0 +1,57 @@
+// llmc-run --input: FILE.f32 / FILE.i64 values converted to the argument's
+// type, FILE.bin or FILE.<its dtype> its raw storage; the file must be a
+// regular file of exactly the argument's size, integer arguments take
+// integral values in range. Before: every name other than .i64 was read as
+// float32 (raw i32 data turned into zeros), a FIFO blocked, /dev/zero was
+// read until memory ran out.
+// RUN: rm -rf %t && mkdir %t
+// RUN: python3 -c "import struct,sys; open(sys.argv[1],'wb').write(struct.pack('<4i',1,2,3,4))" %t/ints.bin
+// RUN: python3 -c "import struct,sys; open(sys.argv[1],'wb').write(struct.pack('<4H',0x3f80,0x4000,0x4040,0x4080))" %t/h.bf16
+// RUN: python3 -c "import struct,sys; open(sys.argv[1],'wb').write(struct.pack('<4f',1,2,3,4.5))" %t/v.f32
+// RUN: python3 -c "import struct,sys; open(sys.argv[1],'wb').write(struct.pack('<4q',1,2,3,2**40))" %t/v.i64
+// RUN: python3 -c "import sys; open(sys.argv[1],'wb').write(bytes([1,0,1]))" %t/mask.bin
+// RUN: python3 -c "import sys; open(sys.argv[1],'wb').write(bytes([1,0,2]))" %t/badmask.bin
+// RUN: mkfifo %t/fifo.bin && ln -s /dev/zero %t/zero.bin && mkdir %t/dir.bin
+// Raw storage of the argument's own dtype.
+// RUN: llmc-run %s --fn=ints --input arg0=%t/ints.bin --backend=ref | FileCheck %s --check-prefix=INTS
+// RUN: llmc-run %s --fn=halves --input arg0=%t/h.bf16 --backend=ref | FileCheck %s --check-prefix=HALVES
+// RUN: llmc-run %s --fn=mask --input arg0=%t/mask.bin --backend=ref | FileCheck %s --check-prefix=MASK
+// Converted values, still checked against an integer argument's range.
+// RUN: llmc-run %s --fn=halves --input arg0=%t/v.f32 --backend=ref | FileCheck %s --check-prefix=F32
+// RUN: not llmc-run %s --fn=ints --input arg0=%t/v.f32 --backend=ref 2>&1 | FileCheck %s --check-prefix=FRAC
+// RUN: not llmc-run %s --fn=ints --input arg0=%t/v.i64 --backend=ref 2>&1 | FileCheck %s --check-prefix=BIG
+// RUN: not llmc-run %s --fn=mask --input arg0=%t/badmask.bin --backend=ref 2>&1 | FileCheck %s --check-prefix=BADMASK
+// Wrong names, sizes and kinds of file.
+// RUN: not llmc-run %s --fn=halves --input arg0=%t/ints.bin --backend=ref 2>&1 | FileCheck %s --check-prefix=SIZE
+// RUN: not llmc-run %s --fn=ints --input arg0=%t/h.bf16 --backend=ref 2>&1 | FileCheck %s --check-prefix=EXT
+// RUN: not llmc-run %s --fn=ints --input arg0=%t/zero.bin --backend=ref 2>&1 | FileCheck %s --check-prefix=DEV
+// RUN: not llmc-run %s --fn=ints --input arg0=%t/fifo.bin --backend=ref 2>&1 | FileCheck %s --check-prefix=FIFO
+// RUN: not llmc-run %s --fn=ints --input arg0=%t/dir.bin --backend=ref 2>&1 | FileCheck %s --check-prefix=DIR
+// RUN: not llmc-run %s --fn=ints --input arg0=/dev/zero --backend=ref 2>&1 | FileCheck %s --check-prefix=NOEXT
+// RUN: not llmc-run %s --fn=ints --input arg0=%t/none.bin --backend=ref 2>&1 | FileCheck %s --check-prefix=NONE
+// INTS: result0: tensor<4xi32> checksum 2.000000e+01
+// HALVES: result0: tensor<4xbf16> checksum 2.000000e+01
+// MASK: result0: tensor<3xf32> checksum 2.000000e+00
+// F32: result0: tensor<4xbf16> checksum 2.100000e+01
+// FRAC: llmc-run: error: --input arg0={{.*}}v.f32: value #3: argument 0 (tensor<4xi32>) takes integers in [-2147483648, 2147483647], found 4.5
+// BIG: llmc-run: error: --input arg0={{.*}}v.i64: value #3: argument 0 (tensor<4xi32>) takes integers in [-2147483648, 2147483647], found 1099511627776
+// BADMASK: llmc-run: error: --input arg0={{.*}}badmask.bin: byte #2 is 2; argument 0 (tensor<3xi1>) takes 0 or 1
+// SIZE: llmc-run: error: --input arg0={{.*}}ints.bin: '{{.*}}ints.bin' has 16 bytes, expected exactly 8 (argument 0 (tensor<4xbf16>) holds 4 values of 2 bytes as raw bf16)
+// EXT: llmc-run: error: --input arg0={{.*}}h.bf16: unknown input file type '.bf16'; name it FILE.f32 (float32 values), FILE.i64 (int64 values), FILE.bin or FILE.i32 (raw i32 storage of argument 0)
+// DEV: llmc-run: error: --input arg0={{.*}}zero.bin: '{{.*}}zero.bin' is a character device, not a regular file; llmc reads regular files only
+// FIFO: llmc-run: error: --input arg0={{.*}}fifo.bin: '{{.*}}fifo.bin' is a FIFO, not a regular file; llmc reads regular files only
+// DIR: llmc-run: error: --input arg0={{.*}}dir.bin: '{{.*}}dir.bin' is a directory, not a regular file; llmc reads regular files only
+// NOEXT: llmc-run: error: --input arg0=/dev/zero: no file extension; name it FILE.f32
+// NONE: llmc-run: error: --input arg0={{.*}}none.bin: file '{{.*}}none.bin' does not exist
+func.func @ints(%x: tensor<4xi32>) -> tensor<4xi32> {
+  %y = llm.add %x, %x : tensor<4xi32>
+  return %y : tensor<4xi32>
+}
+func.func @halves(%x: tensor<4xbf16>) -> tensor<4xbf16> {
+  %y = llm.add %x, %x : tensor<4xbf16>
+  return %y : tensor<4xbf16>
+}
+func.func @mask(%m: tensor<3xi1>) -> tensor<3xf32> {
+  %y = llm.cast %m : tensor<3xi1> to tensor<3xf32>
+  return %y : tensor<3xf32>
+}
