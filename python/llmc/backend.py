@@ -34,6 +34,7 @@ import functools
 import itertools
 import logging
 import os
+import re
 import tempfile
 import threading
 import warnings
@@ -94,6 +95,11 @@ CHECK_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2,
              torch.float8_e4m3fn: 0.125, torch.float8_e5m2: 0.125}
 
 
+# The compiler's numerics policies (llmc::ApplyPrecisionPolicy, llmc-run
+# --precision).
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+
+
 @dataclass
 class Options:
     """torch.compile(..., options={...}) of the llmc backend.
@@ -102,6 +108,10 @@ class Options:
         int (multiples of it), a list of sizes (larger sizes compile exactly)
         or "none": how dynamic dimensions are bucketed where exact.
         `bucket` is an older name of it.
+    precision: None (the graph's own types) or one of PRECISIONS ("fp32",
+        "bf16", "fp16", "fp8"), the compiler's numerics policy; arch: the
+        GPU to compile for ("sm_90a"; default: the one present). Any other
+        value is a ValueError, as for every option.
     check: False, True (raise CheckMismatch) or "warn"; LLMC_CHECK=1 (or
         =warn) sets it. check_tol overrides the relative L2 bound CHECK_TOL.
     cuda_graphs (default False): each session replays its launches as a CUDA
@@ -160,6 +170,16 @@ class Options:
         if o.check_tol is not None and not (isinstance(o.check_tol, (int, float))
                                             and o.check_tol > 0):
             raise ValueError(f"llmc: check_tol must be a positive number, got {o.check_tol!r}")
+        # A bad value must not reach the compiler: its error would turn into a
+        # fallback to eager with a warning, the model silently unaccelerated.
+        if o.precision is not None and o.precision not in PRECISIONS:
+            raise ValueError(f"llmc: precision must be one of {', '.join(PRECISIONS)} "
+                             f"(or None: as written), got {o.precision!r}")
+        if o.arch is not None and not (isinstance(o.arch, str)
+                                       and re.fullmatch(r"(sm|compute)_\d{2,4}[af]?", o.arch)):
+            raise ValueError(f"llmc: arch must look like sm_90a, sm_80 or compute_90 "
+                             f"(sm_<NN> or compute_<NN>, optionally with an 'a' or 'f' "
+                             f"suffix), got {o.arch!r}")
         return o
 
     def compiler_options(self) -> Dict[str, Any]:

@@ -1,0 +1,36 @@
+"""torch.compile(backend="llmc", options=...) validates every option value
+when the backend is first called: a bad value is a ValueError listing what
+is allowed, never a compile error turned into a warning and a fallback to
+eager (which left the model silently unaccelerated)."""
+
+import warnings
+
+import pytest
+import torch
+
+from llmc.backend import PRECISIONS, Options
+
+
+def test_precision_values():
+    for p in PRECISIONS + (None,):
+        assert Options.from_dict({"precision": p}).precision == p
+    for bad in ("fp7", "FP16", "int8", "", 16):
+        with pytest.raises(ValueError, match=r"precision must be one of fp32, bf16, fp16, fp8"):
+            Options.from_dict({"precision": bad})
+
+
+def test_arch_values():
+    for a in ("sm_90a", "sm_80", "sm_100f", "compute_90"):
+        assert Options.from_dict({"arch": a}).arch == a
+    for bad in ("sm90", "gfx90a", "sm_9x", "", 90):
+        with pytest.raises(ValueError, match="arch must look like sm_90a"):
+            Options.from_dict({"arch": bad})
+
+
+def test_torch_compile_raises_instead_of_falling_back():
+    f = torch.compile(lambda x: torch.relu(x) * 2.0, backend="llmc",
+                      options={"precision": "fp7"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "falling back" warning either
+        with pytest.raises(Exception, match=r"precision must be one of .*got 'fp7'"):
+            f(torch.randn(4, 8))
