@@ -13,9 +13,14 @@ int64_t BucketPolicy::Bucket(int64_t v) const {
     case None: return v;
     case MultipleOf: {
       int64_t m = std::max<int64_t>(multiple, 1);
-      return (v + m - 1) / m * m;
+      int64_t up;
+      if (v <= 0) return 0;
+      if (__builtin_add_overflow(v, m - 1, &up)) return -1;
+      return up / m * m;
     }
     case PowerOfTwo: {
+      // 2^62 is the largest power of two an int64 holds (2^63 is not).
+      if (v > (int64_t(1) << 62)) return -1;
       int64_t p = 1;
       while (p < v) p <<= 1;
       return p;
@@ -75,7 +80,19 @@ absl::StatusOr<SpecializationCache::Entry> SpecializationCache::Get(
   std::vector<std::pair<std::string, int64_t>> key;
   for (const auto& [sym, v] : concrete) {
     auto pol = policies_.find(sym);
+    if (pol != policies_.end() && pol->second.kind == BucketPolicy::MultipleOf &&
+        pol->second.multiple <= 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket policy of dynamic dim '", sym, "': multiple-of ",
+          pol->second.multiple, " (expected a multiple > 0)"));
     int64_t b = pol == policies_.end() ? v : pol->second.Bucket(v);
+    if (b < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dynamic dim '", sym, "' is ", v, ", which has no ",
+          pol->second.kind == BucketPolicy::PowerOfTwo
+              ? std::string("power-of-two")
+              : absl::StrCat("multiple-of-", pol->second.multiple),
+          " bucket within int64"));
     if (b < v) return InternalBug("bucket ", b, " below value ", v, " for ", sym);
     bucketed[sym] = b;
     key.emplace_back(sym, b);

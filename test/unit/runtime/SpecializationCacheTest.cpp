@@ -39,6 +39,33 @@ TEST(BucketPolicyTest, Buckets) {
   EXPECT_EQ(p2.Bucket(1025), 2048);
 }
 
+// Before: the power-of-two loop never ended above 2^62 (p overflowed to 0)
+// and the multiple-of rounding overflowed into an "internal error".
+TEST(BucketPolicyTest, BucketsBeyondInt64AreRefusedNotLoopedOn) {
+  BucketPolicy p2{BucketPolicy::PowerOfTwo};
+  EXPECT_EQ(p2.Bucket(int64_t(1) << 62), int64_t(1) << 62);
+  EXPECT_EQ(p2.Bucket((int64_t(1) << 62) + 1), -1);
+  EXPECT_EQ(p2.Bucket(INT64_MAX), -1);
+  BucketPolicy mul{BucketPolicy::MultipleOf, 16};
+  EXPECT_EQ(mul.Bucket(INT64_MAX - 14), -1);  // the next multiple is 2^63
+  EXPECT_EQ(mul.Bucket(INT64_MAX / 16 * 16), INT64_MAX / 16 * 16);
+  EXPECT_EQ(mul.Bucket(0), 0);
+
+  Recorder rec;
+  SpecializationCache cache(Inputs(), {{"seq", p2}}, rec.Fn());
+  auto e = cache.Get({{1, (int64_t(1) << 62) + 1, 64}, {1, (int64_t(1) << 62) + 1}});
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.status().message(),
+            "dynamic dim 'seq' is 4611686018427387905, which has no "
+            "power-of-two bucket within int64");
+  SpecializationCache bad(Inputs(), {{"seq", {BucketPolicy::MultipleOf, 0}}}, rec.Fn());
+  auto z = bad.Get({{1, 5, 64}, {1, 5}});
+  EXPECT_EQ(z.status().message(),
+            "bucket policy of dynamic dim 'seq': multiple-of 0 (expected a "
+            "multiple > 0)");
+  EXPECT_TRUE(rec.calls.empty());
+}
+
 TEST(SpecializationCacheTest, HitsMissesAndBucketing) {
   Recorder rec;
   SpecializationCache cache(

@@ -35,7 +35,9 @@ struct BucketPolicy {
   enum Kind { None, MultipleOf, PowerOfTwo };
   Kind kind = None;
   int64_t multiple = 1;  // MultipleOf only, > 0
-  /// Bucketed value for concrete `v` (>= v).
+  /// Bucketed value for concrete `v` >= 0 (>= v), or -1 when that value
+  /// does not fit in int64 (v above 2^62 for PowerOfTwo, within `multiple`
+  /// of INT64_MAX for MultipleOf); SpecializationCache::Get reports it.
   int64_t Bucket(int64_t v) const;
 };
 
@@ -67,7 +69,8 @@ class SpecializationCache {
 
   /// Errors: InvalidArgument when shapes contradict the spec (wrong count or
   /// rank, static dim mismatch, one symbol bound to two values) naming input,
-  /// dim and expected vs actual; ResourceExhausted when a new specialization
+  /// dim and expected vs actual, or when a dim's policy has no bucket for its
+  /// value (a multiple-of policy with multiple <= 0, a bucket beyond int64); ResourceExhausted when a new specialization
   /// would exceed the recompile limit (names each dim and the values seen);
   /// the compile callback's error otherwise.
   absl::StatusOr<Entry> Get(const std::vector<std::vector<int64_t>>& shapes);
