@@ -156,7 +156,8 @@ public:
           std::max<int64_t>(limit_ - used(), 0),
           " bytes are left of the reference executor's budget of ", limit_,
           " bytes (", used(),
-          " in use); raise it with EvaluateOptions::max_host_bytes"));
+          " in use); raise it with EvaluateOptions::max_host_bytes "
+          "(llmc-run --ref-max-memory=GIB)"));
     inFlight_ += bytes;
     peak_ = std::max(peak_, used());
     return absl::OkStatus();

@@ -56,6 +56,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -133,6 +134,13 @@ struct Options {
                "along K); --check then checks the kernels against the "
                "quantized graph"),
       cl::init("none"), cl::cat(cat)};
+  cl::opt<double> refMaxMemory{
+      "ref-max-memory",
+      cl::desc("host memory budget of the CPU reference executor (--backend=ref, "
+               "--check=ref) in GiB of float64 data: inputs, live values and "
+               "results (default 8)"),
+      cl::init(double(ref::kDefaultMaxHostBytes) / double(int64_t(1) << 30)),
+      cl::cat(cat)};
   cl::opt<double> tolerance{"tol",
                             cl::desc("with --check: relative error bound "
                                      "(default by dtype)"),
@@ -932,6 +940,16 @@ int llmc::runMain(int argc, char **argv) {
       return fail("--input arg" + std::to_string(idx) + "=" + path + ": @" +
                   fn.getSymName().str() + " has " +
                   std::to_string(fn.getNumArguments()) + " arguments");
+  // The reference executor's budget; with the reference to run, the inputs
+  // (held here as float64, then copied by the executor) must fit it too.
+  if (!(opts.refMaxMemory > 0.0))
+    return fail("--ref-max-memory must be > 0 (GiB), found " +
+                std::to_string(opts.refMaxMemory));
+  ref::EvaluateOptions refOptions;
+  refOptions.max_host_bytes =
+      opts.refMaxMemory >= 0x1p33 ? std::numeric_limits<int64_t>::max()
+                                  : static_cast<int64_t>(opts.refMaxMemory * 0x1p30);
+  const bool refRuns = opts.backend == "ref" || opts.check.getValue() == "ref";
   int64_t totalBytes = 0;
   for (BlockArgument arg : fn.getArguments()) {
     auto t = dyn_cast<RankedTensorType>(arg.getType());
@@ -946,6 +964,14 @@ int llmc::runMain(int argc, char **argv) {
       return fail("argument " + std::to_string(arg.getArgNumber()) + " (" +
                   typeStr(t) + ") is too large for llmc-run's host-side inputs "
                   "(at most 2^34 elements, 128 GiB in all)");
+    if (refRuns && totalBytes > refOptions.max_host_bytes)
+      return fail("argument " + std::to_string(arg.getArgNumber()) + " (" +
+                  typeStr(t) + ") brings the inputs to " +
+                  std::to_string(totalBytes) +
+                  " bytes of float64 host values, more than the reference "
+                  "executor's budget of " +
+                  std::to_string(refOptions.max_host_bytes) +
+                  " bytes (raise it with --ref-max-memory=GIB)");
     Type et = t.getElementType();
     std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
     if (auto it = inputPaths.find(arg.getArgNumber()); it != inputPaths.end()) {
@@ -1004,7 +1030,7 @@ int llmc::runMain(int argc, char **argv) {
     if (auto st = llmc::ApplyPrecisionPolicy(refFn, policy); !st.ok())
       return fail(std::string(st.message()));
     auto t0 = std::chrono::steady_clock::now();
-    auto outs = ref::Evaluate(refFn, inputs);
+    auto outs = ref::Evaluate(refFn, inputs, refOptions);
     if (!outs.ok())
       return fail(std::string(outs.status().message()));
     if (!writeOutputs(*outs))
@@ -1067,7 +1093,7 @@ int llmc::runMain(int argc, char **argv) {
   std::vector<ref::HostTensor> expected;
   std::string expectedFrom;
   if (checkMode == "ref") {
-    auto outs = ref::Evaluate(refFn, inputs);
+    auto outs = ref::Evaluate(refFn, inputs, refOptions);
     if (!outs.ok())
       return fail("reference executor: " + std::string(outs.status().message()));
     expected = std::move(*outs);

@@ -21,6 +21,17 @@
 // RUN: not llmc-run %s --fn=broadcast_budget --backend=ref 2>&1 | FileCheck %s --check-prefix=BUDGET
 // RUN: not llmc-run %s --fn=broadcast_budget --check 2>&1 | FileCheck %s --check-prefix=BUDGET
 // BUDGET: error: {{(reference executor: )?}}'llm.broadcast' at loc("{{.*}}llmc-run-limits.mlir":{{[0-9]+}}:{{[0-9]+}}): the result tensor<1099511627776xf32> needs 8796093022208 bytes of host memory (float64 values) but 8589934584 bytes are left of the reference executor's budget of 8589934592 bytes (8 in use)
+// --ref-max-memory sets it (GiB); the inputs llmc-run makes must fit it too,
+// checked before they are allocated (a 2^31-element input aborted with
+// "LLVM ERROR: out of memory" under the fuzzer's memory limit).
+// RUN: not llmc-run %s --fn=two_dims --backend=ref --shape a=1024 --shape b=1024 --ref-max-memory=0.001 2>&1 | FileCheck %s --check-prefix=INPUTS
+// INPUTS: error: argument 0 (tensor<1024x1024xf32>) brings the inputs to 8388608 bytes of float64 host values, more than the reference executor's budget of 1073741 bytes (raise it with --ref-max-memory=GIB)
+// RUN: not llmc-run %s --fn=two_dims --backend=ref --shape a=256 --shape b=256 --ref-max-memory=0.0006 2>&1 | FileCheck %s --check-prefix=SMALL
+// SMALL: error: 'llm.neg' at {{.*}}: the result tensor<256x256xf32> needs 524288 bytes of host memory (float64 values) but 119957 bytes are left of the reference executor's budget of 644245 bytes (524288 in use); raise it with EvaluateOptions::max_host_bytes (llmc-run --ref-max-memory=GIB)
+// RUN: llmc-run %s --fn=two_dims --backend=ref --shape a=256 --shape b=256 --ref-max-memory=0.001 | FileCheck %s --check-prefix=ENOUGH
+// ENOUGH: result0: tensor<256x256xf32> checksum
+// RUN: not llmc-run %s --fn=two_dims --backend=ref --shape a=4 --shape b=4 --ref-max-memory=0 2>&1 | FileCheck %s --check-prefix=ZERO
+// ZERO: error: --ref-max-memory must be > 0 (GiB), found 0.000000
 //
 // Edge cases of the op semantics, after shape specialization.
 // RUN: not llmc-run %s --fn=reduce_seq --backend=ref --shape seq=0 2>&1 | FileCheck %s --check-prefix=REDUCE
