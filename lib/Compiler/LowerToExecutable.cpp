@@ -1018,7 +1018,9 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   g.dtype_d = g.dtype_c = dt(op.getResult());
   if (g.dtype_a == rt::DType::i8 || g.dtype_a == rt::DType::i32 ||
       g.dtype_a == rt::DType::i64)
-    return unsupported(op, "integer matmul");
+    return unsupported(op, absl::StrCat("an integer matmul (", rt::DTypeName(g.dtype_a),
+                                        " operands); the CUDA backend's GEMMs take f32, f16, "
+                                        "bf16 or fp8 operands"));
   if (k == 0)
     return unsupported(op, "a matmul with an empty contraction (K = 0)");
   auto isFp8 = [](rt::DType t) {
