@@ -223,7 +223,14 @@ absl::StatusOr<CompiledKernel> KernelCompiler::ReadDisk(
                               : std::string(data.status().message());
   if (!why.empty()) {
     ++corrupt_;
-    RemoveDamagedEntry(path);
+    // The damage may be the shard directory (kernels/<2 hex digits>) being
+    // something else, e.g. a file: then the entry path cannot exist.
+    std::string shard = path.substr(0, path.rfind('/'));
+    struct stat st;
+    if (::lstat(shard.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      RemoveDamagedEntry(shard);
+    else
+      RemoveDamagedEntry(path);
     return absl::DataLossError(absl::StrCat("cache entry ", path, ": ", why));
   }
   k.name = src.name;

@@ -266,6 +266,16 @@ TEST_F(KernelCompilerTest, NonEmptyDirectoryEntryIsMovedAsideAndReplaced) {
   EXPECT_EQ(aside, 1);
 }
 
+TEST_F(KernelCompilerTest, ShardDirectoryThatIsAFileIsReplaced) {
+  // kernels/<2 hex digits>/ replaced by a file: no entry can be read or
+  // written below it until it is a directory again.
+  CorruptAndRecompile(dir_, [](const std::string& path) {
+    fs::path shard = fs::path(path).parent_path();
+    fs::remove_all(shard);
+    std::ofstream(shard) << "not a directory";
+  });
+}
+
 TEST_F(KernelCompilerTest, OversizedEntryIsNotRead) {
   // A sparse file larger than any entry llmc reads (4 GiB): refused by its
   // size, without reading or allocating it.
