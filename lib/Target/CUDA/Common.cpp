@@ -97,8 +97,29 @@ int VecWidth(int64_t n, int elem_size) {
   return w < 1 ? 1 : w;
 }
 
+namespace {
+/// Every `static constexpr int kX = <literal>;` of `text` holds a value that
+/// fits int: a generator that sizes a kernel beyond 32-bit indices must pick
+/// a 64-bit form or refuse the configuration, never let the literal wrap.
+void CheckIntConstants(const std::string &text) {
+  const std::string key = "static constexpr int ";
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    size_t eq = text.find(" = ", at + key.size());
+    size_t end = text.find(';', at);
+    if (eq == std::string::npos || end == std::string::npos || eq > end) continue;
+    const std::string value = text.substr(eq + 3, end - eq - 3);
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (value.size() > 10 || std::stoll(value) > 0x7fffffffLL)
+      Fail("constant " + text.substr(at + key.size(), eq - at - key.size()) + " = " + value +
+           " does not fit the kernel's 32-bit int");
+  }
+}
+} // namespace
+
 std::string Assemble(const std::string &header_comment,
                      const std::string &config, const std::string &body) {
+  CheckIntConstants(config);
+  CheckIntConstants(body);
   std::string s;
   s.reserve(Preamble().size() + header_comment.size() + config.size() +
             body.size() + 64);

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "NvrtcHelper.h"
+#include "../../../lib/Target/CUDA/Internal.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
 #include <gtest/gtest.h>
@@ -761,6 +762,17 @@ TEST(IntIndexedKernels, RefuseRowsBeyond2p30) {
   EXPECT_EQ(message([&] { GatherLaunch(many, int64_t{1} << 31); }),
             "llmc::cuda kernel generator: launch grid too large: 2147483648 x 1 x 1 blocks (CUDA allows at "
             "most 2147483647 x 65535 x 65535)");
+}
+
+// The safety net under every generator: a `static constexpr int` literal
+// that does not fit int (it would wrap in the kernel) is refused.
+TEST(IntIndexedKernels, AssembleRefusesIntConstantsThatWrap) {
+  using llmc::cuda::detail::Assemble;
+  EXPECT_THROW(Assemble("", "static constexpr int kN = 2147483648;\n", ""), std::invalid_argument);
+  EXPECT_THROW(Assemble("", "", "static constexpr int kRow = 99999999999999999999;\n"), std::invalid_argument);
+  EXPECT_NO_THROW(Assemble("", "static constexpr int kN = 2147483647;\nstatic constexpr int kV = kN / 8;\n"
+                               "static constexpr long long kM = 2147483648LL;\n",
+                           ""));
 }
 
 TEST(Names, DistinctAcrossConfigs) {
