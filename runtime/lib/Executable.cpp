@@ -503,6 +503,30 @@ bool ValidArch(const std::string& arch) {
          (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
 }
 
+// Whether `s` is UTF-8 (the JSON payload holds text; nlohmann's dump throws
+// on anything else, so an unchecked string would abort a save).
+bool IsUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2
+             : (c >> 3) == 0x1E ? 3 : 4;
+    if (n == 4 || i + n >= s.size()) return false;
+    uint32_t cp = n == 0 ? c : n == 1 ? c & 0x1F : n == 2 ? c & 0x0F : c & 0x07;
+    for (size_t k = 1; k <= n; ++k) {
+      unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 0x2) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, surrogates, beyond U+10FFFF.
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
+        (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 template <typename T>
 T ReadLE(const std::string& s, size_t at) {
   T v;
@@ -585,14 +609,19 @@ absl::Status Executable::Validate() const {
     return bad("format version ", format_version, " (this runtime reads ",
                kFormatVersion, ")");
   if (arena_bytes < 0) return bad("arena has negative size ", arena_bytes);
-  for (const auto& [name, value] : symbol_bindings)
+  for (const auto& [name, value] : symbol_bindings) {
+    if (!IsUtf8(name)) return bad("a dynamic dim name is not UTF-8 text");
     if (value < 0) return bad("dynamic dim '", name, "' is bound to ", value);
+  }
 
   // Signatures: rank, dtype, dims, element and byte counts without overflow.
   for (const auto* sigs : {&inputs, &outputs}) {
     const bool is_input = sigs == &inputs;
     for (size_t i = 0; i < sigs->size(); ++i) {
       const TensorSig& t = (*sigs)[i];
+      if (!IsUtf8(t.name))
+        return bad(is_input ? "input" : "output", " #", i,
+                   " has a name that is not UTF-8 text");
       std::string w = absl::StrCat(is_input ? "input '" : "output '", t.name,
                                    "' (#", i, ")");
       if (!ValidDType(t.dtype))
@@ -694,8 +723,19 @@ absl::Status Executable::Validate() const {
     std::string w = absl::StrCat("kernel ", i, " '", k.name, "'");
     // Everything handed to NVRTC and the driver as C strings must be text:
     // an embedded NUL would silently cut it short.
-    if (k.name.empty() || k.name.find('\0') != std::string::npos)
-      return bad("kernel ", i, " has an empty name or one with a NUL byte");
+    if (k.name.empty() || k.name.find('\0') != std::string::npos ||
+        !IsUtf8(k.name))
+      return bad("kernel ", i,
+                 " has an empty name or one with a NUL byte or not UTF-8");
+    {
+      bool text = IsUtf8(k.source) && IsUtf8(k.arch);
+      for (const std::string& o : k.options) text &= IsUtf8(o);
+      for (const auto& [name, body] : k.headers) text &= IsUtf8(name) && IsUtf8(body);
+      if (!text)
+        return bad("kernel ", i, " '", k.name,
+                   "' has source, an option, a header or an arch that is not "
+                   "UTF-8 text");
+    }
     if (k.source.find('\0') != std::string::npos)
       return bad(w, " has a NUL byte in its CUDA source (source is text)");
     for (const std::string& o : k.options)
@@ -834,6 +874,8 @@ absl::Status Executable::Validate() const {
                launches.size());
   for (size_t i = 0; i < launches.size(); ++i) {
     const Launch& l = launches[i];
+    if (!IsUtf8(l.label))
+      return bad("launch ", i, " has a label that is not UTF-8 text");
     std::string w = absl::StrCat("launch ", i, l.label.empty() ? "" : " (",
                                  l.label, l.label.empty() ? "" : ")");
     if (l.kind != Launch::Kernel && l.attention != -1)

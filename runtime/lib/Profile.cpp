@@ -58,7 +58,9 @@ absl::StatusOr<std::string> ChromeTraceJson(const Executable& exe,
     ts_us += dur_us;
   }
   nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  return trace.dump(1);
+  // Labels are for display: a byte that is not UTF-8 becomes U+FFFD rather
+  // than an exception.
+  return trace.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace llmc::rt

@@ -388,6 +388,29 @@ TEST(ForgedExecutableTest, SourceKernelsAreText) {
               HasSubstr("has neither a cubin nor CUDA source"));
 }
 
+// The payload is JSON text: a string that is not UTF-8 would make the
+// serializer throw (an abort through the C API), so Validate refuses it and
+// SaveExecutable writes nothing.
+TEST(ForgedExecutableTest, StringsThatAreNotUtf8AreRefusedBeforeSaving) {
+  Executable e = Sample();
+  e.launches[0].label = "norm\xff";
+  EXPECT_THAT(std::string(e.Validate().message()),
+              HasSubstr("launch 0 has a label that is not UTF-8 text"));
+  e = Sample();
+  e.kernels[0].source += "\xc3(";  // a lead byte without its continuation
+  EXPECT_THAT(std::string(e.Validate().message()),
+              HasSubstr("kernel 0 'rmsnorm' has source, an option, a header or "
+                        "an arch that is not UTF-8 text"));
+  EXPECT_FALSE(SaveExecutable(e, "/nonexistent-dir/x.llmcx").ok());
+  e = Sample();
+  e.inputs[0].name = "\xed\xa0\x80";  // an encoded surrogate
+  EXPECT_THAT(std::string(e.Validate().message()),
+              HasSubstr("input #0 has a name that is not UTF-8 text"));
+  e = Sample();
+  e.kernels[0].headers["pre.h"] = "// caf\xc3\xa9 \xf0\x9f\x98\x80";  // é and an emoji
+  EXPECT_TRUE(e.Validate().ok()) << e.Validate();
+}
+
 TEST(ForgedExecutableTest, SignaturesRanksAndDtypes) {
   // Same bytes, rank 10: the kernels' shape structs hold 8 dims.
   EXPECT_THAT(Refusal(Forge([](nlohmann::json& j) {

@@ -45,6 +45,16 @@ TEST(ProfileTest, ChromeTraceHasOneCompleteEventPerLaunchBackToBack) {
   EXPECT_NEAR(ev[1]["args"]["tflops"].get<double>(), 687.19, 0.05);
 }
 
+// Before: nlohmann's dump threw on the byte 0xff (std::terminate).
+TEST(ProfileTest, LabelThatIsNotUtf8IsReplacedNotThrown) {
+  Executable exe = TwoLaunches();
+  exe.launches[0].label = "norm\xff";
+  auto json = ChromeTraceJson(exe, {0.025f, 0.1f});
+  ASSERT_TRUE(json.ok()) << json.status();
+  auto trace = nlohmann::json::parse(*json);
+  EXPECT_EQ(trace["traceEvents"][0]["name"], "norm\xef\xbf\xbd");  // U+FFFD
+}
+
 TEST(ProfileTest, MismatchedOrInvalidTimesAreErrors) {
   auto few = ChromeTraceJson(TwoLaunches(), {0.1f});
   ASSERT_FALSE(few.ok());
