@@ -3,6 +3,8 @@
 #include "LLM/Transforms/FusionPlan.h"
 
 #include "LLM/IR/LLMOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -91,7 +93,8 @@ struct GroupBuilder {
   /// bounds (kMaxFusedOps): options.maxOps ops, options.maxCost cost units
   /// and options.maxInputs distinct values read from outside (a matmul
   /// member's result counts as one: the epilogue reads it; the matmul's own
-  /// operands are the GEMM's, not the kernel's).
+  /// operands are the GEMM's, not the kernel's; splat constants are
+  /// immediates of the kernel, not parameters).
   bool fitsOneKernel(ArrayRef<Operation *> a, ArrayRef<Operation *> b) {
     if (static_cast<int64_t>(a.size() + b.size()) > options.maxOps)
       return false;
@@ -111,6 +114,9 @@ struct GroupBuilder {
           continue;
         for (Value v : op->getOperands()) {
           Operation *def = v.getDefiningOp();
+          Attribute splat;
+          if (matchPattern(v, m_Constant(&splat)) && isa<SplatElementsAttr>(splat))
+            continue;
           if (!def || !members.contains(def) || isa<MatmulOp>(def))
             inputs.insert(v);
         }

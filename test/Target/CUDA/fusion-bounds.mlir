@@ -25,3 +25,10 @@
 // RUN: llmc-compile %t.inputs.mlir --arch=sm_90a --print-stats | FileCheck %s --check-prefix=INPUTS
 // INPUTS: llm ops: 40
 // INPUTS-NEXT: kernel launches: 2 (2 distinct kernels)
+
+// Splat constants are immediates of the kernel, not inputs: 40 adds of 40
+// different splats are one kernel.
+// RUN: %python %S/Inputs/elementwise-chain.py add 40 --splat-inputs > %t.splats.mlir
+// RUN: llmc-compile %t.splats.mlir --arch=sm_90a --print-stats | FileCheck %s --check-prefix=SPLATS
+// SPLATS: llm ops: 80
+// SPLATS-NEXT: kernel launches: 1 (1 distinct kernels)
