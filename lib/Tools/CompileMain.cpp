@@ -91,6 +91,10 @@ int llmc::compileMain(int argc, char **argv) {
   // Every flag value is checked before the (possibly long) compile.
   std::vector<std::string> archList;
   for (const std::string &arch : arches) {
+    if (!llmc::rt::IsValidArch(arch))
+      return fail("--arch=" + arch +
+                  ": expected sm_<NN> or compute_<NN>, optionally with an 'a' "
+                  "or 'f' suffix (sm_90a, sm_80, compute_90)");
     if (llvm::is_contained(archList, arch))
       return fail("--arch=" + arch + " is given twice; give each arch once");
     archList.push_back(arch);

@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "llmc/runtime/Hash.h"
 #include "llmc/runtime/FileIO.h"
+#include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/Status.h"
 
 namespace llmc::rt {
@@ -490,18 +491,6 @@ bool ValidDType(DType t) {
   return v >= 0 && v < static_cast<int>(std::size(kDTypeNames));
 }
 
-// "sm_90", "sm_90a", "sm_100f", "compute_90a": the forms NVRTC takes.
-bool ValidArch(const std::string& arch) {
-  size_t digits;
-  if (absl::StartsWith(arch, "sm_")) digits = 3;
-  else if (absl::StartsWith(arch, "compute_")) digits = 8;
-  else return false;
-  size_t i = digits;
-  while (i < arch.size() && absl::ascii_isdigit(arch[i])) ++i;
-  if (i == digits || i - digits > 4) return false;
-  return i == arch.size() ||
-         (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
-}
 
 // Whether `s` is UTF-8 (the JSON payload holds text; nlohmann's dump throws
 // on anything else, so an unchecked string would abort a save).
@@ -747,7 +736,7 @@ absl::Status Executable::Validate() const {
         return bad(w, " has a header with an empty name or a NUL byte");
     if (k.cubin.empty() && k.source.empty())
       return bad(w, " has neither a cubin nor CUDA source");
-    if (!k.arch.empty() && !ValidArch(k.arch))
+    if (!k.arch.empty() && !IsValidArch(k.arch))
       return bad(w, " has arch '", k.arch,
                  "' (expected sm_<NN>, compute_<NN>, optionally with an 'a' or 'f' suffix)");
     if (!k.cubin.empty()) {

@@ -131,6 +131,18 @@ void RemoveDamagedEntry(const std::string& path) {
 
 }  // namespace
 
+bool IsValidArch(const std::string& arch) {
+  size_t digits;
+  if (absl::StartsWith(arch, "sm_")) digits = 3;
+  else if (absl::StartsWith(arch, "compute_")) digits = 8;
+  else return false;
+  size_t i = digits;
+  while (i < arch.size() && arch[i] >= '0' && arch[i] <= '9') ++i;
+  if (i == digits || i - digits > 4) return false;
+  return i == arch.size() ||
+         (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
+}
+
 std::string DefaultCacheDir() {
   if (!Env("LLMC_CACHE_DIR").empty()) return Env("LLMC_CACHE_DIR");
   if (!Env("XDG_CACHE_HOME").empty()) return Env("XDG_CACHE_HOME") + "/llmc";
@@ -251,10 +263,10 @@ absl::StatusOr<CompiledKernel> KernelCompiler::CompileUncached(
     const KernelSource& src, const std::string& key) {
   LLMC_RT_ASSIGN_OR_RETURN(const Nvrtc* nv, Nvrtc::Get());
   bool want_ptx = absl::StartsWith(src.arch, "compute_");
-  if (!want_ptx && !absl::StartsWith(src.arch, "sm_"))
+  if (!IsValidArch(src.arch))
     return absl::InvalidArgumentError(absl::StrCat(
-        "kernel '", src.name, "': arch must be sm_XX[a] or compute_XX, got '",
-        src.arch, "'"));
+        "kernel '", src.name, "': arch must be sm_<NN> or compute_<NN>, "
+        "optionally with an 'a' or 'f' suffix, got '", src.arch, "'"));
   std::vector<const char*> header_texts, header_names;
   for (const auto& [name, text] : src.headers) {
     header_names.push_back(name.c_str());
