@@ -86,8 +86,19 @@ llmc_status_t *llmc_compile(llmc_compiler_t *compiler, const char *mlir,
                             const char *shape_bindings,
                             llmc_executable_t **out_executable);
 
+/* Loads an executable file (LLMCX). The file must be a regular file (a
+ * FIFO, device or directory is refused without blocking) of at most 4 GiB;
+ * it is checked (checksum, format version, then Executable::Validate: every
+ * offset, extent, grid, rank and cubin against its own buffers) before it is
+ * returned. Codes: 3 for a NULL argument or an executable that fails its
+ * checks, 5 when the file does not exist, 9 when it is not a regular file,
+ * 15 (data loss) when it is truncated or corrupt. */
 llmc_status_t *llmc_executable_load(const char *path,
                                     llmc_executable_t **out_executable);
+/* Writes `executable` to `path` atomically (a temporary file in the same
+ * directory, renamed over it). `path` must be a regular file or not exist,
+ * in a directory that exists: a special file (/dev/null) is refused and
+ * left as it is, and no directory is created. */
 llmc_status_t *llmc_executable_save(const llmc_executable_t *executable,
                                     const char *path);
 void llmc_executable_release(llmc_executable_t *executable);
