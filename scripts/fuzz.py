@@ -440,6 +440,9 @@ CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE,
 SANITIZER = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer): ([\w-]+)|"
                        r"(runtime error): (.*)|"
                        r"(UndefinedBehaviorSanitizer): (\S+)")
+SANITIZER_OOM = re.compile(r"ERROR: AddressSanitizer: (?:.*rss limit exhausted|"
+                           r"allocation-size-too-big|out of memory|"
+                           r"requested allocation size)")
 OOM = re.compile(r"out of memory|std::bad_alloc|Cannot allocate memory|"
                  r"failed to allocate|allocation-size-too-big|"
                  r"requested allocation size .* exceeds|rss limit exhausted",
@@ -475,10 +478,20 @@ def run_command(cmd, timeout, limits, env, cwd):
     """(returncode or None on timeout, stderr text, seconds)."""
     t0 = time.monotonic()
     with tempfile.TemporaryFile(dir=cwd) as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err,
-                                cwd=cwd, env=env, start_new_session=True,
-                                preexec_fn=limits.preexec(timeout + 2))
+        for attempt in range(5):
+            try:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=err,
+                                        cwd=cwd, env=env,
+                                        start_new_session=True,
+                                        preexec_fn=limits.preexec(timeout + 2))
+                break
+            except OSError:
+                # The tool is being relinked (a shared build directory):
+                # wait for it rather than count a failure of the harness.
+                if attempt == 4:
+                    raise
+                time.sleep(2)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -502,6 +515,9 @@ def run_command(cmd, timeout, limits, env, cwd):
 
 def classify(rc, stderr):
     """(kind, signature): signature tells bugs of one kind apart."""
+    m = SANITIZER_OOM.search(stderr)
+    if m:
+        return "oom", m.group(0)
     m = SANITIZER.search(stderr)
     if m:
         groups = [g for g in m.groups() if g]
@@ -592,13 +608,13 @@ class Fuzzer:
         self.env["LLMC_CACHE_DIR"] = str(self.work / "cache")
         self.env.setdefault("LLVM_DISABLE_SYMBOLIZATION", "1")
         if args.sanitized:
-            # The leak checker is off: LLVM's tools exit without freeing
-            # their global state, and a leak is not this run's concern.
-            # An RSS limit stands in for the address-space limit.
+            # An RSS limit stands in for the address-space limit, and an
+            # allocation too large returns null (as under RLIMIT_AS) instead
+            # of being reported as a sanitizer error: both are "oom".
             self.env.setdefault(
                 "ASAN_OPTIONS",
-                f"detect_leaks=0:hard_rss_limit_mb={args.memory_mb}:"
-                "allocator_may_return_null=1:abort_on_error=0")
+                f"hard_rss_limit_mb={args.memory_mb}:"
+                "allocator_may_return_null=1")
             self.env.setdefault("UBSAN_OPTIONS",
                                 "print_stacktrace=1:halt_on_error=1")
         self.mark_valid()
@@ -611,7 +627,8 @@ class Fuzzer:
         self.counts = {t: {k: 0 for k in KINDS} for t in self.target_names}
         self.signatures = {}  # (target, kind, signature) -> count
         self.saved = []
-        self.log = open(args.log, "w") if args.log else None
+        self.log = (open(args.log, "w", errors="backslashreplace")
+                    if args.log else None)
 
     def mark_valid(self):
         """Seed.valid: llmc-opt accepts the seed as it is. Most mutants start
@@ -673,7 +690,7 @@ class Fuzzer:
 
     def report(self, i, target, seed, applied, text, state, kind, sig, cmd,
                stderr, worker_dir):
-        if kind not in ("timeout", "oom") and not self.args.no_minimize:
+        if kind != "timeout" and not self.args.no_minimize:
             def reproduces(candidate):
                 k, s, _, _ = self.execute(target, candidate, state, worker_dir)
                 return k == kind and s == sig

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds llmc with AddressSanitizer and UndefinedBehaviorSanitizer in its own
+# build directory (build-asan; LLVM's static libraries stay uninstrumented),
+# then runs ctest there (lit + GoogleTest) and a short fuzz run with the
+# sanitized tools. Any sanitizer report fails the run: UBSan findings abort
+# (-fno-sanitize-recover=undefined), ASan's always do.
+#
+#   bash scripts/test-sanitizers.sh     # run by .ci/run through scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ASAN_DIR="${ASAN_BUILD_DIR:-build-asan}"
+if [ ! -f "$ASAN_DIR/build.ninja" ]; then
+  cmake -G Ninja -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=Release \
+    -DLLMC_SANITIZE=address,undefined \
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
+fi
+# Niced: the sanitized build is the long step and should not starve
+# anything else running on the machine.
+nice -n 10 ninja -C "$ASAN_DIR" -j"$(nproc)"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+ctest --test-dir "$ASAN_DIR" --output-on-failure -j"$(nproc)"
+"${PYTHON:-python3}" scripts/fuzz.py --tools "$ASAN_DIR/bin" --sanitized \
+  --executions "${LLMC_FUZZ_SANITIZED_EXECUTIONS:-600}" --jobs "$(nproc)" \
+  --out "$ASAN_DIR/fuzz" --progress 60
