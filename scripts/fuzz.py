@@ -336,6 +336,8 @@ def mutate_truncate(rng, text, pools):
 
 def mutate_bytes(rng, text, pools):
     chars = list(text)
+    if not chars:
+        return None
     for _ in range(rng.randint(1, 4)):
         i = rng.randrange(len(chars))
         b = rng.choice([0, 0xFF, 0x80, 0xC3, ord("{"), ord("}"), ord("<"),
