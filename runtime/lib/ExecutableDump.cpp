@@ -210,9 +210,14 @@ std::string DescribeExecutable(const Executable& exe) {
     const Buffer& b = exe.buffers[i];
     absl::StrAppend(&out, "buffer ", i);
     if (b.id != static_cast<int>(i)) absl::StrAppend(&out, " id=", b.id);
-    absl::StrAppend(&out, " ", Name(b.kind), " bytes=", b.bytes,
-                    " arena_offset=", b.arena_offset, " io_index=", b.io_index);
-    if (!b.constant_data.empty())
+    absl::StrAppend(&out, " ", Name(b.kind), " bytes=", b.bytes);
+    // The fields of the buffer's kind, and any other that is not at its
+    // default.
+    const bool io = b.kind == Buffer::Input || b.kind == Buffer::Output;
+    if (b.kind == Buffer::Arena || b.arena_offset != 0)
+      absl::StrAppend(&out, " arena_offset=", b.arena_offset);
+    if (io || b.io_index != -1) absl::StrAppend(&out, " io_index=", b.io_index);
+    if (b.kind == Buffer::Constant || !b.constant_data.empty())
       absl::StrAppend(&out, " data=", Digest(b.constant_data));
     absl::StrAppend(&out, "\n");
   }

@@ -101,17 +101,17 @@ TEST(ExecutableDumpTest, Format) {
       "input 0 \"x\" bf16 [2,64] alias_input=-1 parameter=0\n"
       "input 1 \"w\" bf16 [128,64] alias_input=-1 parameter=1\n"
       "output 0 \"y\" bf16 [2,128] alias_input=0 parameter=0\n"
-      "buffer 0 input bytes=256 arena_offset=0 io_index=0\n"
-      "buffer 1 input bytes=16384 arena_offset=0 io_index=1\n"
-      "buffer 2 output bytes=512 arena_offset=0 io_index=0\n";
+      "buffer 0 input bytes=256 io_index=0\n"
+      "buffer 1 input bytes=16384 io_index=1\n"
+      "buffer 2 output bytes=512 io_index=0\n";
   std::string dump = DescribeExecutable(Sample());
   // The head exactly; the digests are checked in DigestsAreSha256OfTheBytes.
   EXPECT_EQ(dump.substr(0, expected.size()), expected);
-  EXPECT_NE(dump.find("buffer 3 constant bytes=256 arena_offset=0 io_index=-1 data=256:"),
+  EXPECT_NE(dump.find("buffer 3 constant bytes=256 data=256:"),
             std::string::npos)
       << dump;
-  EXPECT_NE(dump.find("buffer 4 arena bytes=1024 arena_offset=512 io_index=-1\n"
-                      "buffer 5 persistent bytes=16384 arena_offset=0 io_index=-1\n"),
+  EXPECT_NE(dump.find("buffer 4 arena bytes=1024 arena_offset=512\n"
+                      "buffer 5 persistent bytes=16384\n"),
             std::string::npos)
       << dump;
   EXPECT_NE(dump.find("kernel 0 llmc_norm source=41:"), std::string::npos) << dump;
@@ -166,7 +166,7 @@ TEST(ExecutableDumpTest, DigestsAreSha256OfTheBytes) {
   const std::string abc =
       "3:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   std::string dump = DescribeExecutable(e);
-  EXPECT_NE(dump.find("buffer 0 constant bytes=3 arena_offset=0 io_index=-1 data=" +
+  EXPECT_NE(dump.find("buffer 0 constant bytes=3 data=" +
                       abc + "\n"),
             std::string::npos)
       << dump;
@@ -195,6 +195,10 @@ TEST(ExecutableDumpTest, EveryFieldShows) {
       {"buffer.bytes", [](Executable& e) { e.buffers[4].bytes = 1152; }},
       {"buffer.offset", [](Executable& e) { e.buffers[4].arena_offset = 640; }},
       {"buffer.io", [](Executable& e) { e.buffers[1].io_index = 0; }},
+      {"buffer.io of an arena buffer", [](Executable& e) { e.buffers[4].io_index = 0; }},
+      {"buffer.offset of an input", [](Executable& e) { e.buffers[0].arena_offset = 8; }},
+      {"buffer.data of an arena buffer",
+       [](Executable& e) { e.buffers[4].constant_data = "x"; }},
       {"buffer.data", [](Executable& e) { e.buffers[3].constant_data[0] = 9; }},
       {"kernel.name", [](Executable& e) { e.kernels[0].name = "llmc_other"; }},
       {"kernel.source", [](Executable& e) { e.kernels[0].source += " "; }},
