@@ -2,14 +2,16 @@
 //
 //   llmc-compile FILE.mlir [--fn=NAME] [--shape NAME=N]... [--arch=sm_90a]...
 //                [--precision=fp32|bf16|fp16|fp8] [-o FILE.llmcx | -o -]
-//                [--print-stats] [--emit-cuda]
+//                [--print-stats] [--emit-cuda] [--emit=executable-dump]
 //
 // Specializes shapes, applies the precision policy, lowers to an Executable
 // and compiles every kernel with NVRTC for each --arch (no GPU needed), then
 // writes the serialized Executable of the first arch. fp8 GEMMs lower to
 // cuBLASLt fp8 GEMMs for sm_89 and later and to dequantize + bf16 GEMMs
 // below (see LowerOptions::target_sm), so an arch on the other side of sm_89
-// from the first is lowered separately.
+// from the first is lowered separately. --emit=executable-dump prints the
+// canonical text of the executable instead (rt::DescribeExecutable: what -o
+// would write, less the cubins) and runs no NVRTC; test/golden pins it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +22,7 @@
 #include "CommandLine.h"
 #include "ToolSupport.h"
 #include "llmc/runtime/Executable.h"
+#include "llmc/runtime/ExecutableDump.h"
 #include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/KernelCompiler.h"
 
@@ -84,6 +87,12 @@ int llmc::compileMain(int argc, char **argv) {
                         cl::cat(cat));
   cl::opt<bool> noCache("no-cache", cl::desc("do not use the on-disk kernel cache"),
                         cl::cat(cat));
+  cl::opt<std::string> emit(
+      "emit",
+      cl::desc("what to produce: executable (the default: NVRTC-compiled, "
+               "written by -o) or executable-dump (its canonical text on "
+               "stdout, without NVRTC or cubins; see test/golden)"),
+      cl::init("executable"), cl::cat(cat));
   cl::HideUnrelatedOptions(cat);
   cl::ParseCommandLineOptions(argc, argv, "llmc-compile: ahead-of-time compilation\n");
   if (std::string e = llmc::tools::repeatedOptionError(cat, argc, argv); !e.empty())
@@ -103,6 +112,23 @@ int llmc::compileMain(int argc, char **argv) {
       precision != "fp8")
     return fail("precision policy must be fp32, bf16, fp16 or fp8, found '" +
                 precision + "'");
+  if (emit != "executable" && emit != "executable-dump")
+    return fail("--emit=" + emit +
+                ": expected executable or executable-dump");
+  const bool dump = emit == "executable-dump";
+  if (dump) {
+    // The dump is the whole of stdout and compiles no kernel.
+    for (const cl::Option *o : std::initializer_list<const cl::Option *>{
+             &output, &emitCuda, &stats, &noCache})
+      if (o->getNumOccurrences())
+        return fail("--emit=executable-dump prints the executable's text on "
+                    "stdout and runs no NVRTC; it cannot be combined with " +
+                    std::string(o == &output ? "-o" : "--" + o->ArgStr.str()));
+    if (archList.size() > 1)
+      return fail("--emit=executable-dump prints one executable; give at "
+                  "most one --arch (found " + std::to_string(archList.size()) +
+                  ")");
+  }
   const bool toStdout = output == "-";
   if (toStdout && (emitCuda || stats))
     return fail(std::string("-o - writes the executable to stdout, where ") +
@@ -152,6 +178,18 @@ int llmc::compileMain(int argc, char **argv) {
   if (!exe.ok())
     return fail(std::string(exe.status().message()));
   auto t1 = std::chrono::steady_clock::now();
+  if (dump) {
+    // What -o validates and writes, less what NVRTC adds (cubins, arch).
+    if (auto s = exe->Validate(); !s.ok())
+      return fail(std::string(s.message()));
+    llvm::outs() << llmc::rt::DescribeExecutable(*exe);
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      llvm::outs().clear_error();
+      return fail("writing the executable dump to stdout failed");
+    }
+    return 0;
+  }
   if (emitCuda)
     for (auto &k : exe->kernels)
       llvm::outs() << "// ===== kernel " << k.name << " =====\n" << k.source << "\n";

@@ -4,6 +4,7 @@
 //            [--value argI=V]... [--precision=fp32|bf16|fp16|fp8] [--check]
 //            [--bench] [--iters=N] [--no-cuda-graphs] [--seed=S]
 //            [--tp=N [--rank=R --rendezvous=PATH [--run-id=ID]] [--gpu=D]]
+//   llmc-run FILE.mlir --emit=executable-dump [--tp=N --rank=R] [...]
 //
 // Random inputs (seeded), shape specialization, then either the CPU reference
 // executor or the CUDA backend (codegen -> Executable -> runtime Session).
@@ -18,6 +19,13 @@
 // the function as written and allows the policy's error on top of the
 // function's own (bf16/fp16 2e-2, fp8 0.125 relative L2: see
 // precisionTolerance).
+// --emit=executable-dump runs the CUDA path's flow up to the executable
+// (shard, weight-only quantization, PrepareForLowering, precision policy,
+// LowerToExecutable with the --attention and --no-hoist options) and prints
+// its canonical text (rt::DescribeExecutable) instead of running it: no
+// inputs, GPU, NVRTC or NCCL; it lowers for the default target (sm_90, as
+// without a GPU); with --tp=N it prints rank --rank's program. test/golden
+// pins it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +39,7 @@
 #include "ToolSupport.h"
 #include "llmc/runtime/Communicator.h"
 #include "llmc/runtime/DynamicLibs.h"
+#include "llmc/runtime/ExecutableDump.h"
 #include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/Profile.h"
@@ -58,6 +67,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -174,6 +184,13 @@ struct Options {
       cl::desc("seconds a rank waits for the others (set-up, each "
                "collective) before it aborts with an error"),
       cl::init(300.0), cl::cat(cat)};
+  cl::opt<std::string> emit{
+      "emit",
+      cl::desc("run (the default) or executable-dump: print the canonical "
+               "text of the executable the cuda backend would run (with "
+               "--tp=N, of rank --rank) instead of running it; no inputs, "
+               "GPU, NVRTC or NCCL (see test/golden)"),
+      cl::init("run"), cl::cat(cat)};
 };
 
 int fail(const llvm::Twine &msg) {
@@ -229,6 +246,28 @@ std::string checkFlags(const Options &opts) {
         return "--" + o->ArgStr.str() +
                " applies to the cuda backend only; it has no effect with "
                "--backend=ref";
+  if (opts.emit != "run" && opts.emit != "executable-dump")
+    return "--emit=" + opts.emit + ": expected run or executable-dump";
+  // The dump is the cuda backend's executable, not a run of it.
+  if (opts.emit == "executable-dump") {
+    if (opts.backend != "cuda")
+      return "--emit=executable-dump prints the cuda backend's executable; "
+             "it has no effect with --backend=" + opts.backend;
+    for (const cl::Option *o : std::initializer_list<const cl::Option *>{
+             // (cl::list's operator& is its vector's address)
+             std::addressof(opts.values), std::addressof(opts.inputFiles),
+             &opts.outputDir, &opts.check,
+             &opts.bench, &opts.iters, &opts.profile, &opts.noGraphs,
+             &opts.seed, &opts.refMaxMemory, &opts.tolerance,
+             &opts.rendezvous, &opts.runId, &opts.gpu, &opts.ncclTimeout})
+      if (given(*o))
+        return "--" + o->ArgStr.str() +
+               " has no effect with --emit=executable-dump (it prints the "
+               "executable and runs nothing)";
+    if (opts.tp > 1 && !given(opts.rank))
+      return "--emit=executable-dump with --tp=" + std::to_string(opts.tp) +
+             " prints one rank's executable: give --rank=R";
+  }
   if (given(opts.tolerance) && !given(opts.check))
     return "--tol needs --check (it bounds the check's relative error)";
   if (given(opts.iters) && !opts.bench)
@@ -558,6 +597,48 @@ double collectiveBusBytes(const llmc::rt::CollectiveSpec &c, int n) {
   return 0;
 }
 
+/// The lowering options of the cuda path: parameter hoisting (--no-hoist),
+/// the target's compute capability (0: the default) and --attention.
+absl::StatusOr<llmc::LowerOptions> lowerOptions(const Options &opts,
+                                                int targetSm) {
+  llmc::LowerOptions lo;
+  lo.hoist_parameter_work = !opts.noHoist;
+  if (targetSm > 0)
+    lo.target_sm = targetSm;
+  if (!opts.attention.empty()) {
+    auto backend = llmc::ParseAttentionBackend(opts.attention);
+    if (!backend.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("--attention: ", backend.status().message()));
+    lo.attention_backend = *backend;
+  }
+  return lo;
+}
+
+/// The program this rank runs, in place, from the function specialized as
+/// written: its llmc-shard slice, weight-only quantization (weightBits 8 or
+/// 4; 0: none), PrepareForLowering, the precision policy. Reports the error
+/// and returns failure.
+LogicalResult toRankProgram(func::FuncOp fn, int tp, int rank, int weightBits,
+                            const std::string &policy) {
+  if (failed(llmc::tools::shardForRank(fn, tp, rank)))
+    return failure();
+  if (weightBits && failed(llmc::llm::quantizeLinearWeights(fn, weightBits)))
+    return failure();
+  // Canonicalize and raise (decomposed RMSNorm => llm.rms_norm) the function
+  // that runs only: the reference results came from the graph as written,
+  // so --check also verifies the raise.
+  if (auto st = llmc::PrepareForLowering(fn); !st.ok()) {
+    fail(std::string(st.message()));
+    return failure();
+  }
+  if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok()) {
+    fail(std::string(st.message()));
+    return failure();
+  }
+  return success();
+}
+
 struct GpuRun {
   std::vector<ref::HostTensor> outputs;
   double median_ms = 0;
@@ -573,18 +654,11 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   auto deviceOr = rt::Device::Open(tp.device);
   // Lower for the GPU present (fp8 GEMMs differ below sm_89); without one,
   // still lower first so that codegen errors show before the device error.
-  llmc::LowerOptions lo;
-  lo.hoist_parameter_work = !opts.noHoist;
-  if (deviceOr.ok())
-    if (int cc = llmc::ComputeCapabilityOfArch((*deviceOr)->Arch()); cc > 0)
-      lo.target_sm = cc;
-  if (!opts.attention.empty()) {
-    auto backend = llmc::ParseAttentionBackend(opts.attention);
-    if (!backend.ok())
-      return absl::InvalidArgumentError(
-          absl::StrCat("--attention: ", backend.status().message()));
-    lo.attention_backend = *backend;
-  }
+  auto loOr = lowerOptions(
+      opts, deviceOr.ok() ? llmc::ComputeCapabilityOfArch((*deviceOr)->Arch()) : 0);
+  if (!loOr.ok())
+    return loOr.status();
+  const llmc::LowerOptions &lo = *loOr;
   auto exeOr = llmc::LowerToExecutable(fn, lo, stats);
   if (!exeOr.ok())
     return exeOr.status();
@@ -807,37 +881,54 @@ int llmc::runMain(int argc, char **argv) {
   if (std::string e = checkFlags(opts); !e.empty())
     return fail(e);
 
-  // Tensor parallelism: a launcher starts the ranks and returns.
-  if (opts.rank.getNumOccurrences() && opts.rank < 0) {
-    llvm::errs() << "llmc-run: error: --rank=" << opts.rank
-                 << ": expected 0 <= rank < --tp\n";
-    return 1;
+  // --emit=executable-dump builds one rank's program in this process: no
+  // launcher, rendezvous or NCCL.
+  const bool dump = opts.emit == "executable-dump";
+  if (dump) {
+    if (opts.tp < 1)
+      return fail("--tp=" + std::to_string(opts.tp) + ": expected a degree >= 1");
+    if (opts.rank.getNumOccurrences() && (opts.rank < 0 || opts.rank >= opts.tp))
+      return fail("--rank=" + std::to_string(opts.rank) +
+                  ": expected 0 <= rank < --tp (" + std::to_string(opts.tp) + ")");
+    llmc::tools::TpState &s = llmc::tools::tpState();
+    s.tp = opts.tp;
+    s.rank = std::max(0, opts.rank.getValue());
+    s.role = opts.tp > 1 ? llmc::tools::TpState::Rank
+                         : llmc::tools::TpState::Single;
+  } else {
+    // Tensor parallelism: a launcher starts the ranks and returns.
+    if (opts.rank.getNumOccurrences() && opts.rank < 0) {
+      llvm::errs() << "llmc-run: error: --rank=" << opts.rank
+                   << ": expected 0 <= rank < --tp\n";
+      return 1;
+    }
+    llmc::tools::TpFlags tpFlags;
+    tpFlags.tp = opts.tp;
+    tpFlags.rank = opts.rank;
+    tpFlags.device = opts.gpu;
+    tpFlags.rendezvous = opts.rendezvous;
+    tpFlags.run_id = opts.runId;
+    tpFlags.timeout_s = opts.ncclTimeout;
+    if (auto st = llmc::tools::ResolveTp(tpFlags); !st.ok())
+      return fail(std::string(st.message()));
+    const llmc::tools::TpState &tp = llmc::tools::tpState();
+    if (tp.tp > 1 && opts.backend != "cuda")
+      return fail("--tp needs the cuda backend (the reference executor "
+                  "checks --tp runs through --check)");
+    if (tp.role != llmc::tools::TpState::Rank)
+      for (const cl::Option *o :
+           std::initializer_list<const cl::Option *>{&opts.rendezvous, &opts.runId})
+        if (o->getNumOccurrences())
+          return fail("--" + o->ArgStr.str() + " is for a rank started by hand "
+                      "(--tp=N --rank=R); " +
+                      (tp.role == llmc::tools::TpState::Launcher
+                           ? "llmc-run --tp=N without --rank starts the ranks "
+                             "with its own"
+                           : "without --tp there is no rendezvous"));
+    if (tp.role == llmc::tools::TpState::Launcher)
+      return llmc::tools::LaunchRanks(argc, argv);
   }
-  llmc::tools::TpFlags tpFlags;
-  tpFlags.tp = opts.tp;
-  tpFlags.rank = opts.rank;
-  tpFlags.device = opts.gpu;
-  tpFlags.rendezvous = opts.rendezvous;
-  tpFlags.run_id = opts.runId;
-  tpFlags.timeout_s = opts.ncclTimeout;
-  if (auto st = llmc::tools::ResolveTp(tpFlags); !st.ok())
-    return fail(std::string(st.message()));
   llmc::tools::TpState &tp = llmc::tools::tpState();
-  if (tp.tp > 1 && opts.backend != "cuda")
-    return fail("--tp needs the cuda backend (the reference executor "
-                "checks --tp runs through --check)");
-  if (tp.role != llmc::tools::TpState::Rank)
-    for (const cl::Option *o :
-         std::initializer_list<const cl::Option *>{&opts.rendezvous, &opts.runId})
-      if (o->getNumOccurrences())
-        return fail("--" + o->ArgStr.str() + " is for a rank started by hand "
-                    "(--tp=N --rank=R); " +
-                    (tp.role == llmc::tools::TpState::Launcher
-                         ? "llmc-run --tp=N without --rank starts the ranks "
-                           "with its own"
-                         : "without --tp there is no rendezvous"));
-  if (tp.role == llmc::tools::TpState::Launcher)
-    return llmc::tools::LaunchRanks(argc, argv);
 
   std::unique_ptr<MLIRContext> ctxOwner = llmc::tools::makeContext();
   MLIRContext &ctx = *ctxOwner;
@@ -929,6 +1020,27 @@ int llmc::runMain(int argc, char **argv) {
   func::FuncOp refFn = quantized ? *quantized : fn;
   if (failed(llmc::tools::checkGroupSizes(fn, tp.tp)))
     return 1;
+  if (dump) {
+    // The cuda backend's flow to its executable (as below, without inputs,
+    // reference or GPU), for the default target.
+    if (failed(toRankProgram(fn, tp.tp, tp.rank, weightBits, opts.precision)))
+      return 1;
+    auto lo = lowerOptions(opts, 0);
+    if (!lo.ok())
+      return fail(std::string(lo.status().message()));
+    auto exe = llmc::LowerToExecutable(fn, *lo);
+    if (!exe.ok())
+      return fail(std::string(exe.status().message()));
+    if (auto st = exe->Validate(); !st.ok())
+      return fail(std::string(st.message()));
+    llvm::outs() << llmc::rt::DescribeExecutable(*exe);
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      llvm::outs().clear_error();
+      return fail("writing the executable dump to stdout failed");
+    }
+    return 0;
+  }
 
   // Inputs: floats ~ N(0, 1/sqrt(last dim)) for matrices, N(0, 1) for vectors;
   // integer tensors uniform in [0, 8) (valid token ids / indices); rank-0
@@ -1122,17 +1234,8 @@ int llmc::runMain(int argc, char **argv) {
         std::max(defaultTolerance(fn, cast<RankedTensorType>(t).getElementType()),
                  precisionTolerance(policy)));
   // This rank's shard (the reference above ran the function as written).
-  if (failed(llmc::tools::shardForRank(fn, tp.tp, tp.rank)))
+  if (failed(toRankProgram(fn, tp.tp, tp.rank, weightBits, policy)))
     return 1;
-  if (weightBits && failed(llmc::llm::quantizeLinearWeights(fn, weightBits)))
-    return 1;
-  // Canonicalize and raise (decomposed RMSNorm => llm.rms_norm) the function
-  // that runs only: the reference results above came from the graph as
-  // written, so --check also verifies the raise.
-  if (auto st = llmc::PrepareForLowering(fn); !st.ok())
-    return fail(std::string(st.message()));
-  if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok())
-    return fail(std::string(st.message()));
 
   llmc::LowerStats stats;
   auto run = runOnGpu(fn, inputs, opts, opts.bench, &stats);
