@@ -180,6 +180,26 @@ def mutate_dim(rng, text, pools):
     return replace_span(text, m.start(), m.end(), new)
 
 
+def mutate_dim_value(rng, text, pools):
+    """Every dimension of one size, in every tensor type, becomes another
+    size: the program stays consistent (shapes still match) and reaches the
+    lowering and the reference executor at an edge size (0, 1, a row of 2^20,
+    an element count past int32 or int64)."""
+    sizes = sorted({d for m in TENSOR_DIMS.finditer(text)
+                    for d in m.group(0).rstrip("x").split("x")
+                    if d.isdigit()} if "tensor<" in text else set())
+    if not sizes:
+        return None
+    old = rng.choice(sizes)
+    new = rng.choice(["0", "1", "2", "3", "7", "17", "4096", "65536",
+                      str(2**20), str(2**31), str(2**40), str(2**62)])
+
+    def retype(m):
+        dims = m.group(0).rstrip("x").split("x")
+        return "x".join(new if d == old else d for d in dims) + "x"
+    return re.sub(r"(?<=tensor<)(?:[0-9?]+x)+", retype, text)
+
+
 def mutate_element_type(rng, text, pools):
     """An element type, changed everywhere (mostly) or in one place."""
     m = pick(rng, ELEMENT_TYPE, text)
@@ -348,10 +368,11 @@ def mutate_bytes(rng, text, pools):
 
 
 MUTATORS = [  # (weight, mutator)
-    (14, mutate_dim), (8, mutate_element_type), (12, mutate_number),
-    (8, mutate_operands), (8, mutate_lines), (5, mutate_splice),
-    (5, mutate_op_name), (8, mutate_attribute), (3, mutate_dim_names),
-    (3, mutate_nesting), (2, mutate_truncate), (3, mutate_bytes),
+    (10, mutate_dim), (8, mutate_dim_value), (8, mutate_element_type),
+    (12, mutate_number), (8, mutate_operands), (6, mutate_lines),
+    (5, mutate_splice), (3, mutate_op_name), (8, mutate_attribute),
+    (3, mutate_dim_names), (3, mutate_nesting), (2, mutate_truncate),
+    (2, mutate_bytes),
 ]
 
 
@@ -389,6 +410,9 @@ OPT_PIPELINES = [
      "--llmc-pad-layout", "--llmc-fuse", "--llmc-plan-memory"],
 ]
 TARGET_WEIGHTS = {"opt": 6, "run": 3, "compile": 1}
+# CPU seconds per run (RLIMIT_CPU). The wall-clock limit is three times as
+# long plus 10 s, so that a loaded machine does not turn a slow run into a
+# timeout while a hang (no CPU used) is still caught.
 TIMEOUTS = {"opt": 20, "run": 30, "compile": 90}
 
 
@@ -476,8 +500,9 @@ class Limits:
         return apply
 
 
-def run_command(cmd, timeout, limits, env, cwd):
+def run_command(cmd, cpu_seconds, limits, env, cwd):
     """(returncode or None on timeout, stderr text, seconds)."""
+    timeout = 3 * cpu_seconds + 10
     t0 = time.monotonic()
     with tempfile.TemporaryFile(dir=cwd) as err:
         for attempt in range(5):
@@ -486,7 +511,7 @@ def run_command(cmd, timeout, limits, env, cwd):
                                         stdout=subprocess.DEVNULL, stderr=err,
                                         cwd=cwd, env=env,
                                         start_new_session=True,
-                                        preexec_fn=limits.preexec(timeout + 2))
+                                        preexec_fn=limits.preexec(cpu_seconds))
                 break
             except OSError:
                 # The tool is being relinked (a shared build directory):
@@ -668,19 +693,20 @@ class Fuzzer:
         rc, stderr, secs = run_command(cmd, TIMEOUTS[target], self.limits,
                                        self.env, worker_dir)
         kind, sig = classify(rc, stderr)
-        return kind, sig, cmd, stderr
+        return kind, sig, cmd, stderr, secs
 
     def one(self, i):
         rng, target, seed, text, applied = self.mutant(i)
         worker_dir = self.work / f"w{threading.get_ident()}"
         worker_dir.mkdir(exist_ok=True)
         state = rng.getstate()
-        kind, sig, cmd, stderr = self.execute(target, text, state, worker_dir)
+        kind, sig, cmd, stderr, secs = self.execute(target, text, state,
+                                                    worker_dir)
         with self.lock:
             if self.log:
                 first = next((l for l in stderr.split("\n") if l.strip()), "")
                 self.log.write(f"{i}\t{target}\t{seed.name}\t"
-                               f"{','.join(applied)}\t{kind}\t"
+                               f"{','.join(applied)}\t{kind}\t{secs:.2f}\t"
                                f"{' '.join(cmd[2:])}\t{first[:200]}\n")
             self.counts[target][kind] += 1
             key = (target, kind, sig)
@@ -694,12 +720,11 @@ class Fuzzer:
                stderr, worker_dir):
         if kind != "timeout" and not self.args.no_minimize:
             def reproduces(candidate):
-                k, s, _, _ = self.execute(target, candidate, state, worker_dir)
+                k, s = self.execute(target, candidate, state, worker_dir)[:2]
                 return k == kind and s == sig
             text = minimize(text, reproduces, self.args.minimize_tests,
                             time.monotonic() + self.args.minimize_seconds)
-            kind2, sig2, cmd, stderr = self.execute(target, text, state,
-                                                    worker_dir)
+            cmd, stderr = self.execute(target, text, state, worker_dir)[2:4]
         digest = hashlib.sha1(text.encode("utf-8", "surrogateescape"))
         slug = re.sub(r"[^A-Za-z0-9]+", "-", sig).strip("-")[:40]
         self.out.mkdir(parents=True, exist_ok=True)
@@ -796,8 +821,8 @@ def main():
     p.add_argument("--minimize-tests", type=int, default=400)
     p.add_argument("--minimize-seconds", type=float, default=120)
     p.add_argument("--log", help="write one line per execution to this file "
-                   "(index, target, seed, mutations, outcome, flags, first "
-                   "stderr line)")
+                   "(index, target, seed, mutations, outcome, seconds, flags, "
+                   "first stderr line)")
     p.add_argument("--progress", type=float, default=30,
                    help="seconds between progress lines")
     args = p.parse_args()
