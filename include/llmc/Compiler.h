@@ -77,6 +77,10 @@ struct CompilerOptions {
   /// Kernel cache directory; empty = rt::DefaultCacheDir().
   std::string cache_dir;
   bool use_disk_cache = true;
+  /// Compile every kernel with NVRTC (cubins for `arch`). false: the kernels
+  /// stay CUDA source only (rt::Session::Load compiles them), e.g. to compare
+  /// executables without NVRTC (test/golden).
+  bool compile_kernels = true;
 };
 
 class Compiler {

@@ -192,6 +192,8 @@ Compiler::Compile(std::string_view mlirText, std::string_view function,
   }
   if (exe->symbol_bindings.empty())
     exe->symbol_bindings = shapeBindings;
+  if (!options_.compile_kernels)
+    return exe;
 
   // NVRTC outside the lock: the kernel compiler is thread-safe and caches.
   std::vector<rt::KernelSource> sources;
