@@ -768,20 +768,25 @@ class Fuzzer:
         t0 = time.monotonic()
         last = t0
         done = 0
-        stop = threading.Event()
+        next_index = args.start
+        end = args.start + args.executions
+        pending = set()
+        # A sliding window of runs: a slow run occupies one worker while the
+        # others go on.
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             try:
-                i = args.start
-                end = args.start + args.executions
-                while i < end and not stop.is_set():
-                    batch = range(i, min(end, i + 64 * args.jobs))
-                    for _ in pool.map(self.one, batch):
-                        pass
-                    done += len(batch)
-                    i = batch.stop
+                while pending or next_index < end:
+                    timed_out = args.seconds and time.monotonic() - t0 > args.seconds
+                    while (next_index < end and not timed_out and
+                           len(pending) < 2 * args.jobs):
+                        pending.add(pool.submit(self.one, next_index))
+                        next_index += 1
+                    finished, pending = concurrent.futures.wait(
+                        pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                    for f in finished:
+                        f.result()
+                        done += 1
                     now = time.monotonic()
-                    if args.seconds and now - t0 > args.seconds:
-                        break
                     if now - last >= args.progress:
                         last = now
                         text, _ = self.summary(done, now - t0)
@@ -789,7 +794,8 @@ class Fuzzer:
                             f"{k}={sum(c[k] for c in self.counts.values())}"
                             for k in KINDS), file=sys.stderr, flush=True)
             except KeyboardInterrupt:
-                stop.set()
+                for f in pending:
+                    f.cancel()
         text, failures = self.summary(done, time.monotonic() - t0)
         print(text, flush=True)
         shutil.rmtree(self.work, ignore_errors=True)
