@@ -796,7 +796,9 @@ class Fuzzer:
             except KeyboardInterrupt:
                 for f in pending:
                     f.cancel()
-        text, failures = self.summary(done, time.monotonic() - t0)
+        # Runs in flight at an interrupt still finish and count.
+        executions = sum(sum(c.values()) for c in self.counts.values())
+        text, failures = self.summary(executions, time.monotonic() - t0)
         print(text, flush=True)
         shutil.rmtree(self.work, ignore_errors=True)
         return 1 if failures else 0
@@ -837,6 +839,10 @@ def main():
             p.error(f"unknown target {t!r} (expected opt, run, compile)")
     if args.executions < 0 or args.jobs < 1:
         p.error("--executions must be >= 0 and --jobs >= 1")
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    # A long run stopped with kill (or Ctrl-C) still prints its counts.
+    signal.signal(signal.SIGTERM, interrupt)
     sys.exit(Fuzzer(args).run())
 
 
