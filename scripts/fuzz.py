@@ -409,6 +409,20 @@ OPT_PIPELINES = [
     ["--llmc-specialize-shapes=dims=seq=4", "--llmc-precision=policy=fp8",
      "--llmc-pad-layout", "--llmc-fuse", "--llmc-plan-memory"],
 ]
+# Pass options with values out of range, for the passes' option checks.
+ODD_VALUES = ["0", "-1", "3", "7", str(2**31), str(2**62), str(2**63), "x", ""]
+ODD_PIPELINES = [
+    "--llmc-specialize-shapes=dims=seq={v}",
+    "--llmc-specialize-shapes=dims=seq={v},seq=2",
+    "--llmc-specialize-shapes=dims={v}",
+    "--llmc-shard=tp={v} rank=0",
+    "--llmc-shard=tp=2 rank={v}",
+    "--llmc-pad-layout=multiple={v}",
+    "--llmc-pad-layout=vocab-multiple={v}",
+    "--llmc-plan-memory=alignment={v}",
+    "--llmc-precision=policy={v}",
+    "--llmc-precision=weight-only={v}",
+]
 TARGET_WEIGHTS = {"opt": 6, "run": 3, "compile": 1}
 # CPU seconds per run (RLIMIT_CPU). The wall-clock limit is three times as
 # long plus 10 s, so that a loaded machine does not turn a slow run into a
@@ -438,6 +452,9 @@ def shape_flags(rng, text):
 
 def command(rng, target, text, tools, file, out_file):
     if target == "opt":
+        if rng.random() < 0.1:
+            flag = rng.choice(ODD_PIPELINES).format(v=rng.choice(ODD_VALUES))
+            return [str(tools / "llmc-opt"), file, flag]
         return [str(tools / "llmc-opt"), file] + rng.choice(OPT_PIPELINES)
     if target == "run":
         cmd = [str(tools / "llmc-run"), file, "--backend=ref",
