@@ -39,13 +39,14 @@ def LLM_Dialect : Dialect {
     reduction over an empty axis, a matmul with K = 0) are rejected by
     their verifiers: see each op.
 
-    Function argument attributes understood by llmc: `llm.dim_names`
-    (names of the argument's dynamic dimensions, bound per specialization:
-    an array of non-empty strings, one per dynamic dimension in order),
-    `llm.donate`
+    Function argument attributes understood by llmc (any other `llm.`
+    argument attribute is an error): `llm.dim_names` (names of the
+    argument's dynamic dimensions, bound per specialization: an array of
+    non-empty strings, one per dynamic dimension in order), `llm.donate`
     (the caller lets the compiled code update the argument in place, as a
     KV cache appended by `llm.kv_cache_append`) and `llm.param` (the
-    argument is a parameter, see `llm::parameterArguments`).
+    argument is a parameter, see `llm::parameterArguments`); the last two
+    are unit attributes.
 
     ```mlir
     %h = llm.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<?x4096xbf16>, tensor<4096xbf16>
