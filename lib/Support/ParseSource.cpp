@@ -329,7 +329,12 @@ OwningOpRef<ModuleOp> parseModuleString(llvm::StringRef text,
                                         MLIRContext *context) {
   if (reportNesting(text, sourceName, context))
     return {};
-  return parseSourceString<ModuleOp>(text, ParserConfig(context), sourceName);
+  // MLIR's lexer finds the end of its buffer by the NUL after it, which a
+  // caller's (pointer, length) text need not have: a copy has one.
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(text, sourceName), llvm::SMLoc());
+  return parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(context));
 }
 
 } // namespace llmc

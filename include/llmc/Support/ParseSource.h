@@ -74,7 +74,10 @@ mlir::OwningOpRef<mlir::ModuleOp> parseModuleFile(llvm::StringRef filename,
                                                   mlir::MLIRContext *context);
 
 /// mlir::parseSourceString<ModuleOp> after checkNesting; diagnostics are
-/// located in `sourceName`. Null on error.
+/// located in `sourceName`. Reads exactly text.size() bytes (the text is
+/// copied into a NUL-terminated buffer for MLIR's lexer, which otherwise
+/// reads on past the end of a text that does not end in NUL). Null on
+/// error.
 mlir::OwningOpRef<mlir::ModuleOp> parseModuleString(llvm::StringRef text,
                                                     llvm::StringRef sourceName,
                                                     mlir::MLIRContext *context);
