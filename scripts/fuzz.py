@@ -457,7 +457,11 @@ def command(rng, target, text, tools, file, out_file):
             return [str(tools / "llmc-opt"), file, flag]
         return [str(tools / "llmc-opt"), file] + rng.choice(OPT_PIPELINES)
     if target == "run":
+        # The reference executor's budget (default 8 GiB) must be below the
+        # address-space limit of the run (4 GiB) for its own check, a clean
+        # error, to come before an allocation failure.
         cmd = [str(tools / "llmc-run"), file, "--backend=ref",
+               "--ref-max-memory=1",
                f"--seed={rng.randrange(4)}"] + shape_flags(rng, text)
         if rng.random() < 0.15:
             cmd.append(f"--precision={rng.choice(['bf16', 'fp16', 'fp8'])}")
@@ -780,6 +784,25 @@ class Fuzzer:
             lines.append(f"inputs saved in {self.out}")
         return "\n".join(lines), sum(total[k] for k in FAILURES)
 
+    def replay(self, i):
+        """Runs mutant i alone: prints its outcome and command, and writes
+        it to --out as mutant-<seed>-<i>.mlir."""
+        rng, target, seed, text, applied = self.mutant(i)
+        worker_dir = self.work / "replay"
+        worker_dir.mkdir(exist_ok=True)
+        kind, sig, cmd, stderr, secs = self.execute(target, text,
+                                                    rng.getstate(), worker_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / f"mutant-{self.args.seed}-{i}.mlir"
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
+        cmd = [str(path) if a == str(worker_dir / "input.mlir") else a
+               for a in cmd]
+        print(f"mutant {i} of {seed.name} ({', '.join(applied)}): {kind}"
+              f"{' (' + sig + ')' if sig else ''} in {secs:.2f} s\n"
+              f"{' '.join(shlex.quote(a) for a in cmd)}\n{stderr}")
+        shutil.rmtree(self.work, ignore_errors=True)
+        return 1 if kind in FAILURES else 0
+
     def run(self):
         args = self.args
         t0 = time.monotonic()
@@ -848,6 +871,8 @@ def main():
     p.add_argument("--log", help="write one line per execution to this file "
                    "(index, target, seed, mutations, outcome, seconds, flags, "
                    "first stderr line)")
+    p.add_argument("--replay", type=int, metavar="I",
+                   help="run mutant I of --seed alone and print its outcome")
     p.add_argument("--progress", type=float, default=30,
                    help="seconds between progress lines")
     args = p.parse_args()
@@ -860,7 +885,10 @@ def main():
         raise KeyboardInterrupt
     # A long run stopped with kill (or Ctrl-C) still prints its counts.
     signal.signal(signal.SIGTERM, interrupt)
-    sys.exit(Fuzzer(args).run())
+    fuzzer = Fuzzer(args)
+    if args.replay is not None:
+        sys.exit(fuzzer.replay(args.replay))
+    sys.exit(fuzzer.run())
 
 
 if __name__ == "__main__":
