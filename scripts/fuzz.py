@@ -8,13 +8,16 @@ mutations that matter for this compiler (dimensions, element types, attribute
 values, operands, lines deleted/duplicated/spliced from other seeds, op names,
 nesting, truncation, byte flips, --shape bindings), run through one target:
 
-  opt      llmc-opt with one of a few pass pipelines
-  run      llmc-run --backend=ref with --shape bindings (small shapes)
+  opt      llmc-opt with one of a few pass pipelines, or one pass option out
+           of range
+  run      llmc-run --backend=ref --ref-max-memory=1 with --shape bindings
+           (mostly small seeds)
   compile  llmc-compile --arch=sm_90a -o FILE (NVRTC runs without a GPU)
 
-Every run is a subprocess with a wall-clock timeout and resource limits
-(address space, CPU time, file size, no core files), in its own process
-group. Outcomes:
+Every run is a subprocess in its own process group under resource limits:
+address space (--memory-mb, 4 GiB), CPU time (20 s opt, 30 s run, 90 s
+compile) with a wall clock of three times that plus 10 s, file size, no core
+files. Outcomes:
 
   ok           exit 0
   error        nonzero exit with a diagnostic ("error:"): a clean error
@@ -31,12 +34,14 @@ delta reduction that keeps the outcome) and saved under --out with the
 command that reproduces it, and the exit status is 1. A resource limit that
 llmc itself enforces is a diagnostic, hence a clean error.
 
-Deterministic: mutant i of seed S is the same on every run and for any
---jobs (its random generator is seeded with "S:i").
+Deterministic: on one tree, mutant i of seed S is the same on every run and
+for any --jobs (its random generator is seeded with "S:i"; which seeds count
+as valid, i.e. pass llmc-opt unchanged, depends on the tree).
 
   python3 scripts/fuzz.py --executions 3000 --jobs 2          # CI
   python3 scripts/fuzz.py --executions 1000000 --jobs 2       # long run
   python3 scripts/fuzz.py --tools build-asan/bin --sanitized  # ASan/UBSan tools
+  python3 scripts/fuzz.py --seed 3 --replay 11186             # one mutant
 """
 
 import argparse
