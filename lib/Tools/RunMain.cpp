@@ -58,7 +58,9 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -148,7 +150,8 @@ struct Options {
       "ref-max-memory",
       cl::desc("host memory budget of the CPU reference executor (--backend=ref, "
                "--check=ref) in GiB of float64 data: inputs, live values and "
-               "results (default 8)"),
+               "results (default 8, or half the physical memory or of the "
+               "address-space limit (ulimit -v) when that is less)"),
       cl::init(double(ref::kDefaultMaxHostBytes) / double(int64_t(1) << 30)),
       cl::cat(cat)};
   cl::opt<double> tolerance{"tol",
@@ -1061,6 +1064,19 @@ int llmc::runMain(int argc, char **argv) {
   refOptions.max_host_bytes =
       opts.refMaxMemory >= 0x1p33 ? std::numeric_limits<int64_t>::max()
                                   : static_cast<int64_t>(opts.refMaxMemory * 0x1p30);
+  if (!opts.refMaxMemory.getNumOccurrences()) {
+    // Without --ref-max-memory, stay below what this process can allocate
+    // (llmc-run holds the inputs once more), so that a graph too big is the
+    // budget's error, not an allocation failure (an abort).
+    int64_t half = std::numeric_limits<int64_t>::max();
+    if (struct rlimit rl; getrlimit(RLIMIT_AS, &rl) == 0 &&
+                          rl.rlim_cur != RLIM_INFINITY)
+      half = std::min<int64_t>(half, static_cast<int64_t>(rl.rlim_cur / 2));
+    if (long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+        pages > 0 && size > 0)
+      half = std::min<int64_t>(half, int64_t(pages) * size / 2);
+    refOptions.max_host_bytes = std::min(refOptions.max_host_bytes, half);
+  }
   const bool refRuns = opts.backend == "ref" || opts.check.getValue() == "ref";
   int64_t totalBytes = 0;
   for (BlockArgument arg : fn.getArguments()) {

@@ -16,10 +16,10 @@
 // PRODUCT: error: argument 0 of @two_dims (a = 1099511627776, b = 1099511627776) has type 'tensor<1099511627776x1099511627776xf32>' with over 2^63 elements, more than the supported 2^40 (1099511627776)
 //
 // The reference executor's host memory budget (8 GiB of float64 data by
-// default), for --backend=ref and for --check (which runs the reference
-// before it needs a GPU).
-// RUN: not llmc-run %s --fn=broadcast_budget --backend=ref 2>&1 | FileCheck %s --check-prefix=BUDGET
-// RUN: not llmc-run %s --fn=broadcast_budget --check 2>&1 | FileCheck %s --check-prefix=BUDGET
+// default, less on a machine with less than 16 GiB), for --backend=ref and
+// for --check (which runs the reference before it needs a GPU).
+// RUN: not llmc-run %s --fn=broadcast_budget --backend=ref --ref-max-memory=8 2>&1 | FileCheck %s --check-prefix=BUDGET
+// RUN: not llmc-run %s --fn=broadcast_budget --check --ref-max-memory=8 2>&1 | FileCheck %s --check-prefix=BUDGET
 // BUDGET: error: {{(reference executor: )?}}'llm.broadcast' at loc("{{.*}}llmc-run-limits.mlir":{{[0-9]+}}:{{[0-9]+}}): the result tensor<1099511627776xf32> needs 8796093022208 bytes of host memory (float64 values) but 8589934584 bytes are left of the reference executor's budget of 8589934592 bytes (8 in use)
 // --ref-max-memory sets it (GiB); the inputs llmc-run makes must fit it too,
 // checked before they are allocated (a 2^31-element input aborted with
@@ -32,6 +32,10 @@
 // ENOUGH: result0: tensor<256x256xf32> checksum
 // RUN: not llmc-run %s --fn=two_dims --backend=ref --shape a=4 --shape b=4 --ref-max-memory=0 2>&1 | FileCheck %s --check-prefix=ZERO
 // ZERO: error: --ref-max-memory must be > 0 (GiB), found 0.000000
+// Without the option, the default stays below half the address-space limit
+// (the fuzzer's 4 GiB limit aborted on a 5.6 GB input before).
+// RUN: (ulimit -v 4194304 && not llmc-run %s --fn=two_dims --backend=ref --shape a=16384 --shape b=20000) 2>&1 | FileCheck %s --check-prefix=RLIMIT
+// RLIMIT: error: argument 0 (tensor<16384x20000xf32>) brings the inputs to 2621440000 bytes of float64 host values, more than the reference executor's budget of 2147483648 bytes (raise it with --ref-max-memory=GIB)
 //
 // Edge cases of the op semantics, after shape specialization.
 // RUN: not llmc-run %s --fn=reduce_seq --backend=ref --shape seq=0 2>&1 | FileCheck %s --check-prefix=REDUCE
