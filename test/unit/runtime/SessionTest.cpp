@@ -1,6 +1,7 @@
 // Session tests. The signature checks run everywhere; the device tests run
 // only where libcuda and a GPU are present (skipped otherwise).
 #include "llmc/runtime/Session.h"
+#include "llmc/runtime/KernelCompiler.h"
 
 #include <cmath>
 #include <cstring>
@@ -93,8 +94,16 @@ std::shared_ptr<Executable> AxpyExecutable(bool with_cubin_for_other_arch) {
   k.name = "axpy";
   k.source = kAxpy;
   if (with_cubin_for_other_arch) {
-    k.arch = "sm_75";
-    k.cubin = "not a cubin for this gpu";
+    // A real cubin of this kernel for another GPU: the session must ignore
+    // it and compile the source for the device's arch. (A cubin that is not
+    // a CUDA ELF at all is refused by Validate: ForgedExecutableTest.)
+    KernelCompiler kc({/*cache_dir=*/"", /*use_disk_cache=*/false});
+    auto other = kc.Compile({"axpy", kAxpy, {}, "sm_75", {}});
+    EXPECT_TRUE(other.ok()) << other.status();
+    if (other.ok()) {
+      k.arch = "sm_75";
+      k.cubin = other->binary;
+    }
   }
   e->kernels = {k};
   Launch c1; c1.kind = Launch::Copy; c1.src = {2, 0}; c1.dst = {3, 0}; c1.copy_bytes = 4 * n;
