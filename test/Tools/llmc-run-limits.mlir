@@ -34,7 +34,7 @@
 // ZERO: error: --ref-max-memory must be > 0 (GiB), found 0.000000
 // Without the option, the default stays below half the address-space limit
 // (the fuzzer's 4 GiB limit aborted on a 5.6 GB input before).
-// RUN: (ulimit -v 4194304 && not llmc-run %s --fn=two_dims --backend=ref --shape a=16384 --shape b=20000) 2>&1 | FileCheck %s --check-prefix=RLIMIT
+// RUN: %if !asan %{ (ulimit -v 4194304 && not llmc-run %s --fn=two_dims --backend=ref --shape a=16384 --shape b=20000) 2>&1 | FileCheck %s --check-prefix=RLIMIT %}
 // RLIMIT: error: argument 0 (tensor<16384x20000xf32>) brings the inputs to 2621440000 bytes of float64 host values, more than the reference executor's budget of 2147483648 bytes (raise it with --ref-max-memory=GIB)
 //
 // Edge cases of the op semantics, after shape specialization.
