@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "llmc/runtime/Device.h"
 #include "llmc/runtime/DynamicLibs.h"
 #include "llmc/runtime/FileIO.h"
-#include "llmc/runtime/Session.h"
 #include "llmc/runtime/Status.h"
 
 namespace llmc::rt {
