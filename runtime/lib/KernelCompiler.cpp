@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "llmc/runtime/DynamicLibs.h"
+#include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/Hash.h"
 #include "llmc/runtime/Status.h"
 

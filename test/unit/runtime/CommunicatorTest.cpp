@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "llmc/runtime/DynamicLibs.h"
+#include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/Session.h"
 

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "llmc/runtime/FileIO.h"
 #include "llmc/runtime/Hash.h"
 
 namespace llmc::rt {

@@ -12,8 +12,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-// ReadFile and AtomicWriteFile, which the cache uses, live there.
-#include "llmc/runtime/FileIO.h"
 
 namespace llmc::rt {
 
