@@ -126,13 +126,6 @@ struct StridedRead {
   SmallVector<int64_t> strides;    // per output dim, elements (0 = broadcast)
 };
 
-/// Whether an op is lowered as part of an elementwise program.
-bool isElementwiseOp(Operation *op) {
-  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, NegOp,
-             AbsOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SqrtOp, RsqrtOp, SiluOp,
-             GeluOp, ReluOp, SigmoidOp, CompareOp, SelectOp, CastOp>(op);
-}
-
 std::optional<double> splatValue(Value v) {
   Attribute attr;
   if (!matchPattern(v, m_Constant(&attr)))
@@ -464,7 +457,7 @@ void Lowering::planFusion() {
     }
   }
   for (Operation &op : body) {
-    if (!isElementwiseOp(&op) || fusedIntoNorm.contains(&op))
+    if (!isElementwise(&op) || fusedIntoNorm.contains(&op))
       continue;
     int group = -1;
     if (options.fuse_elementwise) {
@@ -1425,7 +1418,7 @@ absl::Status Lowering::emitOp(Operation *op) {
   if (auto it = gemvGroupOf.find(op); it != gemvGroupOf.end())
     return op == gemvGroups[it->second].emitAt ? emitGemvGroup(gemvGroups[it->second])
                                                : absl::OkStatus();
-  if (isElementwiseOp(op)) {
+  if (isElementwise(op)) {
     auto &group = groups[groupOf[op]];
     if (group.back() != op)
       return absl::OkStatus(); // emitted with the group's last op
@@ -2182,7 +2175,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     for (Value operand : op.getOperands())
       touch(operand, at);
     // A fused group reads its external inputs when its last op runs.
-    if (isElementwiseOp(&op) && groupOf.count(&op)) {
+    if (isElementwise(&op) && groupOf.count(&op)) {
       int last = opIndex[groups[groupOf[&op]].back()];
       for (Value operand : op.getOperands())
         touch(operand, last);

@@ -8,6 +8,7 @@
 #define LLMC_DIALECT_LLM_IR_LLMOPS_H
 
 #include "LLM/IR/LLMDialect.h"
+#include "LLM/IR/LLMInterfaces.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"

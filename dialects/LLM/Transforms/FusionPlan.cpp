@@ -27,12 +27,6 @@ llvm::StringRef llmc::llm::fusionKindName(FusionKind kind) {
   return "elementwise";
 }
 
-bool llmc::llm::isFusibleElementwise(Operation *op) {
-  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, NegOp,
-             AbsOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SqrtOp, RsqrtOp, SiluOp,
-             GeluOp, ReluOp, SigmoidOp, CompareOp, SelectOp, CastOp>(op);
-}
-
 int llmc::llm::fusedOpCost(Operation *op) {
   if (isa<SinOp, CosOp>(op))
     return 64;
@@ -188,7 +182,7 @@ struct GroupBuilder {
   // ew(x, mm(a, b)) joins mm's group; ew2(ew1(x)) joins ew1's group.
   void elementwiseAndEpilogues() {
     for (Operation &op : body) {
-      if (!isFusibleElementwise(&op) || claimed.contains(&op))
+      if (!isElementwise(&op) || claimed.contains(&op))
         continue;
       int g = newGroup(FusionKind::Elementwise, {&op});
       for (Value operand : op.getOperands()) {

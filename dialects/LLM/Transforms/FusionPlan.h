@@ -90,9 +90,6 @@ struct FusionGroup {
 llvm::SmallVector<FusionGroup> planFusionGroups(mlir::Block &body,
                                                 const FusionPlanOptions &options);
 
-/// True for ops codegen evaluates pointwise in a fused elementwise kernel.
-bool isFusibleElementwise(mlir::Operation *op);
-
 } // namespace llmc::llm
 
 #endif // LLMC_DIALECT_LLM_TRANSFORMS_FUSIONPLAN_H

@@ -38,10 +38,6 @@ namespace {
 int64_t weightOutDim(MatmulOp mm) { return mm.getTransposeRhs() ? 0 : 1; }
 int64_t weightInDim(MatmulOp mm) { return mm.getTransposeRhs() ? 1 : 0; }
 
-bool isElementwise(Operation *op) {
-  return op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1;
-}
-
 /// [..., X] -> [..., H, D] with X = H * D and the leading dimensions kept.
 bool isHeadSplit(ReshapeOp r) {
   auto in = r.getInput().getType(), out = r.getResult().getType();
