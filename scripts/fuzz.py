@@ -10,7 +10,7 @@ nesting, truncation, byte flips, --shape bindings), run through one target:
 
   opt      llmc-opt with one of a few pass pipelines, or one pass option out
            of range
-  run      llmc-run --backend=ref --ref-max-memory=1 with --shape bindings
+  run      llmc-run --backend=ref --ref-max-memory=1 --ref-max-gmacs=2 with --shape bindings
            (mostly small seeds)
   compile  llmc-compile --arch=sm_90a -o FILE (NVRTC runs without a GPU)
 
@@ -462,11 +462,12 @@ def command(rng, target, text, tools, file, out_file):
             return [str(tools / "llmc-opt"), file, flag]
         return [str(tools / "llmc-opt"), file] + rng.choice(OPT_PIPELINES)
     if target == "run":
-        # The reference executor's budget (default 8 GiB) must be below the
-        # address-space limit of the run (4 GiB) for its own check, a clean
-        # error, to come before an allocation failure.
+        # The reference executor's budgets must be below the run's limits
+        # for its own checks, clean errors, to come first: memory (default
+        # 8 GiB) below the address-space limit (4 GiB), work (default 1.6e10
+        # multiply-adds) well below the CPU-time limit (2e9 is seconds).
         cmd = [str(tools / "llmc-run"), file, "--backend=ref",
-               "--ref-max-memory=1",
+               "--ref-max-memory=1", "--ref-max-gmacs=2",
                f"--seed={rng.randrange(4)}"] + shape_flags(rng, text)
         if rng.random() < 0.15:
             cmd.append(f"--precision={rng.choice(['bf16', 'fp16', 'fp8'])}")

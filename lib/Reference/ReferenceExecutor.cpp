@@ -22,6 +22,7 @@
 #include "LLM/IR/LLMOps.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -138,7 +139,23 @@ constexpr const char *kSupportedTypes =
 /// and results, plus the buffers reserved by the op being evaluated.
 class HostBudget {
 public:
-  explicit HostBudget(int64_t limit) : limit_(limit) {}
+  HostBudget(int64_t limit, double maxMultiplyAdds)
+      : limit_(limit), maxWork_(maxMultiplyAdds) {}
+
+  /// Counts the `multiplyAdds` of the op named `where` (see MultiplyAdds),
+  /// or fails before its loops run when they exceed what is left.
+  absl::Status spend(absl::string_view where, double multiplyAdds) {
+    if (!(multiplyAdds <= maxWork_ - work_))
+      return absl::ResourceExhaustedError(absl::StrCat(
+          where, ": needs ", absl::StrFormat("%.3g", multiplyAdds),
+          " multiply-adds but ", absl::StrFormat("%.3g", std::max(maxWork_ - work_, 0.0)),
+          " are left of the reference executor's work budget of ",
+          absl::StrFormat("%.3g", maxWork_),
+          "; raise it with EvaluateOptions::max_multiply_adds "
+          "(llmc-run --ref-max-gmacs=G, in units of 1e9)"));
+    work_ += multiplyAdds;
+    return absl::OkStatus();
+  }
 
   /// Counts `elements` doubles for `what` (e.g. "the result
   /// tensor<4x8xf32>") of the op named `where`, or fails before anything
@@ -177,6 +194,7 @@ private:
 
   int64_t limit_;
   int64_t held_ = 0, inFlight_ = 0, peak_ = 0;
+  double maxWork_, work_ = 0;
 };
 
 Type resultElementType(Operation *op, unsigned i = 0) {
@@ -1482,6 +1500,11 @@ absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
   Shape to = batch;
   to.push_back(M);
   to.push_back(N);
+  double work = double(M) * double(N) * double(K);
+  for (int64_t d : batch)
+    work *= double(d);
+  if (absl::Status s = budget_->spend(opName(op), work); !s.ok())
+    return s;
   REF_ASSIGN_OR_RETURN(HostTensor out,
                        newTensor(op, resultElementType(op), to));
   if (out.data.empty()) // no elements: no loop over the batch
@@ -1570,6 +1593,10 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
                                : 1.0 / std::sqrt(static_cast<double>(D));
   bool causal = op.getCausal();
   int64_t group = Hq / Hkv;
+  if (absl::Status s = budget_->spend(
+          opName(op), 2.0 * double(B) * double(Hq) * double(Sq) * double(Skv) * double(D));
+      !s.ok())
+    return s;
   REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
   if (out.data.empty()) // no elements: no loop over batch, heads, rows
     return out;
@@ -1869,10 +1896,32 @@ absl::Status runCollective(llvm::ArrayRef<Operation *> ops,
 // Entry points
 //===----------------------------------------------------------------------===//
 
+double MultiplyAdds(Operation *op) {
+  auto product = [](RankedTensorType t) {
+    return t.hasStaticShape() ? double(t.getNumElements()) : -1.0;
+  };
+  if (auto mm = dyn_cast<llm::MatmulOp>(op)) {
+    auto lhs = cast<RankedTensorType>(mm.getLhs().getType());
+    auto res = cast<RankedTensorType>(mm.getResult().getType());
+    int64_t k = lhs.getDimSize(lhs.getRank() - (mm.getTransposeLhs() ? 2 : 1));
+    if (product(res) < 0 || ShapedType::isDynamic(k))
+      return -1;
+    return product(res) * double(k);
+  }
+  if (auto at = dyn_cast<llm::AttentionOp>(op)) {
+    auto q = cast<RankedTensorType>(at.getQuery().getType());
+    auto k = cast<RankedTensorType>(at.getKey().getType());
+    if (product(q) < 0 || k.isDynamicDim(1))
+      return -1;
+    return 2.0 * product(q) * double(k.getDimSize(1));
+  }
+  return 0;
+}
+
 absl::StatusOr<std::vector<HostTensor>>
 Evaluate(func::FuncOp fn, llvm::ArrayRef<HostTensor> inputs,
          const EvaluateOptions &options) {
-  HostBudget budget(options.max_host_bytes);
+  HostBudget budget(options.max_host_bytes, options.max_multiply_adds);
   RankState state(fn, &budget);
   if (absl::Status s = state.bindInputs(inputs); !s.ok())
     return s;
@@ -1892,7 +1941,7 @@ EvaluateRanks(llvm::ArrayRef<func::FuncOp> fns,
         absl::StrCat("EvaluateRanks expects one input list per function, found ",
                      fns.size(), " functions and ", inputs.size(),
                      " input lists"));
-  HostBudget budget(options.max_host_bytes);
+  HostBudget budget(options.max_host_bytes, options.max_multiply_adds);
   std::vector<RankState> ranks;
   for (func::FuncOp fn : fns)
     ranks.emplace_back(fn, &budget);

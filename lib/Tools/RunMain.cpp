@@ -52,6 +52,7 @@
 #include "llvm/ADT/APFloat.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Parallel.h"
 #include "llvm/Support/Path.h"
@@ -154,6 +155,13 @@ struct Options {
                "address-space limit (ulimit -v) when that is less)"),
       cl::init(double(ref::kDefaultMaxHostBytes) / double(int64_t(1) << 30)),
       cl::cat(cat)};
+  cl::opt<double> refMaxGmacs{
+      "ref-max-gmacs",
+      cl::desc("work budget of the CPU reference executor (--backend=ref, "
+               "--check=ref) in 1e9 multiply-adds of matmuls and attention "
+               "(default 16, tens of seconds); a graph over it is an error "
+               "naming the op, before its loops run"),
+      cl::init(ref::kDefaultMaxMultiplyAdds / 1e9), cl::cat(cat)};
   cl::opt<double> tolerance{"tol",
                             cl::desc("with --check: relative error bound "
                                      "(default by dtype)"),
@@ -261,7 +269,7 @@ std::string checkFlags(const Options &opts) {
              std::addressof(opts.values), std::addressof(opts.inputFiles),
              &opts.outputDir, &opts.check,
              &opts.bench, &opts.iters, &opts.profile, &opts.noGraphs,
-             &opts.seed, &opts.refMaxMemory, &opts.tolerance,
+             &opts.seed, &opts.refMaxMemory, &opts.refMaxGmacs, &opts.tolerance,
              &opts.rendezvous, &opts.runId, &opts.gpu, &opts.ncclTimeout})
       if (given(*o))
         return "--" + o->ArgStr.str() +
@@ -1060,7 +1068,11 @@ int llmc::runMain(int argc, char **argv) {
   if (!(opts.refMaxMemory > 0.0))
     return fail("--ref-max-memory must be > 0 (GiB), found " +
                 std::to_string(opts.refMaxMemory));
+  if (!(opts.refMaxGmacs > 0.0))
+    return fail("--ref-max-gmacs must be > 0 (1e9 multiply-adds), found " +
+                std::to_string(opts.refMaxGmacs));
   ref::EvaluateOptions refOptions;
+  refOptions.max_multiply_adds = opts.refMaxGmacs * 1e9;
   refOptions.max_host_bytes =
       opts.refMaxMemory >= 0x1p33 ? std::numeric_limits<int64_t>::max()
                                   : static_cast<int64_t>(opts.refMaxMemory * 0x1p30);
@@ -1078,6 +1090,31 @@ int llmc::runMain(int argc, char **argv) {
     refOptions.max_host_bytes = std::min(refOptions.max_host_bytes, half);
   }
   const bool refRuns = opts.backend == "ref" || opts.check.getValue() == "ref";
+  if (refRuns) {
+    // The executor checks its work budget op by op; with static shapes the
+    // whole graph is checked here, before seconds of input generation.
+    double work = 0;
+    Operation *over = nullptr;
+    fn.walk([&](Operation *op) {
+      double w = ref::MultiplyAdds(op);
+      if (over || w <= 0)
+        return;
+      work += w;
+      if (work > refOptions.max_multiply_adds)
+        over = op;
+    });
+    if (over) {
+      std::string where;
+      llvm::raw_string_ostream os(where);
+      os << "'" << over->getName() << "' at " << over->getLoc();
+      return fail(where + ": the reference executor would need " +
+                  llvm::formatv("{0:e2}", work).str() +
+                  " multiply-adds in matmuls and attention up to this op, more "
+                  "than its work budget of " +
+                  llvm::formatv("{0:e2}", refOptions.max_multiply_adds).str() +
+                  " (raise it with --ref-max-gmacs=G, in units of 1e9)");
+    }
+  }
   int64_t totalBytes = 0;
   for (BlockArgument arg : fn.getArguments()) {
     auto t = dyn_cast<RankedTensorType>(arg.getType());
@@ -1201,16 +1238,7 @@ int llmc::runMain(int argc, char **argv) {
     // Plain --check: the CPU reference executor (float64) when the graph is
     // small enough to evaluate in seconds, else the float32 GPU instance.
     double work = 0;
-    for (Operation &op : fn.getBody().front())
-      if (auto mm = dyn_cast<llmc::llm::MatmulOp>(op)) {
-        auto lhs = cast<RankedTensorType>(mm.getLhs().getType());
-        auto res = cast<RankedTensorType>(mm.getResult().getType());
-        work += double(res.getNumElements()) * lhs.getShape().back();
-      } else if (auto at = dyn_cast<llmc::llm::AttentionOp>(op)) {
-        auto q = cast<RankedTensorType>(at.getQuery().getType());
-        auto k = cast<RankedTensorType>(at.getKey().getType());
-        work += 2.0 * q.getNumElements() * k.getDimSize(1);
-      }
+    fn.walk([&](Operation *op) { work += std::max(ref::MultiplyAdds(op), 0.0); });
     checkMode = work <= 2e9 ? "ref" : "gpu-f32";
     llvm::outs() << "--check: " << llvm::format("%.2g", work)
                  << " multiply-adds in matmul/attention: checking against "

@@ -37,6 +37,23 @@
 // RUN: %if !asan %{ (ulimit -v 4194304 && not llmc-run %s --fn=two_dims --backend=ref --shape a=16384 --shape b=20000) 2>&1 | FileCheck %s --check-prefix=RLIMIT %}
 // RLIMIT: error: argument 0 (tensor<16384x20000xf32>) brings the inputs to 2621440000 bytes of float64 host values, more than the reference executor's budget of 2147483648 bytes (raise it with --ref-max-memory=GIB)
 //
+// The work budget (1.6e10 multiply-adds in matmuls and attention by
+// default, --ref-max-gmacs in 1e9): a graph of little memory but minutes of
+// float64 loops (a fuzzer timeout: 4096^3 matmuls) is refused at once, before
+// the inputs are made; --shape bindings are applied first, so a dynamic graph
+// is checked the same way (the executor also checks op by op, for API users).
+// RUN: not llmc-run %s --fn=matmul_work --backend=ref 2>&1 | FileCheck %s --check-prefix=WORK
+// RUN: not llmc-run %s --fn=matmul_work --check 2>&1 | FileCheck %s --check-prefix=WORK-GPU
+// WORK: error: 'llm.matmul' at loc("{{.*}}llmc-run-limits.mlir":{{[0-9]+}}:{{[0-9]+}}): the reference executor would need 6.87e+10 multiply-adds in matmuls and attention up to this op, more than its work budget of 1.60e+10 (raise it with --ref-max-gmacs=G, in units of 1e9)
+// Plain --check does not pick the reference for such a graph (a GPU run).
+// WORK-GPU: 1.4e+11 multiply-adds in matmul/attention: checking against an unfused float32 run on the GPU
+// RUN: not llmc-run %s --fn=matmul_seq_work --backend=ref --shape seq=64 --ref-max-gmacs=0.00001 2>&1 | FileCheck %s --check-prefix=WORK-DYN
+// WORK-DYN: error: 'llm.matmul' at loc("{{.*}}llmc-run-limits.mlir":{{[0-9]+}}:{{[0-9]+}}): the reference executor would need 1.64e+04 multiply-adds in matmuls and attention up to this op, more than its work budget of 1.00e+04 (raise it with --ref-max-gmacs=G, in units of 1e9)
+// RUN: llmc-run %s --fn=matmul_seq_work --backend=ref --shape seq=64 --ref-max-gmacs=0.0001 | FileCheck %s --check-prefix=WORK-OK
+// WORK-OK: result0: tensor<64x64xf32> checksum
+// RUN: not llmc-run %s --fn=matmul_seq_work --backend=ref --shape seq=4 --ref-max-gmacs=-1 2>&1 | FileCheck %s --check-prefix=WORK-NEG
+// WORK-NEG: error: --ref-max-gmacs must be > 0 (1e9 multiply-adds), found -1.000000
+//
 // Edge cases of the op semantics, after shape specialization.
 // RUN: not llmc-run %s --fn=reduce_seq --backend=ref --shape seq=0 2>&1 | FileCheck %s --check-prefix=REDUCE
 // RUN: not llmc-compile %s --fn=reduce_seq --shape seq=0 -o %t.llmcx 2>&1 | FileCheck %s --check-prefix=REDUCE
@@ -74,4 +91,15 @@ func.func @reduce_seq(%x: tensor<4x?xf32> {llm.dim_names = ["seq"]}) -> tensor<4
 func.func @matmul_seq(%x: tensor<4x?xf32> {llm.dim_names = ["seq"]}, %w: tensor<?x8xf32> {llm.dim_names = ["seq"]}) -> tensor<4x8xf32> {
   %y = llm.matmul %x, %w : tensor<4x?xf32>, tensor<?x8xf32> -> tensor<4x8xf32>
   return %y : tensor<4x8xf32>
+}
+
+func.func @matmul_work(%x: tensor<4096x4096xf32>, %w: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
+  %h = llm.matmul %x, %w : tensor<4096x4096xf32>, tensor<4096x4096xf32> -> tensor<4096x4096xf32>
+  %y = llm.matmul %h, %w : tensor<4096x4096xf32>, tensor<4096x4096xf32> -> tensor<4096x4096xf32>
+  return %y : tensor<4096x4096xf32>
+}
+
+func.func @matmul_seq_work(%x: tensor<?x4xf32> {llm.dim_names = ["seq"]}, %w: tensor<4x?xf32> {llm.dim_names = ["seq"]}) -> tensor<?x?xf32> {
+  %y = llm.matmul %x, %w : tensor<?x4xf32>, tensor<4x?xf32> -> tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
 }

@@ -53,6 +53,17 @@ double RoundToType(double value, mlir::Type elementType);
 /// The default of EvaluateOptions::max_host_bytes: 8 GiB.
 constexpr int64_t kDefaultMaxHostBytes = int64_t(8) << 30;
 
+/// The default of EvaluateOptions::max_multiply_adds: 1.6e10, tens of
+/// seconds of float64 loops on one core.
+constexpr double kDefaultMaxMultiplyAdds = 1.6e10;
+
+/// The multiply-adds of one llm.matmul (batch x M x N x K) or llm.attention
+/// (2 x B x Hq x Sq x Skv x D: scores and the weighted sum) from its static
+/// types; 0 for any other op, -1 when a dimension it needs is dynamic. The
+/// measure of EvaluateOptions::max_multiply_adds (the executor counts the
+/// same products from the shapes it runs) and of llmc-run's plain --check.
+double MultiplyAdds(mlir::Operation *op);
+
 struct EvaluateOptions {
   /// The most bytes of tensor data the executor holds at once (8 per
   /// element: values are float64), over all ranks: its copies of the
@@ -61,6 +72,12 @@ struct EvaluateOptions {
   /// going over is a ResourceExhaustedError naming the op, the tensor, its
   /// size and the budget. Values are released after their last use.
   int64_t max_host_bytes = kDefaultMaxHostBytes;
+  /// The most multiply-adds the executor spends in matmuls and attention
+  /// over the whole evaluation (all ranks; see MultiplyAdds): each op is
+  /// checked before its loops run, and going over is a ResourceExhaustedError
+  /// naming the op, its work and what is left. Every other op's work is
+  /// proportional to the memory it touches, which max_host_bytes bounds.
+  double max_multiply_adds = kDefaultMaxMultiplyAdds;
 };
 
 /// Evaluates `fn` on `inputs` (one per argument, matching its element type,

@@ -1191,6 +1191,61 @@ func.func @f(%c: tensor<1x4096x16x1xf32>, %u: tensor<1x1x16x1xf32>, %p: tensor<i
   EXPECT_EQ((*out)[0].data[8 * 16 + 3], c.data[8 * 16 + 3]);
 }
 
+// The work budget: matmul and attention multiply-adds (MultiplyAdds), summed
+// over the evaluation and checked before an op's loops run. The fuzzer found
+// graphs of little memory that ran for minutes (a causal attention at 65,536
+// positions, 4096^3 matmuls): each is an error naming the op now, at once.
+TEST_F(ReferenceTest, WorkBudgetCountsMatmulAndAttentionMultiplyAdds) {
+  func::FuncOp fn = parse(R"mlir(
+func.func @f(%x: tensor<8x16xf32>, %w: tensor<16x32xf32>, %v: tensor<32x4xf32>) -> tensor<8x4xf32> {
+  %h = llm.matmul %x, %w : tensor<8x16xf32>, tensor<16x32xf32> -> tensor<8x32xf32>
+  %y = llm.matmul %h, %v : tensor<8x32xf32>, tensor<32x4xf32> -> tensor<8x4xf32>
+  return %y : tensor<8x4xf32>
+})mlir");
+  ASSERT_TRUE(fn);
+  std::vector<double> work;
+  fn.walk([&](Operation *op) { work.push_back(MultiplyAdds(op)); });
+  // matmul, matmul, return (the walk visits the function last).
+  ASSERT_EQ(work.size(), 4u);
+  EXPECT_EQ(work[0], 8.0 * 32 * 16);
+  EXPECT_EQ(work[1], 8.0 * 4 * 32);
+  EXPECT_EQ(work[2], 0.0);
+  std::vector<HostTensor> in = {rand(f32(), {8, 16}), rand(f32(), {16, 32}),
+                                rand(f32(), {32, 4})};
+  EvaluateOptions exact;
+  exact.max_multiply_adds = 8.0 * 32 * 16 + 8.0 * 4 * 32;
+  EXPECT_TRUE(Evaluate(fn, in, exact).ok());
+  EvaluateOptions less;
+  less.max_multiply_adds = exact.max_multiply_adds - 1;
+  absl::Status s = Evaluate(fn, in, less).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  // The second matmul is the one over: the first already spent 4096.
+  EXPECT_TRUE(contains(s, "'llm.matmul' at ")) << s;
+  EXPECT_TRUE(contains(s, "needs 1.02e+03 multiply-adds but 1.02e+03 are left "
+                          "of the reference executor's work budget of 5.12e+03"))
+      << s;
+
+  // Attention: 2 x B x Hq x Sq x Skv x D, counted from the shapes it runs
+  // (dynamic here: MultiplyAdds cannot say).
+  fn = parse(R"mlir(
+func.func @f(%q: tensor<1x?x2x8xf32>, %k: tensor<1x?x1x8xf32>, %v: tensor<1x?x1x8xf32>) -> tensor<1x?x2x8xf32> {
+  %o = llm.attention %q, %k, %v {causal} : tensor<1x?x2x8xf32>, tensor<1x?x1x8xf32>, tensor<1x?x1x8xf32>
+  return %o : tensor<1x?x2x8xf32>
+})mlir");
+  ASSERT_TRUE(fn);
+  Operation *attn = &fn.getBody().front().front();
+  EXPECT_EQ(MultiplyAdds(attn), -1.0);
+  std::vector<HostTensor> qkv = {rand(f32(), {1, 64, 2, 8}), rand(f32(), {1, 64, 1, 8}),
+                                 rand(f32(), {1, 64, 1, 8})};
+  EvaluateOptions attnBudget;
+  attnBudget.max_multiply_adds = 2.0 * 2 * 64 * 64 * 8;
+  EXPECT_TRUE(Evaluate(fn, qkv, attnBudget).ok());
+  attnBudget.max_multiply_adds -= 1;
+  s = Evaluate(fn, qkv, attnBudget).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(contains(s, "'llm.attention' at ")) << s;
+}
+
 // Empty tensors whose other dims are large: the rope kernel sized a vector
 // from the batch (2^39 int64s: abort) and matmul looped over 2^38 empty
 // batch entries (minutes). An op with an empty result returns at once.
