@@ -186,8 +186,7 @@ public:
 private:
   // --- analysis ---
   absl::Status checkStatic();
-  Value storageRoot(Value v);
-  absl::StatusOr<StridedRead> stridedRead(Value v, ArrayRef<int64_t> outShape);
+  absl::StatusOr<StridedRead> stridedRead(Value v);
   void planFusion();
 
   // --- storage ---
@@ -332,77 +331,19 @@ absl::Status Lowering::checkStatic() {
   return absl::OkStatus();
 }
 
-/// A KV-cache append writes into its cache's storage when that storage is a
-/// donated function argument (`llm.donate`) that nothing else reads.
-bool updatesInPlace(KVCacheAppendOp op) {
-  auto arg = dyn_cast<BlockArgument>(op.getCache());
-  if (!arg || !op.getCache().hasOneUse())
-    return false;
-  auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
-  return fn && fn.getArgAttr(arg.getArgNumber(), "llm.donate");
-}
-
-/// Follows storage aliases: reshape, broadcast/transpose/slice views are NOT
-/// followed here (they change indexing); collectives over one rank are.
-Value Lowering::storageRoot(Value v) {
-  while (true) {
-    Operation *def = v.getDefiningOp();
-    if (auto r = dyn_cast_or_null<ReshapeOp>(def)) {
-      v = r.getInput();
-      continue;
-    }
-    if (auto c = dyn_cast_or_null<AllReduceOp>(def); c && c.getGroupSize() == 1) {
-      v = c.getInput();
-      continue;
-    }
-    if (auto a = dyn_cast_or_null<KVCacheAppendOp>(def); a && updatesInPlace(a)) {
-      v = a.getCache();
-      continue;
-    }
-    return v;
+/// `v` read in place: a strided view (possibly of strided views) composes
+/// its layout (StridedViewOpInterface) onto its source's; anything else is
+/// its storage root read row-major.
+absl::StatusOr<StridedRead> Lowering::stridedRead(Value v) {
+  if (auto view = v.getDefiningOp<StridedViewOpInterface>()) {
+    Value source = cast<ViewLikeOpInterface>(view.getOperation()).getViewSource();
+    auto read = stridedRead(source);
+    if (!read.ok())
+      return read.status();
+    view.composeLayout(read->elementOffset, read->strides);
+    return read;
   }
-}
-
-absl::StatusOr<StridedRead> Lowering::stridedRead(Value v,
-                                                  ArrayRef<int64_t> outShape) {
   StridedRead read;
-  if (auto b = v.getDefiningOp<BroadcastOp>()) {
-    auto inner = stridedRead(b.getInput(), tensorType(b.getInput()).getShape());
-    if (!inner.ok())
-      return inner.status();
-    ArrayRef<int64_t> inShape = tensorType(b.getInput()).getShape();
-    int64_t lead = outShape.size() - inShape.size();
-    read.root = inner->root;
-    read.elementOffset = inner->elementOffset;
-    read.strides.assign(outShape.size(), 0);
-    for (size_t i = 0; i < inShape.size(); ++i)
-      read.strides[lead + i] = inShape[i] == 1 ? 0 : inner->strides[i];
-    return read;
-  }
-  if (auto t = v.getDefiningOp<TransposeOp>()) {
-    ArrayRef<int64_t> inShape = tensorType(t.getInput()).getShape();
-    auto inner = stridedRead(t.getInput(), inShape);
-    if (!inner.ok())
-      return inner.status();
-    read.root = inner->root;
-    read.elementOffset = inner->elementOffset;
-    for (int64_t p : t.getPermutation())
-      read.strides.push_back(inner->strides[p]);
-    return read;
-  }
-  if (auto s = v.getDefiningOp<SliceOp>()) {
-    ArrayRef<int64_t> inShape = tensorType(s.getInput()).getShape();
-    auto inner = stridedRead(s.getInput(), inShape);
-    if (!inner.ok())
-      return inner.status();
-    read.root = inner->root;
-    read.elementOffset = inner->elementOffset;
-    for (size_t i = 0; i < inShape.size(); ++i) {
-      read.elementOffset += s.getStarts()[i] * inner->strides[i];
-      read.strides.push_back(inner->strides[i] * s.getSteps()[i]);
-    }
-    return read;
-  }
   read.root = storageRoot(v);
   auto strides = rowMajorStrides(tensorType(v).getShape());
   read.strides.assign(strides.begin(), strides.end());
@@ -441,8 +382,7 @@ void Lowering::planFusion() {
         continue;
       // Both summands must be plain dense tensors of the same shape (not views).
       auto isDense = [&](Value v) {
-        return !v.getDefiningOp<BroadcastOp>() && !v.getDefiningOp<TransposeOp>() &&
-               !v.getDefiningOp<SliceOp>() && !splatValue(v);
+        return !v.getDefiningOp<StridedViewOpInterface>() && !splatValue(v);
       };
       if (!isDense(add.getLhs()) || !isDense(add.getRhs()) ||
           hoisted.contains(add) != hoisted.contains(&op))
@@ -523,7 +463,7 @@ int Lowering::bufferForImpl(Value v) {
   // dense storage, possibly through reshapes: give the view its own buffer
   // and copy into it now, right before the consumer's launch.
   if (Operation *def = root.getDefiningOp();
-      def && isa<BroadcastOp, TransposeOp, SliceOp>(def)) {
+      isa_and_nonnull<StridedViewOpInterface>(def)) {
     // A view of parameters is materialized once per parameter set.
     bool prep = isHoisted(root) && !outputIndex.count(root);
     llvm::SaveAndRestore<bool> restore(inPrep, inPrep || prep);
@@ -720,7 +660,7 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
     }
     if (auto it = inputIndex.find(v); it != inputIndex.end())
       return -(it->second + 1);
-    auto read = stridedRead(v, outShape);
+    auto read = stridedRead(v);
     if (!read.ok())
       return read.status();
     cu::EwInput in;
@@ -842,7 +782,7 @@ absl::Status Lowering::emitCopyInto(Value dst, Value src, Operation *op) {
 /// elementwise kernel with a strided input.
 absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op) {
   ArrayRef<int64_t> shape = tensorType(src).getShape();
-  auto read = stridedRead(src, shape);
+  auto read = stridedRead(src);
   if (!read.ok())
     return read.status();
   int64_t numel = numElements(src);
@@ -945,11 +885,10 @@ std::optional<Lowering::MatrixView> Lowering::matrixView(Value v) {
   Operation *def = storageRoot(v).getDefiningOp();
   if (!def || !isa<SliceOp, TransposeOp>(def))
     return std::nullopt;
-  auto read = stridedRead(v, t.getShape());
+  auto read = stridedRead(v);
   if (!read.ok() || storageRoot(read->root) != read->root)
     return std::nullopt;
-  if (Operation *rd = read->root.getDefiningOp();
-      rd && isa<BroadcastOp, TransposeOp, SliceOp>(rd))
+  if (isa_and_nonnull<StridedViewOpInterface>(read->root.getDefiningOp()))
     return std::nullopt;
   int64_t rows = t.getDimSize(0), cols = t.getDimSize(1);
   int64_t s0 = read->strides[0], s1 = read->strides[1];
@@ -1181,7 +1120,7 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
   llvm::SaveAndRestore<bool> restore(inPrep, inPrep || prep);
   size_t firstLaunch = exe.launches.size();
   SmallVector<int64_t> shape(tensorType(src).getShape());
-  auto read = stridedRead(src, shape);
+  auto read = stridedRead(src);
   if (!read.ok())
     return read.status();
   SmallVector<int64_t> strides(read->strides);
@@ -1404,8 +1343,7 @@ absl::Status Lowering::emitOp(Operation *op) {
         return t && t.getNumElements() == 0;
       }))
     return absl::OkStatus();
-  if (isa<ReshapeOp, ConstantOp, arith::ConstantOp, BroadcastOp, TransposeOp,
-          SliceOp>(op))
+  if (isa<ViewLikeOpInterface, ConstantOp, arith::ConstantOp>(op))
     return absl::OkStatus(); // views and constants: no launch of their own
   if (auto q = dyn_cast<QuantizeWeightOp>(op))
     return emitQuantizeWeight(q);
@@ -2140,7 +2078,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     bool computed = rootDef && !matchPattern(root, m_Constant()) && !buffers.count(root);
     if (computed && !outputIndex.count(root)) {
       outputIndex[root] = i;
-      if (isa<BroadcastOp, TransposeOp, SliceOp>(rootDef))
+      if (isa<StridedViewOpInterface>(rootDef))
         viewResults.push_back(root);
     } else {
       copies.push_back({v, static_cast<int>(i)});
@@ -2163,9 +2101,8 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   std::function<void(Value, int)> touch = [&](Value v, int at) {
     Value root = storageRoot(v);
     lastUseStep[root] = std::max(lastUseStep.lookup(root), at);
-    if (Operation *def = root.getDefiningOp())
-      if (isa<BroadcastOp, TransposeOp, SliceOp>(def))
-        touch(def->getOperand(0), at);
+    if (auto view = root.getDefiningOp<StridedViewOpInterface>())
+      touch(cast<ViewLikeOpInterface>(view.getOperation()).getViewSource(), at);
   };
   for (Operation &op : body) {
     int at = opIndex[&op];

@@ -10,8 +10,10 @@
 #define LLMC_DIALECT_LLM_IR_LLMOPS_TD
 
 include "LLM/IR/LLMDialect.td"
+include "LLM/IR/LLMInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/ViewLikeInterface.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 
 //===----------------------------------------------------------------------===//
@@ -317,7 +319,9 @@ def LLM_CastOp : LLM_Op<"cast", [Pure, Elementwise]> {
   let hasCanonicalizer = 1;
 }
 
-def LLM_BroadcastOp : LLM_Op<"broadcast", [Pure]> {
+def LLM_BroadcastOp : LLM_Op<"broadcast", [Pure,
+    DeclareOpInterfaceMethods<ViewLikeOpInterface>,
+    DeclareOpInterfaceMethods<LLM_StridedViewOpInterface>]> {
   let summary = "NumPy-style broadcast to a larger shape.";
   let description = [{
     Dimensions are aligned from the right; each input dimension is 1 or
@@ -334,7 +338,8 @@ def LLM_BroadcastOp : LLM_Op<"broadcast", [Pure]> {
   let hasFolder = 1;
 }
 
-def LLM_ReshapeOp : LLM_Op<"reshape", [Pure]> {
+def LLM_ReshapeOp : LLM_Op<"reshape", [Pure,
+    DeclareOpInterfaceMethods<ViewLikeOpInterface>]> {
   let summary = "Row-major reshape with the same number of elements.";
   let description = [{
     When the input has dynamic dimensions the result may have at most one
@@ -352,7 +357,9 @@ def LLM_ReshapeOp : LLM_Op<"reshape", [Pure]> {
   let hasFolder = 1;
 }
 
-def LLM_TransposeOp : LLM_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
+def LLM_TransposeOp : LLM_Op<"transpose", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<ViewLikeOpInterface>,
+    DeclareOpInterfaceMethods<LLM_StridedViewOpInterface>]> {
   let summary = "Permutes dimensions: result.dim(i) = input.dim(permutation[i]).";
   let description = [{
     ```mlir
@@ -365,7 +372,9 @@ def LLM_TransposeOp : LLM_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
   let hasFolder = 1;
 }
 
-def LLM_SliceOp : LLM_Op<"slice", [Pure, InferTypeOpAdaptor]> {
+def LLM_SliceOp : LLM_Op<"slice", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<ViewLikeOpInterface>,
+    DeclareOpInterfaceMethods<LLM_StridedViewOpInterface>]> {
   let summary = "Strided slice: result[i] = input[start + i * step] per dimension.";
   let description = [{
     `starts`, `limits` and `steps` have one entry per dimension; a limit of

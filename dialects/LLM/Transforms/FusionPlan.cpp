@@ -45,10 +45,11 @@ int llmc::llm::fusedOpCost(Operation *op) {
   return isa<MatmulOp>(op) ? 0 : 1;
 }
 
-/// A value the norm kernel can read as a dense row-major tensor.
+/// A value the norm kernel can read as a dense row-major tensor: not a
+/// strided view, not a constant.
 static bool isDenseOperand(Value v) {
   Operation *def = v.getDefiningOp();
-  return !def || !(isa<BroadcastOp, TransposeOp, SliceOp, ConstantOp>(def) ||
+  return !def || !(isa<StridedViewOpInterface>(def) ||
                    def->hasTrait<OpTrait::ConstantLike>());
 }
 

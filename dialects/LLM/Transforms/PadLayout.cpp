@@ -15,7 +15,7 @@ using namespace llmc::llm;
 
 bool llmc::llm::isParameterDerived(Value v) {
   while (Operation *def = v.getDefiningOp()) {
-    if (!isa<CastOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp, PadOp>(def))
+    if (!isa<ViewLikeOpInterface, CastOp, PadOp>(def))
       return false;
     v = def->getOperand(0);
   }

@@ -176,10 +176,14 @@ def PlanMemoryPass : Pass<"llmc-plan-memory", "::mlir::func::FuncOp"> {
   let summary = "Assigns every intermediate tensor an offset in one arena.";
   let description = [{
     Liveness over the function's top-level values in program order: a value
-    is live from its defining op to its last use; views alias their input
-    and their users extend the input's life: `llm.reshape` (same bytes),
-    and `llm.broadcast` / `llm.transpose` / `llm.slice`, which codegen reads
-    through strides (a view's `llm.arena_offset` is its root's). Buffers are
+    is live from its defining op to its last use; values that alias another
+    one's storage (`llm::aliasRoot`) get none of their own, and their users
+    extend the root's life: views, i.e. `llm.reshape` (same bytes) and
+    `llm.broadcast` / `llm.transpose` / `llm.slice`, which codegen reads
+    through strides, an `llm.all_reduce` over a group of one (an identity)
+    and an `llm.kv_cache_append` that updates its donated cache in place
+    (its root is that argument). An alias's `llm.arena_offset` is its
+    root's. Buffers are
     placed first-fit in one arena, each rounded up to `alignment` bytes; a
     buffer is reused once its value is dead (its last use is strictly
     before the new value's definition). Function arguments, returned values

@@ -36,17 +36,6 @@ std::optional<int64_t> byteSize(RankedTensorType t) {
   return bytes;
 }
 
-/// The value whose storage `v` uses: reshape is a view of its input, and
-/// broadcast, transpose and slice are read through strides (as codegen does).
-Value storageRoot(Value v) {
-  while (Operation *def = v.getDefiningOp()) {
-    if (!isa<ReshapeOp, BroadcastOp, TransposeOp, SliceOp>(def))
-      break;
-    v = def->getOperand(0);
-  }
-  return v;
-}
-
 struct PlanMemoryPass : llmc::llm::impl::PlanMemoryPassBase<PlanMemoryPass> {
   using PlanMemoryPassBase::PlanMemoryPassBase;
 
@@ -95,14 +84,14 @@ struct PlanMemoryPass : llmc::llm::impl::PlanMemoryPassBase<PlanMemoryPass> {
     SmallVector<Value> order;
     for (Operation &op : body) {
       for (Value operand : op.getOperands()) {
-        Value root = storageRoot(operand);
+        Value root = aliasRoot(operand);
         last[root] = std::max(last.lookup(root), index[&op]);
       }
       if (isa<func::ReturnOp>(op))
         for (Value v : op.getOperands())
-          excluded.insert(storageRoot(v));
+          excluded.insert(aliasRoot(v));
       for (Value r : op.getResults()) {
-        if (storageRoot(r) != r)
+        if (aliasRoot(r) != r)
           continue; // a view
         if (matchPattern(r, m_Constant())) {
           excluded.insert(r);
@@ -156,7 +145,7 @@ struct PlanMemoryPass : llmc::llm::impl::PlanMemoryPassBase<PlanMemoryPass> {
       SmallVector<int64_t> perResult;
       bool any = false;
       for (Value r : op.getResults()) {
-        auto it = offsets.find(storageRoot(r));
+        auto it = offsets.find(aliasRoot(r));
         bool placed = it != offsets.end();
         any |= placed;
         perResult.push_back(placed ? it->second : -1);

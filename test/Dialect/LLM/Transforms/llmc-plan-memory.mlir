@@ -82,3 +82,29 @@ func.func @dynamic(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
   %b = llm.exp %a : tensor<?x8xf32>
   return %b : tensor<?x8xf32>
 }
+
+// -----
+
+// Storage the lowering does not allocate (llm::aliasRoot): a kv_cache_append
+// into a donated cache that nothing else reads writes the argument in place,
+// and an all_reduce over a group of one is its input. Neither gets a buffer
+// of its own (the all_reduce's offset is its input's, as a reshape's is); the
+// exp that feeds the all_reduce lives until the all_reduce's last use.
+// CHECK-LABEL: func.func @in_place_aliases
+// CHECK-SAME: attributes {llm.arena_bytes = 256 : i64}
+// CHECK: llm.exp %{{.+}} {llm.arena_offset = 0 : i64} : tensor<1x4x1x8xf32>
+// CHECK: llm.kv_cache_append
+// CHECK-NOT: llm.arena_offset
+// CHECK-SAME: tensor<1x16x1x8xf32>
+// CHECK: llm.exp %{{.+}} {llm.arena_offset = 0 : i64} : tensor<4x8xf32>
+// CHECK: llm.all_reduce %{{.+}} sum group_size = 1 {llm.arena_offset = 0 : i64}
+// CHECK: llm.neg %{{.+}} {llm.arena_offset = 128 : i64}
+func.func @in_place_aliases(%cache: tensor<1x16x1x8xf32> {llm.donate}, %k: tensor<1x4x1x8xf32>, %pos: tensor<i64>, %x: tensor<4x8xf32>) -> (tensor<1x16x1x8xf32>, tensor<4x8xf32>) {
+  %e = llm.exp %k : tensor<1x4x1x8xf32>
+  %c = llm.kv_cache_append %cache, %e, %pos : tensor<1x16x1x8xf32>, tensor<1x4x1x8xf32>, tensor<i64>
+  %a = llm.exp %x : tensor<4x8xf32>
+  %r = llm.all_reduce %a sum group_size = 1 : tensor<4x8xf32>
+  %n = llm.neg %r : tensor<4x8xf32>
+  %m = llm.mul %n, %r : tensor<4x8xf32>
+  return %c, %m : tensor<1x16x1x8xf32>, tensor<4x8xf32>
+}
