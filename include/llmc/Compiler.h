@@ -4,8 +4,8 @@
 // thin layer over it). A Compiler owns an MLIRContext with every llmc dialect
 // and an NVRTC kernel compiler; Compile() runs the same flow as llmc-compile:
 //
-//   parse + verify -> llm::specializeShapes -> PrepareForLowering
-//                  -> ApplyPrecisionPolicy
+//   parse + verify -> llmc::RunPipeline (llmc/Pipelines/Pipeline.h: shape
+//                     specialization, canonicalize/raise, precision policy)
 //                  -> LowerToExecutable
 //                  -> rt::KernelCompiler::CompileAll (cubins for `arch`)
 //
@@ -62,6 +62,8 @@ class MLIRContext;
 
 namespace llmc {
 
+struct PipelineOptions;
+
 struct CompilerOptions {
   /// NVRTC target of the cubins ("sm_90a", "sm_80", ...). Empty: the arch of
   /// GPU 0 when one is present, else "sm_90a". A session on a GPU of another
@@ -70,8 +72,8 @@ struct CompilerOptions {
   /// Fusion on/off: elementwise chains, residual + norm, GEMM epilogues.
   bool fuse = true;
   /// Numerics policy applied to every compiled function: "fp32" (the graph
-  /// as written), "bf16", "fp16" or "fp8" (see llmc::ApplyPrecisionPolicy in
-  /// llmc/Compiler/LowerToExecutable.h). fp8 GEMMs are cuBLASLt fp8 GEMMs for
+  /// as written), "bf16", "fp16" or "fp8" (llmc-precision; see
+  /// llmc::PipelineOptions in llmc/Pipelines/Pipeline.h). fp8 GEMMs are cuBLASLt fp8 GEMMs for
   /// an `arch` of sm_89 or later and dequantize + bf16 GEMMs below.
   std::string precision = "fp32";
   /// Kernel cache directory; empty = rt::DefaultCacheDir().
@@ -85,8 +87,11 @@ struct CompilerOptions {
 
 class Compiler {
 public:
-  /// Errors: InvalidArgument for a malformed `arch` or an unknown
-  /// `precision`.
+  /// Reads the tuning knobs' environment variables (LLMC_ATTENTION_BACKEND,
+  /// LLMC_ATTN_CONFIG, LLMC_EW_UNROLL; llmc::SetTuningKnobs) once, here:
+  /// later changes to them do not affect this Compiler. Errors:
+  /// InvalidArgument for a malformed `arch`, an unknown `precision` or a bad
+  /// value of one of those variables (named).
   static absl::StatusOr<std::unique_ptr<Compiler>>
   Create(CompilerOptions options = {});
   ~Compiler();
@@ -118,6 +123,8 @@ private:
   std::mutex mu_; // guards context_ and everything parsed into it
   std::unique_ptr<mlir::MLIRContext> context_;
   std::unique_ptr<rt::KernelCompiler> kernels_;
+  /// options_ as the compilation pipeline, tuning knobs read at Create.
+  std::unique_ptr<PipelineOptions> pipeline_;
 };
 
 /// A function compiled on demand per shape signature: the first call with

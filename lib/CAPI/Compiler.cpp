@@ -4,6 +4,7 @@
 
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
+#include "llmc/Pipelines/Pipeline.h"
 #include "llmc/Support/ParseSource.h"
 #include "llmc/runtime/Session.h"
 
@@ -137,12 +138,23 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions optio
     return absl::InvalidArgumentError(
         absl::StrCat("arch: expected sm_<NN>[a] or compute_<NN>[a], found '",
                      options.arch, "'"));
-  if (options.precision != "fp32" && options.precision != "bf16" &&
-      options.precision != "fp16" && options.precision != "fp8")
-    return absl::InvalidArgumentError(absl::StrCat(
-        "precision: expected fp32, bf16, fp16 or fp8, found '",
-        options.precision, "'"));
+  // The pipeline of every Compile, with the tuning knobs read from the
+  // environment once, here.
+  auto pipeline = std::make_unique<PipelineOptions>();
+  std::string error;
+  std::optional<llm::PrecisionPolicy> policy =
+      llm::parsePrecisionPolicy(options.precision, error);
+  if (!policy)
+    return absl::InvalidArgumentError("precision: " + error);
+  pipeline->precision = *policy;
+  pipeline->fuse_elementwise = pipeline->fuse_residual_norm =
+      pipeline->fuse_gemm_epilogue = options.fuse;
+  if (int cc = ComputeCapabilityOfArch(options.arch); cc > 0)
+    pipeline->target_sm = cc;
+  if (absl::Status st = SetTuningKnobs({}, *pipeline); !st.ok())
+    return st;
   std::unique_ptr<Compiler> c(new Compiler(options));
+  c->pipeline_ = std::move(pipeline);
   DialectRegistry registry;
   registerAllDialects(registry);
   c->context_ = std::make_unique<MLIRContext>(registry);
@@ -166,25 +178,14 @@ Compiler::Compile(std::string_view mlirText, std::string_view function,
     auto fn = parseFunction(context_.get(), mlirText, function, module);
     if (!fn.ok())
       return fn.status();
+    PipelineOptions pipeline = *pipeline_;
+    pipeline.shape_bindings = shapeBindings;
     {
       DiagnosticCollector diags(context_.get());
-      if (failed(llm::specializeShapes(*fn, shapeBindings)))
-        return diags.error(absl::StrCat("shape specialization of @",
-                                        fn->getSymName().str(), " failed"));
-    }
-    {
-      DiagnosticCollector diags(context_.get());
-      if (auto st = PrepareForLowering(*fn); !st.ok())
-        return diags.error(std::string(st.message()));
-      if (auto st = ApplyPrecisionPolicy(*fn, options_.precision); !st.ok())
+      if (absl::Status st = RunPipeline(*fn, pipeline); !st.ok())
         return diags.error(std::string(st.message()));
     }
-    LowerOptions lo;
-    lo.fuse_elementwise = lo.fuse_residual_norm = lo.fuse_gemm_epilogue =
-        options_.fuse;
-    if (int cc = ComputeCapabilityOfArch(options_.arch); cc > 0)
-      lo.target_sm = cc;
-    auto lowered = LowerToExecutable(*fn, lo);
+    auto lowered = LowerToExecutable(*fn, lowerOptions(pipeline));
     if (!lowered.ok())
       return lowered.status();
     *exe = std::move(*lowered);

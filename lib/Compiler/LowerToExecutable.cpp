@@ -41,8 +41,6 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
@@ -644,6 +642,7 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
   int64_t numel = numElements(last->getResult(0));
 
   cu::ElementwiseProgram prog;
+  prog.unroll = options.elementwise_unroll;
   llvm::MapVector<Value, int> inputIndex; // external value -> input index
   std::vector<StridedRead> reads;
   llvm::DenseMap<Value, int> nodeOf;
@@ -801,6 +800,7 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op)
     return absl::OkStatus();
   }
   cu::ElementwiseProgram prog;
+  prog.unroll = options.elementwise_unroll;
   prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
   cu::EwNode n;
   n.op = cu::EwOp::cast;
@@ -1082,6 +1082,7 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   if (separateBias) {
     // out = out + cast(bias), bias broadcast along rows; in place.
     cu::ElementwiseProgram prog;
+    prog.unroll = options.elementwise_unroll;
     prog.inputs.push_back({scalarOf(op.getResult()), cu::InputLayout::kContiguous});
     prog.inputs.push_back({scalarOf(op.getBias()), cu::InputLayout::kRowBroadcast});
     cu::EwNode c;
@@ -1145,6 +1146,7 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
     dst = newArenaBuffer(numel * cu::ScalarSize(to), step, step);
   }
   cu::ElementwiseProgram prog;
+  prog.unroll = options.elementwise_unroll;
   prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
   cu::EwNode n;
   n.op = cu::EwOp::cast;
@@ -1201,21 +1203,18 @@ absl::Status Lowering::emitPad(PadOp op) {
 ///   head dim  > 128: 64 x 32 tiles, 4 warps, K/V double-buffered
 /// (cu::DefaultAttentionTile). Grid (q tiles, Hq, B) so that a head's CTAs
 /// run together and share its K/V in L2, unless B or Hq exceed the 65535
-/// limit of grid y/z. LLMC_ATTN_CONFIG=bm128_bn64_w4_s2 (AttentionTileName
-/// form) forces a tile for every tensor-core attention, for sweeps.
-static absl::Status chooseAttentionTile(Operation *op, cu::AttentionConfig &cfg,
-                                        int64_t batch, int64_t heads_q) {
-  cfg.tile = cu::DefaultAttentionTile(cfg.head_dim);
-  if (const char *forced = std::getenv("LLMC_ATTN_CONFIG"); forced && *forced) {
-    std::string error;
-    if (!cu::ParseAttentionTile(forced, &cfg.tile, &error))
-      return unsupported(op, "LLMC_ATTN_CONFIG: " + error);
-  }
+/// limit of grid y/z. `forced` (LowerOptions::attention_tile) replaces the
+/// rule for every tensor-core attention, for sweeps.
+static absl::Status
+chooseAttentionTile(Operation *op, cu::AttentionConfig &cfg, int64_t batch,
+                    int64_t heads_q,
+                    const std::optional<cu::AttentionTile> &forced) {
+  cfg.tile = forced ? *forced : cu::DefaultAttentionTile(cfg.head_dim);
   if (batch > 65535 || heads_q > 65535)
     cfg.tile.qtile_fastest = false;
   std::string why;
   if (cu::AttentionUsesTensorCores(cfg) && !cu::AttentionTileSupported(cfg, &why))
-    return unsupported(op, (std::getenv("LLMC_ATTN_CONFIG") ? "LLMC_ATTN_CONFIG: " : "") + why);
+    return unsupported(op, (forced ? "forced " : "") + why);
   return absl::OkStatus();
 }
 
@@ -1291,7 +1290,8 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
     strideH = ms[1] == 1 ? 0 : ms[2] * skv;
     strideB = ms[0] == 1 ? 0 : ms[1] * ms[2] * skv;
   }
-  if (absl::Status st = chooseAttentionTile(op, cfg, b, hq); !st.ok())
+  if (absl::Status st = chooseAttentionTile(op, cfg, b, hq, options.attention_tile);
+      !st.ok())
     return st;
   std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getQuery()),
                                ptrArg(op.getKey()), ptrArg(op.getValue()),
@@ -1310,10 +1310,7 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
 absl::Status Lowering::attachCudnnAttention(AttentionOp op, int64_t b, int64_t sq,
                                             int64_t skv, int64_t hq, int64_t hkv,
                                             int64_t d, float scale) {
-  auto backend = ResolveAttentionBackend(options.attention_backend);
-  if (!backend.ok())
-    return backend.status();
-  if (*backend == AttentionBackend::kLlmc || op.getMask())
+  if (options.attention_backend == AttentionBackend::kLlmc || op.getMask())
     return absl::OkStatus();
   auto dtype = toRuntimeDType(tensorType(op.getQuery()).getElementType());
   if (!dtype.ok())
@@ -2275,20 +2272,6 @@ llmc::ParseAttentionBackend(const std::string &name) {
       "unknown attention backend '", name, "' (expected auto, llmc or cudnn)"));
 }
 
-absl::StatusOr<AttentionBackend>
-llmc::ResolveAttentionBackend(AttentionBackend b) {
-  if (b != AttentionBackend::kDefault)
-    return b;
-  const char *env = std::getenv("LLMC_ATTENTION_BACKEND");
-  if (!env || !*env)
-    return AttentionBackend::kAuto;
-  auto parsed = ParseAttentionBackend(env);
-  if (!parsed.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("LLMC_ATTENTION_BACKEND: ", parsed.status().message()));
-  return parsed;
-}
-
 absl::StatusOr<rt::DType> llmc::toRuntimeDType(Type t) {
   if (t.isF32()) return rt::DType::f32;
   if (t.isF16()) return rt::DType::f16;
@@ -2316,46 +2299,6 @@ int llmc::ComputeCapabilityOfArch(const std::string &arch) {
   if (digits.size() < 2 || digits.getAsInteger(10, cc))
     return 0;
   return cc;
-}
-
-absl::Status llmc::PrepareForLowering(func::FuncOp fn, bool raise) {
-  PassManager pm(fn.getContext(), func::FuncOp::getOperationName());
-  pm.addPass(createCanonicalizerPass());
-  if (raise) {
-    pm.addPass(createRaisePass());
-    pm.addPass(createCanonicalizerPass());
-  }
-  pm.addPass(createCSEPass());
-  if (failed(pm.run(fn)))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "preparing @", fn.getSymName().str(),
-        " for lowering (canonicalize, llmc-raise, CSE) failed (see the "
-        "diagnostics above)"));
-  return absl::OkStatus();
-}
-
-absl::Status llmc::ApplyPrecisionPolicy(func::FuncOp fn,
-                                        const std::string &policy) {
-  if (policy != "fp32" && policy != "bf16" && policy != "fp16" &&
-      policy != "fp8")
-    return absl::InvalidArgumentError(absl::StrCat(
-        "precision policy must be fp32, bf16, fp16 or fp8, found '", policy,
-        "'"));
-  if (policy == "fp32")
-    return absl::OkStatus();
-  PassManager pm(fn.getContext(), func::FuncOp::getOperationName());
-  PrecisionPassOptions precision;
-  precision.policy = policy;
-  pm.addPass(createPrecisionPass(precision));
-  if (policy == "fp8")
-    pm.addPass(createPadLayoutPass());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-  if (failed(pm.run(fn)))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "precision policy ", policy, " failed on @", fn.getSymName().str(),
-        " (see the diagnostics above)"));
-  return absl::OkStatus();
 }
 
 absl::StatusOr<rt::Executable> llmc::LowerToExecutable(func::FuncOp fn,

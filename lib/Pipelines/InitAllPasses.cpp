@@ -2,11 +2,13 @@
 
 #include "llmc/InitAllPasses.h"
 
+#include "llmc/Pipelines/Pipeline.h"
+
 #include "LLM/Transforms/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
 void llmc::registerAllPasses() {
   mlir::registerTransformsPasses();
   llm::registerLLMTransformsPasses();
-  llm::registerLLMCPipeline();
+  registerPipelines();
 }

@@ -2,9 +2,12 @@
 //
 //   llmc-compile FILE.mlir [--fn=NAME] [--shape NAME=N]... [--arch=sm_90a]...
 //                [--precision=fp32|bf16|fp16|fp8] [-o FILE.llmcx | -o -]
-//                [--print-stats] [--emit-cuda] [--emit=executable-dump]
+//                [--print-stats] [--emit-cuda] [--emit=executable-dump|mlir]
+//                [--attention=..] [--attention-tile=..] [--ew-unroll=N]
+//                [--mlir-print-ir-after-all, --mlir-timing, ...]
 //
-// Specializes shapes, applies the precision policy, lowers to an Executable
+// Runs the one compilation pipeline (llmc/Pipelines/Pipeline.h: shape
+// specialization, canonicalize/raise, the precision policy), lowers to an Executable
 // and compiles every kernel with NVRTC for each --arch (no GPU needed), then
 // writes the serialized Executable of the first arch. fp8 GEMMs lower to
 // cuBLASLt fp8 GEMMs for sm_89 and later and to dequantize + bf16 GEMMs
@@ -12,14 +15,18 @@
 // from the first is lowered separately. --emit=executable-dump prints the
 // canonical text of the executable instead (rt::DescribeExecutable: what -o
 // would write, less the cubins) and runs no NVRTC; test/golden pins it.
+// --emit=mlir prints the function after the pass pipeline, before lowering
+// (what `llmc-opt --llmc-pipeline` prints with the same options).
 //
 //===----------------------------------------------------------------------===//
 
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
+#include "llmc/Pipelines/Pipeline.h"
 #include "llmc/Support/ParseSource.h"
 #include "llmc/Tools.h"
 #include "CommandLine.h"
+#include "PipelineFlags.h"
 #include "ToolSupport.h"
 #include "llmc/runtime/Executable.h"
 #include "llmc/runtime/ExecutableDump.h"
@@ -66,20 +73,11 @@ int llmc::compileMain(int argc, char **argv) {
                                cl::cat(cat));
   cl::list<std::string> arches("arch", cl::desc("sm_90a, sm_90, sm_80, compute_90 ..."),
                                cl::cat(cat));
-  cl::opt<std::string> precision(
-      "precision",
-      cl::desc("numerics policy: fp32 (as written), bf16, fp16 or fp8 "
-               "(per-tensor scaled e4m3 GEMMs)"),
-      cl::init("fp32"), cl::cat(cat));
+  llmc::tools::PipelineFlags pipelineFlags(cat);
   cl::opt<bool> stats("print-stats", cl::desc("print ops, kernels, GEMMs, arena bytes, compile time"),
                       cl::cat(cat));
   cl::opt<bool> emitCuda("emit-cuda", cl::desc("print the CUDA C++ of every kernel"),
                          cl::cat(cat));
-  cl::opt<bool> noHoist("no-hoist",
-                        cl::desc("run parameter-only work (weight casts, fp8 "
-                                 "weight scaling, pads, relayouts) on every call "
-                                 "instead of once per parameter set"),
-                        cl::cat(cat));
   cl::opt<bool> noRaise("no-raise",
                         cl::desc("keep decomposed normalizations as written "
                                  "(skip llmc-raise; canonicalize and CSE "
@@ -90,10 +88,12 @@ int llmc::compileMain(int argc, char **argv) {
   cl::opt<std::string> emit(
       "emit",
       cl::desc("what to produce: executable (the default: NVRTC-compiled, "
-               "written by -o) or executable-dump (its canonical text on "
-               "stdout, without NVRTC or cubins; see test/golden)"),
+               "written by -o), executable-dump (its canonical text on "
+               "stdout, without NVRTC or cubins; see test/golden) or mlir "
+               "(the function after the pass pipeline, before lowering)"),
       cl::init("executable"), cl::cat(cat));
-  cl::HideUnrelatedOptions(cat);
+  llmc::tools::registerPassManagerFlags();
+  cl::HideUnrelatedOptions({&cat, &llmc::tools::passManagerCategory()});
   cl::ParseCommandLineOptions(argc, argv, "llmc-compile: ahead-of-time compilation\n");
   if (std::string e = llmc::tools::repeatedOptionError(cat, argc, argv); !e.empty())
     return fail(e);
@@ -108,14 +108,24 @@ int llmc::compileMain(int argc, char **argv) {
       return fail("--arch=" + arch + " is given twice; give each arch once");
     archList.push_back(arch);
   }
-  if (precision != "fp32" && precision != "bf16" && precision != "fp16" &&
-      precision != "fp8")
-    return fail("precision policy must be fp32, bf16, fp16 or fp8, found '" +
-                precision + "'");
-  if (emit != "executable" && emit != "executable-dump")
+  absl::StatusOr<llmc::PipelineOptions> pipelineOr = pipelineFlags.options();
+  if (!pipelineOr.ok())
+    return fail(std::string(pipelineOr.status().message()));
+  llmc::PipelineOptions pipeline = std::move(*pipelineOr);
+  pipeline.raise = !noRaise;
+  if (emit != "executable" && emit != "executable-dump" && emit != "mlir")
     return fail("--emit=" + emit +
-                ": expected executable or executable-dump");
+                ": expected executable, executable-dump or mlir");
   const bool dump = emit == "executable-dump";
+  if (emit == "mlir") {
+    // The function is the whole of stdout; nothing is lowered or compiled.
+    for (const cl::Option *o : std::initializer_list<const cl::Option *>{
+             &output, &emitCuda, &stats, &noCache})
+      if (o->getNumOccurrences())
+        return fail("--emit=mlir prints the function after the pass pipeline "
+                    "on stdout; it cannot be combined with " +
+                    std::string(o == &output ? "-o" : "--" + o->ArgStr.str()));
+  }
   if (dump) {
     // The dump is the whole of stdout and compiles no kernel.
     for (const cl::Option *o : std::initializer_list<const cl::Option *>{
@@ -156,21 +166,27 @@ int llmc::compileMain(int argc, char **argv) {
       std::vector<std::string>(shapes.begin(), shapes.end()), error);
   if (!parsedBindings)
     return fail(error);
-  std::map<std::string, int64_t> bindings = std::move(*parsedBindings);
-  if (failed(llmc::llm::specializeShapes(fn, bindings)))
-    return 1;
-  if (auto s = llmc::PrepareForLowering(fn, !noRaise); !s.ok())
+  pipeline.shape_bindings = std::move(*parsedBindings);
+  if (auto s = llmc::RunPipeline(fn, pipeline, llmc::tools::applyPassManagerFlags);
+      !s.ok())
     return fail(std::string(s.message()));
-  if (auto s = llmc::ApplyPrecisionPolicy(fn, precision); !s.ok())
-    return fail(std::string(s.message()));
+  if (emit == "mlir") {
+    fn.print(llvm::outs());
+    llvm::outs() << "\n";
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      llvm::outs().clear_error();
+      return fail("writing the function to stdout failed");
+    }
+    return 0;
+  }
   if (archList.empty())
     archList.push_back("sm_90a");
   auto optionsFor = [&](const std::string &arch) {
-    llmc::LowerOptions lo;
-    lo.hoist_parameter_work = !noHoist;
+    llmc::PipelineOptions forArch = pipeline;
     if (int cc = llmc::ComputeCapabilityOfArch(arch); cc > 0)
-      lo.target_sm = cc;
-    return lo;
+      forArch.target_sm = cc;
+    return llmc::lowerOptions(forArch);
   };
   llmc::LowerOptions firstOptions = optionsFor(archList.front());
   llmc::LowerStats st;

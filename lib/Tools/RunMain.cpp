@@ -20,8 +20,9 @@
 // function's own (bf16/fp16 2e-2, fp8 0.125 relative L2: see
 // precisionTolerance).
 // --emit=executable-dump runs the CUDA path's flow up to the executable
-// (shard, weight-only quantization, PrepareForLowering, precision policy,
-// LowerToExecutable with the --attention and --no-hoist options) and prints
+// (shard, then llmc::RunPipeline: weight-only quantization, canonicalize
+// and raise, precision policy; LowerToExecutable with the --attention,
+// --attention-tile, --ew-unroll and --no-hoist options) and prints
 // its canonical text (rt::DescribeExecutable) instead of running it: no
 // inputs, GPU, NVRTC or NCCL; it lowers for the default target (sm_90, as
 // without a GPU); with --tp=N it prints rank --rank's program. test/golden
@@ -30,11 +31,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/Pipelines/Pipeline.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 #include "llmc/Support/ParseSource.h"
 #include "llmc/Tools.h"
 #include "CommandLine.h"
+#include "PipelineFlags.h"
 #include "TensorParallel.h"
 #include "ToolSupport.h"
 #include "llmc/runtime/Communicator.h"
@@ -119,27 +122,12 @@ struct Options {
       cl::desc("with --bench: write the per-launch timings of one run as "
                "Chrome-trace JSON (chrome://tracing, ui.perfetto.dev) to FILE"),
       cl::value_desc("FILE"), cl::cat(cat)};
-  cl::opt<bool> noHoist{
-      "no-hoist",
-      cl::desc("run parameter-only work (weight casts, fp8 weight scaling, "
-               "pads, relayouts) on every call instead of once per parameter set"),
-      cl::cat(cat)};
   cl::opt<bool> noGraphs{"no-cuda-graphs", cl::desc("launch kernels one by one"),
                          cl::cat(cat)};
-  cl::opt<std::string> attention{
-      "attention",
-      cl::desc("prefill attention backend: auto (cuDNN's fused flash attention "
-               "where cuDNN is present and takes the shape, else llmc's "
-               "kernel), llmc, or cudnn (as auto, and warn on every fallback); "
-               "default: LLMC_ATTENTION_BACKEND, else auto"),
-      cl::init(""), cl::cat(cat)};
   cl::opt<uint64_t> seed{"seed", cl::desc("random seed for inputs"), cl::init(1),
                          cl::cat(cat)};
-  cl::opt<std::string> precision{
-      "precision",
-      cl::desc("numerics policy applied before running: fp32 (as written), "
-               "bf16, fp16 or fp8 (per-tensor scaled e4m3 GEMMs)"),
-      cl::init("fp32"), cl::cat(cat)};
+  /// --precision, --no-hoist, --attention, --attention-tile, --ew-unroll.
+  llmc::tools::PipelineFlags pipeline{cat};
   cl::opt<std::string> weightOnly{
       "weight-only",
       cl::desc("none, int8 or int4: weight-only quantization of parameter "
@@ -221,20 +209,15 @@ std::string checkFlags(const Options &opts) {
   auto given = [](const cl::Option &o) { return o.getNumOccurrences() > 0; };
   if (opts.backend != "cuda" && opts.backend != "ref")
     return "unknown --backend '" + opts.backend + "' (expected cuda or ref)";
-  if (opts.precision != "fp32" && opts.precision != "bf16" &&
-      opts.precision != "fp16" && opts.precision != "fp8")
-    return "--precision must be fp32, bf16, fp16 or fp8, found '" +
-           opts.precision + "'";
-  if (opts.weightOnly != "none" && opts.weightOnly != "int8" &&
-      opts.weightOnly != "int4")
-    return "--weight-only must be none, int8 or int4, found '" +
-           opts.weightOnly + "'";
+  // --precision and the tuning knobs (flag, else environment variable).
+  if (auto pipeline = opts.pipeline.options(); !pipeline.ok())
+    return std::string(pipeline.status().message());
+  std::string error;
+  if (!llmc::llm::parseWeightOnlyMode(opts.weightOnly, error))
+    return "--weight-only: " + error;
   if (given(opts.check) && !opts.check.empty() && opts.check != "ref" &&
       opts.check != "gpu-f32")
     return "unknown --check mode '" + opts.check + "' (expected ref or gpu-f32)";
-  if (!opts.attention.empty())
-    if (auto backend = llmc::ParseAttentionBackend(opts.attention); !backend.ok())
-      return "--attention: " + std::string(backend.status().message());
   if (given(opts.tolerance) &&
       !(std::isfinite(opts.tolerance.getValue()) && opts.tolerance >= 0)) {
     std::string tol;
@@ -251,8 +234,9 @@ std::string checkFlags(const Options &opts) {
     for (const cl::Option *o :
          std::initializer_list<const cl::Option *>{
              &opts.check, &opts.bench, &opts.iters, &opts.profile,
-             &opts.noGraphs, &opts.attention, &opts.gpu, &opts.tolerance,
-             &opts.noHoist, &opts.ncclTimeout})
+             &opts.noGraphs, &opts.pipeline.attention,
+             &opts.pipeline.attentionTile, &opts.pipeline.ewUnroll, &opts.gpu,
+             &opts.tolerance, &opts.pipeline.noHoist, &opts.ncclTimeout})
       if (given(*o))
         return "--" + o->ArgStr.str() +
                " applies to the cuda backend only; it has no effect with "
@@ -608,42 +592,41 @@ double collectiveBusBytes(const llmc::rt::CollectiveSpec &c, int n) {
   return 0;
 }
 
-/// The lowering options of the cuda path: parameter hoisting (--no-hoist),
-/// the target's compute capability (0: the default) and --attention.
-absl::StatusOr<llmc::LowerOptions> lowerOptions(const Options &opts,
-                                                int targetSm) {
-  llmc::LowerOptions lo;
-  lo.hoist_parameter_work = !opts.noHoist;
+/// The pipeline options of the cuda path: --precision, --weight-only,
+/// --no-hoist, the tuning knobs, and the target's compute capability (0: the
+/// default). The flags were checked by checkFlags.
+absl::StatusOr<llmc::PipelineOptions> pipelineOptions(const Options &opts,
+                                                      int targetSm) {
+  absl::StatusOr<llmc::PipelineOptions> options = opts.pipeline.options();
+  if (!options.ok())
+    return options.status();
+  std::string error;
+  std::optional<llmc::llm::WeightOnlyMode> weightOnly =
+      llmc::llm::parseWeightOnlyMode(opts.weightOnly, error);
+  if (!weightOnly)
+    return absl::InvalidArgumentError("--weight-only: " + error);
+  options->weight_only = *weightOnly;
   if (targetSm > 0)
-    lo.target_sm = targetSm;
-  if (!opts.attention.empty()) {
-    auto backend = llmc::ParseAttentionBackend(opts.attention);
-    if (!backend.ok())
-      return absl::InvalidArgumentError(
-          absl::StrCat("--attention: ", backend.status().message()));
-    lo.attention_backend = *backend;
-  }
-  return lo;
+    options->target_sm = targetSm;
+  return options;
 }
 
 /// The program this rank runs, in place, from the function specialized as
-/// written: its llmc-shard slice, weight-only quantization (weightBits 8 or
-/// 4; 0: none), PrepareForLowering, the precision policy. Reports the error
-/// and returns failure.
-LogicalResult toRankProgram(func::FuncOp fn, int tp, int rank, int weightBits,
-                            const std::string &policy) {
+/// written: its llmc-shard slice (llmc::tools::shardForRank, which leaves a
+/// graph with collectives as written), then the pipeline of `options`
+/// without shape specialization (weight-only quantization, canonicalize and
+/// raise, the precision policy). Reports the error and returns failure.
+LogicalResult toRankProgram(func::FuncOp fn, int tp, int rank,
+                            llmc::PipelineOptions options) {
   if (failed(llmc::tools::shardForRank(fn, tp, rank)))
-    return failure();
-  if (weightBits && failed(llmc::llm::quantizeLinearWeights(fn, weightBits)))
     return failure();
   // Canonicalize and raise (decomposed RMSNorm => llm.rms_norm) the function
   // that runs only: the reference results came from the graph as written,
   // so --check also verifies the raise.
-  if (auto st = llmc::PrepareForLowering(fn); !st.ok()) {
-    fail(std::string(st.message()));
-    return failure();
-  }
-  if (auto st = llmc::ApplyPrecisionPolicy(fn, policy); !st.ok()) {
+  options.specialize_shapes = false;
+  options.tp = 1;
+  if (auto st = llmc::RunPipeline(fn, options, llmc::tools::applyPassManagerFlags);
+      !st.ok()) {
     fail(std::string(st.message()));
     return failure();
   }
@@ -665,11 +648,11 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   auto deviceOr = rt::Device::Open(tp.device);
   // Lower for the GPU present (fp8 GEMMs differ below sm_89); without one,
   // still lower first so that codegen errors show before the device error.
-  auto loOr = lowerOptions(
+  auto pipelineOr = pipelineOptions(
       opts, deviceOr.ok() ? llmc::ComputeCapabilityOfArch((*deviceOr)->Arch()) : 0);
-  if (!loOr.ok())
-    return loOr.status();
-  const llmc::LowerOptions &lo = *loOr;
+  if (!pipelineOr.ok())
+    return pipelineOr.status();
+  const llmc::LowerOptions lo = llmc::lowerOptions(*pipelineOr);
   auto exeOr = llmc::LowerToExecutable(fn, lo, stats);
   if (!exeOr.ok())
     return exeOr.status();
@@ -700,8 +683,7 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
                << " ms (NVRTC + module load + cuBLASLt plans)\n";
   // Which attention launches run on cuDNN, and why others run llmc's kernel.
   if (!session->attention_report().empty()) {
-    auto backend = llmc::ResolveAttentionBackend(lo.attention_backend);
-    bool warn = backend.ok() && *backend == llmc::AttentionBackend::kCudnn;
+    bool warn = lo.attention_backend == llmc::AttentionBackend::kCudnn;
     for (llvm::StringRef line : llvm::split(session->attention_report(), '\n')) {
       if (warn && line.starts_with("llmc kernel"))
         llvm::errs() << "warning: --attention=cudnn: " << line << "\n";
@@ -884,7 +866,8 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
 int llmc::runMain(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   Options opts;
-  cl::HideUnrelatedOptions(opts.cat);
+  llmc::tools::registerPassManagerFlags();
+  cl::HideUnrelatedOptions({&opts.cat, &llmc::tools::passManagerCategory()});
   cl::ParseCommandLineOptions(argc, argv, "llmc-run: execute an llm function\n");
   if (std::string e = llmc::tools::repeatedOptionError(opts.cat, argc, argv);
       !e.empty())
@@ -1012,10 +995,7 @@ int llmc::runMain(int argc, char **argv) {
   OwningOpRef<func::FuncOp> quantized;
   const int weightBits = opts.weightOnly == "int4" ? 4 : opts.weightOnly == "int8" ? 8 : 0;
   if (opts.weightOnly != "none") {
-    if (weightBits == 0)
-      return fail("--weight-only must be none, int8 or int4, found '" +
-                  opts.weightOnly + "'");
-    if (opts.precision == "fp8")
+    if (opts.pipeline.precision == "fp8")
       return fail("--weight-only=" + opts.weightOnly +
                   " cannot be combined with --precision=fp8 (llmc-precision "
                   "quantizes weights either to fp8 or to int8/int4)");
@@ -1034,12 +1014,12 @@ int llmc::runMain(int argc, char **argv) {
   if (dump) {
     // The cuda backend's flow to its executable (as below, without inputs,
     // reference or GPU), for the default target.
-    if (failed(toRankProgram(fn, tp.tp, tp.rank, weightBits, opts.precision)))
+    auto pipeline = pipelineOptions(opts, 0);
+    if (!pipeline.ok())
+      return fail(std::string(pipeline.status().message()));
+    if (failed(toRankProgram(fn, tp.tp, tp.rank, *pipeline)))
       return 1;
-    auto lo = lowerOptions(opts, 0);
-    if (!lo.ok())
-      return fail(std::string(lo.status().message()));
-    auto exe = llmc::LowerToExecutable(fn, *lo);
+    auto exe = llmc::LowerToExecutable(fn, llmc::lowerOptions(*pipeline));
     if (!exe.ok())
       return fail(std::string(exe.status().message()));
     if (auto st = exe->Validate(); !st.ok())
@@ -1188,9 +1168,7 @@ int llmc::runMain(int argc, char **argv) {
     return true;
   };
 
-  const std::string policy = opts.precision;
-  if (precisionTolerance(policy) == 0.0 && policy != "fp32")
-    return fail("--precision must be fp32, bf16, fp16 or fp8, found '" + policy + "'");
+  const std::string policy = opts.pipeline.precision;
   if (opts.backend == "ref") {
     if (auto st = llmc::ApplyPrecisionPolicy(refFn, policy); !st.ok())
       return fail(std::string(st.message()));
@@ -1278,8 +1256,13 @@ int llmc::runMain(int argc, char **argv) {
         std::max(defaultTolerance(fn, cast<RankedTensorType>(t).getElementType()),
                  precisionTolerance(policy)));
   // This rank's shard (the reference above ran the function as written).
-  if (failed(toRankProgram(fn, tp.tp, tp.rank, weightBits, policy)))
-    return 1;
+  {
+    auto pipeline = pipelineOptions(opts, 0);
+    if (!pipeline.ok())
+      return fail(std::string(pipeline.status().message()));
+    if (failed(toRankProgram(fn, tp.tp, tp.rank, *pipeline)))
+      return 1;
+  }
 
   llmc::LowerStats stats;
   auto run = runOnGpu(fn, inputs, opts, opts.bench, &stats);

@@ -40,7 +40,7 @@
 // TOL: llmc-run: error: --tol=-5: expected a finite relative error >= 0
 // CHECK: llmc-run: error: unknown --check mode 'cpu' (expected ref or gpu-f32)
 // ITERS: llmc-run: error: --iters=0: expected at least 1 timed run
-// PREC: llmc-run: error: --precision must be fp32, bf16, fp16 or fp8, found 'fp7'
+// PREC: llmc-run: error: --precision: expected fp32, bf16, fp16 or fp8, found 'fp7'
 // GPU: llmc-run: error: --gpu=-2: expected a GPU ordinal >= 0
 // REFATTN: llmc-run: error: --attention applies to the cuda backend only; it has no effect with --backend=ref
 // REFTOL: llmc-run: error: --tol applies to the cuda backend only; it has no effect with --backend=ref

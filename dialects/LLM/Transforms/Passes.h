@@ -13,6 +13,7 @@ class RewritePatternSet;
 } // namespace mlir
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace llmc::llm {
@@ -52,48 +53,29 @@ FusionOp materializeFusion(const FusionGroup &group);
 /// of llmc-fuse), for consumers that plan fusion themselves.
 void inlineFusionRegions(mlir::func::FuncOp fn);
 
-/// Options of the `llmc-pipeline` pass pipeline.
-struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
-  Option<std::string> precision{*this, "precision",
-                                llvm::cl::desc("fp32, bf16, fp16 or fp8"),
-                                llvm::cl::init("fp32")};
-  Option<std::string> weightOnly{
-      *this, "weight-only",
-      llvm::cl::desc("weight-only quantization of linear weights: none, int8 "
-                     "or int4 (groups of 128 along K)"),
-      llvm::cl::init("none")};
-  Option<int64_t> padMultiple{*this, "pad-multiple",
-                              llvm::cl::desc("GEMM dimension multiple"),
-                              llvm::cl::init(16)};
-  Option<int64_t> vocabMultiple{*this, "vocab-multiple",
-                                llvm::cl::desc("multiple for vocab-like N"),
-                                llvm::cl::init(64)};
-  Option<bool> fuseElementwise{*this, "fuse-elementwise",
-                               llvm::cl::desc("fuse elementwise chains"),
-                               llvm::cl::init(true)};
-  Option<bool> fuseResidualNorm{*this, "fuse-residual-norm",
-                                llvm::cl::desc("fuse residual add + norm"),
-                                llvm::cl::init(true)};
-  Option<bool> fuseGemmEpilogue{*this, "fuse-gemm-epilogue",
-                                llvm::cl::desc("fuse GEMM epilogues"),
-                                llvm::cl::init(true)};
-  Option<bool> fuseRopeAttention{*this, "fuse-rope-attention",
-                                 llvm::cl::desc("fuse RoPE into attention"),
-                                 llvm::cl::init(true)};
-  Option<int64_t> alignment{*this, "alignment",
-                            llvm::cl::desc("arena buffer alignment in bytes"),
-                            llvm::cl::init(128)};
-  Option<bool> report{*this, "report",
-                      llvm::cl::desc("remark with the arena sizes"),
-                      llvm::cl::init(false)};
-};
+/// The numerics policies of `llmc-precision` (see its description).
+enum class PrecisionPolicy { fp32, bf16, fp16, fp8 };
 
-/// canonicalize -> raise -> precision -> pad-layout -> canonicalize, cse ->
-/// fuse -> plan-memory, on every func.func of a module.
-void buildLLMCPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+/// Weight-only quantization of linear weights (`llmc-precision`'s
+/// weight-only): none, or int8/int4 in groups of 128 along K.
+enum class WeightOnlyMode { none, int8, int4 };
 
-/// Registers `llmc-pipeline`.
-void registerLLMCPipeline();
+/// `name` as a policy ("fp32", "bf16", "fp16", "fp8"). The one place policy
+/// names are checked: llmc-precision's option and every entry point
+/// (llmc::PipelineOptions, the tools' --precision, CompilerOptions) parse
+/// here. Otherwise std::nullopt with `error` = "expected fp32, bf16, fp16 or
+/// fp8, found 'x'", for the caller to prefix with the option's name.
+std::optional<PrecisionPolicy> parsePrecisionPolicy(llvm::StringRef name,
+                                                    std::string &error);
+llvm::StringRef stringifyPrecisionPolicy(PrecisionPolicy policy);
+
+/// `name` as a weight-only mode ("none", "int8", "int4"), else std::nullopt
+/// with `error` = "expected none, int8 or int4, found 'x'".
+std::optional<WeightOnlyMode> parseWeightOnlyMode(llvm::StringRef name,
+                                                  std::string &error);
+llvm::StringRef stringifyWeightOnlyMode(WeightOnlyMode mode);
+/// Bits per quantized weight: 8, 4, or 0 for none.
+int weightOnlyBits(WeightOnlyMode mode);
 
 /// True when `v` is a function argument seen through casts, views and pads:
 /// anything computed from it depends on that one argument (a parameter) and

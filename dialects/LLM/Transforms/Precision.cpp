@@ -144,14 +144,61 @@ private:
   llvm::DenseMap<Value, std::pair<Value, Value>> quantized;
 };
 
+} // namespace
+
+std::optional<PrecisionPolicy>
+llmc::llm::parsePrecisionPolicy(llvm::StringRef name, std::string &error) {
+  for (PrecisionPolicy p : {PrecisionPolicy::fp32, PrecisionPolicy::bf16,
+                            PrecisionPolicy::fp16, PrecisionPolicy::fp8})
+    if (name == stringifyPrecisionPolicy(p))
+      return p;
+  error = "expected fp32, bf16, fp16 or fp8, found '" + name.str() + "'";
+  return std::nullopt;
+}
+
+llvm::StringRef llmc::llm::stringifyPrecisionPolicy(PrecisionPolicy policy) {
+  switch (policy) {
+  case PrecisionPolicy::fp32: return "fp32";
+  case PrecisionPolicy::bf16: return "bf16";
+  case PrecisionPolicy::fp16: return "fp16";
+  case PrecisionPolicy::fp8: return "fp8";
+  }
+  llvm_unreachable("unknown precision policy");
+}
+
+std::optional<WeightOnlyMode>
+llmc::llm::parseWeightOnlyMode(llvm::StringRef name, std::string &error) {
+  for (WeightOnlyMode m :
+       {WeightOnlyMode::none, WeightOnlyMode::int8, WeightOnlyMode::int4})
+    if (name == stringifyWeightOnlyMode(m))
+      return m;
+  error = "expected none, int8 or int4, found '" + name.str() + "'";
+  return std::nullopt;
+}
+
+llvm::StringRef llmc::llm::stringifyWeightOnlyMode(WeightOnlyMode mode) {
+  switch (mode) {
+  case WeightOnlyMode::none: return "none";
+  case WeightOnlyMode::int8: return "int8";
+  case WeightOnlyMode::int4: return "int4";
+  }
+  llvm_unreachable("unknown weight-only mode");
+}
+
+int llmc::llm::weightOnlyBits(WeightOnlyMode mode) {
+  return mode == WeightOnlyMode::int8 ? 8 : mode == WeightOnlyMode::int4 ? 4 : 0;
+}
+
+namespace {
+
 struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
   using PrecisionPassBase::PrecisionPassBase;
 
   void runOnOperation() override {
     func::FuncOp fn = getOperation();
-    if (weightOnly != "none" && weightOnly != "int8" && weightOnly != "int4") {
-      fn.emitOpError() << "weight-only must be none, int8 or int4, found '"
-                       << weightOnly << "'";
+    std::string error;
+    if (!parseWeightOnlyMode(weightOnly, error)) {
+      fn.emitOpError() << "weight-only: " << error;
       return signalPassFailure();
     }
     if (weightOnly != "none" && policy == "fp8") {
@@ -160,10 +207,8 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
                           "fp32, bf16 or fp16 activations)";
       return signalPassFailure();
     }
-    if (policy != "fp32" && policy != "bf16" && policy != "fp16" &&
-        policy != "fp8") {
-      fn.emitOpError() << "policy must be fp32, bf16, fp16 or fp8, found '"
-                       << policy << "'";
+    if (!parsePrecisionPolicy(policy, error)) {
+      fn.emitOpError() << "policy: " << error;
       return signalPassFailure();
     }
     if (fn.isExternal())

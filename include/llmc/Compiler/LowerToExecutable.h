@@ -10,20 +10,22 @@
 #ifndef LLMC_COMPILER_LOWERTOEXECUTABLE_H
 #define LLMC_COMPILER_LOWERTOEXECUTABLE_H
 
+#include "llmc/Target/CUDA/KernelLibrary.h"
 #include "llmc/runtime/Executable.h"
 
 #include "absl/status/statusor.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <optional>
 #include <string>
 
 namespace llmc {
 
 /// Which implementation runs prefill attention (llm.attention with a query
 /// longer than the decode kernels take) in bf16/f16.
+/// (LLMC_ATTENTION_BACKEND is read by llmc::SetTuningKnobs, at the API
+/// boundary; see llmc/Pipelines/Pipeline.h.)
 enum class AttentionBackend {
-  /// LLMC_ATTENTION_BACKEND (auto, llmc or cudnn) when set, else kAuto.
-  kDefault,
   /// cuDNN's fused flash attention where the shape is one cuDNN takes
   /// (rt::CudnnAttentionUnsupportedReason), llmc's FlashAttention-2 kernel
   /// elsewhere. Today every shape cuDNN takes is given to it (cuDNN's SDPA is
@@ -40,9 +42,6 @@ enum class AttentionBackend {
 /// "auto", "llmc" or "cudnn" -> the backend; InvalidArgument naming the
 /// value and the valid ones otherwise.
 absl::StatusOr<AttentionBackend> ParseAttentionBackend(const std::string &name);
-/// kDefault resolved through LLMC_ATTENTION_BACKEND (InvalidArgument for a
-/// bad value, naming the variable); other values unchanged.
-absl::StatusOr<AttentionBackend> ResolveAttentionBackend(AttentionBackend b);
 
 struct LowerOptions {
   /// Fuse chains of elementwise ops into one kernel (llmc-fuse's elementwise
@@ -70,7 +69,15 @@ struct LowerOptions {
   /// kernel launch also carries an rt::AttentionSpec (Launch::attention) that
   /// the runtime runs through cuDNN when libcudnn.so.9 is present and plans
   /// the shape; the kernel stays in the executable as the fallback.
-  AttentionBackend attention_backend = AttentionBackend::kDefault;
+  AttentionBackend attention_backend = AttentionBackend::kAuto;
+  /// The FlashAttention-2 tile of every tensor-core attention kernel (for
+  /// sweeps: --attention-tile, LLMC_ATTN_CONFIG); none: the shape's default
+  /// (cu::DefaultAttentionTile). A tile the shape cannot use is an
+  /// Unimplemented error naming the op.
+  std::optional<cuda::AttentionTile> attention_tile;
+  /// 16-byte vectors per input each thread of an elementwise kernel's fast
+  /// path loads before using any, 1..4 (--ew-unroll, LLMC_EW_UNROLL).
+  int elementwise_unroll = cuda::kElementwiseUnroll;
   /// Move work that depends on parameters only (llm::parameterArguments) into
   /// the parameter-preparation segment, run once per parameter set
   /// (rt::Executable::num_prepare_launches). Off: every launch runs on every
@@ -110,36 +117,6 @@ struct LowerStats {
 /// The runtime element type of an llm element type (f32, f16, bf16,
 /// f8E4M3FN, f8E5M2, i1, i8, i32, i64); InvalidArgument for any other type.
 absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
-
-/// Cleans up and raises an imported graph before lowering: canonicalize ->
-/// llmc-raise (decomposed RMSNorm => llm.rms_norm; HF q*cos +
-/// rotate_half(q)*sin => llm.rope with cos/sin tables) -> canonicalize -> CSE on
-/// `fn`, in place. Graphs imported op by op from ATen (the torch.compile
-/// plugin) carry no-ops such as `x * broadcast(1.0)` and norms spelled as
-/// five elementwise/reduction kernels; this turns them into what codegen
-/// fuses. Run it after shape specialization (and sharding), before
-/// ApplyPrecisionPolicy; llmc-compile, llmc-run's CUDA path and
-/// llmc::Compiler::Compile do. The values `fn` computes are unchanged up to
-/// rounding (a raised bf16/f16 RMSNorm or RoPE rounds once where the
-/// decomposed form rounds each step; see
-/// llmc-raise). `raise` = false skips llmc-raise (llmc-compile --no-raise,
-/// to compare). Errors: InvalidArgument naming @fn when a pass fails (its
-/// diagnostics go to the context's diagnostic handler).
-absl::Status PrepareForLowering(mlir::func::FuncOp fn, bool raise = true);
-
-/// The numerics policies of `--precision` (llmc-run, llmc-compile) and
-/// CompilerOptions::precision: "fp32" (the graph as written), "bf16" and
-/// "fp16" (matmul/attention operands cast, f32 accumulation), "fp8" (per-tensor
-/// current scaling of matmul operands to e4m3; see llmc-precision).
-/// ApplyPrecisionPolicy runs llmc-precision{policy} on `fn` in place and, for
-/// fp8, llmc-pad-layout (cuBLASLt's fp8 GEMMs need K and the leading dims in
-/// multiples of 16; pad-layout pads fp8 GEMMs to multiples of 32 and slices
-/// the result back), then canonicalize and CSE. Run it after shape
-/// specialization. "fp32" leaves `fn` unchanged. Errors: InvalidArgument for
-/// an unknown policy (names it and the valid ones) or a failing pass (its
-/// diagnostics go to the context's diagnostic handler).
-absl::Status ApplyPrecisionPolicy(mlir::func::FuncOp fn,
-                                  const std::string &policy);
 
 /// Lowers `fn`, which must have static shapes (run llmc-specialize-shapes
 /// first). Errors: InvalidArgument for a dynamic shape, Unimplemented for an

@@ -11,7 +11,6 @@
 #include "Internal.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 namespace llmc::cuda {
@@ -73,23 +72,10 @@ const char *CmpOp(CmpPredicate p) {
   return "==";
 }
 
-/// 16-byte vectors per input each thread loads per iteration of the fast
-/// path before using any (1: one at a time). A tuning knob,
-/// LLMC_EW_UNROLL=1..4, for measuring on the GPU; the default is
-/// kElementwiseUnroll.
-int ElementwiseUnroll() {
-  if (const char *e = std::getenv("LLMC_EW_UNROLL"); e && *e) {
-    const std::string v(e);
-    if (v.size() == 1 && v[0] >= '1' && v[0] <= '4') return v[0] - '0';
-    Fail("environment variable LLMC_EW_UNROLL: expected 1, 2, 3 or 4, found '" + v + "'");
-  }
-  return kElementwiseUnroll;
-}
-
 struct Emitter {
   const ElementwiseProgram &p;
-  const int unroll_ = ElementwiseUnroll();
-  explicit Emitter(const ElementwiseProgram &p) : p(p) {}
+  const int unroll_;
+  explicit Emitter(const ElementwiseProgram &p) : p(p), unroll_(p.unroll) {}
 
   bool ValueIsInt(int operand) const {
     if (operand < 0) return IsIntType(p.inputs[-operand - 1].type);
@@ -195,6 +181,8 @@ struct Emitter {
 
   void Validate() const {
     if (p.outputs.empty()) Fail("elementwise: no outputs");
+    if (p.unroll < 1 || p.unroll > 4)
+      Fail("elementwise: unroll must be 1, 2, 3 or 4, found " + std::to_string(p.unroll));
     for (size_t k = 0; k < p.nodes.size(); ++k) {
       const EwNode &n = p.nodes[k];
       if (static_cast<int>(n.operands.size()) != Arity(n.op))

@@ -32,4 +32,4 @@
 
 // An unknown policy is a one-line error naming it.
 // RUN: not llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --precision=fp4 2>&1 | FileCheck %s --check-prefix=BADPOLICY
-// BADPOLICY: llmc-compile: error: precision policy must be fp32, bf16, fp16 or fp8, found 'fp4'
+// BADPOLICY: llmc-compile: error: --precision: expected fp32, bf16, fp16 or fp8, found 'fp4'

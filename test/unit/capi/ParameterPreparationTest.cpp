@@ -14,6 +14,7 @@
 #include "../MlirContext.h"
 #include "llmc/Compiler.h"
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/Pipelines/Pipeline.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 #include "llmc/runtime/Session.h"

@@ -1,6 +1,7 @@
 //===- CudnnAttentionTest.cpp - cuDNN attention alternative ----------------===//
 //
-// LowerOptions::attention_backend / LLMC_ATTENTION_BACKEND:
+// LowerOptions::attention_backend (LLMC_ATTENTION_BACKEND through
+// llmc::SetTuningKnobs):
 //  - CPU: which llm.attention launches get a cuDNN alternative
 //    (rt::AttentionSpec + Launch::attention; the llmc kernel stays as the
 //    fallback), that its buffers are the kernel's q/k/v/o, and that it
@@ -17,6 +18,7 @@
 #include "../kernels/CpuReference.h"
 #include "../ScopedEnv.h"
 #include "llmc/InitAllDialects.h"
+#include "llmc/Pipelines/Pipeline.h"
 #include "llmc/runtime/CudnnAttention.h"
 #include "llmc/runtime/Session.h"
 
@@ -88,8 +90,7 @@ const rt::Launch *AttentionLaunch(const rt::Executable &exe) {
 
 TEST(CudnnAttentionLoweringTest, AutoAttachesSpecWithTheKernelsBuffers) {
   ScopedEnv env("LLMC_ATTENTION_BACKEND", nullptr);
-  for (auto backend : {llmc::AttentionBackend::kDefault, llmc::AttentionBackend::kAuto,
-                       llmc::AttentionBackend::kCudnn}) {
+  for (auto backend : {llmc::AttentionBackend::kAuto, llmc::AttentionBackend::kCudnn}) {
     auto exe = Lower({2, 128, 128, 8, 2, 64, true}, backend);
     ASSERT_TRUE(exe.ok()) << exe.status();
     ASSERT_EQ(exe->attentions.size(), 1u);
@@ -151,27 +152,44 @@ TEST(CudnnAttentionLoweringTest, NoSpecWhereCudnnDoesNotApply) {
   EXPECT_EQ(exe->attentions.size(), 1u);
 }
 
-TEST(CudnnAttentionLoweringTest, EnvironmentChoosesTheDefault) {
+// The environment is read at the API boundary (SetTuningKnobs), never by
+// the lowering: an explicit setting wins over it, a bad value is an error
+// naming the variable, and LowerToExecutable does what its options say
+// whatever the variable holds.
+TEST(CudnnAttentionLoweringTest, EnvironmentIsReadOnceAtTheBoundary) {
   {
     ScopedEnv env("LLMC_ATTENTION_BACKEND", "llmc");
-    auto exe = Lower({1, 128, 128, 4, 4, 64, true}, llmc::AttentionBackend::kDefault);
+    llmc::PipelineOptions options;
+    ASSERT_TRUE(llmc::SetTuningKnobs({}, options).ok());
+    EXPECT_EQ(options.attention_backend, llmc::AttentionBackend::kLlmc);
+    auto exe = Lower({1, 128, 128, 4, 4, 64, true}, options.attention_backend);
     ASSERT_TRUE(exe.ok()) << exe.status();
     EXPECT_TRUE(exe->attentions.empty());
-    // An explicit option wins over the environment.
-    exe = Lower({1, 128, 128, 4, 4, 64, true}, llmc::AttentionBackend::kCudnn);
+    // An explicit setting wins over the environment.
+    llmc::TuningKnobs given;
+    given.attention_backend = {"cudnn", "--attention"};
+    ASSERT_TRUE(llmc::SetTuningKnobs(given, options).ok());
+    EXPECT_EQ(options.attention_backend, llmc::AttentionBackend::kCudnn);
+    // The lowering itself ignores the variable.
+    exe = Lower({1, 128, 128, 4, 4, 64, true}, llmc::AttentionBackend::kAuto);
     ASSERT_TRUE(exe.ok()) << exe.status();
     EXPECT_EQ(exe->attentions.size(), 1u);
   }
   {
     ScopedEnv env("LLMC_ATTENTION_BACKEND", "fastest");
-    auto exe = Lower({1, 128, 128, 4, 4, 64, true}, llmc::AttentionBackend::kDefault);
-    ASSERT_FALSE(exe.ok());
-    EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(exe.status().message().find("LLMC_ATTENTION_BACKEND"), std::string::npos)
-        << exe.status();
-    EXPECT_NE(exe.status().message().find("'fastest' (expected auto, llmc or cudnn)"),
+    llmc::PipelineOptions options;
+    absl::Status st = llmc::SetTuningKnobs({}, options);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("environment variable LLMC_ATTENTION_BACKEND: "),
               std::string::npos)
-        << exe.status();
+        << st;
+    EXPECT_NE(st.message().find("'fastest' (expected auto, llmc or cudnn)"),
+              std::string::npos)
+        << st;
+    llmc::TuningKnobs given;
+    given.attention_backend = {"fast", "--attention"};
+    st = llmc::SetTuningKnobs(given, options);
+    EXPECT_NE(st.message().find("--attention: "), std::string::npos) << st;
   }
   EXPECT_EQ(llmc::ParseAttentionBackend("cudnn").value(), llmc::AttentionBackend::kCudnn);
   EXPECT_FALSE(llmc::ParseAttentionBackend("CUDNN").ok());

@@ -121,7 +121,7 @@ protected:
     ASSERT_TRUE(before);
     for (const Policy &p : kPolicies) {
       std::string pipeline =
-          std::string("llmc-pipeline{precision=") + p.name + "}";
+          std::string("llmc-pipeline{show-kernels=1 pad-all=1 precision=") + p.name + "}";
       OwningOpRef<ModuleOp> after = parseAndRun(src, pipeline);
       ASSERT_TRUE(after) << what;
       func::FuncOp fnAfter = firstFunc(*after);
@@ -297,7 +297,7 @@ func.func @head(%x: tensor<7x16xf32>, %w: tensor<50257x16xf32>) -> tensor<7x5025
   return %y : tensor<7x50257xf32>
 }
 )mlir";
-  OwningOpRef<ModuleOp> after = parseAndRun(src, "llmc-pipeline");
+  OwningOpRef<ModuleOp> after = parseAndRun(src, "llmc-pipeline{show-kernels=1 pad-all=1}");
   ASSERT_TRUE(after);
   std::string text = print(*after);
   EXPECT_NE(text.find("tensor<50304x16xf32>"), std::string::npos) << text;

@@ -4,6 +4,7 @@
 #define LLMC_TEST_UNIT_COMPILER_REFERENCETESTUTILS_H
 
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/Pipelines/Pipeline.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 

@@ -8,7 +8,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuReference.h"
-#include "../ScopedEnv.h"
 #include "EmuSupport.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
@@ -466,15 +465,14 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* s, float* c, con
   }
 }
 
-// The fast path with LLMC_EW_UNROLL = 1..4 vectors in flight per thread: one
-// block, so every thread runs the unrolled loop several times, then single
-// vectors, then the scalar tail.
+// The fast path with ElementwiseProgram::unroll = 1..4 vectors in flight per
+// thread: one block, so every thread runs the unrolled loop several times,
+// then single vectors, then the scalar tail.
 TEST(Emu, ElementwiseUnrolledFastPath) {
-  using llmc::test::ScopedEnv;
   if (!HaveCompiler()) GTEST_SKIP();
   for (int u = 1; u <= 4; ++u) {
-    ScopedEnv env("LLMC_EW_UNROLL", std::to_string(u).c_str());
     ElementwiseProgram p;  // out = silu(a) * b, bf16 in and out (8 per vector)
+    p.unroll = u;
     p.inputs = {{ScalarType::bf16, InputLayout::kContiguous}, {ScalarType::bf16, InputLayout::kContiguous}};
     p.nodes = {{EwOp::silu, {-1}, ScalarType::bf16}, {EwOp::mul, {0, -2}, ScalarType::bf16}};
     p.outputs = {{1, ScalarType::bf16}};

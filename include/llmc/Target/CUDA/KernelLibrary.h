@@ -111,6 +111,10 @@ struct EwOutput {
   ScalarType type = ScalarType::f32;
 };
 
+/// Default 16-byte vectors per input in flight per thread in the elementwise
+/// fast path (ElementwiseProgram::unroll).
+inline constexpr int kElementwiseUnroll = 1;
+
 struct ElementwiseProgram {
   std::vector<EwInput> inputs;
   std::vector<EwNode> nodes;
@@ -120,13 +124,14 @@ struct ElementwiseProgram {
   /// keeps fused and unfused results identical (llm value semantics); when
   /// false only casts and outputs round (fp32 intermediates).
   bool round_every_node = true;
+  /// 16-byte vectors per input each thread loads per iteration of the fast
+  /// path before using any, 1..4 (1: one at a time). A tuning knob
+  /// (LowerOptions::elementwise_unroll), measured on the GPU.
+  int unroll = kElementwiseUnroll;
 };
 
 inline constexpr int kElementwiseMaxRank = 8;
 inline constexpr int kElementwiseThreads = 256;
-/// Default 16-byte vectors per input in flight per thread in the elementwise
-/// fast path (LLMC_EW_UNROLL overrides it at code generation).
-inline constexpr int kElementwiseUnroll = 1;
 
 /// Elementwise kernel. Math: float-typed nodes compute in fp32, integer-typed
 /// nodes (i1/i8/i32/i64) in 64-bit integers (integer div truncates toward

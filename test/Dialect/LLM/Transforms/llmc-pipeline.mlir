@@ -1,7 +1,7 @@
-// RUN: llmc-opt --llmc-pipeline %llmc_src_root/examples/llama2_7b_block.mlir | FileCheck %s --check-prefix=DYN
-// RUN: llmc-opt --llmc-specialize-shapes="dims=seq=2048" --llmc-pipeline %llmc_src_root/examples/llama2_7b_block.mlir | FileCheck %s
-// RUN: llmc-opt --llmc-specialize-shapes="dims=seq=2048" --llmc-pipeline="report=true" %llmc_src_root/examples/llama2_7b_block.mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK
-// RUN: llmc-opt --llmc-specialize-shapes="dims=seq=5" --llmc-pipeline="precision=bf16" %llmc_src_root/examples/tiny_llama_block.mlir | FileCheck %s --check-prefix=TINY
+// RUN: llmc-opt --llmc-pipeline="show-kernels=1 pad-all=1" %llmc_src_root/examples/llama2_7b_block.mlir | FileCheck %s --check-prefix=DYN
+// RUN: llmc-opt --llmc-specialize-shapes="dims=seq=2048" --llmc-pipeline="show-kernels=1 pad-all=1" %llmc_src_root/examples/llama2_7b_block.mlir | FileCheck %s
+// RUN: llmc-opt --llmc-specialize-shapes="dims=seq=2048" --llmc-pipeline="show-kernels=1 pad-all=1 report=true" %llmc_src_root/examples/llama2_7b_block.mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: llmc-opt --llmc-specialize-shapes="dims=seq=5" --llmc-pipeline="show-kernels=1 pad-all=1 precision=bf16" %llmc_src_root/examples/tiny_llama_block.mlir | FileCheck %s --check-prefix=TINY
 
 // Dynamic sequence length: fused, not memory-planned.
 // DYN-LABEL: func.func @llama2_7b_block

@@ -74,8 +74,8 @@ func.func @already_bf16(%x: tensor<8x8xbf16>, %w: tensor<8x8xbf16>) -> tensor<8x
 
 // -----
 
-// ERR-POLICY: error: 'func.func' op policy must be fp32, bf16, fp16 or fp8, found 'fp64'
-// ERR: error: 'func.func' op weight-only must be none, int8 or int4, found 'int3'
+// ERR-POLICY: error: 'func.func' op policy: expected fp32, bf16, fp16 or fp8, found 'fp64'
+// ERR: error: 'func.func' op weight-only: expected none, int8 or int4, found 'int3'
 // ERR-FP8: error: 'func.func' op weight-only=int4 cannot be combined with policy=fp8
 func.func @weight_only(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
   return %x : tensor<8x8xf32>
