@@ -29,6 +29,8 @@
 
 #include "llmc/Compiler/LowerToExecutable.h"
 
+#include "KernelPlan.h"
+
 #include "LLM/IR/LLMOps.h"
 #include "LLM/Transforms/FusionPlan.h"
 #include "LLM/Transforms/Passes.h"
@@ -84,20 +86,7 @@ absl::Status unsupported(Operation *op, const llvm::Twine &what) {
 
 absl::StatusOr<rt::DType> toDType(Type t) { return llmc::toRuntimeDType(t); }
 
-cu::ScalarType toScalar(rt::DType t) {
-  switch (t) {
-  case rt::DType::f32: return cu::ScalarType::f32;
-  case rt::DType::f16: return cu::ScalarType::f16;
-  case rt::DType::bf16: return cu::ScalarType::bf16;
-  case rt::DType::f8e4m3: return cu::ScalarType::f8e4m3;
-  case rt::DType::f8e5m2: return cu::ScalarType::f8e5m2;
-  case rt::DType::i1: return cu::ScalarType::i1;
-  case rt::DType::i8: return cu::ScalarType::i8;
-  case rt::DType::i32: return cu::ScalarType::i32;
-  case rt::DType::i64: return cu::ScalarType::i64;
-  }
-  return cu::ScalarType::f32;
-}
+cu::ScalarType toScalar(rt::DType t) { return kernelScalarType(t); }
 
 RankedTensorType tensorType(Value v) { return cast<RankedTensorType>(v.getType()); }
 cu::ScalarType scalarOf(Value v) {
@@ -185,7 +174,6 @@ private:
   // --- analysis ---
   absl::Status checkStatic();
   absl::StatusOr<StridedRead> stridedRead(Value v);
-  void planFusion();
 
   // --- storage ---
   int bufferFor(Value v); // buffer id of v's storage root
@@ -220,23 +208,15 @@ private:
                                     int64_t hq, int64_t hkv, int64_t d, float scale);
   absl::Status emitNorm(Operation *op);
   // Weight-only quantization (llm.quantize_weight / dequantize_weight).
-  bool fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg);
   absl::StatusOr<cu::WeightQuantConfig> weightQuantConfig(Operation *op, int64_t bits,
                                                           int64_t group,
                                                           cu::ScalarType dtype);
   absl::Status emitQuantizeWeight(QuantizeWeightOp op);
   absl::Status emitDequantizeWeight(DequantizeWeightOp op);
-  // Horizontal fusion of decode GEMVs sharing an input (planGemvGroups).
-  struct GemvGroup {
-    SmallVector<MatmulOp, 4> members; // program order; SwiGLU: {gate, up}
-    Operation *emitAt = nullptr;      // last member, or the SwiGLU mul
-    Operation *silu = nullptr;        // SwiGLU only
-  };
-  bool decodeGemvConfig(MatmulOp op, cu::GemvConfig *cfg);
+  // Horizontal fusion of decode GEMVs sharing an input (KernelPlan).
   rt::Arg gemvWeightArg(MatmulOp op);
-  void planGemvGroups();
   absl::Status emitGemvGroup(const GemvGroup &group);
-  void planHoisting();
+  absl::Status planHoisting();
   bool isHoisted(Value v) const { return parameterDerived.contains(v); }
   void markPrep(size_t firstLaunch);
   void finishParameterPreparation();
@@ -249,11 +229,7 @@ private:
   llvm::DenseMap<Value, int> buffers;          // storage root -> buffer id
   llvm::DenseMap<Value, int> lastUseStep;      // storage root -> last step
   llvm::DenseMap<Value, int> defStep;          // storage root -> def step
-  llvm::DenseSet<Operation *> fusedIntoNorm;   // residual adds
-  llvm::DenseMap<Operation *, int> groupOf;    // elementwise op -> group
-  std::vector<GemvGroup> gemvGroups;
-  llvm::DenseMap<Operation *, int> gemvGroupOf; // members, silu, mul -> group
-  std::vector<SmallVector<Operation *>> groups;
+  KernelPlan kernelPlan;                       // which ops share a kernel
   llvm::DenseMap<Value, int> outputIndex;      // returned root -> output
   std::map<std::string, int> kernelIndex;
   struct ArenaItem { int buffer; int first, last; };
@@ -346,75 +322,6 @@ absl::StatusOr<StridedRead> Lowering::stridedRead(Value v) {
   auto strides = rowMajorStrides(tensorType(v).getShape());
   read.strides.assign(strides.begin(), strides.end());
   return read;
-}
-
-/// Kernel grouping follows llm::planFusionGroups, the plan `llmc-fuse`
-/// materializes as llm.fusion regions (one source of truth for both): an
-/// elementwise op joins its producer's kernel only when the plan put both in
-/// one group, and a residual add is computed by the norm only when the plan
-/// grouped them. Codegen adds its own constraints on top (dense norm
-/// summands; hoisted parameter work never shares a kernel with per-call
-/// work). Plan groups codegen cannot emit as one kernel run as several:
-/// rope_attention (RoPE, then attention) and gemm_epilogue (the GEMM, then
-/// its elementwise tail in one kernel unless cuBLASLt's bias epilogue takes it).
-void Lowering::planFusion() {
-  Block &body = fn.getBody().front();
-  llm::FusionPlanOptions planOptions;
-  planOptions.elementwise = options.fuse_elementwise;
-  planOptions.residualNorm = options.fuse_residual_norm;
-  planOptions.gemmEpilogue = options.fuse_gemm_epilogue;
-  llvm::DenseMap<Operation *, int> planGroupOf;
-  for (auto [i, g] : llvm::enumerate(llm::planFusionGroups(body, planOptions)))
-    for (Operation *op : g.ops)
-      planGroupOf[op] = static_cast<int>(i);
-  auto samePlanGroup = [&](Operation *a, Operation *b) {
-    auto ia = planGroupOf.find(a), ib = planGroupOf.find(b);
-    return ia != planGroupOf.end() && ib != planGroupOf.end() && ia->second == ib->second;
-  };
-  if (options.fuse_residual_norm) {
-    for (Operation &op : body) {
-      if (!isa<RMSNormOp, LayerNormOp>(op))
-        continue;
-      auto add = op.getOperand(0).getDefiningOp<AddOp>();
-      if (!add || add->getBlock() != &body || !samePlanGroup(add, &op))
-        continue;
-      // Both summands must be plain dense tensors of the same shape (not views).
-      auto isDense = [&](Value v) {
-        return !v.getDefiningOp<StridedViewOpInterface>() && !splatValue(v);
-      };
-      if (!isDense(add.getLhs()) || !isDense(add.getRhs()) ||
-          hoisted.contains(add) != hoisted.contains(&op))
-        continue;
-      // Every other use of the sum must come after the norm.
-      bool ok = true;
-      for (Operation *user : add->getUsers())
-        if (user != &op && user->isBeforeInBlock(&op))
-          ok = false;
-      if (ok)
-        fusedIntoNorm.insert(add);
-    }
-  }
-  for (Operation &op : body) {
-    if (!isElementwise(&op) || fusedIntoNorm.contains(&op))
-      continue;
-    int group = -1;
-    if (options.fuse_elementwise) {
-      for (Value operand : op.getOperands()) {
-        Operation *def = operand.getDefiningOp();
-        if (!def || !groupOf.count(def) || !operand.hasOneUse() ||
-            !samePlanGroup(def, &op) || hoisted.contains(def) != hoisted.contains(&op))
-          continue;
-        group = groupOf[def];
-        break;
-      }
-    }
-    if (group < 0) {
-      group = groups.size();
-      groups.emplace_back();
-    }
-    groups[group].push_back(&op);
-    groupOf[&op] = group;
-  }
 }
 
 int Lowering::addKernel(const cu::KernelCode &code) {
@@ -824,7 +731,7 @@ absl::Status Lowering::emitNorm(Operation *op) {
   Value x = op->getOperand(0);
   Value out = op->getResult(0);
   auto add = x.getDefiningOp<AddOp>();
-  bool fused = add && fusedIntoNorm.contains(add);
+  bool fused = add && kernelPlan.fusedIntoNorm.contains(add);
   int64_t hidden = tensorType(x).getShape().back();
   int64_t rows = numElements(x) / std::max<int64_t>(hidden, 1);
   std::vector<rt::Arg> args = {ptrArg(out)};
@@ -1348,13 +1255,13 @@ absl::Status Lowering::emitOp(Operation *op) {
     return emitDequantizeWeight(d);
   if (auto a = dyn_cast<AllReduceOp>(op); a && a.getGroupSize() == 1)
     return absl::OkStatus();
-  if (fusedIntoNorm.contains(op))
+  if (kernelPlan.fusedIntoNorm.contains(op))
     return absl::OkStatus();
-  if (auto it = gemvGroupOf.find(op); it != gemvGroupOf.end())
-    return op == gemvGroups[it->second].emitAt ? emitGemvGroup(gemvGroups[it->second])
+  if (auto it = kernelPlan.gemvGroupOf.find(op); it != kernelPlan.gemvGroupOf.end())
+    return op == kernelPlan.gemvGroups[it->second].emitAt ? emitGemvGroup(kernelPlan.gemvGroups[it->second])
                                                : absl::OkStatus();
   if (isElementwise(op)) {
-    auto &group = groups[groupOf[op]];
+    auto &group = kernelPlan.groups[kernelPlan.groupOf[op]];
     if (group.back() != op)
       return absl::OkStatus(); // emitted with the group's last op
     return emitElementwiseGroup(group);
@@ -1623,32 +1530,6 @@ absl::Status Lowering::emitOp(Operation *op) {
 // Decode GEMVs: single, horizontally fused, SwiGLU
 //===----------------------------------------------------------------------===//
 
-/// The GEMV kernel's configuration for a decode-shaped projection (a few rows
-/// against an nn.Linear weight: the weight read is the whole cost and the
-/// GEMV streams it at full bandwidth); false when the matmul is not one.
-bool Lowering::decodeGemvConfig(MatmulOp op, cu::GemvConfig *gc) {
-  auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs());
-  int64_t lr = lhs.getRank(), rr = rhs.getRank();
-  if (op.getTransposeLhs() || !op.getTransposeRhs() || lr < 2 || rr < 2)
-    return false;
-  int64_t lhsBatch = 1, rhsBatch = 1;
-  for (int64_t d : lhs.getShape().drop_back(2)) lhsBatch *= d;
-  for (int64_t d : rhs.getShape().drop_back(2)) rhsBatch *= d;
-  int64_t m = lhs.getDimSize(lr - 2);
-  if (rhsBatch != 1 || m * lhsBatch > cu::kGemvMaxRows)
-    return false;
-  gc->dtype = scalarOf(op.getLhs());
-  gc->out = scalarOf(op.getResult());
-  gc->m = m * lhsBatch;
-  gc->k = lhs.getDimSize(lr - 1);
-  gc->n = rhs.getDimSize(rr - 2);
-  gc->has_bias = op.getBias() && scalarOf(op.getBias()) == gc->dtype;
-  bool outOk = gc->out == cu::ScalarType::f32 || gc->out == cu::ScalarType::f16 ||
-               gc->out == cu::ScalarType::bf16;
-  return cu::GemvSupported(*gc) && outOk && (!op.getBias() || gc->has_bias) &&
-         scalarOf(op.getRhs()) == gc->dtype;
-}
-
 /// A GEMV's weight: a block of whole weight rows (llmc-shard's
 /// column-parallel split) is read in place.
 rt::Arg Lowering::gemvWeightArg(MatmulOp op) {
@@ -1667,106 +1548,6 @@ rt::Arg Lowering::gemvWeightArg(MatmulOp op) {
 ///    another): one multi-output GEMV at the last matmul.
 /// The liveness pass keeps every member's operands live up to the group's
 /// launch (emitAt); results are defined no later than it.
-void Lowering::planGemvGroups() {
-  if (!options.fuse_gemv)
-    return;
-  Block &body = fn.getBody().front();
-  llvm::MapVector<Value, SmallVector<MatmulOp>> byLhs;
-  for (MatmulOp mm : body.getOps<MatmulOp>()) {
-    cu::GemvConfig gc;
-    cu::QuantGemvConfig qc;
-    if (!hoisted.contains(mm) && !fusedDequantGemv(mm, &qc) && decodeGemvConfig(mm, &gc))
-      byLhs[mm.getLhs()].push_back(mm);
-  }
-  auto usedOnlyAfter = [](Value v, Operation *point) {
-    return llvm::all_of(v.getUsers(), [&](Operation *user) {
-      return user->getBlock() == point->getBlock() && point->isBeforeInBlock(user);
-    });
-  };
-  auto onlyOps = [&](Operation *member, Operation *a, Operation *b) {
-    auto it = groupOf.find(member);
-    return it != groupOf.end() && llvm::all_of(groups[it->second], [&](Operation *o) {
-             return o == a || o == b;
-           });
-  };
-  auto addGroup = [&](GemvGroup g) {
-    int id = gemvGroups.size();
-    for (MatmulOp mm : g.members)
-      gemvGroupOf[mm] = id;
-    if (g.silu)
-      gemvGroupOf[g.silu] = id, gemvGroupOf[g.emitAt] = id;
-    gemvGroups.push_back(std::move(g));
-  };
-  for (auto &[lhs, mms] : byLhs) {
-    if (mms.size() < 2)
-      continue;
-    llvm::DenseSet<Operation *> taken;
-    // mul(silu(gate), up) => swiglu_gemv(x, Wg, Wu)
-    for (MatmulOp gate : mms) {
-      if (!options.fuse_elementwise || taken.contains(gate) || !gate->hasOneUse())
-        continue;
-      auto silu = dyn_cast<SiluOp>(*gate->user_begin());
-      if (!silu || !silu->hasOneUse())
-        continue;
-      auto mul = dyn_cast<MulOp>(*silu->user_begin());
-      if (!mul || hoisted.contains(mul))
-        continue;
-      Value other = mul.getLhs() == silu.getResult() ? mul.getRhs() : mul.getLhs();
-      auto up = other.getDefiningOp<MatmulOp>();
-      if (!up || up == gate || taken.contains(up) || !llvm::is_contained(mms, up) ||
-          !up->hasOneUse())
-        continue;
-      ArrayRef<int64_t> shape = tensorType(gate.getResult()).getShape();
-      if (tensorType(up.getResult()).getShape() != shape ||
-          tensorType(silu.getResult()).getShape() != shape ||
-          tensorType(mul.getResult()).getShape() != shape)
-        continue;
-      if (!onlyOps(silu, silu, mul) || !onlyOps(mul, silu, mul))
-        continue;
-      cu::GemvConfig gg, gu;
-      decodeGemvConfig(gate, &gg);
-      decodeGemvConfig(up, &gu);
-      cu::SwiGluGemvConfig c;
-      c.dtype = gg.dtype;
-      c.gate_out = gg.out;
-      c.up_out = gu.out;
-      c.act_out = scalarOf(silu.getResult());
-      c.out = scalarOf(mul.getResult());
-      c.m = gg.m;
-      c.k = gg.k;
-      c.n = gg.n;
-      c.has_bias = gg.has_bias;
-      if (gg.has_bias != gu.has_bias || !cu::SwiGluGemvSupported(c))
-        continue;
-      taken.insert(gate);
-      taken.insert(up);
-      addGroup({{gate, up}, mul, silu});
-    }
-    // Runs of independent GEMVs in program order => multi_gemv(x, W_0..W_n).
-    GemvGroup run;
-    auto flush = [&] {
-      if (run.members.size() >= 2) {
-        run.emitAt = run.members.back();
-        addGroup(std::move(run));
-      }
-      run = GemvGroup();
-    };
-    for (MatmulOp mm : mms) {
-      if (taken.contains(mm))
-        continue;
-      bool fits = !run.members.empty() &&
-                  run.members.size() < static_cast<size_t>(cu::kMultiGemvMaxOutputs) &&
-                  llvm::all_of(run.members, [&](MatmulOp prev) {
-                    return usedOnlyAfter(prev.getResult(), mm);
-                  });
-      if (!fits)
-        flush();
-      run.members.push_back(mm);
-    }
-    flush();
-  }
-}
-
 absl::Status Lowering::emitGemvGroup(const GemvGroup &group) {
   if (group.silu) {
     MatmulOp gate = group.members[0];
@@ -1819,29 +1600,6 @@ absl::Status Lowering::emitGemvGroup(const GemvGroup &group) {
 //===----------------------------------------------------------------------===//
 // Weight-only quantization
 //===----------------------------------------------------------------------===//
-
-/// matmul(x, dequantize_weight(q, s)) {transpose_rhs} with at most
-/// kGemvMaxRows rows: one fused GEMV reading q and s.
-bool Lowering::fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg) {
-  auto deq = op.getRhs().getDefiningOp<DequantizeWeightOp>();
-  if (!deq || op.getTransposeLhs() || !op.getTransposeRhs())
-    return false;
-  auto lhs = tensorType(op.getLhs());
-  int64_t rows = 1;
-  for (int64_t d : lhs.getShape().drop_back())
-    rows *= d;
-  cfg->bits = deq.getBits();
-  cfg->group = deq.getGroupSize();
-  cfg->dtype = scalarOf(op.getLhs());
-  cfg->out = scalarOf(op.getResult());
-  cfg->m = rows;
-  cfg->k = lhs.getShape().back();
-  cfg->n = tensorType(op.getRhs()).getDimSize(0);
-  cfg->has_bias = static_cast<bool>(op.getBias());
-  if (op.getBias() && scalarOf(op.getBias()) != cfg->dtype)
-    return false;
-  return cu::QuantGemvSupported(*cfg);
-}
 
 /// The quantize/dequantize kernel configuration of `op` (bits, group size,
 /// float side `dtype`); Unimplemented naming the op when unsupported.
@@ -1904,36 +1662,36 @@ absl::Status Lowering::emitDequantizeWeight(DequantizeWeightOp op) {
 /// have to prepare at once), KV-cache appends, ops whose result is a function
 /// result (outputs are written on every call). The parameters that the
 /// segment reads are marked `parameter` for the runtime's guard.
-void Lowering::planHoisting() {
+/// The parameter-preparation segment: the ops llmc-hoist-parameter-work
+/// marked (checked: a mark that would hoist per-call work is an error), or,
+/// for a function it did not plan, the same rule's choice.
+absl::Status Lowering::planHoisting() {
   if (!options.hoist_parameter_work)
-    return;
+    return absl::OkStatus();
   SmallVector<bool> params = llm::parameterArguments(fn);
   for (BlockArgument arg : fn.getArguments())
     if (params[arg.getArgNumber()])
       parameterDerived.insert(arg);
-  for (Operation &op : fn.getBody().front()) {
-    if (op.getNumResults() == 0 || op.getNumOperands() == 0 ||
-        isa<DequantizeWeightOp, AllReduceOp, AllGatherOp, ReduceScatterOp,
-            KVCacheAppendOp, func::ReturnOp>(op))
-      continue;
-    bool any = false, all = true;
-    for (Value o : op.getOperands()) {
-      if (parameterDerived.contains(o))
-        any = true;
-      else if (!matchPattern(o, m_Constant()))
-        all = false;
-    }
-    if (!any || !all || llvm::any_of(op.getResults(), [&](Value r) {
-          return outputIndex.count(storageRoot(r)) > 0;
-        }))
-      continue;
-    hoisted.insert(&op);
-    for (Value r : op.getResults())
+  SmallVector<Operation *> ops;
+  if (fn->hasAttr(llm::kParameterPreparationPlannedAttr)) {
+    std::string error;
+    FailureOr<SmallVector<Operation *>> marked =
+        llm::markedParameterPreparationOps(fn, error);
+    if (failed(marked))
+      return absl::InvalidArgumentError("cuda backend: " + error);
+    ops = std::move(*marked);
+  } else {
+    ops = llm::parameterPreparationOps(fn);
+  }
+  for (Operation *op : ops) {
+    hoisted.insert(op);
+    for (Value r : op->getResults())
       parameterDerived.insert(r);
-    for (Value o : op.getOperands())
+    for (Value o : op->getOperands())
       if (auto arg = dyn_cast<BlockArgument>(o))
         exe.inputs[arg.getArgNumber()].parameter = true;
   }
+  return absl::OkStatus();
 }
 
 /// Marks the launches from `firstLaunch` on as preparation launches.
@@ -2082,9 +1840,16 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     }
   }
 
-  planHoisting();
-  planFusion();
-  planGemvGroups();
+  if (absl::Status st = planHoisting(); !st.ok())
+    return st;
+  {
+    KernelPlanOptions plan;
+    plan.elementwise = options.fuse_elementwise;
+    plan.residualNorm = options.fuse_residual_norm;
+    plan.gemmEpilogue = options.fuse_gemm_epilogue;
+    plan.gemv = options.fuse_gemv;
+    kernelPlan = planKernels(fn, plan, hoisted);
+  }
 
   // Liveness in units of ops (program order); each value's storage root is
   // live from its definition to its last (transitive, through views) use.
@@ -2109,8 +1874,8 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     for (Value operand : op.getOperands())
       touch(operand, at);
     // A fused group reads its external inputs when its last op runs.
-    if (isElementwise(&op) && groupOf.count(&op)) {
-      int last = opIndex[groups[groupOf[&op]].back()];
+    if (isElementwise(&op) && kernelPlan.groupOf.count(&op)) {
+      int last = opIndex[kernelPlan.groups[kernelPlan.groupOf[&op]].back()];
       for (Value operand : op.getOperands())
         touch(operand, last);
       for (Value r : op.getResults())
@@ -2118,11 +1883,11 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
           defStep[storageRoot(r)] = std::min(defStep[storageRoot(r)], at);
     }
     // A fused GEMV group reads its members' operands when it is emitted.
-    if (auto it = gemvGroupOf.find(&op); it != gemvGroupOf.end() && isa<MatmulOp>(op))
+    if (auto it = kernelPlan.gemvGroupOf.find(&op); it != kernelPlan.gemvGroupOf.end() && isa<MatmulOp>(op))
       for (Value operand : op.getOperands())
-        touch(operand, opIndex[gemvGroups[it->second].emitAt]);
+        touch(operand, opIndex[kernelPlan.gemvGroups[it->second].emitAt]);
     // The fused residual add's sum is written by the norm.
-    if (auto add = dyn_cast<AddOp>(&op); add && fusedIntoNorm.contains(add))
+    if (auto add = dyn_cast<AddOp>(&op); add && kernelPlan.fusedIntoNorm.contains(add))
       for (Operation *user : add->getUsers())
         touch(add.getLhs(), opIndex[user]), touch(add.getRhs(), opIndex[user]);
   }

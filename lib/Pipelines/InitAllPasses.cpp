@@ -10,5 +10,6 @@
 void llmc::registerAllPasses() {
   mlir::registerTransformsPasses();
   llm::registerLLMTransformsPasses();
+  registerFormKernelsPass();
   registerPipelines();
 }

@@ -131,6 +131,10 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
   }
   addPrepareStage(pm, options.raise);
   addPrecisionStage(pm, options);
+  if (options.hoist_parameter_work)
+    pm.addPass(llm::createHoistParameterWorkPass());
+  if (options.form_kernels)
+    pm.addPass(createFormKernelsPass(lowerOptions(options)));
   if (options.show_kernels) {
     llm::FusePassOptions fuse;
     fuse.elementwise = options.fuse_elementwise;
@@ -252,6 +256,16 @@ struct PipelinePassOptions
   Option<int64_t> vocabMultiple{*this, "vocab-multiple",
                                 llvm::cl::desc("multiple for vocab-like N"),
                                 llvm::cl::init(64)};
+  Option<bool> hoist{
+      *this, "hoist",
+      llvm::cl::desc("llmc-hoist-parameter-work: mark the work that depends "
+                     "on parameters only (run once per parameter set)"),
+      llvm::cl::init(true)};
+  Option<bool> formKernels{
+      *this, "form-kernels",
+      llvm::cl::desc("end with llmc-form-kernels: the lowering's kernels as "
+                     "llm.kernel attributes"),
+      llvm::cl::init(false)};
   Option<bool> showKernels{
       *this, "show-kernels",
       llvm::cl::desc("end with llmc-fuse and llmc-plan-memory (the regions "
@@ -328,6 +342,8 @@ FailureOr<PipelineOptions> toPipelineOptions(const PipelinePassOptions &in,
   out.pad_all = in.padAll;
   out.pad_multiple = in.padMultiple;
   out.vocab_multiple = in.vocabMultiple;
+  out.hoist_parameter_work = in.hoist;
+  out.form_kernels = in.formKernels;
   out.show_kernels = in.showKernels;
   out.fuse_elementwise = in.fuseElementwise;
   out.fuse_residual_norm = in.fuseResidualNorm;
@@ -346,7 +362,8 @@ void registerPipelines() {
       "the compilation pipeline of llmc-compile, llmc-run and llmc::Compiler "
       "on every func.func: specialize-shapes -> shard -> weight-only -> "
       "canonicalize, raise, canonicalize, cse -> precision (+ pad-layout) -> "
-      "canonicalize, cse [-> fuse -> plan-memory]",
+      "canonicalize, cse -> hoist-parameter-work [-> form-kernels] [-> fuse -> "
+      "plan-memory]",
       [](OpPassManager &pm, llvm::StringRef text,
          llvm::function_ref<LogicalResult(const llvm::Twine &)> errorHandler)
           -> LogicalResult {

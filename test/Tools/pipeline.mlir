@@ -3,7 +3,7 @@
 // before lowering, and `llmc-opt --llmc-pipeline` with the same options
 // prints the same function.
 // RUN: llmc-compile %s --shape seq=5 --precision=bf16 --emit=mlir > %t.compile.mlir
-// RUN: llmc-opt %s --llmc-pipeline="dims=seq=5 precision=bf16" > %t.opt.mlir
+// RUN: llmc-opt %s --llmc-pipeline="dims=seq=5 precision=bf16 form-kernels=1" > %t.opt.mlir
 // RUN: FileCheck %s --check-prefix=MLIR < %t.compile.mlir
 // RUN: FileCheck %s --check-prefix=MLIR < %t.opt.mlir
 // RUN: llmc-opt %t.opt.mlir | grep -v '^module\|^}' | diff -w -B - %t.compile.mlir

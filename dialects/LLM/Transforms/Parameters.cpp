@@ -8,9 +8,11 @@
 
 #include "LLM/Transforms/Passes.h"
 
+#include "LLM/IR/LLMInterfaces.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace llmc::llm;
@@ -109,4 +111,95 @@ bool llmc::llm::isParameterArgument(func::FuncOp fn, BlockArgument arg) {
   if (!arg || arg.getOwner() != &fn.getBody().front())
     return false;
   return parameterArguments(fn)[arg.getArgNumber()];
+}
+
+namespace {
+
+/// The values parameter preparation may read besides constants (parameter
+/// arguments, then the results of prepared ops) and the storage roots of the
+/// returned values.
+struct PreparationRule {
+  llvm::DenseSet<Value> derived;
+  llvm::DenseSet<Value> returnedRoots;
+
+  explicit PreparationRule(func::FuncOp fn) {
+    SmallVector<bool> params = parameterArguments(fn);
+    for (BlockArgument arg : fn.getArguments())
+      if (params[arg.getArgNumber()])
+        derived.insert(arg);
+    // Computed results only: a returned parameter (or a view of one) is
+    // read in place, and its views may still be prepared.
+    Operation *ret = fn.getBody().front().getTerminator();
+    for (Value v : ret->getOperands())
+      if (Value root = storageRoot(v); root.getDefiningOp() && !isConstant(root))
+        returnedRoots.insert(root);
+  }
+
+  /// Why `op` cannot be prepared once per parameter set, or "".
+  std::string blocker(Operation *op) const {
+    if (op->getNumResults() == 0 || op->getNumOperands() == 0)
+      return "it has no operands or no results";
+    if (isa<DequantizeWeightOp, AllReduceOp, AllGatherOp, ReduceScatterOp,
+            KVCacheAppendOp, func::ReturnOp>(op))
+      return "it runs on every call (collectives, kv_cache_append and "
+             "dequantize_weight are never prepared once)";
+    bool any = false;
+    for (auto [i, o] : llvm::enumerate(op->getOperands())) {
+      if (derived.contains(o))
+        any = true;
+      else if (!isConstant(o))
+        return llvm::formatv("operand {0} is neither a parameter, a constant "
+                             "nor the result of a marked op",
+                             i)
+            .str();
+    }
+    if (!any)
+      return "it reads no parameter";
+    for (Value r : op->getResults())
+      if (returnedRoots.contains(storageRoot(r)))
+        return "its result is returned (results are written on every call)";
+    return "";
+  }
+
+  void add(Operation *op) {
+    for (Value r : op->getResults())
+      derived.insert(r);
+  }
+};
+
+} // namespace
+
+SmallVector<Operation *> llmc::llm::parameterPreparationOps(func::FuncOp fn) {
+  SmallVector<Operation *> ops;
+  if (fn.isExternal())
+    return ops;
+  PreparationRule rule(fn);
+  for (Operation &op : fn.getBody().front()) {
+    if (!rule.blocker(&op).empty())
+      continue;
+    ops.push_back(&op);
+    rule.add(&op);
+  }
+  return ops;
+}
+
+FailureOr<SmallVector<Operation *>>
+llmc::llm::markedParameterPreparationOps(func::FuncOp fn, std::string &error) {
+  SmallVector<Operation *> ops;
+  if (fn.isExternal())
+    return ops;
+  PreparationRule rule(fn);
+  for (Operation &op : fn.getBody().front()) {
+    if (!op.hasAttr(kParameterPreparationAttr))
+      continue;
+    if (std::string why = rule.blocker(&op); !why.empty()) {
+      llvm::raw_string_ostream os(error);
+      os << "'" << op.getName() << "' at " << op.getLoc() << " is marked "
+         << kParameterPreparationAttr << " but " << why;
+      return failure();
+    }
+    ops.push_back(&op);
+    rule.add(&op);
+  }
+  return ops;
 }

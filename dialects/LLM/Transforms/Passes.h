@@ -12,6 +12,8 @@ namespace mlir {
 class RewritePatternSet;
 } // namespace mlir
 
+#include "llvm/ADT/DenseSet.h"
+
 #include <map>
 #include <optional>
 #include <string>
@@ -101,6 +103,36 @@ llvm::SmallVector<bool> parameterArguments(mlir::func::FuncOp fn);
 /// parameterArguments(fn)[arg's number]; false for a value that is not an
 /// argument of `fn`.
 bool isParameterArgument(mlir::func::FuncOp fn, mlir::BlockArgument arg);
+
+/// The unit attribute of an op in the parameter-preparation segment
+/// (llmc-hoist-parameter-work), and the function attribute that says the
+/// segment was planned (an unmarked op of a planned function runs on every
+/// call).
+inline constexpr llvm::StringLiteral kParameterPreparationAttr =
+    "llm.parameter_preparation";
+inline constexpr llvm::StringLiteral kParameterPreparationPlannedAttr =
+    "llm.parameter_preparation_planned";
+
+/// The ops of `fn`'s top-level block that compute from parameters
+/// (parameterArguments) and constants alone, with at least one parameter
+/// read, in program order: work that can run once per parameter set instead
+/// of on every call (weight casts, fp8 weight scaling, pads and relayouts of
+/// weights, weight-only quantization). Excluded: ops with no operands or no
+/// results, dequantize_weight (fused into its GEMV or run per call),
+/// collectives and kv_cache_append (they communicate or write state on every
+/// call), and ops whose result's storage (storageRoot) is returned.
+llvm::SmallVector<mlir::Operation *> parameterPreparationOps(mlir::func::FuncOp fn);
+
+/// The ops of a planned function (kParameterPreparationPlannedAttr) that
+/// carry kParameterPreparationAttr, in program order, each checked against
+/// the rule of parameterPreparationOps with the marked ops before it as the
+/// parameter-derived values (so any subset of that function's choice is
+/// accepted). Otherwise failure, with `error` naming the first unsound op
+/// and why ("'llm.cast' at loc(...) is marked llm.parameter_preparation but
+/// operand 0 is neither a parameter, a constant nor the result of a marked
+/// op"): hoisting it would run work that depends on per-call inputs once.
+mlir::FailureOr<llvm::SmallVector<mlir::Operation *>>
+markedParameterPreparationOps(mlir::func::FuncOp fn, std::string &error);
 
 /// The `weight-only` rewrite of llmc-precision: every matmul whose rank-2
 /// RHS is derived from a parameter argument (isParameterDerived +

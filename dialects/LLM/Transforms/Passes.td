@@ -222,6 +222,45 @@ def PlanMemoryPass : Pass<"llmc-plan-memory", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
 
+def HoistParameterWorkPass : Pass<"llmc-hoist-parameter-work", "::mlir::func::FuncOp"> {
+  let summary = "Marks the work that depends on parameters only, to run once per parameter set.";
+  let description = [{
+    Decides the executable's parameter-preparation segment: every top-level
+    op that computes from parameters (`llm::parameterArguments`: the
+    arguments marked `llm.param`, else those read only as weights) and
+    constants alone, reading at least one parameter, gets the unit
+    attribute `llm.parameter_preparation`, and the function gets
+    `llm.parameter_preparation_planned`. Codegen runs the marked ops once
+    per parameter set (again when a parameter's device pointer changes, or
+    after `Session::InvalidateParameters`) and keeps their results in
+    persistent buffers; every other op runs on every call.
+
+    Never marked: ops without operands or results, `llm.dequantize_weight`
+    (fused into its GEMV, or run per call), collectives and
+    `llm.kv_cache_append` (they communicate or write state on every call),
+    and ops whose result's storage is returned.
+
+    Codegen checks the marks of a planned function: a marked op must read
+    only parameters, constants and results of marked ops (an error naming
+    the op otherwise, since hoisting it would compute from stale per-call
+    inputs). Removing marks is always sound. A function without
+    `llm.parameter_preparation_planned` is planned by codegen with the same
+    rule. With `LowerOptions::hoist_parameter_work` off (`--no-hoist`) the
+    marks are ignored.
+
+    ```mlir
+    // %w: a weight (read only as a matmul's rank-2 RHS), under bf16.
+    func.func @f(%x: tensor<8x64xbf16>, %w: tensor<64x64xf32>) -> tensor<8x64xf32>
+        attributes {llm.parameter_preparation_planned} {
+      %wb = llm.cast %w {llm.parameter_preparation} : tensor<64x64xf32> to tensor<64x64xbf16>
+      %y = llm.matmul %x, %wb : tensor<8x64xbf16>, tensor<64x64xbf16> -> tensor<8x64xf32>
+      return %y : tensor<8x64xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
 def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
   let summary = "Runs GEMMs and attention in a lower precision (bf16, fp16, fp8).";
   let description = [{

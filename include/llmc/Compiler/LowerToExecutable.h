@@ -16,8 +16,13 @@
 #include "absl/status/statusor.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <memory>
 #include <optional>
 #include <string>
+
+namespace mlir {
+class Pass;
+} // namespace mlir
 
 namespace llmc {
 
@@ -117,6 +122,14 @@ struct LowerStats {
 /// The runtime element type of an llm element type (f32, f16, bf16,
 /// f8E4M3FN, f8E5M2, i1, i8, i32, i64); InvalidArgument for any other type.
 absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
+
+/// Registers `llmc-form-kernels`: the lowering's kernel grouping (residual
+/// add + norm, elementwise chains, multi-output and SwiGLU decode GEMVs)
+/// shown as `llm.kernel = {group, kind}` attributes (lib/Compiler/
+/// KernelPlan.h). LowerToExecutable makes the same decision itself.
+void registerFormKernelsPass();
+/// llmc-form-kernels with the fusion and hoisting choices of `options`.
+std::unique_ptr<mlir::Pass> createFormKernelsPass(const LowerOptions &options);
 
 /// Lowers `fn`, which must have static shapes (run llmc-specialize-shapes
 /// first). Errors: InvalidArgument for a dynamic shape, Unimplemented for an

@@ -10,6 +10,8 @@
 //   -> canonicalize -> llmc-raise -> canonicalize -> cse   (no raise: canonicalize, cse)
 //   -> llmc-precision{policy} [-> llmc-pad-layout for fp8] -> canonicalize -> cse
 //                                        (policy != fp32)
+//   -> llmc-hoist-parameter-work         (hoist_parameter_work)
+//   [-> llmc-form-kernels]               (form_kernels: show the lowering's kernels)
 //   [-> llmc-fuse -> llmc-plan-memory]   (show_kernels: llmc-opt only)
 //
 // then LowerToExecutable with LowerOptions made from the same options.
@@ -70,6 +72,9 @@ struct PipelineOptions {
   bool pad_all = false;
   int64_t pad_multiple = 16;
   int64_t vocab_multiple = 64;
+  /// End with llmc-form-kernels: the kernels LowerToExecutable will emit,
+  /// as llm.kernel attributes (llmc-compile --emit=mlir).
+  bool form_kernels = false;
   /// End the pass pipeline with llmc-fuse and llmc-plan-memory, to show
   /// fusion regions and arena offsets in IR. LowerToExecutable still forms
   /// kernels and plans its arena itself (from the fuse_* flags and
@@ -88,6 +93,9 @@ struct PipelineOptions {
   bool fuse_rope_attention = true;
 
   //===--- lowering (LowerOptions) -----------------------------------------===//
+  /// llmc-hoist-parameter-work decides the parameter-preparation segment
+  /// (work run once per parameter set); false: every launch runs on every
+  /// call.
   bool hoist_parameter_work = true;
   /// Compute capability of the target (ComputeCapabilityOfArch).
   int target_sm = 90;

@@ -17,12 +17,14 @@
 #include "llmc/Pipelines/Pipeline.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/Reference/ReferenceExecutor.h"
+#include "llmc/runtime/ExecutableDump.h"
 #include "llmc/runtime/Session.h"
 
 #include "LLM/Transforms/Passes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 
 #include "gtest/gtest.h"
 
@@ -359,6 +361,62 @@ func.func @act(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
 })", {}, "bf16", true);
   EXPECT_EQ(act.num_prepare_launches, 0);
   EXPECT_EQ(PersistentBytes(act), 0);
+}
+
+// The segment is decided in IR (llmc-hoist-parameter-work): codegen obeys
+// the marks of a planned function, plans an unplanned one with the same
+// rule, and refuses a mark that would run per-call work once.
+TEST(ParameterPreparation, MarksInIrDecideAndAreChecked) {
+  const std::string text = R"(
+func.func @f(%x: tensor<64x64xf32>, %w: tensor<64x64xf32> {llm.param}) -> tensor<64x64xf32> {
+  %wn = llm.neg %w : tensor<64x64xf32>
+  %xn = llm.exp %x : tensor<64x64xf32>
+  %y = llm.matmul %xn, %wn : tensor<64x64xf32>, tensor<64x64xf32> -> tensor<64x64xf32>
+  return %y : tensor<64x64xf32>
+})";
+  auto lower = [&](const std::string &mlir) {
+    Parsed p = Parse(mlir, {});
+    llmc::LowerOptions lo;
+    return p.fn ? llmc::LowerToExecutable(p.fn, lo)
+                : absl::StatusOr<rt::Executable>(absl::InternalError("parse"));
+  };
+  auto unplanned = lower(text);
+  ASSERT_TRUE(unplanned.ok()) << unplanned.status();
+  ASSERT_EQ(unplanned->num_prepare_launches, 1);
+  EXPECT_EQ(unplanned->launches[0].label, "llm.neg");
+
+  // The pass's marks give the same executable.
+  Parsed marked = Parse(text, {});
+  ASSERT_TRUE(marked.fn);
+  mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
+  pm.addPass(llmc::llm::createHoistParameterWorkPass());
+  ASSERT_TRUE(mlir::succeeded(pm.run(marked.fn)));
+  EXPECT_TRUE(marked.fn->hasAttr(llmc::llm::kParameterPreparationPlannedAttr));
+  llmc::LowerOptions lo;
+  auto fromMarks = llmc::LowerToExecutable(marked.fn, lo);
+  ASSERT_TRUE(fromMarks.ok()) << fromMarks.status();
+  EXPECT_EQ(rt::DescribeExecutable(*fromMarks), rt::DescribeExecutable(*unplanned));
+
+  // Planned with no marks: everything runs per call (removing marks is sound).
+  std::string planned = text;
+  planned.replace(planned.find(") -> tensor<64x64xf32> {"), 24,
+                  ") -> tensor<64x64xf32> attributes {llm.parameter_preparation_planned} {");
+  auto none = lower(planned);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->num_prepare_launches, 0);
+  EXPECT_EQ(PerCallLaunches(*none), PerCallLaunches(*unplanned) + 1);
+
+  // A mark on work that reads the activation is refused, naming the op.
+  std::string bad = planned;
+  bad.replace(bad.find("llm.exp %x :"), 12, "llm.exp %x {llm.parameter_preparation} :");
+  auto refused = lower(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "'llm.exp' at loc(\"-\":4:9) is marked llm.parameter_preparation but "
+                "operand 0 is neither a parameter, a constant nor the result of a marked op"),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST(ParameterPreparation, LlamaBlockLaunchCounts) {

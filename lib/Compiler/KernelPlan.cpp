@@ -1,0 +1,420 @@
+//===- KernelPlan.cpp - which ops share a CUDA kernel ---------------------===//
+//
+// planKernels (see KernelPlan.h), and the llmc-form-kernels pass that shows
+// its decision in IR.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelPlan.h"
+
+#include "LLM/IR/LLMInterfaces.h"
+#include "LLM/Transforms/FusionPlan.h"
+#include "LLM/Transforms/Passes.h"
+#include "llmc/Compiler/LowerToExecutable.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/ADT/MapVector.h"
+
+using namespace mlir;
+using namespace llmc;
+using namespace llmc::llm;
+namespace cu = llmc::cuda;
+
+namespace {
+
+RankedTensorType tensorType(Value v) { return cast<RankedTensorType>(v.getType()); }
+cu::ScalarType scalarOf(Value v) { return kernelScalarType(v); }
+
+/// A splat constant (read as an immediate by kernels).
+bool isSplatConstant(Value v) {
+  Attribute attr;
+  return matchPattern(v, m_Constant(&attr)) && isa<SplatElementsAttr>(attr);
+}
+
+} // namespace
+
+cu::ScalarType llmc::kernelScalarType(rt::DType t) {
+  switch (t) {
+  case rt::DType::f32: return cu::ScalarType::f32;
+  case rt::DType::f16: return cu::ScalarType::f16;
+  case rt::DType::bf16: return cu::ScalarType::bf16;
+  case rt::DType::f8e4m3: return cu::ScalarType::f8e4m3;
+  case rt::DType::f8e5m2: return cu::ScalarType::f8e5m2;
+  case rt::DType::i1: return cu::ScalarType::i1;
+  case rt::DType::i8: return cu::ScalarType::i8;
+  case rt::DType::i32: return cu::ScalarType::i32;
+  case rt::DType::i64: return cu::ScalarType::i64;
+  }
+  return cu::ScalarType::f32;
+}
+
+cu::ScalarType llmc::kernelScalarType(Value v) {
+  return kernelScalarType(*toRuntimeDType(tensorType(v).getElementType()));
+}
+
+/// The GEMV kernel's configuration for a decode-shaped projection (a few rows
+/// against an nn.Linear weight: the weight read is the whole cost and the
+/// GEMV streams it at full bandwidth); false when the matmul is not one.
+bool llmc::decodeGemvConfig(MatmulOp op, cu::GemvConfig *gc) {
+  auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs());
+  int64_t lr = lhs.getRank(), rr = rhs.getRank();
+  if (op.getTransposeLhs() || !op.getTransposeRhs() || lr < 2 || rr < 2)
+    return false;
+  int64_t lhsBatch = 1, rhsBatch = 1;
+  for (int64_t d : lhs.getShape().drop_back(2)) lhsBatch *= d;
+  for (int64_t d : rhs.getShape().drop_back(2)) rhsBatch *= d;
+  int64_t m = lhs.getDimSize(lr - 2);
+  if (rhsBatch != 1 || m * lhsBatch > cu::kGemvMaxRows)
+    return false;
+  gc->dtype = scalarOf(op.getLhs());
+  gc->out = scalarOf(op.getResult());
+  gc->m = m * lhsBatch;
+  gc->k = lhs.getDimSize(lr - 1);
+  gc->n = rhs.getDimSize(rr - 2);
+  gc->has_bias = op.getBias() && scalarOf(op.getBias()) == gc->dtype;
+  bool outOk = gc->out == cu::ScalarType::f32 || gc->out == cu::ScalarType::f16 ||
+               gc->out == cu::ScalarType::bf16;
+  return cu::GemvSupported(*gc) && outOk && (!op.getBias() || gc->has_bias) &&
+         scalarOf(op.getRhs()) == gc->dtype;
+}
+
+/// matmul(x, dequantize_weight(q, s)) {transpose_rhs} with at most
+/// kGemvMaxRows rows: one fused GEMV reading q and s.
+bool llmc::fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg) {
+  auto deq = op.getRhs().getDefiningOp<DequantizeWeightOp>();
+  if (!deq || op.getTransposeLhs() || !op.getTransposeRhs())
+    return false;
+  auto lhs = tensorType(op.getLhs());
+  int64_t rows = 1;
+  for (int64_t d : lhs.getShape().drop_back())
+    rows *= d;
+  cfg->bits = deq.getBits();
+  cfg->group = deq.getGroupSize();
+  cfg->dtype = scalarOf(op.getLhs());
+  cfg->out = scalarOf(op.getResult());
+  cfg->m = rows;
+  cfg->k = lhs.getShape().back();
+  cfg->n = tensorType(op.getRhs()).getDimSize(0);
+  cfg->has_bias = static_cast<bool>(op.getBias());
+  if (op.getBias() && scalarOf(op.getBias()) != cfg->dtype)
+    return false;
+  return cu::QuantGemvSupported(*cfg);
+}
+
+namespace {
+
+struct Planner {
+  func::FuncOp fn;
+  const KernelPlanOptions &options;
+  const llvm::DenseSet<Operation *> &prepared;
+  KernelPlan plan;
+
+  void planFusion();
+  void planGemvGroups();
+};
+
+} // namespace
+
+void Planner::planFusion() {
+  Block &body = fn.getBody().front();
+  llm::FusionPlanOptions planOptions;
+  planOptions.elementwise = options.elementwise;
+  planOptions.residualNorm = options.residualNorm;
+  planOptions.gemmEpilogue = options.gemmEpilogue;
+  llvm::DenseMap<Operation *, int> planGroupOf;
+  for (auto [i, g] : llvm::enumerate(llm::planFusionGroups(body, planOptions)))
+    for (Operation *op : g.ops)
+      planGroupOf[op] = static_cast<int>(i);
+  auto samePlanGroup = [&](Operation *a, Operation *b) {
+    auto ia = planGroupOf.find(a), ib = planGroupOf.find(b);
+    return ia != planGroupOf.end() && ib != planGroupOf.end() && ia->second == ib->second;
+  };
+  if (options.residualNorm) {
+    for (Operation &op : body) {
+      if (!isa<RMSNormOp, LayerNormOp>(op))
+        continue;
+      auto add = op.getOperand(0).getDefiningOp<AddOp>();
+      if (!add || add->getBlock() != &body || !samePlanGroup(add, &op))
+        continue;
+      // Both summands must be plain dense tensors of the same shape (not views).
+      auto isDense = [&](Value v) {
+        return !v.getDefiningOp<StridedViewOpInterface>() && !isSplatConstant(v);
+      };
+      if (!isDense(add.getLhs()) || !isDense(add.getRhs()) ||
+          prepared.contains(add) != prepared.contains(&op))
+        continue;
+      // Every other use of the sum must come after the norm.
+      bool ok = true;
+      for (Operation *user : add->getUsers())
+        if (user != &op && user->isBeforeInBlock(&op))
+          ok = false;
+      if (ok)
+        plan.fusedIntoNorm.insert(add);
+    }
+  }
+  for (Operation &op : body) {
+    if (!isElementwise(&op) || plan.fusedIntoNorm.contains(&op))
+      continue;
+    int group = -1;
+    if (options.elementwise) {
+      for (Value operand : op.getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        if (!def || !plan.groupOf.count(def) || !operand.hasOneUse() ||
+            !samePlanGroup(def, &op) || prepared.contains(def) != prepared.contains(&op))
+          continue;
+        group = plan.groupOf[def];
+        break;
+      }
+    }
+    if (group < 0) {
+      group = plan.groups.size();
+      plan.groups.emplace_back();
+    }
+    plan.groups[group].push_back(&op);
+    plan.groupOf[&op] = group;
+  }
+}
+
+void Planner::planGemvGroups() {
+  if (!options.gemv)
+    return;
+  Block &body = fn.getBody().front();
+  llvm::MapVector<Value, SmallVector<MatmulOp>> byLhs;
+  for (MatmulOp mm : body.getOps<MatmulOp>()) {
+    cu::GemvConfig gc;
+    cu::QuantGemvConfig qc;
+    if (!prepared.contains(mm) && !fusedDequantGemv(mm, &qc) && decodeGemvConfig(mm, &gc))
+      byLhs[mm.getLhs()].push_back(mm);
+  }
+  auto usedOnlyAfter = [](Value v, Operation *point) {
+    return llvm::all_of(v.getUsers(), [&](Operation *user) {
+      return user->getBlock() == point->getBlock() && point->isBeforeInBlock(user);
+    });
+  };
+  auto onlyOps = [&](Operation *member, Operation *a, Operation *b) {
+    auto it = plan.groupOf.find(member);
+    return it != plan.groupOf.end() && llvm::all_of(plan.groups[it->second], [&](Operation *o) {
+             return o == a || o == b;
+           });
+  };
+  auto addGroup = [&](GemvGroup g) {
+    int id = plan.gemvGroups.size();
+    for (MatmulOp mm : g.members)
+      plan.gemvGroupOf[mm] = id;
+    if (g.silu)
+      plan.gemvGroupOf[g.silu] = id, plan.gemvGroupOf[g.emitAt] = id;
+    plan.gemvGroups.push_back(std::move(g));
+  };
+  for (auto &[lhs, mms] : byLhs) {
+    if (mms.size() < 2)
+      continue;
+    llvm::DenseSet<Operation *> taken;
+    // mul(silu(gate), up) => swiglu_gemv(x, Wg, Wu)
+    for (MatmulOp gate : mms) {
+      if (!options.elementwise || taken.contains(gate) || !gate->hasOneUse())
+        continue;
+      auto silu = dyn_cast<SiluOp>(*gate->user_begin());
+      if (!silu || !silu->hasOneUse())
+        continue;
+      auto mul = dyn_cast<MulOp>(*silu->user_begin());
+      if (!mul || prepared.contains(mul))
+        continue;
+      Value other = mul.getLhs() == silu.getResult() ? mul.getRhs() : mul.getLhs();
+      auto up = other.getDefiningOp<MatmulOp>();
+      if (!up || up == gate || taken.contains(up) || !llvm::is_contained(mms, up) ||
+          !up->hasOneUse())
+        continue;
+      ArrayRef<int64_t> shape = tensorType(gate.getResult()).getShape();
+      if (tensorType(up.getResult()).getShape() != shape ||
+          tensorType(silu.getResult()).getShape() != shape ||
+          tensorType(mul.getResult()).getShape() != shape)
+        continue;
+      if (!onlyOps(silu, silu, mul) || !onlyOps(mul, silu, mul))
+        continue;
+      cu::GemvConfig gg, gu;
+      decodeGemvConfig(gate, &gg);
+      decodeGemvConfig(up, &gu);
+      cu::SwiGluGemvConfig c;
+      c.dtype = gg.dtype;
+      c.gate_out = gg.out;
+      c.up_out = gu.out;
+      c.act_out = scalarOf(silu.getResult());
+      c.out = scalarOf(mul.getResult());
+      c.m = gg.m;
+      c.k = gg.k;
+      c.n = gg.n;
+      c.has_bias = gg.has_bias;
+      if (gg.has_bias != gu.has_bias || !cu::SwiGluGemvSupported(c))
+        continue;
+      taken.insert(gate);
+      taken.insert(up);
+      addGroup({{gate, up}, mul, silu});
+    }
+    // Runs of independent GEMVs in program order => multi_gemv(x, W_0..W_n).
+    GemvGroup run;
+    auto flush = [&] {
+      if (run.members.size() >= 2) {
+        run.emitAt = run.members.back();
+        addGroup(std::move(run));
+      }
+      run = GemvGroup();
+    };
+    for (MatmulOp mm : mms) {
+      if (taken.contains(mm))
+        continue;
+      bool fits = !run.members.empty() &&
+                  run.members.size() < static_cast<size_t>(cu::kMultiGemvMaxOutputs) &&
+                  llvm::all_of(run.members, [&](MatmulOp prev) {
+                    return usedOnlyAfter(prev.getResult(), mm);
+                  });
+      if (!fits)
+        flush();
+      run.members.push_back(mm);
+    }
+    flush();
+  }
+}
+
+
+KernelPlan llmc::planKernels(func::FuncOp fn, const KernelPlanOptions &options,
+                             const llvm::DenseSet<Operation *> &prepared) {
+  Planner p{fn, options, prepared, {}};
+  p.planFusion();
+  p.planGemvGroups();
+  return std::move(p.plan);
+}
+
+void llmc::annotateKernels(func::FuncOp fn, const KernelPlan &plan) {
+  Block &body = fn.getBody().front();
+  for (Operation &op : body)
+    op.removeAttr(kKernelAttr);
+  // Every kernel of two or more ops, by the op where it runs.
+  llvm::MapVector<Operation *, std::pair<StringRef, SmallVector<Operation *>>> byLast;
+  for (Operation *add : plan.fusedIntoNorm)
+    for (Operation *norm : add->getUsers())
+      if (isa<RMSNormOp, LayerNormOp>(norm) && norm->getOperand(0) == add->getResult(0))
+        byLast[norm] = {"residual_norm", {add, norm}};
+  for (const GemvGroup &g : plan.gemvGroups) {
+    SmallVector<Operation *> ops(g.members.begin(), g.members.end());
+    if (g.silu)
+      ops.append({g.silu, g.emitAt});
+    byLast[g.emitAt] = {g.silu ? "swiglu_gemv" : "multi_gemv", ops};
+  }
+  for (const SmallVector<Operation *> &g : plan.groups)
+    if (g.size() > 1 && !plan.gemvGroupOf.count(g.back()))
+      byLast[g.back()] = {"elementwise", g};
+  MLIRContext *ctx = fn.getContext();
+  Builder b(ctx);
+  int64_t id = 0;
+  for (Operation &op : body) {
+    auto it = byLast.find(&op);
+    if (it == byLast.end())
+      continue;
+    auto attr = b.getDictionaryAttr(
+        {b.getNamedAttr("group", b.getI64IntegerAttr(id++)),
+         b.getNamedAttr("kind", b.getStringAttr(it->second.first))});
+    for (Operation *member : it->second.second)
+      member->setAttr(kKernelAttr, attr);
+  }
+}
+
+namespace {
+
+/// llmc-form-kernels: planKernels on every function, shown as kKernelAttr.
+struct FormKernelsPass
+    : public PassWrapper<FormKernelsPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FormKernelsPass)
+
+  FormKernelsPass() = default;
+  FormKernelsPass(const FormKernelsPass &other) : PassWrapper(other) {}
+  explicit FormKernelsPass(const LowerOptions &o) {
+    elementwise = o.fuse_elementwise;
+    residualNorm = o.fuse_residual_norm;
+    gemmEpilogue = o.fuse_gemm_epilogue;
+    gemv = o.fuse_gemv;
+    hoist = o.hoist_parameter_work;
+  }
+
+  StringRef getArgument() const override { return "llmc-form-kernels"; }
+  StringRef getDescription() const override {
+    return "Shows which ops run as one CUDA kernel (residual_norm, "
+           "elementwise, multi_gemv, swiglu_gemv) as llm.kernel = {group, "
+           "kind} attributes: the lowering's own decision (KernelPlan.h)";
+  }
+
+  Option<bool> elementwise{*this, "elementwise",
+                           llvm::cl::desc("chains of elementwise ops"),
+                           llvm::cl::init(true)};
+  Option<bool> residualNorm{*this, "residual-norm",
+                            llvm::cl::desc("residual add into the norm"),
+                            llvm::cl::init(true)};
+  Option<bool> gemmEpilogue{*this, "gemm-epilogue",
+                            llvm::cl::desc("a GEMM's elementwise tail"),
+                            llvm::cl::init(true)};
+  Option<bool> gemv{*this, "gemv",
+                    llvm::cl::desc("multi-output and SwiGLU decode GEMVs"),
+                    llvm::cl::init(true)};
+  Option<bool> hoist{*this, "hoist",
+                     llvm::cl::desc("keep parameter-preparation work "
+                                    "(llmc-hoist-parameter-work) in kernels "
+                                    "of its own"),
+                     llvm::cl::init(true)};
+
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    if (fn.isExternal())
+      return;
+    if (!fn.getBody().hasOneBlock() || !fn.getOps<FusionOp>().empty()) {
+      fn.emitOpError() << "llmc-form-kernels expects a single block without "
+                          "llm.fusion regions (it plans the unfused function; "
+                          "llmc-fuse's regions are not the lowering's kernels)";
+      return signalPassFailure();
+    }
+    // The plan reads static shapes and kernel element types.
+    for (Operation &op : fn.getBody().front())
+      for (Value v : llvm::concat<Value>(op.getOperands(), op.getResults())) {
+        auto t = dyn_cast<RankedTensorType>(v.getType());
+        if (!t || !t.hasStaticShape() ||
+            !toRuntimeDType(t.getElementType()).ok()) {
+          op.emitOpError() << "llmc-form-kernels expects static shapes and "
+                              "element types codegen supports, found "
+                           << v.getType();
+          return signalPassFailure();
+        }
+      }
+    llvm::DenseSet<Operation *> prepared;
+    if (hoist) {
+      SmallVector<Operation *> ops;
+      if (fn->hasAttr(kParameterPreparationPlannedAttr)) {
+        std::string error;
+        auto marked = markedParameterPreparationOps(fn, error);
+        if (failed(marked)) {
+          fn.emitOpError() << error;
+          return signalPassFailure();
+        }
+        ops = std::move(*marked);
+      } else {
+        ops = parameterPreparationOps(fn);
+      }
+      prepared.insert(ops.begin(), ops.end());
+    }
+    KernelPlanOptions options;
+    options.elementwise = elementwise;
+    options.residualNorm = residualNorm;
+    options.gemmEpilogue = gemmEpilogue;
+    options.gemv = gemv;
+    annotateKernels(fn, planKernels(fn, options, prepared));
+  }
+};
+
+} // namespace
+
+void llmc::registerFormKernelsPass() { PassRegistration<FormKernelsPass>(); }
+
+std::unique_ptr<Pass> llmc::createFormKernelsPass(const LowerOptions &options) {
+  return std::make_unique<FormKernelsPass>(options);
+}

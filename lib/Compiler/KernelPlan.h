@@ -1,0 +1,98 @@
+//===- KernelPlan.h - which ops share a CUDA kernel -------------*- C++ -*-===//
+//
+// The one decision of which ops of a function run as one CUDA kernel, made
+// once per function by planKernels and shown in IR by the
+// `llmc-form-kernels` pass (annotateKernels): residual add + norm, chains of
+// elementwise ops, multi-output decode GEMVs sharing an input, and the
+// SwiGLU decode GEMV (mul(silu(x W_gate), x W_up) in one kernel). The
+// lowering emits one launch per group and per remaining op.
+//
+// Built on llm::planFusionGroups (the cost model and bounds of llmc-fuse):
+// an elementwise op joins its producer's kernel only when the plan put both
+// in one group, the producer is used once, and both are on the same side of
+// the parameter-preparation boundary (llmc-hoist-parameter-work); a residual
+// add is computed by the norm only when the plan grouped them, its summands
+// are dense and it is not prepared apart from the norm. Plan groups that are
+// not one kernel here run as several: rope_attention (RoPE, then attention)
+// and gemm_epilogue (the GEMM, then its elementwise tail, unless cuBLASLt's
+// bias epilogue takes it).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_LIB_COMPILER_KERNELPLAN_H
+#define LLMC_LIB_COMPILER_KERNELPLAN_H
+
+#include "LLM/IR/LLMOps.h"
+#include "llmc/Target/CUDA/Decode.h"
+#include "llmc/Target/CUDA/KernelLibrary.h"
+#include "llmc/Target/CUDA/WeightOnly.h"
+#include "llmc/runtime/Executable.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <vector>
+
+namespace llmc {
+
+/// The kernel element type of a runtime dtype, and of a ranked tensor value
+/// whose element type llmc::toRuntimeDType maps (f32, f16, bf16, fp8, i1,
+/// i8, i32, i64; checked by the lowering before any kernel is planned).
+cuda::ScalarType kernelScalarType(rt::DType t);
+cuda::ScalarType kernelScalarType(mlir::Value v);
+
+/// A decode GEMV for `op` (x [.., m, k] times W^T, W [n, k] `transpose_rhs`,
+/// at most cu::kGemvMaxRows rows, matching dtypes, an optional bias of the
+/// operand dtype) when the GEMV kernel takes it; fills `gc`.
+bool decodeGemvConfig(llm::MatmulOp op, cuda::GemvConfig *gc);
+
+/// matmul(x, dequantize_weight(q, s)) {transpose_rhs} that one fused GEMV
+/// reading q and s computes; fills `cfg`.
+bool fusedDequantGemv(llm::MatmulOp op, cuda::QuantGemvConfig *cfg);
+
+struct KernelPlanOptions {
+  bool elementwise = true;    // chains of elementwise ops
+  bool residualNorm = true;   // residual add into the following norm
+  bool gemmEpilogue = true;   // the GEMM's elementwise tail as a group
+  bool gemv = true;           // multi-output and SwiGLU decode GEMVs
+};
+
+/// Decode GEMVs run as one kernel.
+struct GemvGroup {
+  llvm::SmallVector<llm::MatmulOp, 4> members; // program order; SwiGLU: {gate, up}
+  mlir::Operation *emitAt = nullptr;           // last member, or the SwiGLU mul
+  mlir::Operation *silu = nullptr;             // SwiGLU only
+};
+
+struct KernelPlan {
+  /// Residual adds the following norm kernel computes (and writes).
+  llvm::DenseSet<mlir::Operation *> fusedIntoNorm;
+  /// Every other top-level elementwise op is in exactly one group (program
+  /// order; the kernel runs at the last op): a chain, or the op alone.
+  std::vector<llvm::SmallVector<mlir::Operation *>> groups;
+  llvm::DenseMap<mlir::Operation *, int> groupOf;
+  /// GEMV groups; gemvGroupOf maps members, and the SwiGLU silu and mul.
+  std::vector<GemvGroup> gemvGroups;
+  llvm::DenseMap<mlir::Operation *, int> gemvGroupOf;
+};
+
+/// Plans the kernels of `fn`'s top-level block (a shape-specialized
+/// function). `prepared` holds the parameter-preparation ops: no kernel
+/// mixes them with per-call ops.
+KernelPlan planKernels(mlir::func::FuncOp fn, const KernelPlanOptions &options,
+                       const llvm::DenseSet<mlir::Operation *> &prepared);
+
+/// The attribute annotateKernels puts on every op of a multi-op kernel:
+/// {group = <n>, kind = "residual_norm" | "elementwise" | "multi_gemv" |
+/// "swiglu_gemv"}, groups numbered in program order of their last op.
+inline constexpr llvm::StringLiteral kKernelAttr = "llm.kernel";
+
+/// Shows `plan` in IR (kKernelAttr on the members of every kernel of two or
+/// more ops; earlier annotations are replaced).
+void annotateKernels(mlir::func::FuncOp fn, const KernelPlan &plan);
+
+} // namespace llmc
+
+#endif // LLMC_LIB_COMPILER_KERNELPLAN_H
