@@ -1,0 +1,201 @@
+//===- LowerElementwise.cpp - fused elementwise kernels ---------------------===//
+
+#include "Lowering.h"
+
+namespace llmc::codegen {
+
+/// The index space of an elementwise kernel with more dims than the
+/// kernel's shape argument holds (cu::kElementwiseMaxRank), in fewer dims
+/// that address the same elements: size-1 dims are dropped and adjacent
+/// dims merge where every strided input reads them as one (stride[d] ==
+/// stride[d+1] * size[d+1]). The last dim stays as it is (a row-broadcast
+/// input reads index % its size). Index spaces within the bound are left
+/// unchanged.
+void collapseIndexSpace(const cu::ElementwiseProgram &prog, std::vector<int64_t> &sizes,
+                        std::vector<std::vector<int64_t>> &strides) {
+  if (sizes.size() <= static_cast<size_t>(cu::kElementwiseMaxRank))
+    return;
+  auto isStrided = [&](size_t i) {
+    return prog.inputs[i].layout == cu::InputLayout::kStrided && i < strides.size();
+  };
+  std::vector<int64_t> outSizes;
+  std::vector<std::vector<int64_t>> outStrides(strides.size());
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    bool last = d + 1 == sizes.size();
+    if (!last && sizes[d] == 1)
+      continue;
+    bool merge = !last && !outSizes.empty();
+    for (size_t i = 0; merge && i < strides.size(); ++i)
+      merge = !isStrided(i) || outStrides[i].back() == strides[i][d] * sizes[d];
+    if (merge) {
+      outSizes.back() *= sizes[d];
+      for (size_t i = 0; i < strides.size(); ++i)
+        if (isStrided(i))
+          outStrides[i].back() = strides[i][d];
+      continue;
+    }
+    outSizes.push_back(sizes[d]);
+    for (size_t i = 0; i < strides.size(); ++i)
+      if (isStrided(i))
+        outStrides[i].push_back(strides[i][d]);
+  }
+  sizes = std::move(outSizes);
+  for (size_t i = 0; i < strides.size(); ++i)
+    if (isStrided(i))
+      strides[i] = std::move(outStrides[i]);
+}
+
+/// The elementwise kernels' by-value shape struct (sizes and per-input
+/// strides, see PackElementwiseShape) as one kernel parameter. A kernel over
+/// more than cu::kElementwiseMaxRank dims runs over its collapsed index
+/// space (collapseIndexSpace); when even that has too many dims the
+/// generator refuses it, naming the rank.
+rt::Arg shapeArg(const cu::ElementwiseProgram &prog,
+                 std::vector<int64_t> sizes,
+                 std::vector<std::vector<int64_t>> strides) {
+  collapseIndexSpace(prog, sizes, strides);
+  std::vector<int64_t> packed = cu::PackElementwiseShape(prog, sizes, strides);
+  rt::Arg a;
+  a.kind = rt::Arg::Bytes;
+  a.bytes.assign(reinterpret_cast<const char *>(packed.data()),
+                 packed.size() * sizeof(int64_t));
+  return a;
+}
+
+absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
+  llvm::DenseSet<Operation *> members(ops.begin(), ops.end());
+  Operation *last = ops.back();
+  ArrayRef<int64_t> outShape = tensorType(last->getResult(0)).getShape();
+  int64_t numel = numElements(last->getResult(0));
+
+  cu::ElementwiseProgram prog;
+  prog.unroll = options.elementwise_unroll;
+  llvm::MapVector<Value, int> inputIndex; // external value -> input index
+  std::vector<StridedRead> reads;
+  llvm::DenseMap<Value, int> nodeOf;
+  auto operandRef = [&](Value v) -> absl::StatusOr<int> {
+    if (auto it = nodeOf.find(v); it != nodeOf.end())
+      return it->second;
+    if (auto c = splatValue(v)) {
+      cu::EwNode n;
+      n.op = cu::EwOp::constant;
+      n.type = scalarOf(v);
+      n.constant = *c;
+      prog.nodes.push_back(n);
+      return nodeOf[v] = prog.nodes.size() - 1;
+    }
+    if (auto it = inputIndex.find(v); it != inputIndex.end())
+      return -(it->second + 1);
+    auto read = stridedRead(v);
+    if (!read.ok())
+      return read.status();
+    cu::EwInput in;
+    in.type = scalarOf(v);
+    bool contiguous = read->elementOffset == 0 &&
+                      ArrayRef<int64_t>(read->strides) ==
+                          ArrayRef<int64_t>(rowMajorStrides(outShape)) &&
+                      numElements(v) == numel;
+    bool scalar = llvm::all_of(read->strides, [](int64_t s) { return s == 0; });
+    bool rowBroadcast =
+        !outShape.empty() && read->elementOffset == 0 &&
+        read->strides.back() == 1 &&
+        llvm::all_of(ArrayRef<int64_t>(read->strides).drop_back(),
+                     [](int64_t s) { return s == 0; });
+    in.layout = contiguous ? cu::InputLayout::kContiguous
+                : scalar && read->elementOffset == 0 ? cu::InputLayout::kScalar
+                : rowBroadcast ? cu::InputLayout::kRowBroadcast
+                               : cu::InputLayout::kStrided;
+    prog.inputs.push_back(in);
+    reads.push_back(*read);
+    int idx = prog.inputs.size() - 1;
+    inputIndex[v] = idx;
+    return -(idx + 1);
+  };
+
+  for (Operation *op : ops) {
+    cu::EwNode n;
+    n.type = scalarOf(op->getResult(0));
+    auto kind = llvm::TypeSwitch<Operation *, std::optional<cu::EwOp>>(op)
+        .Case<AddOp>([](auto) { return cu::EwOp::add; })
+        .Case<SubOp>([](auto) { return cu::EwOp::sub; })
+        .Case<MulOp>([](auto) { return cu::EwOp::mul; })
+        .Case<DivOp>([](auto) { return cu::EwOp::div; })
+        .Case<PowOp>([](auto) { return cu::EwOp::pow; })
+        .Case<MaximumOp>([](auto) { return cu::EwOp::maximum; })
+        .Case<MinimumOp>([](auto) { return cu::EwOp::minimum; })
+        .Case<NegOp>([](auto) { return cu::EwOp::neg; })
+        .Case<AbsOp>([](auto) { return cu::EwOp::abs; })
+        .Case<ExpOp>([](auto) { return cu::EwOp::exp; })
+        .Case<LogOp>([](auto) { return cu::EwOp::log; })
+        .Case<TanhOp>([](auto) { return cu::EwOp::tanh; })
+        .Case<SinOp>([](auto) { return cu::EwOp::sin; })
+        .Case<CosOp>([](auto) { return cu::EwOp::cos; })
+        .Case<SqrtOp>([](auto) { return cu::EwOp::sqrt; })
+        .Case<RsqrtOp>([](auto) { return cu::EwOp::rsqrt; })
+        .Case<SiluOp>([](auto) { return cu::EwOp::silu; })
+        .Case<GeluOp>([](GeluOp g) {
+          return g.getApproximation() == GeluApproximation::tanh
+                     ? cu::EwOp::gelu_tanh
+                     : cu::EwOp::gelu_erf;
+        })
+        .Case<ReluOp>([](auto) { return cu::EwOp::relu; })
+        .Case<SigmoidOp>([](auto) { return cu::EwOp::sigmoid; })
+        .Case<CompareOp>([&](CompareOp c) {
+          n.pred = static_cast<cu::CmpPredicate>(c.getPredicate());
+          return cu::EwOp::compare;
+        })
+        .Case<SelectOp>([](auto) { return cu::EwOp::select; })
+        .Case<CastOp>([](auto) { return cu::EwOp::cast; })
+        .Default([](Operation *) { return std::nullopt; });
+    if (!kind)
+      return unsupported(op, "not an elementwise op");
+    n.op = *kind;
+    for (Value operand : op->getOperands()) {
+      auto ref = operandRef(operand);
+      if (!ref.ok())
+        return ref.status();
+      n.operands.push_back(*ref);
+    }
+    prog.nodes.push_back(n);
+    nodeOf[op->getResult(0)] = prog.nodes.size() - 1;
+  }
+  // Outputs: member results used outside the group (or returned).
+  std::vector<Value> outputs;
+  for (Operation *op : ops) {
+    Value r = op->getResult(0);
+    bool escapes = false;
+    for (OpOperand &use : r.getUses())
+      if (!members.contains(use.getOwner()))
+        escapes = true;
+    if (!escapes)
+      continue;
+    if (tensorType(r).getShape() != outShape)
+      return unsupported(op, "fused elementwise outputs of different shapes");
+    prog.outputs.push_back({nodeOf[r], scalarOf(r)});
+    outputs.push_back(r);
+  }
+  if (prog.outputs.empty())
+    return absl::OkStatus(); // dead group
+
+  cu::KernelCode code = cu::EmitElementwise(prog);
+  int kernel = addKernel(code);
+  std::vector<rt::Arg> args;
+  for (Value out : outputs)
+    args.push_back(ptrArg(out));
+  for (auto [i, read] : llvm::enumerate(reads)) {
+    int64_t esize = cu::ScalarSize(prog.inputs[i].type);
+    args.push_back(ptrArg(read.root, read.elementOffset * esize));
+  }
+  args.push_back(i64Arg(numel));
+  if (cu::ElementwiseNeedsShape(prog)) {
+    std::vector<int64_t> sizes(outShape.begin(), outShape.end());
+    std::vector<std::vector<int64_t>> strides;
+    for (auto &read : reads)
+      strides.emplace_back(read.strides.begin(), read.strides.end());
+    args.push_back(shapeArg(prog, sizes, strides));
+  }
+  launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), last);
+  return absl::OkStatus();
+}
+
+} // namespace llmc::codegen
