@@ -23,7 +23,10 @@ chooseAttentionTile(Operation *op, cu::AttentionConfig &cfg, int64_t batch,
     cfg.tile.qtile_fastest = false;
   std::string why;
   if (cu::AttentionUsesTensorCores(cfg) && !cu::AttentionTileSupported(cfg, &why))
-    return unsupported(op, (forced ? "forced " : "") + why);
+    return unsupported(op, (forced ? "the tile given by --attention-tile or "
+                                     "LLMC_ATTN_CONFIG: "
+                                   : "") +
+                               why);
   return absl::OkStatus();
 }
 

@@ -149,23 +149,41 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
   }
 }
 
-absl::Status RunPipeline(func::FuncOp fn, const PipelineOptions &options,
-                         const PassManagerSetup &setup) {
-  return runOn(
-      fn, [&](OpPassManager &pm) { buildPipeline(pm, options); }, setup);
+absl::Status ValidatePipelineOptions(const PipelineOptions &options) {
+  auto invalid = [](auto &&...parts) {
+    return absl::InvalidArgumentError(absl::StrCat(parts...));
+  };
+  if (options.tp < 1 || options.tp > kMaxTensorParallel || options.rank < 0 ||
+      options.rank >= options.tp)
+    return invalid("tp/rank: expected 1 <= tp <= ", kMaxTensorParallel,
+                   " and 0 <= rank < tp, found tp=", options.tp,
+                   " rank=", options.rank);
+  if (options.weight_only != llm::WeightOnlyMode::none &&
+      options.precision == llm::PrecisionPolicy::fp8)
+    return invalid("weight-only=",
+                   llm::stringifyWeightOnlyMode(options.weight_only).str(),
+                   " cannot be combined with precision=fp8 (llmc-precision "
+                   "quantizes weights either to fp8 or to int8/int4)");
+  for (auto [name, value] : {std::pair<const char *, int64_t>{"pad-multiple", options.pad_multiple},
+                             {"vocab-multiple", options.vocab_multiple}})
+    if (value < 1 || value > 4096)
+      return invalid(name, ": expected 1..4096, found ", value);
+  if (options.arena_alignment < 1 ||
+      (options.arena_alignment & (options.arena_alignment - 1)) != 0)
+    return invalid("alignment: expected a positive power of two (bytes), found ",
+                   options.arena_alignment);
+  if (options.elementwise_unroll < 1 || options.elementwise_unroll > 4)
+    return invalid("elementwise unroll: expected 1, 2, 3 or 4, found ",
+                   options.elementwise_unroll);
+  return absl::OkStatus();
 }
 
-absl::StatusOr<rt::Executable> CompileFunction(func::FuncOp fn,
-                                               const PipelineOptions &options,
-                                               LowerStats *stats,
-                                               const PassManagerSetup &setup) {
-  if (absl::Status st = RunPipeline(fn, options, setup); !st.ok())
+absl::Status RunPipeline(func::FuncOp fn, const PipelineOptions &options,
+                         const PassManagerSetup &setup) {
+  if (absl::Status st = ValidatePipelineOptions(options); !st.ok())
     return st;
-  absl::StatusOr<rt::Executable> exe =
-      LowerToExecutable(fn, lowerOptions(options), stats);
-  if (exe.ok())
-    exe->symbol_bindings = options.shape_bindings;
-  return exe;
+  return runOn(
+      fn, [&](OpPassManager &pm) { buildPipeline(pm, options); }, setup);
 }
 
 absl::Status PrepareForLowering(func::FuncOp fn, bool raise) {
@@ -309,14 +327,18 @@ FailureOr<PipelineOptions> toPipelineOptions(const PipelinePassOptions &in,
       return failure();
     }
   }
-  if (in.tp < 1 || in.rank < 0 || in.rank >= in.tp) {
-    error = absl::StrCat("tp/rank: expected tp >= 1 and 0 <= rank < tp, found "
-                         "tp=", static_cast<int64_t>(in.tp),
+  // Ranges of the int fields before they are narrowed; the rest is
+  // ValidatePipelineOptions.
+  if (in.tp < 1 || in.tp > kMaxTensorParallel || in.rank < 0 ||
+      in.rank >= in.tp) {
+    error = absl::StrCat("tp/rank: expected 1 <= tp <= ", kMaxTensorParallel,
+                         " and 0 <= rank < tp, found tp=",
+                         static_cast<int64_t>(in.tp),
                          " rank=", static_cast<int64_t>(in.rank));
     return failure();
   }
-  out.tp = in.tp;
-  out.rank = in.rank;
+  out.tp = static_cast<int>(in.tp);
+  out.rank = static_cast<int>(in.rank);
   std::optional<llm::WeightOnlyMode> weightOnly =
       llm::parseWeightOnlyMode(in.weightOnly, error);
   if (!weightOnly) {
@@ -327,13 +349,6 @@ FailureOr<PipelineOptions> toPipelineOptions(const PipelinePassOptions &in,
       llm::parsePrecisionPolicy(in.precision, error);
   if (!precision) {
     error = "precision: " + error;
-    return failure();
-  }
-  if (*weightOnly != llm::WeightOnlyMode::none &&
-      *precision == llm::PrecisionPolicy::fp8) {
-    error = "weight-only=" + in.weightOnly.getValue() +
-            " cannot be combined with precision=fp8 (llmc-precision quantizes "
-            "weights either to fp8 or to int8/int4)";
     return failure();
   }
   out.weight_only = *weightOnly;
@@ -351,6 +366,10 @@ FailureOr<PipelineOptions> toPipelineOptions(const PipelinePassOptions &in,
   out.fuse_rope_attention = in.fuseRopeAttention;
   out.arena_alignment = in.alignment;
   out.report_memory = in.report;
+  if (absl::Status st = ValidatePipelineOptions(out); !st.ok()) {
+    error = std::string(st.message());
+    return failure();
+  }
   return out;
 }
 

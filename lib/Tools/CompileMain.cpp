@@ -22,6 +22,7 @@
 
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/InitAllDialects.h"
+#include "llmc/InitAllPasses.h"
 #include "llmc/Pipelines/Pipeline.h"
 #include "llmc/Support/ParseSource.h"
 #include "llmc/Tools.h"
@@ -92,6 +93,8 @@ int llmc::compileMain(int argc, char **argv) {
                "stdout, without NVRTC or cubins; see test/golden) or mlir "
                "(the function after the pass pipeline, before lowering)"),
       cl::init("executable"), cl::cat(cat));
+  // Pass names first: --mlir-print-ir-after=<pass> takes them.
+  llmc::registerAllPasses();
   llmc::tools::registerPassManagerFlags();
   cl::HideUnrelatedOptions({&cat, &llmc::tools::passManagerCategory()});
   cl::ParseCommandLineOptions(argc, argv, "llmc-compile: ahead-of-time compilation\n");
@@ -108,7 +111,9 @@ int llmc::compileMain(int argc, char **argv) {
       return fail("--arch=" + arch + " is given twice; give each arch once");
     archList.push_back(arch);
   }
-  absl::StatusOr<llmc::PipelineOptions> pipelineOr = pipelineFlags.options();
+  // --emit=mlir generates no code: the tuning knobs are not read.
+  absl::StatusOr<llmc::PipelineOptions> pipelineOr =
+      pipelineFlags.options(/*knobs=*/emit != "mlir");
   if (!pipelineOr.ok())
     return fail(std::string(pipelineOr.status().message()));
   llmc::PipelineOptions pipeline = std::move(*pipelineOr);

@@ -51,6 +51,11 @@ absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {
   options.hoist_parameter_work = !noHoist;
   if (!knobs)
     return options;
+  // An empty value given explicitly is not "not given".
+  for (const cl::opt<std::string> *knob : {&attention, &attentionTile, &ewUnroll})
+    if (knob->getNumOccurrences() && knob->empty())
+      return absl::InvalidArgumentError("--" + knob->ArgStr.str() +
+                                        " needs a value");
   TuningKnobs given;
   given.attention_backend = {attention, "--attention"};
   given.attention_tile = {attentionTile, "--attention-tile"};

@@ -29,8 +29,10 @@ struct PipelineFlags {
   llvm::cl::opt<std::string> attentionTile;
   llvm::cl::opt<std::string> ewUnroll;
 
-  /// PipelineOptions with the policy, --no-hoist and, when `knobs`, the
-  /// tuning knobs (flag, else environment, else default: SetTuningKnobs).
+  /// PipelineOptions with the policy, --no-hoist and, when `knobs` (only
+  /// where code is generated: a bad LLMC_* variable must not stop a run that
+  /// never reads it), the tuning knobs (flag, else environment, else
+  /// default: SetTuningKnobs).
   /// Errors: "--precision: expected fp32, ...", "--ew-unroll: ...",
   /// "environment variable LLMC_EW_UNROLL: ...".
   absl::StatusOr<PipelineOptions> options(bool knobs = true) const;

@@ -33,6 +33,7 @@
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/Pipelines/Pipeline.h"
 #include "llmc/InitAllDialects.h"
+#include "llmc/InitAllPasses.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 #include "llmc/Support/ParseSource.h"
 #include "llmc/Tools.h"
@@ -210,7 +211,8 @@ std::string checkFlags(const Options &opts) {
   if (opts.backend != "cuda" && opts.backend != "ref")
     return "unknown --backend '" + opts.backend + "' (expected cuda or ref)";
   // --precision and the tuning knobs (flag, else environment variable).
-  if (auto pipeline = opts.pipeline.options(); !pipeline.ok())
+  if (auto pipeline = opts.pipeline.options(/*knobs=*/opts.backend == "cuda");
+      !pipeline.ok())
     return std::string(pipeline.status().message());
   std::string error;
   if (!llmc::llm::parseWeightOnlyMode(opts.weightOnly, error))
@@ -597,7 +599,8 @@ double collectiveBusBytes(const llmc::rt::CollectiveSpec &c, int n) {
 /// default). The flags were checked by checkFlags.
 absl::StatusOr<llmc::PipelineOptions> pipelineOptions(const Options &opts,
                                                       int targetSm) {
-  absl::StatusOr<llmc::PipelineOptions> options = opts.pipeline.options();
+  absl::StatusOr<llmc::PipelineOptions> options =
+      opts.pipeline.options(/*knobs=*/true);
   if (!options.ok())
     return options.status();
   std::string error;
@@ -866,6 +869,8 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
 int llmc::runMain(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   Options opts;
+  // Pass names first: --mlir-print-ir-after=<pass> takes them.
+  llmc::registerAllPasses();
   llmc::tools::registerPassManagerFlags();
   cl::HideUnrelatedOptions({&opts.cat, &llmc::tools::passManagerCategory()});
   cl::ParseCommandLineOptions(argc, argv, "llmc-run: execute an llm function\n");

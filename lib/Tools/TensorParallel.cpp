@@ -2,6 +2,8 @@
 
 #include "TensorParallel.h"
 
+#include "PipelineFlags.h"
+
 #include "LLM/IR/LLMOps.h"
 #include "LLM/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
@@ -327,6 +329,9 @@ LogicalResult shardForRank(func::FuncOp fn, int tp, int rank) {
   options.tp = tp;
   options.rank = rank;
   pm.addPass(llm::createShardPass(options));
+  // --mlir-print-ir-after-all and the like cover llmc-shard too.
+  if (failed(applyPassManagerFlags(pm)))
+    return failure();
   return pm.run(fn);
 }
 

@@ -36,10 +36,29 @@
 // ATTN-ENV: llmc-run: error: environment variable LLMC_ATTENTION_BACKEND: unknown attention backend 'fast' (expected auto, llmc or cudnn)
 // RUN: not llmc-run %s --backend=ref --shape seq=5 --ew-unroll=2 2>&1 | FileCheck %s --check-prefix=REF
 // REF: llmc-run: error: --ew-unroll applies to the cuda backend only; it has no effect with --backend=ref
+// The variables are read only where code is generated.
+// RUN: env LLMC_EW_UNROLL=9 LLMC_ATTENTION_BACKEND=x llmc-run %s --backend=ref --shape seq=5 | FileCheck %s --check-prefix=REF-ENV
+// REF-ENV: result0: tensor<5x64xf32> checksum
+// RUN: env LLMC_EW_UNROLL=9 llmc-compile %s --shape seq=5 --emit=mlir | FileCheck %s --check-prefix=MLIR-ENV
+// MLIR-ENV: llm.rms_norm
+// RUN: not llmc-compile %s --shape seq=5 --ew-unroll= --emit=executable-dump 2>&1 | FileCheck %s --check-prefix=EMPTY
+// EMPTY: llmc-compile: error: --ew-unroll needs a value
+// RUN: not llmc-compile %s --shape seq=5 --attention-tile=bm4294967360_bn64_w4_s2 --emit=executable-dump 2>&1 | FileCheck %s --check-prefix=TILE-BIG
+// TILE-BIG: llmc-compile: error: --attention-tile: attention tile 'bm4294967360_bn64_w4_s2': expected bm<M>_bn<N>_w<warps>_s<stages>[_gh]
+// Pass names are known to the pass-manager flags.
+// RUN: llmc-compile %s --shape seq=5 --emit=mlir --mlir-print-ir-after=llmc-raise 2>&1 >/dev/null | FileCheck %s --check-prefix=AFTER-ONE
+// AFTER-ONE: // -----// IR Dump After RaisePass (llmc-raise)
+// AFTER-ONE-NOT: IR Dump After
 //
 // llmc-pipeline's options are checked when it is parsed.
 // RUN: not llmc-opt %s --llmc-pipeline="tp=2 rank=2" 2>&1 | FileCheck %s --check-prefix=TP
-// TP: llmc-pipeline: tp/rank: expected tp >= 1 and 0 <= rank < tp, found tp=2 rank=2
+// TP: llmc-pipeline: tp/rank: expected 1 <= tp <= 1024 and 0 <= rank < tp, found tp=2 rank=2
+// RUN: not llmc-opt %s --llmc-pipeline="tp=4294967298 rank=1" 2>&1 | FileCheck %s --check-prefix=TP-BIG
+// TP-BIG: llmc-pipeline: tp/rank: expected 1 <= tp <= 1024 and 0 <= rank < tp, found tp=4294967298 rank=1
+// RUN: not llmc-opt %s --llmc-pipeline="pad-multiple=0" 2>&1 | FileCheck %s --check-prefix=PAD
+// PAD: llmc-pipeline: pad-multiple: expected 1..4096, found 0
+// RUN: not llmc-opt %s --llmc-pipeline="alignment=3" 2>&1 | FileCheck %s --check-prefix=ALIGN
+// ALIGN: llmc-pipeline: alignment: expected a positive power of two (bytes), found 3
 // RUN: not llmc-opt %s --llmc-pipeline="dims=seq" 2>&1 | FileCheck %s --check-prefix=DIMS
 // DIMS: llmc-pipeline: dims: malformed binding 'seq', expected name=<integer>
 // RUN: not llmc-opt %s --llmc-pipeline="precision=fp64" 2>&1 | FileCheck %s --check-prefix=PREC

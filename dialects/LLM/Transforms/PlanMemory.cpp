@@ -87,9 +87,12 @@ struct PlanMemoryPass : llmc::llm::impl::PlanMemoryPassBase<PlanMemoryPass> {
         Value root = aliasRoot(operand);
         last[root] = std::max(last.lookup(root), index[&op]);
       }
+      // Returned values are written into their output buffers in place, up
+      // to reshapes; a returned strided view is copied there and its source
+      // stays in the arena.
       if (isa<func::ReturnOp>(op))
         for (Value v : op.getOperands())
-          excluded.insert(aliasRoot(v));
+          excluded.insert(storageRoot(v));
       for (Value r : op.getResults()) {
         if (aliasRoot(r) != r)
           continue; // a view

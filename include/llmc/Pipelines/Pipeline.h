@@ -49,7 +49,8 @@ namespace llmc {
 struct PipelineOptions {
   //===--- graph level (the pass pipeline) ---------------------------------===//
   /// Bindings of the dynamic dimensions (names from `llm.dim_names`, else
-  /// "arg<i>.<d>"), recorded in the executable's symbol_bindings.
+  /// "arg<i>.<d>") for llmc-specialize-shapes (llmc::Compiler also records
+  /// them in the executable's symbol_bindings).
   std::map<std::string, int64_t> shape_bindings;
   /// Run llmc-specialize-shapes with `shape_bindings` (which also checks
   /// element types and sizes of a static function). false: `fn` was
@@ -123,17 +124,21 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
 /// reported by the callback itself and stops the compilation.
 using PassManagerSetup = std::function<mlir::LogicalResult(mlir::PassManager &)>;
 
-/// Runs buildPipeline(options) on `fn` in place. Errors: InvalidArgument
-/// "<pass> failed on @fn" (the pass's diagnostics go to the context's
+/// The largest tensor-parallel degree (`tp`) a pipeline takes.
+inline constexpr int kMaxTensorParallel = 1024;
+
+/// Checks what buildPipeline cannot: 1 <= tp <= kMaxTensorParallel and
+/// 0 <= rank < tp; weight_only none with the fp8 policy; pad_multiple and
+/// vocab_multiple in 1..4096; arena_alignment a positive power of two;
+/// elementwise_unroll 1..4. InvalidArgument naming the option otherwise.
+absl::Status ValidatePipelineOptions(const PipelineOptions &options);
+
+/// Runs buildPipeline(options) on `fn` in place, after
+/// ValidatePipelineOptions. Errors: InvalidArgument from the validation,
+/// or "<pass> failed on @fn" (the pass's diagnostics go to the context's
 /// diagnostic handler).
 absl::Status RunPipeline(mlir::func::FuncOp fn, const PipelineOptions &options,
                          const PassManagerSetup &setup = {});
-
-/// The whole flow: RunPipeline, then LowerToExecutable with
-/// lowerOptions(options); the executable records options.shape_bindings.
-absl::StatusOr<rt::Executable>
-CompileFunction(mlir::func::FuncOp fn, const PipelineOptions &options,
-                LowerStats *stats = nullptr, const PassManagerSetup &setup = {});
 
 /// Clean-up and raise alone: canonicalize -> llmc-raise -> canonicalize ->
 /// CSE (`raise` = false: canonicalize -> CSE) on `fn`, in place; the
@@ -186,7 +191,9 @@ absl::Status SetTuningKnobs(const TuningKnobs &given, PipelineOptions &options);
 /// weight-only, raise, precision, pad-all, show-kernels, ...; defaults as
 /// above), so that `llmc-opt --llmc-pipeline="dims=seq=7 precision=bf16"`
 /// prints what `llmc-compile --shape seq=7 --precision=bf16 --emit=mlir`
-/// prints. Option values are checked when the pipeline is parsed.
+/// prints. Option values are checked when the pipeline is parsed
+/// (ValidatePipelineOptions). One difference: `tp` always runs llmc-shard,
+/// while llmc-run --tp runs a graph that already has collectives as written.
 void registerPipelines();
 
 } // namespace llmc

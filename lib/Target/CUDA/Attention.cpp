@@ -100,9 +100,26 @@ std::string AttentionTileName(const AttentionTile &t) {
 
 bool ParseAttentionTile(const std::string &text, AttentionTile *tile, std::string *error) {
   AttentionTile t;
-  int bm = 0, bn = 0, w = 0, st = 0, n = 0;
-  const bool ok = std::sscanf(text.c_str(), "bm%d_bn%d_w%d_s%d%n", &bm, &bn, &w, &st, &n) == 4;
-  const std::string rest = ok ? text.substr(n) : "";
+  // Strictly bm<digits>_bn<digits>_w<digits>_s<digits>[_gh], each number at
+  // most 4 digits (no sign, no spaces, no overflow).
+  int fields[4] = {0, 0, 0, 0};
+  const char *prefixes[4] = {"bm", "_bn", "_w", "_s"};
+  size_t pos = 0;
+  bool ok = true;
+  for (int f = 0; f < 4 && ok; ++f) {
+    const std::string p = prefixes[f];
+    ok = text.compare(pos, p.size(), p) == 0;
+    pos += p.size();
+    size_t digits = 0;
+    while (ok && pos < text.size() && digits < 5 && text[pos] >= '0' && text[pos] <= '9') {
+      fields[f] = fields[f] * 10 + (text[pos] - '0');
+      ++pos;
+      ++digits;
+    }
+    ok = ok && digits >= 1 && digits <= 4;
+  }
+  const int bm = fields[0], bn = fields[1], w = fields[2], st = fields[3];
+  const std::string rest = ok ? text.substr(pos) : "";
   if (!ok || (rest != "" && rest != "_gh")) {
     if (error)
       *error = "attention tile '" + text + "': expected bm<M>_bn<N>_w<warps>_s<stages>[_gh], e.g. bm128_bn64_w4_s2";

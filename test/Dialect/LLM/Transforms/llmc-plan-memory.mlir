@@ -108,3 +108,17 @@ func.func @in_place_aliases(%cache: tensor<1x16x1x8xf32> {llm.donate}, %k: tenso
   %m = llm.mul %n, %r : tensor<4x8xf32>
   return %c, %m : tensor<1x16x1x8xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+// A returned strided view is copied into its output buffer after the last
+// op; its source lives in the arena until then (as the lowering does).
+// CHECK-LABEL: func.func @returned_strided_view
+// CHECK-SAME: attributes {llm.arena_bytes = 128 : i64}
+// CHECK: llm.exp %{{.+}} {llm.arena_offset = 0 : i64} : tensor<4x8xf32>
+// CHECK: llm.transpose %{{.+}} [1, 0] {llm.arena_offset = 0 : i64}
+func.func @returned_strided_view(%x: tensor<4x8xf32>) -> tensor<8x4xf32> {
+  %a = llm.exp %x : tensor<4x8xf32>
+  %t = llm.transpose %a [1, 0] : tensor<4x8xf32>
+  return %t : tensor<8x4xf32>
+}
