@@ -1,0 +1,427 @@
+//===- RefLinalg.cpp - reference: matmul, attention, RoPE -------------------===//
+
+#include "RankState.h"
+
+namespace llmc::reference::detail {
+
+//===----------------------------------------------------------------------===//
+// Transformer ops
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
+  const HostTensor &x = in(op, 0);
+  int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+  if (D % 2 != 0)
+    return opError(op, absl::StrCat("head dimension must be even, found ", D));
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
+  if (out.data.empty()) // no elements: no loop over the other dimensions
+    return out;
+  // Positions are float64 (s + an i64 offset near 2^63 must not overflow).
+  REF_ASSIGN_OR_RETURN(std::vector<double> offsets,
+                       newBuffer(op, "the per-batch offsets", B));
+  if (op.getOffset()) {
+    const HostTensor &off = in(op.getOffset());
+    if (off.shape.empty()) {
+      std::fill(offsets.begin(), offsets.end(),
+                off.data.empty() ? 0.0 : off.data[0]);
+    } else if (off.shape.size() == 1 && off.shape[0] == B) {
+      for (int64_t b = 0; b < B; ++b)
+        offsets[b] = off.data[b];
+    } else {
+      return opError(op, absl::StrCat("offset must be a scalar or have shape [",
+                                      B, "], found ", shapeStr(off.shape)));
+    }
+  }
+  bool interleaved = op.getMode() == llm::RopeMode::interleaved;
+  int64_t half = D / 2;
+  if (op.getCos() || op.getSin()) {
+    if (!op.getCos() || !op.getSin() || op.getOffset())
+      return opError(op, "cos and sin tables must be given together and "
+                         "without an offset");
+    // Table form (HF apply_rotary_pos_emb): x * cos + rotate(x) * sin, with
+    // full head-dim rows cos/sin [S, D] or [Bt, S, D], Bt in {1, B}.
+    const HostTensor &cs = in(op.getCos());
+    const HostTensor &sn = in(op.getSin());
+    size_t rank = cs.shape.size();
+    bool shapeOk = cs.shape == sn.shape && (rank == 2 || rank == 3) &&
+                   cs.shape[rank - 2] == S && cs.shape[rank - 1] == D &&
+                   (rank == 2 || cs.shape[0] == 1 || cs.shape[0] == B);
+    if (!shapeOk)
+      return opError(op, absl::StrCat("cos and sin must both be [", S, ", ", D,
+                                      "] or [1 or ", B, ", ", S, ", ", D,
+                                      "], found ", shapeStr(cs.shape), " and ",
+                                      shapeStr(sn.shape)));
+    int64_t tableBatchStride =
+        rank == 3 && cs.shape[0] == B && B > 1 ? S * D : 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) {
+        const double *c = cs.data.data() + b * tableBatchStride + s * D;
+        const double *n = sn.data.data() + b * tableBatchStride + s * D;
+        for (int64_t h = 0; h < H; ++h) {
+          const double *xr = x.data.data() + ((b * S + s) * H + h) * D;
+          double *o = out.data.data() + ((b * S + s) * H + h) * D;
+          for (int64_t i = 0; i < half; ++i) {
+            int64_t ia = interleaved ? 2 * i : i;
+            int64_t ib = interleaved ? 2 * i + 1 : i + half;
+            o[ia] = xr[ia] * c[ia] - xr[ib] * n[ia];
+            o[ib] = xr[ib] * c[ib] + xr[ia] * n[ib];
+          }
+        }
+      }
+    roundInPlace(out);
+    return out;
+  }
+  double theta = op.getTheta().convertToDouble();
+  REF_ASSIGN_OR_RETURN(std::vector<double> invFreq,
+                       newBuffer(op, "the inverse frequencies", half));
+  for (int64_t i = 0; i < half; ++i)
+    invFreq[i] = std::pow(theta, -2.0 * static_cast<double>(i) /
+                                     static_cast<double>(D));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) {
+      double p = static_cast<double>(s) + offsets[b];
+      for (int64_t h = 0; h < H; ++h) {
+        int64_t base = ((b * S + s) * H + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          int64_t ia = interleaved ? base + 2 * i : base + i;
+          int64_t ib = interleaved ? base + 2 * i + 1 : base + i + half;
+          double angle = p * invFreq[i];
+          double c = std::cos(angle), sn = std::sin(angle);
+          double a = x.data[ia], v = x.data[ib];
+          out.data[ia] = a * c - v * sn;
+          out.data[ib] = a * sn + v * c;
+        }
+      }
+    }
+  roundInPlace(out);
+  return out;
+}
+
+/// Dot product with four independent partial sums.
+static double dot(const double *a, const double *b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += a[k] * b[k];
+    s1 += a[k + 1] * b[k + 1];
+    s2 += a[k + 2] * b[k + 2];
+    s3 += a[k + 3] * b[k + 3];
+  }
+  for (; k < n; ++k)
+    s0 += a[k] * b[k];
+  return (s0 + s1) + (s2 + s3);
+}
+
+absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
+  const HostTensor &a = in(op, 0), &bt = in(op, 1);
+  bool tl = op.getTransposeLhs(), tr = op.getTransposeRhs();
+  size_t lr = a.shape.size(), rr = bt.shape.size();
+  int64_t M = a.shape[lr - (tl ? 1 : 2)], K = a.shape[lr - (tl ? 2 : 1)];
+  int64_t Kr = bt.shape[rr - (tr ? 1 : 2)], N = bt.shape[rr - (tr ? 2 : 1)];
+  if (K != Kr)
+    return opError(op, absl::StrCat("contraction sizes differ: lhs ",
+                                    shapeStr(a.shape), " has K = ", K,
+                                    ", rhs ", shapeStr(bt.shape), " has K = ",
+                                    Kr));
+  // The verifier's rule, for shapes that were dynamic there.
+  if (std::optional<std::string> error = llm::checkContractionSize(K))
+    return opError(op, *error);
+  const HostTensor *bias = nullptr;
+  if (op.getBias()) {
+    bias = &in(op.getBias());
+    if (bias->shape.size() != 1 || bias->shape[0] != N)
+      return opError(op, absl::StrCat("bias must have shape [", N,
+                                      "] (N), found ", shapeStr(bias->shape)));
+  }
+  // Batch dimensions broadcast NumPy-style.
+  Shape lb(a.shape.begin(), a.shape.end() - 2),
+      rb(bt.shape.begin(), bt.shape.end() - 2);
+  size_t nb = std::max(lb.size(), rb.size());
+  Shape batch(nb), ls(nb, 0), rs(nb, 0);
+  Shape lbs = stridesOf(lb), rbs = stridesOf(rb);
+  for (size_t i = 0; i < nb; ++i) {
+    int64_t li = static_cast<int64_t>(i + lb.size()) - static_cast<int64_t>(nb);
+    int64_t ri = static_cast<int64_t>(i + rb.size()) - static_cast<int64_t>(nb);
+    int64_t da = li >= 0 ? lb[li] : 1, db = ri >= 0 ? rb[ri] : 1;
+    if (da != 1 && db != 1 && da != db)
+      return opError(op, absl::StrCat("batch dimensions ", shapeStr(lb),
+                                      " and ", shapeStr(rb),
+                                      " do not broadcast"));
+    batch[i] = da == 1 ? db : da;
+    if (li >= 0 && da != 1)
+      ls[i] = lbs[li];
+    if (ri >= 0 && db != 1)
+      rs[i] = rbs[ri];
+  }
+  Shape to = batch;
+  to.push_back(M);
+  to.push_back(N);
+  double work = double(M) * double(N) * double(K);
+  for (int64_t d : batch)
+    work *= double(d);
+  if (absl::Status s = budget_->spend(opName(op), work); !s.ok())
+    return s;
+  REF_ASSIGN_OR_RETURN(HostTensor out,
+                       newTensor(op, resultElementType(op), to));
+  if (out.data.empty()) // no elements: no loop over the batch
+    return out;
+  // A row-major [M, K]; Bt [N, K].
+  REF_ASSIGN_OR_RETURN(std::vector<double> A,
+                       newBuffer(op, "a copy of the lhs matrix", M * K));
+  REF_ASSIGN_OR_RETURN(std::vector<double> Bt,
+                       newBuffer(op, "a copy of the rhs matrix", N * K));
+  int64_t lastL = -1, lastR = -1;
+  forEachIndex(batch, [&](int64_t bi, ArrayRef<int64_t> idx) {
+    int64_t lo = 0, ro = 0;
+    for (size_t d = 0; d < nb; ++d) {
+      lo += idx[d] * ls[d];
+      ro += idx[d] * rs[d];
+    }
+    const double *pa = a.data.data() + lo * M * K;
+    const double *pb = bt.data.data() + ro * K * N;
+    if (lo != lastL) {
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k)
+          A[i * K + k] = tl ? pa[k * M + i] : pa[i * K + k];
+      lastL = lo;
+    }
+    if (ro != lastR) {
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t k = 0; k < K; ++k)
+          Bt[j * K + k] = tr ? pb[j * K + k] : pb[k * N + j];
+      lastR = ro;
+    }
+    double *pc = out.data.data() + bi * M * N;
+    constexpr int64_t kRowBlock = 16;
+    for (int64_t i0 = 0; i0 < M; i0 += kRowBlock)
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t i = i0; i < std::min(M, i0 + kRowBlock); ++i)
+          pc[i * N + j] = dot(&A[i * K], &Bt[j * K], K) +
+                          (bias ? bias->data[j] : 0.0);
+  });
+  roundInPlace(out);
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
+  const HostTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2);
+  int64_t B = q.shape[0], Sq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
+  int64_t Skv = k.shape[1], Hkv = k.shape[2];
+  if (k.shape != v.shape)
+    return opError(op, absl::StrCat("key ", shapeStr(k.shape), " and value ",
+                                    shapeStr(v.shape),
+                                    " must have the same shape"));
+  if (k.shape[0] != B || k.shape[3] != D)
+    return opError(op, absl::StrCat("query ", shapeStr(q.shape), " and key ",
+                                    shapeStr(k.shape),
+                                    " differ in batch or head dimension"));
+  // The verifier's rule, for shapes that were dynamic there.
+  if (std::optional<std::string> error = llm::checkAttentionHeadDim(D))
+    return opError(op, *error);
+  if (Hkv == 0 || Hq % Hkv != 0)
+    return opError(op, absl::StrCat("query heads (", Hq,
+                                    ") must be a multiple of key/value heads (",
+                                    Hkv, ")"));
+  int64_t L = Skv;
+  if (op.getKvLen()) {
+    L = scalarInt(in(op.getKvLen()));
+    if (L < 0 || L > Skv)
+      return opError(op, absl::StrCat("kv_len ", L, " is outside [0, ", Skv,
+                                      "] (the key length)"));
+  }
+  Shape scoresShape = {B, Hq, Sq, Skv};
+  // The mask is read in place through broadcast strides (0 along the
+  // dimensions it broadcasts), not materialized at [B, Hq, Sq, Skv].
+  const HostTensor *mask = nullptr;
+  Shape ms(4, 0);
+  if (op.getMask()) {
+    mask = &in(op.getMask());
+    if (absl::Status s =
+            checkBroadcastable(op, "mask", mask->shape, scoresShape);
+        !s.ok())
+      return s;
+    Shape strides = stridesOf(mask->shape);
+    size_t lead = 4 - mask->shape.size();
+    for (size_t d = 0; d < mask->shape.size(); ++d)
+      ms[lead + d] = mask->shape[d] == 1 ? 0 : strides[d];
+  }
+  double scale = op.getScale() ? op.getScale()->convertToDouble()
+                               : 1.0 / std::sqrt(static_cast<double>(D));
+  bool causal = op.getCausal();
+  int64_t group = Hq / Hkv;
+  if (absl::Status s = budget_->spend(
+          opName(op), 2.0 * double(B) * double(Hq) * double(Sq) * double(Skv) * double(D));
+      !s.ok())
+    return s;
+  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
+  if (out.data.empty()) // no elements: no loop over batch, heads, rows
+    return out;
+  REF_ASSIGN_OR_RETURN(std::vector<double> p,
+                       newBuffer(op, "a row of scores", Skv));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      int64_t hk = h / group;
+      for (int64_t i = 0; i < Sq; ++i) {
+        const double *qi = q.data.data() + ((b * Sq + i) * Hq + h) * D;
+        // Keys j < L, and with `causal` j <= i + L - Sq (bottom right).
+        int64_t end = causal ? std::min(L, i + L - Sq + 1) : L;
+        double mx = -kInf;
+        for (int64_t j = 0; j < end; ++j) {
+          const double *kj = k.data.data() + ((b * Skv + j) * Hkv + hk) * D;
+          double s = dot(qi, kj, D) * scale;
+          if (mask)
+            s += mask->data[b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]];
+          p[j] = s;
+          mx = nanMax(mx, s);
+        }
+        double *oi = out.data.data() + ((b * Sq + i) * Hq + h) * D;
+        // A row with no visible key (or every score -inf) gives zeros, as
+        // FlashAttention; NaN scores propagate.
+        if (end <= 0 || mx == -kInf)
+          continue;
+        double sum = 0.0;
+        for (int64_t j = 0; j < end; ++j) {
+          p[j] = std::exp(p[j] - mx);
+          sum += p[j];
+        }
+        for (int64_t j = 0; j < end; ++j) {
+          const double *vj = v.data.data() + ((b * Skv + j) * Hkv + hk) * D;
+          double w = p[j] / sum;
+          for (int64_t d = 0; d < D; ++d)
+            oi[d] += w * vj[d];
+        }
+      }
+    }
+  roundInPlace(out);
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Weight-only quantization
+//===----------------------------------------------------------------------===//
+
+// Float32 arithmetic on purpose: these are the exact operations the CUDA
+// kernels perform (IEEE division and multiplication, rint = round half to
+// even), so the reference reproduces their bits.
+
+absl::Status RankState::quantizeWeight(llm::QuantizeWeightOp op) {
+  const HostTensor &w = in(op, 0);
+  if (w.shape.size() != 2)
+    return opError(op, absl::StrCat("expected a rank-2 weight, found shape ",
+                                    shapeStr(w.shape)));
+  const int64_t n = w.shape[0], k = w.shape[1];
+  const int64_t bits = op.getBits(), group = op.getGroupSize();
+  if (k % group != 0)
+    return opError(op, absl::StrCat("K = ", k, " is not a multiple of group_size = ",
+                                    group));
+  const float qmax = bits == 4 ? 7.0f : 127.0f;
+  const int64_t groups = k / group;
+  REF_ASSIGN_OR_RETURN(
+      HostTensor packed,
+      newTensor(op, op.getPacked().getType().getElementType(),
+                {n, bits == 4 ? k / 2 : k}, "the packed result"));
+  REF_ASSIGN_OR_RETURN(HostTensor scales,
+                       newTensor(op, op.getScales().getType().getElementType(),
+                                 {n, groups}, "the scales result"));
+  // One row of codes (counted as doubles: an upper bound).
+  if (absl::Status s = reserve(op, "a row of codes", k); !s.ok())
+    return s;
+  std::vector<int> q(k);
+  for (int64_t r = 0; r < n && k > 0; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      float amax = 0.0f;
+      for (int64_t j = g * group; j < (g + 1) * group; ++j)
+        amax = std::fmax(amax, std::fabs(static_cast<float>(w.data[r * k + j])));
+      const float scale = amax / qmax;
+      scales.data[r * groups + g] = scale;
+      for (int64_t j = g * group; j < (g + 1) * group; ++j) {
+        float x = static_cast<float>(w.data[r * k + j]);
+        float v = scale > 0.0f ? std::nearbyint(x / scale) : 0.0f;
+        q[j] = static_cast<int>(std::fmin(std::fmax(v, -qmax), qmax));
+      }
+    }
+    if (bits == 8) {
+      for (int64_t j = 0; j < k; ++j)
+        packed.data[r * k + j] = q[j];
+    } else {
+      for (int64_t j = 0; j < k / 2; ++j) {
+        int byte = (q[2 * j] & 0xF) | ((q[2 * j + 1] & 0xF) << 4);
+        packed.data[r * (k / 2) + j] = static_cast<int8_t>(byte);
+      }
+    }
+  }
+  for (auto [result, t] :
+       llvm::zip(op->getResults(), std::array<HostTensor *, 2>{&packed, &scales})) {
+    auto rt = cast<RankedTensorType>(result.getType());
+    for (int64_t d = 0; d < 2; ++d)
+      if (!ShapedType::isDynamic(rt.getDimSize(d)) && rt.getDimSize(d) != t->shape[d])
+        return opError(op, absl::StrCat("computed result shape ", shapeStr(t->shape),
+                                        " does not match the result type ",
+                                        typeStr(rt)));
+    store(result, Entry{std::move(*t), false});
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTensor>
+RankState::dequantizeWeight(llm::DequantizeWeightOp op) {
+  const HostTensor &packed = in(op, 0), &scales = in(op, 1);
+  const int64_t bits = op.getBits(), group = op.getGroupSize();
+  if (packed.shape.size() != 2 || scales.shape.size() != 2)
+    return opError(op, "expected rank-2 packed and scales operands");
+  const int64_t n = packed.shape[0];
+  const int64_t k = bits == 4 ? packed.shape[1] * 2 : packed.shape[1];
+  if (k % group != 0 || scales.shape[0] != n || scales.shape[1] != k / group)
+    return opError(op, absl::StrCat("scales of shape ", shapeStr(scales.shape),
+                                    " do not match packed of shape ",
+                                    shapeStr(packed.shape), " for group_size ",
+                                    group));
+  REF_ASSIGN_OR_RETURN(HostTensor out,
+                       newTensor(op, resultElementType(op), {n, k}));
+  for (int64_t r = 0; r < n && k > 0; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      int q;
+      if (bits == 8) {
+        q = static_cast<int>(packed.data[r * k + j]);
+      } else {
+        int byte = static_cast<int>(packed.data[r * (k / 2) + j / 2]) & 0xFF;
+        int nib = (j % 2 ? byte >> 4 : byte) & 0xF;
+        q = nib >= 8 ? nib - 16 : nib;
+      }
+      float v = static_cast<float>(q) *
+                static_cast<float>(scales.data[r * (k / group) + j / group]);
+      out.data[r * k + j] = RoundToType(v, out.elementType);
+    }
+  return out;
+}
+
+absl::StatusOr<HostTensor>
+RankState::kvCacheAppend(llm::KVCacheAppendOp op) {
+  const HostTensor &cache = in(op, 0), &upd = in(op, 1);
+  int64_t pos = scalarInt(in(op, 2));
+  if (cache.shape[0] != upd.shape[0] || cache.shape[2] != upd.shape[2] ||
+      cache.shape[3] != upd.shape[3])
+    return opError(op, absl::StrCat("update ", shapeStr(upd.shape),
+                                    " does not match cache ",
+                                    shapeStr(cache.shape),
+                                    " in batch, heads or head dimension"));
+  int64_t B = cache.shape[0], Smax = cache.shape[1], Snew = upd.shape[1];
+  int64_t row = cache.shape[2] * cache.shape[3];
+  // pos > Smax - Snew, not pos + Snew > Smax: the sum overflows int64 for
+  // a position near 2^63, wrapping negative past the check.
+  if (pos < 0 || pos > Smax - Snew)
+    return absl::OutOfRangeError(absl::StrCat(
+        opName(op), ": position ", pos, " + ", Snew,
+        " new rows exceeds the cache length ", Smax));
+  // The cache is updated in place when this is its last use (`cache` is
+  // not used below: taking it ends that reference).
+  REF_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
+  if (Snew * row == 0)
+    return out;
+  for (int64_t b = 0; b < B; ++b)
+    std::copy_n(upd.data.begin() + b * Snew * row, Snew * row,
+                out.data.begin() + (b * Smax + pos) * row);
+  return out;
+}
+
+} // namespace llmc::reference::detail
