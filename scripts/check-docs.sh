@@ -29,6 +29,7 @@ INCLUDES=(-I dialects -I "${MLIR_INCLUDE:-$(dirname "$TBLGEN")/../include}")
 DOCS=(
   "docs/Dialects/LLMDialect.md|dialects/LLM/IR/LLMOps.td|-gen-dialect-doc -dialect=llm"
   "docs/Passes/LLMPasses.md|dialects/LLM/Transforms/Passes.td|-gen-pass-doc"
+  "docs/Passes/CompilerPasses.md|lib/Compiler/Passes.td|-gen-pass-doc"
 )
 
 mkdir -p "$OUT"

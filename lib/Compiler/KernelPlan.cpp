@@ -24,6 +24,13 @@ using namespace llmc;
 using namespace llmc::llm;
 namespace cu = llmc::cuda;
 
+namespace llmc {
+#define GEN_PASS_DECL_FORMKERNELSPASS
+#define GEN_PASS_DEF_FORMKERNELSPASS
+#define GEN_PASS_REGISTRATION
+#include "Passes.h.inc"
+} // namespace llmc
+
 namespace {
 
 RankedTensorType tensorType(Value v) { return cast<RankedTensorType>(v.getType()); }
@@ -325,44 +332,8 @@ void llmc::annotateKernels(func::FuncOp fn, const KernelPlan &plan) {
 namespace {
 
 /// llmc-form-kernels: planKernels on every function, shown as kKernelAttr.
-struct FormKernelsPass
-    : public PassWrapper<FormKernelsPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FormKernelsPass)
-
-  FormKernelsPass() = default;
-  FormKernelsPass(const FormKernelsPass &other) : PassWrapper(other) {}
-  explicit FormKernelsPass(const LowerOptions &o) {
-    elementwise = o.fuse_elementwise;
-    residualNorm = o.fuse_residual_norm;
-    gemmEpilogue = o.fuse_gemm_epilogue;
-    gemv = o.fuse_gemv;
-    hoist = o.hoist_parameter_work;
-  }
-
-  StringRef getArgument() const override { return "llmc-form-kernels"; }
-  StringRef getDescription() const override {
-    return "Shows which ops run as one CUDA kernel (residual_norm, "
-           "elementwise, multi_gemv, swiglu_gemv) as llm.kernel = {group, "
-           "kind} attributes: the lowering's own decision (KernelPlan.h)";
-  }
-
-  Option<bool> elementwise{*this, "elementwise",
-                           llvm::cl::desc("chains of elementwise ops"),
-                           llvm::cl::init(true)};
-  Option<bool> residualNorm{*this, "residual-norm",
-                            llvm::cl::desc("residual add into the norm"),
-                            llvm::cl::init(true)};
-  Option<bool> gemmEpilogue{*this, "gemm-epilogue",
-                            llvm::cl::desc("a GEMM's elementwise tail"),
-                            llvm::cl::init(true)};
-  Option<bool> gemv{*this, "gemv",
-                    llvm::cl::desc("multi-output and SwiGLU decode GEMVs"),
-                    llvm::cl::init(true)};
-  Option<bool> hoist{*this, "hoist",
-                     llvm::cl::desc("keep parameter-preparation work "
-                                    "(llmc-hoist-parameter-work) in kernels "
-                                    "of its own"),
-                     llvm::cl::init(true)};
+struct FormKernelsPass : llmc::impl::FormKernelsPassBase<FormKernelsPass> {
+  using FormKernelsPassBase::FormKernelsPassBase;
 
   void runOnOperation() override {
     func::FuncOp fn = getOperation();
@@ -413,8 +384,14 @@ struct FormKernelsPass
 
 } // namespace
 
-void llmc::registerFormKernelsPass() { PassRegistration<FormKernelsPass>(); }
+void llmc::registerCompilerPasses() { registerLLMCCompilerPasses(); }
 
 std::unique_ptr<Pass> llmc::createFormKernelsPass(const LowerOptions &options) {
-  return std::make_unique<FormKernelsPass>(options);
+  FormKernelsPassOptions o;
+  o.elementwise = options.fuse_elementwise;
+  o.residualNorm = options.fuse_residual_norm;
+  o.gemmEpilogue = options.fuse_gemm_epilogue;
+  o.gemv = options.fuse_gemv;
+  o.hoist = options.hoist_parameter_work;
+  return createFormKernelsPass(o);
 }

@@ -10,6 +10,6 @@
 void llmc::registerAllPasses() {
   mlir::registerTransformsPasses();
   llm::registerLLMTransformsPasses();
-  registerFormKernelsPass();
+  registerCompilerPasses();
   registerPipelines();
 }

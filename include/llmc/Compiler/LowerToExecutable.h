@@ -123,11 +123,12 @@ struct LowerStats {
 /// f8E4M3FN, f8E5M2, i1, i8, i32, i64); InvalidArgument for any other type.
 absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
 
-/// Registers `llmc-form-kernels`: the lowering's kernel grouping (residual
+/// Registers the backend's passes (lib/Compiler/Passes.td), i.e.
+/// `llmc-form-kernels`: the lowering's kernel grouping (residual
 /// add + norm, elementwise chains, multi-output and SwiGLU decode GEMVs)
 /// shown as `llm.kernel = {group, kind}` attributes (lib/Compiler/
 /// KernelPlan.h). LowerToExecutable makes the same decision itself.
-void registerFormKernelsPass();
+void registerCompilerPasses();
 /// llmc-form-kernels with the fusion and hoisting choices of `options`.
 std::unique_ptr<mlir::Pass> createFormKernelsPass(const LowerOptions &options);
 
