@@ -752,12 +752,11 @@ def LLM_PadOp : LLM_Op<"pad", [Pure, AllElementTypesMatch<["input", "result"]>]>
     corner of the result and every other element is zero. `llmc-pad-layout`
     pads GEMM operands to tensor-core multiples with it and slices the
     result back (`llm.slice`). A dynamic dimension can only have high = 0.
-    A pad carrying the unit attribute `llm.hoistable` depends on a function
-    argument (a weight) only, so the runtime may compute it once and cache
-    it.
+    A pad of a weight (a function argument) depends on it only, so
+    llmc-hoist-parameter-work runs it once per parameter set.
 
     ```mlir
-    %p = llm.pad %w high [47, 0] {llm.hoistable} : tensor<50257x768xbf16> to tensor<50304x768xbf16>
+    %p = llm.pad %w high [47, 0] : tensor<50257x768xbf16> to tensor<50304x768xbf16>
     ```
   }];
   let arguments = (ins LLM_Tensor:$input, DenseI64ArrayAttr:$high);
@@ -794,9 +793,8 @@ def LLM_QuantizeWeightOp : LLM_Op<"quantize_weight", [Pure]> {
     bits = 4 with two 4-bit two's-complement values per byte: element 2j in
     the low nibble (bits 0..3) and element 2j + 1 in the high nibble of
     byte j (the order of GPTQ/AWQ's packed int4 along K). `scales` is f32
-    [N, K / group_size]. Depends on the weight only, so it carries
-    `llm.hoistable` when the weight is a parameter: the runtime computes it
-    once per parameter set.
+    [N, K / group_size]. Depends on the weight only, so when the weight is a
+    parameter llmc-hoist-parameter-work runs it once per parameter set.
 
     ```mlir
     %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64} : tensor<4096x4096xbf16> -> tensor<4096x2048xi8>, tensor<4096x32xf32>

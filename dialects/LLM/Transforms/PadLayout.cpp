@@ -32,8 +32,6 @@ Value padHigh(OpBuilder &b, Value v, ArrayRef<int64_t> high) {
   for (auto [d, h] : llvm::zip(shape, high))
     d += h;
   auto pad = PadOp::create(b, v.getLoc(), t.clone(shape), v, high);
-  if (isParameterDerived(v))
-    pad->setAttr("llm.hoistable", b.getUnitAttr());
   return pad;
 }
 

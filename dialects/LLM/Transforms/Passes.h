@@ -81,7 +81,7 @@ int weightOnlyBits(WeightOnlyMode mode);
 
 /// True when `v` is a function argument seen through casts, views and pads:
 /// anything computed from it depends on that one argument (a parameter) and
-/// can be computed once per parameter set (`llm.hoistable`).
+/// can be computed once per parameter set (llmc-hoist-parameter-work).
 bool isParameterDerived(mlir::Value v);
 
 /// The parameters (weights) of `fn`, one flag per argument: work that
@@ -138,7 +138,7 @@ markedParameterPreparationOps(mlir::func::FuncOp fn, std::string &error);
 /// RHS is derived from a parameter argument (isParameterDerived +
 /// isParameterArgument), with float operands and K a multiple of
 /// `groupSize`, reads dequantize_weight(quantize_weight(w)) instead
-/// (`transpose_rhs`, w as [N, K]; the quantize op is `llm.hoistable`).
+/// (`transpose_rhs`, w as [N, K]).
 /// Matmuls whose K is not a multiple of `groupSize` stay unquantized.
 /// `bits` is 4 or 8.
 mlir::LogicalResult quantizeLinearWeights(mlir::func::FuncOp fn, int64_t bits,

@@ -293,7 +293,8 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     `llm.quantize_weight`), the RHS turned to [N, K] (`transpose_rhs`, a
     transpose view is added for a [K, N] weight). Activations keep their
     type; the dequantized weight has the weight's type. The quantize op
-    carries `llm.hoistable` (computed once per parameter set). Matmuls
+    depends on the weight only, so llmc-hoist-parameter-work puts it in
+    the parameter-preparation segment (run once per parameter set). Matmuls
     whose RHS is computed (activation x activation), whose K is dynamic
     or not a multiple of 128 are left unquantized (padding K would add a
     per-call copy of the activation). Error bound per output, with
@@ -306,7 +307,7 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     ```
     After:
     ```mlir
-    %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64, llm.hoistable} : tensor<64x256xbf16> -> tensor<64x128xi8>, tensor<64x2xf32>
+    %q, %s = llm.quantize_weight %w {bits = 4 : i64, group_size = 128 : i64} : tensor<64x256xbf16> -> tensor<64x128xi8>, tensor<64x2xf32>
     %wq = llm.dequantize_weight %q, %s {bits = 4 : i64, group_size = 128 : i64} : tensor<64x128xi8>, tensor<64x2xf32> -> tensor<64x256xbf16>
     %y = llm.matmul %x, %wq {transpose_rhs} : tensor<1x256xbf16>, tensor<64x256xbf16> -> tensor<1x64xbf16>
     ```
@@ -344,9 +345,9 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
     alone, and a matmul with nothing to pad is not touched.
 
     Padding a function argument (a weight) is a pure function of it, so
-    such pads (also through casts, reshapes or transposes of one argument)
-    carry the unit attribute `llm.hoistable`: the runtime may compute them
-    once and cache them instead of padding on every call.
+    llmc-hoist-parameter-work puts such pads (also through casts, reshapes
+    or transposes of one argument) in the parameter-preparation segment:
+    they run once per parameter set instead of on every call.
 
     Before:
     ```mlir
@@ -355,7 +356,7 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
     After:
     ```mlir
     %xp = llm.pad %x high [9, 0] : tensor<7x48xf32> to tensor<16x48xf32>
-    %wp = llm.pad %w high [47, 0] {llm.hoistable} : tensor<50257x48xf32> to tensor<50304x48xf32>
+    %wp = llm.pad %w high [47, 0] : tensor<50257x48xf32> to tensor<50304x48xf32>
     %yp = llm.matmul %xp, %wp {transpose_rhs} : tensor<16x48xf32>, tensor<50304x48xf32> -> tensor<16x50304xf32>
     %y = llm.slice %yp [0, 0] to [7, 50257] step [1, 1] : tensor<16x50304xf32>
     ```
@@ -375,9 +376,10 @@ def ShardPass : Pass<"llmc-shard", "::mlir::func::FuncOp"> {
     Megatron-style tensor parallelism (Shoeybi et al. 2019): the function
     becomes the program of rank `rank` out of `tp` ranks. Activations are
     replicated on every rank; each projection reads its rank's slice of the
-    full-size weight argument through `llm.slice` (marked `llm.hoistable`:
-    the slice depends on one argument only, so a runtime pre-slices every
-    parameter once per rank and caches it, as for llmc-pad-layout's pads).
+    full-size weight argument through `llm.slice` (the slice depends on one
+    argument only, so llmc-hoist-parameter-work puts it in the
+    parameter-preparation segment, like llmc-pad-layout's pads, or codegen
+    reads the block in place).
 
     - Attention: every `llm.attention` must read query, key and value as
       `llm.matmul` -> `llm.reshape` [..., H*D] -> [..., H, D] (then any
@@ -421,12 +423,12 @@ def ShardPass : Pass<"llmc-shard", "::mlir::func::FuncOp"> {
     ```
     After:
     ```mlir
-    %wk1 = llm.slice %wk [16, 0] to [32, 64] step [1, 1] {llm.hoistable} : tensor<32x64xf32>
+    %wk1 = llm.slice %wk [16, 0] to [32, 64] step [1, 1] : tensor<32x64xf32>
     %k = llm.matmul %h, %wk1 {transpose_rhs} : tensor<1x?x64xf32>, tensor<16x64xf32> -> tensor<1x?x16xf32>
     %k4 = llm.reshape %k : tensor<1x?x16xf32> to tensor<1x?x1x16xf32>
     ...
     %attn2 = llm.reshape %attn : tensor<1x?x2x16xf32> to tensor<1x?x32xf32>
-    %wo1 = llm.slice %wo [0, 32] to [64, 64] step [1, 1] {llm.hoistable} : tensor<64x64xf32>
+    %wo1 = llm.slice %wo [0, 32] to [64, 64] step [1, 1] : tensor<64x64xf32>
     %p = llm.matmul %attn2, %wo1 {transpose_rhs} : tensor<1x?x32xf32>, tensor<64x32xf32> -> tensor<1x?x64xf32>
     %o = llm.all_reduce %p sum group_size = 2 : tensor<1x?x64xf32>
     ```

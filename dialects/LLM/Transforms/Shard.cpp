@@ -3,7 +3,8 @@
 // Rewrites a function into rank `rank`'s shard of a `tp`-way tensor-parallel
 // program (Shoeybi et al. 2019, "Megatron-LM"). Activations are replicated;
 // weights stay full-size arguments and every sharded projection reads its
-// rank's slice through a hoistable `llm.slice`:
+// rank's slice through an `llm.slice` of the argument (parameter preparation,
+// llmc-hoist-parameter-work):
 //
 //   attention:  q/k/v = column-parallel (heads split across ranks),
 //               o_proj = row-parallel + all_reduce sum;
@@ -284,8 +285,6 @@ struct ShardPass : llmc::llm::impl::ShardPassBase<ShardPass> {
     shape[dim] = chunk;
     auto slice =
         SliceOp::create(b, loc, t.clone(shape), v, starts, limits, steps);
-    if (isParameterDerived(v))
-      slice->setAttr("llm.hoistable", b.getUnitAttr());
     return slice;
   }
 

@@ -3,9 +3,9 @@
 // The `weight-only=int8|int4` part of llmc-precision: the RHS of a matmul
 // that is a parameter (a function argument seen through casts and views) is
 // replaced by dequantize_weight(quantize_weight(w)) with symmetric groups of
-// 128 along K. The quantization depends on the parameter only and carries
-// `llm.hoistable` (computed once per parameter set by the runtime); codegen
-// fuses the dequantization into the decode GEMV.
+// 128 along K. The quantization depends on the parameter only (prepared once
+// per parameter set: llmc-hoist-parameter-work); codegen fuses the
+// dequantization into the decode GEMV.
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,7 +72,6 @@ LogicalResult llmc::llm::quantizeLinearWeights(func::FuncOp fn, int64_t bits,
       auto q = QuantizeWeightOp::create(b, loc, packedT, scalesT, w,
                                         b.getI64IntegerAttr(bits),
                                         b.getI64IntegerAttr(groupSize));
-      q->setAttr("llm.hoistable", b.getUnitAttr());
       it = done.insert({key, {q.getPacked(), q.getScales()}}).first;
     }
     auto [packed, scales] = it->second;

@@ -6,11 +6,11 @@
 // dequantized; the activation keeps its type.
 // CHECK-LABEL: func.func @linear_nk
 // CHECK-SAME: (%[[X:.+]]: tensor<1x256xbf16>, %[[W:.+]]: tensor<64x256xbf16>)
-// CHECK: %[[Q:.+]], %[[S:.+]] = llm.quantize_weight %[[W]] {bits = 4 : i64, group_size = 128 : i64, llm.hoistable} : tensor<64x256xbf16> -> tensor<64x128xi8>, tensor<64x2xf32>
+// CHECK: %[[Q:.+]], %[[S:.+]] = llm.quantize_weight %[[W]] {bits = 4 : i64, group_size = 128 : i64} : tensor<64x256xbf16> -> tensor<64x128xi8>, tensor<64x2xf32>
 // CHECK: %[[D:.+]] = llm.dequantize_weight %[[Q]], %[[S]] {bits = 4 : i64, group_size = 128 : i64} : tensor<64x128xi8>, tensor<64x2xf32> -> tensor<64x256xbf16>
 // CHECK: llm.matmul %[[X]], %[[D]] {transpose_rhs} : tensor<1x256xbf16>, tensor<64x256xbf16> -> tensor<1x64xbf16>
 // I8-LABEL: func.func @linear_nk
-// I8: llm.quantize_weight %{{.+}} {bits = 8 : i64, group_size = 128 : i64, llm.hoistable} : tensor<64x256xbf16> -> tensor<64x256xi8>, tensor<64x2xf32>
+// I8: llm.quantize_weight %{{.+}} {bits = 8 : i64, group_size = 128 : i64} : tensor<64x256xbf16> -> tensor<64x256xi8>, tensor<64x2xf32>
 func.func @linear_nk(%x: tensor<1x256xbf16>, %w: tensor<64x256xbf16>) -> tensor<1x64xbf16> {
   %y = llm.matmul %x, %w {transpose_rhs} : tensor<1x256xbf16>, tensor<64x256xbf16> -> tensor<1x64xbf16>
   return %y : tensor<1x64xbf16>
@@ -22,7 +22,7 @@ func.func @linear_nk(%x: tensor<1x256xbf16>, %w: tensor<64x256xbf16>) -> tensor<
 // quantization.
 // CHECK-LABEL: func.func @kn_shared
 // CHECK: %[[T:.+]] = llm.transpose %{{.+}} [1, 0] : tensor<256x32xf32>
-// CHECK: llm.quantize_weight %[[T]] {bits = 4 : i64, group_size = 128 : i64, llm.hoistable}
+// CHECK: llm.quantize_weight %[[T]] {bits = 4 : i64, group_size = 128 : i64}
 // CHECK-NOT: llm.quantize_weight
 // CHECK: llm.dequantize_weight {{.+}} -> tensor<32x256xf32>
 // CHECK: llm.matmul {{.+}} {transpose_rhs} : tensor<4x256xf32>, tensor<32x256xf32> -> tensor<4x32xf32>
@@ -39,7 +39,7 @@ func.func @kn_shared(%a: tensor<4x256xf32>, %b: tensor<4x256xf32>, %w: tensor<25
 // Under policy=bf16 the bf16 cast of the f32 weight is what gets quantized.
 // BF16-LABEL: func.func @after_policy_cast
 // BF16: %[[C:.+]] = llm.cast %{{.+}} : tensor<64x128xf32> to tensor<64x128xbf16>
-// BF16: llm.quantize_weight %[[C]] {bits = 8 : i64, group_size = 128 : i64, llm.hoistable} : tensor<64x128xbf16> -> tensor<64x128xi8>, tensor<64x1xf32>
+// BF16: llm.quantize_weight %[[C]] {bits = 8 : i64, group_size = 128 : i64} : tensor<64x128xbf16> -> tensor<64x128xi8>, tensor<64x1xf32>
 // BF16: llm.dequantize_weight {{.+}} -> tensor<64x128xbf16>
 // BF16: llm.matmul {{.+}} {transpose_rhs} : tensor<2x128xbf16>, tensor<64x128xbf16> -> tensor<2x64xf32>
 func.func @after_policy_cast(%x: tensor<2x128xf32>, %w: tensor<64x128xf32>) -> tensor<2x64xf32> {

@@ -27,11 +27,11 @@
 
 // L2-LABEL: func.func @llama2_7b_block
 // L2: %[[H:[^ ]+]] = llm.rms_norm %arg0, %arg1
-// L2: %[[WQ:[^ ]+]] = llm.slice %arg2 [2048, 0] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L2: %[[WQ:[^ ]+]] = llm.slice %arg2 [2048, 0] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L2: %[[Q:[^ ]+]] = llm.matmul %[[H]], %[[WQ]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<2048x4096xbf16> -> tensor<1x?x2048xbf16>
-// L2: %[[WK:[^ ]+]] = llm.slice %arg3 [2048, 0] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L2: %[[WK:[^ ]+]] = llm.slice %arg3 [2048, 0] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L2: %[[K:[^ ]+]] = llm.matmul %[[H]], %[[WK]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<2048x4096xbf16> -> tensor<1x?x2048xbf16>
-// L2: %[[WV:[^ ]+]] = llm.slice %arg4 [2048, 0] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L2: %[[WV:[^ ]+]] = llm.slice %arg4 [2048, 0] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L2: %[[V:[^ ]+]] = llm.matmul %[[H]], %[[WV]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<2048x4096xbf16> -> tensor<1x?x2048xbf16>
 // L2: %[[Q4:[^ ]+]] = llm.reshape %[[Q]] : tensor<1x?x2048xbf16> to tensor<1x?x16x128xbf16>
 // L2: %[[K4:[^ ]+]] = llm.reshape %[[K]] : tensor<1x?x2048xbf16> to tensor<1x?x16x128xbf16>
@@ -40,18 +40,18 @@
 // L2: %[[KR:[^ ]+]] = llm.rope %[[K4]] half_split {{.*}}: tensor<1x?x16x128xbf16>
 // L2: %[[A:[^ ]+]] = llm.attention %[[QR]], %[[KR]], %[[V4]] {causal} : tensor<1x?x16x128xbf16>, tensor<1x?x16x128xbf16>, tensor<1x?x16x128xbf16>
 // L2: %[[A2:[^ ]+]] = llm.reshape %[[A]] : tensor<1x?x16x128xbf16> to tensor<1x?x2048xbf16>
-// L2: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 2048] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L2: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 2048] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L2: %[[O:[^ ]+]] = llm.matmul %[[A2]], %[[WO]] {transpose_rhs} : tensor<1x?x2048xbf16>, tensor<4096x2048xbf16> -> tensor<1x?x4096xbf16>
 // L2: %[[OR:[^ ]+]] = llm.all_reduce %[[O]] sum group_size = 2 : tensor<1x?x4096xbf16>
 // L2: %[[R1:[^ ]+]] = llm.add %arg0, %[[OR]] : tensor<1x?x4096xbf16>
 // L2: %[[H2:[^ ]+]] = llm.rms_norm %[[R1]], %arg6
-// L2: %[[WG:[^ ]+]] = llm.slice %arg7 [5504, 0] to [11008, 4096] step [1, 1] {llm.hoistable} : tensor<11008x4096xbf16>
+// L2: %[[WG:[^ ]+]] = llm.slice %arg7 [5504, 0] to [11008, 4096] step [1, 1] : tensor<11008x4096xbf16>
 // L2: %[[G:[^ ]+]] = llm.matmul %[[H2]], %[[WG]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<5504x4096xbf16> -> tensor<1x?x5504xbf16>
-// L2: %[[WU:[^ ]+]] = llm.slice %arg8 [5504, 0] to [11008, 4096] step [1, 1] {llm.hoistable} : tensor<11008x4096xbf16>
+// L2: %[[WU:[^ ]+]] = llm.slice %arg8 [5504, 0] to [11008, 4096] step [1, 1] : tensor<11008x4096xbf16>
 // L2: %[[U:[^ ]+]] = llm.matmul %[[H2]], %[[WU]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<5504x4096xbf16> -> tensor<1x?x5504xbf16>
 // L2: %[[S:[^ ]+]] = llm.silu %[[G]] : tensor<1x?x5504xbf16>
 // L2: %[[M:[^ ]+]] = llm.mul %[[S]], %[[U]] : tensor<1x?x5504xbf16>
-// L2: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 5504] to [4096, 11008] step [1, 1] {llm.hoistable} : tensor<4096x11008xbf16>
+// L2: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 5504] to [4096, 11008] step [1, 1] : tensor<4096x11008xbf16>
 // L2: %[[DN:[^ ]+]] = llm.matmul %[[M]], %[[WD]] {transpose_rhs} : tensor<1x?x5504xbf16>, tensor<4096x5504xbf16> -> tensor<1x?x4096xbf16>
 // L2: %[[DR:[^ ]+]] = llm.all_reduce %[[DN]] sum group_size = 2 : tensor<1x?x4096xbf16>
 // L2: %[[OUT:[^ ]+]] = llm.add %[[R1]], %[[DR]] : tensor<1x?x4096xbf16>
@@ -59,11 +59,11 @@
 
 // L4-LABEL: func.func @llama2_7b_block
 // L4: %[[H:[^ ]+]] = llm.rms_norm %arg0, %arg1
-// L4: %[[WQ:[^ ]+]] = llm.slice %arg2 [3072, 0] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L4: %[[WQ:[^ ]+]] = llm.slice %arg2 [3072, 0] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L4: %[[Q:[^ ]+]] = llm.matmul %[[H]], %[[WQ]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<1024x4096xbf16> -> tensor<1x?x1024xbf16>
-// L4: %[[WK:[^ ]+]] = llm.slice %arg3 [3072, 0] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L4: %[[WK:[^ ]+]] = llm.slice %arg3 [3072, 0] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L4: %[[K:[^ ]+]] = llm.matmul %[[H]], %[[WK]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<1024x4096xbf16> -> tensor<1x?x1024xbf16>
-// L4: %[[WV:[^ ]+]] = llm.slice %arg4 [3072, 0] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L4: %[[WV:[^ ]+]] = llm.slice %arg4 [3072, 0] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L4: %[[V:[^ ]+]] = llm.matmul %[[H]], %[[WV]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<1024x4096xbf16> -> tensor<1x?x1024xbf16>
 // L4: %[[Q4:[^ ]+]] = llm.reshape %[[Q]] : tensor<1x?x1024xbf16> to tensor<1x?x8x128xbf16>
 // L4: %[[K4:[^ ]+]] = llm.reshape %[[K]] : tensor<1x?x1024xbf16> to tensor<1x?x8x128xbf16>
@@ -72,18 +72,18 @@
 // L4: %[[KR:[^ ]+]] = llm.rope %[[K4]] half_split {{.*}}: tensor<1x?x8x128xbf16>
 // L4: %[[A:[^ ]+]] = llm.attention %[[QR]], %[[KR]], %[[V4]] {causal} : tensor<1x?x8x128xbf16>, tensor<1x?x8x128xbf16>, tensor<1x?x8x128xbf16>
 // L4: %[[A2:[^ ]+]] = llm.reshape %[[A]] : tensor<1x?x8x128xbf16> to tensor<1x?x1024xbf16>
-// L4: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 3072] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L4: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 3072] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L4: %[[O:[^ ]+]] = llm.matmul %[[A2]], %[[WO]] {transpose_rhs} : tensor<1x?x1024xbf16>, tensor<4096x1024xbf16> -> tensor<1x?x4096xbf16>
 // L4: %[[OR:[^ ]+]] = llm.all_reduce %[[O]] sum group_size = 4 : tensor<1x?x4096xbf16>
 // L4: %[[R1:[^ ]+]] = llm.add %arg0, %[[OR]] : tensor<1x?x4096xbf16>
 // L4: %[[H2:[^ ]+]] = llm.rms_norm %[[R1]], %arg6
-// L4: %[[WG:[^ ]+]] = llm.slice %arg7 [8256, 0] to [11008, 4096] step [1, 1] {llm.hoistable} : tensor<11008x4096xbf16>
+// L4: %[[WG:[^ ]+]] = llm.slice %arg7 [8256, 0] to [11008, 4096] step [1, 1] : tensor<11008x4096xbf16>
 // L4: %[[G:[^ ]+]] = llm.matmul %[[H2]], %[[WG]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<2752x4096xbf16> -> tensor<1x?x2752xbf16>
-// L4: %[[WU:[^ ]+]] = llm.slice %arg8 [8256, 0] to [11008, 4096] step [1, 1] {llm.hoistable} : tensor<11008x4096xbf16>
+// L4: %[[WU:[^ ]+]] = llm.slice %arg8 [8256, 0] to [11008, 4096] step [1, 1] : tensor<11008x4096xbf16>
 // L4: %[[U:[^ ]+]] = llm.matmul %[[H2]], %[[WU]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<2752x4096xbf16> -> tensor<1x?x2752xbf16>
 // L4: %[[S:[^ ]+]] = llm.silu %[[G]] : tensor<1x?x2752xbf16>
 // L4: %[[M:[^ ]+]] = llm.mul %[[S]], %[[U]] : tensor<1x?x2752xbf16>
-// L4: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 8256] to [4096, 11008] step [1, 1] {llm.hoistable} : tensor<4096x11008xbf16>
+// L4: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 8256] to [4096, 11008] step [1, 1] : tensor<4096x11008xbf16>
 // L4: %[[DN:[^ ]+]] = llm.matmul %[[M]], %[[WD]] {transpose_rhs} : tensor<1x?x2752xbf16>, tensor<4096x2752xbf16> -> tensor<1x?x4096xbf16>
 // L4: %[[DR:[^ ]+]] = llm.all_reduce %[[DN]] sum group_size = 4 : tensor<1x?x4096xbf16>
 // L4: %[[OUT:[^ ]+]] = llm.add %[[R1]], %[[DR]] : tensor<1x?x4096xbf16>
@@ -91,11 +91,11 @@
 
 // L8-LABEL: func.func @llama2_7b_block
 // L8: %[[H:[^ ]+]] = llm.rms_norm %arg0, %arg1
-// L8: %[[WQ:[^ ]+]] = llm.slice %arg2 [0, 0] to [512, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L8: %[[WQ:[^ ]+]] = llm.slice %arg2 [0, 0] to [512, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L8: %[[Q:[^ ]+]] = llm.matmul %[[H]], %[[WQ]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<512x4096xbf16> -> tensor<1x?x512xbf16>
-// L8: %[[WK:[^ ]+]] = llm.slice %arg3 [0, 0] to [512, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L8: %[[WK:[^ ]+]] = llm.slice %arg3 [0, 0] to [512, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L8: %[[K:[^ ]+]] = llm.matmul %[[H]], %[[WK]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<512x4096xbf16> -> tensor<1x?x512xbf16>
-// L8: %[[WV:[^ ]+]] = llm.slice %arg4 [0, 0] to [512, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L8: %[[WV:[^ ]+]] = llm.slice %arg4 [0, 0] to [512, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // L8: %[[V:[^ ]+]] = llm.matmul %[[H]], %[[WV]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<512x4096xbf16> -> tensor<1x?x512xbf16>
 // L8: %[[Q4:[^ ]+]] = llm.reshape %[[Q]] : tensor<1x?x512xbf16> to tensor<1x?x4x128xbf16>
 // L8: %[[K4:[^ ]+]] = llm.reshape %[[K]] : tensor<1x?x512xbf16> to tensor<1x?x4x128xbf16>
@@ -104,18 +104,18 @@
 // L8: %[[KR:[^ ]+]] = llm.rope %[[K4]] half_split {{.*}}: tensor<1x?x4x128xbf16>
 // L8: %[[A:[^ ]+]] = llm.attention %[[QR]], %[[KR]], %[[V4]] {causal} : tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>
 // L8: %[[A2:[^ ]+]] = llm.reshape %[[A]] : tensor<1x?x4x128xbf16> to tensor<1x?x512xbf16>
-// L8: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 0] to [4096, 512] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// L8: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 0] to [4096, 512] step [1, 1] : tensor<4096x4096xbf16>
 // L8: %[[O:[^ ]+]] = llm.matmul %[[A2]], %[[WO]] {transpose_rhs} : tensor<1x?x512xbf16>, tensor<4096x512xbf16> -> tensor<1x?x4096xbf16>
 // L8: %[[OR:[^ ]+]] = llm.all_reduce %[[O]] sum group_size = 8 : tensor<1x?x4096xbf16>
 // L8: %[[R1:[^ ]+]] = llm.add %arg0, %[[OR]] : tensor<1x?x4096xbf16>
 // L8: %[[H2:[^ ]+]] = llm.rms_norm %[[R1]], %arg6
-// L8: %[[WG:[^ ]+]] = llm.slice %arg7 [0, 0] to [1376, 4096] step [1, 1] {llm.hoistable} : tensor<11008x4096xbf16>
+// L8: %[[WG:[^ ]+]] = llm.slice %arg7 [0, 0] to [1376, 4096] step [1, 1] : tensor<11008x4096xbf16>
 // L8: %[[G:[^ ]+]] = llm.matmul %[[H2]], %[[WG]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<1376x4096xbf16> -> tensor<1x?x1376xbf16>
-// L8: %[[WU:[^ ]+]] = llm.slice %arg8 [0, 0] to [1376, 4096] step [1, 1] {llm.hoistable} : tensor<11008x4096xbf16>
+// L8: %[[WU:[^ ]+]] = llm.slice %arg8 [0, 0] to [1376, 4096] step [1, 1] : tensor<11008x4096xbf16>
 // L8: %[[U:[^ ]+]] = llm.matmul %[[H2]], %[[WU]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<1376x4096xbf16> -> tensor<1x?x1376xbf16>
 // L8: %[[S:[^ ]+]] = llm.silu %[[G]] : tensor<1x?x1376xbf16>
 // L8: %[[M:[^ ]+]] = llm.mul %[[S]], %[[U]] : tensor<1x?x1376xbf16>
-// L8: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 0] to [4096, 1376] step [1, 1] {llm.hoistable} : tensor<4096x11008xbf16>
+// L8: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 0] to [4096, 1376] step [1, 1] : tensor<4096x11008xbf16>
 // L8: %[[DN:[^ ]+]] = llm.matmul %[[M]], %[[WD]] {transpose_rhs} : tensor<1x?x1376xbf16>, tensor<4096x1376xbf16> -> tensor<1x?x4096xbf16>
 // L8: %[[DR:[^ ]+]] = llm.all_reduce %[[DN]] sum group_size = 8 : tensor<1x?x4096xbf16>
 // L8: %[[OUT:[^ ]+]] = llm.add %[[R1]], %[[DR]] : tensor<1x?x4096xbf16>
@@ -123,11 +123,11 @@
 
 // M2-LABEL: func.func @mistral_gqa_block
 // M2: %[[H:[^ ]+]] = llm.rms_norm %arg0, %arg1
-// M2: %[[WQ:[^ ]+]] = llm.slice %arg2 [0, 0] to [2048, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// M2: %[[WQ:[^ ]+]] = llm.slice %arg2 [0, 0] to [2048, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // M2: %[[Q:[^ ]+]] = llm.matmul %[[H]], %[[WQ]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<2048x4096xbf16> -> tensor<1x?x2048xbf16>
-// M2: %[[WK:[^ ]+]] = llm.slice %arg3 [0, 0] to [512, 4096] step [1, 1] {llm.hoistable} : tensor<1024x4096xbf16>
+// M2: %[[WK:[^ ]+]] = llm.slice %arg3 [0, 0] to [512, 4096] step [1, 1] : tensor<1024x4096xbf16>
 // M2: %[[K:[^ ]+]] = llm.matmul %[[H]], %[[WK]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<512x4096xbf16> -> tensor<1x?x512xbf16>
-// M2: %[[WV:[^ ]+]] = llm.slice %arg4 [0, 0] to [512, 4096] step [1, 1] {llm.hoistable} : tensor<1024x4096xbf16>
+// M2: %[[WV:[^ ]+]] = llm.slice %arg4 [0, 0] to [512, 4096] step [1, 1] : tensor<1024x4096xbf16>
 // M2: %[[V:[^ ]+]] = llm.matmul %[[H]], %[[WV]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<512x4096xbf16> -> tensor<1x?x512xbf16>
 // M2: %[[Q4:[^ ]+]] = llm.reshape %[[Q]] : tensor<1x?x2048xbf16> to tensor<1x?x16x128xbf16>
 // M2: %[[K4:[^ ]+]] = llm.reshape %[[K]] : tensor<1x?x512xbf16> to tensor<1x?x4x128xbf16>
@@ -136,18 +136,18 @@
 // M2: %[[KR:[^ ]+]] = llm.rope %[[K4]] half_split {{.*}}: tensor<1x?x4x128xbf16>
 // M2: %[[A:[^ ]+]] = llm.attention %[[QR]], %[[KR]], %[[V4]] {causal} : tensor<1x?x16x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>
 // M2: %[[A2:[^ ]+]] = llm.reshape %[[A]] : tensor<1x?x16x128xbf16> to tensor<1x?x2048xbf16>
-// M2: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 0] to [4096, 2048] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// M2: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 0] to [4096, 2048] step [1, 1] : tensor<4096x4096xbf16>
 // M2: %[[O:[^ ]+]] = llm.matmul %[[A2]], %[[WO]] {transpose_rhs} : tensor<1x?x2048xbf16>, tensor<4096x2048xbf16> -> tensor<1x?x4096xbf16>
 // M2: %[[OR:[^ ]+]] = llm.all_reduce %[[O]] sum group_size = 2 : tensor<1x?x4096xbf16>
 // M2: %[[R1:[^ ]+]] = llm.add %arg0, %[[OR]] : tensor<1x?x4096xbf16>
 // M2: %[[H2:[^ ]+]] = llm.rms_norm %[[R1]], %arg6
-// M2: %[[WG:[^ ]+]] = llm.slice %arg7 [0, 0] to [7168, 4096] step [1, 1] {llm.hoistable} : tensor<14336x4096xbf16>
+// M2: %[[WG:[^ ]+]] = llm.slice %arg7 [0, 0] to [7168, 4096] step [1, 1] : tensor<14336x4096xbf16>
 // M2: %[[G:[^ ]+]] = llm.matmul %[[H2]], %[[WG]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<7168x4096xbf16> -> tensor<1x?x7168xbf16>
-// M2: %[[WU:[^ ]+]] = llm.slice %arg8 [0, 0] to [7168, 4096] step [1, 1] {llm.hoistable} : tensor<14336x4096xbf16>
+// M2: %[[WU:[^ ]+]] = llm.slice %arg8 [0, 0] to [7168, 4096] step [1, 1] : tensor<14336x4096xbf16>
 // M2: %[[U:[^ ]+]] = llm.matmul %[[H2]], %[[WU]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<7168x4096xbf16> -> tensor<1x?x7168xbf16>
 // M2: %[[S:[^ ]+]] = llm.silu %[[G]] : tensor<1x?x7168xbf16>
 // M2: %[[M:[^ ]+]] = llm.mul %[[S]], %[[U]] : tensor<1x?x7168xbf16>
-// M2: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 0] to [4096, 7168] step [1, 1] {llm.hoistable} : tensor<4096x14336xbf16>
+// M2: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 0] to [4096, 7168] step [1, 1] : tensor<4096x14336xbf16>
 // M2: %[[DN:[^ ]+]] = llm.matmul %[[M]], %[[WD]] {transpose_rhs} : tensor<1x?x7168xbf16>, tensor<4096x7168xbf16> -> tensor<1x?x4096xbf16>
 // M2: %[[DR:[^ ]+]] = llm.all_reduce %[[DN]] sum group_size = 2 : tensor<1x?x4096xbf16>
 // M2: %[[OUT:[^ ]+]] = llm.add %[[R1]], %[[DR]] : tensor<1x?x4096xbf16>
@@ -155,11 +155,11 @@
 
 // M4-LABEL: func.func @mistral_gqa_block
 // M4: %[[H:[^ ]+]] = llm.rms_norm %arg0, %arg1
-// M4: %[[WQ:[^ ]+]] = llm.slice %arg2 [1024, 0] to [2048, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// M4: %[[WQ:[^ ]+]] = llm.slice %arg2 [1024, 0] to [2048, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // M4: %[[Q:[^ ]+]] = llm.matmul %[[H]], %[[WQ]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<1024x4096xbf16> -> tensor<1x?x1024xbf16>
-// M4: %[[WK:[^ ]+]] = llm.slice %arg3 [256, 0] to [512, 4096] step [1, 1] {llm.hoistable} : tensor<1024x4096xbf16>
+// M4: %[[WK:[^ ]+]] = llm.slice %arg3 [256, 0] to [512, 4096] step [1, 1] : tensor<1024x4096xbf16>
 // M4: %[[K:[^ ]+]] = llm.matmul %[[H]], %[[WK]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<256x4096xbf16> -> tensor<1x?x256xbf16>
-// M4: %[[WV:[^ ]+]] = llm.slice %arg4 [256, 0] to [512, 4096] step [1, 1] {llm.hoistable} : tensor<1024x4096xbf16>
+// M4: %[[WV:[^ ]+]] = llm.slice %arg4 [256, 0] to [512, 4096] step [1, 1] : tensor<1024x4096xbf16>
 // M4: %[[V:[^ ]+]] = llm.matmul %[[H]], %[[WV]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<256x4096xbf16> -> tensor<1x?x256xbf16>
 // M4: %[[Q4:[^ ]+]] = llm.reshape %[[Q]] : tensor<1x?x1024xbf16> to tensor<1x?x8x128xbf16>
 // M4: %[[K4:[^ ]+]] = llm.reshape %[[K]] : tensor<1x?x256xbf16> to tensor<1x?x2x128xbf16>
@@ -168,18 +168,18 @@
 // M4: %[[KR:[^ ]+]] = llm.rope %[[K4]] half_split {{.*}}: tensor<1x?x2x128xbf16>
 // M4: %[[A:[^ ]+]] = llm.attention %[[QR]], %[[KR]], %[[V4]] {causal} : tensor<1x?x8x128xbf16>, tensor<1x?x2x128xbf16>, tensor<1x?x2x128xbf16>
 // M4: %[[A2:[^ ]+]] = llm.reshape %[[A]] : tensor<1x?x8x128xbf16> to tensor<1x?x1024xbf16>
-// M4: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 1024] to [4096, 2048] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// M4: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 1024] to [4096, 2048] step [1, 1] : tensor<4096x4096xbf16>
 // M4: %[[O:[^ ]+]] = llm.matmul %[[A2]], %[[WO]] {transpose_rhs} : tensor<1x?x1024xbf16>, tensor<4096x1024xbf16> -> tensor<1x?x4096xbf16>
 // M4: %[[OR:[^ ]+]] = llm.all_reduce %[[O]] sum group_size = 4 : tensor<1x?x4096xbf16>
 // M4: %[[R1:[^ ]+]] = llm.add %arg0, %[[OR]] : tensor<1x?x4096xbf16>
 // M4: %[[H2:[^ ]+]] = llm.rms_norm %[[R1]], %arg6
-// M4: %[[WG:[^ ]+]] = llm.slice %arg7 [3584, 0] to [7168, 4096] step [1, 1] {llm.hoistable} : tensor<14336x4096xbf16>
+// M4: %[[WG:[^ ]+]] = llm.slice %arg7 [3584, 0] to [7168, 4096] step [1, 1] : tensor<14336x4096xbf16>
 // M4: %[[G:[^ ]+]] = llm.matmul %[[H2]], %[[WG]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<3584x4096xbf16> -> tensor<1x?x3584xbf16>
-// M4: %[[WU:[^ ]+]] = llm.slice %arg8 [3584, 0] to [7168, 4096] step [1, 1] {llm.hoistable} : tensor<14336x4096xbf16>
+// M4: %[[WU:[^ ]+]] = llm.slice %arg8 [3584, 0] to [7168, 4096] step [1, 1] : tensor<14336x4096xbf16>
 // M4: %[[U:[^ ]+]] = llm.matmul %[[H2]], %[[WU]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<3584x4096xbf16> -> tensor<1x?x3584xbf16>
 // M4: %[[S:[^ ]+]] = llm.silu %[[G]] : tensor<1x?x3584xbf16>
 // M4: %[[M:[^ ]+]] = llm.mul %[[S]], %[[U]] : tensor<1x?x3584xbf16>
-// M4: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 3584] to [4096, 7168] step [1, 1] {llm.hoistable} : tensor<4096x14336xbf16>
+// M4: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 3584] to [4096, 7168] step [1, 1] : tensor<4096x14336xbf16>
 // M4: %[[DN:[^ ]+]] = llm.matmul %[[M]], %[[WD]] {transpose_rhs} : tensor<1x?x3584xbf16>, tensor<4096x3584xbf16> -> tensor<1x?x4096xbf16>
 // M4: %[[DR:[^ ]+]] = llm.all_reduce %[[DN]] sum group_size = 4 : tensor<1x?x4096xbf16>
 // M4: %[[OUT:[^ ]+]] = llm.add %[[R1]], %[[DR]] : tensor<1x?x4096xbf16>
@@ -187,11 +187,11 @@
 
 // M8-LABEL: func.func @mistral_gqa_block
 // M8: %[[H:[^ ]+]] = llm.rms_norm %arg0, %arg1
-// M8: %[[WQ:[^ ]+]] = llm.slice %arg2 [3584, 0] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// M8: %[[WQ:[^ ]+]] = llm.slice %arg2 [3584, 0] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // M8: %[[Q:[^ ]+]] = llm.matmul %[[H]], %[[WQ]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<512x4096xbf16> -> tensor<1x?x512xbf16>
-// M8: %[[WK:[^ ]+]] = llm.slice %arg3 [896, 0] to [1024, 4096] step [1, 1] {llm.hoistable} : tensor<1024x4096xbf16>
+// M8: %[[WK:[^ ]+]] = llm.slice %arg3 [896, 0] to [1024, 4096] step [1, 1] : tensor<1024x4096xbf16>
 // M8: %[[K:[^ ]+]] = llm.matmul %[[H]], %[[WK]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<128x4096xbf16> -> tensor<1x?x128xbf16>
-// M8: %[[WV:[^ ]+]] = llm.slice %arg4 [896, 0] to [1024, 4096] step [1, 1] {llm.hoistable} : tensor<1024x4096xbf16>
+// M8: %[[WV:[^ ]+]] = llm.slice %arg4 [896, 0] to [1024, 4096] step [1, 1] : tensor<1024x4096xbf16>
 // M8: %[[V:[^ ]+]] = llm.matmul %[[H]], %[[WV]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<128x4096xbf16> -> tensor<1x?x128xbf16>
 // M8: %[[Q4:[^ ]+]] = llm.reshape %[[Q]] : tensor<1x?x512xbf16> to tensor<1x?x4x128xbf16>
 // M8: %[[K4:[^ ]+]] = llm.reshape %[[K]] : tensor<1x?x128xbf16> to tensor<1x?x1x128xbf16>
@@ -200,18 +200,18 @@
 // M8: %[[KR:[^ ]+]] = llm.rope %[[K4]] half_split {{.*}}: tensor<1x?x1x128xbf16>
 // M8: %[[A:[^ ]+]] = llm.attention %[[QR]], %[[KR]], %[[V4]] {causal} : tensor<1x?x4x128xbf16>, tensor<1x?x1x128xbf16>, tensor<1x?x1x128xbf16>
 // M8: %[[A2:[^ ]+]] = llm.reshape %[[A]] : tensor<1x?x4x128xbf16> to tensor<1x?x512xbf16>
-// M8: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 3584] to [4096, 4096] step [1, 1] {llm.hoistable} : tensor<4096x4096xbf16>
+// M8: %[[WO:[^ ]+]] = llm.slice %arg5 [0, 3584] to [4096, 4096] step [1, 1] : tensor<4096x4096xbf16>
 // M8: %[[O:[^ ]+]] = llm.matmul %[[A2]], %[[WO]] {transpose_rhs} : tensor<1x?x512xbf16>, tensor<4096x512xbf16> -> tensor<1x?x4096xbf16>
 // M8: %[[OR:[^ ]+]] = llm.all_reduce %[[O]] sum group_size = 8 : tensor<1x?x4096xbf16>
 // M8: %[[R1:[^ ]+]] = llm.add %arg0, %[[OR]] : tensor<1x?x4096xbf16>
 // M8: %[[H2:[^ ]+]] = llm.rms_norm %[[R1]], %arg6
-// M8: %[[WG:[^ ]+]] = llm.slice %arg7 [12544, 0] to [14336, 4096] step [1, 1] {llm.hoistable} : tensor<14336x4096xbf16>
+// M8: %[[WG:[^ ]+]] = llm.slice %arg7 [12544, 0] to [14336, 4096] step [1, 1] : tensor<14336x4096xbf16>
 // M8: %[[G:[^ ]+]] = llm.matmul %[[H2]], %[[WG]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<1792x4096xbf16> -> tensor<1x?x1792xbf16>
-// M8: %[[WU:[^ ]+]] = llm.slice %arg8 [12544, 0] to [14336, 4096] step [1, 1] {llm.hoistable} : tensor<14336x4096xbf16>
+// M8: %[[WU:[^ ]+]] = llm.slice %arg8 [12544, 0] to [14336, 4096] step [1, 1] : tensor<14336x4096xbf16>
 // M8: %[[U:[^ ]+]] = llm.matmul %[[H2]], %[[WU]] {transpose_rhs} : tensor<1x?x4096xbf16>, tensor<1792x4096xbf16> -> tensor<1x?x1792xbf16>
 // M8: %[[S:[^ ]+]] = llm.silu %[[G]] : tensor<1x?x1792xbf16>
 // M8: %[[M:[^ ]+]] = llm.mul %[[S]], %[[U]] : tensor<1x?x1792xbf16>
-// M8: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 12544] to [4096, 14336] step [1, 1] {llm.hoistable} : tensor<4096x14336xbf16>
+// M8: %[[WD:[^ ]+]] = llm.slice %arg9 [0, 12544] to [4096, 14336] step [1, 1] : tensor<4096x14336xbf16>
 // M8: %[[DN:[^ ]+]] = llm.matmul %[[M]], %[[WD]] {transpose_rhs} : tensor<1x?x1792xbf16>, tensor<4096x1792xbf16> -> tensor<1x?x4096xbf16>
 // M8: %[[DR:[^ ]+]] = llm.all_reduce %[[DN]] sum group_size = 8 : tensor<1x?x4096xbf16>
 // M8: %[[OUT:[^ ]+]] = llm.add %[[R1]], %[[DR]] : tensor<1x?x4096xbf16>
@@ -223,18 +223,18 @@
 // is sliced with its weight; the row-parallel bias is added by rank 0 only.
 // CHECK-LABEL: func.func @gelu_mlp_bias
 // CHECK-SAME: (%[[X:[^:]+]]: tensor<3x8xf32>, %[[W1:[^:]+]]: tensor<8x32xf32>, %[[B1:[^:]+]]: tensor<32xf32>, %[[W2:[^:]+]]: tensor<32x8xf32>, %[[B2:[^:]+]]: tensor<8xf32>)
-// CHECK: %[[W1S:.+]] = llm.slice %[[W1]] [0, 16] to [8, 32] step [1, 1] {llm.hoistable} : tensor<8x32xf32>
-// CHECK: %[[B1S:.+]] = llm.slice %[[B1]] [16] to [32] step [1] {llm.hoistable} : tensor<32xf32>
+// CHECK: %[[W1S:.+]] = llm.slice %[[W1]] [0, 16] to [8, 32] step [1, 1] : tensor<8x32xf32>
+// CHECK: %[[B1S:.+]] = llm.slice %[[B1]] [16] to [32] step [1] : tensor<32xf32>
 // CHECK: %[[H:.+]] = llm.matmul %[[X]], %[[W1S]] bias %[[B1S]] : tensor<3x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<3x16xf32>
 // CHECK: %[[A:.+]] = llm.gelu %[[H]] tanh : tensor<3x16xf32>
-// CHECK: %[[W2S:.+]] = llm.slice %[[W2]] [16, 0] to [32, 8] step [1, 1] {llm.hoistable} : tensor<32x8xf32>
+// CHECK: %[[W2S:.+]] = llm.slice %[[W2]] [16, 0] to [32, 8] step [1, 1] : tensor<32x8xf32>
 // CHECK: %[[Y:.+]] = llm.matmul %[[A]], %[[W2S]] : tensor<3x16xf32>, tensor<16x8xf32> -> tensor<3x8xf32>
 // CHECK: %[[R:.+]] = llm.all_reduce %[[Y]] sum group_size = 2 : tensor<3x8xf32>
 // CHECK: return %[[R]]
 // RANK0-LABEL: func.func @gelu_mlp_bias
-// RANK0: llm.slice %{{.+}} [0, 0] to [8, 16] step [1, 1] {llm.hoistable} : tensor<8x32xf32>
-// RANK0: llm.slice %{{.+}} [0] to [16] step [1] {llm.hoistable} : tensor<32xf32>
-// RANK0: llm.slice %{{.+}} [0, 0] to [16, 8] step [1, 1] {llm.hoistable} : tensor<32x8xf32>
+// RANK0: llm.slice %{{.+}} [0, 0] to [8, 16] step [1, 1] : tensor<8x32xf32>
+// RANK0: llm.slice %{{.+}} [0] to [16] step [1] : tensor<32xf32>
+// RANK0: llm.slice %{{.+}} [0, 0] to [16, 8] step [1, 1] : tensor<32x8xf32>
 // RANK0: %[[Y:.+]] = llm.matmul %{{.+}}, %{{.+}} bias %{{.+}} : tensor<3x16xf32>, tensor<16x8xf32>, tensor<8xf32> -> tensor<3x8xf32>
 // RANK0: llm.all_reduce %[[Y]] sum group_size = 2 : tensor<3x8xf32>
 func.func @gelu_mlp_bias(%x: tensor<3x8xf32>, %w1: tensor<8x32xf32>, %b1: tensor<32xf32>, %w2: tensor<32x8xf32>, %b2: tensor<8xf32>) -> tensor<3x8xf32> {
