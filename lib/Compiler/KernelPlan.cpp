@@ -112,6 +112,23 @@ bool llmc::fusedDequantGemv(MatmulOp op, cu::QuantGemvConfig *cfg) {
   return cu::QuantGemvSupported(*cfg);
 }
 
+bool llmc::swiGluGemvConfig(MatmulOp gate, MatmulOp up, Operation *silu,
+                            Operation *mul, cu::SwiGluGemvConfig *c) {
+  cu::GemvConfig gg, gu;
+  if (!decodeGemvConfig(gate, &gg) || !decodeGemvConfig(up, &gu))
+    return false;
+  c->dtype = gg.dtype;
+  c->gate_out = gg.out;
+  c->up_out = gu.out;
+  c->act_out = scalarOf(silu->getResult(0));
+  c->out = scalarOf(mul->getResult(0));
+  c->m = gg.m;
+  c->k = gg.k;
+  c->n = gg.n;
+  c->has_bias = gg.has_bias;
+  return gg.has_bias == gu.has_bias && cu::SwiGluGemvSupported(*c);
+}
+
 namespace {
 
 struct Planner {
@@ -242,20 +259,8 @@ void Planner::planGemvGroups() {
         continue;
       if (!onlyOps(silu, silu, mul) || !onlyOps(mul, silu, mul))
         continue;
-      cu::GemvConfig gg, gu;
-      decodeGemvConfig(gate, &gg);
-      decodeGemvConfig(up, &gu);
       cu::SwiGluGemvConfig c;
-      c.dtype = gg.dtype;
-      c.gate_out = gg.out;
-      c.up_out = gu.out;
-      c.act_out = scalarOf(silu.getResult());
-      c.out = scalarOf(mul.getResult());
-      c.m = gg.m;
-      c.k = gg.k;
-      c.n = gg.n;
-      c.has_bias = gg.has_bias;
-      if (gg.has_bias != gu.has_bias || !cu::SwiGluGemvSupported(c))
+      if (!swiGluGemvConfig(gate, up, silu, mul, &c))
         continue;
       taken.insert(gate);
       taken.insert(up);

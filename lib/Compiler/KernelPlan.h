@@ -52,6 +52,12 @@ bool decodeGemvConfig(llm::MatmulOp op, cuda::GemvConfig *gc);
 /// reading q and s computes; fills `cfg`.
 bool fusedDequantGemv(llm::MatmulOp op, cuda::QuantGemvConfig *cfg);
 
+/// The SwiGLU decode GEMV computing mul(silu(gate), up) of two decode GEMVs
+/// `gate` and `up` of one input (same shape, bias on both or neither) when
+/// its kernel takes it; fills `c`.
+bool swiGluGemvConfig(llm::MatmulOp gate, llm::MatmulOp up, mlir::Operation *silu,
+                      mlir::Operation *mul, cuda::SwiGluGemvConfig *c);
+
 struct KernelPlanOptions {
   bool elementwise = true;    // chains of elementwise ops
   bool residualNorm = true;   // residual add into the following norm

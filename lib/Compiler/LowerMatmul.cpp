@@ -354,19 +354,8 @@ absl::Status Lowering::emitGemvGroup(const GemvGroup &group) {
   if (group.silu) {
     MatmulOp gate = group.members[0];
     MatmulOp up = group.members[1];
-    cu::GemvConfig gg, gu;
-    decodeGemvConfig(gate, &gg);
-    decodeGemvConfig(up, &gu);
     cu::SwiGluGemvConfig c;
-    c.dtype = gg.dtype;
-    c.gate_out = gg.out;
-    c.up_out = gu.out;
-    c.act_out = scalarOf(group.silu->getResult(0));
-    c.out = scalarOf(group.emitAt->getResult(0));
-    c.m = gg.m;
-    c.k = gg.k;
-    c.n = gg.n;
-    c.has_bias = gg.has_bias;
+    swiGluGemvConfig(gate, up, group.silu, group.emitAt, &c); // planned: true
     std::vector<rt::Arg> args = {
         ptrArg(group.emitAt->getResult(0)), ptrArg(gate.getLhs()),
         gemvWeightArg(gate), gemvWeightArg(up),
