@@ -133,7 +133,7 @@ namespace {
 
 struct Planner {
   func::FuncOp fn;
-  const KernelPlanOptions &options;
+  const LowerOptions &options;
   const llvm::DenseSet<Operation *> &prepared;
   KernelPlan plan;
 
@@ -146,9 +146,9 @@ struct Planner {
 void Planner::planFusion() {
   Block &body = fn.getBody().front();
   llm::FusionPlanOptions planOptions;
-  planOptions.elementwise = options.elementwise;
-  planOptions.residualNorm = options.residualNorm;
-  planOptions.gemmEpilogue = options.gemmEpilogue;
+  planOptions.elementwise = options.fuse_elementwise;
+  planOptions.residualNorm = options.fuse_residual_norm;
+  planOptions.gemmEpilogue = options.fuse_gemm_epilogue;
   llvm::DenseMap<Operation *, int> planGroupOf;
   for (auto [i, g] : llvm::enumerate(llm::planFusionGroups(body, planOptions)))
     for (Operation *op : g.ops)
@@ -157,7 +157,7 @@ void Planner::planFusion() {
     auto ia = planGroupOf.find(a), ib = planGroupOf.find(b);
     return ia != planGroupOf.end() && ib != planGroupOf.end() && ia->second == ib->second;
   };
-  if (options.residualNorm) {
+  if (options.fuse_residual_norm) {
     for (Operation &op : body) {
       if (!isa<RMSNormOp, LayerNormOp>(op))
         continue;
@@ -184,7 +184,7 @@ void Planner::planFusion() {
     if (!isElementwise(&op) || plan.fusedIntoNorm.contains(&op))
       continue;
     int group = -1;
-    if (options.elementwise) {
+    if (options.fuse_elementwise) {
       for (Value operand : op.getOperands()) {
         Operation *def = operand.getDefiningOp();
         if (!def || !plan.groupOf.count(def) || !operand.hasOneUse() ||
@@ -204,7 +204,7 @@ void Planner::planFusion() {
 }
 
 void Planner::planGemvGroups() {
-  if (!options.gemv)
+  if (!options.fuse_gemv)
     return;
   Block &body = fn.getBody().front();
   llvm::MapVector<Value, SmallVector<MatmulOp>> byLhs;
@@ -239,7 +239,7 @@ void Planner::planGemvGroups() {
     llvm::DenseSet<Operation *> taken;
     // mul(silu(gate), up) => swiglu_gemv(x, Wg, Wu)
     for (MatmulOp gate : mms) {
-      if (!options.elementwise || taken.contains(gate) || !gate->hasOneUse())
+      if (!options.fuse_elementwise || taken.contains(gate) || !gate->hasOneUse())
         continue;
       auto silu = dyn_cast<SiluOp>(*gate->user_begin());
       if (!silu || !silu->hasOneUse())
@@ -292,7 +292,7 @@ void Planner::planGemvGroups() {
 }
 
 
-KernelPlan llmc::planKernels(func::FuncOp fn, const KernelPlanOptions &options,
+KernelPlan llmc::planKernels(func::FuncOp fn, const LowerOptions &options,
                              const llvm::DenseSet<Operation *> &prepared) {
   Planner p{fn, options, prepared, {}};
   p.planFusion();
@@ -364,25 +364,19 @@ struct FormKernelsPass : llmc::impl::FormKernelsPassBase<FormKernelsPass> {
       }
     llvm::DenseSet<Operation *> prepared;
     if (hoist) {
-      SmallVector<Operation *> ops;
-      if (fn->hasAttr(kParameterPreparationPlannedAttr)) {
-        std::string error;
-        auto marked = markedParameterPreparationOps(fn, error);
-        if (failed(marked)) {
-          fn.emitOpError() << error;
-          return signalPassFailure();
-        }
-        ops = std::move(*marked);
-      } else {
-        ops = parameterPreparationOps(fn);
+      std::string error;
+      auto ops = decidedParameterPreparationOps(fn, error);
+      if (failed(ops)) {
+        fn.emitOpError() << error;
+        return signalPassFailure();
       }
-      prepared.insert(ops.begin(), ops.end());
+      prepared.insert(ops->begin(), ops->end());
     }
-    KernelPlanOptions options;
-    options.elementwise = elementwise;
-    options.residualNorm = residualNorm;
-    options.gemmEpilogue = gemmEpilogue;
-    options.gemv = gemv;
+    LowerOptions options;
+    options.fuse_elementwise = elementwise;
+    options.fuse_residual_norm = residualNorm;
+    options.fuse_gemm_epilogue = gemmEpilogue;
+    options.fuse_gemv = gemv;
     annotateKernels(fn, planKernels(fn, options, prepared));
   }
 };

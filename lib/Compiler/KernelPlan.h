@@ -23,6 +23,7 @@
 #define LLMC_LIB_COMPILER_KERNELPLAN_H
 
 #include "LLM/IR/LLMOps.h"
+#include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/Target/CUDA/Decode.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 #include "llmc/Target/CUDA/WeightOnly.h"
@@ -58,13 +59,6 @@ bool fusedDequantGemv(llm::MatmulOp op, cuda::QuantGemvConfig *cfg);
 bool swiGluGemvConfig(llm::MatmulOp gate, llm::MatmulOp up, mlir::Operation *silu,
                       mlir::Operation *mul, cuda::SwiGluGemvConfig *c);
 
-struct KernelPlanOptions {
-  bool elementwise = true;    // chains of elementwise ops
-  bool residualNorm = true;   // residual add into the following norm
-  bool gemmEpilogue = true;   // the GEMM's elementwise tail as a group
-  bool gemv = true;           // multi-output and SwiGLU decode GEMVs
-};
-
 /// Decode GEMVs run as one kernel.
 struct GemvGroup {
   llvm::SmallVector<llm::MatmulOp, 4> members; // program order; SwiGLU: {gate, up}
@@ -87,7 +81,9 @@ struct KernelPlan {
 /// Plans the kernels of `fn`'s top-level block (a shape-specialized
 /// function). `prepared` holds the parameter-preparation ops: no kernel
 /// mixes them with per-call ops.
-KernelPlan planKernels(mlir::func::FuncOp fn, const KernelPlanOptions &options,
+/// LowerOptions' fuse_elementwise, fuse_residual_norm, fuse_gemm_epilogue and
+/// fuse_gemv choose which groupings are made.
+KernelPlan planKernels(mlir::func::FuncOp fn, const LowerOptions &options,
                        const llvm::DenseSet<mlir::Operation *> &prepared);
 
 /// The attribute annotateKernels puts on every op of a multi-op kernel:

@@ -91,18 +91,12 @@ absl::Status Lowering::planHoisting() {
   for (BlockArgument arg : fn.getArguments())
     if (params[arg.getArgNumber()])
       parameterDerived.insert(arg);
-  SmallVector<Operation *> ops;
-  if (fn->hasAttr(llm::kParameterPreparationPlannedAttr)) {
-    std::string error;
-    FailureOr<SmallVector<Operation *>> marked =
-        llm::markedParameterPreparationOps(fn, error);
-    if (failed(marked))
-      return absl::InvalidArgumentError("cuda backend: " + error);
-    ops = std::move(*marked);
-  } else {
-    ops = llm::parameterPreparationOps(fn);
-  }
-  for (Operation *op : ops) {
+  std::string error;
+  FailureOr<SmallVector<Operation *>> ops =
+      llm::decidedParameterPreparationOps(fn, error);
+  if (failed(ops))
+    return absl::InvalidArgumentError("cuda backend: " + error);
+  for (Operation *op : *ops) {
     hoisted.insert(op);
     for (Value r : op->getResults())
       parameterDerived.insert(r);
@@ -261,14 +255,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
 
   if (absl::Status st = planHoisting(); !st.ok())
     return st;
-  {
-    KernelPlanOptions plan;
-    plan.elementwise = options.fuse_elementwise;
-    plan.residualNorm = options.fuse_residual_norm;
-    plan.gemmEpilogue = options.fuse_gemm_epilogue;
-    plan.gemv = options.fuse_gemv;
-    kernelPlan = planKernels(fn, plan, hoisted);
-  }
+  kernelPlan = planKernels(fn, options, hoisted);
 
   // Liveness in units of ops (program order); each value's storage root is
   // live from its definition to its last (transitive, through views) use.

@@ -184,7 +184,9 @@ SmallVector<Operation *> llmc::llm::parameterPreparationOps(func::FuncOp fn) {
 }
 
 FailureOr<SmallVector<Operation *>>
-llmc::llm::markedParameterPreparationOps(func::FuncOp fn, std::string &error) {
+llmc::llm::decidedParameterPreparationOps(func::FuncOp fn, std::string &error) {
+  if (!fn->hasAttr(kParameterPreparationPlannedAttr))
+    return parameterPreparationOps(fn);
   SmallVector<Operation *> ops;
   if (fn.isExternal())
     return ops;

@@ -123,16 +123,18 @@ inline constexpr llvm::StringLiteral kParameterPreparationPlannedAttr =
 /// call), and ops whose result's storage (storageRoot) is returned.
 llvm::SmallVector<mlir::Operation *> parameterPreparationOps(mlir::func::FuncOp fn);
 
-/// The ops of a planned function (kParameterPreparationPlannedAttr) that
-/// carry kParameterPreparationAttr, in program order, each checked against
-/// the rule of parameterPreparationOps with the marked ops before it as the
+/// The parameter-preparation segment as decided, for its consumers
+/// (codegen, llmc-form-kernels): for a planned function
+/// (kParameterPreparationPlannedAttr), the ops that carry
+/// kParameterPreparationAttr, in program order, each checked against the
+/// rule of parameterPreparationOps with the marked ops before it as the
 /// parameter-derived values (so any subset of that function's choice is
-/// accepted). Otherwise failure, with `error` naming the first unsound op
-/// and why ("'llm.cast' at loc(...) is marked llm.parameter_preparation but
+/// accepted); for an unplanned one, parameterPreparationOps(fn). Fails on
+/// an unsound mark, with `error` naming the first such op and why ("'llm.cast' at loc(...) is marked llm.parameter_preparation but
 /// operand 0 is neither a parameter, a constant nor the result of a marked
 /// op"): hoisting it would run work that depends on per-call inputs once.
 mlir::FailureOr<llvm::SmallVector<mlir::Operation *>>
-markedParameterPreparationOps(mlir::func::FuncOp fn, std::string &error);
+decidedParameterPreparationOps(mlir::func::FuncOp fn, std::string &error);
 
 /// The `weight-only` rewrite of llmc-precision: every matmul whose rank-2
 /// RHS is derived from a parameter argument (isParameterDerived +
