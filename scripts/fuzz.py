@@ -411,6 +411,8 @@ OPT_PIPELINES = [
     ["--llmc-pipeline"], ["--llmc-precision=policy=bf16"],
     ["--llmc-precision=policy=fp8"], ["--llmc-pad-layout"],
     ["--llmc-plan-memory"], ["--llmc-shard=tp=2 rank=1"],
+    ["--llmc-specialize-shapes=dims=seq=5", "--llmc-form-kernels",
+     "--llmc-select-kernel-configs"],
     ["--llmc-specialize-shapes=dims=seq=4", "--llmc-precision=policy=fp8",
      "--llmc-pad-layout", "--llmc-fuse", "--llmc-plan-memory"],
 ]
@@ -423,6 +425,7 @@ ODD_PIPELINES = [
     "--llmc-shard=tp={v} rank=0",
     "--llmc-shard=tp=2 rank={v}",
     "--llmc-pad-layout=multiple={v}",
+    "--llmc-select-kernel-configs=elementwise-unroll={v}",
     "--llmc-pad-layout=vocab-multiple={v}",
     "--llmc-plan-memory=alignment={v}",
     "--llmc-precision=policy={v}",

@@ -25,7 +25,7 @@ using namespace llmc::llm;
 namespace cu = llmc::cuda;
 
 namespace llmc {
-#define GEN_PASS_DECL_FORMKERNELSPASS
+#define GEN_PASS_DECL
 #define GEN_PASS_DEF_FORMKERNELSPASS
 #define GEN_PASS_REGISTRATION
 #include "Passes.h.inc"
@@ -321,6 +321,7 @@ void llmc::annotateKernels(func::FuncOp fn, const KernelPlan &plan) {
       byLast[g.back()] = {"elementwise", g};
   MLIRContext *ctx = fn.getContext();
   Builder b(ctx);
+  fn->setAttr(kKernelsFormedAttr, b.getUnitAttr());
   int64_t id = 0;
   for (Operation &op : body) {
     auto it = byLast.find(&op);

@@ -1,8 +1,9 @@
 //===- KernelPlan.h - which ops share a CUDA kernel -------------*- C++ -*-===//
 //
 // The one decision of which ops of a function run as one CUDA kernel, made
-// once per function by planKernels and shown in IR by the
-// `llmc-form-kernels` pass (annotateKernels): residual add + norm, chains of
+// once per function by planKernels in the `llmc-form-kernels` pass, which
+// writes it into IR (annotateKernels); the lowering reads it back
+// (decidedKernelPlan) and never decides again: residual add + norm, chains of
 // elementwise ops, multi-output decode GEMVs sharing an input, and the
 // SwiGLU decode GEMV (mul(silu(x W_gate), x W_up) in one kernel). The
 // lowering emits one launch per group and per remaining op.
@@ -91,9 +92,28 @@ KernelPlan planKernels(mlir::func::FuncOp fn, const LowerOptions &options,
 /// "swiglu_gemv"}, groups numbered in program order of their last op.
 inline constexpr llvm::StringLiteral kKernelAttr = "llm.kernel";
 
+/// The unit attribute llmc-form-kernels puts on every function it planned:
+/// the function's kernels are exactly its kKernelAttr groups, and every op
+/// without kKernelAttr runs as a kernel (GEMM, copy, collective) of its own.
+inline constexpr llvm::StringLiteral kKernelsFormedAttr = "llm.kernels_formed";
+
 /// Shows `plan` in IR (kKernelAttr on the members of every kernel of two or
-/// more ops; earlier annotations are replaced).
+/// more ops; earlier annotations are replaced) and marks `fn`
+/// kKernelsFormedAttr.
 void annotateKernels(mlir::func::FuncOp fn, const KernelPlan &plan);
+
+/// The kernels of `fn` as decided, for the lowering: for a function that
+/// llmc-form-kernels planned (kKernelsFormedAttr), the groups of its
+/// kKernelAttr annotations, read back without planning again; for any other
+/// function, planKernels(fn, options, prepared). Each annotated group is
+/// checked to be a kernel its emitter computes exactly (members, their
+/// order and uses, the parameter-preparation boundary `prepared`, the
+/// bounds of one fused kernel, the GEMV kernels' configurations); an
+/// annotation that is not one is InvalidArgument naming the op and why,
+/// since emitting it would compute a wrong result or an unlaunchable kernel.
+absl::StatusOr<KernelPlan>
+decidedKernelPlan(mlir::func::FuncOp fn, const LowerOptions &options,
+                  const llvm::DenseSet<mlir::Operation *> &prepared);
 
 } // namespace llmc
 

@@ -4,30 +4,22 @@
 
 namespace llmc::codegen {
 
-/// Tiling of the tensor-core FlashAttention-2 kernel for one attention shape.
-/// Rule (update from `bench/attn_sweep.sh` on the H200; every tile listed
-/// there is correct, see test/unit/kernels EmuTile and
-/// Attention.AllTilesCompileWithoutSpills):
-///   head dim <= 128: 64 x 64 tiles, 4 warps, K/V double-buffered
-///   head dim  > 128: 64 x 32 tiles, 4 warps, K/V double-buffered
-/// (cu::DefaultAttentionTile). Grid (q tiles, Hq, B) so that a head's CTAs
-/// run together and share its K/V in L2, unless B or Hq exceed the 65535
-/// limit of grid y/z. `forced` (LowerOptions::attention_tile) replaces the
-/// rule for every tensor-core attention, for sweeps.
-static absl::Status
-chooseAttentionTile(Operation *op, cu::AttentionConfig &cfg, int64_t batch,
-                    int64_t heads_q,
-                    const std::optional<cu::AttentionTile> &forced) {
-  cfg.tile = forced ? *forced : cu::DefaultAttentionTile(cfg.head_dim);
-  if (batch > 65535 || heads_q > 65535)
-    cfg.tile.qtile_fastest = false;
+/// Checks the tensor-core tile of `cfg` (chosen by
+/// llmc-select-kernel-configs: the forced tile or cu::DefaultAttentionTile,
+/// whose rule comes from `bench/attn_sweep.sh` on the H200; every tile
+/// listed there is correct, see test/unit/kernels EmuTile and
+/// Attention.AllTilesCompileWithoutSpills).
+static absl::Status checkAttentionTile(Operation *op, const cu::AttentionConfig &cfg) {
   std::string why;
-  if (cu::AttentionUsesTensorCores(cfg) && !cu::AttentionTileSupported(cfg, &why))
-    return unsupported(op, (forced ? "the tile given by --attention-tile or "
-                                     "LLMC_ATTN_CONFIG: "
-                                   : "") +
-                               why);
-  return absl::OkStatus();
+  if (!cu::AttentionUsesTensorCores(cfg) || cu::AttentionTileSupported(cfg, &why))
+    return absl::OkStatus();
+  cu::AttentionTile rule = cu::DefaultAttentionTile(cfg.head_dim);
+  rule.qtile_fastest = cfg.tile.qtile_fastest;
+  return unsupported(op, (cfg.tile == rule ? ""
+                                           : "the tile of its llm.kernel_config "
+                                             "(from --attention-tile or "
+                                             "LLMC_ATTN_CONFIG): ") +
+                             why);
 }
 
 absl::Status Lowering::emitAttention(AttentionOp op) {
@@ -38,15 +30,18 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                               : static_cast<float>(1.0 / std::sqrt(double(d)));
   cu::ScalarType dtype = scalarOf(op.getQuery());
   Value kvLen = op.getKvLen();
-  cu::DecodeConfig dc;
-  dc.dtype = dtype;
-  dc.head_dim = d;
-  dc.group_size = hq / hkv;
-  dc.q_len = sq;
-  dc.causal = op.getCausal();
-  bool decode = !op.getMask() && sq <= 16 && cu::FlashDecodeSupported(dc) &&
-                (kvLen || sq == 1);
-  if (decode) {
+  auto choice = kernelConfigs.attention.find(op);
+  if (choice == kernelConfigs.attention.end())
+    return absl::InternalError(absl::StrCat(
+        "llmc internal error (please report): ", describe(op),
+        " has no kernel configuration"));
+  cu::DecodeConfig dc = flashDecodeConfig(op);
+  if (choice->second.kernel == AttentionChoice::kFlashDecode) {
+    if (op.getMask() || sq > 16 || !cu::FlashDecodeSupported(dc))
+      return unsupported(op, "its llm.kernel_config chooses flash_decode, whose "
+                             "kernel takes no mask, at most 16 queries, "
+                             "bf16/f16/f32, head dim <= 512 and group size x "
+                             "query length x head dim <= 4096");
     if (kvLen) {
       auto lenType = tensorType(kvLen).getElementType();
       dc.kv_len = lenType.isInteger(32) ? cu::KvLenSource::kDeviceI32
@@ -55,7 +50,7 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
       dc.kv_len = cu::KvLenSource::kArg;
     }
     cu::DecodeKernels kernels = cu::EmitFlashDecode(dc);
-    int splits = cu::FlashDecodeNumSplits(dc, b, hkv, skv);
+    int splits = choice->second.splits;
     auto [accBytes, mlBytes] = cu::FlashDecodeWorkspaceBytes(dc, b, hkv, splits);
     int acc = newArenaBuffer(accBytes, step, step);
     int ml = newArenaBuffer(mlBytes, step, step);
@@ -102,8 +97,8 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
     strideH = ms[1] == 1 ? 0 : ms[2] * skv;
     strideB = ms[0] == 1 ? 0 : ms[1] * ms[2] * skv;
   }
-  if (absl::Status st = chooseAttentionTile(op, cfg, b, hq, options.attention_tile);
-      !st.ok())
+  cfg.tile = choice->second.tile;
+  if (absl::Status st = checkAttentionTile(op, cfg); !st.ok())
     return st;
   std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getQuery()),
                                ptrArg(op.getKey()), ptrArg(op.getValue()),
@@ -113,27 +108,21 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                                i64Arg(strideQ)};
   launch(addKernel(cu::EmitAttention(cfg)), cu::AttentionLaunch(cfg, b, sq, hq),
          std::move(args), op);
-  return attachCudnnAttention(op, b, sq, skv, hq, hkv, d, scale);
+  return choice->second.cudnn ? attachCudnnAttention(op) : absl::OkStatus();
 }
 
-/// Gives the attention kernel launch just emitted a cuDNN alternative
-/// (rt::AttentionSpec, Launch::attention) when the backend option allows it
-/// and cuDNN takes the shape; the kernel stays as the runtime's fallback.
-absl::Status Lowering::attachCudnnAttention(AttentionOp op, int64_t b, int64_t sq,
-                                            int64_t skv, int64_t hq, int64_t hkv,
-                                            int64_t d, float scale) {
-  if (options.attention_backend == AttentionBackend::kLlmc || op.getMask())
-    return absl::OkStatus();
-  auto dtype = toRuntimeDType(tensorType(op.getQuery()).getElementType());
-  if (!dtype.ok())
-    return absl::OkStatus();
-  rt::AttentionSpec spec;
-  spec.b = b, spec.sq = sq, spec.skv = skv, spec.hq = hq, spec.hkv = hkv, spec.d = d;
-  spec.causal = op.getCausal();
-  spec.scale = scale;
-  spec.dtype = *dtype;
-  if (!rt::CudnnAttentionUnsupportedReason(spec).empty())
-    return absl::OkStatus();
+/// Gives the attention kernel launch just emitted its cuDNN alternative
+/// (rt::AttentionSpec, Launch::attention), which its llm.kernel_config
+/// asked for; the kernel stays as the runtime's fallback.
+absl::Status Lowering::attachCudnnAttention(AttentionOp op) {
+  absl::StatusOr<rt::AttentionSpec> specOr = cudnnAttentionSpec(op);
+  std::string why = !specOr.ok()     ? std::string(specOr.status().message())
+                    : op.getMask()   ? std::string("an additive mask")
+                                     : rt::CudnnAttentionUnsupportedReason(*specOr);
+  if (!why.empty())
+    return unsupported(op, "its llm.kernel_config asks for cuDNN's fused "
+                           "attention, which does not take it: " + why);
+  rt::AttentionSpec spec = *specOr;
   auto ref = [&](Value v) {
     rt::Arg a = ptrArg(v);
     return rt::BufferRef{a.buffer, a.byte_offset};

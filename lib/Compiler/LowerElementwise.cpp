@@ -69,7 +69,7 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
   int64_t numel = numElements(last->getResult(0));
 
   cu::ElementwiseProgram prog;
-  prog.unroll = options.elementwise_unroll;
+  prog.unroll = kernelConfigs.elementwise_unroll;
   llvm::MapVector<Value, int> inputIndex; // external value -> input index
   std::vector<StridedRead> reads;
   llvm::DenseMap<Value, int> nodeOf;

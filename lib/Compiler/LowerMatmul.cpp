@@ -215,7 +215,7 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   if (separateBias) {
     // out = out + cast(bias), bias broadcast along rows; in place.
     cu::ElementwiseProgram prog;
-    prog.unroll = options.elementwise_unroll;
+    prog.unroll = kernelConfigs.elementwise_unroll;
     prog.inputs.push_back({scalarOf(op.getResult()), cu::InputLayout::kContiguous});
     prog.inputs.push_back({scalarOf(op.getBias()), cu::InputLayout::kRowBroadcast});
     cu::EwNode c;
@@ -279,7 +279,7 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
     dst = newArenaBuffer(numel * cu::ScalarSize(to), step, step);
   }
   cu::ElementwiseProgram prog;
-  prog.unroll = options.elementwise_unroll;
+  prog.unroll = kernelConfigs.elementwise_unroll;
   prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
   cu::EwNode n;
   n.op = cu::EwOp::cast;

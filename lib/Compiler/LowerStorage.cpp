@@ -193,7 +193,7 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op)
     return absl::OkStatus();
   }
   cu::ElementwiseProgram prog;
-  prog.unroll = options.elementwise_unroll;
+  prog.unroll = kernelConfigs.elementwise_unroll;
   prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
   cu::EwNode n;
   n.op = cu::EwOp::cast;

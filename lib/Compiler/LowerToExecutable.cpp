@@ -255,7 +255,14 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
 
   if (absl::Status st = planHoisting(); !st.ok())
     return st;
-  kernelPlan = planKernels(fn, options, hoisted);
+  absl::StatusOr<KernelPlan> plan = decidedKernelPlan(fn, options, hoisted);
+  if (!plan.ok())
+    return plan.status();
+  kernelPlan = std::move(*plan);
+  absl::StatusOr<KernelConfigs> configs = decidedKernelConfigs(fn, options);
+  if (!configs.ok())
+    return configs.status();
+  kernelConfigs = std::move(*configs);
 
   // Liveness in units of ops (program order); each value's storage root is
   // live from its definition to its last (transitive, through views) use.

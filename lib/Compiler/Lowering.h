@@ -10,7 +10,10 @@
 //   LowerMatmul.cpp        GEMMs (cuBLASLt), relayouts, pads, decode GEMVs,
 //                          weight-only quantization
 //   LowerAttention.cpp     attention (FlashAttention-2 kernels, cuDNN)
-// Which ops share a kernel is decided by planKernels (KernelPlan.h).
+// Which ops share a kernel is decided by llmc-form-kernels (planKernels),
+// their configurations by llmc-select-kernel-configs; both are read back
+// from IR (decidedKernelPlan, KernelPlan.h; decidedKernelConfigs,
+// KernelConfigs.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +22,7 @@
 
 #include "llmc/Compiler/LowerToExecutable.h"
 
+#include "KernelConfigs.h"
 #include "KernelPlan.h"
 
 #include "LLM/IR/LLMOps.h"
@@ -194,8 +198,7 @@ private:
   std::optional<MatrixView> matrixView(Value v);
   absl::Status emitPad(PadOp op);
   absl::Status emitAttention(AttentionOp op);
-  absl::Status attachCudnnAttention(AttentionOp op, int64_t b, int64_t sq, int64_t skv,
-                                    int64_t hq, int64_t hkv, int64_t d, float scale);
+  absl::Status attachCudnnAttention(AttentionOp op);
   absl::Status emitNorm(Operation *op);
   // Weight-only quantization (llm.quantize_weight / dequantize_weight).
   absl::StatusOr<cu::WeightQuantConfig> weightQuantConfig(Operation *op, int64_t bits,
@@ -220,6 +223,7 @@ private:
   llvm::DenseMap<Value, int> lastUseStep;      // storage root -> last step
   llvm::DenseMap<Value, int> defStep;          // storage root -> def step
   KernelPlan kernelPlan;                       // which ops share a kernel
+  KernelConfigs kernelConfigs;                 // their configurations
   llvm::DenseMap<Value, int> outputIndex;      // returned root -> output
   std::map<std::string, int> kernelIndex;
   struct ArenaItem { int buffer; int first, last; };

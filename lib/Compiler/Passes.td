@@ -1,6 +1,6 @@
 //===- Passes.td - passes of the CUDA backend ---------------*- tablegen -*-===//
 //
-// Passes that show decisions of the CUDA lowering (lib/Compiler) in IR.
+// Passes that make the CUDA lowering's decisions (lib/Compiler) in IR.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,7 +10,7 @@
 include "mlir/Pass/PassBase.td"
 
 def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
-  let summary = "Shows which ops the CUDA lowering runs as one kernel.";
+  let summary = "Decides which ops the CUDA lowering runs as one kernel.";
   let description = [{
     Runs the CUDA lowering's kernel grouping (`llmc::planKernels`,
     lib/Compiler/KernelPlan.h) on a shape-specialized function and shows
@@ -27,10 +27,14 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
     - `swiglu_gemv`: `mul(silu(x W_gate), x W_up)` as one decode GEMV.
 
     Every other op is a kernel, GEMM, copy or collective of its own (views
-    and constants have no launch). LowerToExecutable makes the same
-    decision with the same function; this pass makes it visible
-    (`llmc-compile --emit=mlir` runs it). The function must have static
-    shapes and no `llm.fusion` regions.
+    and constants have no launch). The pass marks the function
+    `llm.kernels_formed`; LowerToExecutable then reads the groups from
+    these attributes instead of deciding again, after checking that each
+    is a kernel its emitter computes exactly (an annotation that is not
+    one is an error naming the op). Every tool and the C/C++ API run this
+    pass before lowering; a function lowered without it is planned by the
+    same function (`llmc::decidedKernelPlan`). The function must have
+    static shapes and no `llm.fusion` regions.
 
     Before:
     ```mlir
@@ -46,6 +50,7 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
     %a = llm.silu %g {llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x512xbf16>
     %m = llm.mul %a, %u {llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x512xbf16>
     ```
+    and the function carries `attributes {llm.kernels_formed}`.
   }];
   let options = [
     Option<"elementwise", "elementwise", "bool", "true",
@@ -58,6 +63,57 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
            "Multi-output and SwiGLU decode GEMVs">,
     Option<"hoist", "hoist", "bool", "true",
            "Keep parameter-preparation work in kernels of its own">
+  ];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+def SelectKernelConfigsPass
+    : Pass<"llmc-select-kernel-configs", "::mlir::func::FuncOp"> {
+  let summary = "Chooses every generated kernel's configuration, in IR.";
+  let description = [{
+    Writes the configuration choices of the CUDA lowering into IR, with the
+    tuning knobs as the pass's options (lib/Compiler/KernelConfigs.h):
+
+    - on each `llm.attention`, `llm.kernel_config`: split-KV
+      flash-decoding and its number of KV splits
+      (`{kernel = "flash_decode", splits = N}`) for an attention without
+      mask of at most 16 queries that reads `kv_len` or has one query, when
+      the kernel takes its type, head dim and GQA group; otherwise
+      FlashAttention-2 with its tensor-core tile (`attention-tile`, else
+      the head dim's default) and whether cuDNN's fused SDPA runs first
+      (`{kernel = "flash_attention", tile = "bm64_bn64_w4_s2", cudnn = true}`;
+      cudnn unless `attention-backend=llmc`, the attention has a mask or
+      cuDNN does not take the shape);
+    - on the function, `llm.kernel_configs = {elementwise_unroll = U}`.
+
+    LowerToExecutable reads these attributes and checks each where it
+    emits the kernel (an unsupported configuration is an error naming the
+    op); it never chooses again. Every tool and the C/C++ API run this pass
+    after llmc-form-kernels, with the knobs set by `--attention-backend`,
+    `--attention-tile`, `--ew-unroll` or their environment variables.
+
+    Before:
+    ```mlir
+    func.func @decode(%q: tensor<1x1x32x128xbf16>, %k: tensor<1x2048x8x128xbf16>, %v: tensor<1x2048x8x128xbf16>) -> tensor<1x1x32x128xbf16> {
+      %o = llm.attention %q, %k, %v : ...
+    ```
+    After:
+    ```mlir
+    func.func @decode(...) -> tensor<1x1x32x128xbf16> attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64}} {
+      %o = llm.attention %q, %k, %v {llm.kernel_config = {kernel = "flash_decode", splits = 16 : i64}} : ...
+    ```
+  }];
+  let options = [
+    Option<"attentionBackend", "attention-backend", "std::string", "\"auto\"",
+           "auto or cudnn: cuDNN's SDPA first where it takes the shape; "
+           "llmc: llmc's kernels only">,
+    Option<"attentionTile", "attention-tile", "std::string", "\"\"",
+           "FlashAttention-2 tile of every tensor-core attention "
+           "(bm<M>_bn<N>_w<warps>_s<stages>[_gh]); empty: the head dim's default">,
+    Option<"elementwiseUnroll", "elementwise-unroll", "int64_t",
+           "::llmc::cuda::kElementwiseUnroll",
+           "16-byte vectors per input in flight per thread of an elementwise "
+           "kernel (1..4)">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

@@ -133,8 +133,10 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
   addPrecisionStage(pm, options);
   if (options.hoist_parameter_work)
     pm.addPass(llm::createHoistParameterWorkPass());
-  if (options.form_kernels)
+  if (options.form_kernels) {
     pm.addPass(createFormKernelsPass(lowerOptions(options)));
+    pm.addPass(createSelectKernelConfigsPass(lowerOptions(options)));
+  }
   if (options.show_kernels) {
     llm::FusePassOptions fuse;
     fuse.elementwise = options.fuse_elementwise;
@@ -281,8 +283,9 @@ struct PipelinePassOptions
       llvm::cl::init(true)};
   Option<bool> formKernels{
       *this, "form-kernels",
-      llvm::cl::desc("end with llmc-form-kernels: the lowering's kernels as "
-                     "llm.kernel attributes"),
+      llvm::cl::desc("end with llmc-form-kernels and "
+                     "llmc-select-kernel-configs: the lowering's kernels and "
+                     "their configurations as attributes"),
       llvm::cl::init(false)};
   Option<bool> showKernels{
       *this, "show-kernels",

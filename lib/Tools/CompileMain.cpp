@@ -172,8 +172,6 @@ int llmc::compileMain(int argc, char **argv) {
   if (!parsedBindings)
     return fail(error);
   pipeline.shape_bindings = std::move(*parsedBindings);
-  // --emit=mlir shows the kernels the lowering forms.
-  pipeline.form_kernels = emit == "mlir";
   if (auto s = llmc::RunPipeline(fn, pipeline, llmc::tools::applyPassManagerFlags);
       !s.ok())
     return fail(std::string(s.message()));

@@ -123,14 +123,19 @@ struct LowerStats {
 /// f8E4M3FN, f8E5M2, i1, i8, i32, i64); InvalidArgument for any other type.
 absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
 
-/// Registers the backend's passes (lib/Compiler/Passes.td), i.e.
+/// Registers the backend's passes (lib/Compiler/Passes.td):
+/// `llmc-select-kernel-configs` (lib/Compiler/KernelConfigs.h) and
 /// `llmc-form-kernels`: the lowering's kernel grouping (residual
 /// add + norm, elementwise chains, multi-output and SwiGLU decode GEMVs)
-/// shown as `llm.kernel = {group, kind}` attributes (lib/Compiler/
-/// KernelPlan.h). LowerToExecutable makes the same decision itself.
+/// decided as `llm.kernel = {group, kind}` attributes (lib/Compiler/
+/// KernelPlan.h), which LowerToExecutable reads and checks; it plans a
+/// function that did not run the pass with the same function.
 void registerCompilerPasses();
 /// llmc-form-kernels with the fusion and hoisting choices of `options`.
 std::unique_ptr<mlir::Pass> createFormKernelsPass(const LowerOptions &options);
+/// llmc-select-kernel-configs with the tuning knobs of `options`
+/// (attention_backend, attention_tile, elementwise_unroll).
+std::unique_ptr<mlir::Pass> createSelectKernelConfigsPass(const LowerOptions &options);
 
 /// Lowers `fn`, which must have static shapes (run llmc-specialize-shapes
 /// first). Errors: InvalidArgument for a dynamic shape, Unimplemented for an

@@ -11,7 +11,9 @@
 //   -> llmc-precision{policy} [-> llmc-pad-layout for fp8] -> canonicalize -> cse
 //                                        (policy != fp32)
 //   -> llmc-hoist-parameter-work         (hoist_parameter_work)
-//   [-> llmc-form-kernels]               (form_kernels: show the lowering's kernels)
+//   -> llmc-form-kernels -> llmc-select-kernel-configs
+//                                        (form_kernels: the kernels the lowering
+//                                        emits and their configurations)
 //   [-> llmc-fuse -> llmc-plan-memory]   (show_kernels: llmc-opt only)
 //
 // then LowerToExecutable with LowerOptions made from the same options.
@@ -73,9 +75,12 @@ struct PipelineOptions {
   bool pad_all = false;
   int64_t pad_multiple = 16;
   int64_t vocab_multiple = 64;
-  /// End with llmc-form-kernels: the kernels LowerToExecutable will emit,
-  /// as llm.kernel attributes (llmc-compile --emit=mlir).
-  bool form_kernels = false;
+  /// End with llmc-form-kernels (which ops share a kernel: llm.kernel
+  /// attributes) and llmc-select-kernel-configs (their configurations, from
+  /// the tuning knobs below: llm.kernel_config), decisions LowerToExecutable
+  /// reads (and checks) instead of making again. Every tool and the C/C++
+  /// API run them; llmc-opt's --llmc-pipeline only with form-kernels=1.
+  bool form_kernels = true;
   /// End the pass pipeline with llmc-fuse and llmc-plan-memory, to show
   /// fusion regions and arena offsets in IR. LowerToExecutable still forms
   /// kernels and plans its arena itself (from the fuse_* flags and

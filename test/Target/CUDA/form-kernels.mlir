@@ -1,13 +1,16 @@
 // The kernels the CUDA lowering emits, shown in IR by llmc-form-kernels
-// (llm.kernel = {group, kind} on every op of a kernel of two or more ops):
-// the decision LowerToExecutable makes (lib/Compiler/KernelPlan.h), pinned
-// here instead of through --print-stats counts.
+// (llm.kernel = {group, kind} on every op of a kernel of two or more ops,
+// and llm.kernels_formed on the function): the one decision of the kernel
+// grouping, which LowerToExecutable reads back (lib/Compiler/KernelPlan.h;
+// test/unit/compiler/KernelPlanTest.cpp checks that it obeys), pinned here
+// instead of through --print-stats counts.
 // RUN: llmc-opt --split-input-file --llmc-hoist-parameter-work --llmc-form-kernels %s | FileCheck %s
 // RUN: llmc-opt --split-input-file --llmc-hoist-parameter-work --llmc-form-kernels="gemv=0" %s | FileCheck %s --check-prefix=NOGEMV
 // RUN: echo 'func.func @d(%%x: tensor<?x8xf32>) -> tensor<?x8xf32> { %%e = llm.exp %%x : tensor<?x8xf32>  func.return %%e : tensor<?x8xf32> }' | not llmc-opt --llmc-form-kernels 2>&1 | FileCheck %s --check-prefix=DYN
 
 // A residual add computed by the norm kernel; an elementwise chain.
 // CHECK-LABEL: func.func @residual_and_chain
+// CHECK-SAME: attributes {llm.kernels_formed, llm.parameter_preparation_planned}
 // CHECK: llm.add %arg0, %arg1 {llm.kernel = {group = 0 : i64, kind = "residual_norm"}}
 // CHECK: llm.rms_norm {{.*}}llm.kernel = {group = 0 : i64, kind = "residual_norm"}
 // CHECK: llm.exp %{{.+}} {llm.kernel = {group = 1 : i64, kind = "elementwise"}}

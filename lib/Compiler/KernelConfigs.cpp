@@ -1,0 +1,265 @@
+//===- KernelConfigs.cpp - kernel configurations chosen in IR -------------===//
+//
+// The rule of llmc-select-kernel-configs, the pass, and the lowering's
+// reader (see KernelConfigs.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelConfigs.h"
+
+#include "KernelPlan.h"
+
+#include "LLM/Transforms/Passes.h"
+#include "llmc/Target/CUDA/Decode.h"
+#include "llmc/runtime/CudnnAttention.h"
+
+#include "absl/strings/str_cat.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/Pass/Pass.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace llmc;
+using namespace llmc::llm;
+namespace cu = llmc::cuda;
+
+namespace llmc {
+#define GEN_PASS_DECL_SELECTKERNELCONFIGSPASS
+#define GEN_PASS_DEF_SELECTKERNELCONFIGSPASS
+#include "Passes.h.inc"
+} // namespace llmc
+
+namespace {
+
+RankedTensorType tensorType(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+std::string describe(Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "'" << op->getName() << "' at ";
+  op->getLoc().print(os);
+  return s;
+}
+
+std::string print(Attribute a) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  a.print(os);
+  return s;
+}
+
+} // namespace
+
+cu::DecodeConfig llmc::flashDecodeConfig(AttentionOp op) {
+  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+  cu::DecodeConfig dc;
+  dc.dtype = kernelScalarType(op.getQuery());
+  dc.head_dim = q.getDimSize(3);
+  dc.group_size = q.getDimSize(2) / std::max<int64_t>(k.getDimSize(2), 1);
+  dc.q_len = q.getDimSize(1);
+  dc.causal = op.getCausal();
+  return dc;
+}
+
+absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
+  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+  absl::StatusOr<rt::DType> dtype = toRuntimeDType(q.getElementType());
+  if (!dtype.ok())
+    return dtype.status();
+  rt::AttentionSpec spec;
+  spec.b = q.getDimSize(0), spec.sq = q.getDimSize(1), spec.hq = q.getDimSize(2);
+  spec.d = q.getDimSize(3), spec.skv = k.getDimSize(1), spec.hkv = k.getDimSize(2);
+  spec.causal = op.getCausal();
+  spec.scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
+                             : static_cast<float>(1.0 / std::sqrt(double(spec.d)));
+  spec.dtype = *dtype;
+  return spec;
+}
+
+KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
+  KernelConfigs configs;
+  configs.elementwise_unroll = options.elementwise_unroll;
+  fn.walk([&](AttentionOp op) {
+    auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+    int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
+            d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
+    AttentionChoice choice;
+    cu::DecodeConfig dc = flashDecodeConfig(op);
+    if (!op.getMask() && sq <= 16 && cu::FlashDecodeSupported(dc) &&
+        (op.getKvLen() || sq == 1)) {
+      choice.kernel = AttentionChoice::kFlashDecode;
+      choice.splits = cu::FlashDecodeNumSplits(dc, b, hkv, skv);
+      configs.attention[op] = choice;
+      return;
+    }
+    choice.tile = options.attention_tile ? *options.attention_tile
+                                         : cu::DefaultAttentionTile(d);
+    if (b > 65535 || hq > 65535)
+      choice.tile.qtile_fastest = false;
+    if (options.attention_backend != AttentionBackend::kLlmc && !op.getMask()) {
+      absl::StatusOr<rt::AttentionSpec> spec = cudnnAttentionSpec(op);
+      choice.cudnn = spec.ok() && rt::CudnnAttentionUnsupportedReason(*spec).empty();
+    }
+    configs.attention[op] = choice;
+  });
+  return configs;
+}
+
+void llmc::annotateKernelConfigs(func::FuncOp fn, const KernelConfigs &configs) {
+  Builder b(fn.getContext());
+  fn->setAttr(kKernelConfigsAttr,
+              b.getDictionaryAttr({b.getNamedAttr(
+                  "elementwise_unroll", b.getI64IntegerAttr(configs.elementwise_unroll))}));
+  fn.walk([&](AttentionOp op) {
+    auto it = configs.attention.find(op);
+    if (it == configs.attention.end())
+      return;
+    const AttentionChoice &c = it->second;
+    SmallVector<NamedAttribute> fields;
+    if (c.kernel == AttentionChoice::kFlashDecode) {
+      fields = {b.getNamedAttr("kernel", b.getStringAttr("flash_decode")),
+                b.getNamedAttr("splits", b.getI64IntegerAttr(c.splits))};
+    } else {
+      fields = {b.getNamedAttr("kernel", b.getStringAttr("flash_attention")),
+                b.getNamedAttr("tile", b.getStringAttr(cu::AttentionTileName(c.tile))),
+                b.getNamedAttr("cudnn", b.getBoolAttr(c.cudnn))};
+    }
+    op->setAttr(kKernelConfigAttr, b.getDictionaryAttr(fields));
+  });
+}
+
+absl::StatusOr<KernelConfigs>
+llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
+  auto fnConfigs = fn->getAttr(kKernelConfigsAttr);
+  if (!fnConfigs)
+    return selectKernelConfigs(fn, options);
+  auto invalid = [](Operation *op, const std::string &attr, Attribute value,
+                    const char *expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: ", describe(op), " has ", attr, " = ", print(value),
+        "; expected ", expected));
+  };
+  KernelConfigs configs;
+  auto dict = dyn_cast<DictionaryAttr>(fnConfigs);
+  auto unroll = dict ? dict.getAs<IntegerAttr>("elementwise_unroll") : nullptr;
+  if (!unroll || dict.size() != 1 || unroll.getInt() < 1 || unroll.getInt() > 4)
+    return invalid(fn, kKernelConfigsAttr.str(), fnConfigs,
+                   "{elementwise_unroll = <1, 2, 3 or 4>}");
+  configs.elementwise_unroll = static_cast<int>(unroll.getInt());
+  absl::Status status;
+  fn.walk([&](AttentionOp op) {
+    if (!status.ok())
+      return;
+    Attribute attr = op->getAttr(kKernelConfigAttr);
+    auto config = dyn_cast_or_null<DictionaryAttr>(attr);
+    auto kernel = config ? config.getAs<StringAttr>("kernel") : nullptr;
+    AttentionChoice choice;
+    if (kernel && kernel.getValue() == "flash_decode") {
+      auto splits = config.getAs<IntegerAttr>("splits");
+      if (splits && config.size() == 2 && splits.getInt() >= 1 && splits.getInt() <= 256) {
+        choice.kernel = AttentionChoice::kFlashDecode;
+        choice.splits = static_cast<int>(splits.getInt());
+        configs.attention[op] = choice;
+        return;
+      }
+    } else if (kernel && kernel.getValue() == "flash_attention") {
+      auto tile = config.getAs<StringAttr>("tile");
+      auto cudnn = config.getAs<BoolAttr>("cudnn");
+      std::string error;
+      if (tile && cudnn && config.size() == 3 &&
+          cu::ParseAttentionTile(tile.getValue().str(), &choice.tile, &error)) {
+        choice.kernel = AttentionChoice::kFlashAttention;
+        choice.cudnn = cudnn.getValue();
+        configs.attention[op] = choice;
+        return;
+      }
+    }
+    if (!attr) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "cuda backend: ", describe(op), " has no ", kKernelConfigAttr.str(),
+          " in a function whose kernel configurations were selected (",
+          kKernelConfigsAttr.str(), "); run llmc-select-kernel-configs again"));
+      return;
+    }
+    status = invalid(op, kKernelConfigAttr.str(), attr,
+                     "{kernel = \"flash_decode\", splits = <1..256>} or {kernel = "
+                     "\"flash_attention\", tile = \"bm<M>_bn<N>_w<warps>_s<stages>[_gh]\", "
+                     "cudnn = <bool>}");
+  });
+  if (!status.ok())
+    return status;
+  return configs;
+}
+
+namespace {
+
+/// llmc-select-kernel-configs: selectKernelConfigs with the pass options,
+/// written into IR.
+struct SelectKernelConfigsPass
+    : llmc::impl::SelectKernelConfigsPassBase<SelectKernelConfigsPass> {
+  using SelectKernelConfigsPassBase::SelectKernelConfigsPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    if (fn.isExternal())
+      return;
+    LowerOptions options;
+    absl::StatusOr<AttentionBackend> backend = ParseAttentionBackend(attentionBackend);
+    if (!backend.ok()) {
+      fn.emitOpError() << "llmc-select-kernel-configs: attention-backend: "
+                       << std::string(backend.status().message());
+      return signalPassFailure();
+    }
+    options.attention_backend = *backend;
+    if (!attentionTile.empty()) {
+      cu::AttentionTile tile;
+      std::string error;
+      if (!cu::ParseAttentionTile(attentionTile, &tile, &error)) {
+        fn.emitOpError() << "llmc-select-kernel-configs: attention-tile: " << error;
+        return signalPassFailure();
+      }
+      options.attention_tile = tile;
+    }
+    if (elementwiseUnroll < 1 || elementwiseUnroll > 4) {
+      fn.emitOpError() << "llmc-select-kernel-configs: elementwise-unroll: "
+                          "expected 1, 2, 3 or 4, found "
+                       << static_cast<int64_t>(elementwiseUnroll);
+      return signalPassFailure();
+    }
+    options.elementwise_unroll = static_cast<int>(elementwiseUnroll);
+    // The rule reads static shapes and kernel element types.
+    WalkResult shapes = fn.walk([&](AttentionOp op) {
+      for (Value v : op->getOperands()) {
+        auto t = dyn_cast<RankedTensorType>(v.getType());
+        if (!t || !t.hasStaticShape() || !toRuntimeDType(t.getElementType()).ok()) {
+          op.emitOpError() << "llmc-select-kernel-configs expects static shapes and "
+                              "element types codegen supports, found "
+                           << v.getType();
+          return WalkResult::interrupt();
+        }
+      }
+      return WalkResult::advance();
+    });
+    if (shapes.wasInterrupted())
+      return signalPassFailure();
+    annotateKernelConfigs(fn, selectKernelConfigs(fn, options));
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> llmc::createSelectKernelConfigsPass(const LowerOptions &options) {
+  SelectKernelConfigsPassOptions o;
+  switch (options.attention_backend) {
+  case AttentionBackend::kAuto: o.attentionBackend = "auto"; break;
+  case AttentionBackend::kLlmc: o.attentionBackend = "llmc"; break;
+  case AttentionBackend::kCudnn: o.attentionBackend = "cudnn"; break;
+  }
+  if (options.attention_tile)
+    o.attentionTile = cu::AttentionTileName(*options.attention_tile);
+  o.elementwiseUnroll = options.elementwise_unroll;
+  return createSelectKernelConfigsPass(o);
+}

@@ -1,0 +1,54 @@
+// The configuration choices of the CUDA lowering, made in IR by
+// llmc-select-kernel-configs (lib/Compiler/KernelConfigs.h) with the tuning
+// knobs as its options; LowerToExecutable reads them
+// (test/unit/compiler/KernelConfigsTest.cpp checks that it obeys).
+// RUN: llmc-opt --split-input-file --llmc-select-kernel-configs %s | FileCheck %s
+// RUN: llmc-opt --split-input-file --llmc-select-kernel-configs="attention-backend=llmc attention-tile=bm128_bn64_w8_s2 elementwise-unroll=4" %s | FileCheck %s --check-prefix=KNOBS
+// RUN: not llmc-opt --llmc-select-kernel-configs="attention-tile=bm64" %s 2>&1 | FileCheck %s --check-prefix=BAD-TILE
+// RUN: not llmc-opt --llmc-select-kernel-configs="elementwise-unroll=5" %s 2>&1 | FileCheck %s --check-prefix=BAD-UNROLL
+// RUN: not llmc-opt --llmc-select-kernel-configs="attention-backend=fast" %s 2>&1 | FileCheck %s --check-prefix=BAD-BACKEND
+
+// One query against a GQA KV cache: split-KV flash-decoding; the knobs do
+// not change it.
+// CHECK-LABEL: func.func @decode
+// CHECK-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64}}
+// CHECK: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = 32 : i64}
+// KNOBS-LABEL: func.func @decode
+// KNOBS-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 4 : i64}}
+// KNOBS: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = {{[0-9]+}} : i64}
+func.func @decode(%q: tensor<1x1x32x128xbf16>, %k: tensor<1x2048x8x128xbf16>, %v: tensor<1x2048x8x128xbf16>) -> tensor<1x1x32x128xbf16> {
+  %o = llm.attention %q, %k, %v : tensor<1x1x32x128xbf16>, tensor<1x2048x8x128xbf16>, tensor<1x2048x8x128xbf16>
+  return %o : tensor<1x1x32x128xbf16>
+}
+
+// -----
+
+// Causal prefill in bf16: FlashAttention-2 with the head dim's tile and
+// cuDNN's SDPA first; backend=llmc keeps llmc's kernel alone.
+// CHECK-LABEL: func.func @prefill
+// CHECK: llm.attention {{.*}}llm.kernel_config = {cudnn = true, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"}
+// KNOBS-LABEL: func.func @prefill
+// KNOBS: llm.attention {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention", tile = "bm128_bn64_w8_s2"}
+func.func @prefill(%q: tensor<2x128x8x128xbf16>, %k: tensor<2x128x8x128xbf16>, %v: tensor<2x128x8x128xbf16>) -> tensor<2x128x8x128xbf16> {
+  %o = llm.attention %q, %k, %v {causal} : tensor<2x128x8x128xbf16>, tensor<2x128x8x128xbf16>, tensor<2x128x8x128xbf16>
+  return %o : tensor<2x128x8x128xbf16>
+}
+
+// -----
+
+// cuDNN does not take f32, nor an additive mask; head dim 256 has its own
+// default tile.
+// CHECK-LABEL: func.func @no_cudnn
+// CHECK: llm.attention {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"}
+// CHECK: llm.attention {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention", tile = "bm64_bn32_w4_s2_gh"}
+func.func @no_cudnn(%q: tensor<1x64x4x64xf32>, %k: tensor<1x64x4x64xf32>, %v: tensor<1x64x4x64xf32>,
+                    %q2: tensor<1x64x4x256xbf16>, %k2: tensor<1x64x4x256xbf16>, %v2: tensor<1x64x4x256xbf16>,
+                    %m: tensor<64x64xbf16>) -> (tensor<1x64x4x64xf32>, tensor<1x64x4x256xbf16>) {
+  %o = llm.attention %q, %k, %v {causal} : tensor<1x64x4x64xf32>, tensor<1x64x4x64xf32>, tensor<1x64x4x64xf32>
+  %o2 = llm.attention %q2, %k2, %v2 mask(%m : tensor<64x64xbf16>) : tensor<1x64x4x256xbf16>, tensor<1x64x4x256xbf16>, tensor<1x64x4x256xbf16>
+  return %o, %o2 : tensor<1x64x4x64xf32>, tensor<1x64x4x256xbf16>
+}
+
+// BAD-TILE: error: 'func.func' op llmc-select-kernel-configs: attention-tile: attention tile 'bm64': expected bm<M>_bn<N>_w<warps>_s<stages>[_gh]
+// BAD-UNROLL: error: 'func.func' op llmc-select-kernel-configs: elementwise-unroll: expected 1, 2, 3 or 4, found 5
+// BAD-BACKEND: error: 'func.func' op llmc-select-kernel-configs: attention-backend: unknown attention backend 'fast' (expected auto, llmc or cudnn)

@@ -1,0 +1,173 @@
+//===- KernelConfigsTest.cpp - the lowering obeys llm.kernel_config -------===//
+//
+// llmc-select-kernel-configs chooses every kernel configuration in IR; a
+// function marked `llm.kernel_configs` is lowered from those attributes
+// (llmc::decidedKernelConfigs), not chosen again. These tests show that the
+// pass's choice gives the executable the lowering's own choice gave, that
+// another choice written in IR gives other launches, and that a choice the
+// kernels cannot run is an error naming the op.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../MlirContext.h"
+
+#include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/runtime/ExecutableDump.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace {
+
+namespace rt = llmc::rt;
+using llmc::test::SharedContext;
+
+absl::StatusOr<rt::Executable> Lower(const std::string &src, bool select = false) {
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(src, mlir::ParserConfig(&SharedContext()));
+  if (!module)
+    return absl::InvalidArgumentError("test source did not parse:\n" + src);
+  auto fn = *module->getOps<mlir::func::FuncOp>().begin();
+  if (select) {
+    mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
+    pm.addPass(llmc::createSelectKernelConfigsPass({}));
+    if (mlir::failed(pm.run(fn)))
+      return absl::InternalError("llmc-select-kernel-configs failed");
+    if (!fn->hasAttr("llm.kernel_configs"))
+      return absl::InternalError("llmc-select-kernel-configs did not mark the function");
+  }
+  return llmc::LowerToExecutable(fn, {});
+}
+
+/// `body` as a function of q, k, v (and a mask), with `fnAttr` as its
+/// attributes and `config` as the attention's llm.kernel_config.
+std::string Attention(const std::string &q, const std::string &kv, const std::string &config,
+                      const std::string &fnAttr = "{llm.kernel_configs = {elementwise_unroll = 1 : i64}}",
+                      const std::string &extra = "") {
+  std::string attrs = config.empty() ? extra : "{llm.kernel_config = " + config +
+                                                   (extra.empty() ? "" : ", " + extra.substr(1, extra.size() - 2)) + "}";
+  return "func.func @f(%q: " + q + ", %k: " + kv + ", %v: " + kv + ") -> " + q +
+         (fnAttr.empty() ? "" : " attributes " + fnAttr) + " {\n  %o = llm.attention %q, %k, %v " +
+         attrs + " : " + q + ", " + kv + ", " + kv + "\n  return %o : " + q + "\n}\n";
+}
+
+const std::string kDecodeQ = "tensor<1x1x32x128xbf16>", kDecodeKV = "tensor<1x512x8x128xbf16>";
+const std::string kPrefill = "tensor<2x64x8x128xbf16>";
+
+TEST(KernelConfigs, TheSelectedConfigurationGivesTheExecutableTheLoweringChose) {
+  for (const std::string &src : {Attention(kDecodeQ, kDecodeKV, "", ""),
+                                 Attention(kPrefill, kPrefill, "", "", "{causal}")}) {
+    auto chosen = Lower(src);
+    ASSERT_TRUE(chosen.ok()) << chosen.status();
+    auto selected = Lower(src, /*select=*/true);
+    ASSERT_TRUE(selected.ok()) << selected.status();
+    EXPECT_EQ(rt::DescribeExecutable(*selected), rt::DescribeExecutable(*chosen)) << src;
+  }
+}
+
+TEST(KernelConfigs, TheLoweringFollowsTheAttentionConfig) {
+  // One query: flash-decoding (split + combine) by the rule ...
+  auto decode = Lower(Attention(kDecodeQ, kDecodeKV, "", ""));
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  ASSERT_EQ(decode->launches.size(), 2u);
+  // ... in the number of splits written in IR ...
+  auto three = Lower(Attention(kDecodeQ, kDecodeKV, R"({kernel = "flash_decode", splits = 3 : i64})"));
+  ASSERT_TRUE(three.ok()) << three.status();
+  ASSERT_EQ(three->launches.size(), 2u);
+  EXPECT_EQ(three->launches[0].grid[0], 3u);
+  // ... or the FlashAttention-2 kernel alone when IR says so.
+  auto flash = Lower(Attention(kDecodeQ, kDecodeKV,
+                               R"({cudnn = false, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"})"));
+  ASSERT_TRUE(flash.ok()) << flash.status();
+  EXPECT_EQ(flash->launches.size(), 1u);
+  EXPECT_TRUE(flash->attentions.empty());
+
+  // Prefill: cuDNN's SDPA rides along by the rule, not when IR says no.
+  auto withCudnn = Lower(Attention(kPrefill, kPrefill, "", "", "{causal}"));
+  ASSERT_TRUE(withCudnn.ok()) << withCudnn.status();
+  EXPECT_EQ(withCudnn->attentions.size(), 1u);
+  auto without = Lower(Attention(kPrefill, kPrefill,
+                                 R"({cudnn = false, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"})",
+                                 "{llm.kernel_configs = {elementwise_unroll = 1 : i64}}", "{causal}"));
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_TRUE(without->attentions.empty());
+  ASSERT_EQ(without->launches.size(), 1u);
+  EXPECT_EQ(without->launches[0].attention, -1);
+}
+
+TEST(KernelConfigs, TheLoweringFollowsTheElementwiseUnroll) {
+  const char *src = R"(
+func.func @f(%x: tensor<64x256xbf16>) -> tensor<64x256xbf16> attributes {llm.kernel_configs = {elementwise_unroll = UNROLL : i64}} {
+  %e = llm.exp %x : tensor<64x256xbf16>
+  return %e : tensor<64x256xbf16>
+})";
+  auto withUnroll = [&](const std::string &u) {
+    std::string s = src;
+    s.replace(s.find("UNROLL"), 6, u);
+    return Lower(s);
+  };
+  auto one = withUnroll("1"), four = withUnroll("4");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(four.ok()) << four.status();
+  ASSERT_EQ(one->kernels.size(), 1u);
+  ASSERT_EQ(four->kernels.size(), 1u);
+  EXPECT_NE(one->kernels[0].source, four->kernels[0].source);
+  std::string unconfigured = src;
+  unconfigured.replace(unconfigured.find(" attributes"), unconfigured.find(" {\n  %e") - unconfigured.find(" attributes"), "");
+  auto plain = Lower(unconfigured);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(rt::DescribeExecutable(*plain), rt::DescribeExecutable(*one));
+}
+
+std::string LowerError(const std::string &src) {
+  auto exe = Lower(src);
+  if (exe.ok())
+    return "lowered without error";
+  std::string msg(exe.status().message());
+  EXPECT_EQ(msg.find("internal error"), std::string::npos) << msg;
+  return msg;
+}
+
+#define EXPECT_CONTAINS(haystack, needle)                                      \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+TEST(KernelConfigs, ConfigurationsTheKernelsCannotRunAreErrors) {
+  // Flash-decoding takes at most 16 queries.
+  std::string msg = LowerError(Attention(kPrefill, kPrefill, R"({kernel = "flash_decode", splits = 4 : i64})"));
+  EXPECT_CONTAINS(msg, "'llm.attention' at ");
+  EXPECT_CONTAINS(msg, "its llm.kernel_config chooses flash_decode, whose kernel takes no mask, at most 16 queries");
+
+  // cuDNN's SDPA takes bf16 and f16 only.
+  const std::string f32 = "tensor<1x64x4x64xf32>";
+  msg = LowerError(Attention(f32, f32, R"({cudnn = true, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"})"));
+  EXPECT_CONTAINS(msg, "its llm.kernel_config asks for cuDNN's fused attention, which does not take it: dtype f32");
+
+  // A tile the tensor-core kernel has not: block_m 32.
+  msg = LowerError(Attention(kPrefill, kPrefill, R"({cudnn = false, kernel = "flash_attention", tile = "bm32_bn64_w4_s2"})"));
+  EXPECT_CONTAINS(msg, "the tile of its llm.kernel_config (from --attention-tile or LLMC_ATTN_CONFIG): attention tile bm32_bn64_w4_s2 with head dim 128: block_m must be 64 or 128");
+}
+
+TEST(KernelConfigs, MalformedOrMissingConfigurationsAreErrors) {
+  std::string msg = LowerError(Attention(kDecodeQ, kDecodeKV, R"({kernel = "flash_decode", splits = 0 : i64})"));
+  EXPECT_CONTAINS(msg, "'llm.attention' at ");
+  EXPECT_CONTAINS(msg, "has llm.kernel_config = {kernel = \"flash_decode\", splits = 0 : i64}; expected {kernel = \"flash_decode\", splits = <1..256>} or");
+
+  msg = LowerError(Attention(kPrefill, kPrefill, R"({cudnn = false, kernel = "flash_attention", tile = "big"})"));
+  EXPECT_CONTAINS(msg, "; expected {kernel = \"flash_decode\"");
+
+  msg = LowerError(Attention(kPrefill, kPrefill, ""));
+  EXPECT_CONTAINS(msg, "has no llm.kernel_config in a function whose kernel configurations were selected");
+
+  msg = LowerError(Attention(kPrefill, kPrefill, "", "{llm.kernel_configs = {elementwise_unroll = 7 : i64}}"));
+  EXPECT_CONTAINS(msg, "'func.func' at ");
+  EXPECT_CONTAINS(msg, "has llm.kernel_configs = {elementwise_unroll = 7 : i64}; expected {elementwise_unroll = <1, 2, 3 or 4>}");
+}
+
+} // namespace

@@ -1,0 +1,275 @@
+//===- KernelPlanTest.cpp - the lowering obeys llmc-form-kernels (no GPU) -===//
+//
+// llmc-form-kernels is the one decision of which ops share a kernel: a
+// function it marked `llm.kernels_formed` is lowered from its `llm.kernel`
+// attributes (llmc::decidedKernelPlan), not planned again. These tests show
+// that the lowering follows the attributes (the pass's own decision gives
+// the executable that planning in the lowering gave; another decision
+// written in IR gives other launches), and that an annotation no emitter
+// can compute exactly is an error naming the op, never a wrong kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../MlirContext.h"
+
+#include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/runtime/ExecutableDump.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace {
+
+namespace rt = llmc::rt;
+using llmc::test::SharedContext;
+
+struct Parsed {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  mlir::func::FuncOp fn;
+};
+
+Parsed Parse(const std::string &src) {
+  Parsed p;
+  p.module = mlir::parseSourceString<mlir::ModuleOp>(src, mlir::ParserConfig(&SharedContext()));
+  if (p.module)
+    p.fn = *p.module->getOps<mlir::func::FuncOp>().begin();
+  return p;
+}
+
+absl::StatusOr<rt::Executable> Lower(const std::string &src) {
+  Parsed p = Parse(src);
+  if (!p.fn)
+    return absl::InvalidArgumentError("test source did not parse:\n" + src);
+  return llmc::LowerToExecutable(p.fn, {});
+}
+
+int KernelLaunches(const rt::Executable &exe) {
+  int n = 0;
+  for (const rt::Launch &l : exe.launches)
+    n += l.kind == rt::Launch::Kernel;
+  return n;
+}
+
+// A residual add + RMSNorm, an elementwise chain, decode q/k/v GEMVs and a
+// SwiGLU GEMV: every kind of multi-op kernel.
+const char *kAllKinds = R"(
+func.func @all_kinds(%h: tensor<1x256xbf16>, %r: tensor<1x256xbf16>, %g: tensor<256xbf16>,
+                     %wq: tensor<256x256xbf16>, %wk: tensor<128x256xbf16>, %wv: tensor<128x256xbf16>,
+                     %wg: tensor<512x256xbf16>, %wu: tensor<512x256xbf16>)
+    -> (tensor<1x256xbf16>, tensor<1x256xbf16>, tensor<1x128xbf16>, tensor<1x128xbf16>, tensor<1x512xbf16>) {
+  %s = llm.add %h, %r : tensor<1x256xbf16>
+  %x = llm.rms_norm %s, %g {eps = 1.0e-05 : f64} : tensor<1x256xbf16>, tensor<256xbf16>
+  %q = llm.matmul %x, %wq {transpose_rhs} : tensor<1x256xbf16>, tensor<256x256xbf16> -> tensor<1x256xbf16>
+  %k = llm.matmul %x, %wk {transpose_rhs} : tensor<1x256xbf16>, tensor<128x256xbf16> -> tensor<1x128xbf16>
+  %v = llm.matmul %x, %wv {transpose_rhs} : tensor<1x256xbf16>, tensor<128x256xbf16> -> tensor<1x128xbf16>
+  %e = llm.exp %q : tensor<1x256xbf16>
+  %n = llm.neg %e : tensor<1x256xbf16>
+  %y = llm.mul %n, %s : tensor<1x256xbf16>
+  %gt = llm.matmul %x, %wg {transpose_rhs} : tensor<1x256xbf16>, tensor<512x256xbf16> -> tensor<1x512xbf16>
+  %up = llm.matmul %x, %wu {transpose_rhs} : tensor<1x256xbf16>, tensor<512x256xbf16> -> tensor<1x512xbf16>
+  %a = llm.silu %gt : tensor<1x512xbf16>
+  %m = llm.mul %a, %up : tensor<1x512xbf16>
+  return %s, %y, %k, %v, %m : tensor<1x256xbf16>, tensor<1x256xbf16>, tensor<1x128xbf16>, tensor<1x128xbf16>, tensor<1x512xbf16>
+}
+)";
+
+TEST(KernelPlan, TheFormedDecisionGivesTheExecutableThatPlanningGave) {
+  auto planned = Lower(kAllKinds);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+
+  Parsed formed = Parse(kAllKinds);
+  ASSERT_TRUE(formed.fn);
+  mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
+  pm.addPass(llmc::createFormKernelsPass({}));
+  ASSERT_TRUE(mlir::succeeded(pm.run(formed.fn)));
+  ASSERT_TRUE(formed.fn->hasAttr("llm.kernels_formed"));
+  int annotated = 0;
+  formed.fn.walk([&](mlir::Operation *op) { annotated += op->hasAttr("llm.kernel"); });
+  // add+norm, q/k/v, exp/neg/mul, gate/up/silu/mul.
+  EXPECT_EQ(annotated, 2 + 3 + 3 + 4);
+  auto fromIr = llmc::LowerToExecutable(formed.fn, {});
+  ASSERT_TRUE(fromIr.ok()) << fromIr.status();
+  EXPECT_EQ(rt::DescribeExecutable(*fromIr), rt::DescribeExecutable(*planned));
+  // One launch per kernel: norm, multi-GEMV, elementwise chain, SwiGLU GEMV.
+  EXPECT_EQ(KernelLaunches(*fromIr), 4);
+}
+
+// The lowering reads the decision: marked formed with no llm.kernel at all,
+// every op is a kernel of its own (12 launches instead of 4: each matmul a
+// decode GEMV); a group of only q and k makes 11.
+TEST(KernelPlan, TheLoweringFollowsTheAttributesNotItsOwnPlan) {
+  std::string unfused = kAllKinds;
+  size_t body = unfused.find(") {\n  %s");
+  ASSERT_NE(body, std::string::npos);
+  unfused.replace(body, 3, ") attributes {llm.kernels_formed} {");
+  auto alone = Lower(unfused);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(KernelLaunches(*alone), 12);
+
+  std::string qk = unfused;
+  const std::string kq = "%q = llm.matmul %x, %wq {transpose_rhs}";
+  const std::string kk = "%k = llm.matmul %x, %wk {transpose_rhs}";
+  qk.replace(qk.find(kq), kq.size(),
+             "%q = llm.matmul %x, %wq {transpose_rhs, llm.kernel = {group = 7 : i64, kind = \"multi_gemv\"}}");
+  qk.replace(qk.find(kk), kk.size(),
+             "%k = llm.matmul %x, %wk {transpose_rhs, llm.kernel = {group = 7 : i64, kind = \"multi_gemv\"}}");
+  auto grouped = Lower(qk);
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  EXPECT_EQ(KernelLaunches(*grouped), 11);
+}
+
+std::string LowerError(const std::string &src) {
+  auto exe = Lower(src);
+  if (exe.ok())
+    return "lowered without error";
+  EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument) << exe.status();
+  std::string msg(exe.status().message());
+  EXPECT_EQ(msg.find("internal error"), std::string::npos) << msg;
+  return msg;
+}
+
+#define EXPECT_CONTAINS(haystack, needle)                                      \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+TEST(KernelPlan, AnIntermediateUsedOutsideTheKernelIsAnError) {
+  // %e escapes: the kernel writes only %n.
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
+  %n = llm.neg %e {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
+  return %e, %n : tensor<4x8xf32>, tensor<4x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.exp' at ");
+  EXPECT_CONTAINS(msg, "is in llm.kernel group 0 (kind \"elementwise\")");
+  EXPECT_CONTAINS(msg, "outside the kernel, which writes only its last member's result");
+}
+
+TEST(KernelPlan, AnElementwiseKernelOfANonElementwiseOpIsAnError) {
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
+  %s = llm.softmax %x {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
+  %n = llm.neg %s {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
+  return %n : tensor<4x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.softmax' at ");
+  EXPECT_CONTAINS(msg, "only elementwise ops form an elementwise kernel");
+}
+
+TEST(KernelPlan, AKernelBeyondTheFusionBoundsIsAnError) {
+  std::string src = "func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {\n";
+  std::string prev = "%x";
+  for (int i = 0; i < 65; ++i) {
+    src += "  %v" + std::to_string(i) + " = llm.neg " + prev +
+           " {llm.kernel = {group = 3 : i64, kind = \"elementwise\"}} : tensor<4x8xf32>\n";
+    prev = "%v" + std::to_string(i);
+  }
+  src += "  return " + prev + " : tensor<4x8xf32>\n}\n";
+  std::string msg = LowerError(src);
+  EXPECT_CONTAINS(msg, "the kernel has 65 ops of cost 65 reading 1 inputs, more than one kernel's bounds (64 ops");
+}
+
+TEST(KernelPlan, AResidualNormWhoseNormDoesNotReadTheSumIsAnError) {
+  std::string msg = LowerError(R"(
+func.func @f(%h: tensor<4x64xf32>, %r: tensor<4x64xf32>, %g: tensor<64xf32>) -> (tensor<4x64xf32>, tensor<4x64xf32>) attributes {llm.kernels_formed} {
+  %s = llm.add %h, %r {llm.kernel = {group = 0 : i64, kind = "residual_norm"}} : tensor<4x64xf32>
+  %n = llm.rms_norm %h, %g {eps = 1.0e-05 : f64, llm.kernel = {group = 0 : i64, kind = "residual_norm"}} : tensor<4x64xf32>, tensor<64xf32>
+  return %s, %n : tensor<4x64xf32>, tensor<4x64xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.rms_norm' at ");
+  EXPECT_CONTAINS(msg, "its input is not the sum of the group's llm.add");
+}
+
+TEST(KernelPlan, AResidualSumUsedBeforeTheNormIsAnError) {
+  std::string msg = LowerError(R"(
+func.func @f(%h: tensor<4x64xf32>, %r: tensor<4x64xf32>, %g: tensor<64xf32>) -> (tensor<4x64xf32>, tensor<4x64xf32>) attributes {llm.kernels_formed} {
+  %s = llm.add %h, %r {llm.kernel = {group = 0 : i64, kind = "residual_norm"}} : tensor<4x64xf32>
+  %e = llm.exp %s : tensor<4x64xf32>
+  %n = llm.rms_norm %s, %g {eps = 1.0e-05 : f64, llm.kernel = {group = 0 : i64, kind = "residual_norm"}} : tensor<4x64xf32>, tensor<64xf32>
+  return %e, %n : tensor<4x64xf32>, tensor<4x64xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.add' at ");
+  EXPECT_CONTAINS(msg, "its sum is used by 'llm.exp' at ");
+  EXPECT_CONTAINS(msg, "before the norm computes it");
+}
+
+TEST(KernelPlan, GemvsOfDifferentInputsAreAnError) {
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<1x256xbf16>, %z: tensor<1x256xbf16>, %wq: tensor<256x256xbf16>, %wk: tensor<128x256xbf16>) -> (tensor<1x256xbf16>, tensor<1x128xbf16>) attributes {llm.kernels_formed} {
+  %q = llm.matmul %x, %wq {transpose_rhs, llm.kernel = {group = 0 : i64, kind = "multi_gemv"}} : tensor<1x256xbf16>, tensor<256x256xbf16> -> tensor<1x256xbf16>
+  %k = llm.matmul %z, %wk {transpose_rhs, llm.kernel = {group = 0 : i64, kind = "multi_gemv"}} : tensor<1x256xbf16>, tensor<128x256xbf16> -> tensor<1x128xbf16>
+  return %q, %k : tensor<1x256xbf16>, tensor<1x128xbf16>
+})");
+  EXPECT_CONTAINS(msg, "the GEMVs of one kernel read the same input");
+}
+
+TEST(KernelPlan, AGemvResultUsedBeforeTheKernelRunsIsAnError) {
+  // %q is read by %e before the kernel runs at %k.
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<1x256xbf16>, %wq: tensor<256x256xbf16>, %wk: tensor<128x256xbf16>) -> (tensor<1x256xbf16>, tensor<1x128xbf16>) attributes {llm.kernels_formed} {
+  %q = llm.matmul %x, %wq {transpose_rhs, llm.kernel = {group = 0 : i64, kind = "multi_gemv"}} : tensor<1x256xbf16>, tensor<256x256xbf16> -> tensor<1x256xbf16>
+  %e = llm.exp %q : tensor<1x256xbf16>
+  %k = llm.matmul %x, %wk {transpose_rhs, llm.kernel = {group = 0 : i64, kind = "multi_gemv"}} : tensor<1x256xbf16>, tensor<128x256xbf16> -> tensor<1x128xbf16>
+  return %e, %k : tensor<1x256xbf16>, tensor<1x128xbf16>
+})");
+  EXPECT_CONTAINS(msg, "its result is used by 'llm.exp' at ");
+  EXPECT_CONTAINS(msg, "before the kernel runs at its last member 'llm.matmul'");
+}
+
+TEST(KernelPlan, ASwiGluGemvWithoutItsMultiplyIsAnError) {
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<1x256xbf16>, %wg: tensor<512x256xbf16>, %wu: tensor<512x256xbf16>) -> tensor<1x512xbf16> attributes {llm.kernels_formed} {
+  %g = llm.matmul %x, %wg {transpose_rhs, llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x256xbf16>, tensor<512x256xbf16> -> tensor<1x512xbf16>
+  %u = llm.matmul %x, %wu {transpose_rhs, llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x256xbf16>, tensor<512x256xbf16> -> tensor<1x512xbf16>
+  %a = llm.silu %g {llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x512xbf16>
+  %m = llm.mul %a, %u : tensor<1x512xbf16>
+  return %m : tensor<1x512xbf16>
+})");
+  EXPECT_CONTAINS(msg, "a swiglu_gemv kernel is two decode GEMVs");
+}
+
+TEST(KernelPlan, MixingParameterPreparationAndPerCallWorkIsAnError) {
+  // The cast of the parameter runs once per parameter set; the multiply by
+  // the activation on every call: one kernel cannot do both.
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<64xbf16>, %w: tensor<64xf32> {llm.param}) -> tensor<64xbf16> attributes {llm.kernels_formed} {
+  %c = llm.cast %w {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<64xf32> to tensor<64xbf16>
+  %y = llm.mul %x, %c {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<64xbf16>
+  return %y : tensor<64xbf16>
+})");
+  EXPECT_CONTAINS(msg, "mixes parameter-preparation work");
+}
+
+TEST(KernelPlan, MalformedAndUnknownAnnotationsAreErrors) {
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64}} : tensor<4x8xf32>
+  return %e : tensor<4x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.exp' at ");
+  EXPECT_CONTAINS(msg, "expected {group = <integer>, kind = <string>}");
+
+  msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "epilogue"}} : tensor<4x8xf32>
+  return %e : tensor<4x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "that kind is none of residual_norm, elementwise, multi_gemv and swiglu_gemv");
+
+  msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
+  %n = llm.neg %e {llm.kernel = {group = 0 : i64, kind = "residual_norm"}} : tensor<4x8xf32>
+  return %n : tensor<4x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.neg' at ");
+  EXPECT_CONTAINS(msg, "it is annotated kind \"residual_norm\"");
+}
+
+} // namespace
