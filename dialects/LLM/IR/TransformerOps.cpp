@@ -1,0 +1,245 @@
+//===- TransformerOps.cpp - llm transformer ops ---------------------------===//
+//
+// Verifiers of llm.rope, llm.matmul (and its result shape,
+// matmulResultShape), llm.attention and llm.kv_cache_append.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LLM/IR/LLMOps.h"
+#include "LLMOpsHelpers.h"
+
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/SmallVector.h"
+
+using namespace mlir;
+using namespace llmc::llm;
+using namespace llmc::llm::detail;
+
+//===----------------------------------------------------------------------===//
+// RoPEOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RoPEOp::verify() {
+  auto in = getInput().getType();
+  if (in.getRank() != 4)
+    return emitOpError() << "input must be [B, S, H, D] (rank 4), found "
+                         << shapeStr(in.getShape());
+  int64_t d = in.getDimSize(3);
+  if (!ShapedType::isDynamic(d) && d % 2 != 0)
+    return emitOpError() << "head dimension must be even, found " << d;
+  if (!(getTheta().convertToDouble() > 0.0))
+    return emitOpError() << "theta must be > 0, found "
+                         << getTheta().convertToDouble();
+  if (Value offset = getOffset()) {
+    auto t = cast<RankedTensorType>(offset.getType());
+    bool perBatch =
+        t.getRank() == 1 && dimsCompatible(t.getDimSize(0), in.getDimSize(0));
+    if (t.getRank() != 0 && !perBatch)
+      return emitOpError() << "offset must be a scalar or have shape ["
+                           << in.getDimSize(0) << "] (one per batch), found "
+                           << shapeStr(t.getShape());
+  }
+  Value cos = getCos(), sin = getSin();
+  if (!cos && !sin)
+    return success();
+  // Table form.
+  if (!cos || !sin)
+    return emitOpError() << "cos and sin tables must be given together, found "
+                         << (cos ? "cos" : "sin") << " only";
+  if (getOffset())
+    return emitOpError() << "offset cannot be combined with cos/sin tables "
+                            "(the tables already hold the positions)";
+  if (getTheta().convertToDouble() != 10000.0)
+    return emitOpError() << "theta is not used with cos/sin tables: expected "
+                            "the default (10000), found "
+                         << getTheta().convertToDouble();
+  if (cos.getType() != sin.getType())
+    return emitOpError() << "sin must have the same type as cos, found "
+                         << sin.getType() << " and " << cos.getType();
+  auto t = cast<RankedTensorType>(cos.getType());
+  if (t.getRank() != 2 && t.getRank() != 3)
+    return emitOpError() << "cos must be [S, D] or [Bt, S, D] (rank 2 or 3), "
+                            "found "
+                         << shapeStr(t.getShape());
+  int64_t lead = t.getRank() - 2;
+  if (!dimsCompatible(t.getDimSize(lead), in.getDimSize(1)))
+    return emitOpError() << "cos must have the input's sequence length "
+                         << in.getDimSize(1) << " in dimension " << lead
+                         << ", found " << shapeStr(t.getShape());
+  if (!dimsCompatible(t.getDimSize(lead + 1), d))
+    return emitOpError() << "cos must hold the full head dimension " << d
+                         << " per position (as HF passes it), found "
+                         << shapeStr(t.getShape());
+  if (lead == 1 && t.getDimSize(0) != 1 &&
+      !dimsCompatible(t.getDimSize(0), in.getDimSize(0)))
+    return emitOpError() << "cos batch dimension must be 1 or the input's "
+                         << in.getDimSize(0) << ", found "
+                         << shapeStr(t.getShape());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MatmulOp
+//===----------------------------------------------------------------------===//
+
+static bool isFp8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
+
+std::optional<SmallVector<int64_t>>
+llmc::llm::matmulResultShape(RankedTensorType lhs, RankedTensorType rhs,
+                             bool transposeLhs, bool transposeRhs) {
+  int64_t lr = lhs.getRank(), rr = rhs.getRank();
+  if (lr < 2 || rr < 2)
+    return std::nullopt;
+  // Batch dimensions broadcast NumPy-style.
+  ArrayRef<int64_t> lb = lhs.getShape().drop_back(2);
+  ArrayRef<int64_t> rb = rhs.getShape().drop_back(2);
+  size_t nb = std::max(lb.size(), rb.size());
+  SmallVector<int64_t> shape;
+  for (size_t i = 0; i < nb; ++i) {
+    int64_t a = i + lb.size() >= nb ? lb[i + lb.size() - nb] : 1;
+    int64_t b = i + rb.size() >= nb ? rb[i + rb.size() - nb] : 1;
+    if (a != 1 && b != 1 && !dimsCompatible(a, b))
+      return std::nullopt;
+    shape.push_back(a == 1 ? b : a);
+  }
+  shape.push_back(lhs.getDimSize(lr - (transposeLhs ? 1 : 2)));
+  shape.push_back(rhs.getDimSize(rr - (transposeRhs ? 2 : 1)));
+  return shape;
+}
+
+LogicalResult MatmulOp::verify() {
+  auto lhs = getLhs().getType();
+  auto rhs = getRhs().getType();
+  auto res = getResult().getType();
+  if (lhs.getRank() < 2 || rhs.getRank() < 2)
+    return emitOpError() << "operands must have rank >= 2, found lhs "
+                         << shapeStr(lhs.getShape()) << " and rhs "
+                         << shapeStr(rhs.getShape());
+  Type le = lhs.getElementType(), re = rhs.getElementType();
+  if (le != re && !(isFp8(le) && isFp8(re)))
+    return emitOpError() << "lhs element type " << typeStr(le)
+                         << " differs from rhs element type " << typeStr(re);
+  Type oe = res.getElementType();
+  if (isa<FloatType>(le) && !isa<FloatType>(oe))
+    return emitOpError() << "float operands need a float result, found "
+                         << typeStr(oe);
+  if (isFp8(le) && isFp8(oe))
+    return emitOpError() << "fp8 operands need an f32, f16 or bf16 result, "
+                            "found "
+                         << typeStr(oe);
+  int64_t lr = lhs.getRank(), rr = rhs.getRank();
+  int64_t kl = lhs.getDimSize(lr - (getTransposeLhs() ? 2 : 1));
+  int64_t kr = rhs.getDimSize(rr - (getTransposeRhs() ? 1 : 2));
+  int64_t n = rhs.getDimSize(rr - (getTransposeRhs() ? 2 : 1));
+  if (!dimsCompatible(kl, kr))
+    return emitOpError() << "contraction sizes differ: lhs K = " << kl
+                         << ", rhs K = " << kr;
+  if (std::optional<std::string> error =
+          checkContractionSize(ShapedType::isDynamic(kl) ? kr : kl))
+    return emitOpError() << *error;
+  std::optional<SmallVector<int64_t>> expectedOr =
+      matmulResultShape(lhs, rhs, getTransposeLhs(), getTransposeRhs());
+  if (!expectedOr)
+    return emitOpError() << "batch dimensions "
+                         << shapeStr(lhs.getShape().drop_back(2)) << " and "
+                         << shapeStr(rhs.getShape().drop_back(2))
+                         << " do not broadcast";
+  SmallVector<int64_t> expected = std::move(*expectedOr);
+  if (failed(verifyCompatibleShape(expected, res.getShape())))
+    return emitOpError() << "result shape " << shapeStr(res.getShape())
+                         << " differs from the expected "
+                         << shapeStr(expected);
+  if (Value bias = getBias()) {
+    auto bt = cast<RankedTensorType>(bias.getType());
+    if (bt.getRank() != 1 || !dimsCompatible(bt.getDimSize(0), n))
+      return emitOpError() << "bias must have shape [" << n
+                           << "] (N), found " << shapeStr(bt.getShape());
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp / KVCacheAppendOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  auto q = getQuery().getType();
+  auto k = getKey().getType();
+  auto v = getValue().getType();
+  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"query", q},
+                         {"key", k},
+                         {"value", v}})
+    if (t.getRank() != 4)
+      return emitOpError() << name << " must be [B, S, H, D] (rank 4), found "
+                           << shapeStr(t.getShape());
+  if (q.getElementType() != k.getElementType() ||
+      q.getElementType() != v.getElementType())
+    return emitOpError() << "query, key and value must share an element type, "
+                            "found "
+                         << typeStr(q.getElementType()) << ", "
+                         << typeStr(k.getElementType()) << " and "
+                         << typeStr(v.getElementType());
+  if (failed(verifyCompatibleShape(k.getShape(), v.getShape())))
+    return emitOpError() << "key " << shapeStr(k.getShape())
+                         << " and value " << shapeStr(v.getShape())
+                         << " must have the same shape";
+  if (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)))
+    return emitOpError() << "batch sizes differ: query " << q.getDimSize(0)
+                         << ", key " << k.getDimSize(0);
+  if (!dimsCompatible(q.getDimSize(3), k.getDimSize(3)))
+    return emitOpError() << "head dimensions differ: query " << q.getDimSize(3)
+                         << ", key " << k.getDimSize(3);
+  if (std::optional<std::string> error = checkAttentionHeadDim(
+          q.isDynamicDim(3) ? k.getDimSize(3) : q.getDimSize(3)))
+    return emitOpError() << *error;
+  int64_t hq = q.getDimSize(2), hkv = k.getDimSize(2);
+  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
+      (hkv == 0 || hq % hkv != 0))
+    return emitOpError() << "query heads (" << hq
+                         << ") must be a multiple of key/value heads (" << hkv
+                         << ") for grouped-query attention";
+  if (auto scale = getScale(); scale && !(scale->convertToDouble() > 0.0))
+    return emitOpError() << "scale must be > 0, found "
+                         << scale->convertToDouble();
+  if (Value mask = getMask()) {
+    SmallVector<int64_t> scores = {q.getDimSize(0), hq, q.getDimSize(1),
+                                   k.getDimSize(1)};
+    if (failed(verifyBroadcastable(
+            *this, "mask", cast<RankedTensorType>(mask.getType()).getShape(),
+            scores)))
+      return failure();
+  }
+  if (Value kvLen = getKvLen(); kvLen && !isScalarInt(kvLen.getType()))
+    return emitOpError() << "kv_len must be a scalar (rank 0), found "
+                         << typeStr(kvLen.getType());
+  return success();
+}
+
+LogicalResult KVCacheAppendOp::verify() {
+  auto cache = getCache().getType();
+  auto update = getUpdate().getType();
+  if (cache.getRank() != 4 || update.getRank() != 4)
+    return emitOpError() << "cache and update must be [B, S, H, D], found "
+                         << shapeStr(cache.getShape()) << " and "
+                         << shapeStr(update.getShape());
+  if (cache.getElementType() != update.getElementType())
+    return emitOpError() << "update element type "
+                         << typeStr(update.getElementType())
+                         << " differs from the cache's "
+                         << typeStr(cache.getElementType());
+  for (int i : {0, 2, 3})
+    if (!dimsCompatible(cache.getDimSize(i), update.getDimSize(i)))
+      return emitOpError() << "update " << shapeStr(update.getShape())
+                           << " does not match cache "
+                           << shapeStr(cache.getShape()) << " in dimension "
+                           << i;
+  int64_t smax = cache.getDimSize(1), snew = update.getDimSize(1);
+  if (!ShapedType::isDynamic(smax) && !ShapedType::isDynamic(snew) &&
+      snew > smax)
+    return emitOpError() << "update has " << snew
+                         << " rows, more than the cache's " << smax;
+  if (!isScalarInt(getPosition().getType()))
+    return emitOpError() << "position must be a scalar (rank 0), found "
+                         << typeStr(getPosition().getType());
+  return success();
+}
