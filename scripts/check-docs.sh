@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The dialect and pass references in docs/ are generated from ODS by
-# mlir-tblgen (the add_mlir_doc calls in dialects/LLM/IR and
-# dialects/LLM/Transforms make the same files in build/docs with
+# mlir-tblgen (the add_mlir_doc calls in dialects/*/IR and
+# dialects/*/Transforms make the same files in build/docs with
 # `ninja mlir-doc`). This regenerates them into OUT and fails, with a diff,
 # when a committed copy differs (the ctest 'docs'); --update rewrites the
 # committed copies instead. A change to a .td file updates them in the same
@@ -30,6 +30,8 @@ DOCS=(
   "docs/Dialects/LLMDialect.md|dialects/LLM/IR/LLMOps.td|-gen-dialect-doc -dialect=llm"
   "docs/Passes/LLMPasses.md|dialects/LLM/Transforms/Passes.td|-gen-pass-doc"
   "docs/Passes/CompilerPasses.md|lib/Compiler/Passes.td|-gen-pass-doc"
+  "docs/Dialects/ExecDialect.md|dialects/Exec/IR/ExecOps.td|-gen-dialect-doc -dialect=exec"
+  "docs/Passes/ExecPasses.md|dialects/Exec/Transforms/Passes.td|-gen-pass-doc"
 )
 
 mkdir -p "$OUT"

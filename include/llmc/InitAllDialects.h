@@ -8,6 +8,7 @@
 #ifndef LLMC_INITALLDIALECTS_H
 #define LLMC_INITALLDIALECTS_H
 
+#include "Exec/IR/ExecDialect.h"
 #include "LLM/IR/LLMDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -16,10 +17,10 @@
 
 namespace llmc {
 
-/// Adds the `llm` dialect and the upstream dialects llmc programs use
-/// (func, arith, tensor) to `registry`.
+/// Adds the `llm` and `exec` dialects and the upstream dialects llmc
+/// programs use (func, arith, tensor) to `registry`.
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<llm::LLMDialect, mlir::func::FuncDialect,
+  registry.insert<llm::LLMDialect, exec::ExecDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::tensor::TensorDialect>();
 }
 

@@ -10,8 +10,10 @@
 //     feeding an RMSNorm/LayerNorm becomes the norm kernel's prologue (it
 //     writes the sum too); a `bias` operand becomes the cuBLASLt epilogue.
 //  3. Storage. Function results are written in place into the output
-//     buffers; every other value lives in one arena, planned by liveness
-//     (first fit over 128-byte aligned blocks, reuse of dead blocks).
+//     buffers; every other value lives in one arena: the lowering records
+//     each arena buffer's liveness interval, and llmc-plan-arena places
+//     them on the exec IR (first fit over 128-byte aligned blocks, reuse of
+//     dead blocks; dialects/Exec/Transforms/PlanArena.cpp).
 //  4. Launches, in program order: generated kernels (lib/Target/CUDA),
 //     cuBLASLt GEMMs, copies, NCCL collectives.
 //  5. Parameter preparation. Work that depends on parameters only
@@ -28,6 +30,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "Lowering.h"
+
+#include "Exec/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
 
 using namespace mlir;
 using namespace llmc;
@@ -147,33 +152,11 @@ void Lowering::finishParameterPreparation() {
       persistentBytes += b.bytes;
 }
 
-absl::Status Lowering::planArena() {
-  // First fit over a list of live blocks sorted by offset.
-  struct Block { int64_t offset, size; int last; };
-  std::vector<Block> live;
-  std::sort(arenaItems.begin(), arenaItems.end(),
-            [](const ArenaItem &a, const ArenaItem &b) {
-              return a.first != b.first ? a.first < b.first : a.buffer < b.buffer;
-            });
-  int64_t peak = 0;
-  int64_t align = std::max<int64_t>(options.arena_alignment, 1);
-  for (const ArenaItem &item : arenaItems) {
-    llvm::erase_if(live, [&](const Block &b) { return b.last < item.first; });
-    std::sort(live.begin(), live.end(),
-              [](const Block &a, const Block &b) { return a.offset < b.offset; });
-    int64_t size = (exe.buffers[item.buffer].bytes + align - 1) / align * align;
-    int64_t offset = 0;
-    for (const Block &b : live) {
-      if (offset + size <= b.offset)
-        break;
-      offset = std::max(offset, b.offset + b.size);
-    }
-    exe.buffers[item.buffer].arena_offset = offset;
-    live.push_back({offset, size, item.last});
-    peak = std::max(peak, offset + size);
-  }
-  exe.arena_bytes = peak;
-  return absl::OkStatus();
+std::vector<ArenaInterval> Lowering::arenaIntervals() const {
+  std::vector<ArenaInterval> out;
+  for (const ArenaItem &item : arenaItems)
+    out.push_back({item.buffer, item.first, item.last});
+  return out;
 }
 
 absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
@@ -366,13 +349,6 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   if (auto st = checkEveryOutputWritten(); !st.ok())
     return st;
   finishParameterPreparation();
-  if (auto st = planArena(); !st.ok())
-    return st;
-  if (auto st = exe.Validate(); !st.ok())
-    return absl::InternalError(absl::StrCat(
-        "llmc internal error (please report): lowering produced an invalid "
-        "executable: ",
-        st.message()));
   if (stats) {
     stats->num_ops = 0;
     for (Operation &op : body)
@@ -390,7 +366,6 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     }
     stats->persistent_bytes = persistentBytes;
     stats->num_distinct_kernels = exe.kernels.size();
-    stats->arena_bytes = exe.arena_bytes;
     stats->intermediate_bytes = intermediateBytes;
   }
   return exe;
@@ -481,9 +456,53 @@ int llmc::ComputeCapabilityOfArch(const std::string &arch) {
   return cc;
 }
 
+/// The lowering's executable as exec IR in `context` (the bridge,
+/// TranslateToExecutable.h), its arena planned by llmc-plan-arena.
+absl::StatusOr<OwningOpRef<exec::ExecutableOp>>
+llmc::LowerToExecIR(func::FuncOp fn, MLIRContext &context, const LowerOptions &options,
+                    LowerStats *stats) {
+  Lowering lowering(fn, options);
+  absl::StatusOr<rt::Executable> exe = lowering.run(stats);
+  if (!exe.ok())
+    return exe.status();
+  absl::StatusOr<OwningOpRef<exec::ExecutableOp>> op =
+      exportExecutable(&context, UnknownLoc::get(&context), fn.getSymName(), *exe,
+                       lowering.arenaIntervals());
+  if (!op.ok())
+    return op.status();
+  PassManager pm(&context, exec::ExecutableOp::getOperationName());
+  pm.addPass(exec::createPlanArenaPass({options.arena_alignment}));
+  std::string diagnostics;
+  ScopedDiagnosticHandler capture(&context, [&](Diagnostic &d) {
+    llvm::raw_string_ostream(diagnostics) << d << "\n";
+    return success();
+  });
+  if (failed(pm.run(**op)))
+    return absl::InternalError(absl::StrCat(
+        "llmc internal error (please report): llmc-plan-arena failed: ", diagnostics));
+  if (stats)
+    stats->arena_bytes = (*op)->getArenaBytes().value_or(0);
+  return op;
+}
+
 absl::StatusOr<rt::Executable> llmc::LowerToExecutable(func::FuncOp fn,
                                                        const LowerOptions &options,
                                                        LowerStats *stats) {
-  Lowering lowering(fn, options);
-  return lowering.run(stats);
+  // A context of its own: the exec IR (kernel sources, constants) is freed
+  // with it, not kept in the caller's context for its lifetime.
+  MLIRContext context(MLIRContext::Threading::DISABLED);
+  absl::StatusOr<OwningOpRef<exec::ExecutableOp>> op =
+      LowerToExecIR(fn, context, options, stats);
+  if (!op.ok())
+    return op.status();
+  absl::StatusOr<rt::Executable> exe = translateToExecutable(**op);
+  if (!exe.ok())
+    return absl::InternalError(absl::StrCat(
+        "llmc internal error (please report): ", exe.status().message()));
+  if (auto st = exe->Validate(); !st.ok())
+    return absl::InternalError(absl::StrCat(
+        "llmc internal error (please report): lowering produced an invalid "
+        "executable: ",
+        st.message()));
+  return exe;
 }

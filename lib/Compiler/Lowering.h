@@ -2,8 +2,10 @@
 //
 // Internal to lib/Compiler: the Lowering class (one per LowerToExecutable
 // call) and the helpers its files share. The lowering is split by concern:
-//   LowerToExecutable.cpp  driver: checks, signature, liveness, arena,
-//                          parameter preparation, the public functions
+//   LowerToExecutable.cpp  driver: checks, signature, liveness, parameter
+//                          preparation, the public functions (the result
+//                          goes through exec IR: exportExecutable,
+//                          llmc-plan-arena, translateToExecutable)
 //   LowerStorage.cpp       buffers, strided reads of views, copies, launches
 //   LowerElementwise.cpp   fused elementwise kernels
 //   LowerOps.cpp           the per-op dispatch (emitOp) and norms
@@ -21,6 +23,7 @@
 #define LLMC_LIB_COMPILER_LOWERING_H
 
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/Target/Executable/TranslateToExecutable.h"
 
 #include "KernelConfigs.h"
 #include "KernelPlan.h"
@@ -162,7 +165,12 @@ public:
   Lowering(func::FuncOp fn, const LowerOptions &options)
       : fn(fn), options(options) {}
 
+  /// The executable with its arena unplanned (every arena offset and
+  /// arena_bytes 0, not validated): LowerToExecutable plans it with
+  /// llmc-plan-arena on exec IR, from arenaIntervals().
   absl::StatusOr<rt::Executable> run(LowerStats *stats);
+  /// Each arena buffer's liveness interval, in launch steps (after run).
+  std::vector<ArenaInterval> arenaIntervals() const;
 
 private:
   // --- analysis ---
@@ -173,7 +181,6 @@ private:
   int bufferFor(Value v); // buffer id of v's storage root
   int bufferForImpl(Value v);
   int newArenaBuffer(int64_t bytes, int firstStep, int lastStep);
-  absl::Status planArena();
   absl::Status checkEveryOutputWritten();
 
   // --- emission ---

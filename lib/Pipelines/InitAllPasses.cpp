@@ -4,12 +4,14 @@
 
 #include "llmc/Pipelines/Pipeline.h"
 
+#include "Exec/Transforms/Passes.h"
 #include "LLM/Transforms/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
 void llmc::registerAllPasses() {
   mlir::registerTransformsPasses();
   llm::registerLLMTransformsPasses();
+  exec::registerExecTransformsPasses();
   registerCompilerPasses();
   registerPipelines();
 }

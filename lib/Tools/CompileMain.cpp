@@ -2,7 +2,8 @@
 //
 //   llmc-compile FILE.mlir [--fn=NAME] [--shape NAME=N]... [--arch=sm_90a]...
 //                [--precision=fp32|bf16|fp16|fp8] [-o FILE.llmcx | -o -]
-//                [--print-stats] [--emit-cuda] [--emit=executable-dump|mlir]
+//                [--print-stats] [--emit-cuda] [--emit=executable-dump|mlir|exec]
+//                [--from-exec]
 //                [--attention=..] [--attention-tile=..] [--ew-unroll=N]
 //                [--mlir-print-ir-after-all, --mlir-timing, ...]
 //
@@ -17,10 +18,15 @@
 // would write, less the cubins) and runs no NVRTC; test/golden pins it.
 // --emit=mlir prints the function after the pass pipeline, before lowering
 // (what `llmc-opt --llmc-pipeline` prints with the same options).
+// --emit=exec prints the execution-level IR (the `exec` dialect) after arena
+// planning: what is translated to the executable. --from-exec reads such IR
+// instead of an `llm` function (the exec.executable named by --fn, default
+// the first) and translates it, without running the pipeline.
 //
 //===----------------------------------------------------------------------===//
 
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/Target/Executable/TranslateToExecutable.h"
 #include "llmc/InitAllDialects.h"
 #include "llmc/InitAllPasses.h"
 #include "llmc/Pipelines/Pipeline.h"
@@ -90,9 +96,16 @@ int llmc::compileMain(int argc, char **argv) {
       "emit",
       cl::desc("what to produce: executable (the default: NVRTC-compiled, "
                "written by -o), executable-dump (its canonical text on "
-               "stdout, without NVRTC or cubins; see test/golden) or mlir "
-               "(the function after the pass pipeline, before lowering)"),
+               "stdout, without NVRTC or cubins; see test/golden), mlir "
+               "(the function after the pass pipeline, before lowering) or "
+               "exec (the execution-level IR after arena planning)"),
       cl::init("executable"), cl::cat(cat));
+  cl::opt<bool> fromExec(
+      "from-exec",
+      cl::desc("the input is execution-level IR (exec.executable, as "
+               "--emit=exec prints): translate it instead of compiling an "
+               "llm function (--fn names the executable)"),
+      cl::cat(cat));
   // Pass names first: --mlir-print-ir-after=<pass> takes them.
   llmc::registerAllPasses();
   llmc::tools::registerPassManagerFlags();
@@ -118,19 +131,29 @@ int llmc::compileMain(int argc, char **argv) {
     return fail(std::string(pipelineOr.status().message()));
   llmc::PipelineOptions pipeline = std::move(*pipelineOr);
   pipeline.raise = !noRaise;
-  if (emit != "executable" && emit != "executable-dump" && emit != "mlir")
+  if (emit != "executable" && emit != "executable-dump" && emit != "mlir" &&
+      emit != "exec")
     return fail("--emit=" + emit +
-                ": expected executable, executable-dump or mlir");
+                ": expected executable, executable-dump, mlir or exec");
   const bool dump = emit == "executable-dump";
-  if (emit == "mlir") {
-    // The function is the whole of stdout; nothing is lowered or compiled.
+  if (emit == "mlir" || emit == "exec") {
+    // The IR is the whole of stdout; nothing is compiled.
     for (const cl::Option *o : std::initializer_list<const cl::Option *>{
              &output, &emitCuda, &stats, &noCache})
       if (o->getNumOccurrences())
-        return fail("--emit=mlir prints the function after the pass pipeline "
-                    "on stdout; it cannot be combined with " +
+        return fail("--emit=" + emit + " prints " +
+                    (emit == "mlir" ? "the function after the pass pipeline"
+                                    : "the execution-level IR") +
+                    " on stdout; it cannot be combined with " +
                     std::string(o == &output ? "-o" : "--" + o->ArgStr.str()));
+    if (emit == "exec" && archList.size() > 1)
+      return fail("--emit=exec prints one executable; give at most one --arch "
+                  "(found " + std::to_string(archList.size()) + ")");
   }
+  if (fromExec && (emit == "mlir" || emit == "exec" || shapes.getNumOccurrences()))
+    return fail(std::string("--from-exec translates execution-level IR, which is "
+                            "already compiled; it cannot be combined with ") +
+                (shapes.getNumOccurrences() ? "--shape" : "--emit=" + emit));
   if (dump) {
     // The dump is the whole of stdout and compiles no kernel.
     for (const cl::Option *o : std::initializer_list<const cl::Option *>{
@@ -164,27 +187,6 @@ int llmc::compileMain(int argc, char **argv) {
   if (!module)
     return fail("could not parse '" + input + "'");
   std::string error;
-  func::FuncOp fn = llmc::tools::findFunction(*module, fnName, error);
-  if (!fn)
-    return fail(error);
-  auto parsedBindings = llmc::tools::parseShapeBindings(
-      std::vector<std::string>(shapes.begin(), shapes.end()), error);
-  if (!parsedBindings)
-    return fail(error);
-  pipeline.shape_bindings = std::move(*parsedBindings);
-  if (auto s = llmc::RunPipeline(fn, pipeline, llmc::tools::applyPassManagerFlags);
-      !s.ok())
-    return fail(std::string(s.message()));
-  if (emit == "mlir") {
-    fn.print(llvm::outs());
-    llvm::outs() << "\n";
-    llvm::outs().flush();
-    if (llvm::outs().has_error()) {
-      llvm::outs().clear_error();
-      return fail("writing the function to stdout failed");
-    }
-    return 0;
-  }
   if (archList.empty())
     archList.push_back("sm_90a");
   auto optionsFor = [&](const std::string &arch) {
@@ -193,11 +195,63 @@ int llmc::compileMain(int argc, char **argv) {
       forArch.target_sm = cc;
     return llmc::lowerOptions(forArch);
   };
-  llmc::LowerOptions firstOptions = optionsFor(archList.front());
+  func::FuncOp fn;
+  absl::StatusOr<llmc::rt::Executable> exe = absl::UnknownError("not lowered");
   llmc::LowerStats st;
-  auto exe = llmc::LowerToExecutable(fn, firstOptions, &st);
-  if (!exe.ok())
-    return fail(std::string(exe.status().message()));
+  if (fromExec) {
+    llmc::exec::ExecutableOp found;
+    for (auto e : module->getOps<llmc::exec::ExecutableOp>())
+      if (fnName.empty() || e.getSymName() == fnName) {
+        found = e;
+        break;
+      }
+    if (!found)
+      return fail("'" + input + "' has no exec.executable" +
+                  (fnName.empty() ? std::string() : " @" + fnName));
+    exe = llmc::translateToExecutable(found);
+    if (!exe.ok())
+      return fail(std::string(exe.status().message()));
+  } else {
+    fn = llmc::tools::findFunction(*module, fnName, error);
+    if (!fn)
+      return fail(error);
+    auto parsedBindings = llmc::tools::parseShapeBindings(
+        std::vector<std::string>(shapes.begin(), shapes.end()), error);
+    if (!parsedBindings)
+      return fail(error);
+    pipeline.shape_bindings = std::move(*parsedBindings);
+    if (auto s = llmc::RunPipeline(fn, pipeline, llmc::tools::applyPassManagerFlags);
+        !s.ok())
+      return fail(std::string(s.message()));
+    if (emit == "mlir") {
+      fn.print(llvm::outs());
+      llvm::outs() << "\n";
+      llvm::outs().flush();
+      if (llvm::outs().has_error()) {
+        llvm::outs().clear_error();
+        return fail("writing the function to stdout failed");
+      }
+      return 0;
+    }
+    if (emit == "exec") {
+      MLIRContext execContext;
+      auto op = llmc::LowerToExecIR(fn, execContext, optionsFor(archList.front()));
+      if (!op.ok())
+        return fail(std::string(op.status().message()));
+      (*op)->print(llvm::outs());
+      llvm::outs() << "\n";
+      llvm::outs().flush();
+      if (llvm::outs().has_error()) {
+        llvm::outs().clear_error();
+        return fail("writing the execution-level IR to stdout failed");
+      }
+      return 0;
+    }
+    exe = llmc::LowerToExecutable(fn, optionsFor(archList.front()), &st);
+    if (!exe.ok())
+      return fail(std::string(exe.status().message()));
+  }
+  llmc::LowerOptions firstOptions = optionsFor(archList.front());
   auto t1 = std::chrono::steady_clock::now();
   if (dump) {
     // What -o validates and writes, less what NVRTC adds (cubins, arch).
@@ -222,6 +276,9 @@ int llmc::compileMain(int argc, char **argv) {
     const llmc::rt::Executable *forArch = &*exe;
     absl::StatusOr<llmc::rt::Executable> other;
     if ((optionsFor(arch).target_sm >= 89) != (firstOptions.target_sm >= 89)) {
+      if (fromExec)
+        return fail("--arch=" + arch + ": an executable read with --from-exec "
+                    "was lowered for one side of sm_89; give arches of that side");
       other = llmc::LowerToExecutable(fn, optionsFor(arch));
       if (!other.ok())
         return fail(arch + ": " + std::string(other.status().message()));

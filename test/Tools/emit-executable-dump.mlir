@@ -56,7 +56,7 @@
 // OUT: llmc-compile: error: --emit=executable-dump prints the executable's text on stdout and runs no NVRTC; it cannot be combined with -o
 // STATS: error: {{.*}} it cannot be combined with --print-stats
 // ARCHES: error: --emit=executable-dump prints one executable; give at most one --arch (found 2)
-// EMIT: llmc-compile: error: --emit=cuda: expected executable, executable-dump or mlir
+// EMIT: llmc-compile: error: --emit=cuda: expected executable, executable-dump, mlir or exec
 // CHECKFLAG: llmc-run: error: --check has no effect with --emit=executable-dump (it prints the executable and runs nothing)
 // INPUT: llmc-run: error: --input has no effect with --emit=executable-dump
 // REF: llmc-run: error: --emit=executable-dump prints the cuda backend's executable; it has no effect with --backend=ref

@@ -10,11 +10,13 @@
 #ifndef LLMC_COMPILER_LOWERTOEXECUTABLE_H
 #define LLMC_COMPILER_LOWERTOEXECUTABLE_H
 
+#include "Exec/IR/ExecOps.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 #include "llmc/runtime/Executable.h"
 
 #include "absl/status/statusor.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/OwningOpRef.h"
 
 #include <memory>
 #include <optional>
@@ -143,6 +145,15 @@ std::unique_ptr<mlir::Pass> createSelectKernelConfigsPass(const LowerOptions &op
 /// the op, its location and the unsupported property). Kernels are emitted as
 /// source; compile them with CompileKernels (or let the runtime do it at
 /// load).
+/// The same lowering, stopped at the execution-level IR: an
+/// `exec.executable` in `context` (which need not be `fn`'s) with its arena
+/// planned (llmc-plan-arena), what translateToExecutable
+/// (llmc/Target/Executable/TranslateToExecutable.h) turns into the
+/// executable LowerToExecutable returns. Errors as LowerToExecutable's.
+absl::StatusOr<mlir::OwningOpRef<exec::ExecutableOp>>
+LowerToExecIR(mlir::func::FuncOp fn, mlir::MLIRContext &context,
+              const LowerOptions &options = {}, LowerStats *stats = nullptr);
+
 absl::StatusOr<rt::Executable> LowerToExecutable(mlir::func::FuncOp fn,
                                                  const LowerOptions &options = {},
                                                  LowerStats *stats = nullptr);
