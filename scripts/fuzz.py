@@ -406,15 +406,15 @@ def mutate(rng, seed, pools):
 
 OPT_PIPELINES = [
     [], ["--canonicalize"], ["--cse", "--canonicalize"], ["--llmc-raise"],
-    ["--llmc-fuse"], ["--llmc-specialize-shapes=dims=seq=5"],
+    ["--llmc-specialize-shapes=dims=seq=5"],
     ["--llmc-specialize-shapes=dims=seq=3,batch=2", "--llmc-pipeline"],
     ["--llmc-pipeline"], ["--llmc-precision=policy=bf16"],
     ["--llmc-precision=policy=fp8"], ["--llmc-pad-layout"],
-    ["--llmc-plan-memory"], ["--llmc-shard=tp=2 rank=1"],
+    ["--llmc-shard=tp=2 rank=1"],
     ["--llmc-specialize-shapes=dims=seq=5", "--llmc-form-kernels",
      "--llmc-select-kernel-configs"],
     ["--llmc-specialize-shapes=dims=seq=4", "--llmc-precision=policy=fp8",
-     "--llmc-pad-layout", "--llmc-fuse", "--llmc-plan-memory"],
+     "--llmc-pad-layout", "--llmc-form-kernels", "--llmc-select-kernel-configs"],
 ]
 # Pass options with values out of range, for the passes' option checks.
 ODD_VALUES = ["0", "-1", "3", "7", str(2**31), str(2**62), str(2**63), "x", ""]
@@ -427,7 +427,6 @@ ODD_PIPELINES = [
     "--llmc-pad-layout=multiple={v}",
     "--llmc-select-kernel-configs=elementwise-unroll={v}",
     "--llmc-pad-layout=vocab-multiple={v}",
-    "--llmc-plan-memory=alignment={v}",
     "--llmc-precision=policy={v}",
     "--llmc-precision=weight-only={v}",
 ]

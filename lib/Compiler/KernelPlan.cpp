@@ -345,10 +345,8 @@ struct FormKernelsPass : llmc::impl::FormKernelsPassBase<FormKernelsPass> {
     func::FuncOp fn = getOperation();
     if (fn.isExternal())
       return;
-    if (!fn.getBody().hasOneBlock() || !fn.getOps<FusionOp>().empty()) {
-      fn.emitOpError() << "llmc-form-kernels expects a single block without "
-                          "llm.fusion regions (it plans the unfused function; "
-                          "llmc-fuse's regions are not the lowering's kernels)";
+    if (!fn.getBody().hasOneBlock()) {
+      fn.emitOpError() << "llmc-form-kernels expects a body of one block";
       return signalPassFailure();
     }
     // The plan reads static shapes and kernel element types.

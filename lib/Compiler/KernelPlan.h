@@ -8,7 +8,7 @@
 // SwiGLU decode GEMV (mul(silu(x W_gate), x W_up) in one kernel). The
 // lowering emits one launch per group and per remaining op.
 //
-// Built on llm::planFusionGroups (the cost model and bounds of llmc-fuse):
+// Built on llm::planFusionGroups (the cost model and bounds of FusionPlan.h):
 // an elementwise op joins its producer's kernel only when the plan put both
 // in one group, the producer is used once, and both are on the same side of
 // the parameter-preparation boundary (llmc-hoist-parameter-work); a residual

@@ -160,16 +160,6 @@ std::vector<ArenaInterval> Lowering::arenaIntervals() const {
 }
 
 absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
-  // llm.fusion regions (llmc-fuse) are inlined back into a private copy of
-  // the function: planFusion below asks llm::planFusionGroups, the same plan
-  // that formed the regions, so the regions' ops come back as the same
-  // kernels.
-  OwningOpRef<func::FuncOp> unfused;
-  if (!fn.getOps<FusionOp>().empty()) {
-    unfused = fn.clone();
-    llm::inlineFusionRegions(*unfused);
-    fn = *unfused;
-  }
   if (auto st = checkStatic(); !st.ok())
     return st;
   Block &body = fn.getBody().front();

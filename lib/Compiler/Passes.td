@@ -20,7 +20,7 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
     - `residual_norm`: an `llm.add` whose sum the following RMSNorm /
       LayerNorm kernel computes and writes;
     - `elementwise`: a chain of elementwise ops, each used once by the
-      next (within llmc-fuse's bounds and never across the
+      next (within the fusion bounds of FusionPlan.h and never across the
       parameter-preparation boundary of llmc-hoist-parameter-work);
     - `multi_gemv`: decode GEMVs (a few rows times `transpose_rhs`
       weights) that share their input, in one kernel;
@@ -34,7 +34,7 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
     one is an error naming the op). Every tool and the C/C++ API run this
     pass before lowering; a function lowered without it is planned by the
     same function (`llmc::decidedKernelPlan`). The function must have
-    static shapes and no `llm.fusion` regions.
+    static shapes.
 
     Before:
     ```mlir

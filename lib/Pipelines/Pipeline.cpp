@@ -137,18 +137,6 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
     pm.addPass(createFormKernelsPass(lowerOptions(options)));
     pm.addPass(createSelectKernelConfigsPass(lowerOptions(options)));
   }
-  if (options.show_kernels) {
-    llm::FusePassOptions fuse;
-    fuse.elementwise = options.fuse_elementwise;
-    fuse.residualNorm = options.fuse_residual_norm;
-    fuse.gemmEpilogue = options.fuse_gemm_epilogue;
-    fuse.ropeAttention = options.fuse_rope_attention;
-    pm.addPass(llm::createFusePass(fuse));
-    llm::PlanMemoryPassOptions memory;
-    memory.alignment = options.arena_alignment;
-    memory.report = options.report_memory;
-    pm.addPass(llm::createPlanMemoryPass(memory));
-  }
 }
 
 absl::Status ValidatePipelineOptions(const PipelineOptions &options) {
@@ -287,11 +275,6 @@ struct PipelinePassOptions
                      "llmc-select-kernel-configs: the lowering's kernels and "
                      "their configurations as attributes"),
       llvm::cl::init(false)};
-  Option<bool> showKernels{
-      *this, "show-kernels",
-      llvm::cl::desc("end with llmc-fuse and llmc-plan-memory (the regions "
-                     "and arena that lowering forms itself)"),
-      llvm::cl::init(false)};
   Option<bool> fuseElementwise{*this, "fuse-elementwise",
                                llvm::cl::desc("fuse elementwise chains"),
                                llvm::cl::init(true)};
@@ -301,16 +284,6 @@ struct PipelinePassOptions
   Option<bool> fuseGemmEpilogue{*this, "fuse-gemm-epilogue",
                                 llvm::cl::desc("fuse GEMM epilogues"),
                                 llvm::cl::init(true)};
-  Option<bool> fuseRopeAttention{*this, "fuse-rope-attention",
-                                 llvm::cl::desc("fuse RoPE into attention"),
-                                 llvm::cl::init(true)};
-  Option<int64_t> alignment{*this, "alignment",
-                            llvm::cl::desc("arena buffer alignment in bytes"),
-                            llvm::cl::init(128)};
-  Option<bool> report{*this, "report",
-                      llvm::cl::desc("with show-kernels: remark with the "
-                                     "arena sizes"),
-                      llvm::cl::init(false)};
 };
 
 /// PipelineOptions from the pass options; the error names the option.
@@ -362,13 +335,9 @@ FailureOr<PipelineOptions> toPipelineOptions(const PipelinePassOptions &in,
   out.vocab_multiple = in.vocabMultiple;
   out.hoist_parameter_work = in.hoist;
   out.form_kernels = in.formKernels;
-  out.show_kernels = in.showKernels;
   out.fuse_elementwise = in.fuseElementwise;
   out.fuse_residual_norm = in.fuseResidualNorm;
   out.fuse_gemm_epilogue = in.fuseGemmEpilogue;
-  out.fuse_rope_attention = in.fuseRopeAttention;
-  out.arena_alignment = in.alignment;
-  out.report_memory = in.report;
   if (absl::Status st = ValidatePipelineOptions(out); !st.ok()) {
     error = std::string(st.message());
     return failure();
@@ -384,8 +353,8 @@ void registerPipelines() {
       "the compilation pipeline of llmc-compile, llmc-run and llmc::Compiler "
       "on every func.func: specialize-shapes -> shard -> weight-only -> "
       "canonicalize, raise, canonicalize, cse -> precision (+ pad-layout) -> "
-      "canonicalize, cse -> hoist-parameter-work [-> form-kernels] [-> fuse -> "
-      "plan-memory]",
+      "canonicalize, cse -> hoist-parameter-work [-> form-kernels, "
+      "select-kernel-configs]",
       [](OpPassManager &pm, llvm::StringRef text,
          llvm::function_ref<LogicalResult(const llvm::Twine &)> errorHandler)
           -> LogicalResult {

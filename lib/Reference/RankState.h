@@ -313,7 +313,6 @@ private:
 
   absl::Status evalOp(Operation *op);
   absl::Status evalOpImpl(Operation *op);
-  absl::Status evalFusion(llm::FusionOp op);
   absl::StatusOr<HostTensor> compute(Operation *op);
   absl::Status checkResult(Operation *op, const HostTensor &t);
   absl::Status resolvePendingOperands(Operation *op);

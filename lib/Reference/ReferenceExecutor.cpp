@@ -364,8 +364,6 @@ absl::Status RankState::evalOp(Operation *op) {
 }
 
 absl::Status RankState::evalOpImpl(Operation *op) {
-  if (auto f = dyn_cast<llm::FusionOp>(op))
-    return evalFusion(f);
   if (auto q = dyn_cast<llm::QuantizeWeightOp>(op))
     return quantizeWeight(q);
   if (op->getNumResults() != 1)
@@ -393,46 +391,6 @@ absl::Status RankState::evalOpImpl(Operation *op) {
   if (absl::Status s = checkResult(op, *t); !s.ok())
     return s;
   store(op->getResult(0), Entry{std::move(*t), false});
-  return absl::OkStatus();
-}
-
-/// An llm.fusion is its region evaluated on its inputs (pending broadcasts
-/// flow in unresolved and are resolved by their users inside).
-absl::Status RankState::evalFusion(llm::FusionOp op) {
-  Block &body = op.getBody().front();
-  for (auto [i, arg, input] :
-       llvm::enumerate(body.getArguments(), op.getInputs())) {
-    if (arg.use_empty())
-      continue;
-    bool pending = isPending(input);
-    absl::StatusOr<HostTensor> t = takeOrCopy(op, i);
-    if (!t.ok())
-      return t.status();
-    store(arg, Entry{std::move(*t), pending});
-  }
-  budget_->endOp();
-  for (Operation &inner : body.without_terminator())
-    if (absl::Status s = evalOp(&inner); !s.ok())
-      return s;
-  Operation *yield = body.getTerminator();
-  for (auto [i, result, v] :
-       llvm::enumerate(op.getResults(), yield->getOperands())) {
-    bool again =
-        llvm::is_contained(yield->getOperands().drop_front(i + 1), v);
-    auto it = values_.find(v);
-    if (!again && it != values_.end() && lastUser_.lookup(v) == yield) {
-      Entry e = std::move(it->second);
-      budget_->drop(e.tensor);
-      values_.erase(it);
-      store(result, std::move(e));
-      continue;
-    }
-    absl::StatusOr<HostTensor> t = copyOf(op, in(v), "a copy of result");
-    if (!t.ok())
-      return t.status();
-    store(result, Entry{std::move(*t), isPending(v)});
-  }
-  releaseDeadOperands(yield);
   return absl::OkStatus();
 }
 

@@ -10,14 +10,6 @@
 // RUN: not llmc-run %t.modules.mlir --backend=ref 2>&1 | FileCheck %s --check-prefix=MODULES
 // MODULES: modules.mlir:257:8: error: '{' nests 257 levels deep; llmc accepts at most 256 levels of nested '(', '[', '{' and '<'
 
-// 5,000 nested llm.fusion regions: the 257th level is the '<' of a block
-// argument's type.
-// RUN: %python %S/Inputs/nesting.py fusion 5000 > %t.fusion.mlir
-// RUN: not llmc-opt %t.fusion.mlir 2>&1 | FileCheck %s --check-prefix=FUSION
-// RUN: not llmc-compile %t.fusion.mlir --arch=sm_90a -o %t.llmcx 2>&1 | FileCheck %s --check-prefix=FUSION
-// RUN: not llmc-run %t.fusion.mlir --backend=ref 2>&1 | FileCheck %s --check-prefix=FUSION
-// FUSION: fusion.mlir:509:19: error: '<' nests 257 levels deep
-
 // 10,000 nested array attributes.
 // RUN: %python %S/Inputs/nesting.py arrays 10000 > %t.arrays.mlir
 // RUN: not llmc-opt %t.arrays.mlir 2>&1 | FileCheck %s --check-prefix=ARRAYS

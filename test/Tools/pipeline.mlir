@@ -57,8 +57,6 @@
 // TP-BIG: llmc-pipeline: tp/rank: expected 1 <= tp <= 1024 and 0 <= rank < tp, found tp=4294967298 rank=1
 // RUN: not llmc-opt %s --llmc-pipeline="pad-multiple=0" 2>&1 | FileCheck %s --check-prefix=PAD
 // PAD: llmc-pipeline: pad-multiple: expected 1..4096, found 0
-// RUN: not llmc-opt %s --llmc-pipeline="alignment=3" 2>&1 | FileCheck %s --check-prefix=ALIGN
-// ALIGN: llmc-pipeline: alignment: expected a positive power of two (bytes), found 3
 // RUN: not llmc-opt %s --llmc-pipeline="dims=seq" 2>&1 | FileCheck %s --check-prefix=DIMS
 // DIMS: llmc-pipeline: dims: malformed binding 'seq', expected name=<integer>
 // RUN: not llmc-opt %s --llmc-pipeline="precision=fp64" 2>&1 | FileCheck %s --check-prefix=PREC

@@ -82,10 +82,3 @@ Value llmc::llm::storageRoot(Value v) {
   }
   return v;
 }
-
-Value llmc::llm::aliasRoot(Value v) {
-  v = storageRoot(v);
-  while (auto view = v.getDefiningOp<StridedViewOpInterface>())
-    v = storageRoot(cast<ViewLikeOpInterface>(*view).getViewSource());
-  return v;
-}

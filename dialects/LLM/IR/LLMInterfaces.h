@@ -42,15 +42,9 @@ bool isElementwise(mlir::Operation *op);
 /// unchanged, i.e. reshapes, an all_reduce over a group of one (an
 /// identity), and a kv_cache_append that updates its cache in place
 /// (updatesInPlace). Strided views are not looked through: their elements
-/// are elsewhere in their source's storage (see aliasRoot), so a consumer
+/// are elsewhere in their source's storage, so a consumer
 /// that needs dense storage materializes them.
 mlir::Value storageRoot(mlir::Value v);
-
-/// The value whose storage `v`'s elements are read from when strided views
-/// are read in place: storageRoot, continued through strided views to their
-/// sources. What an arena keeps alive while `v` is used, and gives no
-/// storage of its own to values other than itself (llmc-plan-memory).
-mlir::Value aliasRoot(mlir::Value v);
 
 /// A kv_cache_append writes into its cache's storage when that storage is
 /// a donated function argument (`llm.donate`) that nothing else reads; its

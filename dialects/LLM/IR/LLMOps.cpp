@@ -3,7 +3,7 @@
 // Verifiers, result type inference, folders and canonicalizations of the
 // `llm` ops. Messages are lowercase and say expected vs found. This file:
 // the helpers the ops share (LLMOpsHelpers.h), the tensor-size rules of
-// every op, llm.constant, llm.fusion and the generated op definitions;
+// every op, llm.constant and the generated op definitions;
 // the op families are in their own files (see LLMOpsHelpers.h).
 //
 //===----------------------------------------------------------------------===//
@@ -191,48 +191,6 @@ LogicalResult llmc::llm::verifyBoundedTensors(Operation *op) {
 //===----------------------------------------------------------------------===//
 
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
-
-//===----------------------------------------------------------------------===//
-// FusionOp
-//===----------------------------------------------------------------------===//
-
-LogicalResult FusionOp::verify() {
-  StringRef kind = getKind();
-  if (!llvm::is_contained({"elementwise", "residual_norm", "gemm_epilogue",
-                           "rope_attention"},
-                          kind))
-    return emitOpError() << "kind must be elementwise, residual_norm, "
-                            "gemm_epilogue or rope_attention, found '"
-                         << kind << "'";
-  Block &body = getBody().front();
-  if (body.getNumArguments() != getInputs().size())
-    return emitOpError() << "region has " << body.getNumArguments()
-                         << " arguments but the op has " << getInputs().size()
-                         << " inputs";
-  for (auto [i, arg, in] : llvm::enumerate(body.getArguments(), getInputs()))
-    if (arg.getType() != in.getType())
-      return emitOpError() << "region argument #" << i << " has type "
-                           << arg.getType() << " but input #" << i
-                           << " has type " << in.getType();
-  auto yield = dyn_cast<YieldOp>(body.getTerminator());
-  if (!yield)
-    return emitOpError() << "region must end in llm.yield";
-  if (yield.getValues().size() != getNumResults())
-    return emitOpError() << "yields " << yield.getValues().size()
-                         << " values but has " << getNumResults()
-                         << " results";
-  for (auto [i, v, r] : llvm::enumerate(yield.getValues(), getResults()))
-    if (v.getType() != r.getType())
-      return emitOpError() << "yielded value #" << i << " has type "
-                           << v.getType() << " but result #" << i
-                           << " has type " << r.getType();
-  for (Operation &op : body.without_terminator())
-    if (!isa<LLMDialect>(op.getDialect()) || isa<FusionOp>(op))
-      return op.emitOpError()
-             << "cannot be inside an llm.fusion region (only llm ops "
-                "other than llm.fusion are)";
-  return success();
-}
 
 #define GET_OP_CLASSES
 #include "LLM/IR/LLMOps.cpp.inc"

@@ -79,8 +79,7 @@ mlir::LogicalResult verifyBoundedTensors(mlir::Operation *op);
 
 /// Op trait of every `llm` op (LLM_Op): its operands and results are within
 /// kMaxTensorElements, so its verifier, folders and lowerings may compute
-/// element counts, byte sizes and strides without overflow checks. (Region
-/// arguments of llm.fusion have the types of its inputs.)
+/// element counts, byte sizes and strides without overflow checks.
 template <typename ConcreteType>
 class BoundedTensors
     : public mlir::OpTrait::TraitBase<ConcreteType, BoundedTensors> {

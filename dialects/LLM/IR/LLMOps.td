@@ -836,49 +836,4 @@ def LLM_DequantizeWeightOp : LLM_Op<"dequantize_weight", [Pure]> {
   let hasVerifier = 1;
 }
 
-//===----------------------------------------------------------------------===//
-// Fusion regions
-//===----------------------------------------------------------------------===//
-
-def LLM_FusionOp : LLM_Op<"fusion",
-    [IsolatedFromAbove, SingleBlock, RecursiveMemoryEffects]> {
-  let summary = "A group of ops compiled into one kernel.";
-  let description = [{
-    Produced by `llmc-fuse`. The region's block takes one argument per
-    input (same types) and ends in `llm.yield` with one value per result.
-    The region is isolated from above: every value it reads is an input.
-    `kind` names the fusion pattern: `elementwise`, `residual_norm`,
-    `gemm_epilogue` or `rope_attention`. Semantically the op is its body
-    evaluated on its inputs; codegen emits it as one kernel (a GEMM with
-    an epilogue, a norm with a residual prologue, ...).
-
-    ```mlir
-    %r = llm.fusion "elementwise" (%g, %u) : (tensor<7x176xf32>, tensor<7x176xf32>) -> tensor<7x176xf32> {
-    ^bb0(%a: tensor<7x176xf32>, %b: tensor<7x176xf32>):
-      %s = llm.silu %a : tensor<7x176xf32>
-      %m = llm.mul %s, %b : tensor<7x176xf32>
-      llm.yield %m : tensor<7x176xf32>
-    }
-    ```
-  }];
-  let arguments = (ins StrAttr:$kind, Variadic<LLM_Tensor>:$inputs);
-  let results = (outs Variadic<LLM_Tensor>:$results);
-  let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = [{
-    $kind `(` $inputs `)` attr-dict `:` functional-type($inputs, $results) $body
-  }];
-  let hasVerifier = 1;
-}
-
-def LLM_YieldOp : LLM_Op<"yield", [Pure, Terminator, HasParent<"FusionOp">]> {
-  let summary = "Returns the results of an `llm.fusion` region.";
-  let description = [{
-    ```mlir
-    llm.yield %m, %s : tensor<7x176xf32>, tensor<7x176xf32>
-    ```
-  }];
-  let arguments = (ins Variadic<LLM_Tensor>:$values);
-  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
-}
-
 #endif // LLMC_DIALECT_LLM_IR_LLMOPS_TD

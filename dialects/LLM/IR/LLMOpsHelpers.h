@@ -4,7 +4,7 @@
 // verifiers, type inference and folders share (defined in LLMOps.cpp).
 // The ops' C++ is split as LLMOps.td's sections:
 //   LLMOps.cpp          tensor-size rules of every op, llm.constant,
-//                       llm.fusion, the generated op definitions
+//                       the generated op definitions
 //   ElementwiseOps.cpp  elementwise folders, llm.compare
 //   ShapeOps.cpp        type and shape manipulation (cast, broadcast,
 //                       reshape, transpose, slice, concat, gather) and pad

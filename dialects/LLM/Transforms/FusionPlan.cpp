@@ -13,20 +13,6 @@
 using namespace mlir;
 using namespace llmc::llm;
 
-llvm::StringRef llmc::llm::fusionKindName(FusionKind kind) {
-  switch (kind) {
-  case FusionKind::Elementwise:
-    return "elementwise";
-  case FusionKind::ResidualNorm:
-    return "residual_norm";
-  case FusionKind::GemmEpilogue:
-    return "gemm_epilogue";
-  case FusionKind::RopeAttention:
-    return "rope_attention";
-  }
-  return "elementwise";
-}
-
 int llmc::llm::fusedOpCost(Operation *op) {
   if (isa<SinOp, CosOp>(op))
     return 64;

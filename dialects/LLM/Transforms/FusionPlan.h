@@ -1,8 +1,8 @@
 //===- FusionPlan.h - which llm ops share a kernel --------------*- C++ -*-===//
 //
-// The fusion grouping decision, shared by `llmc-fuse` (which materializes
-// the groups as `llm.fusion` regions) and codegen (which emits one kernel per
-// group).
+// The cost model of fusion: which llm ops may share a kernel, within which
+// bounds. llmc-form-kernels (lib/Compiler/KernelPlan.h, planKernels) builds
+// the kernels it decides from these groups.
 //
 // Cost model:
 //  - a producer joins its consumer's group only when the consumer is its
@@ -73,9 +73,6 @@ struct FusionPlanOptions {
 };
 
 enum class FusionKind { Elementwise, ResidualNorm, GemmEpilogue, RopeAttention };
-
-/// The `kind` string of llm.fusion for `kind`.
-llvm::StringRef fusionKindName(FusionKind kind);
 
 struct FusionGroup {
   FusionKind kind;

@@ -93,10 +93,7 @@ struct PadLayoutPass : llmc::llm::impl::PadLayoutPassBase<PadLayoutPass> {
       return signalPassFailure();
     }
     SmallVector<MatmulOp> mms;
-    fn.walk([&](MatmulOp mm) {
-      if (!mm->getParentOfType<FusionOp>())
-        mms.push_back(mm);
-    });
+    fn.walk([&](MatmulOp mm) { mms.push_back(mm); });
     for (MatmulOp mm : mms)
       padMatmul(mm);
   }

@@ -44,7 +44,7 @@ Slot slotOf(Operation *op, unsigned index) {
   if (isa<GatherOp>(op))
     return index == 0 ? Slot::Weight : Slot::Activation;
   if (isa<SoftmaxOp, RoPEOp, AttentionOp, KVCacheAppendOp, AllReduceOp,
-          AllGatherOp, ReduceScatterOp, func::ReturnOp, FusionOp>(op))
+          AllGatherOp, ReduceScatterOp, func::ReturnOp>(op))
     return Slot::Activation;
   return Slot::Neutral;
 }

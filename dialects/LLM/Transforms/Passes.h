@@ -45,16 +45,6 @@ void populateRaisePatterns(mlir::RewritePatternSet &patterns);
 /// cos/sin tables (RaiseRoPE.cpp); part of populateRaisePatterns.
 void populateRaiseRoPEPatterns(mlir::RewritePatternSet &patterns);
 
-struct FusionGroup;
-
-/// Replaces the ops of `group` (from planFusionGroups) by one llm.fusion op
-/// at the position of the group's last op and returns it.
-FusionOp materializeFusion(const FusionGroup &group);
-
-/// Inlines every llm.fusion region of `fn` back into its body (the inverse
-/// of llmc-fuse), for consumers that plan fusion themselves.
-void inlineFusionRegions(mlir::func::FuncOp fn);
-
 /// The numerics policies of `llmc-precision` (see its description).
 enum class PrecisionPolicy { fp32, bf16, fp16, fp8 };
 

@@ -64,7 +64,7 @@ def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
     It is raised only when exact up to rounding: the result type equals
     `x`'s type and `w`'s element type equals it (all f32, or bf16/f16 with
     the f32 casts of HF), and the reduction is over the last dimension only
-    with keepdim and a static hidden size, outside `llm.fusion` regions.
+    with keepdim and a static hidden size.
     Every intermediate (square, mean, sum, rsqrt and its broadcast,
     normalized value, cast back) must have one use: otherwise the
     decomposed ops would stay alive for their other users and raising would
@@ -111,114 +111,6 @@ def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
     %15 = llm.rms_norm %x, %w {eps = 9.9999999747524271E-7 : f64} : tensor<1x16x128xbf16>, tensor<128xbf16>
     ```
   }];
-  let dependentDialects = ["::llmc::llm::LLMDialect"];
-}
-
-def FusePass : Pass<"llmc-fuse", "::mlir::func::FuncOp"> {
-  let summary = "Groups ops that share a kernel into llm.fusion regions.";
-  let description = [{
-    Each group becomes one `llm.fusion` op placed where its last op was; the
-    region is isolated from above (every value it reads is an input) and
-    yields the values used outside the group. Groups:
-
-    - `elementwise`: trees of elementwise ops where each producer has a
-      single user (the consumer);
-    - `residual_norm`: an `llm.add` feeding `llm.rms_norm` / `llm.layer_norm`
-      (the sum is yielded too when it is used again after the norm);
-    - `gemm_epilogue`: a `llm.matmul` with one use and the elementwise ops
-      after it (bias add, activation, output cast);
-    - `rope_attention`: `llm.rope` ops (optionally followed by an
-      `llm.cast`) feeding only an attention's query or key, as the
-      attention prologue.
-
-    Cost model: a producer with several users is never duplicated (it stays
-    outside, and each group has one escaping root); a GEMM main loop is
-    never fused into (a matmul's operands stay outside; one matmul per
-    group); views (reshape, broadcast, transpose, slice) and constants stay
-    outside and are read through strides. A group is bounded so that
-    NVRTC's time and the kernel's parameter space stay bounded: at most
-    `kMaxFusedOps` (64) ops, `kMaxFusedCost` (512) cost units (1 per
-    arithmetic op, up to 64 for `sinf`; `fusedOpCost`) and
-    `kMaxFusedInputs` (32) distinct inputs (FusionPlan.h); a longer chain
-    becomes several groups, each continuing from the previous one's result.
-    The grouping is
-    `llmc::llm::planFusionGroups` (FusionPlan.h), shared with codegen.
-
-    Before:
-    ```mlir
-    %a = llm.silu %g : tensor<7x176xf32>
-    %m = llm.mul %a, %u : tensor<7x176xf32>
-    ```
-    After:
-    ```mlir
-    %m = llm.fusion "elementwise" (%g, %u) : (tensor<7x176xf32>, tensor<7x176xf32>) -> tensor<7x176xf32> {
-    ^bb0(%arg0: tensor<7x176xf32>, %arg1: tensor<7x176xf32>):
-      %0 = llm.silu %arg0 : tensor<7x176xf32>
-      %1 = llm.mul %0, %arg1 : tensor<7x176xf32>
-      llm.yield %1 : tensor<7x176xf32>
-    }
-    ```
-  }];
-  let options = [
-    Option<"elementwise", "elementwise", "bool", "true",
-           "Fuse chains of elementwise ops">,
-    Option<"residualNorm", "residual-norm", "bool", "true",
-           "Fuse a residual add into the following RMSNorm/LayerNorm">,
-    Option<"gemmEpilogue", "gemm-epilogue", "bool", "true",
-           "Fuse bias add / activation / output cast into a matmul">,
-    Option<"ropeAttention", "rope-attention", "bool", "true",
-           "Fuse RoPE into the attention prologue">
-  ];
-  let dependentDialects = ["::llmc::llm::LLMDialect"];
-}
-
-def PlanMemoryPass : Pass<"llmc-plan-memory", "::mlir::func::FuncOp"> {
-  let summary = "Assigns every intermediate tensor an offset in one arena.";
-  let description = [{
-    Liveness over the function's top-level values in program order: a value
-    is live from its defining op to its last use; values that alias another
-    one's storage (`llm::aliasRoot`) get none of their own, and their users
-    extend the root's life: views, i.e. `llm.reshape` (same bytes) and
-    `llm.broadcast` / `llm.transpose` / `llm.slice`, which codegen reads
-    through strides, an `llm.all_reduce` over a group of one (an identity)
-    and an `llm.kv_cache_append` that updates its donated cache in place
-    (its root is that argument). An alias's `llm.arena_offset` is its
-    root's. Buffers are
-    placed first-fit in one arena, each rounded up to `alignment` bytes; a
-    buffer is reused once its value is dead (its last use is strictly
-    before the new value's definition). Function arguments, returned values
-    (they live in the caller's output buffers) and constants get no arena
-    space, so nothing ever aliases them.
-
-    Every op result placed in the arena gets `llm.arena_offset` (i64; a
-    multi-result op such as `llm.fusion` gets an array with -1 for results
-    outside the arena); the function gets `llm.arena_bytes` (the peak). A
-    function with dynamic shapes is left unannotated (run it after
-    `llmc-specialize-shapes`). With `report`, a remark says
-    "arena peak N bytes, sum of intermediates M bytes" (both in aligned
-    sizes).
-
-    Before:
-    ```mlir
-    %a = llm.exp %x : tensor<256xf32>
-    %b = llm.exp %a : tensor<256xf32>
-    %c = llm.exp %b : tensor<256xf32>
-    return %c : tensor<256xf32>
-    ```
-    After:
-    ```mlir
-    func.func @f(...) attributes {llm.arena_bytes = 2048 : i64} {
-    %a = llm.exp %x {llm.arena_offset = 0 : i64} : tensor<256xf32>
-    %b = llm.exp %a {llm.arena_offset = 1024 : i64} : tensor<256xf32>
-    %c = llm.exp %b : tensor<256xf32>
-    ```
-  }];
-  let options = [
-    Option<"alignment", "alignment", "int64_t", "128",
-           "Alignment in bytes of every buffer (a power of two)">,
-    Option<"report", "report", "bool", "false",
-           "Emit a remark with the arena peak and the sum of intermediates">
-  ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
 
@@ -410,8 +302,7 @@ def ShardPass : Pass<"llmc-shard", "::mlir::func::FuncOp"> {
     projections (e.g. a fused QKV GEMM, or keys and values read from a KV
     cache: decode graphs are not supported yet), head counts or sizes that do not
     divide by tp, a per-head mask, an intermediate value used outside its
-    attention or MLP block, llm.fusion regions (run before llmc-fuse), or
-    nothing to shard at all. `tp=1` leaves the function unchanged.
+    attention or MLP block, or nothing to shard at all. `tp=1` leaves the function unchanged.
 
     Before (`--llmc-shard="tp=2 rank=1"`, 4 query and 2 KV heads of 16):
     ```mlir

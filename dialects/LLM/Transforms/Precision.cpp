@@ -227,7 +227,7 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
                                 : Type(BFloat16Type::get(ctx));
     SmallVector<Operation *> targets;
     fn.walk([&](Operation *op) {
-      if (isa<MatmulOp, AttentionOp>(op) && !op->getParentOfType<FusionOp>())
+      if (isa<MatmulOp, AttentionOp>(op))
         targets.push_back(op);
     });
     Rewriter rw(fn);

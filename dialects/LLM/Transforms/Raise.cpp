@@ -174,9 +174,6 @@ struct RaiseRMSNorm : OpRewritePattern<MulOp> {
 
   LogicalResult matchAndRewrite(MulOp root,
                                 PatternRewriter &rewriter) const override {
-    // A fusion region's kind fixes its kernel: leave its ops as they are.
-    if (root->getParentOfType<FusionOp>())
-      return rewriter.notifyMatchFailure(root, "inside an llm.fusion region");
     RankedTensorType type = root.getResult().getType();
     if (type.getRank() < 1)
       return rewriter.notifyMatchFailure(root, "rank-0 result");

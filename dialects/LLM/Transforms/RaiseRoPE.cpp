@@ -167,8 +167,6 @@ struct RaiseRotaryEmbedding : OpRewritePattern<AddOp> {
 
   LogicalResult matchAndRewrite(AddOp root,
                                 PatternRewriter &rewriter) const override {
-    if (root->getParentOfType<FusionOp>())
-      return rewriter.notifyMatchFailure(root, "inside an llm.fusion region");
     RankedTensorType xt = root.getResult().getType();
     if (xt.getRank() != 4 || !xt.hasStaticShape() ||
         !isa<FloatType>(xt.getElementType()))

@@ -350,11 +350,6 @@ struct ShardPass : llmc::llm::impl::ShardPassBase<ShardPass> {
       return signalPassFailure();
     }
     Block &body = fn.getBody().front();
-    if (!body.getOps<FusionOp>().empty()) {
-      fn.emitOpError() << "cannot shard llm.fusion regions: run llmc-shard "
-                          "before llmc-fuse";
-      return signalPassFailure();
-    }
 
     ShardPlan plan;
     for (auto attn : body.getOps<AttentionOp>())

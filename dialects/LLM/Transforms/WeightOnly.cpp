@@ -32,10 +32,7 @@ LogicalResult llmc::llm::quantizeLinearWeights(func::FuncOp fn, int64_t bits,
   if (fn.isExternal())
     return success();
   SmallVector<MatmulOp> mms;
-  fn.walk([&](MatmulOp mm) {
-    if (!mm->getParentOfType<FusionOp>())
-      mms.push_back(mm);
-  });
+  fn.walk([&](MatmulOp mm) { mms.push_back(mm); });
   OpBuilder b(fn.getContext());
   // One quantization per (weight value, orientation).
   llvm::DenseMap<std::pair<Value, int>, std::pair<Value, Value>> done;

@@ -51,8 +51,7 @@ enum class AttentionBackend {
 absl::StatusOr<AttentionBackend> ParseAttentionBackend(const std::string &name);
 
 struct LowerOptions {
-  /// Fuse chains of elementwise ops into one kernel (llmc-fuse's elementwise
-  /// kind).
+  /// Fuse chains of elementwise ops into one kernel.
   bool fuse_elementwise = true;
   /// Fuse a residual add into the following RMSNorm/LayerNorm kernel.
   bool fuse_residual_norm = true;

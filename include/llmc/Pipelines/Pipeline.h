@@ -14,7 +14,6 @@
 //   -> llmc-form-kernels -> llmc-select-kernel-configs
 //                                        (form_kernels: the kernels the lowering
 //                                        emits and their configurations)
-//   [-> llmc-fuse -> llmc-plan-memory]   (show_kernels: llmc-opt only)
 //
 // then LowerToExecutable with LowerOptions made from the same options.
 // Tuning knobs are options too; their environment variables are read once,
@@ -81,22 +80,13 @@ struct PipelineOptions {
   /// reads (and checks) instead of making again. Every tool and the C/C++
   /// API run them; llmc-opt's --llmc-pipeline only with form-kernels=1.
   bool form_kernels = true;
-  /// End the pass pipeline with llmc-fuse and llmc-plan-memory, to show
-  /// fusion regions and arena offsets in IR. LowerToExecutable still forms
-  /// kernels and plans its arena itself (from the fuse_* flags and
-  /// arena_alignment below), so the tools run without it.
-  bool show_kernels = false;
-  /// With show_kernels: llmc-plan-memory's remark with the arena sizes.
-  bool report_memory = false;
 
-  //===--- fusion (the lowering; llmc-fuse with show_kernels) --------------===//
+  //===--- fusion (llmc-form-kernels) --------------------------------------===//
   bool fuse_elementwise = true;
   bool fuse_residual_norm = true;
   bool fuse_gemm_epilogue = true;
-  /// Multi-output and SwiGLU decode GEMVs (lowering only).
+  /// Multi-output and SwiGLU decode GEMVs.
   bool fuse_gemv = true;
-  /// RoPE into attention (llmc-fuse only; the lowering always does it).
-  bool fuse_rope_attention = true;
 
   //===--- lowering (LowerOptions) -----------------------------------------===//
   /// llmc-hoist-parameter-work decides the parameter-preparation segment
@@ -193,7 +183,7 @@ absl::Status SetTuningKnobs(const TuningKnobs &given, PipelineOptions &options);
 
 /// Registers the `llmc-pipeline` pass pipeline: buildPipeline with the
 /// graph-level fields of PipelineOptions as pass options (dims, tp, rank,
-/// weight-only, raise, precision, pad-all, show-kernels, ...; defaults as
+/// weight-only, raise, precision, pad-all, form-kernels, ...; defaults as
 /// above), so that `llmc-opt --llmc-pipeline="dims=seq=7 precision=bf16"`
 /// prints what `llmc-compile --shape seq=7 --precision=bf16 --emit=mlir`
 /// prints. Option values are checked when the pipeline is parsed

@@ -36,8 +36,8 @@ namespace llmc {
 /// the levels an attribute or type alias brings where it is used. Real
 /// programs nest a few tens of levels. At 256 levels the parser, verifier
 /// and printer need at most about 0.7 MiB of stack (measured: 256 nested
-/// modules 0.6 MiB, 250 nested llm.fusion regions reported with the op
-/// printed 0.7 MiB), well within the 8 MiB of a main thread or a default
+/// modules 0.6 MiB; 250 nested regions of an op, reported with the op
+/// printed, 0.7 MiB), well within the 8 MiB of a main thread or a default
 /// pthread; NestingTest runs them on a 2 MiB thread.
 inline constexpr unsigned kMaxNestingDepth = 256;
 

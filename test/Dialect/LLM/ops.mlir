@@ -169,22 +169,13 @@ func.func @collectives(%x: tensor<?x4096xbf16>, %y: tensor<4096x4096xf32>) {
   return
 }
 
-// CHECK-LABEL: func.func @pad_and_fusion
-func.func @pad_and_fusion(%x: tensor<7x48xbf16>, %d: tensor<?x48xf32>, %g: tensor<7x176xf32>, %u: tensor<7x176xf32>) -> (tensor<16x64xbf16>, tensor<?x64xf32>, tensor<7x176xf32>) {
+// CHECK-LABEL: func.func @pad
+func.func @pad(%x: tensor<7x48xbf16>, %d: tensor<?x48xf32>) -> (tensor<16x64xbf16>, tensor<?x64xf32>) {
   // CHECK: llm.pad %{{.*}} high [9, 16] : tensor<7x48xbf16> to tensor<16x64xbf16>
   %p = llm.pad %x high [9, 16] : tensor<7x48xbf16> to tensor<16x64xbf16>
   // CHECK: llm.pad %{{.*}} high [0, 16] : tensor<?x48xf32> to tensor<?x64xf32>
   %q = llm.pad %d high [0, 16] : tensor<?x48xf32> to tensor<?x64xf32>
-  // CHECK: llm.fusion "elementwise"(%{{.*}}, %{{.*}}) : (tensor<7x176xf32>, tensor<7x176xf32>) -> tensor<7x176xf32> {
-  // CHECK: ^bb0(%{{.*}}: tensor<7x176xf32>, %{{.*}}: tensor<7x176xf32>):
-  // CHECK:   llm.yield %{{.*}} : tensor<7x176xf32>
-  %f = llm.fusion "elementwise"(%g, %u) : (tensor<7x176xf32>, tensor<7x176xf32>) -> tensor<7x176xf32> {
-  ^bb0(%a: tensor<7x176xf32>, %b: tensor<7x176xf32>):
-    %s = llm.silu %a : tensor<7x176xf32>
-    %m = llm.mul %s, %b : tensor<7x176xf32>
-    llm.yield %m : tensor<7x176xf32>
-  }
-  return %p, %q, %f : tensor<16x64xbf16>, tensor<?x64xf32>, tensor<7x176xf32>
+  return %p, %q : tensor<16x64xbf16>, tensor<?x64xf32>
 }
 
 // CHECK-LABEL: func.func @weight_only_quantization

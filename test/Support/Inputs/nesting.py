@@ -1,9 +1,9 @@
 """Writes an MLIR source nesting N levels deep to stdout, for the nesting-limit
 tests: python3 nesting.py KIND N.
 
-KIND: modules (nested builtin.module), fusion (nested llm.fusion regions),
-arrays (nested array attributes), attr-aliases / type-aliases (a chain of N
-aliases, each wrapping the previous one), arrows (nested tuples of function
+KIND: modules (nested builtin.module), arrays (nested array attributes),
+attr-aliases / type-aliases (a chain of N aliases, each wrapping the
+previous one), arrows (nested tuples of function
 types, whose '->' closes nothing), integer-sets (nested arrays of
 affine_set attributes, whose '>=' closes nothing).
 """
@@ -14,19 +14,6 @@ T = "tensor<4xf32>"
 out = []
 if kind == "modules":
     out += ["module {"] * n + ["}"] * n
-elif kind == "fusion":
-    out.append(f"func.func @f(%x: {T}) -> {T} {{")
-    prev = "%x"
-    for i in range(n):
-        out.append(f'%r{i} = llm.fusion "elementwise"({prev}) : ({T}) -> {T} {{')
-        out.append(f"^bb0(%a{i}: {T}):")
-        prev = f"%a{i}"
-    out.append(f"%s = llm.neg {prev} : {T}")
-    out.append(f"llm.yield %s : {T}")
-    for i in reversed(range(n)):
-        out.append("}")
-        out.append(f"llm.yield %r{i} : {T}" if i else f"return %r0 : {T}")
-    out.append("}")
 elif kind == "arrays":
     out.append("module attributes {llm.deep = " + "[" * n + "]" * n + "} {}")
 elif kind == "attr-aliases":

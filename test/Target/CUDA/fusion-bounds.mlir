@@ -4,14 +4,19 @@
 // fused unary ops took 30 s, 2,000 over 120 s), so a longer chain is split
 // into kernels within the bounds, each continuing from the previous result.
 
-// 300 adds: 64 + 64 + 64 + 64 + 44 ops, both in llmc-fuse and in codegen.
+// 300 adds: 64 + 64 + 64 + 64 + 44 ops, both in llmc-form-kernels and in
+// codegen.
 // RUN: %python %S/Inputs/elementwise-chain.py add 300 > %t.add.mlir
 // RUN: llmc-compile %t.add.mlir --arch=sm_90a --print-stats | FileCheck %s --check-prefix=ADD
 // ADD: llm ops: 300
 // ADD-NEXT: kernel launches: 5 (2 distinct kernels)
-// RUN: llmc-opt --llmc-fuse %t.add.mlir | FileCheck %s --check-prefix=FUSE
-// FUSE-COUNT-5: llm.fusion "elementwise"
-// FUSE-NOT: llm.fusion
+// RUN: llmc-opt --llmc-form-kernels %t.add.mlir | FileCheck %s --check-prefix=FUSE
+// FUSE-COUNT-64: llm.add {{.*}}llm.kernel = {group = 0 : i64, kind = "elementwise"}
+// FUSE-COUNT-64: llm.add {{.*}}llm.kernel = {group = 1 : i64, kind = "elementwise"}
+// FUSE-COUNT-64: llm.add {{.*}}llm.kernel = {group = 2 : i64, kind = "elementwise"}
+// FUSE-COUNT-64: llm.add {{.*}}llm.kernel = {group = 3 : i64, kind = "elementwise"}
+// FUSE-COUNT-44: llm.add {{.*}}llm.kernel = {group = 4 : i64, kind = "elementwise"}
+// FUSE-NOT: llm.kernel
 
 // sinf costs 64 units: 8 per kernel, so 20 sins are 8 + 8 + 4.
 // RUN: %python %S/Inputs/elementwise-chain.py sin 20 > %t.sin.mlir

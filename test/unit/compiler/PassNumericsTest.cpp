@@ -121,13 +121,13 @@ protected:
     ASSERT_TRUE(before);
     for (const Policy &p : kPolicies) {
       std::string pipeline =
-          std::string("llmc-pipeline{show-kernels=1 pad-all=1 precision=") + p.name + "}";
+          std::string("llmc-pipeline{form-kernels=1 pad-all=1 precision=") + p.name + "}";
       OwningOpRef<ModuleOp> after = parseAndRun(src, pipeline);
       ASSERT_TRUE(after) << what;
       func::FuncOp fnAfter = firstFunc(*after);
       double worst = 0;
-      ASSERT_TRUE(fnAfter->hasAttr("llm.arena_bytes"))
-          << what << ": not memory-planned\n" << print(*after);
+      ASSERT_TRUE(fnAfter->hasAttr("llm.kernels_formed"))
+          << what << ": kernels not formed\n" << print(*after);
       for (int draw = 0; draw < 2; ++draw) {
         std::vector<HostTensor> inputs = inputsFor(firstFunc(*before), vocab);
         auto ref = Evaluate(firstFunc(*before), inputs);
@@ -297,7 +297,7 @@ func.func @head(%x: tensor<7x16xf32>, %w: tensor<50257x16xf32>) -> tensor<7x5025
   return %y : tensor<7x50257xf32>
 }
 )mlir";
-  OwningOpRef<ModuleOp> after = parseAndRun(src, "llmc-pipeline{show-kernels=1 pad-all=1}");
+  OwningOpRef<ModuleOp> after = parseAndRun(src, "llmc-pipeline{form-kernels=1 pad-all=1}");
   ASSERT_TRUE(after);
   std::string text = print(*after);
   EXPECT_NE(text.find("tensor<50304x16xf32>"), std::string::npos) << text;

@@ -233,7 +233,7 @@ TEST_F(ShardNumericsTest, TinyLlamaStaticShapesTp2) {
   // The compile pipeline (padding, fusion, memory planning) after sharding
   // keeps every rank exact.
   checkSharded(print(*m), 2, "tiny_llama_block seq=6 + llmc-pipeline",
-               "llmc-pipeline{show-kernels=1 pad-all=1}");
+               "llmc-pipeline{form-kernels=1 pad-all=1}");
 }
 
 TEST_F(ShardNumericsTest, TinyLlamaTp4FailsOnTwoKvHeads) {
@@ -256,7 +256,7 @@ TEST_F(ShardNumericsTest, TinyMhaTp4) { checkSharded(kTinyMha, 4, "tiny_mha"); }
 TEST_F(ShardNumericsTest, TinyMhaTp8) { checkSharded(kTinyMha, 8, "tiny_mha"); }
 
 TEST_F(ShardNumericsTest, TinyMhaTp4ThenPipeline) {
-  checkSharded(kTinyMha, 4, "tiny_mha + llmc-pipeline", "llmc-pipeline{show-kernels=1 pad-all=1}");
+  checkSharded(kTinyMha, 4, "tiny_mha + llmc-pipeline", "llmc-pipeline{pad-all=1}");
 }
 
 TEST_F(ShardNumericsTest, GeluMlpWithBiases) {

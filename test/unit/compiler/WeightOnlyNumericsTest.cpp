@@ -44,7 +44,7 @@ protected:
       return nullptr;
     }
     std::string pipeline =
-        fullPipeline ? "llmc-pipeline{show-kernels=1 pad-all=1 weight-only=" + scheme + "}"
+        fullPipeline ? "llmc-pipeline{form-kernels=1 pad-all=1 weight-only=" + scheme + "}"
                      : "func.func(llmc-precision{weight-only=" + scheme + "})";
     PassManager pm(&ctx);
     std::string err;

@@ -542,29 +542,6 @@ func.func @weight_not_rank1(%x: tensor<4x16xf32>, %w: tensor<4x16xf32>) -> tenso
 
 // -----
 
-// Not raised: inside an llm.fusion region (its kind fixes the kernel).
-// CHECK-LABEL: func.func @inside_fusion_region
-// CHECK-NOT: llm.rms_norm
-// CHECK: return
-func.func @inside_fusion_region(%x: tensor<4x16xf32>, %w: tensor<16xf32>) -> tensor<4x16xf32> {
-  %y = llm.fusion "elementwise" (%x, %w) : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32> {
-  ^bb0(%a: tensor<4x16xf32>, %b: tensor<16xf32>):
-    %sq = llm.mul %a, %a : tensor<4x16xf32>
-    %mean = llm.reduce_mean %sq [1] keepdim : tensor<4x16xf32>
-    %eps = llm.constant dense<1.0e-06> : tensor<4x1xf32>
-    %v = llm.add %mean, %eps : tensor<4x1xf32>
-    %r = llm.rsqrt %v : tensor<4x1xf32>
-    %rb = llm.broadcast %r : tensor<4x1xf32> to tensor<4x16xf32>
-    %m = llm.mul %a, %rb : tensor<4x16xf32>
-    %wb = llm.broadcast %b : tensor<16xf32> to tensor<4x16xf32>
-    %o = llm.mul %wb, %m : tensor<4x16xf32>
-    llm.yield %o : tensor<4x16xf32>
-  }
-  return %y : tensor<4x16xf32>
-}
-
-// -----
-
 // Not raised: an integer result (w and the normalized value cast to i32).
 // llm.rms_norm takes floats only; raising made an invalid op.
 // CHECK-LABEL: func.func @integer_result

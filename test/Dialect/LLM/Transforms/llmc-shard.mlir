@@ -375,17 +375,3 @@ func.func @nothing(%x: tensor<3x8xf32>, %w: tensor<4x8xf32>) -> tensor<3x4xf32> 
   %y = llm.matmul %x, %w {transpose_rhs} : tensor<3x8xf32>, tensor<4x8xf32> -> tensor<3x4xf32>
   return %y : tensor<3x4xf32>
 }
-
-// -----
-
-// Sharding runs before fusion.
-// expected-error @+1 {{'func.func' op cannot shard llm.fusion regions: run llmc-shard before llmc-fuse}}
-func.func @fused(%g: tensor<7x16xf32>, %u: tensor<7x16xf32>) -> tensor<7x16xf32> {
-  %m = llm.fusion "elementwise" (%g, %u) : (tensor<7x16xf32>, tensor<7x16xf32>) -> tensor<7x16xf32> {
-  ^bb0(%a: tensor<7x16xf32>, %b: tensor<7x16xf32>):
-    %s = llm.silu %a : tensor<7x16xf32>
-    %p = llm.mul %s, %b : tensor<7x16xf32>
-    llm.yield %p : tensor<7x16xf32>
-  }
-  return %m : tensor<7x16xf32>
-}
