@@ -145,7 +145,8 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
   KernelConfigs configs;
   auto dict = dyn_cast<DictionaryAttr>(fnConfigs);
   auto unroll = dict ? dict.getAs<IntegerAttr>("elementwise_unroll") : nullptr;
-  if (!unroll || dict.size() != 1 || unroll.getInt() < 1 || unroll.getInt() > 4)
+  if (!unroll || !unroll.getType().isSignlessInteger(64) || dict.size() != 1 ||
+      unroll.getInt() < 1 || unroll.getInt() > 4)
     return invalid(fn, kKernelConfigsAttr.str(), fnConfigs,
                    "{elementwise_unroll = <1, 2, 3 or 4>}");
   configs.elementwise_unroll = static_cast<int>(unroll.getInt());
@@ -159,7 +160,8 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
     AttentionChoice choice;
     if (kernel && kernel.getValue() == "flash_decode") {
       auto splits = config.getAs<IntegerAttr>("splits");
-      if (splits && config.size() == 2 && splits.getInt() >= 1 && splits.getInt() <= 256) {
+      if (splits && splits.getType().isSignlessInteger(64) && config.size() == 2 &&
+          splits.getInt() >= 1 && splits.getInt() <= 256) {
         choice.kernel = AttentionChoice::kFlashDecode;
         choice.splits = static_cast<int>(splits.getInt());
         configs.attention[op] = choice;

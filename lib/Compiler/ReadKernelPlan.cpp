@@ -227,6 +227,11 @@ absl::Status Reader::swiGluGemv(const Annotated &k) {
                         "only the product");
   if (gate.getLhs() != up.getLhs())
     return bad(up, k, "the gate and up GEMVs read the same input");
+  for (MatmulOp mm : {gate, up})
+    if (cu::QuantGemvConfig qc; fusedDequantGemv(mm, &qc))
+      return bad(mm, k, "it reads a dequantized weight, which its own fused "
+                        "GEMV decompresses; the SwiGLU GEMV kernel reads dense "
+                        "weights");
   for (Operation *op : k.ops)
     if (prepared.contains(op))
       return bad(op, k, "parameter-preparation work is never a decode GEMV kernel");
@@ -256,7 +261,7 @@ absl::StatusOr<KernelPlan> Reader::read() {
     auto dict = dyn_cast<DictionaryAttr>(attr);
     auto group = dict ? dict.getAs<IntegerAttr>("group") : nullptr;
     auto kind = dict ? dict.getAs<StringAttr>("kind") : nullptr;
-    if (!group || !kind || dict.size() != 2)
+    if (!group || !group.getType().isSignlessInteger(64) || !kind || dict.size() != 2)
       return absl::InvalidArgumentError(absl::StrCat(
           "cuda backend: ", describe(&op), " has ", kKernelAttr.str(), " = ",
           print(attr), "; expected {group = <integer>, kind = <string>}"));

@@ -11,6 +11,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <tuple>
+
 using namespace mlir;
 using namespace llmc::exec;
 
@@ -80,10 +82,12 @@ LogicalResult verifyDim3(Operation *op, StringRef what, ArrayRef<int64_t> dims) 
   if (dims.size() != 3)
     return op->emitOpError() << "expected " << what << " of 3 dimensions, found "
                              << dims.size();
+  // The runtime's bound (rt::Executable::Validate checks the tighter
+  // per-dimension limits of CUDA).
   for (int64_t d : dims)
-    if (d < 0 || d > int64_t(UINT32_MAX))
+    if (d < 1 || d > int64_t(INT32_MAX))
       return op->emitOpError() << "expected " << what
-                               << " dimensions in [0, 2^32), found " << d;
+                               << " dimensions in [1, 2^31), found " << d;
   return success();
 }
 
@@ -188,8 +192,8 @@ LogicalResult ExecutableOp::verify() {
                          << *getArenaBytes();
   if (auto bindings = getSymbolBindingsAttr())
     for (NamedAttribute b : bindings)
-      if (!isa<IntegerAttr>(b.getValue()))
-        return emitOpError() << "expected an integer binding for '"
+      if (auto v = dyn_cast<IntegerAttr>(b.getValue()); !v || !v.getType().isSignlessInteger(64))
+        return emitOpError() << "expected an i64 binding for '"
                              << b.getName().strref() << "', found " << b.getValue();
   return success();
 }
@@ -208,6 +212,7 @@ LogicalResult ExecutableOp::verifyRegions() {
                                  << " of type " << out.getType() << ", found "
                                  << inputs[*alias].getType();
     }
+  SmallVector<Operation *> outputBuffers(outputs.size(), nullptr);
   bool sawLaunch = false;
   int prepares = 0;
   for (Operation &op : body) {
@@ -242,7 +247,41 @@ LogicalResult ExecutableOp::verifyRegions() {
       if (buffer.getBytes() > *getArenaBytes() - *offset)
         return buffer.emitOpError()
                << "expected the arena buffer inside arena_bytes (" << *getArenaBytes()
-               << "), found it ending at " << *offset + buffer.getBytes();
+               << "), found " << buffer.getBytes() << " bytes at offset " << *offset;
+    if (buffer.getKind() == BufferKind::output) {
+      int64_t io = *buffer.getIoIndex();
+      if (outputBuffers[io])
+        return buffer.emitOpError() << "expected one output buffer for output " << io
+                                    << ", found a second";
+      outputBuffers[io] = buffer;
+    }
+  }
+  // Every output is a buffer that some launch writes (a kernel's pointer
+  // argument, a GEMM's D, a collective's recv, a copy's destination): the
+  // caller would otherwise read memory nothing wrote.
+  for (auto [io, buffer] : llvm::enumerate(outputBuffers)) {
+    std::optional<int64_t> bytes = tensorBytes(outputs[io].getType());
+    if (bytes && *bytes == 0)
+      continue;
+    if (!buffer)
+      return outputs[io].emitOpError() << "expected an output buffer for output " << io
+                                       << ", found none";
+    bool written = llvm::any_of(buffer->getResult(0).getUses(), [](OpOperand &use) {
+      Operation *user = use.getOwner();
+      if (auto gemm = dyn_cast<GemmOp>(user))
+        return use.get() == gemm.getD();
+      if (auto c = dyn_cast<CollectiveOp>(user))
+        return use.get() == c.getRecv();
+      if (auto copy = dyn_cast<CopyOp>(user))
+        return use.get() == copy.getDst();
+      if (auto launch = dyn_cast<LaunchOp>(user))
+        return llvm::is_contained(launch.getBuffers(), use.get());
+      return false;
+    });
+    if (!written)
+      return buffer->emitOpError() << "expected output " << io
+                                   << " to be written by a launch, GEMM, collective or "
+                                      "copy, found no writer";
   }
   return success();
 }
@@ -341,8 +380,9 @@ LogicalResult LaunchOp::verify() {
     auto integer = dyn_cast<IntegerAttr>(a);
     auto fp = dyn_cast<FloatAttr>(a);
     bool ok = isa<StringAttr>(a) || (fp && fp.getType().isF32()) ||
-              (integer && (integer.getType().isIndex() || integer.getType().isInteger(32) ||
-                           integer.getType().isInteger(64)));
+              (integer && (integer.getType().isIndex() ||
+                           integer.getType().isSignlessInteger(32) ||
+                           integer.getType().isSignlessInteger(64)));
     if (!ok)
       return emitOpError() << "expected argument " << i
                            << " to be a buffer pointer, i32, i64, f32 or bytes, found "
@@ -363,9 +403,12 @@ LogicalResult LaunchOp::verify() {
   if (getAttention() ? attention != 4 : attention != 0)
     return emitOpError() << "expected " << (getAttention() ? 4 : 0)
                          << " attention operands (q, k, v, o), found " << attention;
+  size_t offsets = getAttentionOffsets() ? getAttentionOffsets()->size() : 0;
+  if (offsets != attention)
+    return emitOpError() << "expected " << attention
+                         << " attention offsets (one per attention operand), found "
+                         << offsets;
   if (attention) {
-    if (!getAttentionOffsets() || getAttentionOffsets()->size() != 4)
-      return emitOpError() << "expected 4 attention offsets";
     for (auto [b, o] : llvm::zip(getAttentionBuffers(), *getAttentionOffsets()))
       if (failed(verifyRange(*this, "attention operand", b, o, 0)))
         return failure();
@@ -385,6 +428,17 @@ LogicalResult GemmOp::verify() {
       return failure();
   if (!getCompute().isF32())
     return emitOpError() << "expected compute f32, found " << getCompute();
+  // An optional operand comes with its offset, and an offset with its operand.
+  for (auto [what, b, offset] :
+       {std::tuple<StringRef, Value, std::optional<int64_t>>{"c", getC(), getCOffset()},
+        {"bias", getBias(), getBiasOffset()},
+        {"scale_a", getScaleA(), getScaleAOffset()},
+        {"scale_b", getScaleB(), getScaleBOffset()}})
+    if (static_cast<bool>(b) != offset.has_value())
+      return emitOpError() << "expected operand " << what << " and " << what
+                           << "_offset together, found "
+                           << (b ? "the operand without its offset"
+                                 : "an offset without the operand");
   auto ref = [&](StringRef what, Value b, std::optional<int64_t> offset) {
     return !b || succeeded(verifyRange(*this, ("operand " + what).str(), b,
                                        offset.value_or(0), 0));

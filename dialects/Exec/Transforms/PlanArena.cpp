@@ -51,18 +51,39 @@ struct PlanArenaPass : llmc::exec::impl::PlanArenaPassBase<PlanArenaPass> {
       return a.first != b.first ? a.first < b.first : a.index < b.index;
     });
     int64_t peak = 0;
-    int64_t align = std::max<int64_t>(alignment, 1);
+    int64_t align = alignment;
+    if (align < 1 || align > (int64_t(1) << 30) || (align & (align - 1)) != 0) {
+      exe.emitOpError() << "llmc-plan-arena: expected alignment a power of two "
+                           "in [1, 2^30], found "
+                        << align;
+      return signalPassFailure();
+    }
+    // Every offset and size stays below 2^62, so no sum below overflows.
+    constexpr int64_t kLimit = int64_t(1) << 62;
     Builder builder(&getContext());
     for (Item &item : items) {
       llvm::erase_if(live, [&](const Block &b) { return b.last < item.first; });
       std::sort(live.begin(), live.end(),
                 [](const Block &a, const Block &b) { return a.offset < b.offset; });
+      if (item.buffer.getBytes() > kLimit - align) {
+        item.buffer.emitOpError() << "llmc-plan-arena: expected an arena buffer "
+                                     "of less than 2^62 bytes, found "
+                                  << item.buffer.getBytes();
+        return signalPassFailure();
+      }
       int64_t size = (item.buffer.getBytes() + align - 1) / align * align;
       int64_t offset = 0;
       for (const Block &b : live) {
         if (offset + size <= b.offset)
           break;
         offset = std::max(offset, b.offset + b.size);
+      }
+      if (offset > kLimit - size) {
+        item.buffer.emitOpError() << "llmc-plan-arena: the arena would exceed "
+                                     "2^62 bytes placing this buffer of "
+                                  << item.buffer.getBytes() << " bytes at offset "
+                                  << offset;
+        return signalPassFailure();
       }
       item.buffer.setOffsetAttr(builder.getI64IntegerAttr(offset));
       live.push_back({offset, size, item.last});

@@ -7,7 +7,7 @@ exec.executable @negative_arena attributes {arena_bytes = -1 : i64} {
 
 // -----
 
-// expected-error @+1 {{expected an integer binding for 'seq', found "7"}}
+// expected-error @+1 {{expected an i64 binding for 'seq', found "7"}}
 exec.executable @string_binding attributes {symbol_bindings = {seq = "7"}} {
 }
 
@@ -67,7 +67,7 @@ exec.executable @io_bytes {
 // -----
 
 exec.executable @arena_outside attributes {arena_bytes = 128 : i64} {
-  // expected-error @+1 {{expected the arena buffer inside arena_bytes (128), found it ending at 192}}
+  // expected-error @+1 {{expected the arena buffer inside arena_bytes (128), found 64 bytes at offset 128}}
   %b0 = exec.buffer arena 64 bytes live [0, 1] offset 128
 }
 
@@ -181,7 +181,7 @@ exec.executable @grid_rank {
 
 exec.executable @block_range {
   exec.kernel @k source ""
-  // expected-error @+1 {{expected block dimensions in [0, 2^32), found 4294967296}}
+  // expected-error @+1 {{expected block dimensions in [1, 2^31), found 4294967296}}
   exec.launch @k grid [1, 1, 1] block [4294967296, 1, 1] smem 0 ()
 }
 
@@ -316,4 +316,78 @@ exec.executable @collective_outside {
   %b0 = exec.buffer persistent 16 bytes
   // expected-error @+1 {{expected recv [17, +0) inside its buffer of 16 bytes, found it outside}}
   exec.collective reduce_scatter max 2 x f32 from %b0[0] to %b0[17]
+}
+
+// -----
+
+exec.executable @binding_width attributes {symbol_bindings = {seq = 7 : si32}} {
+// expected-error @-1 {{expected an i64 binding for 'seq', found 7 : si32}}
+}
+
+// -----
+
+exec.executable @signed_argument {
+  %b0 = exec.buffer arena 64 bytes
+  exec.kernel @k source ""
+  // expected-error @+1 {{expected argument 1 to be a buffer pointer, i32, i64, f32 or bytes, found 64 : si64}}
+  exec.launch @k grid [1, 1, 1] block [1, 1, 1] smem 0 (%b0[0], 64 : si64)
+}
+
+// -----
+
+exec.executable @empty_grid {
+  exec.kernel @k source ""
+  // expected-error @+1 {{expected grid dimensions in [1, 2^31), found 0}}
+  exec.launch @k grid [0, 1, 1] block [1, 1, 1] smem 0 ()
+}
+
+// -----
+
+exec.executable @attention_offsets_without_operands {
+  exec.kernel @k source ""
+  // expected-error @+1 {{expected 0 attention offsets (one per attention operand), found 2}}
+  "exec.launch"() <{kernel = @k, grid = array<i64: 1, 1, 1>, block = array<i64: 1, 1, 1>, smem = 0 : i64, args = [], attention_offsets = array<i64: 0, 0>, operandSegmentSizes = array<i32: 0, 0>}> : () -> ()
+}
+
+// -----
+
+exec.executable @gemm_operand_without_offset {
+  %b0 = exec.buffer arena 64 bytes
+  // expected-error @+1 {{expected operand c and c_offset together, found the operand without its offset}}
+  "exec.gemm"(%b0, %b0, %b0, %b0) <{a_offset = 0 : i64, b_offset = 0 : i64, d_offset = 0 : i64, m = 1 : i64, n = 1 : i64, k = 1 : i64, lda = 1 : i64, ldb = 1 : i64, ldc = 1 : i64, ldd = 1 : i64, dtype_a = f32, dtype_b = f32, dtype_c = f32, dtype_d = f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0>}> : (!exec.buffer, !exec.buffer, !exec.buffer, !exec.buffer) -> ()
+}
+
+// -----
+
+exec.executable @gemm_offset_without_operand {
+  %b0 = exec.buffer arena 64 bytes
+  // expected-error @+1 {{expected operand scale_a and scale_a_offset together, found an offset without the operand}}
+  exec.gemm a %b0[0] b %b0[0] d %b0[0] {m = 1 : i64, n = 1 : i64, k = 1 : i64, lda = 1 : i64, ldb = 1 : i64, ldc = 1 : i64, ldd = 1 : i64, dtype_a = f32, dtype_b = f32, dtype_c = f32, dtype_d = f32, scale_a_offset = 8 : i64}
+}
+
+// -----
+
+exec.executable @output_without_buffer {
+  // expected-error @+1 {{expected an output buffer for output 0, found none}}
+  exec.output "result0" : tensor<4xf32>
+}
+
+// -----
+
+exec.executable @two_output_buffers {
+  exec.output "result0" : tensor<4xf32>
+  %b0 = exec.buffer output[0] 16 bytes
+  // expected-error @+1 {{expected one output buffer for output 0, found a second}}
+  %b1 = exec.buffer output[0] 16 bytes
+}
+
+// -----
+
+exec.executable @output_never_written {
+  exec.input "arg0" : tensor<4xf32>
+  exec.output "result0" : tensor<4xf32>
+  %b0 = exec.buffer input[0] 16 bytes
+  // expected-error @+1 {{expected output 0 to be written by a launch, GEMM, collective or copy, found no writer}}
+  %b1 = exec.buffer output[0] 16 bytes
+  exec.copy 16 bytes from %b1[0] to %b0[0]
 }

@@ -234,6 +234,22 @@ func.func @f(%x: tensor<1x256xbf16>, %wg: tensor<512x256xbf16>, %wu: tensor<512x
   EXPECT_CONTAINS(msg, "a swiglu_gemv kernel is two decode GEMVs");
 }
 
+TEST(KernelPlan, ASwiGluGemvOfADequantizedWeightIsAnError) {
+  // The gate GEMV reads an int8 weight that its own fused GEMV would
+  // decompress (nothing writes the dequantized tensor): the SwiGLU kernel,
+  // which reads dense weights, must not take it.
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<1x256xbf16>, %q: tensor<512x256xi8>, %s: tensor<512x2xf32>, %wu: tensor<512x256xbf16>) -> tensor<1x512xbf16> attributes {llm.kernels_formed} {
+  %wg = llm.dequantize_weight %q, %s {bits = 8 : i64, group_size = 128 : i64} : tensor<512x256xi8>, tensor<512x2xf32> -> tensor<512x256xbf16>
+  %g = llm.matmul %x, %wg {transpose_rhs, llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x256xbf16>, tensor<512x256xbf16> -> tensor<1x512xbf16>
+  %u = llm.matmul %x, %wu {transpose_rhs, llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x256xbf16>, tensor<512x256xbf16> -> tensor<1x512xbf16>
+  %a = llm.silu %g {llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x512xbf16>
+  %m = llm.mul %a, %u {llm.kernel = {group = 0 : i64, kind = "swiglu_gemv"}} : tensor<1x512xbf16>
+  return %m : tensor<1x512xbf16>
+})");
+  EXPECT_CONTAINS(msg, "it reads a dequantized weight, which its own fused GEMV decompresses");
+}
+
 TEST(KernelPlan, MixingParameterPreparationAndPerCallWorkIsAnError) {
   // The cast of the parameter runs once per parameter set; the multiply by
   // the activation on every call: one kernel cannot do both.
@@ -253,6 +269,13 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_for
   return %e : tensor<4x8xf32>
 })");
   EXPECT_CONTAINS(msg, "'llm.exp' at ");
+  EXPECT_CONTAINS(msg, "expected {group = <integer>, kind = <string>}");
+
+  msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 18446744073709551616 : i128, kind = "elementwise"}} : tensor<4x8xf32>
+  return %e : tensor<4x8xf32>
+})");
   EXPECT_CONTAINS(msg, "expected {group = <integer>, kind = <string>}");
 
   msg = LowerError(R"(

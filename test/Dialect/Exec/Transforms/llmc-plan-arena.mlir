@@ -1,5 +1,11 @@
 // RUN: llmc-opt %s --split-input-file --llmc-plan-arena | FileCheck %s
 // RUN: llmc-opt %s --split-input-file --llmc-plan-arena=alignment=256 | FileCheck %s --check-prefix=A256
+// RUN: not llmc-opt %s --split-input-file --llmc-plan-arena=alignment=96 2>&1 | FileCheck %s --check-prefix=ALIGN
+// RUN: not llmc-opt %S/Inputs/huge-arena.mlir --llmc-plan-arena 2>&1 | FileCheck %s --check-prefix=HUGE
+// ALIGN: error: 'exec.executable' op llmc-plan-arena: expected alignment a power of two in [1, 2^30], found 96
+// The planner's sums stay below 2^62: a plan beyond is an error on the
+// buffer that does not fit, never a wrapped offset.
+// HUGE: huge-arena.mlir:6:9: error: 'exec.buffer' op llmc-plan-arena: the arena would exceed 2^62 bytes placing this buffer of 2305843009213693952 bytes at offset 4611686018427387904
 
 // Overlapping lifetimes get disjoint 128-byte aligned blocks; a buffer whose
 // interval starts after another's ends reuses its block.
