@@ -90,10 +90,14 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
     cu::DecodeConfig dc = flashDecodeConfig(op);
     if (!op.getMask() && sq <= 16 && cu::FlashDecodeSupported(dc) &&
         (op.getKvLen() || sq == 1)) {
-      choice.kernel = AttentionChoice::kFlashDecode;
-      choice.splits = cu::FlashDecodeNumSplits(dc, b, hkv, skv);
-      configs.attention[op] = choice;
-      return;
+      // Fails only for a config FlashDecodeSupported rejects.
+      absl::StatusOr<int> splits = cu::FlashDecodeNumSplits(dc, b, hkv, skv);
+      if (splits.ok()) {
+        choice.kernel = AttentionChoice::kFlashDecode;
+        choice.splits = *splits;
+        configs.attention[op] = choice;
+        return;
+      }
     }
     choice.tile = options.attention_tile ? *options.attention_tile
                                          : cu::DefaultAttentionTile(d);

@@ -292,6 +292,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   // exception) becomes an error naming `op`, and so do the errors of lazy
   // materializations (view copies, constants) that `emit` caused.
   auto guarded = [&](Operation *op, llvm::function_ref<absl::Status()> emit) {
+    llvm::SaveAndRestore<Operation *> restore(emitting, op);
     absl::Status st;
     try {
       st = emit();
