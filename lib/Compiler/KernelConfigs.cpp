@@ -90,10 +90,16 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
     cu::DecodeConfig dc = flashDecodeConfig(op);
     if (!op.getMask() && sq <= 16 && cu::FlashDecodeSupported(dc) &&
         (op.getKvLen() || sq == 1)) {
-      choice.kernel = AttentionChoice::kFlashDecode;
-      choice.splits = cu::FlashDecodeNumSplits(dc, b, hkv, skv);
-      configs.attention[op] = choice;
-      return;
+      // Fails when no register layout fits the geometry (some supported
+      // configs, e.g. bf16, head dim 16, group 5, 13 queries): then the
+      // flash-decoding kernel cannot serve the op either.
+      absl::StatusOr<int> splits = cu::FlashDecodeNumSplits(dc, b, hkv, skv);
+      if (splits.ok()) {
+        choice.kernel = AttentionChoice::kFlashDecode;
+        choice.splits = *splits;
+        configs.attention[op] = choice;
+        return;
+      }
     }
     choice.tile = options.attention_tile ? *options.attention_tile
                                          : cu::DefaultAttentionTile(d);

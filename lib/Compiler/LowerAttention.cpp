@@ -49,7 +49,8 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
     } else {
       dc.kv_len = cu::KvLenSource::kArg;
     }
-    cu::DecodeKernels kernels = cu::EmitFlashDecode(dc);
+    LLMC_ASSIGN_OR_RETURN(cu::DecodeKernels kernels,
+                          generated(cu::EmitFlashDecode(dc), op));
     int splits = choice->second.splits;
     auto [accBytes, mlBytes] = cu::FlashDecodeWorkspaceBytes(dc, b, hkv, splits);
     int acc = newArenaBuffer(accBytes, step, step);
@@ -59,12 +60,16 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                                kvLen ? ptrArg(kvLen) : nullArg(), i64Arg(skv),
                                i64Arg(skv), i32Arg(hkv), f32Arg(scale),
                                i32Arg(splits)};
-    launch(addKernel(kernels.split), cu::FlashDecodeSplitLaunch(dc, b, hkv, splits),
-           std::move(a1), op);
+    LLMC_ASSIGN_OR_RETURN(
+        cu::LaunchDims splitDims,
+        generated(cu::FlashDecodeSplitLaunch(dc, b, hkv, splits), op));
+    launch(addKernel(kernels.split), splitDims, std::move(a1), op);
     std::vector<rt::Arg> a2 = {ptrArg(op.getResult()), bufArg(acc), bufArg(ml),
                                i32Arg(hkv), i32Arg(splits)};
-    launch(addKernel(kernels.combine), cu::FlashDecodeCombineLaunch(dc, b, hkv),
-           std::move(a2), op);
+    LLMC_ASSIGN_OR_RETURN(
+        cu::LaunchDims combineDims,
+        generated(cu::FlashDecodeCombineLaunch(dc, b, hkv), op));
+    launch(addKernel(kernels.combine), combineDims, std::move(a2), op);
     return absl::OkStatus();
   }
   if (kvLen) {
@@ -106,8 +111,11 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                                i64Arg(sq), i64Arg(skv), i32Arg(hq), i32Arg(hkv),
                                f32Arg(scale), i64Arg(strideB), i64Arg(strideH),
                                i64Arg(strideQ)};
-  launch(addKernel(cu::EmitAttention(cfg)), cu::AttentionLaunch(cfg, b, sq, hq),
-         std::move(args), op);
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::AttentionLaunch(cfg, b, sq, hq), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                        generated(cu::EmitAttention(cfg), op));
+  launch(addKernel(code), dims, std::move(args), op);
   return choice->second.cudnn ? attachCudnnAttention(op) : absl::OkStatus();
 }
 

@@ -50,15 +50,18 @@ void collapseIndexSpace(const cu::ElementwiseProgram &prog, std::vector<int64_t>
 /// more than cu::kElementwiseMaxRank dims runs over its collapsed index
 /// space (collapseIndexSpace); when even that has too many dims the
 /// generator refuses it, naming the rank.
-rt::Arg shapeArg(const cu::ElementwiseProgram &prog,
-                 std::vector<int64_t> sizes,
-                 std::vector<std::vector<int64_t>> strides) {
+absl::StatusOr<rt::Arg> shapeArg(const cu::ElementwiseProgram &prog,
+                                 std::vector<int64_t> sizes,
+                                 std::vector<std::vector<int64_t>> strides) {
   collapseIndexSpace(prog, sizes, strides);
-  std::vector<int64_t> packed = cu::PackElementwiseShape(prog, sizes, strides);
+  absl::StatusOr<std::vector<int64_t>> packed =
+      cu::PackElementwiseShape(prog, sizes, strides);
+  if (!packed.ok())
+    return packed.status();
   rt::Arg a;
   a.kind = rt::Arg::Bytes;
-  a.bytes.assign(reinterpret_cast<const char *>(packed.data()),
-                 packed.size() * sizeof(int64_t));
+  a.bytes.assign(reinterpret_cast<const char *>(packed->data()),
+                 packed->size() * sizeof(int64_t));
   return a;
 }
 
@@ -177,7 +180,8 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
   if (prog.outputs.empty())
     return absl::OkStatus(); // dead group
 
-  cu::KernelCode code = cu::EmitElementwise(prog);
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                        generated(cu::EmitElementwise(prog), last));
   int kernel = addKernel(code);
   std::vector<rt::Arg> args;
   for (Value out : outputs)
@@ -192,9 +196,13 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
     std::vector<std::vector<int64_t>> strides;
     for (auto &read : reads)
       strides.emplace_back(read.strides.begin(), read.strides.end());
-    args.push_back(shapeArg(prog, sizes, strides));
+    LLMC_ASSIGN_OR_RETURN(rt::Arg shape,
+                          generated(shapeArg(prog, sizes, strides), last));
+    args.push_back(std::move(shape));
   }
-  launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), last);
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::ElementwiseLaunch(prog, numel), last));
+  launch(kernel, dims, std::move(args), last);
   return absl::OkStatus();
 }
 

@@ -64,7 +64,11 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
                                  ptrArg(deq.getPacked()), ptrArg(deq.getScales()),
                                  qc.has_bias ? ptrArg(op.getBias()) : nullArg(),
                                  i64Arg(n)};
-    launch(addKernel(cu::EmitQuantGemv(qc)), cu::QuantGemvLaunch(qc), std::move(args), op);
+    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                          generated(cu::QuantGemvLaunch(qc), op));
+    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                          generated(cu::EmitQuantGemv(qc), op));
+    launch(addKernel(code), dims, std::move(args), op);
     return absl::OkStatus();
   }
   // Decode-shaped projections (a few rows against an nn.Linear weight): the
@@ -74,7 +78,10 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
                                  gemvWeightArg(op),
                                  gc.has_bias ? ptrArg(op.getBias()) : nullArg(),
                                  i64Arg(n)};
-    launch(addKernel(cu::EmitGemv(gc)), cu::GemvLaunch(gc), std::move(args), op);
+    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                          generated(cu::GemvLaunch(gc), op));
+    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitGemv(gc), op));
+    launch(addKernel(code), dims, std::move(args), op);
     return absl::OkStatus();
   }
   rt::GemmSpec g;
@@ -232,9 +239,14 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
     std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getResult()),
                                  ptrArg(op.getBias()), i64Arg(numel)};
     std::vector<int64_t> sizes(res.getShape().begin(), res.getShape().end());
-    args.push_back(shapeArg(prog, sizes, {{}, {}}));
-    launch(addKernel(cu::EmitElementwise(prog)), cu::ElementwiseLaunch(prog, numel),
-           std::move(args), op);
+    LLMC_ASSIGN_OR_RETURN(rt::Arg shape,
+                          generated(shapeArg(prog, sizes, {{}, {}}), op));
+    args.push_back(std::move(shape));
+    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                          generated(cu::ElementwiseLaunch(prog, numel), op));
+    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                          generated(cu::EmitElementwise(prog), op));
+    launch(addKernel(code), dims, std::move(args), op);
   }
   return absl::OkStatus();
 }
@@ -291,10 +303,18 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
   std::vector<rt::Arg> args = {bufArg(dst),
                                ptrArg(read->root, read->elementOffset * esize),
                                i64Arg(numel)};
-  args.push_back(shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
-                          {std::vector<int64_t>(strides.begin(), strides.end())}));
-  launch(addKernel(cu::EmitElementwise(prog)), cu::ElementwiseLaunch(prog, numel),
-         std::move(args), op);
+  LLMC_ASSIGN_OR_RETURN(
+      rt::Arg shapeBytes,
+      generated(
+          shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
+                   {std::vector<int64_t>(strides.begin(), strides.end())}),
+          op));
+  args.push_back(std::move(shapeBytes));
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::ElementwiseLaunch(prog, numel), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                        generated(cu::EmitElementwise(prog), op));
+  launch(addKernel(code), dims, std::move(args), op);
   if (prep)
     markPrep(firstLaunch);
   return dst;
@@ -313,9 +333,13 @@ absl::Status Lowering::emitPad(PadOp op) {
   cfg.rank = static_cast<int>(in.getRank());
   cfg.vec = cu::PadVecWidth(cfg.dtype, in.getShape().back(),
                             out.getShape().back());
-  std::vector<int64_t> packed = cu::PackPadShape(
-      std::vector<int64_t>(out.getShape().begin(), out.getShape().end()),
-      std::vector<int64_t>(in.getShape().begin(), in.getShape().end()));
+  LLMC_ASSIGN_OR_RETURN(
+      std::vector<int64_t> packed,
+      generated(cu::PackPadShape(std::vector<int64_t>(out.getShape().begin(),
+                                                      out.getShape().end()),
+                                 std::vector<int64_t>(in.getShape().begin(),
+                                                      in.getShape().end())),
+                op));
   rt::Arg shape;
   shape.kind = rt::Arg::Bytes;
   shape.bytes.assign(reinterpret_cast<const char *>(packed.data()),
@@ -323,8 +347,10 @@ absl::Status Lowering::emitPad(PadOp op) {
   int64_t numel = out.getNumElements();
   std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getInput()),
                                i64Arg(numel), std::move(shape)};
-  launch(addKernel(cu::EmitPad(cfg)), cu::PadLaunch(cfg, numel), std::move(args),
-         op);
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::PadLaunch(cfg, numel), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitPad(cfg), op));
+  launch(addKernel(code), dims, std::move(args), op);
   return absl::OkStatus();
 }
 
@@ -361,8 +387,11 @@ absl::Status Lowering::emitGemvGroup(const GemvGroup &group) {
         gemvWeightArg(gate), gemvWeightArg(up),
         c.has_bias ? ptrArg(gate.getBias()) : nullArg(),
         c.has_bias ? ptrArg(up.getBias()) : nullArg(), i64Arg(c.n)};
-    launch(addKernel(cu::EmitSwiGluGemv(c)), cu::SwiGluGemvLaunch(c), std::move(args),
-           group.emitAt);
+    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                          generated(cu::SwiGluGemvLaunch(c), group.emitAt));
+    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                          generated(cu::EmitSwiGluGemv(c), group.emitAt));
+    launch(addKernel(code), dims, std::move(args), group.emitAt);
     return absl::OkStatus();
   }
   cu::MultiGemvConfig c;
@@ -383,8 +412,11 @@ absl::Status Lowering::emitGemvGroup(const GemvGroup &group) {
     args.push_back(gc.has_bias ? ptrArg(mm.getBias()) : nullArg());
     args.push_back(i64Arg(gc.n));
   }
-  launch(addKernel(cu::EmitMultiGemv(c)), cu::MultiGemvLaunch(c), std::move(args),
-         group.emitAt);
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::MultiGemvLaunch(c), group.emitAt));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                        generated(cu::EmitMultiGemv(c), group.emitAt));
+  launch(addKernel(code), dims, std::move(args), group.emitAt);
   return absl::OkStatus();
 }
 
@@ -417,8 +449,11 @@ absl::Status Lowering::emitQuantizeWeight(QuantizeWeightOp op) {
   int64_t n = w.getDimSize(0), k = w.getDimSize(1);
   std::vector<rt::Arg> args = {ptrArg(op.getPacked()), ptrArg(op.getScales()),
                                ptrArg(op.getWeight()), i64Arg(n), i64Arg(k)};
-  launch(addKernel(cu::EmitQuantizeWeight(cfg)), cu::QuantizeWeightLaunch(cfg, n, k),
-         std::move(args), op);
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::QuantizeWeightLaunch(cfg, n, k), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                        generated(cu::EmitQuantizeWeight(cfg), op));
+  launch(addKernel(code), dims, std::move(args), op);
   return absl::OkStatus();
 }
 
@@ -441,8 +476,11 @@ absl::Status Lowering::emitDequantizeWeight(DequantizeWeightOp op) {
   int64_t n = t.getDimSize(0), k = t.getDimSize(1);
   std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getPacked()),
                                ptrArg(op.getScales()), i64Arg(n), i64Arg(k)};
-  launch(addKernel(cu::EmitDequantizeWeight(cfg)),
-         cu::DequantizeWeightLaunch(cfg, n, k), std::move(args), op);
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::DequantizeWeightLaunch(cfg, n, k), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                        generated(cu::EmitDequantizeWeight(cfg), op));
+  launch(addKernel(code), dims, std::move(args), op);
   return absl::OkStatus();
 }
 

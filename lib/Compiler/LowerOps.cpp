@@ -30,8 +30,11 @@ absl::Status Lowering::emitNorm(Operation *op) {
     cfg.fused_residual = fused;
     args.push_back(ptrArg(rms.getWeight()));
     args.push_back(i64Arg(rows));
-    launch(addKernel(cu::EmitRMSNorm(cfg)), cu::RMSNormLaunch(cfg, rows),
-           std::move(args), op);
+    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                          generated(cu::RMSNormLaunch(cfg, rows), op));
+    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                          generated(cu::EmitRMSNorm(cfg), op));
+    launch(addKernel(code), dims, std::move(args), op);
     return absl::OkStatus();
   }
   auto ln = cast<LayerNormOp>(op);
@@ -50,8 +53,11 @@ absl::Status Lowering::emitNorm(Operation *op) {
   if (ln.getBias())
     args.push_back(ptrArg(ln.getBias()));
   args.push_back(i64Arg(rows));
-  launch(addKernel(cu::EmitLayerNorm(cfg)), cu::LayerNormLaunch(cfg, rows),
-         std::move(args), op);
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::LayerNormLaunch(cfg, rows), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                        generated(cu::EmitLayerNorm(cfg), op));
+  launch(addKernel(code), dims, std::move(args), op);
   return absl::OkStatus();
 }
 
@@ -119,8 +125,11 @@ absl::Status Lowering::emitOp(Operation *op) {
             ptrArg(o.getResult()), ptrArg(o.getInput()),
             o.getMask() ? ptrArg(o.getMask()) : nullArg(), f32Arg(scale),
             i64Arg(rows), i64Arg(maskRows)};
-        launch(addKernel(cu::EmitSoftmax(cfg)), cu::SoftmaxLaunch(cfg, rows),
-               std::move(args), o);
+        LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                              generated(cu::SoftmaxLaunch(cfg, rows), o));
+        LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                              generated(cu::EmitSoftmax(cfg), o));
+        launch(addKernel(code), dims, std::move(args), o);
         return absl::OkStatus();
       })
       .Case<RoPEOp>([&](RoPEOp o) -> absl::Status {
@@ -163,8 +172,12 @@ absl::Status Lowering::emitOp(Operation *op) {
               ptrArg(o.getResult()), ptrArg(o.getInput()), ptrArg(cos),
               ptrArg(sin),           i64Arg(batch),        i64Arg(seq),
               i64Arg(perBatch ? seq * cfg.head_dim : 0)};
-          launch(addKernel(cu::EmitRoPETable(cfg)),
-                 cu::RoPETableLaunch(cfg, batch, seq), std::move(args), o);
+          LLMC_ASSIGN_OR_RETURN(
+              cu::LaunchDims dims,
+              generated(cu::RoPETableLaunch(cfg, batch, seq), o));
+          LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                                generated(cu::EmitRoPETable(cfg), o));
+          launch(addKernel(code), dims, std::move(args), o);
           return absl::OkStatus();
         }
         cu::RoPEConfig cfg;
@@ -185,9 +198,13 @@ absl::Status Lowering::emitOp(Operation *op) {
             ptrArg(o.getResult()), ptrArg(o.getInput()),
             o.getOffset() ? ptrArg(o.getOffset()) : nullArg(),
             i64Arg(t.getDimSize(0)), i64Arg(t.getDimSize(1))};
-        launch(addKernel(cu::EmitRoPE(cfg)),
-               cu::RoPELaunch(cfg, t.getDimSize(0), t.getDimSize(1)),
-               std::move(args), o);
+        LLMC_ASSIGN_OR_RETURN(
+            cu::LaunchDims dims,
+            generated(cu::RoPELaunch(cfg, t.getDimSize(0), t.getDimSize(1)),
+                      o));
+        LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                              generated(cu::EmitRoPE(cfg), o));
+        launch(addKernel(code), dims, std::move(args), o);
         return absl::OkStatus();
       })
       .Case<KVCacheAppendOp>([&](KVCacheAppendOp o) -> absl::Status {
@@ -213,9 +230,13 @@ absl::Status Lowering::emitOp(Operation *op) {
             ptrArg(o.getUpdate()), ptrArg(o.getPosition()), bufArg(err),
             i64Arg(c.getDimSize(0)), i64Arg(c.getDimSize(1)),
             i64Arg(u.getDimSize(1))};
-        launch(addKernel(cu::EmitKvAppend(cfg)),
-               cu::KvAppendLaunch(cfg, c.getDimSize(0), u.getDimSize(1)),
-               std::move(args), o);
+        LLMC_ASSIGN_OR_RETURN(
+            cu::LaunchDims dims,
+            generated(cu::KvAppendLaunch(cfg, c.getDimSize(0), u.getDimSize(1)),
+                      o));
+        LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                              generated(cu::EmitKvAppend(cfg), o));
+        launch(addKernel(code), dims, std::move(args), o);
         return absl::OkStatus();
       })
       .Case<GatherOp>([&](GatherOp o) -> absl::Status {
@@ -231,8 +252,11 @@ absl::Status Lowering::emitOp(Operation *op) {
         std::vector<rt::Arg> args = {ptrArg(o.getResult()), ptrArg(o.getTable()),
                                      ptrArg(o.getIndices()), bufArg(err),
                                      i64Arg(count), i64Arg(table.getDimSize(0))};
-        launch(addKernel(cu::EmitGather(cfg)), cu::GatherLaunch(cfg, count),
-               std::move(args), o);
+        LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                              generated(cu::GatherLaunch(cfg, count), o));
+        LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                              generated(cu::EmitGather(cfg), o));
+        launch(addKernel(code), dims, std::move(args), o);
         return absl::OkStatus();
       })
       .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp>(
@@ -252,15 +276,23 @@ absl::Status Lowering::emitOp(Operation *op) {
               cfg.out = scalarOf(o->getResult(0));
               cfg.kind = kind;
               int64_t numel = numElements(in);
-              cu::FullReduceKernels ks = cu::EmitFullReduce(cfg);
+              LLMC_ASSIGN_OR_RETURN(cu::FullReduceKernels ks,
+                                    generated(cu::EmitFullReduce(cfg), o));
               int partials = newArenaBuffer(
                   4 * int64_t(cu::FullReduceNumPartials(numel)), step, step);
-              launch(addKernel(ks.stage1), cu::FullReduceStage1Launch(cfg, numel),
-                     {bufArg(partials), ptrArg(in), i64Arg(numel)}, o);
-              launch(addKernel(ks.stage2), cu::FullReduceStage2Launch(cfg, numel),
-                     {ptrArg(o->getResult(0)), bufArg(partials),
-                      i32Arg(cu::FullReduceNumPartials(numel)), i64Arg(numel)},
-                     o);
+              std::vector<rt::Arg> args1 = {bufArg(partials), ptrArg(in),
+                                            i64Arg(numel)};
+              LLMC_ASSIGN_OR_RETURN(
+                  cu::LaunchDims dims1,
+                  generated(cu::FullReduceStage1Launch(cfg, numel), o));
+              launch(addKernel(ks.stage1), dims1, std::move(args1), o);
+              std::vector<rt::Arg> args2 = {
+                  ptrArg(o->getResult(0)), bufArg(partials),
+                  i32Arg(cu::FullReduceNumPartials(numel)), i64Arg(numel)};
+              LLMC_ASSIGN_OR_RETURN(
+                  cu::LaunchDims dims2,
+                  generated(cu::FullReduceStage2Launch(cfg, numel), o));
+              launch(addKernel(ks.stage2), dims2, std::move(args2), o);
               return absl::OkStatus();
             }
             if (dims.size() != 1 || dims[0] != t.getRank() - 1)
@@ -272,8 +304,13 @@ absl::Status Lowering::emitOp(Operation *op) {
             cfg.kind = kind;
             cfg.n = t.getShape().back();
             int64_t rows = numElements(in) / std::max<int64_t>(cfg.n, 1);
-            launch(addKernel(cu::EmitRowReduce(cfg)), cu::RowReduceLaunch(cfg, rows),
-                   {ptrArg(o->getResult(0)), ptrArg(in), i64Arg(rows)}, o);
+            std::vector<rt::Arg> args = {ptrArg(o->getResult(0)), ptrArg(in),
+                                         i64Arg(rows)};
+            LLMC_ASSIGN_OR_RETURN(cu::LaunchDims grid,
+                                  generated(cu::RowReduceLaunch(cfg, rows), o));
+            LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                                  generated(cu::EmitRowReduce(cfg), o));
+            launch(addKernel(code), grid, std::move(args), o);
             return absl::OkStatus();
           })
       .Case<ConcatOp>([&](ConcatOp o) -> absl::Status {

@@ -87,7 +87,10 @@ int Lowering::bufferForImpl(Value v) {
     buffers[root] = id;
     if (prep)
       prepOutputs.insert(id);
-    materializeErrors.push_back(emitCopyInto(root, root, def));
+    // A copy the generators refuse is an error of the op being emitted,
+    // whose operand the view is.
+    materializeErrors.push_back(
+        emitCopyToBuffer(id, root, def, emitting ? emitting : def));
     if (prep)
       markPrep(firstLaunch);
     return id;
@@ -171,8 +174,12 @@ absl::Status Lowering::emitCopyInto(Value dst, Value src, Operation *op) {
 
 /// Buffer `dstBuffer` (dense, src's shape and type) = src read through its
 /// view strides: a plain device copy when src is dense, else a one-node
-/// elementwise kernel with a strided input.
-absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op) {
+/// elementwise kernel with a strided input. Generator errors name `blame`
+/// (default: op).
+absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
+                                        Operation *blame) {
+  if (!blame)
+    blame = op;
   ArrayRef<int64_t> shape = tensorType(src).getShape();
   auto read = stridedRead(src);
   if (!read.ok())
@@ -201,15 +208,23 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op)
   n.operands = {-1};
   prog.nodes.push_back(n);
   prog.outputs.push_back({0, scalarOf(src)});
-  int kernel = addKernel(cu::EmitElementwise(prog));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
+                        generated(cu::EmitElementwise(prog), blame));
+  int kernel = addKernel(code);
   int64_t esize = cu::ScalarSize(scalarOf(src));
   std::vector<rt::Arg> args = {bufArg(dstBuffer),
                                ptrArg(read->root, read->elementOffset * esize),
                                i64Arg(numel)};
-  args.push_back(
-      shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
-               {std::vector<int64_t>(read->strides.begin(), read->strides.end())}));
-  launch(kernel, cu::ElementwiseLaunch(prog, numel), std::move(args), op);
+  LLMC_ASSIGN_OR_RETURN(
+      rt::Arg shapeBytes,
+      generated(shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
+                         {std::vector<int64_t>(read->strides.begin(),
+                                               read->strides.end())}),
+                blame));
+  args.push_back(std::move(shapeBytes));
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::ElementwiseLaunch(prog, numel), blame));
+  launch(kernel, dims, std::move(args), op);
   return absl::OkStatus();
 }
 

@@ -278,17 +278,12 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
         touch(add.getLhs(), opIndex[user]), touch(add.getRhs(), opIndex[user]);
   }
 
-  // Runs `emit` (launches for `op`): a kernel generator's rejection (an
-  // exception) becomes an error naming `op`, and so do the errors of lazy
-  // materializations (view copies, constants) that `emit` caused.
+  // Runs `emit` (launches for `op`): its status (a kernel generator's
+  // rejection already names `op`, see generated()), else the first error of
+  // the lazy materializations (view copies, constants) that `emit` caused.
   auto guarded = [&](Operation *op, llvm::function_ref<absl::Status()> emit) {
-    absl::Status st;
-    try {
-      st = emit();
-    } catch (const std::exception &e) {
-      // The kernel generators reject configurations they cannot handle.
-      st = unsupported(op, e.what());
-    }
+    llvm::SaveAndRestore<Operation *> restore(emitting, op);
+    absl::Status st = emit();
     for (absl::Status &m : materializeErrors)
       if (st.ok() && !m.ok())
         st = m;

@@ -81,6 +81,30 @@ inline absl::Status unsupported(Operation *op, const llvm::Twine &what) {
       absl::StrCat("cuda backend: ", describe(op), ": ", what.str()));
 }
 
+/// A kernel generator's result (llmc/Target/CUDA), or its error reported as
+/// `op` being unsupported: "cuda backend: '<op>' at <loc>: llmc::cuda kernel
+/// generator: <why>". Use with LLMC_ASSIGN_OR_RETURN inside an emit function
+/// (which `guarded` runs), so the op's pending materializeErrors are still
+/// collected there.
+template <typename T>
+absl::StatusOr<T> generated(absl::StatusOr<T> result, Operation *op) {
+  if (!result.ok())
+    return unsupported(op, std::string(result.status().message()));
+  return result;
+}
+
+/// `lhs = *expr;` when `expr` (a StatusOr) is ok, else returns its status
+/// from the enclosing function.
+#define LLMC_ASSIGN_OR_RETURN(lhs, expr)                                       \
+  LLMC_ASSIGN_OR_RETURN_IMPL(LLMC_CONCAT(llmcStatusOr, __LINE__), lhs, expr)
+#define LLMC_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                             \
+  auto tmp = (expr);                                                           \
+  if (!tmp.ok())                                                               \
+    return tmp.status();                                                       \
+  lhs = std::move(*tmp)
+#define LLMC_CONCAT(a, b) LLMC_CONCAT_IMPL(a, b)
+#define LLMC_CONCAT_IMPL(a, b) a##b
+
 inline absl::StatusOr<rt::DType> toDType(Type t) { return llmc::toRuntimeDType(t); }
 
 inline cu::ScalarType toScalar(rt::DType t) { return kernelScalarType(t); }
@@ -192,7 +216,8 @@ private:
   absl::Status emitOp(Operation *op);
   absl::Status emitElementwiseGroup(ArrayRef<Operation *> ops);
   absl::Status emitCopyInto(Value dst, Value src, Operation *op);
-  absl::Status emitCopyToBuffer(int dstBuffer, Value src, Operation *op);
+  absl::Status emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
+                                Operation *blame = nullptr);
   absl::Status emitMatmul(MatmulOp op);
   absl::StatusOr<int> emitRelayout(Value src, bool swapLastTwo,
                                    cu::ScalarType to, Operation *op);
@@ -237,6 +262,7 @@ private:
   std::vector<ArenaItem> arenaItems;
   int64_t intermediateBytes = 0;
   std::vector<absl::Status> materializeErrors; // from lazy view copies
+  Operation *emitting = nullptr;               // the op `guarded` is emitting
   // Parameter preparation (see the file comment).
   llvm::DenseSet<Operation *> hoisted;     // ops of the preparation segment
   llvm::DenseSet<Value> parameterDerived;  // parameters and hoisted results
@@ -289,8 +315,9 @@ inline rt::Arg nullArg() { return i64Arg(0); }
 /// See LowerElementwise.cpp.
 void collapseIndexSpace(const cu::ElementwiseProgram &prog, std::vector<int64_t> &sizes,
                         std::vector<std::vector<int64_t>> &strides);
-rt::Arg shapeArg(const cu::ElementwiseProgram &prog, std::vector<int64_t> sizes,
-                 std::vector<std::vector<int64_t>> strides);
+absl::StatusOr<rt::Arg> shapeArg(const cu::ElementwiseProgram &prog,
+                                 std::vector<int64_t> sizes,
+                                 std::vector<std::vector<int64_t>> strides);
 
 } // namespace llmc::codegen
 

@@ -487,10 +487,10 @@ constexpr const char *kFaBody = R"CUDA(
 }
 )CUDA";
 
-KernelCode EmitFlashAttention(const AttentionConfig &c) {
+absl::StatusOr<KernelCode> EmitFlashAttention(const AttentionConfig &c) {
   const int64_t d = c.head_dim;
   std::string why;
-  if (!AttentionTileSupported(c, &why)) Fail(why);
+  if (!AttentionTileSupported(c, &why)) return Invalid(why);
   const FaGeom geo = Geom(c);
   const AttentionTile tile = ResolvedAttentionTile(c);
   KernelCode kc;
@@ -525,7 +525,7 @@ KernelCode EmitFlashAttention(const AttentionConfig &c) {
       << "static constexpr int kSmemBytes = " << geo.smem_bytes << ";\n";
   std::string body = kFaHelpers;
   body += "\n" + AttentionSignature(kc.name, geo.threads) + kFaBody;
-  kc.source = Assemble(hdr.str(), cfg.str(), body);
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), body));
   return kc;
 }
 
@@ -593,7 +593,7 @@ constexpr const char *kSimpleBody = R"CUDA(
 }
 )CUDA";
 
-KernelCode EmitSimpleAttention(const AttentionConfig &c) {
+absl::StatusOr<KernelCode> EmitSimpleAttention(const AttentionConfig &c) {
   const int64_t d = c.head_dim;
   KernelCode kc;
   kc.name = std::string("llmc_attn_simple_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
@@ -607,12 +607,12 @@ KernelCode EmitSimpleAttention(const AttentionConfig &c) {
       << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
       << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n";
   std::string body = "\n" + AttentionSignature(kc.name, 32 * kSimpleRowsPerBlock) + kSimpleBody;
-  kc.source = Assemble(
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(
       "// llmc attention, simple path: one warp per query row, fp32 CUDA-core math, online\n"
       "// softmax (Milakov & Gimelshein 2018) in the exp2 domain. Same layouts and semantics as\n"
       "// the FlashAttention-2 kernel (GQA, bottom-right causal, additive mask, fully masked\n"
       "// rows -> 0). Used for f32 and head dims the tensor-core kernel does not cover.\n",
-      cfg.str(), body);
+      cfg.str(), body));
   return kc;
 }
 
@@ -623,22 +623,23 @@ bool AttentionUsesTensorCores(const AttentionConfig &c) {
          c.head_dim % 16 == 0 && c.head_dim >= 16 && c.head_dim <= 256;
 }
 
-KernelCode EmitAttention(const AttentionConfig &c) {
+absl::StatusOr<KernelCode> EmitAttention(const AttentionConfig &c) {
   if (c.dtype != ScalarType::bf16 && c.dtype != ScalarType::f16 && c.dtype != ScalarType::f32)
-    Fail("attention: dtype must be bf16, f16 or f32");
-  if (c.head_dim < 1 || c.head_dim > 1024) Fail("attention: head_dim must be 1..1024");
-  if (c.has_mask && !IsFloatType(c.mask)) Fail("attention: mask must be a float type");
+    return Invalid("attention: dtype must be bf16, f16 or f32");
+  if (c.head_dim < 1 || c.head_dim > 1024) return Invalid("attention: head_dim must be 1..1024");
+  if (c.has_mask && !IsFloatType(c.mask)) return Invalid("attention: mask must be a float type");
   return AttentionUsesTensorCores(c) ? EmitFlashAttention(c) : EmitSimpleAttention(c);
 }
 
-LaunchDims AttentionLaunch(const AttentionConfig &c, int64_t batch, int64_t seq_q, int64_t heads_q) {
+absl::StatusOr<LaunchDims> AttentionLaunch(const AttentionConfig &c, int64_t batch, int64_t seq_q, int64_t heads_q) {
   const int64_t bh = std::max<int64_t>(batch * heads_q, 1);
   if (AttentionUsesTensorCores(c)) {
     const FaGeom g = Geom(c);
     const int64_t qtiles = CeilDiv(std::max<int64_t>(seq_q, 1), g.block_m);
     if (!g.qtile_fastest) return Dims(bh, qtiles, 1, g.threads, g.smem_bytes);
     if (heads_q > 65535 || batch > 65535)
-      Fail("attention: grid (q tiles, heads, batch) needs heads and batch <= 65535; use qtile_fastest = false");
+      return Unsupported("attention: grid (q tiles, heads, batch) needs heads and batch <= 65535; "
+                         "use qtile_fastest = false");
     return Dims(qtiles, std::max<int64_t>(heads_q, 1), std::max<int64_t>(batch, 1), g.threads, g.smem_bytes);
   }
   return Dims(bh, CeilDiv(std::max<int64_t>(seq_q, 1), kSimpleRowsPerBlock), 1, 32 * kSimpleRowsPerBlock);

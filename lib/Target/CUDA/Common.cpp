@@ -3,9 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 
 namespace llmc::cuda {
@@ -101,7 +99,7 @@ namespace {
 /// Every `static constexpr int kX = <literal>;` of `text` holds a value that
 /// fits int: a generator that sizes a kernel beyond 32-bit indices must pick
 /// a 64-bit form or refuse the configuration, never let the literal wrap.
-void CheckIntConstants(const std::string &text) {
+absl::Status CheckIntConstants(const std::string &text) {
   const std::string key = "static constexpr int ";
   for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
     size_t eq = text.find(" = ", at + key.size());
@@ -110,16 +108,20 @@ void CheckIntConstants(const std::string &text) {
     const std::string value = text.substr(eq + 3, end - eq - 3);
     if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) continue;
     if (value.size() > 10 || std::stoll(value) > 0x7fffffffLL)
-      Fail("constant " + text.substr(at + key.size(), eq - at - key.size()) + " = " + value +
-           " does not fit the kernel's 32-bit int");
+      return Unsupported("constant " + text.substr(at + key.size(), eq - at - key.size()) +
+                         " = " + value + " does not fit the kernel's 32-bit int");
   }
+  return absl::OkStatus();
 }
 } // namespace
 
-std::string Assemble(const std::string &header_comment,
-                     const std::string &config, const std::string &body) {
-  CheckIntConstants(config);
-  CheckIntConstants(body);
+absl::StatusOr<std::string> Assemble(const std::string &header_comment,
+                                     const std::string &config,
+                                     const std::string &body) {
+  if (absl::Status st = CheckIntConstants(config); !st.ok())
+    return st;
+  if (absl::Status st = CheckIntConstants(body); !st.ok())
+    return st;
   std::string s;
   s.reserve(Preamble().size() + header_comment.size() + config.size() +
             body.size() + 64);
@@ -132,13 +134,15 @@ std::string Assemble(const std::string &header_comment,
   return s;
 }
 
-LaunchDims Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx, int64_t smem) {
+absl::StatusOr<LaunchDims> Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx,
+                                int64_t smem) {
   if (gx < 1) gx = 1;
   if (gy < 1) gy = 1;
   if (gz < 1) gz = 1;
   if (gx > 0x7fffffffLL || gy > 65535 || gz > 65535)
-    Fail("launch grid too large: " + std::to_string(gx) + " x " + std::to_string(gy) + " x " +
-         std::to_string(gz) + " blocks (CUDA allows at most 2147483647 x 65535 x 65535)");
+    return Unsupported("launch grid too large: " + std::to_string(gx) + " x " +
+                       std::to_string(gy) + " x " + std::to_string(gz) +
+                       " blocks (CUDA allows at most 2147483647 x 65535 x 65535)");
   LaunchDims d{};
   d.grid[0] = static_cast<unsigned>(gx);
   d.grid[1] = static_cast<unsigned>(gy);
@@ -150,13 +154,12 @@ LaunchDims Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx, int64_t smem) {
   return d;
 }
 
-void Fail(const std::string &msg) {
-#if defined(__cpp_exceptions)
-  throw std::invalid_argument("llmc::cuda kernel generator: " + msg);
-#else
-  std::fprintf(stderr, "llmc::cuda kernel generator: %s\n", msg.c_str());
-  std::abort();
-#endif
+absl::Status Invalid(const std::string &msg) {
+  return absl::InvalidArgumentError("llmc::cuda kernel generator: " + msg);
+}
+
+absl::Status Unsupported(const std::string &msg) {
+  return absl::UnimplementedError("llmc::cuda kernel generator: " + msg);
 }
 
 } // namespace detail

@@ -383,8 +383,9 @@ bool FlashDecodeSupported(const DecodeConfig &c) {
          Rows(c) * c.head_dim <= 4096;
 }
 
-FlashDecodeGeometry FlashDecodeGeometryOf(const DecodeConfig &c) {
-  if (!FlashDecodeSupported(c)) Fail("flash decode: unsupported config (see FlashDecodeSupported)");
+absl::StatusOr<FlashDecodeGeometry> FlashDecodeGeometryOf(const DecodeConfig &c) {
+  if (!FlashDecodeSupported(c))
+    return Invalid("flash decode: unsupported config (see FlashDecodeSupported)");
   const int64_t rows = Rows(c);
   Candidate best;
   bool found = false;
@@ -406,7 +407,7 @@ FlashDecodeGeometry FlashDecodeGeometryOf(const DecodeConfig &c) {
     }
     if (found) break;
   }
-  if (!found) Fail("flash decode: no register layout for this config");
+  if (!found) return Unsupported("flash decode: no register layout for this config");
   FlashDecodeGeometry &g = best.g;
   const int slot_bytes = g.vecs_per_lane * g.vec * ScalarSize(c.dtype);  // K bytes per lane per slot
   g.unroll = std::clamp(std::min(kTileBytes / slot_bytes, kMaxScores / g.rows_per_warp), 1, 8);
@@ -420,8 +421,8 @@ std::string FlashDecodeGeometryName(const FlashDecodeGeometry &g) {
          std::to_string(g.row_sets) + "u" + std::to_string(g.unroll);
 }
 
-DecodeKernels EmitFlashDecode(const DecodeConfig &c) {
-  const FlashDecodeGeometry g = FlashDecodeGeometryOf(c);
+absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
+  LLMC_CUDA_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
   const bool causal = c.causal && c.q_len > 1;
   const std::string tag = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.head_dim) + "_g" +
                           std::to_string(c.group_size) + "_q" + std::to_string(c.q_len) +
@@ -469,13 +470,14 @@ DecodeKernels EmitFlashDecode(const DecodeConfig &c) {
      << "(\n    T* __restrict__ out, const float* __restrict__ partial_acc,\n"
         "    const float* __restrict__ partial_ml, int heads_kv, int num_splits) {\n"
      << kCombineBody;
-  k.split.source = Assemble(hdr + "// (phase 1: split)\n", cfg.str() + scfg.str(), b1.str());
-  k.combine.source = Assemble(hdr + "// (phase 2: combine)\n", cfg.str(), b2.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(k.split.source, Assemble(hdr + "// (phase 1: split)\n", cfg.str() + scfg.str(), b1.str()));
+  LLMC_CUDA_ASSIGN_OR_RETURN(k.combine.source, Assemble(hdr + "// (phase 2: combine)\n", cfg.str(), b2.str()));
   return k;
 }
 
-int FlashDecodeNumSplits(const DecodeConfig &c, int64_t batch, int64_t heads_kv, int64_t max_kv_len, int num_sms) {
-  const FlashDecodeGeometry g = FlashDecodeGeometryOf(c);
+absl::StatusOr<int> FlashDecodeNumSplits(const DecodeConfig &c, int64_t batch, int64_t heads_kv,
+                                         int64_t max_kv_len, int num_sms) {
+  LLMC_CUDA_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
   const int64_t blocks = std::max<int64_t>(batch * heads_kv, 1);
   // A pure stream over the cache: ~4 split blocks per SM (16 warps, each with
   // two register tiles of loads in flight) saturate HBM; more splits only add
@@ -487,12 +489,12 @@ int FlashDecodeNumSplits(const DecodeConfig &c, int64_t batch, int64_t heads_kv,
   return static_cast<int>(std::clamp<int64_t>(CeilDiv(max_kv_len, chunk), 1, 256));
 }
 
-LaunchDims FlashDecodeSplitLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv, int num_splits) {
-  const FlashDecodeGeometry g = FlashDecodeGeometryOf(c);
+absl::StatusOr<LaunchDims> FlashDecodeSplitLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv, int num_splits) {
+  LLMC_CUDA_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
   return Dims(std::max(num_splits, 1), heads_kv, batch, kWarps * 32, SmemBytes(c, g));
 }
 
-LaunchDims FlashDecodeCombineLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv) {
+absl::StatusOr<LaunchDims> FlashDecodeCombineLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv) {
   return Dims(batch * heads_kv * c.group_size * c.q_len, 1, 1, kCombineThreads);
 }
 

@@ -179,21 +179,25 @@ struct Emitter {
     return v;
   }
 
-  void Validate() const {
-    if (p.outputs.empty()) Fail("elementwise: no outputs");
+  absl::Status Validate() const {
+    if (p.outputs.empty()) return Invalid("elementwise: no outputs");
     if (p.unroll < 1 || p.unroll > 4)
-      Fail("elementwise: unroll must be 1, 2, 3 or 4, found " + std::to_string(p.unroll));
+      return Invalid("elementwise: unroll must be 1, 2, 3 or 4, found " + std::to_string(p.unroll));
     for (size_t k = 0; k < p.nodes.size(); ++k) {
       const EwNode &n = p.nodes[k];
       if (static_cast<int>(n.operands.size()) != Arity(n.op))
-        Fail(std::string("elementwise: wrong operand count for ") + OpName(n.op));
+        return Invalid(std::string("elementwise: wrong operand count for ") + OpName(n.op));
       for (int o : n.operands) {
-        if (o < 0 && -o - 1 >= static_cast<int>(p.inputs.size())) Fail("elementwise: bad input operand");
-        if (o >= 0 && o >= static_cast<int>(k)) Fail("elementwise: node operand must precede node");
+        if (o < 0 && -o - 1 >= static_cast<int>(p.inputs.size()))
+          return Invalid("elementwise: bad input operand");
+        if (o >= 0 && o >= static_cast<int>(k))
+          return Invalid("elementwise: node operand must precede node");
       }
     }
     for (const EwOutput &o : p.outputs)
-      if (o.node < 0 || o.node >= static_cast<int>(p.nodes.size())) Fail("elementwise: bad output node");
+      if (o.node < 0 || o.node >= static_cast<int>(p.nodes.size()))
+        return Invalid("elementwise: bad output node");
+    return absl::OkStatus();
   }
 
   bool NeedsShape() const {
@@ -397,20 +401,21 @@ bool ElementwiseNeedsShape(const ElementwiseProgram &prog) {
   return Emitter(prog).NeedsShape();
 }
 
-KernelCode EmitElementwise(const ElementwiseProgram &prog) {
+absl::StatusOr<KernelCode> EmitElementwise(const ElementwiseProgram &prog) {
   Emitter em(prog);
-  em.Validate();
+  if (absl::Status st = em.Validate(); !st.ok())
+    return st;
   const std::string body = em.Body();
   KernelCode kc;
   kc.name = "llmc_ew_" + HashHex(body);
   const std::string header =
       "// llmc fused elementwise kernel " + kc.name +
       "\n// Grid-stride loop over the flattened output; 16-byte vector fast path.\n";
-  kc.source = Assemble(header, "", body + em.Kernel(kc.name));
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(header, "", body + em.Kernel(kc.name)));
   return kc;
 }
 
-LaunchDims ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel) {
+absl::StatusOr<LaunchDims> ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel) {
   Emitter em(prog);
   const int64_t per_thread = em.Vectorizable() ? em.VecElems() : 1;
   const int64_t work = CeilDiv(std::max<int64_t>(numel, 1), per_thread);
@@ -420,14 +425,15 @@ LaunchDims ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel) {
   return Dims(blocks, 1, 1, kElementwiseThreads);
 }
 
-std::vector<int64_t>
+absl::StatusOr<std::vector<int64_t>>
 PackElementwiseShape(const ElementwiseProgram &prog,
                      const std::vector<int64_t> &out_sizes,
                      const std::vector<std::vector<int64_t>> &in_strides) {
   const int rank = static_cast<int>(out_sizes.size());
   if (rank < 1 || rank > kElementwiseMaxRank)
-    Fail("elementwise: a strided or broadcast read over " + std::to_string(rank) +
-         " dimensions (after merging size-1 and contiguous ones); 1 to 8 are supported");
+    return Unsupported("elementwise: a strided or broadcast read over " + std::to_string(rank) +
+                       " dimensions (after merging size-1 and contiguous ones); 1 to 8 are "
+                       "supported");
   const size_t nin = prog.inputs.size();
   std::vector<int64_t> data(1 + 8 + 8 * nin, 0);
   data[0] = rank;
@@ -435,7 +441,7 @@ PackElementwiseShape(const ElementwiseProgram &prog,
   for (size_t i = 0; i < nin; ++i) {
     if (prog.inputs[i].layout != InputLayout::kStrided) continue;
     if (i >= in_strides.size() || static_cast<int>(in_strides[i].size()) != rank)
-      Fail("elementwise: strided input needs `rank` strides");
+      return Invalid("elementwise: strided input needs `rank` strides");
     for (int d = 0; d < rank; ++d) data[9 + 8 * i + d] = in_strides[i][d];
   }
   return data;

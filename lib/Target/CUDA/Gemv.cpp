@@ -100,8 +100,8 @@ LLMC_DEV void gemvRows(const T* const (&w)[R], const T* __restrict__ x, int lane
 
 } // namespace
 
-KernelCode EmitGemv(const GemvConfig &c) {
-  if (!GemvSupported(c)) Fail("gemv: unsupported configuration");
+absl::StatusOr<KernelCode> EmitGemv(const GemvConfig &c) {
+  if (!GemvSupported(c)) return Invalid("gemv: unsupported configuration");
   KernelCode kc;
   kc.name = std::string("llmc_gemv_") + ScalarTypeTag(c.dtype) + "_" + ScalarTypeTag(c.out) +
             "_m" + std::to_string(c.m) + "_k" + std::to_string(c.k) + (c.has_bias ? "_bias" : "");
@@ -130,10 +130,11 @@ KernelCode EmitGemv(const GemvConfig &c) {
   }
 }
 )CUDA";
-  kc.source = Assemble("// llmc skinny matmul (decode GEMV): y[m,n] = sum_k x[m,k] * w[n,k] (+ bias[n]),\n"
-                       "// w row-major [N, K] (nn.Linear layout); one warp per output column,\n"
-                       "// 16-byte weight loads, fp32 accumulation.\n",
-                       cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(
+      kc.source, Assemble("// llmc skinny matmul (decode GEMV): y[m,n] = sum_k x[m,k] * w[n,k] (+ bias[n]),\n"
+                          "// w row-major [N, K] (nn.Linear layout); one warp per output column,\n"
+                          "// 16-byte weight loads, fp32 accumulation.\n",
+                          cfg.str(), b.str()));
   return kc;
 }
 
@@ -149,8 +150,8 @@ bool MultiGemvSupported(const MultiGemvConfig &c) {
   return true;
 }
 
-KernelCode EmitMultiGemv(const MultiGemvConfig &c) {
-  if (!MultiGemvSupported(c)) Fail("multi-output gemv: unsupported configuration");
+absl::StatusOr<KernelCode> EmitMultiGemv(const MultiGemvConfig &c) {
+  if (!MultiGemvSupported(c)) return Invalid("multi-output gemv: unsupported configuration");
   const int nout = c.num_outputs;
   KernelCode kc;
   kc.name = std::string("llmc_multigemv_") + ScalarTypeTag(c.dtype) + "_m" + std::to_string(c.m) +
@@ -206,15 +207,15 @@ LLMC_DEV void gemvStore(OutT* __restrict__ y, const T* __restrict__ bias, long l
     b << "  " << (i ? "else " : "") << "if (seg == " << i << ") gemvStore<OutT" << i << ", kBias"
       << i << ">(y" << i << ", bias" << i << ", r, n" << i << ", lane, acc);\n";
   b << "}\n";
-  kc.source = Assemble(
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(
       "// llmc multi-output decode GEMV: y_i[m,n] = sum_k x[m,k] * w_i[n,k] (+ bias_i[n])\n"
       "// for weights w_i [N_i, K] that share x; one launch, one warp per output column\n"
       "// over the rows of every w_i, 16-byte weight loads, fp32 accumulation.\n",
-      cfg.str(), b.str());
+      cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims MultiGemvLaunch(const MultiGemvConfig &c) {
+absl::StatusOr<LaunchDims> MultiGemvLaunch(const MultiGemvConfig &c) {
   int64_t rows = 0;
   for (int i = 0; i < c.num_outputs; ++i) rows += c.n[i];
   return Dims(CeilDiv(std::max<int64_t>(rows, 1), kGemvWarps), 1, 1, kGemvWarps * 32);
@@ -230,8 +231,8 @@ bool SwiGluGemvSupported(const SwiGluGemvConfig &c) {
          OutTypeOk(c.act_out) && OutTypeOk(c.out);
 }
 
-KernelCode EmitSwiGluGemv(const SwiGluGemvConfig &c) {
-  if (!SwiGluGemvSupported(c)) Fail("swiglu gemv: unsupported configuration");
+absl::StatusOr<KernelCode> EmitSwiGluGemv(const SwiGluGemvConfig &c) {
+  if (!SwiGluGemvSupported(c)) return Invalid("swiglu gemv: unsupported configuration");
   KernelCode kc;
   kc.name = std::string("llmc_swiglu_gemv_") + ScalarTypeTag(c.dtype) + "_m" + std::to_string(c.m) +
             "_k" + std::to_string(c.k) + "_" + ScalarTypeTag(c.gate_out) + ScalarTypeTag(c.up_out) +
@@ -271,19 +272,19 @@ KernelCode EmitSwiGluGemv(const SwiGluGemvConfig &c) {
   }
 }
 )CUDA";
-  kc.source = Assemble(
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(
       "// llmc SwiGLU decode GEMV: y[m,n] = silu(x[m,:] . w_gate[n,:]) * (x[m,:] . w_up[n,:]),\n"
       "// w_gate, w_up row-major [N, K]; one warp per output column reads row n of both,\n"
       "// 16-byte weight loads, fp32 accumulation; gate and up are never written.\n",
-      cfg.str(), b.str());
+      cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims SwiGluGemvLaunch(const SwiGluGemvConfig &c) {
+absl::StatusOr<LaunchDims> SwiGluGemvLaunch(const SwiGluGemvConfig &c) {
   return Dims(CeilDiv(c.n, kGemvWarps), 1, 1, kGemvWarps * 32);
 }
 
-LaunchDims GemvLaunch(const GemvConfig &c) {
+absl::StatusOr<LaunchDims> GemvLaunch(const GemvConfig &c) {
   return Dims(CeilDiv(c.n, kGemvWarps), 1, 1, kGemvWarps * 32);
 }
 

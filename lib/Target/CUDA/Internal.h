@@ -4,6 +4,9 @@
 
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
 #include <cstdint>
 #include <string>
 
@@ -22,12 +25,38 @@ inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 /// Largest power of two vector width (elements) with width*size <= 16 bytes
 /// that divides n; 1 when none.
 int VecWidth(int64_t n, int elem_size);
-/// Assemble: preamble + "// config" block + body.
-std::string Assemble(const std::string &header_comment,
-                     const std::string &config, const std::string &body);
-LaunchDims Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx,
-                int64_t smem = 0);
-[[noreturn]] void Fail(const std::string &msg);
+/// Assemble: preamble + "// config" block + body. Unimplemented when a
+/// `static constexpr int kX = <literal>;` of config or body does not fit int.
+absl::StatusOr<std::string> Assemble(const std::string &header_comment,
+                                     const std::string &config,
+                                     const std::string &body);
+/// Grid sizes below 1 become 1. Unimplemented when the grid exceeds CUDA's
+/// 2147483647 x 65535 x 65535 blocks.
+absl::StatusOr<LaunchDims> Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx,
+                                int64_t smem = 0);
+
+/// The generators' two errors, both "llmc::cuda kernel generator: <msg>":
+/// InvalidArgument for a configuration outside a generator's documented
+/// contract (what its *Supported predicate or its config fields allow), and
+/// Unimplemented for a well-formed configuration the kernel cannot serve
+/// (sizes beyond 32-bit indices or CUDA's grid limits, too many strided dims).
+absl::Status Invalid(const std::string &msg);
+absl::Status Unsupported(const std::string &msg);
+
+} // namespace llmc::cuda::detail
+
+/// `lhs = *expr;` when `expr` (a StatusOr) is ok, else returns its status.
+#define LLMC_CUDA_ASSIGN_OR_RETURN(lhs, expr)                                  \
+  LLMC_CUDA_ASSIGN_OR_RETURN_IMPL(LLMC_CUDA_CONCAT(cudaStatusOr, __LINE__), lhs, expr)
+#define LLMC_CUDA_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                        \
+  auto tmp = (expr);                                                           \
+  if (!tmp.ok())                                                               \
+    return tmp.status();                                                       \
+  lhs = std::move(*tmp)
+#define LLMC_CUDA_CONCAT(a, b) LLMC_CUDA_CONCAT_IMPL(a, b)
+#define LLMC_CUDA_CONCAT_IMPL(a, b) a##b
+
+namespace llmc::cuda::detail {
 
 } // namespace llmc::cuda::detail
 

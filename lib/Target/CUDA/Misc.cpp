@@ -42,10 +42,12 @@ std::string PosExpr(PositionSource p, const char *ptr, const char *b) {
 /// kDim and the loops over them), with room for a block's stride.
 constexpr int64_t kMaxIntRow = int64_t(1) << 30;
 
-void CheckTokenSize(const char *what, int64_t heads, int64_t head_dim) {
+absl::Status CheckTokenSize(const char *what, int64_t heads, int64_t head_dim) {
   if (heads > kMaxIntRow / head_dim)
-    Fail(std::string(what) + ": " + std::to_string(heads) + " heads of " + std::to_string(head_dim) +
-         " elements per token; at most 2^30 (" + std::to_string(kMaxIntRow) + ") elements are supported");
+    return Unsupported(std::string(what) + ": " + std::to_string(heads) + " heads of " +
+                       std::to_string(head_dim) + " elements per token; at most 2^30 (" +
+                       std::to_string(kMaxIntRow) + ") elements are supported");
+  return absl::OkStatus();
 }
 
 struct RoPEGeom {
@@ -69,12 +71,12 @@ RoPEGeom ComputeRoPEGeom(const RoPEConfig &c) {
 // RoPE
 //===----------------------------------------------------------------------===//
 
-KernelCode EmitRoPE(const RoPEConfig &c) {
-  if (!IsFloatType(c.dtype)) Fail("rope: dtype must be float");
+absl::StatusOr<KernelCode> EmitRoPE(const RoPEConfig &c) {
+  if (!IsFloatType(c.dtype)) return Invalid("rope: dtype must be float");
   const int64_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
   if (c.head_dim < 2 || rot < 2 || rot > c.head_dim || rot % 2 != 0 || c.num_heads < 1)
-    Fail("rope: bad head_dim / rotary_dim / num_heads");
-  CheckTokenSize("rope", c.num_heads, c.head_dim);
+    return Invalid("rope: bad head_dim / rotary_dim / num_heads");
+  if (absl::Status st = CheckTokenSize("rope", c.num_heads, c.head_dim); !st.ok()) return st;
   const RoPEGeom g = ComputeRoPEGeom(c);
   KernelCode kc;
   kc.name = std::string("llmc_rope_") + ScalarTypeTag(c.dtype) + "_h" + std::to_string(c.num_heads) + "_d" +
@@ -134,11 +136,11 @@ KernelCode EmitRoPE(const RoPEConfig &c) {
   }
 }
 )CUDA";
-  kc.source = Assemble(hdr.str(), cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims RoPELaunch(const RoPEConfig &c, int64_t batch, int64_t seq) {
+absl::StatusOr<LaunchDims> RoPELaunch(const RoPEConfig &c, int64_t batch, int64_t seq) {
   return Dims(std::max<int64_t>(batch * seq, 1), 1, 1, ComputeRoPEGeom(c).block);
 }
 
@@ -155,12 +157,12 @@ RoPEConfig GeomConfig(const RoPETableConfig &c) {
 }
 } // namespace
 
-KernelCode EmitRoPETable(const RoPETableConfig &c) {
-  if (!IsFloatType(c.dtype)) Fail("rope table: dtype must be float");
-  if (!IsFloatType(c.table)) Fail("rope table: cos/sin table type must be float");
+absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
+  if (!IsFloatType(c.dtype)) return Invalid("rope table: dtype must be float");
+  if (!IsFloatType(c.table)) return Invalid("rope table: cos/sin table type must be float");
   if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.num_heads < 1)
-    Fail("rope table: bad head_dim / num_heads");
-  CheckTokenSize("rope table", c.num_heads, c.head_dim);
+    return Invalid("rope table: bad head_dim / num_heads");
+  if (absl::Status st = CheckTokenSize("rope table", c.num_heads, c.head_dim); !st.ok()) return st;
   const RoPEGeom g = ComputeRoPEGeom(GeomConfig(c));
   KernelCode kc;
   kc.name = std::string("llmc_rope_table_") + ScalarTypeTag(c.dtype) + "_tab" + ScalarTypeTag(c.table) + "_h" +
@@ -210,11 +212,11 @@ KernelCode EmitRoPETable(const RoPETableConfig &c) {
   }
 }
 )CUDA";
-  kc.source = Assemble(hdr.str(), cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims RoPETableLaunch(const RoPETableConfig &c, int64_t batch, int64_t seq) {
+absl::StatusOr<LaunchDims> RoPETableLaunch(const RoPETableConfig &c, int64_t batch, int64_t seq) {
   return Dims(std::max<int64_t>(batch * seq, 1), 1, 1, ComputeRoPEGeom(GeomConfig(c)).block);
 }
 
@@ -226,9 +228,9 @@ namespace {
 constexpr int kAppendThreads = 256;
 }
 
-KernelCode EmitKvAppend(const KvAppendConfig &c) {
-  if (c.heads_kv < 1 || c.head_dim < 1) Fail("kv append: bad sizes");
-  CheckTokenSize("kv append", c.heads_kv, c.head_dim);
+absl::StatusOr<KernelCode> EmitKvAppend(const KvAppendConfig &c) {
+  if (c.heads_kv < 1 || c.head_dim < 1) return Invalid("kv append: bad sizes");
+  if (absl::Status st = CheckTokenSize("kv append", c.heads_kv, c.head_dim); !st.ok()) return st;
   const int64_t row = c.heads_kv * c.head_dim;
   const int vec = VecWidth(row, ScalarSize(c.dtype));
   KernelCode kc;
@@ -263,13 +265,14 @@ KernelCode EmitKvAppend(const KvAppendConfig &c) {
   }
 }
 )CUDA";
-  kc.source = Assemble("// llmc KV-cache append: cache[b, pos:pos+Snew] = new[b] for K and V (in place).\n"
-                       "// Bounds: pos < 0 or pos + Snew > Smax -> nothing written, *error = 1.\n",
-                       cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(
+      kc.source, Assemble("// llmc KV-cache append: cache[b, pos:pos+Snew] = new[b] for K and V (in place).\n"
+                          "// Bounds: pos < 0 or pos + Snew > Smax -> nothing written, *error = 1.\n",
+                          cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims KvAppendLaunch(const KvAppendConfig &c, int64_t batch, int64_t seq_new) {
+absl::StatusOr<LaunchDims> KvAppendLaunch(const KvAppendConfig &c, int64_t batch, int64_t seq_new) {
   const int64_t row = c.heads_kv * c.head_dim;
   const int vec = VecWidth(row, ScalarSize(c.dtype));
   const int64_t work = std::max<int64_t>(seq_new * (row / vec), 1);
@@ -288,12 +291,13 @@ int GatherThreads(const GatherConfig &c) {
 }
 } // namespace
 
-KernelCode EmitGather(const GatherConfig &c) {
-  if (c.index != ScalarType::i32 && c.index != ScalarType::i64) Fail("gather: index must be i32 or i64");
-  if (c.dim < 1) Fail("gather: dim must be >= 1");
+absl::StatusOr<KernelCode> EmitGather(const GatherConfig &c) {
+  if (c.index != ScalarType::i32 && c.index != ScalarType::i64)
+    return Invalid("gather: index must be i32 or i64");
+  if (c.dim < 1) return Invalid("gather: dim must be >= 1");
   if (c.dim > kMaxIntRow)
-    Fail("gather: rows of " + std::to_string(c.dim) + " elements; at most 2^30 (" +
-         std::to_string(kMaxIntRow) + ") are supported");
+    return Unsupported("gather: rows of " + std::to_string(c.dim) + " elements; at most 2^30 (" +
+                       std::to_string(kMaxIntRow) + ") are supported");
   const int vec = VecWidth(c.dim, ScalarSize(c.dtype));
   KernelCode kc;
   kc.name = std::string("llmc_gather_") + ScalarTypeTag(c.dtype) + "_" + ScalarTypeTag(c.index) + "_d" +
@@ -326,13 +330,14 @@ KernelCode EmitGather(const GatherConfig &c) {
   for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = src[i];
 }
 )CUDA";
-  kc.source = Assemble("// llmc gather / embedding lookup: out[n, :] = table[idx[n], :].\n"
-                       "// Out-of-range index -> zeros and *error = 2.\n",
-                       cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(
+      kc.source, Assemble("// llmc gather / embedding lookup: out[n, :] = table[idx[n], :].\n"
+                          "// Out-of-range index -> zeros and *error = 2.\n",
+                          cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims GatherLaunch(const GatherConfig &c, int64_t num_indices) {
+absl::StatusOr<LaunchDims> GatherLaunch(const GatherConfig &c, int64_t num_indices) {
   return Dims(std::max<int64_t>(num_indices, 1), 1, 1, GatherThreads(c));
 }
 
@@ -357,11 +362,11 @@ int PadVecWidth(ScalarType dtype, int64_t in_last, int64_t out_last) {
   return w;
 }
 
-KernelCode EmitPad(const PadConfig &c) {
-  if (c.rank < 1 || c.rank > kPadMaxRank) Fail("pad: rank must be in 1..8");
+absl::StatusOr<KernelCode> EmitPad(const PadConfig &c) {
+  if (c.rank < 1 || c.rank > kPadMaxRank) return Invalid("pad: rank must be in 1..8");
   const int size = ScalarSize(c.dtype);
   if (c.vec < 1 || (c.vec & (c.vec - 1)) != 0 || c.vec * size > 16)
-    Fail("pad: vec must be a power of two with vec * element size <= 16");
+    return Invalid("pad: vec must be a power of two with vec * element size <= 16");
   KernelCode kc;
   kc.name = "llmc_pad_b" + std::to_string(size) + "_r" + std::to_string(c.rank) + "_v" + std::to_string(c.vec);
   std::ostringstream cfg;
@@ -409,20 +414,22 @@ LLMC_DEV void padRows(E* out, const E* in, long long numel, const PadShape& s) {
     padRows<1>(out, in, numel, shape);
 }
 )CUDA";
-  kc.source = Assemble("// llmc zero padding (llm.pad): out[c] = (every c[d] < in_sizes[d]) ? in[c] : 0,\n"
-                       "// a bit-exact copy for any element type; dense row-major tensors.\n",
-                       cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(
+      kc.source, Assemble("// llmc zero padding (llm.pad): out[c] = (every c[d] < in_sizes[d]) ? in[c] : 0,\n"
+                          "// a bit-exact copy for any element type; dense row-major tensors.\n",
+                          cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims PadLaunch(const PadConfig &c, int64_t numel_out) {
+absl::StatusOr<LaunchDims> PadLaunch(const PadConfig &c, int64_t numel_out) {
   const int64_t items = std::max<int64_t>(numel_out / std::max(c.vec, 1), 1);
   return Dims(std::min<int64_t>(CeilDiv(items, kPadThreads), int64_t{kAssumedNumSMs} * 8), 1, 1, kPadThreads);
 }
 
-std::vector<int64_t> PackPadShape(const std::vector<int64_t> &out_sizes, const std::vector<int64_t> &in_sizes) {
+absl::StatusOr<std::vector<int64_t>> PackPadShape(const std::vector<int64_t> &out_sizes,
+                                                  const std::vector<int64_t> &in_sizes) {
   if (out_sizes.size() != in_sizes.size() || out_sizes.empty() || out_sizes.size() > size_t{kPadMaxRank})
-    Fail("pad: shapes of different ranks or rank outside 1..8");
+    return Invalid("pad: shapes of different ranks or rank outside 1..8");
   std::vector<int64_t> packed(out_sizes);
   packed.insert(packed.end(), in_sizes.begin(), in_sizes.end());
   return packed;

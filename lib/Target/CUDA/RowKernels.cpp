@@ -105,8 +105,9 @@ LLMC_DEV float rowMax(float v, float* scratch) {
 }
 )CUDA";
 
-void CheckFloat(ScalarType t, const char *what) {
-  if (!IsFloatType(t)) Fail(std::string(what) + " must be a floating-point type");
+absl::Status CheckFloat(ScalarType t, const char *what) {
+  if (!IsFloatType(t)) return Invalid(std::string(what) + " must be a floating-point type");
+  return absl::OkStatus();
 }
 
 //===----------------------------------------------------------------------===//
@@ -140,7 +141,7 @@ std::string NormName(const NormParams &p) {
 /// LayerNorm's pass 2 re-reads s for the variance; the last pass re-reads s,
 /// normalizes and stores. Later passes read s back from residual_out when
 /// the residual is fused (the elements this thread wrote). 64-bit indices.
-KernelCode EmitStreamingNorm(const NormParams &p, const RowGeom &g) {
+absl::StatusOr<KernelCode> EmitStreamingNorm(const NormParams &p, const RowGeom &g) {
   KernelCode kc;
   kc.name = NormName(p);
   std::ostringstream hdr;
@@ -238,15 +239,15 @@ KernelCode EmitStreamingNorm(const NormParams &p, const RowGeom &g) {
   if (p.has_bias) b << "      y = y + toF(bv.v[e]);\n";
   b << "      ov.v[e] = fromF<OutT>(y);\n    }\n"
        "    reinterpret_cast<OutV*>(out + base)[vi] = ov;\n  }\n}\n";
-  kc.source = Assemble(hdr.str(), cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
   return kc;
 }
 
-KernelCode EmitNorm(const NormParams &p) {
-  CheckFloat(p.in, "norm input");
-  CheckFloat(p.weight, "norm weight");
-  CheckFloat(p.out, "norm output");
-  if (p.hidden < 1) Fail("norm: hidden must be >= 1");
+absl::StatusOr<KernelCode> EmitNorm(const NormParams &p) {
+  for (absl::Status st : {CheckFloat(p.in, "norm input"), CheckFloat(p.weight, "norm weight"),
+                          CheckFloat(p.out, "norm output")})
+    if (!st.ok()) return st;
+  if (p.hidden < 1) return Invalid("norm: hidden must be >= 1");
   const RowGeom g = ComputeRowGeom(p.hidden, ScalarSize(p.in));
   if (!RowFitsRegisters(g, kNormMaxRegisterFloats)) return EmitStreamingNorm(p, g);
   KernelCode kc;
@@ -368,29 +369,29 @@ KernelCode EmitNorm(const NormParams &p) {
   if (p.has_bias) b << "        y = y + toF(bv.v[e]);\n";
   b << "        ov.v[e] = fromF<OutT>(y);\n      }\n"
        "      reinterpret_cast<OutV*>(out + base)[vi] = ov;\n    }\n  }\n}\n";
-  kc.source = Assemble(hdr.str(), cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims NormLaunch(int64_t hidden, ScalarType in, int64_t rows) {
+absl::StatusOr<LaunchDims> NormLaunch(int64_t hidden, ScalarType in, int64_t rows) {
   const RowGeom g = ComputeRowGeom(hidden, ScalarSize(in));
   return Dims(CeilDiv(std::max<int64_t>(rows, 1), g.rows_per_block), 1, 1, g.block());
 }
 
 } // namespace
 
-KernelCode EmitRMSNorm(const RMSNormConfig &c) {
+absl::StatusOr<KernelCode> EmitRMSNorm(const RMSNormConfig &c) {
   return EmitNorm({false, c.in, c.weight, c.out, c.hidden, c.eps, true, false,
                    c.fused_residual, c.round_before_weight});
 }
-LaunchDims RMSNormLaunch(const RMSNormConfig &c, int64_t rows) {
+absl::StatusOr<LaunchDims> RMSNormLaunch(const RMSNormConfig &c, int64_t rows) {
   return NormLaunch(c.hidden, c.in, rows);
 }
-KernelCode EmitLayerNorm(const LayerNormConfig &c) {
+absl::StatusOr<KernelCode> EmitLayerNorm(const LayerNormConfig &c) {
   return EmitNorm({true, c.in, c.weight, c.out, c.hidden, c.eps, c.has_weight,
                    c.has_bias, c.fused_residual, false});
 }
-LaunchDims LayerNormLaunch(const LayerNormConfig &c, int64_t rows) {
+absl::StatusOr<LaunchDims> LayerNormLaunch(const LayerNormConfig &c, int64_t rows) {
   return NormLaunch(c.hidden, c.in, rows);
 }
 
@@ -416,11 +417,11 @@ RowGeom SoftmaxGeom(const SoftmaxConfig &c) {
 }
 } // namespace
 
-KernelCode EmitSoftmax(const SoftmaxConfig &c) {
-  CheckFloat(c.in, "softmax input");
-  CheckFloat(c.out, "softmax output");
-  if (c.has_mask) CheckFloat(c.mask, "softmax mask");
-  if (c.n < 1) Fail("softmax: n must be >= 1");
+absl::StatusOr<KernelCode> EmitSoftmax(const SoftmaxConfig &c) {
+  for (absl::Status st : {CheckFloat(c.in, "softmax input"), CheckFloat(c.out, "softmax output"),
+                          c.has_mask ? CheckFloat(c.mask, "softmax mask") : absl::OkStatus()})
+    if (!st.ok()) return st;
+  if (c.n < 1) return Invalid("softmax: n must be >= 1");
   const RowGeom g = SoftmaxGeom(c);
   const bool regs = SoftmaxUsesRegisters(c, ComputeRowGeom(c.n, ScalarSize(c.in)));
   KernelCode kc;
@@ -549,11 +550,11 @@ LLMC_DEV float logit2(float x, const MaskT* mrow, int j, float scale) {
 }
 )CUDA";
   }
-  kc.source = Assemble(hdr.str(), cfg.str(), c.n >= kWideRow ? WidenRowIndices(b.str()) : b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), c.n >= kWideRow ? WidenRowIndices(b.str()) : b.str()));
   return kc;
 }
 
-LaunchDims SoftmaxLaunch(const SoftmaxConfig &c, int64_t rows) {
+absl::StatusOr<LaunchDims> SoftmaxLaunch(const SoftmaxConfig &c, int64_t rows) {
   const RowGeom g = SoftmaxGeom(c);
   return Dims(CeilDiv(std::max<int64_t>(rows, 1), g.rows_per_block), 1, 1, g.block());
 }
@@ -604,11 +605,11 @@ LLMC_DEV float blockReduce(float v, float* scratch) {
 }
 } // namespace
 
-KernelCode EmitRowReduce(const RowReduceConfig &c) {
-  if (c.n < 1) Fail("row reduce: n must be >= 1");
+absl::StatusOr<KernelCode> EmitRowReduce(const RowReduceConfig &c) {
+  if (c.n < 1) return Invalid("row reduce: n must be >= 1");
   if (IsIntType(c.in) && c.in != ScalarType::i32 && c.in != ScalarType::i8 && c.in != ScalarType::i1 &&
       c.in != ScalarType::i64)
-    Fail("row reduce: bad input type");
+    return Invalid("row reduce: bad input type");
   const int vec = VecWidth(c.n, ScalarSize(c.in));
   const int64_t nvec = c.n / vec;
   const int threads = nvec <= 1024 ? 32 : 256;
@@ -647,14 +648,15 @@ KernelCode EmitRowReduce(const RowReduceConfig &c) {
   if (t == 0) out[row] = fromF<OutT>(acc);
 }
 )CUDA";
-  kc.source = Assemble(std::string("// llmc row reduction (") + KindName(c.kind) +
-                           ") over the last dim, fp32 accumulation: per-thread strided\n"
-                           "// accumulation, then warp/block butterfly tree.\n",
-                       cfg.str(), c.n >= kWideRow ? WidenRowIndices(b.str()) : b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(
+      kc.source, Assemble(std::string("// llmc row reduction (") + KindName(c.kind) +
+                              ") over the last dim, fp32 accumulation: per-thread strided\n"
+                              "// accumulation, then warp/block butterfly tree.\n",
+                          cfg.str(), c.n >= kWideRow ? WidenRowIndices(b.str()) : b.str()));
   return kc;
 }
 
-LaunchDims RowReduceLaunch(const RowReduceConfig &c, int64_t rows) {
+absl::StatusOr<LaunchDims> RowReduceLaunch(const RowReduceConfig &c, int64_t rows) {
   const int vec = VecWidth(c.n, ScalarSize(c.in));
   const bool warp = c.n / vec <= 1024;
   return Dims(CeilDiv(std::max<int64_t>(rows, 1), warp ? 4 : 1), 1, 1, warp ? 128 : 256);
@@ -676,7 +678,7 @@ int FullReduceNumPartials(int64_t numel) {
                                               kFullReduceMaxPartials));
 }
 
-FullReduceKernels EmitFullReduce(const FullReduceConfig &c) {
+absl::StatusOr<FullReduceKernels> EmitFullReduce(const FullReduceConfig &c) {
   FullReduceKernels k;
   const std::string tag = std::string(KindName(c.kind)) + "_" + ScalarTypeTag(c.in) + "_" + ScalarTypeTag(c.out);
   k.stage1.name = "llmc_fullreduce1_" + tag;
@@ -732,15 +734,15 @@ FullReduceKernels EmitFullReduce(const FullReduceConfig &c) {
   if (threadIdx.x == 0) out[0] = fromF<OutT>(kMean ? acc / (float)numel : acc);
 }
 )CUDA";
-  k.stage1.source = Assemble(hdr + "// (stage 1)\n", cfg.str(), b1.str());
-  k.stage2.source = Assemble(hdr + "// (stage 2)\n", cfg.str(), b2.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(k.stage1.source, Assemble(hdr + "// (stage 1)\n", cfg.str(), b1.str()));
+  LLMC_CUDA_ASSIGN_OR_RETURN(k.stage2.source, Assemble(hdr + "// (stage 2)\n", cfg.str(), b2.str()));
   return k;
 }
 
-LaunchDims FullReduceStage1Launch(const FullReduceConfig &, int64_t numel) {
+absl::StatusOr<LaunchDims> FullReduceStage1Launch(const FullReduceConfig &, int64_t numel) {
   return Dims(FullReduceNumPartials(numel), 1, 1, kFullReduceThreads);
 }
-LaunchDims FullReduceStage2Launch(const FullReduceConfig &, int64_t) {
+absl::StatusOr<LaunchDims> FullReduceStage2Launch(const FullReduceConfig &, int64_t) {
   return Dims(1, 1, 1, 1024);
 }
 

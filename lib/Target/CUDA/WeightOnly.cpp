@@ -38,8 +38,8 @@ bool WeightQuantSupported(const WeightQuantConfig &c) {
          isFloat(c.dtype);
 }
 
-KernelCode EmitQuantizeWeight(const WeightQuantConfig &c) {
-  if (!WeightQuantSupported(c)) Fail("quantize_weight: unsupported configuration");
+absl::StatusOr<KernelCode> EmitQuantizeWeight(const WeightQuantConfig &c) {
+  if (!WeightQuantSupported(c)) return Invalid("quantize_weight: unsupported configuration");
   KernelCode kc;
   kc.name = "llmc_quantize_weight_i" + std::to_string(c.bits) + "_g" +
             std::to_string(c.group) + "_" + ScalarTypeTag(c.dtype);
@@ -81,18 +81,19 @@ KernelCode EmitQuantizeWeight(const WeightQuantConfig &c) {
   }
 }
 )CUDA";
-  kc.source = Assemble("// llmc weight-only quantization: symmetric absmax per group along K,\n"
-                       "// scale = max|w| / Q, q = rint(w / scale); one warp per group.\n",
-                       cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(
+      kc.source, Assemble("// llmc weight-only quantization: symmetric absmax per group along K,\n"
+                          "// scale = max|w| / Q, q = rint(w / scale); one warp per group.\n",
+                          cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims QuantizeWeightLaunch(const WeightQuantConfig &c, int64_t n, int64_t k) {
+absl::StatusOr<LaunchDims> QuantizeWeightLaunch(const WeightQuantConfig &c, int64_t n, int64_t k) {
   return Dims(CeilDiv(n * (k / c.group), kQuantWarps), 1, 1, kQuantWarps * 32);
 }
 
-KernelCode EmitDequantizeWeight(const WeightQuantConfig &c) {
-  if (!WeightQuantSupported(c)) Fail("dequantize_weight: unsupported configuration");
+absl::StatusOr<KernelCode> EmitDequantizeWeight(const WeightQuantConfig &c) {
+  if (!WeightQuantSupported(c)) return Invalid("dequantize_weight: unsupported configuration");
   KernelCode kc;
   kc.name = "llmc_dequantize_weight_i" + std::to_string(c.bits) + "_g" +
             std::to_string(c.group) + "_" + ScalarTypeTag(c.dtype);
@@ -127,12 +128,13 @@ KernelCode EmitDequantizeWeight(const WeightQuantConfig &c) {
   *reinterpret_cast<LlmcVec<T, 8>*>(out + e0) = o;
 }
 )CUDA";
-  kc.source = Assemble("// llmc weight-only dequantization: out = T(q * scale), 8 per thread.\n",
-                       cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(
+      kc.source, Assemble("// llmc weight-only dequantization: out = T(q * scale), 8 per thread.\n",
+                          cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims DequantizeWeightLaunch(const WeightQuantConfig &c, int64_t n, int64_t k) {
+absl::StatusOr<LaunchDims> DequantizeWeightLaunch(const WeightQuantConfig &c, int64_t n, int64_t k) {
   return Dims(CeilDiv(n * k / 8, kDequantThreads), 1, 1, kDequantThreads);
 }
 
@@ -144,8 +146,8 @@ bool QuantGemvSupported(const QuantGemvConfig &c) {
          c.group % perChunk == 0 && c.k >= c.group && c.k % c.group == 0 && c.n >= 1;
 }
 
-KernelCode EmitQuantGemv(const QuantGemvConfig &c) {
-  if (!QuantGemvSupported(c)) Fail("quantized gemv: unsupported configuration");
+absl::StatusOr<KernelCode> EmitQuantGemv(const QuantGemvConfig &c) {
+  if (!QuantGemvSupported(c)) return Invalid("quantized gemv: unsupported configuration");
   KernelCode kc;
   kc.name = "llmc_qgemv_i" + std::to_string(c.bits) + "_g" + std::to_string(c.group) + "_" +
             ScalarTypeTag(c.dtype) + "_" + ScalarTypeTag(c.out) + "_m" + std::to_string(c.m) +
@@ -227,14 +229,15 @@ LLMC_DEV void qgemvChunk(const LlmcVec<uint32_t, 4>& wv, float s, const T* __res
   }
 }
 )CUDA";
-  kc.source = Assemble("// llmc weight-only decode GEMV: y[m,n] = sum_k x[m,k] * q[n,k] * s[n,k/G] (+ bias[n]),\n"
-                       "// packed int4/int8 rows read with 16-byte loads, one warp per output column,\n"
-                       "// fp32 accumulation.\n",
-                       cfg.str(), b.str());
+  LLMC_CUDA_ASSIGN_OR_RETURN(
+      kc.source, Assemble("// llmc weight-only decode GEMV: y[m,n] = sum_k x[m,k] * q[n,k] * s[n,k/G] (+ bias[n]),\n"
+                          "// packed int4/int8 rows read with 16-byte loads, one warp per output column,\n"
+                          "// fp32 accumulation.\n",
+                          cfg.str(), b.str()));
   return kc;
 }
 
-LaunchDims QuantGemvLaunch(const QuantGemvConfig &c) {
+absl::StatusOr<LaunchDims> QuantGemvLaunch(const QuantGemvConfig &c) {
   return Dims(CeilDiv(c.n, kQGemvWarps), 1, 1, kQGemvWarps * 32);
 }
 

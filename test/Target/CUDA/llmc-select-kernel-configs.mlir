@@ -52,3 +52,19 @@ func.func @no_cudnn(%q: tensor<1x64x4x64xf32>, %k: tensor<1x64x4x64xf32>, %v: te
 // BAD-TILE: error: 'func.func' op llmc-select-kernel-configs: attention-tile: attention tile 'bm64': expected bm<M>_bn<N>_w<warps>_s<stages>[_gh]
 // BAD-UNROLL: error: 'func.func' op llmc-select-kernel-configs: elementwise-unroll: expected 1, 2, 3 or 4, found 5
 // BAD-BACKEND: error: 'func.func' op llmc-select-kernel-configs: attention-backend: unknown attention backend 'fast' (expected auto, llmc or cudnn)
+
+// -----
+
+// Within FlashDecodeSupported's limits, but no register layout of the
+// flash-decoding kernel fits 5 x 13 query rows of head dim 16
+// (FlashDecodeNumSplits fails): FlashAttention-2, which the lowering then
+// refuses for kv_len with an error naming the op. Before the generators
+// returned statuses this threw out of the pass.
+// CHECK-LABEL: func.func @decode_without_register_layout
+// CHECK: llm.attention {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention"
+// KNOBS-LABEL: func.func @decode_without_register_layout
+// KNOBS: llm.attention {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention"
+func.func @decode_without_register_layout(%q: tensor<1x13x5x16xbf16>, %k: tensor<1x300x1x16xbf16>, %v: tensor<1x300x1x16xbf16>, %len: tensor<i64>) -> tensor<1x13x5x16xbf16> {
+  %o = llm.attention %q, %k, %v kv_len(%len : tensor<i64>) {causal} : tensor<1x13x5x16xbf16>, tensor<1x300x1x16xbf16>, tensor<1x300x1x16xbf16>
+  return %o : tensor<1x13x5x16xbf16>
+}

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GeneratorStatus.h"
 #include "CpuReference.h"
 #include "EmuSupport.h"
 #include "NvrtcHelper.h"
@@ -103,7 +104,7 @@ void RunDecode(const DecodeCase &c) {
   cfg.causal = c.causal;
   cfg.kv_len = c.src;
   ASSERT_TRUE(FlashDecodeSupported(cfg)) << CaseName(c);
-  const DecodeKernels kd = EmitFlashDecode(cfg);
+  const DecodeKernels kd = Unwrap(EmitFlashDecode(cfg));
   using SplitFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
                            const void *, long long, long long, int, float, int);
   using CombFn = void (*)(Dim3, Dim3, unsigned, void *, const float *, const float *, int, int);
@@ -122,13 +123,13 @@ void RunDecode(const DecodeCase &c) {
   std::vector<int64_t> len64(c.kv_len.begin(), c.kv_len.end());
   const bool i32 = c.src == KvLenSource::kDeviceI32 || c.src == KvLenSource::kPerBatchI32;
   const void *lenp = c.src == KvLenSource::kArg ? nullptr : i32 ? (const void *)len32.data() : len64.data();
-  const int splits = c.splits > 0 ? c.splits : FlashDecodeNumSplits(cfg, Bt, Hkv, Smax);
+  const int splits = c.splits > 0 ? c.splits : Unwrap(FlashDecodeNumSplits(cfg, Bt, Hkv, Smax));
   auto ws = FlashDecodeWorkspaceBytes(cfg, Bt, Hkv, splits);
   // Poison the workspace: every element must be written by the split kernel.
   std::vector<float> pa(ws.first / 4, NAN), pml(ws.second / 4, NAN);
   std::vector<char> ob(q.size() * ScalarSize(c.dtype));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const LaunchDims d1 = FlashDecodeSplitLaunch(cfg, Bt, Hkv, splits), d2 = FlashDecodeCombineLaunch(cfg, Bt, Hkv);
+  const LaunchDims d1 = Unwrap(FlashDecodeSplitLaunch(cfg, Bt, Hkv, splits)), d2 = Unwrap(FlashDecodeCombineLaunch(cfg, Bt, Hkv));
   split(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qs.data(), ks.data(), vs.data(), lenp,
         c.src == KvLenSource::kArg ? c.kv_len[0] : -1, Smax, Hkv, scale, splits);
   comb(G(d2), B(d2), d2.smem, ob.data(), pa.data(), pml.data(), Hkv, splits);
@@ -217,7 +218,7 @@ TEST(FlashDecode, CompileWithoutSpills) {
         c.q_len = ql;
         c.kv_len = srcs[n++ % 5];
         if (!FlashDecodeSupported(c)) continue;
-        const DecodeKernels k = EmitFlashDecode(c);
+        const DecodeKernels k = Unwrap(EmitFlashDecode(c));
         for (const char *arch : {"sm_90a", "sm_80"}) {
           // sm_80 only for bf16 (the arch changes codegen, not the layout).
           if (std::string(arch) == "sm_80" && t != bf) continue;
@@ -229,7 +230,7 @@ TEST(FlashDecode, CompileWithoutSpills) {
             EXPECT_EQ(p.spill_loads, 0) << kc->name << " (" << arch << "):\n" << log;
             if (kc == &k.split && std::string(arch) == "sm_90a" && t == bf)
               std::printf("ptxas sm_90a %-64s %3d registers, smem %u B\n", kc->name.c_str(), p.registers,
-                          FlashDecodeSplitLaunch(c, 1, 1, 1).smem);
+                          Unwrap(FlashDecodeSplitLaunch(c, 1, 1, 1)).smem);
           }
         }
       }
@@ -238,7 +239,7 @@ TEST(FlashDecode, CompileWithoutSpills) {
 TEST(FlashDecode, Geometry) {
   DecodeConfig c;  // bf16, d 128
   c.group_size = 1;
-  FlashDecodeGeometry g = FlashDecodeGeometryOf(c);
+  FlashDecodeGeometry g = Unwrap(FlashDecodeGeometryOf(c));
   // 8 lanes x 16 bytes x 2 loads per 256-byte row: 4 rows per warp load.
   EXPECT_EQ(g.lanes, 8);
   EXPECT_EQ(g.vec, 8);
@@ -246,11 +247,11 @@ TEST(FlashDecode, Geometry) {
   EXPECT_EQ(g.row_sets, 1);
   EXPECT_EQ(g.streams, 4);
   c.group_size = 4;  // 4 rows: 16 lanes per row so Q and O fit
-  g = FlashDecodeGeometryOf(c);
+  g = Unwrap(FlashDecodeGeometryOf(c));
   EXPECT_EQ(g.lanes, 16);
   EXPECT_EQ(g.rows_per_warp, 4);
   c.group_size = 8;  // 8 rows: split over 2 warps rather than 32-lane rows
-  g = FlashDecodeGeometryOf(c);
+  g = Unwrap(FlashDecodeGeometryOf(c));
   EXPECT_EQ(g.row_sets, 2);
   EXPECT_EQ(g.lanes, 16);
   for (int64_t d : {64, 80, 96, 128, 256})
@@ -260,7 +261,7 @@ TEST(FlashDecode, Geometry) {
         c.group_size = grp;
         c.q_len = ql;
         if (!FlashDecodeSupported(c)) continue;
-        g = FlashDecodeGeometryOf(c);
+        g = Unwrap(FlashDecodeGeometryOf(c));
         EXPECT_EQ(g.vec * 2 * g.vecs_per_lane * g.lanes >= d * 2, true);  // a lane group covers the row
         EXPECT_LE(g.vec * 2, 16);
         EXPECT_EQ(32 % g.lanes, 0);
@@ -277,21 +278,21 @@ TEST(FlashDecode, LaunchAndWorkspace) {
   DecodeConfig c;
   c.group_size = 1;  // LLaMA-2-7B: 32 heads x 128
   // B=1: 32 blocks per split; ~4 blocks per SM want 17 splits, chunk rounded to 128 keys -> 16
-  EXPECT_EQ(FlashDecodeNumSplits(c, 1, 32, 2048), 16);
+  EXPECT_EQ(Unwrap(FlashDecodeNumSplits(c, 1, 32, 2048)), 16);
   // B=32: 1024 blocks already fill 132 SMs several times
-  EXPECT_EQ(FlashDecodeNumSplits(c, 32, 32, 2048), 1);
+  EXPECT_EQ(Unwrap(FlashDecodeNumSplits(c, 32, 32, 2048)), 1);
   // short cache: at least 2 tiles (2 x 4 warps x 8 keys) per split
-  EXPECT_EQ(FlashDecodeNumSplits(c, 1, 1, 100), 2);
-  EXPECT_EQ(FlashDecodeNumSplits(c, 1, 1, 1), 1);
+  EXPECT_EQ(Unwrap(FlashDecodeNumSplits(c, 1, 1, 100)), 2);
+  EXPECT_EQ(Unwrap(FlashDecodeNumSplits(c, 1, 1, 1)), 1);
   c.group_size = 4;  // Mistral: 8 kv heads, group 4
-  EXPECT_EQ(FlashDecodeNumSplits(c, 1, 8, 2048), 32);
-  LaunchDims d = FlashDecodeSplitLaunch(c, 2, 8, 16);
+  EXPECT_EQ(Unwrap(FlashDecodeNumSplits(c, 1, 8, 2048)), 32);
+  LaunchDims d = Unwrap(FlashDecodeSplitLaunch(c, 2, 8, 16));
   EXPECT_EQ(d.grid[0], 16u);
   EXPECT_EQ(d.grid[1], 8u);
   EXPECT_EQ(d.grid[2], 2u);
   EXPECT_EQ(d.block[0], 128u);
   EXPECT_EQ(d.smem, 4u * 4u * (128u + 2u) * 4u);  // 4 key streams x 4 rows x (D + max, sum)
-  d = FlashDecodeCombineLaunch(c, 2, 8);
+  d = Unwrap(FlashDecodeCombineLaunch(c, 2, 8));
   EXPECT_EQ(d.grid[0], 2u * 32u);
   auto ws = FlashDecodeWorkspaceBytes(c, 2, 8, 16);
   EXPECT_EQ(ws.first, 2 * 32 * 16 * 128 * 4);

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GeneratorStatus.h"
 #include "CpuReference.h"
 #include "EmuSupport.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
@@ -61,7 +62,7 @@ void RunAttention(const AttnCase &c) {
     ASSERT_TRUE(ParseAttentionTile(c.tile, &cfg.tile, &err)) << err;
     ASSERT_TRUE(AttentionTileSupported(cfg, &err)) << err;
   }
-  const KernelCode k = EmitAttention(cfg);
+  const KernelCode k = Unwrap(EmitAttention(cfg));
   ASSERT_EQ(AttentionUsesTensorCores(cfg), !c.simple);
   using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, const float *,
                       long long, long long, long long, int, int, float, long long, long long, long long);
@@ -77,7 +78,7 @@ void RunAttention(const AttnCase &c) {
     for (int64_t j = 0; j < c.skv; ++j) mask[1 * c.skv + j] = -INFINITY;
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  const LaunchDims ld = AttentionLaunch(cfg, c.batch, c.sq, c.hq);
+  const LaunchDims ld = Unwrap(AttentionLaunch(cfg, c.batch, c.sq, c.hq));
   std::vector<float> out(q.size());
   if (c.simple) {
     fn(G(ld), B(ld), ld.smem, out.data(), q.data(), kk.data(), v.data(), c.mask ? mask.data() : nullptr, c.batch,
@@ -157,7 +158,7 @@ TEST(Emu, RMSNormResidualAndSoftmax) {
     cfg.hidden = 1001;  // scalar path, block per row
     cfg.fused_residual = true;
     cfg.eps = 1e-5f;
-    auto k = EmitRMSNorm(cfg);
+    auto k = Unwrap(EmitRMSNorm(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, float* ro, const float* x,
                           const float* r, const float* w, long long rows) {
@@ -170,7 +171,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, float* ro, 
     const int64_t rows = 3, n = 1001;
     auto x = Randn(rows * n, 8, 300.0f), r = Randn(rows * n, 9), w = Randn(n, 10);
     std::vector<float> out(rows * n), ro(rows * n), ref_out, ref_ro;
-    LaunchDims d = RMSNormLaunch(cfg, rows);
+    LaunchDims d = Unwrap(RMSNormLaunch(cfg, rows));
     fn(G(d), B(d), d.smem, out.data(), ro.data(), x.data(), r.data(), w.data(), rows);
     llmc::ref::NormRef(false, x, &r, &w, nullptr, rows, n, 1e-5f, [](float v) { return v; }, &ref_out, &ref_ro);
     for (size_t i = 0; i < out.size(); ++i) {
@@ -183,7 +184,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, float* ro, 
     cfg.in = cfg.out = ScalarType::f32;
     cfg.n = n;
     cfg.has_mask = true;
-    auto k = EmitSoftmax(cfg);
+    auto k = Unwrap(EmitSoftmax(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, const float* m,
                           float scale, long long rows, long long mrows) {
@@ -197,7 +198,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     for (int64_t j = 0; j < n; ++j) x[2 * n + j] = -INFINITY;  // row 2 all -inf -> NaN
     m[5] = -INFINITY;
     std::vector<float> out(rows * n);
-    LaunchDims d = SoftmaxLaunch(cfg, rows);
+    LaunchDims d = Unwrap(SoftmaxLaunch(cfg, rows));
     fn(G(d), B(d), d.smem, out.data(), x.data(), m.data(), 0.7f, rows, mrows);
     auto ref = llmc::ref::SoftmaxRef(x, &m, rows, n, mrows, 0.7f);
     for (size_t i = 0; i < out.size(); ++i) {
@@ -222,7 +223,7 @@ TEST(Emu, StreamedNormsOfLongRows) {
     cfg.hidden = n;
     cfg.fused_residual = true;
     cfg.eps = 1e-5f;
-    auto k = EmitRMSNorm(cfg);
+    auto k = Unwrap(EmitRMSNorm(cfg));
     ASSERT_NE(k.source.find("streamed"), std::string::npos) << k.name;
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, bf16* ro, const bf16* x,
@@ -237,7 +238,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, bf16* ro, co
     auto x = Randn(rows * n, 30, 3.0f), r = Randn(rows * n, 31), w = Randn(n, 32);
     auto xb = ToBf16Vec(x), rb = ToBf16Vec(r), wb = ToBf16Vec(w);
     std::vector<uint16_t> out(rows * n), ro(rows * n);
-    LaunchDims d = RMSNormLaunch(cfg, rows);
+    LaunchDims d = Unwrap(RMSNormLaunch(cfg, rows));
     EXPECT_EQ(d.block[0], 1024u);
     EXPECT_EQ(d.grid[0], 2u);
     fn(G(d), B(d), d.smem, out.data(), ro.data(), xb.data(), rb.data(), wb.data(), rows);
@@ -253,7 +254,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, bf16* ro, co
     LayerNormConfig cfg;
     cfg.in = cfg.weight = cfg.out = ScalarType::f32;
     cfg.hidden = 66000;  // 16500 vectors of 4: 17 per thread, streamed
-    auto k = EmitLayerNorm(cfg);
+    auto k = Unwrap(EmitLayerNorm(cfg));
     ASSERT_NE(k.source.find("streamed"), std::string::npos) << k.name;
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, const float* w,
@@ -267,7 +268,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     auto x = Randn(rows * n, 33, 300.0f), w = Randn(n, 34), bias = Randn(n, 35);
     for (int64_t j = 0; j < n; ++j) x[n + j] = 1e-6f;  // variance ~ 0 << eps
     std::vector<float> out(rows * n), ref;
-    LaunchDims d = LayerNormLaunch(cfg, rows);
+    LaunchDims d = Unwrap(LayerNormLaunch(cfg, rows));
     fn(G(d), B(d), d.smem, out.data(), x.data(), w.data(), bias.data(), rows);
     llmc::ref::NormRef(true, x, nullptr, &w, &bias, rows, n, cfg.eps, [](float v) { return v; }, &ref, nullptr);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-3 * (1 + std::fabs(ref[i]))) << i;
@@ -284,7 +285,7 @@ TEST(Emu, RoPEHalfAndInterleavedWithPerBatchOffset) {
     cfg.rotary_dim = 64;
     cfg.interleaved = inter;
     cfg.offset = PositionSource::kPerBatchI64;
-    auto k = EmitRoPE(cfg);
+    auto k = Unwrap(EmitRoPE(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, const void* off,
                           long long B, long long S) {
@@ -297,7 +298,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     auto x = Randn(Bt * S * H * D, 13);
     std::vector<int64_t> off = {0, 299};
     std::vector<float> out = x;  // in place
-    LaunchDims d = RoPELaunch(cfg, Bt, S);
+    LaunchDims d = Unwrap(RoPELaunch(cfg, Bt, S));
     fn(G(d), B(d), d.smem, out.data(), out.data(), off.data(), Bt, S);
     auto ref = llmc::ref::RoPERef(x, Bt, S, H, D, 64, inter, 10000.0f, off);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << i;
@@ -330,7 +331,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, con
         cfg.num_heads = H;
         cfg.head_dim = D;
         cfg.interleaved = inter;
-        auto k = EmitRoPETable(cfg);
+        auto k = Unwrap(EmitRoPETable(cfg));
         auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
         ASSERT_NE(fn, nullptr) << k.name;
         for (bool perBatch : {false, true}) {
@@ -360,7 +361,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, con
           const void *xin = bfx ? (const void *)xB.data() : (const void *)xF.data();
           const void *cp = bft ? (const void *)cb.data() : (const void *)c.data();
           const void *sp = bft ? (const void *)sb.data() : (const void *)sn.data();
-          LaunchDims d = RoPETableLaunch(cfg, Bt, S);
+          LaunchDims d = Unwrap(RoPETableLaunch(cfg, Bt, S));
           fn(G(d), B(d), d.smem, out, xin, cp, sp, Bt, S, stride);
           double num = 0, den = 0;
           for (int64_t i = 0; i < n; ++i) {
@@ -394,7 +395,7 @@ TEST(Emu, ElementwiseBroadcastAndVectorPaths) {
                {EwOp::add, {1, -3}, ScalarType::f32},
                {EwOp::compare, {-1, -3}, ScalarType::i1, 0, CmpPredicate::gt}};
     p.outputs = {{2, ScalarType::bf16}, {3, ScalarType::i1}};
-    auto k = EmitElementwise(p);
+    auto k = Unwrap(EmitElementwise(p));
     const bool shape = ElementwiseNeedsShape(p);
     std::string stub = shape ? R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, const float* a,
@@ -417,8 +418,8 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
     std::vector<uint16_t> o0(n);
     std::vector<uint8_t> o1(n);
     std::vector<int64_t> packed;
-    if (shape) packed = PackElementwiseShape(p, {M, N}, {{}, {}, {0, 1}});
-    LaunchDims d = ElementwiseLaunch(p, n);
+    if (shape) packed = Unwrap(PackElementwiseShape(p, {M, N}, {{}, {}, {0, 1}}));
+    LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
     d.grid[0] = 2;  // exercise the grid-stride loop
     fn(G(d), B(d), d.smem, o0.data(), o1.data(), a.data(), s.data(), c.data(), n, packed.data());
     for (int64_t i = 0; i < n; ++i) {
@@ -439,7 +440,7 @@ TEST(Emu, ElementwiseSinCosOfLargeAngles) {
   p.inputs = {{ScalarType::f32, InputLayout::kContiguous}};
   p.nodes = {{EwOp::sin, {-1}, ScalarType::f32}, {EwOp::cos, {-1}, ScalarType::f32}};
   p.outputs = {{0, ScalarType::f32}, {1, ScalarType::f32}};
-  auto k = EmitElementwise(p);
+  auto k = Unwrap(EmitElementwise(p));
   EXPECT_NE(k.source.find("sinf("), std::string::npos);
   EXPECT_NE(k.source.find("cosf("), std::string::npos);
   EXPECT_EQ(k.source.find("__sinf"), std::string::npos);
@@ -456,7 +457,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* s, float* c, con
   std::uniform_real_distribution<float> angle(-1e4f, 1e4f);
   std::vector<float> x(n), s(n, NAN), c(n, NAN);
   for (int64_t i = 0; i < n; ++i) x[i] = i < 64 ? angle(rng) * 1e-3f : angle(rng);
-  LaunchDims d = ElementwiseLaunch(p, n);
+  LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
   fn(G(d), B(d), d.smem, s.data(), c.data(), x.data(), n);
   for (int64_t i = 0; i < n; ++i) {
     const double ws = std::sin(static_cast<double>(x[i])), wc = std::cos(static_cast<double>(x[i]));
@@ -476,7 +477,7 @@ TEST(Emu, ElementwiseUnrolledFastPath) {
     p.inputs = {{ScalarType::bf16, InputLayout::kContiguous}, {ScalarType::bf16, InputLayout::kContiguous}};
     p.nodes = {{EwOp::silu, {-1}, ScalarType::bf16}, {EwOp::mul, {0, -2}, ScalarType::bf16}};
     p.outputs = {{1, ScalarType::bf16}};
-    auto k = EmitElementwise(p);
+    auto k = Unwrap(EmitElementwise(p));
     EXPECT_EQ(k.source.find("kUnroll") != std::string::npos, u > 1) << u;
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* a, const bf16* c, long long n) {
@@ -489,7 +490,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* a,
     std::vector<uint16_t> a(n), c(n), o(n, 0xFFFF);
     auto ra = Randn(n, 21), rc = Randn(n, 22);
     for (int64_t i = 0; i < n; ++i) a[i] = ToBf16(ra[i]), c[i] = ToBf16(rc[i]);
-    LaunchDims d = ElementwiseLaunch(p, n);
+    LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
     d.grid[0] = 1;
     fn(G(d), B(d), d.smem, o.data(), a.data(), c.data(), n);
     for (int64_t i = 0; i < n; ++i) {
@@ -507,7 +508,7 @@ TEST(Emu, GatherAndKvAppendErrors) {
     cfg.dtype = ScalarType::f32;
     cfg.index = ScalarType::i32;
     cfg.dim = 12;
-    auto k = EmitGather(cfg);
+    auto k = Unwrap(EmitGather(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* t, const int32_t* idx,
                           int* err, long long n, long long V) {
@@ -520,7 +521,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     std::vector<int32_t> idx = {4, 0, 5, -1, 2};
     std::vector<float> out(5 * 12, 7.0f);
     int err = 0;
-    LaunchDims d = GatherLaunch(cfg, 5);
+    LaunchDims d = Unwrap(GatherLaunch(cfg, 5));
     fn(G(d), B(d), d.smem, out.data(), table.data(), idx.data(), &err, 5, 5);
     EXPECT_EQ(err, 2);
     for (int n = 0; n < 5; ++n)
@@ -533,7 +534,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     cfg.heads_kv = 2;
     cfg.head_dim = 6;
     cfg.pos = PositionSource::kPerBatchI32;
-    auto k = EmitKvAppend(cfg);
+    auto k = Unwrap(EmitKvAppend(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* kc, float* vc, const float* kn, const float* vn,
                           const void* pos, int* err, long long B, long long smax, long long snew) {
@@ -548,7 +549,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* kc, float* vc, c
     auto kn = Randn(Bt * Snew * row, 17), vn = Randn(Bt * Snew * row, 18);
     std::vector<int32_t> pos = {5, 6};  // batch 1 overflows (6 + 3 > 8)
     int err = 0;
-    LaunchDims d = KvAppendLaunch(cfg, Bt, Snew);
+    LaunchDims d = Unwrap(KvAppendLaunch(cfg, Bt, Snew));
     fn(G(d), B(d), d.smem, kc.data(), vc.data(), kn.data(), vn.data(), pos.data(), &err, Bt, Smax, Snew);
     EXPECT_EQ(err, 1);
     for (int64_t s = 0; s < Smax; ++s)
@@ -568,7 +569,7 @@ TEST(Emu, ReductionsAndLayerNorm) {
     cfg.in = ScalarType::f32;
     cfg.kind = ReduceKind::max;
     cfg.n = 5000;  // block per row
-    auto k = EmitRowReduce(cfg);
+    auto k = Unwrap(EmitRowReduce(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, long long rows) {
   emu::Launch(g, b, smem, [&] { KERNEL(out, x, rows); });
@@ -579,7 +580,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     auto x = Randn(2 * 5000, 19);
     x[5000 + 77] = NAN;
     std::vector<float> out(2);
-    LaunchDims d = RowReduceLaunch(cfg, 2);
+    LaunchDims d = Unwrap(RowReduceLaunch(cfg, 2));
     fn(G(d), B(d), d.smem, out.data(), x.data(), 2);
     auto ref = llmc::ref::RowReduceRef(x, 2, 5000, llmc::ref::Reduce::max);
     EXPECT_EQ(out[0], ref[0]);
@@ -589,7 +590,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     FullReduceConfig cfg;
     cfg.in = ScalarType::bf16;
     cfg.kind = ReduceKind::mean;
-    auto ks = EmitFullReduce(cfg);
+    auto ks = Unwrap(EmitFullReduce(cfg));
     const char *s1 = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* p, const bf16* x, long long n) {
   emu::Launch(g, b, smem, [&] { KERNEL(p, x, n); });
@@ -606,7 +607,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* 
     const int64_t n = 3 * 4096 + 5;
     std::vector<uint16_t> x(n, ToBf16(0.5f));
     std::vector<float> partials(FullReduceNumPartials(n)), out(1);
-    LaunchDims d1 = FullReduceStage1Launch(cfg, n), d2 = FullReduceStage2Launch(cfg, n);
+    LaunchDims d1 = Unwrap(FullReduceStage1Launch(cfg, n)), d2 = Unwrap(FullReduceStage2Launch(cfg, n));
     f1(G(d1), B(d1), 0, partials.data(), x.data() + 1, n - 1);  // unaligned base: scalar path
     f2(G(d2), B(d2), 0, out.data(), partials.data(), (int)partials.size(), n - 1);
     EXPECT_FLOAT_EQ(out[0], 0.5f);
@@ -615,7 +616,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* 
     LayerNormConfig cfg;
     cfg.in = cfg.out = cfg.weight = ScalarType::bf16;
     cfg.hidden = 200;  // warp per row, vectorized
-    auto k = EmitLayerNorm(cfg);
+    auto k = Unwrap(EmitLayerNorm(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, const bf16* x, const bf16* w,
                           const bf16* bias, long long rows) {
@@ -630,7 +631,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, const bf16* 
     for (int64_t j = 0; j < n; ++j) x[4 * n + j] = 1e-6f;  // variance ~ 0 << eps
     auto xb = ToBf16Vec(x), wb = ToBf16Vec(w), bb = ToBf16Vec(bias);
     std::vector<uint16_t> ob(rows * n);
-    LaunchDims d = LayerNormLaunch(cfg, rows);
+    LaunchDims d = Unwrap(LayerNormLaunch(cfg, rows));
     fn(G(d), B(d), d.smem, ob.data(), xb.data(), wb.data(), bb.data(), rows);
     std::vector<float> ref;
     llmc::ref::NormRef(true, x, nullptr, &w, &bias, rows, n, cfg.eps, [](float v) { return v; }, &ref, nullptr);
@@ -652,7 +653,7 @@ TEST(Emu, LogSoftmaxPiecesOnOddRows) {
     cfg.out = ScalarType::f32;
     cfg.kind = kind;
     cfg.n = N;
-    auto k = EmitRowReduce(cfg);
+    auto k = Unwrap(EmitRowReduce(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* x, long long rows) {
   emu::Launch(g, b, smem, [&] { KERNEL(out, x, rows); });
@@ -661,7 +662,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     std::vector<float> out(R, -1.f);
-    LaunchDims d = RowReduceLaunch(cfg, R);
+    LaunchDims d = Unwrap(RowReduceLaunch(cfg, R));
     fn(G(d), B(d), d.smem, out.data(), x.data(), R);
     for (int64_t r = 0; r < R; ++r) {
       double want = kind == ReduceKind::sum ? 0.0 : -INFINITY;
@@ -678,7 +679,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
                 {ScalarType::f32, InputLayout::kStrided}};
     p.nodes = {{EwOp::sub, {-1, -2}, ScalarType::f32}, {EwOp::exp, {0}, ScalarType::f32}};
     p.outputs = {{1, ScalarType::f32}};
-    auto k = EmitElementwise(p);
+    auto k = Unwrap(EmitElementwise(p));
     ASSERT_TRUE(ElementwiseNeedsShape(p));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* a, const float* m,
@@ -691,8 +692,8 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* 
     ASSERT_NE(fn, nullptr);
     std::vector<float> m = {0.5f, -1.25f, 2.0f};
     std::vector<float> o(R * N);
-    std::vector<int64_t> packed = PackElementwiseShape(p, {R, N}, {{}, {1, 0}});
-    LaunchDims d = ElementwiseLaunch(p, R * N);
+    std::vector<int64_t> packed = Unwrap(PackElementwiseShape(p, {R, N}, {{}, {1, 0}}));
+    LaunchDims d = Unwrap(ElementwiseLaunch(p, R * N));
     fn(G(d), B(d), d.smem, o.data(), x.data(), m.data(), R * N, packed.data());
     for (int64_t i = 0; i < R * N; ++i)
       ASSERT_NEAR(o[i], std::exp(x[i] - m[i / N]), 1e-5f * std::exp(x[i] - m[i / N])) << i;
@@ -702,7 +703,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o, const float* 
     cfg.in = ScalarType::i64;
     cfg.out = ScalarType::i64;
     cfg.kind = ReduceKind::sum;
-    auto ks = EmitFullReduce(cfg);
+    auto ks = Unwrap(EmitFullReduce(cfg));
     const char *s1 = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* p, const long long* x, long long n) {
   emu::Launch(g, b, smem, [&] { KERNEL(p, (const int64_t*)x, n); });
@@ -722,7 +723,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, long long* o, const flo
     for (int64_t i = 0; i < n; ++i) want += (v[i] = (i % 3 != 0));
     std::vector<float> partials(FullReduceNumPartials(n));
     long long out = -1;
-    LaunchDims d1 = FullReduceStage1Launch(cfg, n), d2 = FullReduceStage2Launch(cfg, n);
+    LaunchDims d1 = Unwrap(FullReduceStage1Launch(cfg, n)), d2 = Unwrap(FullReduceStage2Launch(cfg, n));
     f1(G(d1), B(d1), 0, partials.data(), v.data(), n);
     f2(G(d2), B(d2), 0, &out, partials.data(), (int)partials.size(), n);
     EXPECT_EQ(out, want);
@@ -755,7 +756,7 @@ TEST(Emu, PadOddShapesAllElementSizes) {
     cfg.dtype = c.dtype;
     cfg.rank = static_cast<int>(c.in.size());
     cfg.vec = PadVecWidth(c.dtype, c.in.back(), c.out.back());
-    auto k = EmitPad(cfg);
+    auto k = Unwrap(EmitPad(cfg));
     const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, E* out, const E* in, long long n, const PadShape* sh) {
   emu::Launch(g, b, smem, [&] { KERNEL(out, in, n, *sh); });
@@ -774,8 +775,8 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, E* out, const E* in, lo
     uint8_t *inp = in.data() + shift, *outp = out.data() + shift;
     // Vector buffers must start 16-byte aligned for the aligned cases.
     ASSERT_TRUE(c.misalign || reinterpret_cast<uintptr_t>(inp) % 16 == 0 || cfg.vec * size < 16);
-    std::vector<int64_t> packed = PackPadShape(c.out, c.in);
-    LaunchDims d = PadLaunch(cfg, nout);
+    std::vector<int64_t> packed = Unwrap(PackPadShape(c.out, c.in));
+    LaunchDims d = Unwrap(PadLaunch(cfg, nout));
     d.grid[0] = std::min(d.grid[0], 2u);  // exercise the grid-stride loop
     fn(G(d), B(d), d.smem, outp, inp, nout, packed.data());
     const int rank = cfg.rank;

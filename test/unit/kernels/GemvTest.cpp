@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GeneratorStatus.h"
 #include "CpuReference.h"
 #include "EmuSupport.h"
 #include "NvrtcHelper.h"
@@ -150,11 +151,11 @@ std::vector<char> RunGemv(ScalarType dtype, ScalarType out, int64_t m, int64_t k
   c.k = k;
   c.n = n;
   c.has_bias = bias != nullptr;
-  const KernelCode kc = EmitGemv(c);
+  const KernelCode kc = Unwrap(EmitGemv(c));
   auto fn = reinterpret_cast<GemvFn>(BuildEmu(kc, kGemvStub));
   std::vector<char> y = NanBuffer(out, m * n);
   if (!fn) return y;
-  const LaunchDims d = GemvLaunch(c);
+  const LaunchDims d = Unwrap(GemvLaunch(c));
   fn(G(d), B(d), y.data(), x.bytes.data(), w.bytes.data(), bias ? bias->bytes.data() : nullptr, n);
   return y;
 }
@@ -182,7 +183,7 @@ void RunMulti(const MultiCase &t) {
     c.has_bias[i] = t.bias[i];
   }
   ASSERT_TRUE(MultiGemvSupported(c));
-  const KernelCode kc = EmitMultiGemv(c);
+  const KernelCode kc = Unwrap(EmitMultiGemv(c));
   // emu_entry(grid, block, x, void* args[4 * nout]) unpacks the per-output
   // (y, w, bias, n) quadruples.
   std::ostringstream stub;
@@ -211,7 +212,7 @@ void RunMulti(const MultiCase &t) {
     args.push_back(t.bias[i] ? b[i].bytes.data() : nullptr);
     args.push_back(reinterpret_cast<void *>(static_cast<intptr_t>(t.n[i])));
   }
-  const LaunchDims d = MultiGemvLaunch(c);
+  const LaunchDims d = Unwrap(MultiGemvLaunch(c));
   int64_t rows = 0;
   for (int64_t n : t.n) rows += n;
   EXPECT_EQ(static_cast<int64_t>(d.grid[0]) * (d.block[0] / 32), (rows + 7) / 8 * 8)
@@ -278,7 +279,7 @@ void RunSwiGlu(const SwiGluCase &t) {
   c.n = t.n;
   c.has_bias = t.bias;
   ASSERT_TRUE(SwiGluGemvSupported(c));
-  const KernelCode kc = EmitSwiGluGemv(c);
+  const KernelCode kc = Unwrap(EmitSwiGluGemv(c));
   const char *stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, void* y, const void* x, const void* wg, const void* wu,
                           const void* bg, const void* bu, long long n) {
@@ -295,7 +296,7 @@ extern "C" void emu_entry(dim3 g, dim3 b, void* y, const void* x, const void* wg
   const Tensor wg = Random(t.dtype, t.n * t.k, 22, 0.05f), wu = Random(t.dtype, t.n * t.k, 23, 0.05f);
   const Tensor bg = Random(t.dtype, t.n, 24, 0.5f), bu = Random(t.dtype, t.n, 25, 0.5f);
   std::vector<char> y = NanBuffer(t.out, t.m * t.n);
-  const LaunchDims d = SwiGluGemvLaunch(c);
+  const LaunchDims d = Unwrap(SwiGluGemvLaunch(c));
   fn(G(d), B(d), y.data(), x.bytes.data(), wg.bytes.data(), wu.bytes.data(),
      t.bias ? bg.bytes.data() : nullptr, t.bias ? bu.bytes.data() : nullptr, t.n);
 
@@ -367,7 +368,9 @@ TEST(GemvKernels, RejectsUnsupported) {
   s.act_out = bf;
   s.k = 4100;
   EXPECT_FALSE(SwiGluGemvSupported(s));
-  EXPECT_THROW(EmitSwiGluGemv(s), std::exception);
+  absl::StatusOr<KernelCode> refused = EmitSwiGluGemv(s);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), "llmc::cuda kernel generator: swiglu gemv: unsupported configuration");
 }
 
 // ptxas -v: registers and spills.
@@ -399,7 +402,7 @@ TEST(GemvKernels, CompileWithoutSpills) {
         g.m = m;
         g.k = k;
         g.has_bias = m == 8;
-        kernels.push_back(EmitGemv(g));
+        kernels.push_back(Unwrap(EmitGemv(g)));
         MultiGemvConfig mc;
         mc.dtype = t;
         mc.m = m;
@@ -410,13 +413,13 @@ TEST(GemvKernels, CompileWithoutSpills) {
           mc.has_bias[i] = i == 2;
           mc.n[i] = 4096;
         }
-        kernels.push_back(EmitMultiGemv(mc));
+        kernels.push_back(Unwrap(EmitMultiGemv(mc)));
         SwiGluGemvConfig s;
         s.dtype = s.gate_out = s.up_out = s.act_out = s.out = t;
         s.m = m;
         s.k = k;
         s.has_bias = m == 3;
-        kernels.push_back(EmitSwiGluGemv(s));
+        kernels.push_back(Unwrap(EmitSwiGluGemv(s)));
       }
   for (const char *arch : {"sm_90a", "sm_80"})
     for (const KernelCode &k : kernels) {

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GeneratorStatus.h"
 #include "CpuReference.h"
 #include "EmuSupport.h"
 #include "NvrtcHelper.h"
@@ -102,22 +103,22 @@ void RunQuantRoundTrip(int bits, int64_t n, int64_t k) {
   QuantizeRef(w, n, k, bits, 128, &refPacked, &refScales);
 
   using QFn = void (*)(Dim3, Dim3, int8_t *, float *, const void *, long long, long long);
-  const KernelCode qk = EmitQuantizeWeight(cfg);
+  const KernelCode qk = Unwrap(EmitQuantizeWeight(cfg));
   auto q = reinterpret_cast<QFn>(BuildEmu(qk, kQuantStub));
   ASSERT_NE(q, nullptr);
   std::vector<int8_t> packed(refPacked.size(), 99);
   std::vector<float> scales(refScales.size(), -1.f);
-  const LaunchDims qd = QuantizeWeightLaunch(cfg, n, k);
+  const LaunchDims qd = Unwrap(QuantizeWeightLaunch(cfg, n, k));
   q(G(qd), B(qd), packed.data(), scales.data(), wb.data(), n, k);
   for (size_t i = 0; i < scales.size(); ++i) ASSERT_EQ(scales[i], refScales[i]) << "scale " << i;
   for (size_t i = 0; i < packed.size(); ++i) ASSERT_EQ(packed[i], refPacked[i]) << "byte " << i;
 
   using DFn = void (*)(Dim3, Dim3, void *, const int8_t *, const float *, long long, long long);
-  const KernelCode dk = EmitDequantizeWeight(cfg);
+  const KernelCode dk = Unwrap(EmitDequantizeWeight(cfg));
   auto d = reinterpret_cast<DFn>(BuildEmu(dk, kDequantStub));
   ASSERT_NE(d, nullptr);
   std::vector<uint16_t> out(n * k, 0xFFFF);
-  const LaunchDims dd = DequantizeWeightLaunch(cfg, n, k);
+  const LaunchDims dd = Unwrap(DequantizeWeightLaunch(cfg, n, k));
   d(G(dd), B(dd), out.data(), packed.data(), scales.data(), n, k);
   for (int64_t i = 0; i < n * k; ++i) {
     const float expect = static_cast<float>(Unpack(refPacked, i, bits)) * refScales[i / 128];
@@ -147,13 +148,13 @@ void RunQuantGemv(int bits, int64_t m, int64_t k, int64_t n, bool bias) {
   std::vector<float> scales;
   QuantizeRef(w, n, k, bits, 128, &packed, &scales);
   std::vector<uint16_t> xb = Bits(x), bb = Bits(b);
-  const KernelCode kc = EmitQuantGemv(cfg);
+  const KernelCode kc = Unwrap(EmitQuantGemv(cfg));
   using Fn = void (*)(Dim3, Dim3, float *, const void *, const int8_t *, const float *,
                       const void *, long long);
   auto fn = reinterpret_cast<Fn>(BuildEmu(kc, kGemvStub));
   ASSERT_NE(fn, nullptr);
   std::vector<float> y(m * n, std::nanf(""));
-  const LaunchDims ld = QuantGemvLaunch(cfg);
+  const LaunchDims ld = Unwrap(QuantGemvLaunch(cfg));
   fn(G(ld), B(ld), y.data(), xb.data(), packed.data(), scales.data(), bias ? bb.data() : nullptr, n);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -200,8 +201,8 @@ TEST(WeightOnlyKernels, NvrtcCompilesForSm90AndSm80) {
       WeightQuantConfig q;
       q.bits = bits;
       q.dtype = t;
-      kernels.push_back(EmitQuantizeWeight(q));
-      kernels.push_back(EmitDequantizeWeight(q));
+      kernels.push_back(Unwrap(EmitQuantizeWeight(q)));
+      kernels.push_back(Unwrap(EmitDequantizeWeight(q)));
     }
     for (ScalarType x : {ScalarType::bf16, ScalarType::f16})
       for (int64_t m : {1, 8}) {
@@ -213,7 +214,7 @@ TEST(WeightOnlyKernels, NvrtcCompilesForSm90AndSm80) {
         g.k = 11008;
         g.n = 4096;
         g.has_bias = m == 8;
-        kernels.push_back(EmitQuantGemv(g));
+        kernels.push_back(Unwrap(EmitQuantGemv(g)));
       }
   }
   for (const char *arch : {"sm_90", "sm_80"})

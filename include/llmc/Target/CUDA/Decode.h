@@ -63,8 +63,10 @@ struct FlashDecodeGeometry {
   int tile_keys = 8;     // keys per warp per tile = unroll * 32 / lanes
 };
 
-/// Geometry for cfg (requires FlashDecodeSupported(cfg)).
-FlashDecodeGeometry FlashDecodeGeometryOf(const DecodeConfig &cfg);
+/// Geometry for cfg. InvalidArgument when !FlashDecodeSupported(cfg);
+/// Unimplemented when no register layout fits (not seen for a supported
+/// config).
+absl::StatusOr<FlashDecodeGeometry> FlashDecodeGeometryOf(const DecodeConfig &cfg);
 /// "l16v8n1r1u4" style tag of a geometry (part of the kernel names).
 std::string FlashDecodeGeometryName(const FlashDecodeGeometry &g);
 
@@ -77,17 +79,18 @@ bool FlashDecodeSupported(const DecodeConfig &cfg);
 /// threads; keys [split * chunk, min((split + 1) * chunk, kv_len)) where
 /// chunk = ceil(kv_len / num_splits) rounded up to the geometry's tile_keys.
 /// Combine block = one query row (b, h, i), 128 threads.
-DecodeKernels EmitFlashDecode(const DecodeConfig &cfg);
+/// Errors: those of FlashDecodeGeometryOf (see KernelLibrary.h for the rest).
+absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &cfg);
 
 /// Split count (>= 1) for a cache of max_kv_len rows: enough split blocks to
 /// give every SM about 4 (memory-level parallelism), but at least 2 tiles per
-/// warp per split, at most 256 splits.
-int FlashDecodeNumSplits(const DecodeConfig &cfg, int64_t batch,
+/// warp per split, at most 256 splits. Errors: those of FlashDecodeGeometryOf.
+absl::StatusOr<int> FlashDecodeNumSplits(const DecodeConfig &cfg, int64_t batch,
                          int64_t heads_kv, int64_t max_kv_len,
                          int num_sms = kAssumedNumSMs);
-LaunchDims FlashDecodeSplitLaunch(const DecodeConfig &cfg, int64_t batch,
+absl::StatusOr<LaunchDims> FlashDecodeSplitLaunch(const DecodeConfig &cfg, int64_t batch,
                                   int64_t heads_kv, int num_splits);
-LaunchDims FlashDecodeCombineLaunch(const DecodeConfig &cfg, int64_t batch,
+absl::StatusOr<LaunchDims> FlashDecodeCombineLaunch(const DecodeConfig &cfg, int64_t batch,
                                     int64_t heads_kv);
 /// Workspace bytes: {partial_acc, partial_ml}.
 std::pair<int64_t, int64_t> FlashDecodeWorkspaceBytes(const DecodeConfig &cfg,

@@ -21,10 +21,25 @@
 //  * "error flag" arguments are `int*` device pointers; kernels only ever
 //    store a nonzero code there (never clear it); nullptr is allowed.
 //
+// Errors: nothing here throws. A generator that cannot serve a configuration
+// returns a status whose message starts "llmc::cuda kernel generator: ":
+//  * InvalidArgument: the configuration is outside the generator's documented
+//    contract (a field out of its range, a type it does not take, a config
+//    its *Supported predicate rejects). The caller's bug or unchecked input.
+//  * Unimplemented: a well-formed configuration the kernel cannot serve:
+//    sizes beyond its 32-bit indices (every Emit*: a compile-time
+//    `static constexpr int` constant over 2^31 - 1), a launch grid beyond
+//    CUDA's 2147483647 x 65535 x 65535 blocks (every *Launch), or the limits
+//    listed with each generator.
+// The predicates and helpers that return plain values (*Supported,
+// *NeedsShape, DefaultAttentionTile, ParseAttentionTile, ...) never fail.
+//
 // See docs/kernels.md for algorithms and limits.
 //===----------------------------------------------------------------------===//
 #ifndef LLMC_TARGET_CUDA_KERNELLIBRARY_H
 #define LLMC_TARGET_CUDA_KERNELLIBRARY_H
+
+#include "absl/status/statusor.h"
 
 #include <cstdint>
 #include <string>
@@ -150,13 +165,18 @@ inline constexpr int kElementwiseThreads = 256;
 /// kRowBroadcast uses N = sizes[rank-1].
 /// Fast path (all inputs kContiguous/kScalar and all pointers 16-byte aligned):
 /// 16-byte vector loads, grid-stride, scalar tail.
-KernelCode EmitElementwise(const ElementwiseProgram &prog);
-LaunchDims ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel);
+/// InvalidArgument: no outputs, unroll outside 1..4, a node with the wrong
+/// operand count or an operand that is neither an input nor an earlier node,
+/// an output naming no node.
+absl::StatusOr<KernelCode> EmitElementwise(const ElementwiseProgram &prog);
+absl::StatusOr<LaunchDims> ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel);
 /// True when the kernel takes the trailing EwShape argument.
 bool ElementwiseNeedsShape(const ElementwiseProgram &prog);
 /// Packs the EwShape argument. `in_strides[i]` may be empty for inputs that
 /// are not kStrided. Returns 1 + 8 + 8 * inputs.size() int64 values.
-std::vector<int64_t>
+/// Unimplemented: out_sizes of rank outside 1..8 (kElementwiseMaxRank);
+/// InvalidArgument: a kStrided input without `rank` strides.
+absl::StatusOr<std::vector<int64_t>>
 PackElementwiseShape(const ElementwiseProgram &prog,
                      const std::vector<int64_t> &out_sizes,
                      const std::vector<std::vector<int64_t>> &in_strides);
@@ -185,8 +205,9 @@ struct RMSNormConfig {
 ///            const WT* weight, long long rows)
 /// residual_out may alias x or residual (each element is read before written
 /// by the same thread).
-KernelCode EmitRMSNorm(const RMSNormConfig &cfg);
-LaunchDims RMSNormLaunch(const RMSNormConfig &cfg, int64_t rows);
+/// InvalidArgument: a non-float in/weight/out type, hidden < 1.
+absl::StatusOr<KernelCode> EmitRMSNorm(const RMSNormConfig &cfg);
+absl::StatusOr<LaunchDims> RMSNormLaunch(const RMSNormConfig &cfg, int64_t rows);
 
 struct LayerNormConfig {
   ScalarType in = ScalarType::bf16;
@@ -204,8 +225,9 @@ struct LayerNormConfig {
 /// Kernel arguments (bracketed ones only when configured):
 ///   (OutT* out, [InT* residual_out], const InT* x, [const InT* residual],
 ///    [const WT* weight], [const WT* bias], long long rows)
-KernelCode EmitLayerNorm(const LayerNormConfig &cfg);
-LaunchDims LayerNormLaunch(const LayerNormConfig &cfg, int64_t rows);
+/// InvalidArgument: a non-float in/weight/out type, hidden < 1.
+absl::StatusOr<KernelCode> EmitLayerNorm(const LayerNormConfig &cfg);
+absl::StatusOr<LaunchDims> LayerNormLaunch(const LayerNormConfig &cfg, int64_t rows);
 
 //===----------------------------------------------------------------------===//
 // 4. Softmax over the last dim
@@ -227,8 +249,9 @@ struct SoftmaxConfig {
 /// Kernel arguments:
 ///   (OutT* out, const InT* x, const MaskT* mask /*nullptr if !has_mask*/,
 ///    float scale, long long rows, long long mask_rows)
-KernelCode EmitSoftmax(const SoftmaxConfig &cfg);
-LaunchDims SoftmaxLaunch(const SoftmaxConfig &cfg, int64_t rows);
+/// InvalidArgument: a non-float in/out/mask type, n < 1.
+absl::StatusOr<KernelCode> EmitSoftmax(const SoftmaxConfig &cfg);
+absl::StatusOr<LaunchDims> SoftmaxLaunch(const SoftmaxConfig &cfg, int64_t rows);
 
 //===----------------------------------------------------------------------===//
 // 5. RoPE
@@ -254,8 +277,11 @@ struct RoPEConfig {
 ///   (T* out, const T* x, const void* offset /*int32 or int64 per config;
 ///    nullptr = 0*/, long long batch, long long seq)
 /// out may alias x (in place). One block per token (b, s).
-KernelCode EmitRoPE(const RoPEConfig &cfg);
-LaunchDims RoPELaunch(const RoPEConfig &cfg, int64_t batch, int64_t seq);
+/// InvalidArgument: a non-float dtype; head_dim < 2, an odd rotary dim or
+/// one above head_dim, num_heads < 1. Unimplemented: num_heads * head_dim
+/// over 2^30.
+absl::StatusOr<KernelCode> EmitRoPE(const RoPEConfig &cfg);
+absl::StatusOr<LaunchDims> RoPELaunch(const RoPEConfig &cfg, int64_t batch, int64_t seq);
 
 /// The table form of RoPE (llm.rope with cos/sin), as Hugging Face
 /// LLaMA/Mistral `apply_rotary_pos_emb` (q * cos + rotate_half(q) * sin; Su
@@ -282,8 +308,10 @@ struct RoPETableConfig {
 ///    long long seq, long long table_batch_stride)
 /// out may alias x (in place). One block per token (b, s); each thread reads
 /// the table entries of its pairs once and applies them to every head.
-KernelCode EmitRoPETable(const RoPETableConfig &cfg);
-LaunchDims RoPETableLaunch(const RoPETableConfig &cfg, int64_t batch, int64_t seq);
+/// InvalidArgument: a non-float dtype or table type, an odd head_dim or one
+/// below 2, num_heads < 1. Unimplemented: num_heads * head_dim over 2^30.
+absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &cfg);
+absl::StatusOr<LaunchDims> RoPETableLaunch(const RoPETableConfig &cfg, int64_t batch, int64_t seq);
 
 //===----------------------------------------------------------------------===//
 // 6. Flash attention (prefill)
@@ -365,8 +393,13 @@ int64_t AttentionSmemBytes(const AttentionConfig &cfg);
 ///    long long mask_stride_b, long long mask_stride_h,
 ///    long long mask_stride_q)
 /// (mask may be nullptr when !has_mask; strides then ignored.)
-KernelCode EmitAttention(const AttentionConfig &cfg);
-LaunchDims AttentionLaunch(const AttentionConfig &cfg, int64_t batch,
+/// InvalidArgument: dtype not bf16/f16/f32, head_dim outside 1..1024, a
+/// non-float mask type, a tiling AttentionTileSupported rejects (its *why
+/// is the message) when the tensor-core kernel applies.
+absl::StatusOr<KernelCode> EmitAttention(const AttentionConfig &cfg);
+/// Unimplemented (tensor-core kernel with qtile_fastest): heads_q or batch
+/// over 65535.
+absl::StatusOr<LaunchDims> AttentionLaunch(const AttentionConfig &cfg, int64_t batch,
                            int64_t seq_q, int64_t heads_q);
 
 //===----------------------------------------------------------------------===//
@@ -411,8 +444,10 @@ struct KvAppendConfig {
 ///   (T* k_cache, T* v_cache, const T* k_new, const T* v_new,
 ///    const void* pos /*int32/int64 per config*/, int* error,
 ///    long long batch, long long max_seq, long long seq_new)
-KernelCode EmitKvAppend(const KvAppendConfig &cfg);
-LaunchDims KvAppendLaunch(const KvAppendConfig &cfg, int64_t batch,
+/// InvalidArgument: heads_kv or head_dim < 1. Unimplemented: heads_kv *
+/// head_dim over 2^30.
+absl::StatusOr<KernelCode> EmitKvAppend(const KvAppendConfig &cfg);
+absl::StatusOr<LaunchDims> KvAppendLaunch(const KvAppendConfig &cfg, int64_t batch,
                           int64_t seq_new);
 
 //===----------------------------------------------------------------------===//
@@ -429,8 +464,10 @@ struct GatherConfig {
 /// Kernel arguments:
 ///   (T* out, const T* table, const IdxT* indices, int* error,
 ///    long long num_indices, long long vocab)
-KernelCode EmitGather(const GatherConfig &cfg);
-LaunchDims GatherLaunch(const GatherConfig &cfg, int64_t num_indices);
+/// InvalidArgument: an index type other than i32/i64, dim < 1.
+/// Unimplemented: dim over 2^30.
+absl::StatusOr<KernelCode> EmitGather(const GatherConfig &cfg);
+absl::StatusOr<LaunchDims> GatherLaunch(const GatherConfig &cfg, int64_t num_indices);
 
 //===----------------------------------------------------------------------===//
 // 10. Reductions
@@ -447,8 +484,9 @@ struct RowReduceConfig {
 
 /// out[r] = reduce(x[r, 0:n]); fp32 accumulation; max/min propagate NaN.
 /// Kernel arguments: (OutT* out, const InT* x, long long rows)
-KernelCode EmitRowReduce(const RowReduceConfig &cfg);
-LaunchDims RowReduceLaunch(const RowReduceConfig &cfg, int64_t rows);
+/// InvalidArgument: n < 1.
+absl::StatusOr<KernelCode> EmitRowReduce(const RowReduceConfig &cfg);
+absl::StatusOr<LaunchDims> RowReduceLaunch(const RowReduceConfig &cfg, int64_t rows);
 
 struct FullReduceConfig {
   ScalarType in = ScalarType::bf16;
@@ -467,10 +505,10 @@ struct FullReduceKernels {
 /// fp32 (per-thread sequential, then tree) to partials[blockIdx.x]; stage 2
 /// (one block) tree-reduces the partials and writes out[0] (mean = fp32 sum /
 /// numel).
-FullReduceKernels EmitFullReduce(const FullReduceConfig &cfg);
+absl::StatusOr<FullReduceKernels> EmitFullReduce(const FullReduceConfig &cfg);
 int FullReduceNumPartials(int64_t numel);
-LaunchDims FullReduceStage1Launch(const FullReduceConfig &cfg, int64_t numel);
-LaunchDims FullReduceStage2Launch(const FullReduceConfig &cfg, int64_t numel);
+absl::StatusOr<LaunchDims> FullReduceStage1Launch(const FullReduceConfig &cfg, int64_t numel);
+absl::StatusOr<LaunchDims> FullReduceStage2Launch(const FullReduceConfig &cfg, int64_t numel);
 
 //===----------------------------------------------------------------------===//
 // 11. Skinny matmul (decode GEMV)
@@ -498,8 +536,9 @@ bool GemvSupported(const GemvConfig &cfg);
 /// Kernel arguments:
 ///   (OutT* y, const T* x, const T* w, const T* bias /*nullptr if none*/,
 ///    long long n)
-KernelCode EmitGemv(const GemvConfig &cfg);
-LaunchDims GemvLaunch(const GemvConfig &cfg);
+/// InvalidArgument: a config GemvSupported rejects.
+absl::StatusOr<KernelCode> EmitGemv(const GemvConfig &cfg);
+absl::StatusOr<LaunchDims> GemvLaunch(const GemvConfig &cfg);
 
 /// Horizontal fusion of decode GEMVs that share their input x (q/k/v
 /// projections, gate/up): one launch computes every y_i. Each output row is
@@ -526,8 +565,9 @@ bool MultiGemvSupported(const MultiGemvConfig &cfg);
 /// Kernel arguments:
 ///   (const T* x, then per output i: OutT_i* y_i, const T* w_i,
 ///    const T* bias_i /*nullptr if none*/, long long n_i)
-KernelCode EmitMultiGemv(const MultiGemvConfig &cfg);
-LaunchDims MultiGemvLaunch(const MultiGemvConfig &cfg);
+/// InvalidArgument: a config MultiGemvSupported rejects.
+absl::StatusOr<KernelCode> EmitMultiGemv(const MultiGemvConfig &cfg);
+absl::StatusOr<LaunchDims> MultiGemvLaunch(const MultiGemvConfig &cfg);
 
 /// SwiGLU feed-forward input projections of a decode step in one kernel
 /// (Shazeer, "GLU Variants Improve Transformer", 2020; LLaMA's MLP):
@@ -556,8 +596,9 @@ bool SwiGluGemvSupported(const SwiGluGemvConfig &cfg);
 /// aligned. Kernel arguments:
 ///   (OutT* y, const T* x, const T* w_gate, const T* w_up,
 ///    const T* bias_gate, const T* bias_up /*nullptr if none*/, long long n)
-KernelCode EmitSwiGluGemv(const SwiGluGemvConfig &cfg);
-LaunchDims SwiGluGemvLaunch(const SwiGluGemvConfig &cfg);
+/// InvalidArgument: a config SwiGluGemvSupported rejects.
+absl::StatusOr<KernelCode> EmitSwiGluGemv(const SwiGluGemvConfig &cfg);
+absl::StatusOr<LaunchDims> SwiGluGemvLaunch(const SwiGluGemvConfig &cfg);
 
 //===----------------------------------------------------------------------===//
 // 12. Zero padding (llm.pad)
@@ -588,10 +629,13 @@ int PadVecWidth(ScalarType dtype, int64_t in_last, int64_t out_last);
 /// where E is the unsigned integer of the element's size and PadShape is
 /// `long long data[2 * rank]` = {out sizes (outermost first), in sizes},
 /// passed by value; build it with PackPadShape.
-KernelCode EmitPad(const PadConfig &cfg);
-LaunchDims PadLaunch(const PadConfig &cfg, int64_t numel_out);
-std::vector<int64_t> PackPadShape(const std::vector<int64_t> &out_sizes,
-                                  const std::vector<int64_t> &in_sizes);
+/// InvalidArgument: rank outside 1..8, vec not a power of two or over 16
+/// bytes. PackPadShape: InvalidArgument for sizes of different ranks or a
+/// rank outside 1..8.
+absl::StatusOr<KernelCode> EmitPad(const PadConfig &cfg);
+absl::StatusOr<LaunchDims> PadLaunch(const PadConfig &cfg, int64_t numel_out);
+absl::StatusOr<std::vector<int64_t>> PackPadShape(const std::vector<int64_t> &out_sizes,
+                                                  const std::vector<int64_t> &in_sizes);
 
 } // namespace llmc::cuda
 

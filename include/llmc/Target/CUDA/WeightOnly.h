@@ -31,14 +31,16 @@ bool WeightQuantSupported(const WeightQuantConfig &cfg);
 /// the bits equal the reference executor's. Arguments:
 ///   (int8_t* packed, float* scales, const T* w, long long n, long long k)
 /// with w [n, k] row-major, k % group == 0.
-KernelCode EmitQuantizeWeight(const WeightQuantConfig &cfg);
-LaunchDims QuantizeWeightLaunch(const WeightQuantConfig &cfg, int64_t n, int64_t k);
+/// InvalidArgument (both quantize and dequantize): a config
+/// WeightQuantSupported rejects. Errors otherwise as in KernelLibrary.h.
+absl::StatusOr<KernelCode> EmitQuantizeWeight(const WeightQuantConfig &cfg);
+absl::StatusOr<LaunchDims> QuantizeWeightLaunch(const WeightQuantConfig &cfg, int64_t n, int64_t k);
 
 /// llm.dequantize_weight: out[n, k] = T(q[n, k] * scales[n, k / group])
 /// (f32 product, rounded to T), 8 elements per thread. Arguments:
 ///   (T* out, const int8_t* packed, const float* scales, long long n, long long k)
-KernelCode EmitDequantizeWeight(const WeightQuantConfig &cfg);
-LaunchDims DequantizeWeightLaunch(const WeightQuantConfig &cfg, int64_t n, int64_t k);
+absl::StatusOr<KernelCode> EmitDequantizeWeight(const WeightQuantConfig &cfg);
+absl::StatusOr<LaunchDims> DequantizeWeightLaunch(const WeightQuantConfig &cfg, int64_t n, int64_t k);
 
 struct QuantGemvConfig {
   int bits = 4;                         // 4 or 8
@@ -63,8 +65,9 @@ bool QuantGemvSupported(const QuantGemvConfig &cfg);
 /// Arguments:
 ///   (OutT* y, const T* x, const int8_t* packed, const float* scales,
 ///    const T* bias /*nullptr if none*/, long long n)
-KernelCode EmitQuantGemv(const QuantGemvConfig &cfg);
-LaunchDims QuantGemvLaunch(const QuantGemvConfig &cfg);
+/// InvalidArgument: a config QuantGemvSupported rejects.
+absl::StatusOr<KernelCode> EmitQuantGemv(const QuantGemvConfig &cfg);
+absl::StatusOr<LaunchDims> QuantGemvLaunch(const QuantGemvConfig &cfg);
 
 } // namespace llmc::cuda
 
