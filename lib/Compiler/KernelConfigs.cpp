@@ -36,21 +36,6 @@ namespace {
 
 RankedTensorType tensorType(Value v) { return cast<RankedTensorType>(v.getType()); }
 
-std::string describe(Operation *op) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << "'" << op->getName() << "' at ";
-  op->getLoc().print(os);
-  return s;
-}
-
-std::string print(Attribute a) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  a.print(os);
-  return s;
-}
-
 } // namespace
 
 cu::DecodeConfig llmc::flashDecodeConfig(AttentionOp op) {
@@ -145,7 +130,7 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
   auto invalid = [](Operation *op, const std::string &attr, Attribute value,
                     const char *expected) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cuda backend: ", describe(op), " has ", attr, " = ", print(value),
+        "cuda backend: ", describeOp(op), " has ", attr, " = ", printAttribute(value),
         "; expected ", expected));
   };
   KernelConfigs configs;
@@ -187,7 +172,7 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
     }
     if (!attr) {
       status = absl::InvalidArgumentError(absl::StrCat(
-          "cuda backend: ", describe(op), " has no ", kKernelConfigAttr.str(),
+          "cuda backend: ", describeOp(op), " has no ", kKernelConfigAttr.str(),
           " in a function whose kernel configurations were selected (",
           kKernelConfigsAttr.str(), "); run llmc-select-kernel-configs again"));
       return;

@@ -92,6 +92,14 @@ KernelPlan planKernels(mlir::func::FuncOp fn, const LowerOptions &options,
 /// "swiglu_gemv"}, groups numbered in program order of their last op.
 inline constexpr llvm::StringLiteral kKernelAttr = "llm.kernel";
 
+/// A splat constant: kernels read it as an immediate, not from memory.
+bool isSplatConstant(mlir::Value v);
+
+/// "'llm.add' at loc(...)": how errors of the CUDA backend name an op.
+std::string describeOp(mlir::Operation *op);
+/// `attr` as printed in IR.
+std::string printAttribute(mlir::Attribute attr);
+
 /// The unit attribute llmc-form-kernels puts on every function it planned:
 /// the function's kernels are exactly its kKernelAttr groups, and every op
 /// without kKernelAttr runs as a kernel (GEMM, copy, collective) of its own.

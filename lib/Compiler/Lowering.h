@@ -68,13 +68,7 @@ inline std::string typeName(Type t) {
   return s;
 }
 
-inline std::string describe(Operation *op) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << "'" << op->getName() << "' at ";
-  op->getLoc().print(os);
-  return s;
-}
+inline std::string describe(Operation *op) { return describeOp(op); }
 
 inline absl::Status unsupported(Operation *op, const llvm::Twine &what) {
   return absl::UnimplementedError(

@@ -28,26 +28,6 @@ namespace cu = llmc::cuda;
 
 namespace {
 
-std::string describe(Operation *op) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << "'" << op->getName() << "' at ";
-  op->getLoc().print(os);
-  return s;
-}
-
-std::string print(Attribute a) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  a.print(os);
-  return s;
-}
-
-bool isSplatConstant(Value v) {
-  Attribute attr;
-  return matchPattern(v, m_Constant(&attr)) && isa<SplatElementsAttr>(attr);
-}
-
 /// One annotated kernel: its kind and members in program order.
 struct Annotated {
   int64_t group = 0;
@@ -65,7 +45,7 @@ public:
 private:
   absl::Status bad(Operation *op, const Annotated &k, const llvm::Twine &why) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cuda backend: ", describe(op), " is in llm.kernel group ", k.group,
+        "cuda backend: ", describeOp(op), " is in llm.kernel group ", k.group,
         " (kind \"", k.kind.str(), "\") but ", why.str()));
   }
   absl::Status samePreparationSide(const Annotated &k);
@@ -100,9 +80,9 @@ absl::Status Reader::usedOnlyAfter(Operation *member, Operation *point,
   for (Operation *user : member->getUsers())
     if (user->getBlock() != point->getBlock() || !point->isBeforeInBlock(user))
       return bad(member, k,
-                 absl::StrCat("its result is used by ", describe(user),
+                 absl::StrCat("its result is used by ", describeOp(user),
                               " before the kernel runs at its last member ",
-                              describe(point)));
+                              describeOp(point)));
   return absl::OkStatus();
 }
 
@@ -127,7 +107,7 @@ absl::Status Reader::residualNorm(const Annotated &k) {
   for (Operation *user : add->getUsers())
     if (user != norm && user->isBeforeInBlock(norm))
       return bad(add, k,
-                 absl::StrCat("its sum is used by ", describe(user),
+                 absl::StrCat("its sum is used by ", describeOp(user),
                               " before the norm computes it"));
   plan.fusedIntoNorm.insert(add);
   return absl::OkStatus();
@@ -149,7 +129,7 @@ absl::Status Reader::elementwise(const Annotated &k) {
       for (Operation *user : op->getUsers())
         if (!members.contains(user))
           return bad(op, k,
-                     absl::StrCat("its result is used by ", describe(user),
+                     absl::StrCat("its result is used by ", describeOp(user),
                                   " outside the kernel, which writes only "
                                   "its last member's result"));
     cost += fusedOpCost(op);
@@ -263,8 +243,8 @@ absl::StatusOr<KernelPlan> Reader::read() {
     auto kind = dict ? dict.getAs<StringAttr>("kind") : nullptr;
     if (!group || !group.getType().isSignlessInteger(64) || !kind || dict.size() != 2)
       return absl::InvalidArgumentError(absl::StrCat(
-          "cuda backend: ", describe(&op), " has ", kKernelAttr.str(), " = ",
-          print(attr), "; expected {group = <integer>, kind = <string>}"));
+          "cuda backend: ", describeOp(&op), " has ", kKernelAttr.str(), " = ",
+          printAttribute(attr), "; expected {group = <integer>, kind = <string>}"));
     Annotated &k = kernels[group.getInt()];
     if (k.ops.empty()) {
       k.group = group.getInt();
