@@ -667,10 +667,12 @@ class Fuzzer:
             # An RSS limit stands in for the address-space limit, and an
             # allocation too large returns null (as under RLIMIT_AS) instead
             # of being reported as a sanitizer error: both are "oom".
-            self.env.setdefault(
-                "ASAN_OPTIONS",
+            # The caller's options (e.g. test-sanitizers.sh's
+            # allow_user_poisoning=0) come last and win.
+            self.env["ASAN_OPTIONS"] = ":".join(filter(None, [
                 f"hard_rss_limit_mb={args.memory_mb}:"
-                "allocator_may_return_null=1")
+                "allocator_may_return_null=1:allow_user_poisoning=0",
+                os.environ.get("ASAN_OPTIONS", "")]))
             self.env.setdefault("UBSAN_OPTIONS",
                                 "print_stacktrace=1:halt_on_error=1")
         self.mark_valid()
