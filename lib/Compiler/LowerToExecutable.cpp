@@ -412,24 +412,6 @@ llmc::ParseAttentionBackend(const std::string &name) {
       "unknown attention backend '", name, "' (expected auto, llmc or cudnn)"));
 }
 
-absl::StatusOr<rt::DType> llmc::toRuntimeDType(Type t) {
-  if (t.isF32()) return rt::DType::f32;
-  if (t.isF16()) return rt::DType::f16;
-  if (t.isBF16()) return rt::DType::bf16;
-  if (isa<Float8E4M3FNType>(t)) return rt::DType::f8e4m3;
-  if (isa<Float8E5M2Type>(t)) return rt::DType::f8e5m2;
-  if (t.isInteger(1)) return rt::DType::i1;
-  if (t.isInteger(8)) return rt::DType::i8;
-  if (t.isInteger(32)) return rt::DType::i32;
-  if (t.isInteger(64)) return rt::DType::i64;
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  t.print(os);
-  return absl::InvalidArgumentError("unsupported element type " + s +
-                                    " (expected f32, f16, bf16, f8E4M3FN, "
-                                    "f8E5M2, i1, i8, i32 or i64)");
-}
-
 int llmc::ComputeCapabilityOfArch(const std::string &arch) {
   llvm::StringRef digits(arch);
   if (!digits.consume_front("sm_") && !digits.consume_front("compute_"))

@@ -11,6 +11,7 @@
 #define LLMC_COMPILER_LOWERTOEXECUTABLE_H
 
 #include "Exec/IR/ExecOps.h"
+#include "llmc/Support/DType.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 #include "llmc/runtime/Executable.h"
 
@@ -119,10 +120,6 @@ struct LowerStats {
   int64_t persistent_bytes = 0;      // Persistent buffers (parameter-derived
                                      // values read per call), bytes
 };
-
-/// The runtime element type of an llm element type (f32, f16, bf16,
-/// f8E4M3FN, f8E5M2, i1, i8, i32, i64); InvalidArgument for any other type.
-absl::StatusOr<rt::DType> toRuntimeDType(mlir::Type type);
 
 /// Registers the backend's passes (lib/Compiler/Passes.td):
 /// `llmc-select-kernel-configs` (lib/Compiler/KernelConfigs.h) and
