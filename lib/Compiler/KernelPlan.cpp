@@ -18,7 +18,6 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/MapVector.h"
-#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 using namespace llmc;
@@ -43,21 +42,6 @@ cu::ScalarType scalarOf(Value v) { return kernelScalarType(v); }
 bool llmc::isSplatConstant(Value v) {
   Attribute attr;
   return matchPattern(v, m_Constant(&attr)) && isa<SplatElementsAttr>(attr);
-}
-
-std::string llmc::describeOp(Operation *op) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << "'" << op->getName() << "' at ";
-  op->getLoc().print(os);
-  return s;
-}
-
-std::string llmc::printAttribute(Attribute attr) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  attr.print(os);
-  return s;
 }
 
 cu::ScalarType llmc::kernelScalarType(rt::DType t) {

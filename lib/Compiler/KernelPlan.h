@@ -25,6 +25,7 @@
 
 #include "LLM/IR/LLMOps.h"
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/Support/Describe.h"
 #include "llmc/Target/CUDA/Decode.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 #include "llmc/Target/CUDA/WeightOnly.h"
@@ -94,11 +95,6 @@ inline constexpr llvm::StringLiteral kKernelAttr = "llm.kernel";
 
 /// A splat constant: kernels read it as an immediate, not from memory.
 bool isSplatConstant(mlir::Value v);
-
-/// "'llm.add' at loc(...)": how errors of the CUDA backend name an op.
-std::string describeOp(mlir::Operation *op);
-/// `attr` as printed in IR.
-std::string printAttribute(mlir::Attribute attr);
 
 /// The unit attribute llmc-form-kernels puts on every function it planned:
 /// the function's kernels are exactly its kKernelAttr groups, and every op

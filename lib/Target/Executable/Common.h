@@ -4,6 +4,7 @@
 #define LLMC_LIB_TARGET_EXECUTABLE_COMMON_H
 
 #include "llmc/Support/DType.h"
+#include "llmc/Support/Describe.h"
 #include "llmc/runtime/Executable.h"
 
 #include "mlir/IR/BuiltinTypes.h"
@@ -27,14 +28,8 @@ inline std::optional<rt::DType> toDType(mlir::Type t) {
   return d.ok() ? std::optional<rt::DType>(*d) : std::nullopt;
 }
 
-/// "'exec.gemm' at loc(...)".
-inline std::string describe(mlir::Operation *op) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << "'" << op->getName() << "' at ";
-  op->getLoc().print(os);
-  return s;
-}
+/// "'exec.gemm' at loc(...)" (llmc/Support/Describe.h).
+inline std::string describe(mlir::Operation *op) { return describeOp(op); }
 
 } // namespace llmc::exec_translation
 
