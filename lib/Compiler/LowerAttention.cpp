@@ -55,7 +55,7 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
     auto [accBytes, mlBytes] = cu::FlashDecodeWorkspaceBytes(dc, b, hkv, splits);
     int acc = newArenaBuffer(accBytes, step, step);
     int ml = newArenaBuffer(mlBytes, step, step);
-    std::vector<rt::Arg> a1 = {bufArg(acc), bufArg(ml), ptrArg(op.getQuery()),
+    std::vector<KernelArg> a1 = {bufArg(acc), bufArg(ml), ptrArg(op.getQuery()),
                                ptrArg(op.getKey()), ptrArg(op.getValue()),
                                kvLen ? ptrArg(kvLen) : nullArg(), i64Arg(skv),
                                i64Arg(skv), i32Arg(hkv), f32Arg(scale),
@@ -64,7 +64,7 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
         cu::LaunchDims splitDims,
         generated(cu::FlashDecodeSplitLaunch(dc, b, hkv, splits), op));
     launch(addKernel(kernels.split), splitDims, std::move(a1), op);
-    std::vector<rt::Arg> a2 = {ptrArg(op.getResult()), bufArg(acc), bufArg(ml),
+    std::vector<KernelArg> a2 = {ptrArg(op.getResult()), bufArg(acc), bufArg(ml),
                                i32Arg(hkv), i32Arg(splits)};
     LLMC_ASSIGN_OR_RETURN(
         cu::LaunchDims combineDims,
@@ -105,7 +105,7 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
   cfg.tile = choice->second.tile;
   if (absl::Status st = checkAttentionTile(op, cfg); !st.ok())
     return st;
-  std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getQuery()),
+  std::vector<KernelArg> args = {ptrArg(op.getResult()), ptrArg(op.getQuery()),
                                ptrArg(op.getKey()), ptrArg(op.getValue()),
                                mask ? ptrArg(mask) : nullArg(), i64Arg(b),
                                i64Arg(sq), i64Arg(skv), i32Arg(hq), i32Arg(hkv),
@@ -115,14 +115,18 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                         generated(cu::AttentionLaunch(cfg, b, sq, hq), op));
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
                         generated(cu::EmitAttention(cfg), op));
-  launch(addKernel(code), dims, std::move(args), op);
-  return choice->second.cudnn ? attachCudnnAttention(op) : absl::OkStatus();
+  std::optional<AttentionAttachment> cudnn;
+  if (choice->second.cudnn) {
+    LLMC_ASSIGN_OR_RETURN(cudnn, cudnnAttachment(op));
+  }
+  launch(addKernel(code), dims, std::move(args), op, cudnn ? &*cudnn : nullptr);
+  return absl::OkStatus();
 }
 
-/// Gives the attention kernel launch just emitted its cuDNN alternative
-/// (rt::AttentionSpec, Launch::attention), which its llm.kernel_config
-/// asked for; the kernel stays as the runtime's fallback.
-absl::Status Lowering::attachCudnnAttention(AttentionOp op) {
+/// The cuDNN alternative of `op`'s attention kernel launch (exec.launch's
+/// `attention`), which its llm.kernel_config asked for; the kernel stays as
+/// the runtime's fallback.
+absl::StatusOr<AttentionAttachment> Lowering::cudnnAttachment(AttentionOp op) {
   absl::StatusOr<rt::AttentionSpec> specOr = cudnnAttentionSpec(op);
   std::string why = !specOr.ok()     ? std::string(specOr.status().message())
                     : op.getMask()   ? std::string("an additive mask")
@@ -130,16 +134,14 @@ absl::Status Lowering::attachCudnnAttention(AttentionOp op) {
   if (!why.empty())
     return unsupported(op, "its llm.kernel_config asks for cuDNN's fused "
                            "attention, which does not take it: " + why);
-  rt::AttentionSpec spec = *specOr;
-  auto ref = [&](Value v) {
-    rt::Arg a = ptrArg(v);
-    return rt::BufferRef{a.buffer, a.byte_offset};
-  };
-  spec.q = ref(op.getQuery()), spec.k = ref(op.getKey()), spec.v = ref(op.getValue());
-  spec.o = ref(op.getResult());
-  exe.attentions.push_back(spec);
-  exe.launches.back().attention = static_cast<int>(exe.attentions.size()) - 1;
-  return absl::OkStatus();
+  const rt::AttentionSpec &spec = *specOr;
+  AttentionAttachment a;
+  a.b = spec.b, a.sq = spec.sq, a.skv = spec.skv, a.hq = spec.hq, a.hkv = spec.hkv;
+  a.d = spec.d, a.causal = spec.causal, a.scale = spec.scale, a.dtype = spec.dtype;
+  auto ref = [&](Value v) { return ptrArg(v).ref; };
+  a.q = ref(op.getQuery()), a.k = ref(op.getKey()), a.v = ref(op.getValue());
+  a.o = ref(op.getResult());
+  return a;
 }
 
 } // namespace llmc::codegen

@@ -50,7 +50,7 @@ void collapseIndexSpace(const cu::ElementwiseProgram &prog, std::vector<int64_t>
 /// more than cu::kElementwiseMaxRank dims runs over its collapsed index
 /// space (collapseIndexSpace); when even that has too many dims the
 /// generator refuses it, naming the rank.
-absl::StatusOr<rt::Arg> shapeArg(const cu::ElementwiseProgram &prog,
+absl::StatusOr<KernelArg> shapeArg(const cu::ElementwiseProgram &prog,
                                  std::vector<int64_t> sizes,
                                  std::vector<std::vector<int64_t>> strides) {
   collapseIndexSpace(prog, sizes, strides);
@@ -58,11 +58,8 @@ absl::StatusOr<rt::Arg> shapeArg(const cu::ElementwiseProgram &prog,
       cu::PackElementwiseShape(prog, sizes, strides);
   if (!packed.ok())
     return packed.status();
-  rt::Arg a;
-  a.kind = rt::Arg::Bytes;
-  a.bytes.assign(reinterpret_cast<const char *>(packed->data()),
-                 packed->size() * sizeof(int64_t));
-  return a;
+  return KernelArg::struct_(std::string(reinterpret_cast<const char *>(packed->data()),
+                                        packed->size() * sizeof(int64_t)));
 }
 
 absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
@@ -183,7 +180,7 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
                         generated(cu::EmitElementwise(prog), last));
   int kernel = addKernel(code);
-  std::vector<rt::Arg> args;
+  std::vector<KernelArg> args;
   for (Value out : outputs)
     args.push_back(ptrArg(out));
   for (auto [i, read] : llvm::enumerate(reads)) {
@@ -196,7 +193,7 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
     std::vector<std::vector<int64_t>> strides;
     for (auto &read : reads)
       strides.emplace_back(read.strides.begin(), read.strides.end());
-    LLMC_ASSIGN_OR_RETURN(rt::Arg shape,
+    LLMC_ASSIGN_OR_RETURN(KernelArg shape,
                           generated(shapeArg(prog, sizes, strides), last));
     args.push_back(std::move(shape));
   }

@@ -60,7 +60,7 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   // weight and its scales directly.
   if (cu::QuantGemvConfig qc; fusedDequantGemv(op, &qc)) {
     auto deq = op.getRhs().getDefiningOp<DequantizeWeightOp>();
-    std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
+    std::vector<KernelArg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
                                  ptrArg(deq.getPacked()), ptrArg(deq.getScales()),
                                  qc.has_bias ? ptrArg(op.getBias()) : nullArg(),
                                  i64Arg(n)};
@@ -74,7 +74,7 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   // Decode-shaped projections (a few rows against an nn.Linear weight): the
   // weight read is the whole cost; a GEMV kernel streams it at full bandwidth.
   if (cu::GemvConfig gc; decodeGemvConfig(op, &gc)) {
-    std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
+    std::vector<KernelArg> args = {ptrArg(op.getResult()), ptrArg(op.getLhs()),
                                  gemvWeightArg(op),
                                  gc.has_bias ? ptrArg(op.getBias()) : nullArg(),
                                  i64Arg(n)};
@@ -84,7 +84,7 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
     launch(addKernel(code), dims, std::move(args), op);
     return absl::OkStatus();
   }
-  rt::GemmSpec g;
+  GemmDesc g;
   g.dtype_a = dt(op.getLhs());
   g.dtype_b = dt(op.getRhs());
   g.dtype_d = g.dtype_c = dt(op.getResult());
@@ -207,18 +207,13 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
   if (Value bias = op.getBias()) {
     if (options.fuse_gemm_epilogue && dt(bias) == g.dtype_d && !fp8 &&
         !bias.getDefiningOp<BroadcastOp>()) {
-      g.epilogue = rt::Epilogue::bias;
+      g.epilogue = exec::Epilogue::bias;
       g.bias = {bufferFor(bias), 0};
     } else {
       separateBias = true;
     }
   }
-  exe.gemms.push_back(g);
-  rt::Launch l;
-  l.kind = rt::Launch::Gemm;
-  l.gemm = exe.gemms.size() - 1;
-  l.label = "llm.matmul";
-  exe.launches.push_back(l);
+  builder.gemm(g, "llm.matmul");
   if (separateBias) {
     // out = out + cast(bias), bias broadcast along rows; in place.
     cu::ElementwiseProgram prog;
@@ -236,10 +231,10 @@ absl::Status Lowering::emitMatmul(MatmulOp op) {
     prog.nodes = {c, a};
     prog.outputs.push_back({1, scalarOf(op.getResult())});
     int64_t numel = numElements(op.getResult());
-    std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getResult()),
+    std::vector<KernelArg> args = {ptrArg(op.getResult()), ptrArg(op.getResult()),
                                  ptrArg(op.getBias()), i64Arg(numel)};
     std::vector<int64_t> sizes(res.getShape().begin(), res.getShape().end());
-    LLMC_ASSIGN_OR_RETURN(rt::Arg shape,
+    LLMC_ASSIGN_OR_RETURN(KernelArg shape,
                           generated(shapeArg(prog, sizes, {{}, {}}), op));
     args.push_back(std::move(shape));
     LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
@@ -263,8 +258,7 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
   if (prep)
     if (auto it = hoistedRelayouts.find(key); it != hoistedRelayouts.end())
       return it->second;
-  llvm::SaveAndRestore<bool> restore(inPrep, inPrep || prep);
-  size_t firstLaunch = exe.launches.size();
+  Preparing scope(builder, prep);
   SmallVector<int64_t> shape(tensorType(src).getShape());
   auto read = stridedRead(src);
   if (!read.ok())
@@ -281,11 +275,7 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
   int64_t numel = numElements(src);
   int dst;
   if (prep) {
-    rt::Buffer b;
-    b.id = dst = exe.buffers.size();
-    b.kind = rt::Buffer::Persistent;
-    b.bytes = numel * cu::ScalarSize(to);
-    exe.buffers.push_back(b);
+    dst = builder.addPersistentBuffer(numel * cu::ScalarSize(to));
     hoistedRelayouts[key] = dst;
   } else {
     dst = newArenaBuffer(numel * cu::ScalarSize(to), step, step);
@@ -300,11 +290,11 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
   prog.nodes.push_back(n);
   prog.outputs.push_back({0, to});
   int64_t esize = cu::ScalarSize(scalarOf(src));
-  std::vector<rt::Arg> args = {bufArg(dst),
+  std::vector<KernelArg> args = {bufArg(dst),
                                ptrArg(read->root, read->elementOffset * esize),
                                i64Arg(numel)};
   LLMC_ASSIGN_OR_RETURN(
-      rt::Arg shapeBytes,
+      KernelArg shapeBytes,
       generated(
           shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
                    {std::vector<int64_t>(strides.begin(), strides.end())}),
@@ -315,8 +305,6 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo,
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
                         generated(cu::EmitElementwise(prog), op));
   launch(addKernel(code), dims, std::move(args), op);
-  if (prep)
-    markPrep(firstLaunch);
   return dst;
 }
 
@@ -340,12 +328,10 @@ absl::Status Lowering::emitPad(PadOp op) {
                                  std::vector<int64_t>(in.getShape().begin(),
                                                       in.getShape().end())),
                 op));
-  rt::Arg shape;
-  shape.kind = rt::Arg::Bytes;
-  shape.bytes.assign(reinterpret_cast<const char *>(packed.data()),
-                     packed.size() * sizeof(int64_t));
+  KernelArg shape = KernelArg::struct_(std::string(
+      reinterpret_cast<const char *>(packed.data()), packed.size() * sizeof(int64_t)));
   int64_t numel = out.getNumElements();
-  std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getInput()),
+  std::vector<KernelArg> args = {ptrArg(op.getResult()), ptrArg(op.getInput()),
                                i64Arg(numel), std::move(shape)};
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
                         generated(cu::PadLaunch(cfg, numel), op));
@@ -360,7 +346,7 @@ absl::Status Lowering::emitPad(PadOp op) {
 
 /// A GEMV's weight: a block of whole weight rows (llmc-shard's
 /// column-parallel split) is read in place.
-rt::Arg Lowering::gemvWeightArg(MatmulOp op) {
+KernelArg Lowering::gemvWeightArg(MatmulOp op) {
   int64_t k = tensorType(op.getLhs()).getShape().back();
   std::optional<MatrixView> w = matrixView(op.getRhs());
   return w && !w->transposed && w->ld == k ? bufArg(w->buffer, w->byteOffset)
@@ -382,7 +368,7 @@ absl::Status Lowering::emitGemvGroup(const GemvGroup &group) {
     MatmulOp up = group.members[1];
     cu::SwiGluGemvConfig c;
     swiGluGemvConfig(gate, up, group.silu, group.emitAt, &c); // planned: true
-    std::vector<rt::Arg> args = {
+    std::vector<KernelArg> args = {
         ptrArg(group.emitAt->getResult(0)), ptrArg(gate.getLhs()),
         gemvWeightArg(gate), gemvWeightArg(up),
         c.has_bias ? ptrArg(gate.getBias()) : nullArg(),
@@ -396,7 +382,7 @@ absl::Status Lowering::emitGemvGroup(const GemvGroup &group) {
   }
   cu::MultiGemvConfig c;
   c.num_outputs = group.members.size();
-  std::vector<rt::Arg> args = {ptrArg(MatmulOp(group.members[0]).getLhs())};
+  std::vector<KernelArg> args = {ptrArg(MatmulOp(group.members[0]).getLhs())};
   for (auto [i, member] : llvm::enumerate(group.members)) {
     MatmulOp mm = member;
     cu::GemvConfig gc;
@@ -447,7 +433,7 @@ absl::Status Lowering::emitQuantizeWeight(QuantizeWeightOp op) {
   const cu::WeightQuantConfig &cfg = *cfgOr;
   auto w = tensorType(op.getWeight());
   int64_t n = w.getDimSize(0), k = w.getDimSize(1);
-  std::vector<rt::Arg> args = {ptrArg(op.getPacked()), ptrArg(op.getScales()),
+  std::vector<KernelArg> args = {ptrArg(op.getPacked()), ptrArg(op.getScales()),
                                ptrArg(op.getWeight()), i64Arg(n), i64Arg(k)};
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
                         generated(cu::QuantizeWeightLaunch(cfg, n, k), op));
@@ -474,7 +460,7 @@ absl::Status Lowering::emitDequantizeWeight(DequantizeWeightOp op) {
   const cu::WeightQuantConfig &cfg = *cfgOr;
   auto t = tensorType(op.getResult());
   int64_t n = t.getDimSize(0), k = t.getDimSize(1);
-  std::vector<rt::Arg> args = {ptrArg(op.getResult()), ptrArg(op.getPacked()),
+  std::vector<KernelArg> args = {ptrArg(op.getResult()), ptrArg(op.getPacked()),
                                ptrArg(op.getScales()), i64Arg(n), i64Arg(k)};
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
                         generated(cu::DequantizeWeightLaunch(cfg, n, k), op));

@@ -11,7 +11,7 @@ absl::Status Lowering::emitNorm(Operation *op) {
   bool fused = add && kernelPlan.fusedIntoNorm.contains(add);
   int64_t hidden = tensorType(x).getShape().back();
   int64_t rows = numElements(x) / std::max<int64_t>(hidden, 1);
-  std::vector<rt::Arg> args = {ptrArg(out)};
+  std::vector<KernelArg> args = {ptrArg(out)};
   if (fused)
     args.push_back(ptrArg(add.getResult()));
   if (fused) {
@@ -121,7 +121,7 @@ absl::Status Lowering::emitOp(Operation *op) {
         float scale = o.getScale()
                           ? static_cast<float>(o.getScale()->convertToDouble())
                           : 1.f;
-        std::vector<rt::Arg> args = {
+        std::vector<KernelArg> args = {
             ptrArg(o.getResult()), ptrArg(o.getInput()),
             o.getMask() ? ptrArg(o.getMask()) : nullArg(), f32Arg(scale),
             i64Arg(rows), i64Arg(maskRows)};
@@ -168,7 +168,7 @@ absl::Status Lowering::emitOp(Operation *op) {
             sin = s1;
             perBatch = false;
           }
-          std::vector<rt::Arg> args = {
+          std::vector<KernelArg> args = {
               ptrArg(o.getResult()), ptrArg(o.getInput()), ptrArg(cos),
               ptrArg(sin),           i64Arg(batch),        i64Arg(seq),
               i64Arg(perBatch ? seq * cfg.head_dim : 0)};
@@ -194,7 +194,7 @@ absl::Status Lowering::emitOp(Operation *op) {
                                 : (i32 ? cu::PositionSource::kScalarI32
                                        : cu::PositionSource::kScalarI64);
         }
-        std::vector<rt::Arg> args = {
+        std::vector<KernelArg> args = {
             ptrArg(o.getResult()), ptrArg(o.getInput()),
             o.getOffset() ? ptrArg(o.getOffset()) : nullArg(),
             i64Arg(t.getDimSize(0)), i64Arg(t.getDimSize(1))};
@@ -225,7 +225,7 @@ absl::Status Lowering::emitOp(Operation *op) {
                       : cu::PositionSource::kScalarI64;
         int err = newArenaBuffer(128, step, step);
         // The kernel appends K and V together; pass the same tensor twice.
-        std::vector<rt::Arg> args = {
+        std::vector<KernelArg> args = {
             ptrArg(o.getResult()), ptrArg(o.getResult()), ptrArg(o.getUpdate()),
             ptrArg(o.getUpdate()), ptrArg(o.getPosition()), bufArg(err),
             i64Arg(c.getDimSize(0)), i64Arg(c.getDimSize(1)),
@@ -249,7 +249,7 @@ absl::Status Lowering::emitOp(Operation *op) {
         cfg.dim = table.getDimSize(1);
         int64_t count = numElements(o.getIndices());
         int err = newArenaBuffer(128, step, step);
-        std::vector<rt::Arg> args = {ptrArg(o.getResult()), ptrArg(o.getTable()),
+        std::vector<KernelArg> args = {ptrArg(o.getResult()), ptrArg(o.getTable()),
                                      ptrArg(o.getIndices()), bufArg(err),
                                      i64Arg(count), i64Arg(table.getDimSize(0))};
         LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
@@ -280,13 +280,13 @@ absl::Status Lowering::emitOp(Operation *op) {
                                     generated(cu::EmitFullReduce(cfg), o));
               int partials = newArenaBuffer(
                   4 * int64_t(cu::FullReduceNumPartials(numel)), step, step);
-              std::vector<rt::Arg> args1 = {bufArg(partials), ptrArg(in),
+              std::vector<KernelArg> args1 = {bufArg(partials), ptrArg(in),
                                             i64Arg(numel)};
               LLMC_ASSIGN_OR_RETURN(
                   cu::LaunchDims dims1,
                   generated(cu::FullReduceStage1Launch(cfg, numel), o));
               launch(addKernel(ks.stage1), dims1, std::move(args1), o);
-              std::vector<rt::Arg> args2 = {
+              std::vector<KernelArg> args2 = {
                   ptrArg(o->getResult(0)), bufArg(partials),
                   i32Arg(cu::FullReduceNumPartials(numel)), i64Arg(numel)};
               LLMC_ASSIGN_OR_RETURN(
@@ -304,7 +304,7 @@ absl::Status Lowering::emitOp(Operation *op) {
             cfg.kind = kind;
             cfg.n = t.getShape().back();
             int64_t rows = numElements(in) / std::max<int64_t>(cfg.n, 1);
-            std::vector<rt::Arg> args = {ptrArg(o->getResult(0)), ptrArg(in),
+            std::vector<KernelArg> args = {ptrArg(o->getResult(0)), ptrArg(in),
                                          i64Arg(rows)};
             LLMC_ASSIGN_OR_RETURN(cu::LaunchDims grid,
                                   generated(cu::RowReduceLaunch(cfg, rows), o));
@@ -322,54 +322,44 @@ absl::Status Lowering::emitOp(Operation *op) {
             return unsupported(o, "concat along an inner dimension");
         int64_t offset = 0;
         for (Value in : o.getInputs()) {
-          rt::Launch l;
-          l.kind = rt::Launch::Copy;
-          l.src = {bufferFor(in), 0};
-          l.dst = {bufferFor(o.getResult()), offset};
-          l.copy_bytes = byteSize(in);
-          l.label = "llm.concat";
-          exe.launches.push_back(l);
+          BufferRef src{bufferFor(in), 0};
+          builder.copy(src, {bufferFor(o.getResult()), offset}, byteSize(in), "llm.concat");
           offset += byteSize(in);
         }
         return absl::OkStatus();
       })
       .Case<AllReduceOp, AllGatherOp, ReduceScatterOp>(
           [&](Operation *o) -> absl::Status {
-            rt::CollectiveSpec c;
-            c.dtype = *toDType(tensorType(o->getOperand(0)).getElementType());
+            rt::DType dtype = *toDType(tensorType(o->getOperand(0)).getElementType());
+            exec::CollectiveKind kind;
+            exec::Reduction reduction = exec::Reduction::sum;
+            auto reductionOf = [](ReduceKind k) {
+              return k == ReduceKind::sum ? exec::Reduction::sum : exec::Reduction::max;
+            };
+            int64_t count = numElements(o->getOperand(0));
             if (auto ar = dyn_cast<AllReduceOp>(o)) {
-              c.op = rt::CollectiveSpec::AllReduce;
-              c.reduction = ar.getKind() == ReduceKind::sum
-                                ? rt::CollectiveSpec::Sum
-                                : rt::CollectiveSpec::Max;
-              c.count = numElements(o->getOperand(0));
+              kind = exec::CollectiveKind::all_reduce;
+              reduction = reductionOf(ar.getKind());
             } else if (auto ag = dyn_cast<AllGatherOp>(o)) {
               auto t = tensorType(ag.getInput());
               for (int64_t i = 0; i < static_cast<int64_t>(ag.getDim()); ++i)
                 if (t.getDimSize(i) != 1)
                   return unsupported(o, "all_gather along an inner dimension");
-              c.op = rt::CollectiveSpec::AllGather;
-              c.count = numElements(o->getOperand(0));
+              kind = exec::CollectiveKind::all_gather;
             } else {
               auto rs = cast<ReduceScatterOp>(o);
               auto t = tensorType(rs.getInput());
               for (int64_t i = 0; i < static_cast<int64_t>(rs.getDim()); ++i)
                 if (t.getDimSize(i) != 1)
                   return unsupported(o, "reduce_scatter along an inner dimension");
-              c.op = rt::CollectiveSpec::ReduceScatter;
-              c.reduction = rs.getKind() == ReduceKind::sum
-                                ? rt::CollectiveSpec::Sum
-                                : rt::CollectiveSpec::Max;
-              c.count = numElements(o->getResult(0));
+              kind = exec::CollectiveKind::reduce_scatter;
+              reduction = reductionOf(rs.getKind());
+              count = numElements(o->getResult(0));
             }
-            c.send = {bufferFor(o->getOperand(0)), 0};
-            c.recv = {bufferFor(o->getResult(0)), 0};
-            exe.collectives.push_back(c);
-            rt::Launch l;
-            l.kind = rt::Launch::Collective;
-            l.collective = exe.collectives.size() - 1;
-            l.label = o->getName().getStringRef().str();
-            exe.launches.push_back(l);
+            BufferRef send{bufferFor(o->getOperand(0)), 0};
+            BufferRef recv{bufferFor(o->getResult(0)), 0};
+            builder.collective(kind, reduction, count, dtype, send, recv,
+                               o->getName().getStringRef());
             return absl::OkStatus();
           })
       .Case<PadOp>([&](PadOp o) { return emitPad(o); })

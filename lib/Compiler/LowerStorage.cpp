@@ -24,37 +24,19 @@ absl::StatusOr<StridedRead> Lowering::stridedRead(Value v) {
 }
 
 int Lowering::addKernel(const cu::KernelCode &code) {
-  auto it = kernelIndex.find(code.name);
-  if (it != kernelIndex.end())
-    return it->second;
-  rt::KernelSpec spec;
-  spec.name = code.name;
-  spec.source = code.source;
-  exe.kernels.push_back(std::move(spec));
-  int index = exe.kernels.size() - 1;
-  kernelIndex[code.name] = index;
-  return index;
+  return builder.addKernel(code.name, code.source);
 }
 
 int Lowering::newArenaBuffer(int64_t bytes, int firstStep, int lastStep) {
-  rt::Buffer b;
-  b.id = exe.buffers.size();
-  b.kind = rt::Buffer::Arena;
-  b.bytes = bytes;
-  exe.buffers.push_back(b);
-  arenaItems.push_back({b.id, firstStep, lastStep});
-  intermediateBytes += bytes;
-  if (inPrep)
-    prepArena.insert(b.id);
-  return b.id;
+  return builder.addArenaBuffer(bytes, firstStep, lastStep);
 }
 
 /// A hoisted value's buffer starts as preparation scratch (arena) and becomes
 /// Persistent the first time a per-call launch reads it.
 int Lowering::bufferFor(Value v) {
   int id = bufferForImpl(v);
-  if (!inPrep && prepOutputs.contains(id) && promoted.insert(id).second)
-    exe.buffers[id].kind = rt::Buffer::Persistent;
+  if (!builder.preparing() && prepOutputs.contains(id) && promoted.insert(id).second)
+    builder.makePersistent(id);
   return id;
 }
 
@@ -70,20 +52,12 @@ int Lowering::bufferForImpl(Value v) {
       isa_and_nonnull<StridedViewOpInterface>(def)) {
     // A view of parameters is materialized once per parameter set.
     bool prep = isHoisted(root) && !outputIndex.count(root);
-    llvm::SaveAndRestore<bool> restore(inPrep, inPrep || prep);
-    size_t firstLaunch = exe.launches.size();
+    Preparing scope(builder, prep);
     int first = step;
     int last = std::max(step, lastUseStep.lookup(root));
-    int id = outputIndex.count(root) ? -1 : newArenaBuffer(byteSize(root), first, last);
-    if (id < 0) {
-      rt::Buffer b;
-      b.id = exe.buffers.size();
-      b.kind = rt::Buffer::Output;
-      b.io_index = outputIndex[root];
-      b.bytes = exe.outputs[b.io_index].Bytes();
-      exe.buffers.push_back(b);
-      id = b.id;
-    }
+    int id = outputIndex.count(root)
+                 ? builder.addIOBuffer(exec::BufferKind::output, outputIndex[root])
+                 : newArenaBuffer(byteSize(root), first, last);
     buffers[root] = id;
     if (prep)
       prepOutputs.insert(id);
@@ -91,48 +65,37 @@ int Lowering::bufferForImpl(Value v) {
     // whose operand the view is.
     materializeErrors.push_back(
         emitCopyToBuffer(id, root, def, emitting ? emitting : def));
-    if (prep)
-      markPrep(firstLaunch);
     return id;
   }
   // Constants: their bytes are stored in the executable, within
   // options.max_constant_bytes in total (checked before allocating them).
   Attribute attr;
   if (matchPattern(root, m_Constant(&attr))) {
-    rt::Buffer b;
-    b.id = exe.buffers.size();
-    b.kind = rt::Buffer::Constant;
-    b.bytes = byteSize(root);
-    if (b.bytes > options.max_constant_bytes - constantBytesTotal) {
+    int64_t bytes = byteSize(root);
+    std::string data;
+    if (bytes > options.max_constant_bytes - constantBytesTotal) {
       Operation *def = root.getDefiningOp();
       materializeErrors.push_back(absl::ResourceExhaustedError(absl::StrCat(
-          "cuda backend: ", describe(def), ": a constant of ", b.bytes,
+          "cuda backend: ", describe(def), ": a constant of ", bytes,
           " bytes (", typeName(root.getType()), ") takes the executable's "
-          "constant data to ", constantBytesTotal + b.bytes,
+          "constant data to ", constantBytesTotal + bytes,
           " bytes, more than the limit of ", options.max_constant_bytes,
           " bytes (LowerOptions::max_constant_bytes); pass large tensors as "
           "function arguments")));
     } else {
-      constantBytesTotal += b.bytes;
-      auto bytes = constantBytes(cast<ElementsAttr>(attr));
-      if (bytes.ok())
-        b.constant_data = std::move(*bytes);
+      constantBytesTotal += bytes;
+      auto stored = constantBytes(cast<ElementsAttr>(attr));
+      if (stored.ok())
+        data = std::move(*stored);
       else
-        materializeErrors.push_back(bytes.status());
+        materializeErrors.push_back(stored.status());
     }
-    exe.buffers.push_back(b);
-    return buffers[root] = b.id;
+    // On an error the buffer holds no data; the lowering fails at this op.
+    return buffers[root] = builder.addConstantBuffer(bytes, data);
   }
   // Function results write straight into the output buffer.
-  if (auto out = outputIndex.find(root); out != outputIndex.end()) {
-    rt::Buffer b;
-    b.id = exe.buffers.size();
-    b.kind = rt::Buffer::Output;
-    b.io_index = out->second;
-    b.bytes = exe.outputs[out->second].Bytes();
-    exe.buffers.push_back(b);
-    return buffers[root] = b.id;
-  }
+  if (auto result = outputIndex.find(root); result != outputIndex.end())
+    return buffers[root] = builder.addIOBuffer(exec::BufferKind::output, result->second);
   int first = defStep.count(root) ? defStep[root] : step;
   int last = lastUseStep.count(root) ? lastUseStep[root] : step;
   int id = newArenaBuffer(byteSize(root), first, std::max(first, last));
@@ -141,30 +104,19 @@ int Lowering::bufferForImpl(Value v) {
   return buffers[root] = id;
 }
 
-rt::Arg Lowering::bufArg(int buffer, int64_t byteOffset) {
-  rt::Arg a;
-  a.kind = rt::Arg::BufferPtr;
-  a.buffer = buffer;
-  a.byte_offset = byteOffset;
-  return a;
-}
-rt::Arg Lowering::ptrArg(Value v, int64_t byteOffset) {
+KernelArg Lowering::ptrArg(Value v, int64_t byteOffset) {
   return bufArg(bufferFor(v), byteOffset);
 }
 
-void Lowering::launch(int kernel, const cu::LaunchDims &dims,
-                      std::vector<rt::Arg> args, Operation *op) {
-  rt::Launch l;
-  l.kind = rt::Launch::Kernel;
-  l.kernel = kernel;
+void Lowering::launch(int kernel, const cu::LaunchDims &dims, ArrayRef<KernelArg> args,
+                      Operation *op, const AttentionAttachment *attention) {
+  int64_t grid[3], block[3];
   for (int i = 0; i < 3; ++i) {
-    l.grid[i] = dims.grid[i];
-    l.block[i] = dims.block[i];
+    grid[i] = dims.grid[i];
+    block[i] = dims.block[i];
   }
-  l.smem = dims.smem;
-  l.args = std::move(args);
-  l.label = op->getName().getStringRef().str();
-  exe.launches.push_back(std::move(l));
+  builder.launch(kernel, grid, block, dims.smem, args, op->getName().getStringRef(),
+             attention);
 }
 
 /// dst (fresh storage) = src viewed through its strides.
@@ -190,13 +142,7 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
                    ArrayRef<int64_t>(rowMajorStrides(shape)) &&
                numElements(read->root) == numel;
   if (dense) {
-    rt::Launch l;
-    l.kind = rt::Launch::Copy;
-    l.src = {bufferFor(read->root), 0};
-    l.dst = {dstBuffer, 0};
-    l.copy_bytes = byteSize(src);
-    l.label = "copy";
-    exe.launches.push_back(l);
+    builder.copy({bufferFor(read->root), 0}, {dstBuffer, 0}, byteSize(src), "copy");
     return absl::OkStatus();
   }
   cu::ElementwiseProgram prog;
@@ -212,11 +158,11 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
                         generated(cu::EmitElementwise(prog), blame));
   int kernel = addKernel(code);
   int64_t esize = cu::ScalarSize(scalarOf(src));
-  std::vector<rt::Arg> args = {bufArg(dstBuffer),
+  std::vector<KernelArg> args = {bufArg(dstBuffer),
                                ptrArg(read->root, read->elementOffset * esize),
                                i64Arg(numel)};
   LLMC_ASSIGN_OR_RETURN(
-      rt::Arg shapeBytes,
+      KernelArg shapeBytes,
       generated(shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
                          {std::vector<int64_t>(read->strides.begin(),
                                                read->strides.end())}),

@@ -1,6 +1,7 @@
-//===- LowerToExecutable.cpp - llm function -> runtime Executable ---------===//
+//===- LowerToExecutable.cpp - llm function -> exec IR -> Executable -------===//
 //
-// Codegen for the CUDA backend. Walks a shape-specialized function once:
+// Codegen for the CUDA backend. Walks a shape-specialized function once,
+// building its exec.executable (ExecBuilder.h):
 //
 //  1. Views. `llm.reshape` (and collectives over a group of one) alias their
 //     input's storage; `llm.broadcast` is a strided view read by elementwise
@@ -19,8 +20,8 @@
 //  5. Parameter preparation. Work that depends on parameters only
 //     (llm::parameterArguments: casts, fp8 scaling and quantization, pads,
 //     weight-only quantization, materialized slices, the fp8 GEMMs' [n,k]
-//     relayouts of weights) is moved to the front of the launch sequence,
-//     launches[0, num_prepare_launches), which the runtime runs once per
+//     relayouts of weights) is emitted into the `exec.prepare` region, the
+//     front of the launch sequence, which the runtime runs once per
 //     parameter set (rt::ParameterGuard). Values of that segment read by the
 //     per-call launches (the frontier) live in Persistent buffers; the
 //     segment's own intermediates are arena scratch that the per-call
@@ -107,59 +108,22 @@ absl::Status Lowering::planHoisting() {
       parameterDerived.insert(r);
     for (Value o : op->getOperands())
       if (auto arg = dyn_cast<BlockArgument>(o))
-        exe.inputs[arg.getArgNumber()].parameter = true;
+        builder.markParameter(arg.getArgNumber());
   }
   return absl::OkStatus();
 }
 
-/// Marks the launches from `firstLaunch` on as preparation launches.
-void Lowering::markPrep(size_t firstLaunch) {
-  launchPrep.resize(exe.launches.size(), -1);
-  for (size_t i = firstLaunch; i < launchPrep.size(); ++i)
-    launchPrep[i] = 1;
+/// The preparation's liveness steps are shifted before every per-call step
+/// (the op count plus one): its scratch may overlap any per-call buffer.
+static int64_t prepStepShift(func::FuncOp fn) {
+  return fn.isExternal() ? 0
+                         : static_cast<int64_t>(fn.getBody().front().getOperations().size()) + 1;
 }
 
-/// Moves the preparation launches to the front (each part keeps its order:
-/// a preparation launch reads parameters and earlier preparation results
-/// only) and gives the arena the preparation's scratch: it runs before every
-/// per-call launch, so its blocks may overlap any of theirs.
-void Lowering::finishParameterPreparation() {
-  launchPrep.resize(exe.launches.size(), 0);
-  std::vector<rt::Launch> prep, perCall;
-  for (size_t i = 0; i < exe.launches.size(); ++i)
-    (launchPrep[i] == 1 ? prep : perCall).push_back(std::move(exe.launches[i]));
-  exe.num_prepare_launches = prep.size();
-  exe.launches = std::move(prep);
-  for (rt::Launch &l : perCall)
-    exe.launches.push_back(std::move(l));
-  int shift = static_cast<int>(std::distance(fn.getBody().front().begin(),
-                                             fn.getBody().front().end())) + 1;
-  std::vector<ArenaItem> items;
-  for (ArenaItem item : arenaItems) {
-    if (promoted.contains(item.buffer)) {
-      intermediateBytes -= exe.buffers[item.buffer].bytes;
-      continue; // now Persistent
-    }
-    if (prepArena.contains(item.buffer)) {
-      item.first -= shift;
-      item.last -= shift;
-    }
-    items.push_back(item);
-  }
-  arenaItems = std::move(items);
-  for (const rt::Buffer &b : exe.buffers)
-    if (b.kind == rt::Buffer::Persistent)
-      persistentBytes += b.bytes;
-}
+Lowering::Lowering(func::FuncOp fn, const LowerOptions &options, MLIRContext &context)
+    : fn(fn), options(options), builder(context, fn.getSymName(), prepStepShift(fn)) {}
 
-std::vector<ArenaInterval> Lowering::arenaIntervals() const {
-  std::vector<ArenaInterval> out;
-  for (const ArenaItem &item : arenaItems)
-    out.push_back({item.buffer, item.first, item.last});
-  return out;
-}
-
-absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
+absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
   if (auto st = checkStatic(); !st.ok())
     return st;
   Block &body = fn.getBody().front();
@@ -178,19 +142,9 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
           "cuda backend: argument ", arg.getArgNumber(), " has rank ",
           tensorType(arg).getRank(), "; executables take tensors of rank at most ",
           rt::kMaxTensorRank));
-    rt::TensorSig sig;
-    sig.name = absl::StrCat("arg", arg.getArgNumber());
-    sig.dtype = *dtype;
-    auto shape = tensorType(arg).getShape();
-    sig.shape.assign(shape.begin(), shape.end());
-    exe.inputs.push_back(sig);
-    rt::Buffer b;
-    b.id = exe.buffers.size();
-    b.kind = rt::Buffer::Input;
-    b.io_index = arg.getArgNumber();
-    b.bytes = sig.Bytes();
-    exe.buffers.push_back(b);
-    buffers[arg] = b.id;
+    builder.addInput(absl::StrCat("arg", arg.getArgNumber()), tensorType(arg).getShape(),
+                 *dtype);
+    buffers[arg] = builder.addIOBuffer(exec::BufferKind::input, arg.getArgNumber());
   }
   // Results: a value computed here is written straight into its output buffer.
   std::vector<std::pair<Value, int>> copies; // (value, output index)
@@ -204,12 +158,7 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cuda backend: result ", i, " has rank ", tensorType(v).getRank(),
           "; executables return tensors of rank at most ", rt::kMaxTensorRank));
-    rt::TensorSig sig;
-    sig.name = absl::StrCat("result", i);
-    sig.dtype = *dtype;
-    auto shape = tensorType(v).getShape();
-    sig.shape.assign(shape.begin(), shape.end());
-    exe.outputs.push_back(sig);
+    builder.addOutput(absl::StrCat("result", i), tensorType(v).getShape(), *dtype);
     // A result whose storage is a lazy view (a broadcast/transpose/slice,
     // possibly seen through reshapes, as in GQA's repeat_kv:
     // reshape(broadcast(reshape(k)))) is materialized straight into its
@@ -294,12 +243,8 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
     if (isa<func::ReturnOp>(op))
       continue;
     step = opIndex[&op];
-    inPrep = hoisted.contains(&op);
-    size_t firstLaunch = exe.launches.size();
+    Preparing scope(builder, hoisted.contains(&op));
     absl::Status st = guarded(&op, [&] { return emitOp(&op); });
-    if (inPrep)
-      markPrep(firstLaunch);
-    inPrep = false;
     if (!st.ok())
       return st;
   }
@@ -318,82 +263,15 @@ absl::StatusOr<rt::Executable> Lowering::run(LowerStats *stats) {
   }
   // Results that are inputs, constants or duplicates: copy.
   for (auto [v, i] : copies) {
-    rt::Buffer b;
-    b.id = exe.buffers.size();
-    b.kind = rt::Buffer::Output;
-    b.io_index = i;
-    b.bytes = exe.outputs[i].Bytes();
-    exe.buffers.push_back(b);
+    int id = builder.addIOBuffer(exec::BufferKind::output, i);
     if (auto arg = dyn_cast<BlockArgument>(storageRoot(v));
         arg && arg != v && fn.getArgAttr(arg.getArgNumber(), "llm.donate"))
-      exe.outputs[i].alias_input = arg.getArgNumber();
-    if (absl::Status st = guarded(ret, [&, v = v] { return emitCopyToBuffer(b.id, v, ret); });
+      builder.setAliasInput(i, arg.getArgNumber());
+    if (absl::Status st = guarded(ret, [&, v = v] { return emitCopyToBuffer(id, v, ret); });
         !st.ok())
       return st;
   }
-  if (auto st = checkEveryOutputWritten(); !st.ok())
-    return st;
-  finishParameterPreparation();
-  if (stats) {
-    stats->num_ops = 0;
-    for (Operation &op : body)
-      stats->num_ops += isa<LLMDialect>(op.getDialect());
-    stats->num_kernel_launches = 0;
-    stats->num_gemms = 0;
-    for (auto [i, l] : llvm::enumerate(exe.launches)) {
-      if (static_cast<int>(i) < exe.num_prepare_launches) {
-        ++stats->num_prepare_launches;
-        continue;
-      }
-      stats->num_kernel_launches += l.kind == rt::Launch::Kernel;
-      stats->num_copies += l.kind == rt::Launch::Copy;
-      stats->num_gemms += l.kind == rt::Launch::Gemm;
-    }
-    stats->persistent_bytes = persistentBytes;
-    stats->num_distinct_kernels = exe.kernels.size();
-    stats->intermediate_bytes = intermediateBytes;
-  }
-  return exe;
-}
-
-/// Every output buffer must be the destination of some launch (a kernel
-/// argument, a GEMM's D, a collective's recv or a copy's dst); a result whose
-/// storage nothing writes would silently return the caller's uninitialized
-/// memory. An internal error, never expected.
-absl::Status Lowering::checkEveryOutputWritten() {
-  std::vector<bool> written(exe.outputs.size(), false);
-  auto mark = [&](int buffer) {
-    if (buffer < 0 || buffer >= static_cast<int>(exe.buffers.size()))
-      return;
-    const rt::Buffer &b = exe.buffers[buffer];
-    if (b.kind == rt::Buffer::Output && b.io_index >= 0 &&
-        b.io_index < static_cast<int>(written.size()))
-      written[b.io_index] = true;
-  };
-  for (const rt::Launch &l : exe.launches) {
-    switch (l.kind) {
-    case rt::Launch::Kernel:
-      for (const rt::Arg &a : l.args)
-        if (a.kind == rt::Arg::BufferPtr)
-          mark(a.buffer);
-      break;
-    case rt::Launch::Gemm:
-      mark(exe.gemms[l.gemm].d.buffer);
-      break;
-    case rt::Launch::Collective:
-      mark(exe.collectives[l.collective].recv.buffer);
-      break;
-    case rt::Launch::Copy:
-      mark(l.dst.buffer);
-      break;
-    }
-  }
-  for (size_t i = 0; i < written.size(); ++i)
-    if (!written[i] && exe.outputs[i].NumElements() > 0)
-      return absl::InternalError(absl::StrCat(
-          "llmc internal error (please report): result ", i, " of @",
-          fn.getSymName().str(), " is never written by the compiled code"));
-  return absl::OkStatus();
+  return builder.finish();
 }
 
 } // namespace llmc::codegen
@@ -423,18 +301,37 @@ int llmc::ComputeCapabilityOfArch(const std::string &arch) {
   return cc;
 }
 
-/// The lowering's executable as exec IR in `context` (the bridge,
-/// TranslateToExecutable.h), its arena planned by llmc-plan-arena.
+/// What the exec IR of one lowering holds, for reports: launches by kind
+/// (the preparation's apart), kernels, arena and persistent bytes.
+static void collectStats(func::FuncOp fn, exec::ExecutableOp exe, LowerStats &stats) {
+  stats = LowerStats();
+  for (Operation &op : fn.getBody().front())
+    stats.num_ops += isa<LLMDialect>(op.getDialect());
+  for (Operation &op : exe.getBody().front()) {
+    if (auto prep = dyn_cast<exec::PrepareOp>(op)) {
+      stats.num_prepare_launches += prep.getBody().front().getOperations().size();
+      continue;
+    }
+    stats.num_kernel_launches += isa<exec::LaunchOp>(op);
+    stats.num_copies += isa<exec::CopyOp>(op);
+    stats.num_gemms += isa<exec::GemmOp>(op);
+    stats.num_distinct_kernels += isa<exec::KernelOp>(op);
+    if (auto buffer = dyn_cast<exec::BufferOp>(op)) {
+      if (buffer.getKind() == exec::BufferKind::arena)
+        stats.intermediate_bytes += buffer.getBytes();
+      if (buffer.getKind() == exec::BufferKind::persistent)
+        stats.persistent_bytes += buffer.getBytes();
+    }
+  }
+  stats.arena_bytes = exe.getArenaBytes().value_or(0);
+}
+
+/// The lowering's exec IR in `context`, its arena planned by llmc-plan-arena.
 absl::StatusOr<OwningOpRef<exec::ExecutableOp>>
 llmc::LowerToExecIR(func::FuncOp fn, MLIRContext &context, const LowerOptions &options,
                     LowerStats *stats) {
-  Lowering lowering(fn, options);
-  absl::StatusOr<rt::Executable> exe = lowering.run(stats);
-  if (!exe.ok())
-    return exe.status();
   absl::StatusOr<OwningOpRef<exec::ExecutableOp>> op =
-      exportExecutable(&context, UnknownLoc::get(&context), fn.getSymName(), *exe,
-                       lowering.arenaIntervals());
+      Lowering(fn, options, context).run();
   if (!op.ok())
     return op.status();
   PassManager pm(&context, exec::ExecutableOp::getOperationName());
@@ -448,7 +345,7 @@ llmc::LowerToExecIR(func::FuncOp fn, MLIRContext &context, const LowerOptions &o
     return absl::InternalError(absl::StrCat(
         "llmc internal error (please report): llmc-plan-arena failed: ", diagnostics));
   if (stats)
-    stats->arena_bytes = (*op)->getArenaBytes().value_or(0);
+    collectStats(fn, **op, *stats);
   return op;
 }
 

@@ -4,7 +4,7 @@
 // call) and the helpers its files share. The lowering is split by concern:
 //   LowerToExecutable.cpp  driver: checks, signature, liveness, parameter
 //                          preparation, the public functions (the result
-//                          goes through exec IR: exportExecutable,
+//                          is exec IR, built through ExecBuilder.h; then
 //                          llmc-plan-arena, translateToExecutable)
 //   LowerStorage.cpp       buffers, strided reads of views, copies, launches
 //   LowerElementwise.cpp   fused elementwise kernels
@@ -25,6 +25,7 @@
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/Target/Executable/TranslateToExecutable.h"
 
+#include "ExecBuilder.h"
 #include "KernelConfigs.h"
 #include "KernelPlan.h"
 
@@ -180,15 +181,12 @@ inline absl::StatusOr<std::string> constantBytes(ElementsAttr elements) {
 
 class Lowering {
 public:
-  Lowering(func::FuncOp fn, const LowerOptions &options)
-      : fn(fn), options(options) {}
+  /// Builds `fn`'s exec.executable in `context`.
+  Lowering(func::FuncOp fn, const LowerOptions &options, MLIRContext &context);
 
-  /// The executable with its arena unplanned (every arena offset and
-  /// arena_bytes 0, not validated): LowerToExecutable plans it with
-  /// llmc-plan-arena on exec IR, from arenaIntervals().
-  absl::StatusOr<rt::Executable> run(LowerStats *stats);
-  /// Each arena buffer's liveness interval, in launch steps (after run).
-  std::vector<ArenaInterval> arenaIntervals() const;
+  /// The executable with its arena unplanned (each arena buffer carries its
+  /// liveness, none an offset): LowerToExecIR plans it with llmc-plan-arena.
+  absl::StatusOr<OwningOpRef<exec::ExecutableOp>> run();
 
 private:
   // --- analysis ---
@@ -199,14 +197,15 @@ private:
   int bufferFor(Value v); // buffer id of v's storage root
   int bufferForImpl(Value v);
   int newArenaBuffer(int64_t bytes, int firstStep, int lastStep);
-  absl::Status checkEveryOutputWritten();
 
   // --- emission ---
   int addKernel(const cu::KernelCode &code);
-  rt::Arg ptrArg(Value v, int64_t byteOffset = 0);
-  rt::Arg bufArg(int buffer, int64_t byteOffset = 0);
-  void launch(int kernel, const cu::LaunchDims &dims, std::vector<rt::Arg> args,
-              Operation *op);
+  KernelArg ptrArg(Value v, int64_t byteOffset = 0);
+  KernelArg bufArg(int buffer, int64_t byteOffset = 0) {
+    return KernelArg::buffer(buffer, byteOffset);
+  }
+  void launch(int kernel, const cu::LaunchDims &dims, ArrayRef<KernelArg> args,
+              Operation *op, const AttentionAttachment *attention = nullptr);
   absl::Status emitOp(Operation *op);
   absl::Status emitElementwiseGroup(ArrayRef<Operation *> ops);
   absl::Status emitCopyInto(Value dst, Value src, Operation *op);
@@ -224,7 +223,7 @@ private:
   std::optional<MatrixView> matrixView(Value v);
   absl::Status emitPad(PadOp op);
   absl::Status emitAttention(AttentionOp op);
-  absl::Status attachCudnnAttention(AttentionOp op);
+  absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op);
   absl::Status emitNorm(Operation *op);
   // Weight-only quantization (llm.quantize_weight / dequantize_weight).
   absl::StatusOr<cu::WeightQuantConfig> weightQuantConfig(Operation *op, int64_t bits,
@@ -233,16 +232,23 @@ private:
   absl::Status emitQuantizeWeight(QuantizeWeightOp op);
   absl::Status emitDequantizeWeight(DequantizeWeightOp op);
   // Horizontal fusion of decode GEMVs sharing an input (KernelPlan).
-  rt::Arg gemvWeightArg(MatmulOp op);
+  KernelArg gemvWeightArg(MatmulOp op);
   absl::Status emitGemvGroup(const GemvGroup &group);
   absl::Status planHoisting();
   bool isHoisted(Value v) const { return parameterDerived.contains(v); }
-  void markPrep(size_t firstLaunch);
-  void finishParameterPreparation();
+  /// While alive, launches and arena buffers go to the preparation segment
+  /// when `on` (or when they already did).
+  struct Preparing {
+    Preparing(ExecBuilder &out, bool on)
+        : out(out), was(out.setPreparing(out.preparing() || on)) {}
+    ~Preparing() { out.setPreparing(was); }
+    ExecBuilder &out;
+    bool was;
+  };
 
   func::FuncOp fn;
   LowerOptions options;
-  rt::Executable exe;
+  ExecBuilder builder;
 
   int step = 0; // index of the launch step being emitted
   llvm::DenseMap<Value, int> buffers;          // storage root -> buffer id
@@ -251,22 +257,14 @@ private:
   KernelPlan kernelPlan;                       // which ops share a kernel
   KernelConfigs kernelConfigs;                 // their configurations
   llvm::DenseMap<Value, int> outputIndex;      // returned root -> output
-  std::map<std::string, int> kernelIndex;
-  struct ArenaItem { int buffer; int first, last; };
-  std::vector<ArenaItem> arenaItems;
-  int64_t intermediateBytes = 0;
   std::vector<absl::Status> materializeErrors; // from lazy view copies
   Operation *emitting = nullptr;               // the op `guarded` is emitting
   // Parameter preparation (see the file comment).
   llvm::DenseSet<Operation *> hoisted;     // ops of the preparation segment
   llvm::DenseSet<Value> parameterDerived;  // parameters and hoisted results
-  bool inPrep = false;                     // emitting preparation launches
-  std::vector<signed char> launchPrep;     // per launch: 1 prep, 0 per call
-  llvm::DenseSet<int> prepArena;           // arena buffers made while inPrep
   llvm::DenseSet<int> prepOutputs;         // buffers of hoisted values
   llvm::DenseSet<int> promoted;            // of those, read per call
   llvm::DenseMap<std::tuple<Value, int, int>, int> hoistedRelayouts;
-  int64_t persistentBytes = 0;
   int64_t constantBytesTotal = 0; // constant data stored in the executable
 };
 
@@ -286,30 +284,15 @@ inline absl::Status checkTensorSize(const std::string &what, RankedTensorType t)
       llm::kMaxTensorElements, ")"));
 }
 
-inline rt::Arg i64Arg(int64_t v) {
-  rt::Arg a;
-  a.kind = rt::Arg::I64;
-  a.i = v;
-  return a;
-}
-inline rt::Arg i32Arg(int64_t v) {
-  rt::Arg a;
-  a.kind = rt::Arg::I32;
-  a.i = v;
-  return a;
-}
-inline rt::Arg f32Arg(float v) {
-  rt::Arg a;
-  a.kind = rt::Arg::F32;
-  a.f = v;
-  return a;
-}
-inline rt::Arg nullArg() { return i64Arg(0); }
+inline KernelArg i64Arg(int64_t v) { return KernelArg::i64(v); }
+inline KernelArg i32Arg(int64_t v) { return KernelArg::i32(v); }
+inline KernelArg f32Arg(float v) { return KernelArg::f32(v); }
+inline KernelArg nullArg() { return i64Arg(0); }
 
 /// See LowerElementwise.cpp.
 void collapseIndexSpace(const cu::ElementwiseProgram &prog, std::vector<int64_t> &sizes,
                         std::vector<std::vector<int64_t>> &strides);
-absl::StatusOr<rt::Arg> shapeArg(const cu::ElementwiseProgram &prog,
+absl::StatusOr<KernelArg> shapeArg(const cu::ElementwiseProgram &prog,
                                  std::vector<int64_t> sizes,
                                  std::vector<std::vector<int64_t>> strides);
 

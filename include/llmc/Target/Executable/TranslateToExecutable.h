@@ -7,12 +7,8 @@
 // collective and attention tables are numbered in launch order (each
 // belongs to one launch).
 //
-// exportExecutable: the inverse, a BRIDGE for now. The lowering
-// (lib/Compiler) still fills an rt::Executable directly; this turns its
-// output, with the arena buffers' liveness intervals, into exec IR so that
-// the arena is planned by llmc-plan-arena and the executable comes out of
-// translateToExecutable. A later step makes the conversion patterns build
-// exec ops directly; this bridge is then deleted.
+// The lowering (lib/Compiler) builds the exec IR; llmc-plan-arena places its
+// arena; this turns it into what the runtime loads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,24 +29,6 @@ namespace llmc {
 /// element type the runtime does not know, a kernel symbol that resolves to
 /// nothing). The result is not validated (rt::Executable::Validate).
 absl::StatusOr<rt::Executable> translateToExecutable(exec::ExecutableOp op);
-
-/// The liveness of one arena buffer, in launch steps (the lowering's
-/// program-order op indices; the preparation segment's are shifted before
-/// every per-call step).
-struct ArenaInterval {
-  int buffer = -1;
-  int64_t first = 0, last = 0;
-};
-
-/// The bridge (see the file comment): `exe` as an exec.executable named
-/// `name` at `loc`, every arena buffer carrying its interval from `arena`
-/// and no offset (arena_bytes unset). Internal error for what the lowering
-/// never produces: an arena buffer without exactly one interval, a field
-/// that does not belong to its launch's or buffer's kind, a GEMM,
-/// collective or attention entry not used by exactly one launch.
-absl::StatusOr<mlir::OwningOpRef<exec::ExecutableOp>>
-exportExecutable(mlir::MLIRContext *context, mlir::Location loc, llvm::StringRef name,
-                 const rt::Executable &exe, llvm::ArrayRef<ArenaInterval> arena);
 
 } // namespace llmc
 
