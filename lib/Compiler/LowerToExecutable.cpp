@@ -329,13 +329,17 @@ static void collectStats(func::FuncOp fn, exec::ExecutableOp exe, LowerStats &st
 /// The lowering's exec IR in `context`, its arena planned by llmc-plan-arena.
 absl::StatusOr<OwningOpRef<exec::ExecutableOp>>
 llmc::LowerToExecIR(func::FuncOp fn, MLIRContext &context, const LowerOptions &options,
-                    LowerStats *stats) {
+                    LowerStats *stats,
+                    const std::function<LogicalResult(PassManager &)> &setup) {
   absl::StatusOr<OwningOpRef<exec::ExecutableOp>> op =
       Lowering(fn, options, context).run();
   if (!op.ok())
     return op.status();
   PassManager pm(&context, exec::ExecutableOp::getOperationName());
   pm.addPass(exec::createPlanArenaPass({options.arena_alignment}));
+  if (setup && failed(setup(pm)))
+    return absl::InvalidArgumentError(
+        "the pass-manager options do not apply to the execution-level passes");
   std::string diagnostics;
   ScopedDiagnosticHandler capture(&context, [&](Diagnostic &d) {
     llvm::raw_string_ostream(diagnostics) << d << "\n";
@@ -349,14 +353,14 @@ llmc::LowerToExecIR(func::FuncOp fn, MLIRContext &context, const LowerOptions &o
   return op;
 }
 
-absl::StatusOr<rt::Executable> llmc::LowerToExecutable(func::FuncOp fn,
-                                                       const LowerOptions &options,
-                                                       LowerStats *stats) {
+absl::StatusOr<rt::Executable>
+llmc::LowerToExecutable(func::FuncOp fn, const LowerOptions &options, LowerStats *stats,
+                        const std::function<LogicalResult(PassManager &)> &setup) {
   // A context of its own: the exec IR (kernel sources, constants) is freed
   // with it, not kept in the caller's context for its lifetime.
   MLIRContext context(MLIRContext::Threading::DISABLED);
   absl::StatusOr<OwningOpRef<exec::ExecutableOp>> op =
-      LowerToExecIR(fn, context, options, stats);
+      LowerToExecIR(fn, context, options, stats, setup);
   if (!op.ok())
     return op.status();
   absl::StatusOr<rt::Executable> exe = translateToExecutable(**op);

@@ -234,8 +234,9 @@ int llmc::compileMain(int argc, char **argv) {
       return 0;
     }
     if (emit == "exec") {
-      MLIRContext execContext;
-      auto op = llmc::LowerToExecIR(fn, execContext, optionsFor(archList.front()));
+      MLIRContext execContext(MLIRContext::Threading::DISABLED);
+      auto op = llmc::LowerToExecIR(fn, execContext, optionsFor(archList.front()),
+                                    nullptr, llmc::tools::applyPassManagerFlags);
       if (!op.ok())
         return fail(std::string(op.status().message()));
       (*op)->print(llvm::outs());
@@ -247,7 +248,8 @@ int llmc::compileMain(int argc, char **argv) {
       }
       return 0;
     }
-    exe = llmc::LowerToExecutable(fn, optionsFor(archList.front()), &st);
+    exe = llmc::LowerToExecutable(fn, optionsFor(archList.front()), &st,
+                                  llmc::tools::applyPassManagerFlags);
     if (!exe.ok())
       return fail(std::string(exe.status().message()));
   }

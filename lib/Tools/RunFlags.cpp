@@ -77,12 +77,13 @@ std::string checkFlags(const Options &opts) {
         return "--" + o->ArgStr.str() +
                " applies to the cuda backend only; it has no effect with "
                "--backend=ref";
-  if (opts.emit != "run" && opts.emit != "executable-dump")
-    return "--emit=" + opts.emit + ": expected run or executable-dump";
+  if (opts.emit != "run" && opts.emit != "executable-dump" && opts.emit != "exec")
+    return "--emit=" + opts.emit + ": expected run, executable-dump or exec";
   // The dump is the cuda backend's executable, not a run of it.
-  if (opts.emit == "executable-dump") {
+  if (opts.emit != "run") {
+    const std::string emit = "--emit=" + opts.emit.getValue();
     if (opts.backend != "cuda")
-      return "--emit=executable-dump prints the cuda backend's executable; "
+      return emit + " prints the cuda backend's executable; "
              "it has no effect with --backend=" + opts.backend;
     for (const cl::Option *o : std::initializer_list<const cl::Option *>{
              // (cl::list's operator& is its vector's address)
@@ -92,11 +93,10 @@ std::string checkFlags(const Options &opts) {
              &opts.seed, &opts.refMaxMemory, &opts.refMaxGmacs, &opts.tolerance,
              &opts.rendezvous, &opts.runId, &opts.gpu, &opts.ncclTimeout})
       if (given(*o))
-        return "--" + o->ArgStr.str() +
-               " has no effect with --emit=executable-dump (it prints the "
-               "executable and runs nothing)";
+        return "--" + o->ArgStr.str() + " has no effect with " + emit +
+               " (it prints the executable and runs nothing)";
     if (opts.tp > 1 && !given(opts.rank))
-      return "--emit=executable-dump with --tp=" + std::to_string(opts.tp) +
+      return emit + " with --tp=" + std::to_string(opts.tp) +
              " prints one rank's executable: give --rank=R";
   }
   if (given(opts.tolerance) && !given(opts.check))

@@ -86,7 +86,7 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   if (!pipelineOr.ok())
     return pipelineOr.status();
   const llmc::LowerOptions lo = llmc::lowerOptions(*pipelineOr);
-  auto exeOr = llmc::LowerToExecutable(fn, lo, stats);
+  auto exeOr = llmc::LowerToExecutable(fn, lo, stats, llmc::tools::applyPassManagerFlags);
   if (!exeOr.ok())
     return exeOr.status();
   auto exe = std::make_shared<rt::Executable>(std::move(*exeOr));

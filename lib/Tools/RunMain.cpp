@@ -4,7 +4,7 @@
 //            [--value argI=V]... [--precision=fp32|bf16|fp16|fp8] [--check]
 //            [--bench] [--iters=N] [--no-cuda-graphs] [--seed=S]
 //            [--tp=N [--rank=R --rendezvous=PATH [--run-id=ID]] [--gpu=D]]
-//   llmc-run FILE.mlir --emit=executable-dump [--tp=N --rank=R] [...]
+//   llmc-run FILE.mlir --emit=executable-dump|exec [--tp=N --rank=R] [...]
 //
 // Random inputs (seeded), shape specialization, then either the CPU reference
 // executor or the CUDA backend (codegen -> Executable -> runtime Session).
@@ -26,7 +26,8 @@
 // its canonical text (rt::DescribeExecutable) instead of running it: no
 // inputs, GPU, NVRTC or NCCL; it lowers for the default target (sm_90, as
 // without a GPU); with --tp=N it prints rank --rank's program. test/golden
-// pins it.
+// pins it. --emit=exec prints the same program as execution-level IR (the
+// `exec` dialect, after llmc-plan-arena), as llmc-compile --emit=exec does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -83,7 +84,7 @@ int llmc::runMain(int argc, char **argv) {
 
   // --emit=executable-dump builds one rank's program in this process: no
   // launcher, rendezvous or NCCL.
-  const bool dump = opts.emit == "executable-dump";
+  const bool dump = opts.emit == "executable-dump" || opts.emit == "exec";
   if (dump) {
     if (opts.tp < 1)
       return fail("--tp=" + std::to_string(opts.tp) + ": expected a degree >= 1");
@@ -225,7 +226,23 @@ int llmc::runMain(int argc, char **argv) {
       return fail(std::string(pipeline.status().message()));
     if (failed(toRankProgram(fn, tp.tp, tp.rank, *pipeline)))
       return 1;
-    auto exe = llmc::LowerToExecutable(fn, llmc::lowerOptions(*pipeline));
+    if (opts.emit == "exec") {
+      MLIRContext execContext(MLIRContext::Threading::DISABLED);
+      auto op = llmc::LowerToExecIR(fn, execContext, llmc::lowerOptions(*pipeline),
+                                    nullptr, llmc::tools::applyPassManagerFlags);
+      if (!op.ok())
+        return fail(std::string(op.status().message()));
+      (*op)->print(llvm::outs());
+      llvm::outs() << "\n";
+      llvm::outs().flush();
+      if (llvm::outs().has_error()) {
+        llvm::outs().clear_error();
+        return fail("writing the execution-level IR to stdout failed");
+      }
+      return 0;
+    }
+    auto exe = llmc::LowerToExecutable(fn, llmc::lowerOptions(*pipeline), nullptr,
+                                       llmc::tools::applyPassManagerFlags);
     if (!exe.ok())
       return fail(std::string(exe.status().message()));
     if (auto st = exe->Validate(); !st.ok())

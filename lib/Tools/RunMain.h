@@ -137,10 +137,11 @@ struct Options {
       cl::init(300.0), cl::cat(cat)};
   cl::opt<std::string> emit{
       "emit",
-      cl::desc("run (the default) or executable-dump: print the canonical "
+      cl::desc("run (the default); executable-dump: print the canonical "
                "text of the executable the cuda backend would run (with "
-               "--tp=N, of rank --rank) instead of running it; no inputs, "
-               "GPU, NVRTC or NCCL (see test/golden)"),
+               "--tp=N, of rank --rank) instead of running it, with no "
+               "inputs, GPU, NVRTC or NCCL (see test/golden); exec: print "
+               "that executable as execution-level IR (the exec dialect)"),
       cl::init("run"), cl::cat(cat)};
 };
 

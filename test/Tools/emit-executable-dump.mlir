@@ -62,7 +62,7 @@
 // REF: llmc-run: error: --emit=executable-dump prints the cuda backend's executable; it has no effect with --backend=ref
 // NORANK: llmc-run: error: --emit=executable-dump with --tp=2 prints one rank's executable: give --rank=R
 // BADRANK: llmc-run: error: --rank=2: expected 0 <= rank < --tp (2)
-// RUNEMIT: llmc-run: error: --emit=dump: expected run or executable-dump
+// RUNEMIT: llmc-run: error: --emit=dump: expected run, executable-dump or exec
 func.func @norm_proj(%x: tensor<?x64xf32> {llm.dim_names = ["seq"]},
                      %g: tensor<64xf32>, %w: tensor<32x64xf32>) -> tensor<?x32xf32> {
   %n = llm.rms_norm %x, %g {eps = 1.0e-05 : f64} : tensor<?x64xf32>, tensor<64xf32>

@@ -19,12 +19,14 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 namespace mlir {
 class Pass;
+class PassManager;
 } // namespace mlir
 
 namespace llmc {
@@ -141,6 +143,15 @@ std::unique_ptr<mlir::Pass> createSelectKernelConfigsPass(const LowerOptions &op
 /// the op, its location and the unsupported property). Kernels are emitted as
 /// source; compile them with CompileKernels (or let the runtime do it at
 /// load).
+/// `setup`, when given, configures the pass manager that runs the passes on
+/// the execution-level IR (llmc-plan-arena), as the tools do with MLIR's
+/// pass-manager flags (--mlir-print-ir-after-all, --mlir-timing); its
+/// failure is an InvalidArgument.
+absl::StatusOr<rt::Executable>
+LowerToExecutable(mlir::func::FuncOp fn, const LowerOptions &options = {},
+                  LowerStats *stats = nullptr,
+                  const std::function<mlir::LogicalResult(mlir::PassManager &)> &setup = {});
+
 /// The same lowering, stopped at the execution-level IR: an
 /// `exec.executable` in `context` (which need not be `fn`'s) with its arena
 /// planned (llmc-plan-arena), what translateToExecutable
@@ -148,11 +159,8 @@ std::unique_ptr<mlir::Pass> createSelectKernelConfigsPass(const LowerOptions &op
 /// executable LowerToExecutable returns. Errors as LowerToExecutable's.
 absl::StatusOr<mlir::OwningOpRef<exec::ExecutableOp>>
 LowerToExecIR(mlir::func::FuncOp fn, mlir::MLIRContext &context,
-              const LowerOptions &options = {}, LowerStats *stats = nullptr);
-
-absl::StatusOr<rt::Executable> LowerToExecutable(mlir::func::FuncOp fn,
-                                                 const LowerOptions &options = {},
-                                                 LowerStats *stats = nullptr);
+              const LowerOptions &options = {}, LowerStats *stats = nullptr,
+              const std::function<mlir::LogicalResult(mlir::PassManager &)> &setup = {});
 
 } // namespace llmc
 
