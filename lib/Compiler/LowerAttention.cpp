@@ -22,7 +22,12 @@ static absl::Status checkAttentionTile(Operation *op, const cu::AttentionConfig 
                              why);
 }
 
-absl::Status Lowering::emitAttention(AttentionOp op) {
+static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lowering &l);
+
+/// attention(q, k, v [, mask, kv_len]) => flash-decoding (split + combine) or
+/// one FlashAttention-2 kernel, with cuDNN's fused attention attached when
+/// its llm.kernel_config asks for it.
+static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
   auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
   int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
           d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
@@ -30,8 +35,8 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                               : static_cast<float>(1.0 / std::sqrt(double(d)));
   cu::ScalarType dtype = scalarOf(op.getQuery());
   Value kvLen = op.getKvLen();
-  auto choice = kernelConfigs.attention.find(op);
-  if (choice == kernelConfigs.attention.end())
+  auto choice = l.getKernelConfigs().attention.find(op);
+  if (choice == l.getKernelConfigs().attention.end())
     return absl::InternalError(absl::StrCat(
         "llmc internal error (please report): ", describe(op),
         " has no kernel configuration"));
@@ -53,23 +58,29 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
                           generated(cu::EmitFlashDecode(dc), op));
     int splits = choice->second.splits;
     auto [accBytes, mlBytes] = cu::FlashDecodeWorkspaceBytes(dc, b, hkv, splits);
-    int acc = newArenaBuffer(accBytes, step, step);
-    int ml = newArenaBuffer(mlBytes, step, step);
-    std::vector<KernelArg> a1 = {bufArg(acc), bufArg(ml), ptrArg(op.getQuery()),
-                               ptrArg(op.getKey()), ptrArg(op.getValue()),
-                               kvLen ? ptrArg(kvLen) : nullArg(), i64Arg(skv),
-                               i64Arg(skv), i32Arg(hkv), f32Arg(scale),
-                               i32Arg(splits)};
+    int acc = l.newArenaBuffer(accBytes, l.getStep(), l.getStep());
+    int ml = l.newArenaBuffer(mlBytes, l.getStep(), l.getStep());
+    std::vector<KernelArg> a1 = {l.bufArg(acc),
+                                 l.bufArg(ml),
+                                 l.ptrArg(op.getQuery()),
+                                 l.ptrArg(op.getKey()),
+                                 l.ptrArg(op.getValue()),
+                                 kvLen ? l.ptrArg(kvLen) : nullArg(),
+                                 i64Arg(skv),
+                                 i64Arg(skv),
+                                 i32Arg(hkv),
+                                 f32Arg(scale),
+                                 i32Arg(splits)};
     LLMC_ASSIGN_OR_RETURN(
         cu::LaunchDims splitDims,
         generated(cu::FlashDecodeSplitLaunch(dc, b, hkv, splits), op));
-    launch(addKernel(kernels.split), splitDims, std::move(a1), op);
-    std::vector<KernelArg> a2 = {ptrArg(op.getResult()), bufArg(acc), bufArg(ml),
-                               i32Arg(hkv), i32Arg(splits)};
+    l.launch(l.addKernel(kernels.split), splitDims, std::move(a1), op);
+    std::vector<KernelArg> a2 = {l.ptrArg(op.getResult()), l.bufArg(acc), l.bufArg(ml),
+                                 i32Arg(hkv), i32Arg(splits)};
     LLMC_ASSIGN_OR_RETURN(
         cu::LaunchDims combineDims,
         generated(cu::FlashDecodeCombineLaunch(dc, b, hkv), op));
-    launch(addKernel(kernels.combine), combineDims, std::move(a2), op);
+    l.launch(l.addKernel(kernels.combine), combineDims, std::move(a2), op);
     return absl::OkStatus();
   }
   if (kvLen) {
@@ -105,28 +116,36 @@ absl::Status Lowering::emitAttention(AttentionOp op) {
   cfg.tile = choice->second.tile;
   if (absl::Status st = checkAttentionTile(op, cfg); !st.ok())
     return st;
-  std::vector<KernelArg> args = {ptrArg(op.getResult()), ptrArg(op.getQuery()),
-                               ptrArg(op.getKey()), ptrArg(op.getValue()),
-                               mask ? ptrArg(mask) : nullArg(), i64Arg(b),
-                               i64Arg(sq), i64Arg(skv), i32Arg(hq), i32Arg(hkv),
-                               f32Arg(scale), i64Arg(strideB), i64Arg(strideH),
-                               i64Arg(strideQ)};
+  std::vector<KernelArg> args = {l.ptrArg(op.getResult()),
+                                 l.ptrArg(op.getQuery()),
+                                 l.ptrArg(op.getKey()),
+                                 l.ptrArg(op.getValue()),
+                                 mask ? l.ptrArg(mask) : nullArg(),
+                                 i64Arg(b),
+                                 i64Arg(sq),
+                                 i64Arg(skv),
+                                 i32Arg(hq),
+                                 i32Arg(hkv),
+                                 f32Arg(scale),
+                                 i64Arg(strideB),
+                                 i64Arg(strideH),
+                                 i64Arg(strideQ)};
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
                         generated(cu::AttentionLaunch(cfg, b, sq, hq), op));
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
                         generated(cu::EmitAttention(cfg), op));
   std::optional<AttentionAttachment> cudnn;
   if (choice->second.cudnn) {
-    LLMC_ASSIGN_OR_RETURN(cudnn, cudnnAttachment(op));
+    LLMC_ASSIGN_OR_RETURN(cudnn, cudnnAttachment(op, l));
   }
-  launch(addKernel(code), dims, std::move(args), op, cudnn ? &*cudnn : nullptr);
+  l.launch(l.addKernel(code), dims, std::move(args), op, cudnn ? &*cudnn : nullptr);
   return absl::OkStatus();
 }
 
 /// The cuDNN alternative of `op`'s attention kernel launch (exec.launch's
 /// `attention`), which its llm.kernel_config asked for; the kernel stays as
 /// the runtime's fallback.
-absl::StatusOr<AttentionAttachment> Lowering::cudnnAttachment(AttentionOp op) {
+static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lowering &l) {
   absl::StatusOr<rt::AttentionSpec> specOr = cudnnAttentionSpec(op);
   std::string why = !specOr.ok()     ? std::string(specOr.status().message())
                     : op.getMask()   ? std::string("an additive mask")
@@ -138,10 +157,14 @@ absl::StatusOr<AttentionAttachment> Lowering::cudnnAttachment(AttentionOp op) {
   AttentionAttachment a;
   a.b = spec.b, a.sq = spec.sq, a.skv = spec.skv, a.hq = spec.hq, a.hkv = spec.hkv;
   a.d = spec.d, a.causal = spec.causal, a.scale = spec.scale, a.dtype = spec.dtype;
-  auto ref = [&](Value v) { return ptrArg(v).ref; };
+  auto ref = [&](Value v) { return l.ptrArg(v).ref; };
   a.q = ref(op.getQuery()), a.k = ref(op.getKey()), a.v = ref(op.getValue());
   a.o = ref(op.getResult());
   return a;
+}
+
+void populateAttentionLowerings(OpLoweringSet &set) {
+  set.add<AttentionOp>(lowerAttention);
 }
 
 } // namespace llmc::codegen

@@ -62,14 +62,14 @@ absl::StatusOr<KernelArg> shapeArg(const cu::ElementwiseProgram &prog,
                                         packed->size() * sizeof(int64_t)));
 }
 
-absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
+absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
   llvm::DenseSet<Operation *> members(ops.begin(), ops.end());
   Operation *last = ops.back();
   ArrayRef<int64_t> outShape = tensorType(last->getResult(0)).getShape();
   int64_t numel = numElements(last->getResult(0));
 
   cu::ElementwiseProgram prog;
-  prog.unroll = kernelConfigs.elementwise_unroll;
+  prog.unroll = l.getKernelConfigs().elementwise_unroll;
   llvm::MapVector<Value, int> inputIndex; // external value -> input index
   std::vector<StridedRead> reads;
   llvm::DenseMap<Value, int> nodeOf;
@@ -86,7 +86,7 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
     }
     if (auto it = inputIndex.find(v); it != inputIndex.end())
       return -(it->second + 1);
-    auto read = stridedRead(v);
+    auto read = l.stridedRead(v);
     if (!read.ok())
       return read.status();
     cu::EwInput in;
@@ -179,13 +179,13 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
 
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
                         generated(cu::EmitElementwise(prog), last));
-  int kernel = addKernel(code);
+  int kernel = l.addKernel(code);
   std::vector<KernelArg> args;
   for (Value out : outputs)
-    args.push_back(ptrArg(out));
+    args.push_back(l.ptrArg(out));
   for (auto [i, read] : llvm::enumerate(reads)) {
     int64_t esize = cu::ScalarSize(prog.inputs[i].type);
-    args.push_back(ptrArg(read.root, read.elementOffset * esize));
+    args.push_back(l.ptrArg(read.root, read.elementOffset * esize));
   }
   args.push_back(i64Arg(numel));
   if (cu::ElementwiseNeedsShape(prog)) {
@@ -199,7 +199,7 @@ absl::Status Lowering::emitElementwiseGroup(ArrayRef<Operation *> ops) {
   }
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
                         generated(cu::ElementwiseLaunch(prog, numel), last));
-  launch(kernel, dims, std::move(args), last);
+  l.launch(kernel, dims, std::move(args), last);
   return absl::OkStatus();
 }
 

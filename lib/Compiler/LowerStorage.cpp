@@ -174,4 +174,62 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
   return absl::OkStatus();
 }
 
+/// A fresh dense buffer holding `src` (read through its view strides) with
+/// its last two dims swapped when `swapLastTwo`, converted to `to`; live for
+/// the current step only. One elementwise kernel.
+absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo, cu::ScalarType to,
+                                           Operation *op) {
+  // A parameter's relayout (an fp8 weight into cuBLASLt's [n,k]) is done
+  // once per parameter set, into a Persistent buffer shared by its GEMMs.
+  bool prep = isHoisted(src);
+  auto key = std::make_tuple(src, static_cast<int>(swapLastTwo), static_cast<int>(to));
+  if (prep)
+    if (auto it = hoistedRelayouts.find(key); it != hoistedRelayouts.end())
+      return it->second;
+  Preparing scope(builder, prep);
+  SmallVector<int64_t> shape(tensorType(src).getShape());
+  auto read = stridedRead(src);
+  if (!read.ok())
+    return read.status();
+  SmallVector<int64_t> strides(read->strides);
+  if (swapLastTwo) {
+    if (shape.size() < 2)
+      return unsupported(op, "a transposed operand of rank below 2");
+    std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+    std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  }
+  if (shape.size() > static_cast<size_t>(cu::kElementwiseMaxRank))
+    return unsupported(op, "an operand of rank above 8");
+  int64_t numel = numElements(src);
+  int dst;
+  if (prep) {
+    dst = builder.addPersistentBuffer(numel * cu::ScalarSize(to));
+    hoistedRelayouts[key] = dst;
+  } else {
+    dst = newArenaBuffer(numel * cu::ScalarSize(to), step, step);
+  }
+  cu::ElementwiseProgram prog;
+  prog.unroll = kernelConfigs.elementwise_unroll;
+  prog.inputs.push_back({scalarOf(src), cu::InputLayout::kStrided});
+  cu::EwNode n;
+  n.op = cu::EwOp::cast;
+  n.type = to;
+  n.operands = {-1};
+  prog.nodes.push_back(n);
+  prog.outputs.push_back({0, to});
+  int64_t esize = cu::ScalarSize(scalarOf(src));
+  std::vector<KernelArg> args = {
+      bufArg(dst), ptrArg(read->root, read->elementOffset * esize), i64Arg(numel)};
+  LLMC_ASSIGN_OR_RETURN(
+      KernelArg shapeBytes,
+      generated(shapeArg(prog, std::vector<int64_t>(shape.begin(), shape.end()),
+                         {std::vector<int64_t>(strides.begin(), strides.end())}),
+                op));
+  args.push_back(std::move(shapeBytes));
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::ElementwiseLaunch(prog, numel), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitElementwise(prog), op));
+  launch(addKernel(code), dims, std::move(args), op);
+  return dst;
+}
 } // namespace llmc::codegen

@@ -123,6 +123,35 @@ static int64_t prepStepShift(func::FuncOp fn) {
 Lowering::Lowering(func::FuncOp fn, const LowerOptions &options, MLIRContext &context)
     : fn(fn), options(options), builder(context, fn.getSymName(), prepStepShift(fn)) {}
 
+/// `op`'s launches: none for views, constants and ops whose kernel another
+/// op emits; the kernel of a group llmc-form-kernels formed at its last op;
+/// else the conversion pattern of its op type.
+absl::Status Lowering::emitOp(Operation *op, const OpLoweringSet &patterns) {
+  // Results with no elements need no launch.
+  if (op->getNumResults() > 0 && llvm::all_of(op->getResults(), [](Value r) {
+        auto t = dyn_cast<RankedTensorType>(r.getType());
+        return t && t.getNumElements() == 0;
+      }))
+    return absl::OkStatus();
+  if (isa<ViewLikeOpInterface, ConstantOp, arith::ConstantOp>(op))
+    return absl::OkStatus(); // views and constants: no launch of their own
+  if (kernelPlan.fusedIntoNorm.contains(op))
+    return absl::OkStatus(); // the norm's kernel adds it
+  if (auto it = kernelPlan.gemvGroupOf.find(op); it != kernelPlan.gemvGroupOf.end()) {
+    const GemvGroup &group = kernelPlan.gemvGroups[it->second];
+    return op == group.emitAt ? lowerGemvGroup(group, *this) : absl::OkStatus();
+  }
+  if (isElementwise(op)) {
+    auto &group = kernelPlan.groups[kernelPlan.groupOf[op]];
+    if (group.back() != op)
+      return absl::OkStatus(); // emitted with the group's last op
+    return lowerElementwiseGroup(group, *this);
+  }
+  if (const OpLoweringSet::Fn *pattern = patterns.lookup(op))
+    return (*pattern)(op, *this);
+  return unsupported(op, "no CUDA lowering for this op");
+}
+
 absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
   if (auto st = checkStatic(); !st.ok())
     return st;
@@ -239,12 +268,22 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
     materializeErrors.clear();
     return st;
   };
+  OpLoweringSet patterns;
+  populateAttentionLowerings(patterns);
+  populateCollectiveLowerings(patterns);
+  populateDataMovementLowerings(patterns);
+  populateKVCacheLowerings(patterns);
+  populateMatmulLowerings(patterns);
+  populateNormLowerings(patterns);
+  populateReductionLowerings(patterns);
+  populateRoPELowerings(patterns);
+  populateWeightOnlyLowerings(patterns);
   for (Operation &op : body) {
     if (isa<func::ReturnOp>(op))
       continue;
     step = opIndex[&op];
     Preparing scope(builder, hoisted.contains(&op));
-    absl::Status st = guarded(&op, [&] { return emitOp(&op); });
+    absl::Status st = guarded(&op, [&] { return emitOp(&op, patterns); });
     if (!st.ok())
       return st;
   }

@@ -6,12 +6,19 @@
 //                          preparation, the public functions (the result
 //                          is exec IR, built through ExecBuilder.h; then
 //                          llmc-plan-arena, translateToExecutable)
-//   LowerStorage.cpp       buffers, strided reads of views, copies, launches
-//   LowerElementwise.cpp   fused elementwise kernels
-//   LowerOps.cpp           the per-op dispatch (emitOp) and norms
-//   LowerMatmul.cpp        GEMMs (cuBLASLt), relayouts, pads, decode GEMVs,
-//                          weight-only quantization
-//   LowerAttention.cpp     attention (FlashAttention-2 kernels, cuDNN)
+//   LowerStorage.cpp       buffers, strided reads of views, copies,
+//                          relayouts, launches
+// and one conversion pattern file per op family (OpLoweringSet):
+//   LowerElementwise.cpp   fused elementwise kernels (elementwise groups)
+//   LowerNorms.cpp         RMSNorm, LayerNorm (+ residual add), softmax
+//   LowerMatmul.cpp        GEMMs (cuBLASLt), decode GEMVs and their groups
+//   LowerWeightOnly.cpp    weight-only quantize/dequantize
+//   LowerAttention.cpp     attention (FlashAttention-2, flash-decoding, cuDNN)
+//   LowerRoPE.cpp          rotary position embedding
+//   LowerKVCache.cpp       KV-cache append
+//   LowerReductions.cpp    reductions
+//   LowerDataMovement.cpp  gather, concat, pad
+//   LowerCollectives.cpp   all-reduce, all-gather, reduce-scatter
 // Which ops share a kernel is decided by llmc-form-kernels (planKernels),
 // their configurations by llmc-select-kernel-configs; both are read back
 // from IR (decidedKernelPlan, KernelPlan.h; decidedKernelConfigs,
@@ -52,6 +59,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -179,6 +187,15 @@ inline absl::StatusOr<std::string> constantBytes(ElementsAttr elements) {
   return out;
 }
 
+class OpLoweringSet;
+
+/// One lowering of a shape-specialized function to exec IR. The driver
+/// (run, LowerToExecutable.cpp) walks the ops in order and hands each to the
+/// conversion pattern of its op family (OpLoweringSet) or, for the kernels
+/// llmc-form-kernels formed, to the group's lowering. The public methods are
+/// what those patterns use: the storage of values (buffers, views read in
+/// place or materialized, the arena), kernels and launches (through the
+/// ExecBuilder), and the decisions read from IR.
 class Lowering {
 public:
   /// Builds `fn`'s exec.executable in `context`.
@@ -188,54 +205,55 @@ public:
   /// liveness, none an offset): LowerToExecIR plans it with llmc-plan-arena.
   absl::StatusOr<OwningOpRef<exec::ExecutableOp>> run();
 
-private:
-  // --- analysis ---
-  absl::Status checkStatic();
-  absl::StatusOr<StridedRead> stridedRead(Value v);
+  // --- what the patterns read ---
+  const LowerOptions &getOptions() const { return options; }
+  /// Which ops share a kernel (llmc-form-kernels) and their configurations
+  /// (llmc-select-kernel-configs).
+  const KernelPlan &getKernelPlan() const { return kernelPlan; }
+  const KernelConfigs &getKernelConfigs() const { return kernelConfigs; }
+  /// The launch step being emitted (the op's index in the function): the
+  /// liveness unit of arena buffers.
+  int getStep() const { return step; }
+  /// Whether `v` is a parameter or computed from parameters only (its work
+  /// runs in the preparation segment).
+  bool isHoisted(Value v) const { return parameterDerived.contains(v); }
+  /// GEMMs, copies and collectives are built on it directly.
+  ExecBuilder &getBuilder() { return builder; }
 
   // --- storage ---
-  int bufferFor(Value v); // buffer id of v's storage root
-  int bufferForImpl(Value v);
+  /// `v` read in place: its storage root and the strides of the view.
+  absl::StatusOr<StridedRead> stridedRead(Value v);
+  /// The buffer of `v`'s storage root, made on first use (a view that needs
+  /// dense storage is copied into a buffer of its own right here).
+  int bufferFor(Value v);
+  /// A fresh arena buffer live over [firstStep, lastStep].
   int newArenaBuffer(int64_t bytes, int firstStep, int lastStep);
+  /// A fresh dense buffer holding `src` (through its view strides), its last
+  /// two dims swapped when `swapLastTwo`, converted to `to`: one kernel, in
+  /// the preparation (into a persistent buffer shared by its readers) when
+  /// `src` is parameter-derived.
+  absl::StatusOr<int> emitRelayout(Value src, bool swapLastTwo, cu::ScalarType to,
+                                   Operation *op);
+  /// dst's fresh storage = src through its strides (a copy or one kernel).
+  absl::Status emitCopyInto(Value dst, Value src, Operation *op);
+  absl::Status emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
+                                Operation *blame = nullptr);
 
-  // --- emission ---
+  // --- kernels and launches ---
   int addKernel(const cu::KernelCode &code);
   KernelArg ptrArg(Value v, int64_t byteOffset = 0);
   KernelArg bufArg(int buffer, int64_t byteOffset = 0) {
     return KernelArg::buffer(buffer, byteOffset);
   }
+  /// A launch of `kernel` labelled with `op`'s name.
   void launch(int kernel, const cu::LaunchDims &dims, ArrayRef<KernelArg> args,
               Operation *op, const AttentionAttachment *attention = nullptr);
-  absl::Status emitOp(Operation *op);
-  absl::Status emitElementwiseGroup(ArrayRef<Operation *> ops);
-  absl::Status emitCopyInto(Value dst, Value src, Operation *op);
-  absl::Status emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
-                                Operation *blame = nullptr);
-  absl::Status emitMatmul(MatmulOp op);
-  absl::StatusOr<int> emitRelayout(Value src, bool swapLastTwo,
-                                   cu::ScalarType to, Operation *op);
-  struct MatrixView {
-    int buffer = -1;
-    int64_t byteOffset = 0;
-    int64_t ld = 0;           // row stride of the stored matrix, elements
-    bool transposed = false;  // stored as the transpose of the logical matrix
-  };
-  std::optional<MatrixView> matrixView(Value v);
-  absl::Status emitPad(PadOp op);
-  absl::Status emitAttention(AttentionOp op);
-  absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op);
-  absl::Status emitNorm(Operation *op);
-  // Weight-only quantization (llm.quantize_weight / dequantize_weight).
-  absl::StatusOr<cu::WeightQuantConfig> weightQuantConfig(Operation *op, int64_t bits,
-                                                          int64_t group,
-                                                          cu::ScalarType dtype);
-  absl::Status emitQuantizeWeight(QuantizeWeightOp op);
-  absl::Status emitDequantizeWeight(DequantizeWeightOp op);
-  // Horizontal fusion of decode GEMVs sharing an input (KernelPlan).
-  KernelArg gemvWeightArg(MatmulOp op);
-  absl::Status emitGemvGroup(const GemvGroup &group);
+
+private:
+  absl::Status checkStatic();
   absl::Status planHoisting();
-  bool isHoisted(Value v) const { return parameterDerived.contains(v); }
+  int bufferForImpl(Value v);
+  absl::Status emitOp(Operation *op, const OpLoweringSet &patterns);
   /// While alive, launches and arena buffers go to the preparation segment
   /// when `on` (or when they already did).
   struct Preparing {
@@ -267,6 +285,52 @@ private:
   llvm::DenseMap<std::tuple<Value, int, int>, int> hoistedRelayouts;
   int64_t constantBytesTotal = 0; // constant data stored in the executable
 };
+
+/// The conversion patterns: for each op type, the function that lowers it
+/// to exec ops through a Lowering (Triton's one pattern per op family).
+/// Each family's file adds its own (populate*Lowerings); an op type without
+/// one is reported unsupported.
+class OpLoweringSet {
+public:
+  using Fn = std::function<absl::Status(Operation *, Lowering &)>;
+  /// `fn` lowers every op of the types `Op, Ops...`; it takes the op as an
+  /// `Op` when there is one type, as an `Operation *` for several.
+  template <typename Op, typename... Ops, typename F> void add(F fn) {
+    Fn erased = [fn](Operation *op, Lowering &l) -> absl::Status {
+      if constexpr (sizeof...(Ops) == 0)
+        return fn(cast<Op>(op), l);
+      else
+        return fn(op, l);
+    };
+    (table.try_emplace(TypeID::get<Op>(), erased), ...,
+     table.try_emplace(TypeID::get<Ops>(), erased));
+  }
+  /// The pattern of `op`'s type; null when none.
+  const Fn *lookup(Operation *op) const {
+    auto it = table.find(op->getName().getTypeID());
+    return it == table.end() ? nullptr : &it->second;
+  }
+
+private:
+  llvm::DenseMap<TypeID, Fn> table;
+};
+
+/// One per op-family file (lib/Compiler/Lower<Family>.cpp).
+void populateAttentionLowerings(OpLoweringSet &set);
+void populateCollectiveLowerings(OpLoweringSet &set);
+void populateDataMovementLowerings(OpLoweringSet &set); // gather, concat, pad
+void populateKVCacheLowerings(OpLoweringSet &set);
+void populateMatmulLowerings(OpLoweringSet &set);
+void populateNormLowerings(OpLoweringSet &set); // RMSNorm, LayerNorm, softmax
+void populateReductionLowerings(OpLoweringSet &set);
+void populateRoPELowerings(OpLoweringSet &set);
+void populateWeightOnlyLowerings(OpLoweringSet &set);
+
+/// The lowerings of the kernels llmc-form-kernels formed from several ops:
+/// a fused elementwise group (LowerElementwise.cpp) and a group of decode
+/// GEMVs sharing their input (LowerMatmul.cpp).
+absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l);
+absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l);
 
 /// Every tensor codegen sizes is within llm::kMaxTensorElements (what the
 /// `llm` verifiers and the runtime's Executable::Validate take), so element

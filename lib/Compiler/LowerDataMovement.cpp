@@ -1,0 +1,85 @@
+//===- LowerDataMovement.cpp - gather, concat, pad ------------------------===//
+//
+// Ops that move data: row gathers (embedding lookups), concatenation along
+// an outer dimension (copies) and zero padding.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Lowering.h"
+
+namespace llmc::codegen {
+
+/// gather(table, indices) (rows of a rank-2 table) => one kernel.
+static absl::Status lowerGather(GatherOp o, Lowering &l) {
+  auto table = tensorType(o.getTable());
+  if (o.getAxis() != 0 || table.getRank() != 2)
+    return unsupported(o, "gather other than rows of a rank-2 table");
+  cu::GatherConfig cfg;
+  cfg.dtype = scalarOf(o.getTable());
+  cfg.index = scalarOf(o.getIndices());
+  cfg.dim = table.getDimSize(1);
+  int64_t count = numElements(o.getIndices());
+  int err = l.newArenaBuffer(128, l.getStep(), l.getStep());
+  std::vector<KernelArg> args = {
+      l.ptrArg(o.getResult()), l.ptrArg(o.getTable()), l.ptrArg(o.getIndices()),
+      l.bufArg(err),           i64Arg(count),          i64Arg(table.getDimSize(0))};
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims, generated(cu::GatherLaunch(cfg, count), o));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitGather(cfg), o));
+  l.launch(l.addKernel(code), dims, std::move(args), o);
+  return absl::OkStatus();
+}
+
+/// concat(a, b, ...) along an outer dimension => one copy per input.
+static absl::Status lowerConcat(ConcatOp o, Lowering &l) {
+  // Concatenation along dim d is a sequence of block copies when every
+  // dimension before d has size 1.
+  auto t = tensorType(o.getResult());
+  for (int64_t i = 0; i < static_cast<int64_t>(o.getDim()); ++i)
+    if (t.getDimSize(i) != 1)
+      return unsupported(o, "concat along an inner dimension");
+  int64_t offset = 0;
+  for (Value in : o.getInputs()) {
+    BufferRef src{l.bufferFor(in), 0};
+    l.getBuilder().copy(src, {l.bufferFor(o.getResult()), offset}, byteSize(in),
+                        "llm.concat");
+    offset += byteSize(in);
+  }
+  return absl::OkStatus();
+}
+
+/// pad(x) => zero-filled result with x in its leading corner (one kernel).
+static absl::Status lowerPad(PadOp op, Lowering &l) {
+  auto in = tensorType(op.getInput()), out = tensorType(op.getResult());
+  if (in.getRank() == 0 || in.getShape() == out.getShape())
+    return l.emitCopyInto(op.getResult(), op.getInput(), op);
+  if (in.getRank() > cu::kPadMaxRank)
+    return unsupported(op, absl::StrCat("llm.pad of rank ", in.getRank(), " (at most ",
+                                        cu::kPadMaxRank, ")"));
+  cu::PadConfig cfg;
+  cfg.dtype = scalarOf(op.getInput());
+  cfg.rank = static_cast<int>(in.getRank());
+  cfg.vec = cu::PadVecWidth(cfg.dtype, in.getShape().back(), out.getShape().back());
+  LLMC_ASSIGN_OR_RETURN(
+      std::vector<int64_t> packed,
+      generated(cu::PackPadShape(
+                    std::vector<int64_t>(out.getShape().begin(), out.getShape().end()),
+                    std::vector<int64_t>(in.getShape().begin(), in.getShape().end())),
+                op));
+  KernelArg shape = KernelArg::struct_(std::string(
+      reinterpret_cast<const char *>(packed.data()), packed.size() * sizeof(int64_t)));
+  int64_t numel = out.getNumElements();
+  std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.ptrArg(op.getInput()),
+                                 i64Arg(numel), std::move(shape)};
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims, generated(cu::PadLaunch(cfg, numel), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitPad(cfg), op));
+  l.launch(l.addKernel(code), dims, std::move(args), op);
+  return absl::OkStatus();
+}
+
+void populateDataMovementLowerings(OpLoweringSet &set) {
+  set.add<GatherOp>(lowerGather);
+  set.add<ConcatOp>(lowerConcat);
+  set.add<PadOp>(lowerPad);
+}
+
+} // namespace llmc::codegen

@@ -1,0 +1,47 @@
+//===- LowerKVCache.cpp - KV-cache append ---------------------------------===//
+//
+// llm.kv_cache_append: new K/V rows written at a position of the cache, in
+// place when the cache is donated.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Lowering.h"
+
+namespace llmc::codegen {
+
+/// kv_cache_append(cache, update, pos) => [copy of the cache,] one kernel.
+static absl::Status lowerKVCacheAppend(KVCacheAppendOp o, Lowering &l) {
+  // Value semantics: result = cache with rows replaced. A donated cache
+  // is updated in place; otherwise copy it into the result's storage
+  // first, then write the new rows there.
+  if (!updatesInPlace(o))
+    if (auto st = l.emitCopyInto(o.getResult(), o.getCache(), o); !st.ok())
+      return st;
+  auto c = tensorType(o.getCache());
+  auto u = tensorType(o.getUpdate());
+  cu::KvAppendConfig cfg;
+  cfg.dtype = scalarOf(o.getCache());
+  cfg.heads_kv = c.getDimSize(2);
+  cfg.head_dim = c.getDimSize(3);
+  cfg.pos = tensorType(o.getPosition()).getElementType().isInteger(32)
+                ? cu::PositionSource::kScalarI32
+                : cu::PositionSource::kScalarI64;
+  int err = l.newArenaBuffer(128, l.getStep(), l.getStep());
+  // The kernel appends K and V together; pass the same tensor twice.
+  std::vector<KernelArg> args = {
+      l.ptrArg(o.getResult()), l.ptrArg(o.getResult()),   l.ptrArg(o.getUpdate()),
+      l.ptrArg(o.getUpdate()), l.ptrArg(o.getPosition()), l.bufArg(err),
+      i64Arg(c.getDimSize(0)), i64Arg(c.getDimSize(1)),   i64Arg(u.getDimSize(1))};
+  LLMC_ASSIGN_OR_RETURN(
+      cu::LaunchDims dims,
+      generated(cu::KvAppendLaunch(cfg, c.getDimSize(0), u.getDimSize(1)), o));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitKvAppend(cfg), o));
+  l.launch(l.addKernel(code), dims, std::move(args), o);
+  return absl::OkStatus();
+}
+
+void populateKVCacheLowerings(OpLoweringSet &set) {
+  set.add<KVCacheAppendOp>(lowerKVCacheAppend);
+}
+
+} // namespace llmc::codegen
