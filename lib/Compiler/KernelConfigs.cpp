@@ -49,6 +49,11 @@ cu::DecodeConfig llmc::flashDecodeConfig(AttentionOp op) {
   return dc;
 }
 
+bool llmc::flashDecodeServes(AttentionOp op) {
+  return !op.getMask() && tensorType(op.getQuery()).getDimSize(1) <= 16 &&
+         cu::FlashDecodeSupported(flashDecodeConfig(op));
+}
+
 absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
   auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
   absl::StatusOr<rt::DType> dtype = toRuntimeDType(q.getElementType());
@@ -72,14 +77,10 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
     int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
             d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
     AttentionChoice choice;
-    cu::DecodeConfig dc = flashDecodeConfig(op);
-    if (!op.getMask() && sq <= 16 && cu::FlashDecodeSupported(dc) &&
-        (op.getKvLen() || sq == 1)) {
-      // Fails when no register layout fits the geometry (some supported
-      // configs, e.g. bf16, head dim 16, group 5, 13 queries): then the
-      // flash-decoding kernel cannot serve the op either.
-      absl::StatusOr<int> splits = cu::FlashDecodeNumSplits(dc, b, hkv, skv);
-      if (splits.ok()) {
+    if (flashDecodeServes(op) && (op.getKvLen() || sq == 1)) {
+      absl::StatusOr<int> splits =
+          cu::FlashDecodeNumSplits(flashDecodeConfig(op), b, hkv, skv);
+      if (splits.ok()) { // it is: the geometry exists
         choice.kernel = AttentionChoice::kFlashDecode;
         choice.splits = *splits;
         configs.attention[op] = choice;

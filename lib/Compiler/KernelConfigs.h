@@ -64,6 +64,12 @@ struct KernelConfigs {
 /// query length, causal; kv_len read from the argument).
 cuda::DecodeConfig flashDecodeConfig(llm::AttentionOp op);
 
+/// Whether the flash-decoding kernels compute `op`: no mask, at most 16
+/// queries, and a configuration cu::FlashDecodeSupported takes. What a
+/// `flash_decode` llm.kernel_config needs; the rule below picks it only
+/// where it is the faster kernel.
+bool flashDecodeServes(llm::AttentionOp op);
+
 /// cuDNN's SDPA for `op` (shapes, causal, scale, type; no buffers yet);
 /// InvalidArgument for an element type the runtime does not have.
 absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionOp op);
@@ -71,10 +77,8 @@ absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionOp op);
 /// The rule llmc-select-kernel-configs applies with the knobs of `options`
 /// (attention_backend, attention_tile, elementwise_unroll) to a
 /// shape-specialized function:
-///  - flash-decoding for an attention without mask of at most 16 queries
-///    that reads `kv_len` or has one query, when its kernel takes the
-///    type, head dim and group (cu::FlashDecodeSupported), in
-///    cu::FlashDecodeNumSplits splits; FlashAttention-2 otherwise, with
+///  - flash-decoding for an attention it serves (flashDecodeServes) that
+///    reads `kv_len` or has one query, in cu::FlashDecodeNumSplits splits; FlashAttention-2 otherwise, with
 ///    the forced tile or cu::DefaultAttentionTile (heads or batch over
 ///    65535: not q-tile-fastest), and cuDNN unless the backend is llmc, the
 ///    attention has a mask or cuDNN does not take it

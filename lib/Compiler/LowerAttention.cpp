@@ -42,11 +42,12 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
         " has no kernel configuration"));
   cu::DecodeConfig dc = flashDecodeConfig(op);
   if (choice->second.kernel == AttentionChoice::kFlashDecode) {
-    if (op.getMask() || sq > 16 || !cu::FlashDecodeSupported(dc))
+    if (!flashDecodeServes(op))
       return unsupported(op, "its llm.kernel_config chooses flash_decode, whose "
                              "kernel takes no mask, at most 16 queries, "
                              "bf16/f16/f32, head dim <= 512 and group size x "
-                             "query length x head dim <= 4096");
+                             "query length x head dim <= 4096 with a register "
+                             "layout that fits");
     if (kvLen) {
       auto lenType = tensorType(kvLen).getElementType();
       dc.kv_len = lenType.isInteger(32) ? cu::KvLenSource::kDeviceI32

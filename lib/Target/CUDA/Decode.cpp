@@ -377,14 +377,19 @@ bool PickLayout(const DecodeConfig &c, int rows_per_warp, int max_lanes, int qo_
 }
 } // namespace
 
-bool FlashDecodeSupported(const DecodeConfig &c) {
+namespace {
+/// The ranges the kernel is written for; a register layout must fit too.
+bool InSupportedRange(const DecodeConfig &c) {
   return (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16 || c.dtype == ScalarType::f32) &&
          c.head_dim >= 1 && c.head_dim <= 512 && c.group_size >= 1 && c.q_len >= 1 &&
          Rows(c) * c.head_dim <= 4096;
 }
+} // namespace
+
+bool FlashDecodeSupported(const DecodeConfig &c) { return FlashDecodeGeometryOf(c).ok(); }
 
 absl::StatusOr<FlashDecodeGeometry> FlashDecodeGeometryOf(const DecodeConfig &c) {
-  if (!FlashDecodeSupported(c))
+  if (!InSupportedRange(c))
     return Invalid("flash decode: unsupported config (see FlashDecodeSupported)");
   const int64_t rows = Rows(c);
   Candidate best;

@@ -144,6 +144,13 @@ TEST(KernelConfigs, ConfigurationsTheKernelsCannotRunAreErrors) {
   EXPECT_CONTAINS(msg, "'llm.attention' at ");
   EXPECT_CONTAINS(msg, "its llm.kernel_config chooses flash_decode, whose kernel takes no mask, at most 16 queries");
 
+  // Inside the kernel's ranges but with no register layout (bf16, head dim
+  // 16, group 5, 13 queries): rejected before any kernel is generated.
+  msg = LowerError(Attention("tensor<1x13x5x16xbf16>", "tensor<1x300x1x16xbf16>",
+                             R"({kernel = "flash_decode", splits = 2 : i64})"));
+  EXPECT_CONTAINS(msg, "its llm.kernel_config chooses flash_decode, whose kernel takes no mask");
+  EXPECT_CONTAINS(msg, "with a register layout that fits");
+
   // cuDNN's SDPA takes bf16 and f16 only.
   const std::string f32 = "tensor<1x64x4x64xf32>";
   msg = LowerError(Attention(f32, f32, R"({cudnn = true, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"})"));

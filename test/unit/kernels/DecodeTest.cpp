@@ -272,6 +272,15 @@ TEST(FlashDecode, Geometry) {
   c.q_len = 1;
   c.head_dim = 128;
   EXPECT_FALSE(FlashDecodeSupported(c));  // 64 x 128 > 4096
+  // Inside the ranges but no register layout fits: not supported either, so
+  // that llmc-select-kernel-configs never picks it and the lowering rejects
+  // a flash_decode config for it before generating anything.
+  c.dtype = ScalarType::bf16;
+  c.head_dim = 16;
+  c.group_size = 5;
+  c.q_len = 13;
+  EXPECT_FALSE(FlashDecodeSupported(c));
+  EXPECT_EQ(FlashDecodeGeometryOf(c).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(FlashDecode, LaunchAndWorkspace) {

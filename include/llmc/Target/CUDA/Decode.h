@@ -63,16 +63,18 @@ struct FlashDecodeGeometry {
   int tile_keys = 8;     // keys per warp per tile = unroll * 32 / lanes
 };
 
-/// Geometry for cfg. InvalidArgument when !FlashDecodeSupported(cfg);
-/// Unimplemented when no register layout fits (not seen for a supported
-/// config).
+/// Geometry for cfg. InvalidArgument outside the ranges FlashDecodeSupported
+/// names; Unimplemented when no register layout fits (e.g. bf16, head dim
+/// 16, group 5, 13 queries).
 absl::StatusOr<FlashDecodeGeometry> FlashDecodeGeometryOf(const DecodeConfig &cfg);
 /// "l16v8n1r1u4" style tag of a geometry (part of the kernel names).
 std::string FlashDecodeGeometryName(const FlashDecodeGeometry &g);
 
-/// bf16/f16/f32, 1 <= head_dim <= 512, group_size >= 1, q_len >= 1,
-/// group_size * q_len * head_dim <= 4096 (fp32 Q and O of a block's rows
-/// spread over 128 threads' registers). Otherwise use EmitAttention.
+/// Whether the kernels serve cfg: bf16/f16/f32, 1 <= head_dim <= 512,
+/// group_size >= 1, q_len >= 1, group_size * q_len * head_dim <= 4096 (fp32
+/// Q and O of a block's rows spread over 128 threads' registers), and a
+/// register layout fits (FlashDecodeGeometryOf). Otherwise use
+/// EmitAttention.
 bool FlashDecodeSupported(const DecodeConfig &cfg);
 
 /// Both phases for cfg. Split block = (split, kv head, batch) with 128
