@@ -1,16 +1,78 @@
 //===- LowerReductions.cpp - reductions -----------------------------------===//
 //
-// llm.reduce_{sum,mean,max,min} over all dimensions (two-stage) or over the
-// last one (a row kernel).
+// llm.reduce_{sum,mean,max,min} over all dimensions (two stages), over the
+// trailing dimensions (a row kernel) or over a block of adjacent dimensions
+// before the last (a column kernel): any reduction whose reduced dimensions
+// are adjacent once dimensions of size 1 are dropped.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Lowering.h"
 
+#include <array>
+
 namespace llmc::codegen {
 
+/// x viewed as [outer, r, inner] for a reduction over `dims`: dimensions of
+/// size 1 do not change the layout and are dropped, runs of kept or of
+/// reduced dimensions merge. nullopt when the reduced dimensions are not
+/// adjacent then (two runs).
+static std::optional<std::array<int64_t, 3>> reductionLayout(ArrayRef<int64_t> shape,
+                                                             ArrayRef<int64_t> dims) {
+  std::array<int64_t, 3> layout = {1, 1, 1};
+  int run = 0; // 0: kept dims before the reduced run, 1: reduced, 2: after
+  for (auto [i, size] : llvm::enumerate(shape)) {
+    if (size == 1)
+      continue;
+    bool reduced = llvm::is_contained(dims, static_cast<int64_t>(i));
+    if (reduced && run == 2)
+      return std::nullopt;
+    if (reduced)
+      run = 1;
+    else if (run == 1)
+      run = 2;
+    layout[run] *= size;
+  }
+  return layout;
+}
+
+/// out [outer, inner] = reduce over r of x [outer, r, inner], inner > 1:
+/// the column kernel, and when its rows are split, the combine kernel over
+/// an arena workspace of fp32 partials.
+static absl::Status lowerColumnReduction(Operation *o, cu::ReduceKind kind, int64_t outer,
+                                         int64_t r, int64_t inner, Lowering &l) {
+  Value in = o->getOperand(0), out = o->getResult(0);
+  cu::ColumnReduceConfig cfg;
+  cfg.in = scalarOf(in);
+  cfg.out = scalarOf(out);
+  cfg.kind = kind;
+  int splits = cu::ColumnReduceNumSplits(outer, r, inner);
+  LLMC_ASSIGN_OR_RETURN(cu::ColumnReduceKernels ks, generated(cu::EmitColumnReduce(cfg), o));
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims partialDims,
+                        generated(cu::ColumnReducePartialLaunch(cfg, outer, inner, splits), o));
+  int64_t workspace = cu::ColumnReduceWorkspaceBytes(outer, inner, splits);
+  int partials = workspace > 0 ? l.newArenaBuffer(workspace, l.getStep(), l.getStep()) : -1;
+  std::vector<KernelArg> args = {l.ptrArg(out),
+                                 partials >= 0 ? l.bufArg(partials) : nullArg(),
+                                 l.ptrArg(in),
+                                 i64Arg(outer),
+                                 i64Arg(r),
+                                 i64Arg(inner),
+                                 i64Arg(cu::ColumnReduceRowsPerSplit(r, splits))};
+  l.launch(l.addKernel(ks.partial), partialDims, args, o);
+  if (splits == 1)
+    return absl::OkStatus();
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims combineDims,
+                        generated(cu::ColumnReduceCombineLaunch(cfg, outer, inner), o));
+  std::vector<KernelArg> combineArgs = {l.ptrArg(out), l.bufArg(partials),
+                                        i64Arg(outer * inner), i64Arg(r), i32Arg(splits)};
+  l.launch(l.addKernel(ks.combine), combineDims, combineArgs, o);
+  return absl::OkStatus();
+}
+
 /// reduce(x, all dims) => two kernels (partials, then total);
-/// reduce(x, last dim) => one row kernel.
+/// reduce(x, last dim) or over trailing dims => one row kernel;
+/// reduce(x, dims before the last) => a column kernel [+ its combine].
 static absl::Status lowerReduction(Operation *o, Lowering &l) {
   Value in = o->getOperand(0);
   auto t = tensorType(in);
@@ -41,15 +103,23 @@ static absl::Status lowerReduction(Operation *o, Lowering &l) {
     l.launch(l.addKernel(ks.stage2), dims2, std::move(args2), o);
     return absl::OkStatus();
   }
-  if (dims.size() != 1 || dims[0] != t.getRank() - 1)
-    return unsupported(o, "reduction over dimensions other than the "
-                          "last one or all of them");
+  int64_t n = t.getShape().back(), rows = numElements(in) / std::max<int64_t>(n, 1);
+  if (dims.size() != 1 || dims[0] != t.getRank() - 1) {
+    std::optional<std::array<int64_t, 3>> layout = reductionLayout(t.getShape(), dims);
+    if (!layout)
+      return unsupported(o, "a reduction over dimensions that are not adjacent "
+                            "(apart from dimensions of size 1); reduce one block "
+                            "of adjacent dimensions at a time");
+    auto [outer, r, inner] = *layout;
+    if (inner > 1)
+      return lowerColumnReduction(o, kind, outer, r, inner, l);
+    n = r, rows = outer;
+  }
   cu::RowReduceConfig cfg;
   cfg.in = scalarOf(in);
   cfg.out = scalarOf(o->getResult(0));
   cfg.kind = kind;
-  cfg.n = t.getShape().back();
-  int64_t rows = numElements(in) / std::max<int64_t>(cfg.n, 1);
+  cfg.n = n;
   std::vector<KernelArg> args = {l.ptrArg(o->getResult(0)), l.ptrArg(in), i64Arg(rows)};
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims grid,
                         generated(cu::RowReduceLaunch(cfg, rows), o));

@@ -86,6 +86,20 @@ def node_flops(node: torch.fx.Node) -> int:
     return 0
 
 
+def _adjacent_reduction(shape, dims) -> bool:
+    """Whether the reduced `dims` of `shape` form one block once dimensions of
+    size 1 are dropped: what the CUDA lowering takes (all dimensions, the
+    trailing ones, or a block before the last; LowerReductions.cpp)."""
+    runs = []  # reduced flags of the non-unit dimensions, runs merged
+    for i, size in enumerate(shape):
+        if not isinstance(size, torch.SymInt) and int(size) == 1:
+            continue  # (a symbolic size may be 1 only where traced)
+        reduced = i in dims
+        if not runs or runs[-1] != reduced:
+            runs.append(reduced)
+    return runs.count(True) <= 1
+
+
 def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
     """Forms the importer translates but llmc's CUDA codegen does not lower."""
     t = node.target
@@ -95,9 +109,9 @@ def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
         if dims and isinstance(x, torch.Tensor):
             r = x.dim()
-            dims = sorted({d + r if d < 0 else d for d in dims})
-            if dims != [r - 1] and dims != list(range(r)):
-                return "llmc codegen: reduction over dimensions other than the last or all"
+            dims = {d + r if d < 0 else d for d in dims}
+            if not _adjacent_reduction(x.shape, dims):
+                return "llmc codegen: reduction over dimensions that are not adjacent"
     if t is aten.index_select.default:
         x = importer._meta(node.args[0])
         if node.args[1] not in (0, -x.dim()) or x.dim() != 2:

@@ -96,6 +96,24 @@ def test_unsupported_op_stays_in_pytorch_and_is_reported():
     assert "aten.atan.default" in str(rep)
 
 
+def test_training_backward_reductions_compile_in_llmc():
+    """The weight gradients of RMSNorm and the projections reduce over batch
+    and sequence (aten.sum.dim_IntList over dims [0, 1]): they join llmc
+    subgraphs and compile, instead of splitting the backward graph."""
+    torch.manual_seed(0)
+    m = tiny_llama()
+    x = torch.randint(0, 1000, (2, 9))
+    llmc.backend.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _compile(m)(x, labels=x, use_cache=False).loss.backward()
+    backward = [r for r in llmc.backend.reports() if r.graph.endswith("_backward")]
+    assert backward, [r.graph for r in llmc.backend.reports()]
+    rep = backward[-1]
+    assert "aten.sum.dim_IntList" not in rep.unsupported, str(rep)
+    assert rep.compiles > 0 and not rep.compile_failures, str(rep)
+
+
 def test_training_cpu_graphs_partitioned_and_grads_equal_eager():
     """Forward and backward graphs both go through the partitioner (CPU: eager values)."""
     torch.manual_seed(0)

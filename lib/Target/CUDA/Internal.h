@@ -43,6 +43,13 @@ absl::StatusOr<LaunchDims> Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx,
 absl::Status Invalid(const std::string &msg);
 absl::Status Unsupported(const std::string &msg);
 
+/// "sum", "mean", "max" or "min" (kernel names and comments).
+const char *KindName(ReduceKind k);
+/// The reductions' device helpers for `k` (RowKernels.cpp): kMean,
+/// identity(), combine(a, b) (NaN-propagating for max/min), warpReduce(v) and
+/// blockReduce(v, scratch) over fp32 accumulators.
+std::string ReduceOps(ReduceKind k);
+
 } // namespace llmc::cuda::detail
 
 /// `lhs = *expr;` when `expr` (a StatusOr) is ok, else returns its status.

@@ -563,7 +563,7 @@ absl::StatusOr<LaunchDims> SoftmaxLaunch(const SoftmaxConfig &c, int64_t rows) {
 // Row reduction
 //===----------------------------------------------------------------------===//
 
-namespace {
+namespace detail {
 const char *KindName(ReduceKind k) {
   switch (k) {
   case ReduceKind::sum: return "sum";
@@ -574,7 +574,6 @@ const char *KindName(ReduceKind k) {
   return "?";
 }
 
-// Combine helpers shared by the row and full reductions.
 std::string ReduceOps(ReduceKind k) {
   std::ostringstream s;
   const bool is_sum = k == ReduceKind::sum || k == ReduceKind::mean;
@@ -603,7 +602,7 @@ LLMC_DEV float blockReduce(float v, float* scratch) {
 )CUDA";
   return s.str();
 }
-} // namespace
+} // namespace detail
 
 absl::StatusOr<KernelCode> EmitRowReduce(const RowReduceConfig &c) {
   if (c.n < 1) return Invalid("row reduce: n must be >= 1");

@@ -643,6 +643,75 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* out, const bf16* 
 // an i64 count of labels, a rank-0 division) uses and no example exercises:
 // row reductions over a non-power-of-two row, a [R, 1] -> [R, N] strided
 // broadcast, and a whole-tensor i64 sum.
+// x [outer, r, inner] reduced over r: bf16 in, f32 out, one split and
+// several (partials + combine), columns not a multiple of 32, a NaN in
+// max; against a float64 reference on fresh random inputs.
+TEST(Emu, ColumnReductionsOverLeadingDims) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  const char *s1 = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, float* p, const bf16* x,
+                          long long outer, long long r, long long inner, long long rps) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, p, x, outer, r, inner, rps); });
+})";
+  const char *s2 = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* p, long long count,
+                          long long r, int splits) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, p, count, r, splits); });
+})";
+  using F1 = void (*)(Dim3, Dim3, unsigned, float *, float *, const uint16_t *, long long, long long,
+                      long long, long long);
+  using F2 = void (*)(Dim3, Dim3, unsigned, float *, const float *, long long, long long, int);
+  struct Case {
+    int64_t outer, r, inner;
+    int splits;  // 0: ColumnReduceNumSplits
+    ReduceKind kind;
+  };
+  for (const Case &c : {Case{1, 300, 45, 0, ReduceKind::sum}, Case{1, 300, 45, 1, ReduceKind::sum},
+                        Case{3, 129, 70, 4, ReduceKind::mean}, Case{2, 77, 33, 3, ReduceKind::max},
+                        Case{1, 1, 5, 0, ReduceKind::min}, Case{1, 1000, 8, 0, ReduceKind::sum}}) {
+    ColumnReduceConfig cfg;
+    cfg.in = ScalarType::bf16;
+    cfg.kind = c.kind;
+    auto ks = Unwrap(EmitColumnReduce(cfg));
+    auto f1 = reinterpret_cast<F1>(BuildEmu(ks.partial, s1));
+    auto f2 = reinterpret_cast<F2>(BuildEmu(ks.combine, s2));
+    ASSERT_TRUE(f1 && f2);
+    const int splits = c.splits ? c.splits : ColumnReduceNumSplits(c.outer, c.r, c.inner);
+    std::vector<float> x = Randn(c.outer * c.r * c.inner, 31 + splits);
+    const bool nan = c.kind == ReduceKind::max;
+    if (nan) x[(1 * c.r + 40) * c.inner + 7] = NAN;  // column (o=1, i=7)
+    std::vector<uint16_t> xb = ToBf16Vec(x);
+    std::vector<float> out(c.outer * c.inner, -123.f);
+    std::vector<float> partials(ColumnReduceWorkspaceBytes(c.outer, c.inner, splits) / 4 + 1);
+    LaunchDims d1 = Unwrap(ColumnReducePartialLaunch(cfg, c.outer, c.inner, splits));
+    f1(G(d1), B(d1), d1.smem, out.data(), partials.data(), xb.data(), c.outer, c.r, c.inner,
+       ColumnReduceRowsPerSplit(c.r, splits));
+    if (splits > 1) {
+      LaunchDims d2 = Unwrap(ColumnReduceCombineLaunch(cfg, c.outer, c.inner));
+      f2(G(d2), B(d2), d2.smem, out.data(), partials.data(), c.outer * c.inner, c.r, splits);
+    }
+    for (int64_t o = 0; o < c.outer; ++o)
+      for (int64_t i = 0; i < c.inner; ++i) {
+        double ref = c.kind == ReduceKind::max ? -INFINITY : c.kind == ReduceKind::min ? INFINITY : 0.0;
+        bool anyNan = false;
+        for (int64_t j = 0; j < c.r; ++j) {
+          double v = x[(o * c.r + j) * c.inner + i];
+          anyNan |= std::isnan(v);
+          ref = c.kind == ReduceKind::max ? std::max(ref, v) : c.kind == ReduceKind::min ? std::min(ref, v) : ref + v;
+        }
+        if (c.kind == ReduceKind::mean) ref /= double(c.r);
+        const float got = out[o * c.inner + i];
+        if (anyNan) {
+          EXPECT_TRUE(std::isnan(got)) << o << "," << i;
+          continue;
+        }
+        ASSERT_NEAR(got, ref, 1e-5 * (1 + std::fabs(ref)) + 1e-6 * c.r)
+            << "outer " << c.outer << " r " << c.r << " inner " << c.inner << " splits " << splits << " at "
+            << o << "," << i;
+      }
+  }
+}
+
 TEST(Emu, LogSoftmaxPiecesOnOddRows) {
   if (!HaveCompiler()) GTEST_SKIP();
   const int64_t R = 3, N = 1000;

@@ -701,6 +701,12 @@ TEST(Reduce, CompileGridAndLaunch) {
       auto fk = Unwrap(EmitFullReduce(f));
       ExpectCompiles(fk.stage1);
       ExpectCompiles(fk.stage2);
+      ColumnReduceConfig col;
+      col.in = t;
+      col.kind = k;
+      auto ck = Unwrap(EmitColumnReduce(col));
+      ExpectCompiles(ck.partial);
+      ExpectCompiles(ck.combine);
     }
   EXPECT_EQ(FullReduceNumPartials(1), 1);
   EXPECT_EQ(FullReduceNumPartials(int64_t{1} << 25), 1024);
@@ -711,6 +717,23 @@ TEST(Reduce, CompileGridAndLaunch) {
   RowReduceConfig r;
   r.n = 4096;  // 512 vectors -> warp per row
   EXPECT_EQ(Unwrap(RowReduceLaunch(r, 9)).grid[0], 3u);
+  // RMSNorm weight gradient of [4, 512, 4096]: 128 column blocks, 5 splits
+  // of 410 rows bring it to 640 blocks.
+  EXPECT_EQ(ColumnReduceNumSplits(1, 2048, 4096), 5);
+  EXPECT_EQ(ColumnReduceRowsPerSplit(2048, 5), 410);
+  ColumnReduceConfig col;
+  LaunchDims p = Unwrap(ColumnReducePartialLaunch(col, 1, 4096, 5));
+  EXPECT_EQ(p.grid[0], 128u);
+  EXPECT_EQ(p.grid[1], 5u);
+  EXPECT_EQ(p.block[0], 256u);
+  EXPECT_EQ(ColumnReduceWorkspaceBytes(1, 4096, 5), 5 * 4096 * 4);
+  EXPECT_EQ(Unwrap(ColumnReduceCombineLaunch(col, 3, 1000)).grid[0], 12u);
+  // Enough column blocks already, or too few rows to split: one split and no
+  // workspace.
+  EXPECT_EQ(ColumnReduceNumSplits(64, 4096, 4096), 1);
+  EXPECT_EQ(ColumnReduceNumSplits(1, 100, 64), 1);
+  EXPECT_EQ(ColumnReduceWorkspaceBytes(1, 64, 1), 0);
+  EXPECT_EQ(ColumnReduceNumSplits(1, int64_t{1} << 20, 32), 64);
 }
 
 TEST(Reduce, WideRowsIndexWith64Bits) {

@@ -510,6 +510,45 @@ int FullReduceNumPartials(int64_t numel);
 absl::StatusOr<LaunchDims> FullReduceStage1Launch(const FullReduceConfig &cfg, int64_t numel);
 absl::StatusOr<LaunchDims> FullReduceStage2Launch(const FullReduceConfig &cfg, int64_t numel);
 
+struct ColumnReduceConfig {
+  ScalarType in = ScalarType::bf16;
+  ScalarType out = ScalarType::f32;
+  ReduceKind kind = ReduceKind::sum;
+};
+
+struct ColumnReduceKernels {
+  /// (OutT* out, float* partials, const InT* x, long long outer, long long r,
+  ///  long long inner, long long rows_per_split)
+  KernelCode partial;
+  /// (OutT* out, const float* partials, long long count, long long r,
+  ///  int splits), count = outer * inner
+  KernelCode combine;
+};
+
+/// out[o, i] = reduce over j of x[o, j, i], for x dense row-major
+/// [outer, r, inner] (inner >= 1) and out [outer, inner]: a reduction over
+/// consecutive dimensions that do not include the last (the weight
+/// gradients of RMSNorm, LayerNorm and biases, e.g. sum(dy * x_hat,
+/// dims=[0, 1]) of [B, S, H] is outer 1, r B*S, inner H). fp32 accumulation;
+/// max/min propagate NaN; mean divides the fp32 sum by r.
+/// `partial` runs blocks of 32 columns x 8 row lanes (coalesced along the
+/// columns), grid (outer * ceil(inner / 32), splits): split s reduces rows
+/// [s * rows_per_split, (s + 1) * rows_per_split). With one split it
+/// writes `out`; with several it writes fp32 partials[s, o, i] (workspace
+/// ColumnReduceWorkspaceBytes) and `combine` reduces them in split order
+/// (deterministic). Kernel names depend on the types and kind only.
+absl::StatusOr<ColumnReduceKernels> EmitColumnReduce(const ColumnReduceConfig &cfg);
+/// Row splits that give the GPU about 4 blocks per SM of 132 when the
+/// columns alone do not (each split keeps at least 64 rows; at most 64).
+int ColumnReduceNumSplits(int64_t outer, int64_t r, int64_t inner);
+int64_t ColumnReduceRowsPerSplit(int64_t r, int splits);
+int64_t ColumnReduceWorkspaceBytes(int64_t outer, int64_t inner, int splits);
+absl::StatusOr<LaunchDims> ColumnReducePartialLaunch(const ColumnReduceConfig &cfg,
+                                                     int64_t outer, int64_t inner,
+                                                     int splits);
+absl::StatusOr<LaunchDims> ColumnReduceCombineLaunch(const ColumnReduceConfig &cfg,
+                                                     int64_t outer, int64_t inner);
+
 //===----------------------------------------------------------------------===//
 // 11. Skinny matmul (decode GEMV)
 //===----------------------------------------------------------------------===//
