@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
 
 using namespace mlir;
 
@@ -122,11 +124,19 @@ int ExecBuilder::addKernel(StringRef name, StringRef source) {
   return it->second;
 }
 
-void ExecBuilder::atLaunch() {
-  if (preparing_)
-    b.setInsertionPointToEnd(&prepare.getBody().front());
-  else
+void ExecBuilder::atLaunch(ArrayRef<Value> reads) {
+  if (!preparing_) {
     b.setInsertionPointToEnd(&exe->getBody().front());
+    return;
+  }
+  b.setInsertionPointToEnd(&prepare.getBody().front());
+  // The preparation runs again when a parameter changes (rt::ParameterGuard):
+  // every input it reads is one.
+  for (Value v : reads) {
+    auto buffer = v.getDefiningOp<exec::BufferOp>();
+    if (buffer && buffer.getKind() == exec::BufferKind::input)
+      markParameter(static_cast<int>(*buffer.getIoIndex()));
+  }
 }
 
 void ExecBuilder::launch(int kernel, ArrayRef<int64_t> grid, ArrayRef<int64_t> block,
@@ -162,7 +172,7 @@ void ExecBuilder::launch(int kernel, ArrayRef<int64_t> grid, ArrayRef<int64_t> b
                                     b.getBoolAttr(s.causal), b.getF32FloatAttr(s.scale),
                                     toMlirType(ctx, s.dtype));
   }
-  atLaunch();
+  atLaunch(operands);
   exec::LaunchOp::create(b, b.getUnknownLoc(),
                          FlatSymbolRefAttr::get(kernels[kernel].getSymNameAttr()),
                          b.getDenseI64ArrayAttr(grid), b.getDenseI64ArrayAttr(block),
@@ -182,7 +192,11 @@ void ExecBuilder::gemm(const GemmDesc &g, StringRef name) {
   auto [sb, sbo] = optional(g.scale_b);
   auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
   auto type = [&](rt::DType t) { return TypeAttr::get(toMlirType(ctx, t)); };
-  atLaunch();
+  SmallVector<Value> reads = {value(g.a), value(g.b)};
+  for (Value v : {c, bias, sa, sb})
+    if (v)
+      reads.push_back(v);
+  atLaunch(reads);
   exec::GemmOp::create(
       b, b.getUnknownLoc(), i64(g.m), i64(g.n), i64(g.k), i64(g.batch), i64(g.stride_a),
       i64(g.stride_b), i64(g.stride_c), i64(g.stride_d),
@@ -195,7 +209,7 @@ void ExecBuilder::gemm(const GemmDesc &g, StringRef name) {
 }
 
 void ExecBuilder::copy(BufferRef src, BufferRef dst, int64_t bytes, StringRef name) {
-  atLaunch();
+  atLaunch({value(src)});
   exec::CopyOp::create(b, b.getUnknownLoc(), b.getI64IntegerAttr(bytes), value(src),
                        offset(src), value(dst), offset(dst), label(name));
 }
@@ -203,28 +217,13 @@ void ExecBuilder::copy(BufferRef src, BufferRef dst, int64_t bytes, StringRef na
 void ExecBuilder::collective(exec::CollectiveKind kind, exec::Reduction reduction,
                              int64_t count, rt::DType dtype, BufferRef send,
                              BufferRef recv, StringRef name) {
-  atLaunch();
+  atLaunch({value(send)});
   exec::CollectiveOp::create(b, b.getUnknownLoc(),
                              exec::CollectiveKindAttr::get(ctx, kind),
                              exec::ReductionAttr::get(ctx, reduction),
                              b.getI64IntegerAttr(count),
                              TypeAttr::get(toMlirType(ctx, dtype)), value(send),
                              offset(send), value(recv), offset(recv), label(name));
-}
-
-/// The buffers a launch writes: every buffer of a kernel launch (its
-/// arguments do not say which it writes), a GEMM's D, a collective's
-/// receive buffer, a copy's destination.
-static SmallVector<Value> writtenBuffers(Operation *op) {
-  if (auto l = dyn_cast<exec::LaunchOp>(op))
-    return SmallVector<Value>(l.getBuffers());
-  if (auto g = dyn_cast<exec::GemmOp>(op))
-    return {g.getD()};
-  if (auto c = dyn_cast<exec::CollectiveOp>(op))
-    return {c.getRecv()};
-  if (auto c = dyn_cast<exec::CopyOp>(op))
-    return {c.getDst()};
-  return {};
 }
 
 absl::StatusOr<OwningOpRef<exec::ExecutableOp>> ExecBuilder::finish() {
@@ -236,21 +235,18 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> ExecBuilder::finish() {
     return bug(absl::StrCat(internalError, " in @", exe->getSymName().str()));
   if (prepare.getBody().front().empty())
     prepare.erase();
-  // Every output must be the destination of some launch; a result whose
-  // storage nothing writes would silently return the caller's uninitialized
-  // memory.
-  llvm::SmallDenseSet<int64_t> written;
-  exe->walk([&](Operation *op) {
-    for (Value v : writtenBuffers(op)) {
-      auto buffer = v.getDefiningOp<exec::BufferOp>();
-      if (buffer.getKind() == exec::BufferKind::output)
-        written.insert(*buffer.getIoIndex());
-    }
+  // The exec verifier's invariants (sections in order, every output
+  // written, the preparation reading parameters only, ...) are the
+  // lowering's to keep: a violation is its bug, caught here rather than
+  // blamed on a later pass.
+  std::string diagnostics;
+  ScopedDiagnosticHandler capture(ctx, [&](Diagnostic &d) {
+    llvm::raw_string_ostream(diagnostics) << d;
+    return success();
   });
-  for (auto [i, out] : llvm::enumerate(outputs))
-    if (!written.contains(i) && cast<RankedTensorType>(out.getType()).getNumElements() > 0)
-      return bug(absl::StrCat("result ", i, " of @", exe->getSymName().str(),
-                              " is never written by the compiled code"));
+  if (failed(verify(*exe)))
+    return bug(absl::StrCat("the lowering of @", exe->getSymName().str(),
+                            " built invalid exec IR: ", diagnostics));
   return std::move(exe);
 }
 

@@ -30,6 +30,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <optional>
+#include <utility>
 
 namespace llmc::codegen {
 
@@ -119,7 +120,6 @@ public:
   void addOutput(llvm::StringRef name, llvm::ArrayRef<int64_t> shape, rt::DType dtype);
   void markParameter(int input);
   void setAliasInput(int output, int input);
-  int64_t outputBytes(int output);
 
   // --- buffers (numbered in creation order) ---
   int addIOBuffer(exec::BufferKind kind, int ioIndex); // input or output
@@ -134,14 +134,13 @@ public:
   /// The kernel table's index of `name`, added with `source` on first use.
   int addKernel(llvm::StringRef name, llvm::StringRef source);
   void launch(int kernel, llvm::ArrayRef<int64_t> grid, llvm::ArrayRef<int64_t> block,
-              int64_t smem,
-              llvm::ArrayRef<KernelArg> args, llvm::StringRef label,
+              int64_t smem, llvm::ArrayRef<KernelArg> args, llvm::StringRef name,
               const AttentionAttachment *attention = nullptr);
-  void gemm(const GemmDesc &g, llvm::StringRef label);
-  void copy(BufferRef src, BufferRef dst, int64_t bytes, llvm::StringRef label);
+  /// `name` labels the launch in profiles (the op's name).
+  void gemm(const GemmDesc &g, llvm::StringRef name);
+  void copy(BufferRef src, BufferRef dst, int64_t bytes, llvm::StringRef name);
   void collective(exec::CollectiveKind kind, exec::Reduction reduction, int64_t count,
-                  rt::DType dtype, BufferRef send, BufferRef recv,
-                  llvm::StringRef label);
+                  rt::DType dtype, BufferRef send, BufferRef recv, llvm::StringRef name);
 
   /// Whether launches and arena buffers made now belong to the preparation.
   bool preparing() const { return preparing_; }
@@ -149,10 +148,12 @@ public:
   bool setPreparing(bool on) { return std::exchange(preparing_, on); }
 
   /// The executable: the preparation region dropped when empty. Internal
-  /// error when an output of nonzero size is written by no launch.
+  /// error when it does not verify (an output of nonzero size no launch
+  /// writes, sections out of order, ...): a bug of the lowering.
   absl::StatusOr<mlir::OwningOpRef<exec::ExecutableOp>> finish();
 
 private:
+  int64_t outputBytes(int output);
   mlir::Value value(BufferRef r) { return buffers[r.buffer].getResult(); }
   mlir::IntegerAttr offset(BufferRef r) { return b.getI64IntegerAttr(r.offset); }
   mlir::StringAttr label(llvm::StringRef s) {
@@ -160,8 +161,9 @@ private:
   }
   int addBuffer(exec::BufferKind kind, int64_t bytes, mlir::IntegerAttr ioIndex,
                 mlir::DenseI64ArrayAttr live, mlir::StringAttr data);
-  /// Positions `b` where the next launch goes.
-  void atLaunch();
+  /// Positions `b` where the next launch goes; a preparation launch marks
+  /// the inputs among its `reads` parameter.
+  void atLaunch(llvm::ArrayRef<mlir::Value> reads);
 
   mlir::MLIRContext *ctx;
   mlir::OpBuilder b;

@@ -84,7 +84,7 @@ int Lowering::bufferForImpl(Value v) {
           "function arguments")));
     } else {
       constantBytesTotal += bytes;
-      auto stored = constantBytes(cast<ElementsAttr>(attr));
+      auto stored = constantBytes(cast<ElementsAttr>(attr), root.getDefiningOp());
       if (stored.ok())
         data = std::move(*stored);
       else

@@ -33,6 +33,7 @@
 #include "Lowering.h"
 
 #include "Exec/Transforms/Passes.h"
+#include "llmc/Target/Executable/TranslateToExecutable.h"
 #include "mlir/Pass/PassManager.h"
 
 using namespace mlir;
@@ -80,16 +81,12 @@ absl::Status Lowering::checkStatic() {
   return absl::OkStatus();
 }
 
-/// The preparation segment's ops: every op (but those below) whose operands
-/// are all parameters (llm::parameterArguments), results of such ops or
-/// constants, with at least one of the former. Never hoisted: dequantize_weight
-/// (decompression, read per call by design), collectives (every rank would
-/// have to prepare at once), KV-cache appends, ops whose result is a function
-/// result (outputs are written on every call). The parameters that the
-/// segment reads are marked `parameter` for the runtime's guard.
 /// The parameter-preparation segment: the ops llmc-hoist-parameter-work
 /// marked (checked: a mark that would hoist per-call work is an error), or,
-/// for a function it did not plan, the same rule's choice.
+/// for a function it did not plan, the same rule's choice
+/// (llm::decidedParameterPreparationOps). The parameters these ops read are
+/// marked `parameter` for the runtime's guard (and any other input a
+/// preparation launch reads, by the ExecBuilder).
 absl::Status Lowering::planHoisting() {
   if (!options.hoist_parameter_work)
     return absl::OkStatus();
@@ -303,8 +300,12 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
   // Results that are inputs, constants or duplicates: copy.
   for (auto [v, i] : copies) {
     int id = builder.addIOBuffer(exec::BufferKind::output, i);
+    // A donated argument returned through views holds the result after the
+    // call when it has the result's type (a reshape to another shape does
+    // not: the result is then a copy only).
     if (auto arg = dyn_cast<BlockArgument>(storageRoot(v));
-        arg && arg != v && fn.getArgAttr(arg.getArgNumber(), "llm.donate"))
+        arg && arg != v && fn.getArgAttr(arg.getArgNumber(), "llm.donate") &&
+        arg.getType() == v.getType())
       builder.setAliasInput(i, arg.getArgNumber());
     if (absl::Status st = guarded(ret, [&, v = v] { return emitCopyToBuffer(id, v, ret); });
         !st.ok())

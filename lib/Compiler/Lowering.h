@@ -30,7 +30,6 @@
 #define LLMC_LIB_COMPILER_LOWERING_H
 
 #include "llmc/Compiler/LowerToExecutable.h"
-#include "llmc/Target/Executable/TranslateToExecutable.h"
 
 #include "ExecBuilder.h"
 #include "KernelConfigs.h"
@@ -57,10 +56,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <tuple>
 
 
@@ -151,13 +148,15 @@ inline std::optional<double> splatValue(Value v) {
   return std::nullopt;
 }
 
-/// Raw storage bytes of a dense constant in the runtime's layout.
-inline absl::StatusOr<std::string> constantBytes(ElementsAttr elements) {
+/// Raw storage bytes of a dense constant in the runtime's layout; `def` (the
+/// constant op) is named in the error.
+inline absl::StatusOr<std::string> constantBytes(ElementsAttr elements, Operation *def) {
   auto attr = dyn_cast<DenseElementsAttr>(elements);
   if (!attr)
-    return absl::UnimplementedError(
-        "cuda backend: only dense constants (dense<...>) are supported, not "
-        "dense_resource or other encodings");
+    return absl::UnimplementedError(absl::StrCat(
+        "cuda backend: ", describeOp(def),
+        ": only dense constants (dense<...>) are supported, not dense_resource "
+        "or other encodings"));
   auto type = cast<RankedTensorType>(attr.getType());
   auto dtypeOr = toDType(type.getElementType());
   if (!dtypeOr.ok())

@@ -234,18 +234,9 @@ int llmc::compileMain(int argc, char **argv) {
       return 0;
     }
     if (emit == "exec") {
-      MLIRContext execContext(MLIRContext::Threading::DISABLED);
-      auto op = llmc::LowerToExecIR(fn, execContext, optionsFor(archList.front()),
-                                    nullptr, llmc::tools::applyPassManagerFlags);
-      if (!op.ok())
-        return fail(std::string(op.status().message()));
-      (*op)->print(llvm::outs());
-      llvm::outs() << "\n";
-      llvm::outs().flush();
-      if (llvm::outs().has_error()) {
-        llvm::outs().clear_error();
-        return fail("writing the execution-level IR to stdout failed");
-      }
+      if (std::string error = llmc::tools::printExecIR(fn, optionsFor(archList.front()));
+          !error.empty())
+        return fail(error);
       return 0;
     }
     exe = llmc::LowerToExecutable(fn, optionsFor(archList.front()), &st,

@@ -227,18 +227,9 @@ int llmc::runMain(int argc, char **argv) {
     if (failed(toRankProgram(fn, tp.tp, tp.rank, *pipeline)))
       return 1;
     if (opts.emit == "exec") {
-      MLIRContext execContext(MLIRContext::Threading::DISABLED);
-      auto op = llmc::LowerToExecIR(fn, execContext, llmc::lowerOptions(*pipeline),
-                                    nullptr, llmc::tools::applyPassManagerFlags);
-      if (!op.ok())
-        return fail(std::string(op.status().message()));
-      (*op)->print(llvm::outs());
-      llvm::outs() << "\n";
-      llvm::outs().flush();
-      if (llvm::outs().has_error()) {
-        llvm::outs().clear_error();
-        return fail("writing the execution-level IR to stdout failed");
-      }
+      if (std::string error = llmc::tools::printExecIR(fn, llmc::lowerOptions(*pipeline));
+          !error.empty())
+        return fail(error);
       return 0;
     }
     auto exe = llmc::LowerToExecutable(fn, llmc::lowerOptions(*pipeline), nullptr,

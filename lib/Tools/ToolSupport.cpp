@@ -1,6 +1,7 @@
 //===- ToolSupport.cpp - shared front end of llmc's command-line tools ----===//
 
 #include "ToolSupport.h"
+#include "PipelineFlags.h"
 
 #include "llmc/InitAllDialects.h"
 
@@ -55,4 +56,19 @@ llmc::tools::parseShapeBindings(llvm::ArrayRef<std::string> entries,
     }
   }
   return bindings;
+}
+
+std::string llmc::tools::printExecIR(func::FuncOp fn, const llmc::LowerOptions &options) {
+  MLIRContext context(MLIRContext::Threading::DISABLED);
+  auto op = llmc::LowerToExecIR(fn, context, options, nullptr, applyPassManagerFlags);
+  if (!op.ok())
+    return std::string(op.status().message());
+  (*op)->print(llvm::outs());
+  llvm::outs() << "\n";
+  llvm::outs().flush();
+  if (llvm::outs().has_error()) {
+    llvm::outs().clear_error();
+    return "writing the execution-level IR to stdout failed";
+  }
+  return "";
 }

@@ -3,6 +3,8 @@
 #ifndef LLMC_LIB_TOOLS_TOOLSUPPORT_H
 #define LLMC_LIB_TOOLS_TOOLSUPPORT_H
 
+#include "llmc/Compiler/LowerToExecutable.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/ArrayRef.h"
@@ -27,6 +29,12 @@ std::unique_ptr<mlir::MLIRContext> makeContext();
 /// returns null when there is none.
 mlir::func::FuncOp findFunction(mlir::ModuleOp module, llvm::StringRef name,
                                 std::string &error);
+
+/// `--emit=exec` of llmc-compile and llmc-run: lowers `fn` (after its
+/// pipeline) to execution-level IR with its arena planned, in a context of
+/// its own with MLIR's pass-manager flags applied, and prints it on stdout.
+/// The error message (lowering, or writing stdout) when it fails, else "".
+std::string printExecIR(mlir::func::FuncOp fn, const llmc::LowerOptions &options);
 
 /// Parses `--shape NAME=N` bindings. Sets `error` naming the malformed entry,
 /// or both entries of a name bound twice.

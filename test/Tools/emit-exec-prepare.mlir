@@ -44,3 +44,30 @@ func.func @plain(%x: tensor<8x64xf32>, %w: tensor<64x32xf32>) -> tensor<8x32xf32
   %y = llm.matmul %x, %w : tensor<8x64xf32>, tensor<64x32xf32> -> tensor<8x32xf32>
   return %y : tensor<8x32xf32>
 }
+
+// An fp8 weight stored [k, n] is relaid out to [n, k] once per parameter
+// set: the input that preparation launch reads is marked parameter, so that
+// the runtime's guard runs it again when the weight changes.
+// RUN: llmc-compile %s --emit=exec --fn=fp8_weight_relayout | FileCheck %s --check-prefix=RELAYOUT
+// RELAYOUT-LABEL: exec.executable @fp8_weight_relayout
+// RELAYOUT:         exec.input "arg1" : tensor<32x32xf8E4M3FN> parameter
+// RELAYOUT:         %[[W:.+]] = exec.buffer input[1]
+// RELAYOUT:         exec.prepare {
+// RELAYOUT-NEXT:      exec.launch @{{.+}}(%{{.+}}[0], %[[W]][0], {{.*}}) label "llm.matmul"
+// RELAYOUT-NEXT:    }
+func.func @fp8_weight_relayout(%x: tensor<32x32xf8E4M3FN>, %w: tensor<32x32xf8E4M3FN> {llm.param}) -> tensor<32x32xbf16> {
+  %y = llm.matmul %x, %w : tensor<32x32xf8E4M3FN>, tensor<32x32xf8E4M3FN> -> tensor<32x32xbf16>
+  return %y : tensor<32x32xbf16>
+}
+
+// A donated argument returned through a reshape to another shape is copied
+// into the result; it is not the result's storage (alias_input needs the
+// same type).
+// RUN: llmc-compile %s --emit=exec --fn=donated_reshape | FileCheck %s --check-prefix=DONATE
+// DONATE-LABEL: exec.executable @donated_reshape
+// DONATE:         exec.output "result0" : tensor<32xf32>{{$}}
+// DONATE:         exec.copy 128 bytes from
+func.func @donated_reshape(%x: tensor<4x8xf32> {llm.donate}) -> tensor<32xf32> {
+  %y = llm.reshape %x : tensor<4x8xf32> to tensor<32xf32>
+  return %y : tensor<32xf32>
+}

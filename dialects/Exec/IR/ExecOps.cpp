@@ -215,16 +215,43 @@ LogicalResult ExecutableOp::verifyRegions() {
   SmallVector<Operation *> outputBuffers(outputs.size(), nullptr);
   bool sawLaunch = false;
   int prepares = 0;
+  // The block's sections in order: signature, buffers, kernels, launches.
+  auto section = [](Operation &op) {
+    return isa<InputOp, OutputOp>(op) ? 0 : isa<BufferOp>(op) ? 1 : isa<KernelOp>(op) ? 2 : 3;
+  };
+  static const char *const kSections[] = {"the signature (exec.input, exec.output)",
+                                          "the buffers", "the kernels",
+                                          "the launches (and exec.prepare)"};
+  int lastSection = 0;
   for (Operation &op : body) {
+    if (section(op) < lastSection)
+      return op.emitOpError() << "expected " << kSections[section(op)] << " before "
+                              << kSections[lastSection];
+    lastSection = section(op);
     if (isLaunchLike(&op))
       sawLaunch = true;
-    if (isa<PrepareOp>(op)) {
+    if (auto prepare = dyn_cast<PrepareOp>(op)) {
       if (++prepares > 1)
         return op.emitOpError() << "expected at most one exec.prepare, found "
                                 << prepares;
       if (sawLaunch)
         return op.emitOpError()
                << "expected exec.prepare before every launch, found it after one";
+      // It runs once per parameter set (rt::ParameterGuard keys on the
+      // parameter inputs): an input it reads that is not one would be read
+      // once and never again.
+      for (Operation &launch : prepare.getBody().front())
+        for (Value operand : launch.getOperands()) {
+          auto buffer = operand.getDefiningOp<BufferOp>();
+          if (!buffer || buffer.getKind() != BufferKind::input || !buffer.getIoIndex() ||
+              *buffer.getIoIndex() < 0 ||
+              *buffer.getIoIndex() >= static_cast<int64_t>(inputs.size()))
+            continue;
+          if (!inputs[*buffer.getIoIndex()].getParameter())
+            return launch.emitOpError()
+                   << "in exec.prepare expected to read parameter inputs only, found input "
+                   << *buffer.getIoIndex() << " (not marked parameter)";
+        }
     }
     auto buffer = dyn_cast<BufferOp>(op);
     if (!buffer)

@@ -26,10 +26,11 @@ def Exec_ExecutableOp : Exec_Op<"executable", [
     `llmc-plan-arena`; `symbol_bindings` maps each dynamic dimension name
     to the value this specialization was compiled for.
 
-    The verifier checks that input/output buffers name a signature entry and
-    are exactly its bytes, that there is at most one `exec.prepare` and it
-    comes before every launch, and that planned arena buffers lie inside
-    `arena_bytes`.
+    The verifier checks that the sections come in that order, that
+    input/output buffers name a signature entry and are exactly its bytes,
+    that there is at most one `exec.prepare`, that it comes before every
+    launch and reads only `parameter` inputs, that planned arena buffers lie
+    inside `arena_bytes`, and that every output is written.
 
     ```mlir
     exec.executable @f attributes {arena_bytes = 0 : i64, symbol_bindings = {seq = 7 : i64}} {

@@ -106,7 +106,7 @@ struct LowerOptions {
 /// 80, "compute_89" -> 89); 0 when `arch` is not of that form.
 int ComputeCapabilityOfArch(const std::string &arch);
 
-/// Statistics of one lowering, for reports (`llmc-compile --stats`).
+/// Statistics of one lowering, for reports (`llmc-compile --print-stats`).
 /// The launch counts are those of every call (the per-call launches); the
 /// parameter-preparation segment, run once per parameter set, is counted
 /// apart.

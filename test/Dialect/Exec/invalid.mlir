@@ -391,3 +391,38 @@ exec.executable @output_never_written {
   %b1 = exec.buffer output[0] 16 bytes
   exec.copy 16 bytes from %b1[0] to %b0[0]
 }
+
+// -----
+
+exec.executable @kernel_after_launch {
+  exec.input "arg0" : tensor<4xf32>
+  exec.output "result0" : tensor<4xf32>
+  %b0 = exec.buffer input[0] 16 bytes
+  %b1 = exec.buffer output[0] 16 bytes
+  exec.copy 16 bytes from %b0[0] to %b1[0]
+  // expected-error @+1 {{expected the kernels before the launches (and exec.prepare)}}
+  exec.kernel @k source "extern \"C\" __global__ void k() {}"
+}
+
+// -----
+
+exec.executable @buffer_before_signature {
+  %b0 = exec.buffer arena 16 bytes live [0, 0]
+  // expected-error @+1 {{expected the signature (exec.input, exec.output) before the buffers}}
+  exec.input "arg0" : tensor<4xf32>
+}
+
+// -----
+
+exec.executable @prepare_reads_a_per_call_input {
+  exec.input "arg0" : tensor<4xf32>
+  exec.output "result0" : tensor<4xf32>
+  %b0 = exec.buffer input[0] 16 bytes
+  %b1 = exec.buffer persistent 16 bytes
+  %b2 = exec.buffer output[0] 16 bytes
+  exec.prepare {
+    // expected-error @+1 {{in exec.prepare expected to read parameter inputs only, found input 0 (not marked parameter)}}
+    exec.copy 16 bytes from %b0[0] to %b1[0]
+  }
+  exec.copy 16 bytes from %b1[0] to %b2[0]
+}
