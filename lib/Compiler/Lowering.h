@@ -301,8 +301,10 @@ public:
       else
         return fn(op, l);
     };
-    (table.try_emplace(TypeID::get<Op>(), erased), ...,
-     table.try_emplace(TypeID::get<Ops>(), erased));
+    for (TypeID id : {TypeID::get<Op>(), TypeID::get<Ops>()...}) {
+      [[maybe_unused]] bool added = table.try_emplace(id, erased).second;
+      assert(added && "an op type has two lowering patterns");
+    }
   }
   /// The pattern of `op`'s type; null when none.
   const Fn *lookup(Operation *op) const {

@@ -814,6 +814,11 @@ def _h_cat(imp, node):
         vals.append(v)
     if not vals:
         raise Unsupported("concat of empty tensors")
+    return _concat(imp, vals, dim, shape, dtype)
+
+
+def _concat(imp, vals: List[Val], dim: int, shape, dtype) -> Val:
+    """`vals` (nonempty along `dim`) concatenated along `dim` into `shape`."""
     if len(vals) == 1:
         return vals[0]
     if any(not (_is_static(d) and d == 1) for d in shape[:dim]):
@@ -831,6 +836,38 @@ def _h_cat(imp, node):
     types = ", ".join(v.type for v in vals)
     return imp.new(shape, dtype, "llm.concat",
                    lambda: f"{', '.join(imp.ref(v) for v in vals)} dim = {dim} : {types}")
+
+
+@handles(aten.slice_scatter.default)
+def _h_slice_scatter(imp, node):
+    """slice_scatter(base, src, dim, start, end, 1): base with base[start:end]
+    along `dim` replaced by src, as concat(base[:start], src, base[end:])
+    (the backward of slicing and of split: q/k/v and the RoPE halves)."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    base, src = imp.val(args["self"]), imp.val(args["src"])
+    dim = _norm_dim(args.get("dim", 0), base.rank)
+    size = base.shape[dim]
+    if not _is_static(size):
+        raise Unsupported("slice_scatter along a dynamic dimension")
+    if (_static_int(args.get("step", 1), "slice_scatter step") or 1) != 1:
+        raise Unsupported("slice_scatter with a step other than 1")
+    start = _static_int(args.get("start"), "slice_scatter start") or 0
+    end = _static_int(args.get("end"), "slice_scatter end")
+    end = size if end is None or end > size else end
+    start = max(start + size, 0) if start < 0 else min(start, size)
+    end = max(end + size, 0) if end < 0 else end
+    if src.shape[dim] != max(end - start, 0):
+        raise Unsupported("slice_scatter whose source does not fill the slice")
+    base, src = imp.cast(base, dtype), imp.cast(src, dtype)
+    pieces = []
+    if start > 0:
+        pieces.append(_slice(imp, base, dim, 0, start, 1))
+    if end > start:
+        pieces.append(src)
+    if end < size:
+        pieces.append(_slice(imp, base, dim, end, size, 1))
+    return _concat(imp, pieces, dim, shape, dtype)
 
 
 @handles(aten.embedding.default)

@@ -72,6 +72,16 @@ CASES = {
     "slice": (lambda a: a[:, 2:6] * 2, (r(4, 8),), ["llm.slice %"]),
     "split": (lambda a: a.split([3, 5], dim=0)[1] * 2, (r(8, 4),), ["llm.slice"]),
     "cat": (lambda a, b: torch.cat([a, b], 0), (r(2, 8), r(3, 8)), ["llm.concat"]),
+    # The backward of slicing (q/k/v split, RoPE halves): the slice of base
+    # replaced by src, inside (three pieces), at either end, along an inner
+    # dimension, with a negative start.
+    "slice_scatter_middle": (lambda b, s: torch.slice_scatter(b, s, 1, 2, 5), (r(3, 8), r(3, 3)),
+                             ["llm.slice", "llm.concat"]),
+    "slice_scatter_front": (lambda b, s: torch.slice_scatter(b, s, 0, 0, 2), (r(5, 4), r(2, 4)),
+                            ["llm.concat"]),
+    "slice_scatter_back": (lambda b, s: torch.slice_scatter(b, s, 2, -4), (r(2, 3, 8), r(2, 3, 4)),
+                           ["llm.concat"]),
+    "slice_scatter_whole": (lambda b, s: torch.slice_scatter(b, s, 0) * 2, (r(3, 4), r(3, 4)), ["llm.mul"]),
     "embedding": (lambda w, i: F.embedding(i, w), (r(50, 8), torch.randint(0, 50, (2, 5))), ["llm.gather"]),
     "index_select": (lambda w, i: w.index_select(0, i), (r(50, 8), torch.randint(0, 50, (5,))), ["llm.gather"]),
     "sum": (lambda a: a.sum(-1, keepdim=True), (r(4, 8),), ["llm.reduce_sum %arg0 [1] keepdim"]),

@@ -96,10 +96,11 @@ def test_unsupported_op_stays_in_pytorch_and_is_reported():
     assert "aten.atan.default" in str(rep)
 
 
-def test_training_backward_reductions_compile_in_llmc():
+def test_training_backward_reductions_and_slice_scatters_compile_in_llmc():
     """The weight gradients of RMSNorm and the projections reduce over batch
-    and sequence (aten.sum.dim_IntList over dims [0, 1]): they join llmc
-    subgraphs and compile, instead of splitting the backward graph."""
+    and sequence (aten.sum.dim_IntList over dims [0, 1]), and the gradients
+    of the q/k/v split and the RoPE halves are slice_scatters: they join
+    llmc subgraphs and compile, instead of splitting the backward graph."""
     torch.manual_seed(0)
     m = tiny_llama()
     x = torch.randint(0, 1000, (2, 9))
@@ -111,6 +112,7 @@ def test_training_backward_reductions_compile_in_llmc():
     assert backward, [r.graph for r in llmc.backend.reports()]
     rep = backward[-1]
     assert "aten.sum.dim_IntList" not in rep.unsupported, str(rep)
+    assert "aten.slice_scatter.default" not in rep.unsupported, str(rep)
     assert rep.compiles > 0 and not rep.compile_failures, str(rep)
 
 
