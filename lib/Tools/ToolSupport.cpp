@@ -12,7 +12,9 @@ using namespace mlir;
 std::unique_ptr<MLIRContext> llmc::tools::makeContext() {
   DialectRegistry registry;
   llmc::registerAllDialects(registry);
-  auto ctx = std::make_unique<MLIRContext>(registry);
+  // One function at a time: no pass runs in parallel, and MLIR's
+  // --mlir-print-ir-module-scope needs a context without threads.
+  auto ctx = std::make_unique<MLIRContext>(registry, MLIRContext::Threading::DISABLED);
   ctx->loadAllAvailableDialects();
   ctx->printOpOnDiagnostic(false);
   return ctx;

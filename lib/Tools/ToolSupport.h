@@ -21,7 +21,7 @@ class MLIRContext;
 namespace llmc::tools {
 
 /// A context with every dialect llmc uses loaded, printing one-line
-/// diagnostics (not the whole function).
+/// diagnostics (not the whole function), without threads.
 std::unique_ptr<mlir::MLIRContext> makeContext();
 
 /// The function named `name` in `module`, or the first one when `name` is

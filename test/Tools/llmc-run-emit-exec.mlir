@@ -13,6 +13,8 @@
 // after llmc-plan-arena is printed (on stderr) with the llm passes'.
 // RUN: llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --emit=executable-dump --mlir-print-ir-after-all 2>&1 >/dev/null | FileCheck %s --check-prefix=PRINT
 // RUN: llmc-run %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --emit=exec --mlir-print-ir-after-all 2>&1 >/dev/null | FileCheck %s --check-prefix=PRINT
+// The tools' contexts have no threads, so module-scope printing works too.
+// RUN: llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --emit=executable-dump --mlir-print-ir-after-all --mlir-print-ir-module-scope 2>&1 >/dev/null | FileCheck %s --check-prefix=PRINT
 // PRINT:      IR Dump After FormKernelsPass (llmc-form-kernels)
 // PRINT:      IR Dump After PlanArenaPass (llmc-plan-arena)
 // PRINT-NEXT: exec.executable @{{.+}} attributes {arena_bytes =
