@@ -870,6 +870,84 @@ def _h_slice_scatter(imp, node):
     return _concat(imp, pieces, dim, shape, dtype)
 
 
+# A one-hot comparison along a dimension compares with [0, n) as a dense
+# constant of this many elements at most (vocabularies up to 256K).
+IOTA_MAX_ELEMENTS = 1 << 18
+
+
+def _one_hot_along(imp, idx: Val, dim: int, shape) -> Val:
+    """bool `shape`: position j along `dim` equals idx (size 1 along `dim`,
+    broadcast over it): the one-hot of a torch.gather/scatter index."""
+    n = shape[dim]
+    if not _is_static(n):
+        raise Unsupported("gather/scatter along a dynamic dimension")
+    n = int(n)
+    if n > IOTA_MAX_ELEMENTS:
+        raise Unsupported(f"gather/scatter along a dimension of {n} elements "
+                          f"(at most {IOTA_MAX_ELEMENTS})")
+    lit = ", ".join(str(i) for i in range(n))
+    ity = tensor_type((n,), idx.dtype)
+    iota = imp.new((n,), idx.dtype, "llm.constant", lambda: f"dense<[{lit}]> : {ity}")
+    iota = imp.reshape(iota, tuple(n if i == dim else 1 for i in range(len(shape))))
+    a, b = imp.broadcast(iota, shape), imp.broadcast(idx, shape)
+    ty = tensor_type(shape, idx.dtype)
+    return imp.new(shape, torch.bool, "llm.compare",
+                   lambda: f"eq, {imp.ref(a)}, {imp.ref(b)} : {ty}")
+
+
+def _index_along(imp, x: Val, idx: Val, dim: int, what: str):
+    """Checks a torch.gather/scatter index: integer, x's rank, one element
+    along `dim` (one per row, as cross-entropy's), x's sizes elsewhere."""
+    if idx.dtype not in (torch.int32, torch.int64):
+        raise Unsupported(f"{what} indices of type {idx.dtype}")
+    if idx.rank != x.rank:
+        raise Unsupported(f"{what} indices of another rank")
+    if not (_is_static(idx.shape[dim]) and idx.shape[dim] == 1):
+        raise Unsupported(f"{what} of more than one element per row")
+    for i in range(x.rank):
+        if i != dim and not _same_dim(idx.shape[i], x.shape[i]):
+            raise Unsupported(f"{what} indices smaller than the tensor")
+
+
+@handles(aten.gather.default)
+def _h_gather_along(imp, node):
+    """torch.gather(x, dim, index) with one index per row (the negative
+    log-likelihood of cross-entropy): out = sum over `dim` of
+    select(one_hot(index), x, 0), exact in floating point (one nonzero
+    term). An index out of range gives 0 where PyTorch raises."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    x, idx = imp.val(args["self"]), imp.val(args["index"])
+    dim = _norm_dim(args["dim"], x.rank)
+    if dtype not in FLOAT_DTYPES:
+        raise Unsupported(f"gather of {dtype} (the sum accumulates in fp32)")
+    _index_along(imp, x, idx, dim, "gather")
+    hot = _one_hot_along(imp, idx, dim, x.shape)
+    sel = _select(imp, x.shape, dtype, hot, x, imp.operand(0, dtype, x.shape))
+    return imp.new(shape, dtype, "llm.reduce_sum",
+                   lambda: f"{imp.ref(sel)} [{dim}] keepdim : {sel.type}")
+
+
+@handles(aten.scatter.value, aten.scatter.src)
+def _h_scatter_along(imp, node):
+    """torch.scatter(base, dim, index, value or src) with one index per row
+    (cross-entropy's backward): select(one_hot(index), value, base)."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    base, idx = imp.val(args["self"]), imp.val(args["index"])
+    dim = _norm_dim(args["dim"], base.rank)
+    _index_along(imp, base, idx, dim, "scatter")
+    if node.target is aten.scatter.src:
+        src = imp.val(args["src"])
+        if not _same_shape(src.shape, idx.shape):
+            raise Unsupported("scatter source of another shape than the index")
+        update = imp.operand(src, dtype, shape)
+    else:
+        update = imp.operand(args["value"], dtype, shape)
+    hot = _one_hot_along(imp, idx, dim, shape)
+    return _select(imp, shape, dtype, hot, update, imp.operand(base, dtype, shape))
+
+
 @handles(aten.embedding.default)
 def _h_embedding(imp, node):
     shape, dtype = imp.out_meta(node)

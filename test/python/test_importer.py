@@ -81,6 +81,17 @@ CASES = {
                             ["llm.concat"]),
     "slice_scatter_back": (lambda b, s: torch.slice_scatter(b, s, 2, -4), (r(2, 3, 8), r(2, 3, 4)),
                            ["llm.concat"]),
+    # Cross-entropy's negative log-likelihood and its backward: one index
+    # per row along the class dimension (any dimension), through a one-hot
+    # select.
+    "gather_nll": (lambda x, t: torch.log_softmax(x, -1).gather(1, t), (r(6, 10), torch.randint(0, 10, (6, 1))),
+                   ["llm.compare eq", "llm.select", "llm.reduce_sum"]),
+    "gather_dim0": (lambda x, t: torch.gather(x, 0, t) * 2, (r(5, 3, 4), torch.randint(0, 5, (1, 3, 4))),
+                    ["llm.reduce_sum"]),
+    "scatter_value": (lambda b, t: torch.scatter(b, 1, t, -1.0), (r(6, 10), torch.randint(0, 10, (6, 1))),
+                      ["llm.select"]),
+    "scatter_src": (lambda b, t, s: torch.scatter(b, 2, t, s), (r(2, 3, 7), torch.randint(0, 7, (2, 3, 1)), r(2, 3, 1)),
+                    ["llm.select"]),
     "slice_scatter_whole": (lambda b, s: torch.slice_scatter(b, s, 0) * 2, (r(3, 4), r(3, 4)), ["llm.mul"]),
     "embedding": (lambda w, i: F.embedding(i, w), (r(50, 8), torch.randint(0, 50, (2, 5))), ["llm.gather"]),
     "index_select": (lambda w, i: w.index_select(0, i), (r(50, 8), torch.randint(0, 50, (5,))), ["llm.gather"]),

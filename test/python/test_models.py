@@ -98,9 +98,10 @@ def test_unsupported_op_stays_in_pytorch_and_is_reported():
 
 def test_training_backward_reductions_and_slice_scatters_compile_in_llmc():
     """The weight gradients of RMSNorm and the projections reduce over batch
-    and sequence (aten.sum.dim_IntList over dims [0, 1]), and the gradients
-    of the q/k/v split and the RoPE halves are slice_scatters: they join
-    llmc subgraphs and compile, instead of splitting the backward graph."""
+    and sequence (aten.sum.dim_IntList over dims [0, 1]), the gradients of
+    the q/k/v split and the RoPE halves are slice_scatters, cross-entropy
+    gathers and scatters one class per row: they join llmc subgraphs and
+    compile, instead of splitting the graphs."""
     torch.manual_seed(0)
     m = tiny_llama()
     x = torch.randint(0, 1000, (2, 9))
@@ -109,11 +110,17 @@ def test_training_backward_reductions_and_slice_scatters_compile_in_llmc():
         warnings.simplefilter("ignore")
         _compile(m)(x, labels=x, use_cache=False).loss.backward()
     backward = [r for r in llmc.backend.reports() if r.graph.endswith("_backward")]
-    assert backward, [r.graph for r in llmc.backend.reports()]
+    forward = [r for r in llmc.backend.reports() if r.graph.endswith("_forward")]
+    assert backward and forward, [r.graph for r in llmc.backend.reports()]
     rep = backward[-1]
     assert "aten.sum.dim_IntList" not in rep.unsupported, str(rep)
     assert "aten.slice_scatter.default" not in rep.unsupported, str(rep)
-    assert rep.compiles > 0 and not rep.compile_failures, str(rep)
+    # Cross-entropy: the NLL gather in the forward, its one-hot scatter in
+    # the backward.
+    assert "aten.scatter.value" not in rep.unsupported, str(rep)
+    assert "aten.gather.default" not in forward[-1].unsupported, str(forward[-1])
+    for r in (rep, forward[-1]):
+        assert r.compiles > 0 and not r.compile_failures, str(r)
 
 
 def test_training_cpu_graphs_partitioned_and_grads_equal_eager():
