@@ -46,7 +46,8 @@ static absl::Status lowerColumnReduction(Operation *o, cu::ReduceKind kind, int6
   cfg.in = scalarOf(in);
   cfg.out = scalarOf(out);
   cfg.kind = kind;
-  int splits = cu::ColumnReduceNumSplits(outer, r, inner);
+  cfg.vec = cu::ColumnReduceVecWidth(cfg.in, inner);
+  int splits = cu::ColumnReduceNumSplits(outer, r, inner, cfg.vec);
   LLMC_ASSIGN_OR_RETURN(cu::ColumnReduceKernels ks, generated(cu::EmitColumnReduce(cfg), o));
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims partialDims,
                         generated(cu::ColumnReducePartialLaunch(cfg, outer, inner, splits), o));

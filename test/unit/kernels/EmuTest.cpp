@@ -665,26 +665,36 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
     int64_t outer, r, inner;
     int splits;  // 0: ColumnReduceNumSplits
     ReduceKind kind;
+    bool misaligned = false;  // x 2 bytes off a 16-byte boundary: the scalar loop
   };
   for (const Case &c : {Case{1, 300, 45, 0, ReduceKind::sum}, Case{1, 300, 45, 1, ReduceKind::sum},
                         Case{3, 129, 70, 4, ReduceKind::mean}, Case{2, 77, 33, 3, ReduceKind::max},
-                        Case{1, 1, 5, 0, ReduceKind::min}, Case{1, 1000, 8, 0, ReduceKind::sum}}) {
+                        Case{1, 1, 5, 0, ReduceKind::min}, Case{1, 1000, 8, 0, ReduceKind::sum},
+                        Case{2, 200, 264, 0, ReduceKind::sum}, Case{2, 200, 264, 3, ReduceKind::max},
+                        Case{1, 150, 520, 0, ReduceKind::mean, true}}) {
     ColumnReduceConfig cfg;
     cfg.in = ScalarType::bf16;
     cfg.kind = c.kind;
+    cfg.vec = ColumnReduceVecWidth(cfg.in, c.inner);
     auto ks = Unwrap(EmitColumnReduce(cfg));
     auto f1 = reinterpret_cast<F1>(BuildEmu(ks.partial, s1));
     auto f2 = reinterpret_cast<F2>(BuildEmu(ks.combine, s2));
     ASSERT_TRUE(f1 && f2);
-    const int splits = c.splits ? c.splits : ColumnReduceNumSplits(c.outer, c.r, c.inner);
+    const int splits = c.splits ? c.splits : ColumnReduceNumSplits(c.outer, c.r, c.inner, cfg.vec);
     std::vector<float> x = Randn(c.outer * c.r * c.inner, 31 + splits);
     const bool nan = c.kind == ReduceKind::max;
     if (nan) x[(1 * c.r + 40) * c.inner + 7] = NAN;  // column (o=1, i=7)
-    std::vector<uint16_t> xb = ToBf16Vec(x);
+    std::vector<uint16_t> xv = ToBf16Vec(x);
+    // A 16-byte aligned copy (the vector loads need it), or one 2 bytes off.
+    std::vector<uint16_t> storage(xv.size() + 16);
+    uint16_t *xp = storage.data();
+    while (reinterpret_cast<uintptr_t>(xp) % 16 != 0) ++xp;
+    if (c.misaligned) ++xp;
+    std::copy(xv.begin(), xv.end(), xp);
     std::vector<float> out(c.outer * c.inner, -123.f);
     std::vector<float> partials(ColumnReduceWorkspaceBytes(c.outer, c.inner, splits) / 4 + 1);
     LaunchDims d1 = Unwrap(ColumnReducePartialLaunch(cfg, c.outer, c.inner, splits));
-    f1(G(d1), B(d1), d1.smem, out.data(), partials.data(), xb.data(), c.outer, c.r, c.inner,
+    f1(G(d1), B(d1), d1.smem, out.data(), partials.data(), xp, c.outer, c.r, c.inner,
        ColumnReduceRowsPerSplit(c.r, splits));
     if (splits > 1) {
       LaunchDims d2 = Unwrap(ColumnReduceCombineLaunch(cfg, c.outer, c.inner));
@@ -706,7 +716,8 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
           continue;
         }
         ASSERT_NEAR(got, ref, 1e-5 * (1 + std::fabs(ref)) + 1e-6 * c.r)
-            << "outer " << c.outer << " r " << c.r << " inner " << c.inner << " splits " << splits << " at "
+            << "outer " << c.outer << " r " << c.r << " inner " << c.inner << " vec " << cfg.vec << " splits "
+            << splits << (c.misaligned ? " misaligned" : "") << " at "
             << o << "," << i;
       }
   }

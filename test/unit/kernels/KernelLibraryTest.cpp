@@ -701,12 +701,15 @@ TEST(Reduce, CompileGridAndLaunch) {
       auto fk = Unwrap(EmitFullReduce(f));
       ExpectCompiles(fk.stage1);
       ExpectCompiles(fk.stage2);
-      ColumnReduceConfig col;
-      col.in = t;
-      col.kind = k;
-      auto ck = Unwrap(EmitColumnReduce(col));
-      ExpectCompiles(ck.partial);
-      ExpectCompiles(ck.combine);
+      for (int vec : {1, 16 / ScalarSize(t)}) {
+        ColumnReduceConfig col;
+        col.in = t;
+        col.kind = k;
+        col.vec = vec;
+        auto ck = Unwrap(EmitColumnReduce(col));
+        ExpectCompiles(ck.partial);
+        if (vec == 1) ExpectCompiles(ck.combine);
+      }
     }
   EXPECT_EQ(FullReduceNumPartials(1), 1);
   EXPECT_EQ(FullReduceNumPartials(int64_t{1} << 25), 1024);
@@ -717,23 +720,35 @@ TEST(Reduce, CompileGridAndLaunch) {
   RowReduceConfig r;
   r.n = 4096;  // 512 vectors -> warp per row
   EXPECT_EQ(Unwrap(RowReduceLaunch(r, 9)).grid[0], 3u);
-  // RMSNorm weight gradient of [4, 512, 4096]: 128 column blocks, 5 splits
-  // of 410 rows bring it to 640 blocks.
-  EXPECT_EQ(ColumnReduceNumSplits(1, 2048, 4096), 5);
-  EXPECT_EQ(ColumnReduceRowsPerSplit(2048, 5), 410);
+  // RMSNorm weight gradient of [4, 512, 4096] bf16: 8 columns per thread,
+  // 16 column blocks; splits keep at least 64 rows, so 32 splits of 64 rows
+  // bring it to 512 blocks.
+  EXPECT_EQ(ColumnReduceVecWidth(ScalarType::bf16, 4096), 8);
+  EXPECT_EQ(ColumnReduceVecWidth(ScalarType::f32, 4096), 4);
+  EXPECT_EQ(ColumnReduceVecWidth(ScalarType::bf16, 45), 1);
+  EXPECT_EQ(ColumnReduceNumSplits(1, 2048, 4096, 8), 32);
+  EXPECT_EQ(ColumnReduceRowsPerSplit(2048, 32), 64);
   ColumnReduceConfig col;
-  LaunchDims p = Unwrap(ColumnReducePartialLaunch(col, 1, 4096, 5));
-  EXPECT_EQ(p.grid[0], 128u);
-  EXPECT_EQ(p.grid[1], 5u);
+  col.in = ScalarType::bf16;
+  col.vec = 8;
+  LaunchDims p = Unwrap(ColumnReducePartialLaunch(col, 1, 4096, 32));
+  EXPECT_EQ(p.grid[0], 16u);
+  EXPECT_EQ(p.grid[1], 32u);
   EXPECT_EQ(p.block[0], 256u);
-  EXPECT_EQ(ColumnReduceWorkspaceBytes(1, 4096, 5), 5 * 4096 * 4);
+  EXPECT_EQ(ColumnReduceWorkspaceBytes(1, 4096, 32), 32 * 4096 * 4);
   EXPECT_EQ(Unwrap(ColumnReduceCombineLaunch(col, 3, 1000)).grid[0], 12u);
+  // Scalar loads: 128 column blocks, 5 splits.
+  EXPECT_EQ(ColumnReduceNumSplits(1, 2048, 4096, 1), 5);
   // Enough column blocks already, or too few rows to split: one split and no
   // workspace.
-  EXPECT_EQ(ColumnReduceNumSplits(64, 4096, 4096), 1);
-  EXPECT_EQ(ColumnReduceNumSplits(1, 100, 64), 1);
+  EXPECT_EQ(ColumnReduceNumSplits(64, 4096, 4096, 1), 1);
+  EXPECT_EQ(ColumnReduceNumSplits(1, 100, 64, 1), 1);
   EXPECT_EQ(ColumnReduceWorkspaceBytes(1, 64, 1), 0);
-  EXPECT_EQ(ColumnReduceNumSplits(1, int64_t{1} << 20, 32), 64);
+  EXPECT_EQ(ColumnReduceNumSplits(1, int64_t{1} << 20, 32, 1), 64);
+  // A vec that does not divide inner, or too wide, is refused.
+  EXPECT_FALSE(ColumnReducePartialLaunch(col, 1, 4092, 1).ok());
+  col.vec = 16;
+  EXPECT_FALSE(EmitColumnReduce(col).ok());
 }
 
 TEST(Reduce, WideRowsIndexWith64Bits) {

@@ -514,6 +514,9 @@ struct ColumnReduceConfig {
   ScalarType in = ScalarType::bf16;
   ScalarType out = ScalarType::f32;
   ReduceKind kind = ReduceKind::sum;
+  /// Columns per thread, read as one load: a power of two of at most 16
+  /// bytes that divides `inner` (ColumnReduceVecWidth); 1 = scalar loads.
+  int vec = 1;
 };
 
 struct ColumnReduceKernels {
@@ -531,16 +534,20 @@ struct ColumnReduceKernels {
 /// gradients of RMSNorm, LayerNorm and biases, e.g. sum(dy * x_hat,
 /// dims=[0, 1]) of [B, S, H] is outer 1, r B*S, inner H). fp32 accumulation;
 /// max/min propagate NaN; mean divides the fp32 sum by r.
-/// `partial` runs blocks of 32 columns x 8 row lanes (coalesced along the
-/// columns), grid (outer * ceil(inner / 32), splits): split s reduces rows
+/// `partial` runs blocks of 32 x vec columns x 8 row lanes (coalesced
+/// along the columns), grid (outer * ceil(inner / (32 vec)), splits): split s reduces rows
 /// [s * rows_per_split, (s + 1) * rows_per_split). With one split it
 /// writes `out`; with several it writes fp32 partials[s, o, i] (workspace
 /// ColumnReduceWorkspaceBytes) and `combine` reduces them in split order
-/// (deterministic). Kernel names depend on the types and kind only.
+/// (deterministic). Kernel names depend on the types, kind and vec only.
+/// InvalidArgument: an unsupported input type, a bad vec, or (launch)
+/// inner not a multiple of vec.
 absl::StatusOr<ColumnReduceKernels> EmitColumnReduce(const ColumnReduceConfig &cfg);
+/// The widest load (elements, up to 16 bytes) whose width divides inner.
+int ColumnReduceVecWidth(ScalarType in, int64_t inner);
 /// Row splits that give the GPU about 4 blocks per SM of 132 when the
 /// columns alone do not (each split keeps at least 64 rows; at most 64).
-int ColumnReduceNumSplits(int64_t outer, int64_t r, int64_t inner);
+int ColumnReduceNumSplits(int64_t outer, int64_t r, int64_t inner, int vec);
 int64_t ColumnReduceRowsPerSplit(int64_t r, int splits);
 int64_t ColumnReduceWorkspaceBytes(int64_t outer, int64_t inner, int splits);
 absl::StatusOr<LaunchDims> ColumnReducePartialLaunch(const ColumnReduceConfig &cfg,
