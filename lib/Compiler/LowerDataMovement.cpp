@@ -23,10 +23,7 @@ static absl::Status lowerGather(GatherOp o, Lowering &l) {
   std::vector<KernelArg> args = {
       l.ptrArg(o.getResult()), l.ptrArg(o.getTable()), l.ptrArg(o.getIndices()),
       l.bufArg(err),           i64Arg(count),          i64Arg(table.getDimSize(0))};
-  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims, generated(cu::GatherLaunch(cfg, count), o));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitGather(cfg), o));
-  l.launch(l.addKernel(code), dims, std::move(args), o);
-  return absl::OkStatus();
+  return l.launchGenerated(cu::EmitGather(cfg), cu::GatherLaunch(cfg, count), args, o);
 }
 
 /// concat(a, b, ...) along an outer dimension => one copy per input.
@@ -70,10 +67,7 @@ static absl::Status lowerPad(PadOp op, Lowering &l) {
   int64_t numel = out.getNumElements();
   std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.ptrArg(op.getInput()),
                                  i64Arg(numel), std::move(shape)};
-  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims, generated(cu::PadLaunch(cfg, numel), op));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitPad(cfg), op));
-  l.launch(l.addKernel(code), dims, std::move(args), op);
-  return absl::OkStatus();
+  return l.launchGenerated(cu::EmitPad(cfg), cu::PadLaunch(cfg, numel), args, op);
 }
 
 void populateDataMovementLowerings(OpLoweringSet &set) {

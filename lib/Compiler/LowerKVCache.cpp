@@ -32,12 +32,9 @@ static absl::Status lowerKVCacheAppend(KVCacheAppendOp o, Lowering &l) {
       l.ptrArg(o.getResult()), l.ptrArg(o.getResult()),   l.ptrArg(o.getUpdate()),
       l.ptrArg(o.getUpdate()), l.ptrArg(o.getPosition()), l.bufArg(err),
       i64Arg(c.getDimSize(0)), i64Arg(c.getDimSize(1)),   i64Arg(u.getDimSize(1))};
-  LLMC_ASSIGN_OR_RETURN(
-      cu::LaunchDims dims,
-      generated(cu::KvAppendLaunch(cfg, c.getDimSize(0), u.getDimSize(1)), o));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitKvAppend(cfg), o));
-  l.launch(l.addKernel(code), dims, std::move(args), o);
-  return absl::OkStatus();
+  return l.launchGenerated(cu::EmitKvAppend(cfg),
+                           cu::KvAppendLaunch(cfg, c.getDimSize(0), u.getDimSize(1)),
+                           args, o);
 }
 
 void populateKVCacheLowerings(OpLoweringSet &set) {

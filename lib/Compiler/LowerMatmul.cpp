@@ -76,12 +76,7 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
                                    l.ptrArg(deq.getScales()),
                                    qc.has_bias ? l.ptrArg(op.getBias()) : nullArg(),
                                    i64Arg(n)};
-    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                          generated(cu::QuantGemvLaunch(qc), op));
-    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
-                          generated(cu::EmitQuantGemv(qc), op));
-    l.launch(l.addKernel(code), dims, std::move(args), op);
-    return absl::OkStatus();
+    return l.launchGenerated(cu::EmitQuantGemv(qc), cu::QuantGemvLaunch(qc), args, op);
   }
   // Decode-shaped projections (a few rows against an nn.Linear weight): the
   // weight read is the whole cost; a GEMV kernel streams it at full bandwidth.
@@ -89,11 +84,7 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
     std::vector<KernelArg> args = {
         l.ptrArg(op.getResult()), l.ptrArg(op.getLhs()), gemvWeightArg(op, l),
         gc.has_bias ? l.ptrArg(op.getBias()) : nullArg(), i64Arg(n)};
-    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                          generated(cu::GemvLaunch(gc), op));
-    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitGemv(gc), op));
-    l.launch(l.addKernel(code), dims, std::move(args), op);
-    return absl::OkStatus();
+    return l.launchGenerated(cu::EmitGemv(gc), cu::GemvLaunch(gc), args, op);
   }
   GemmDesc g;
   g.dtype_a = dt(op.getLhs());
@@ -248,11 +239,10 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
     LLMC_ASSIGN_OR_RETURN(KernelArg shape,
                           generated(shapeArg(prog, sizes, {{}, {}}), op));
     args.push_back(std::move(shape));
-    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                          generated(cu::ElementwiseLaunch(prog, numel), op));
-    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
-                          generated(cu::EmitElementwise(prog), op));
-    l.launch(l.addKernel(code), dims, std::move(args), op);
+    if (absl::Status st = l.launchGenerated(cu::EmitElementwise(prog),
+                                            cu::ElementwiseLaunch(prog, numel), args, op);
+        !st.ok())
+      return st;
   }
   return absl::OkStatus();
 }
@@ -292,12 +282,8 @@ absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l) {
                                    c.has_bias ? l.ptrArg(gate.getBias()) : nullArg(),
                                    c.has_bias ? l.ptrArg(up.getBias()) : nullArg(),
                                    i64Arg(c.n)};
-    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                          generated(cu::SwiGluGemvLaunch(c), group.emitAt));
-    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
-                          generated(cu::EmitSwiGluGemv(c), group.emitAt));
-    l.launch(l.addKernel(code), dims, std::move(args), group.emitAt);
-    return absl::OkStatus();
+    return l.launchGenerated(cu::EmitSwiGluGemv(c), cu::SwiGluGemvLaunch(c), args,
+                             group.emitAt);
   }
   cu::MultiGemvConfig c;
   c.num_outputs = group.members.size();
@@ -317,12 +303,8 @@ absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l) {
     args.push_back(gc.has_bias ? l.ptrArg(mm.getBias()) : nullArg());
     args.push_back(i64Arg(gc.n));
   }
-  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                        generated(cu::MultiGemvLaunch(c), group.emitAt));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
-                        generated(cu::EmitMultiGemv(c), group.emitAt));
-  l.launch(l.addKernel(code), dims, std::move(args), group.emitAt);
-  return absl::OkStatus();
+  return l.launchGenerated(cu::EmitMultiGemv(c), cu::MultiGemvLaunch(c), args,
+                           group.emitAt);
 }
 
 void populateMatmulLowerings(OpLoweringSet &set) { set.add<MatmulOp>(lowerMatmul); }

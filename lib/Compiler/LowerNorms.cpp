@@ -37,11 +37,8 @@ static absl::Status lowerNorm(Operation *op, Lowering &l) {
     cfg.fused_residual = fused;
     args.push_back(l.ptrArg(rms.getWeight()));
     args.push_back(i64Arg(rows));
-    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                          generated(cu::RMSNormLaunch(cfg, rows), op));
-    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitRMSNorm(cfg), op));
-    l.launch(l.addKernel(code), dims, std::move(args), op);
-    return absl::OkStatus();
+    return l.launchGenerated(cu::EmitRMSNorm(cfg), cu::RMSNormLaunch(cfg, rows), args,
+                             op);
   }
   auto ln = cast<LayerNormOp>(op);
   cu::LayerNormConfig cfg;
@@ -59,11 +56,8 @@ static absl::Status lowerNorm(Operation *op, Lowering &l) {
   if (ln.getBias())
     args.push_back(l.ptrArg(ln.getBias()));
   args.push_back(i64Arg(rows));
-  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                        generated(cu::LayerNormLaunch(cfg, rows), op));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitLayerNorm(cfg), op));
-  l.launch(l.addKernel(code), dims, std::move(args), op);
-  return absl::OkStatus();
+  return l.launchGenerated(cu::EmitLayerNorm(cfg), cu::LayerNormLaunch(cfg, rows), args,
+                           op);
 }
 
 /// softmax(x [, mask]) => one row kernel.
@@ -101,10 +95,7 @@ static absl::Status lowerSoftmax(SoftmaxOp o, Lowering &l) {
                                  f32Arg(scale),
                                  i64Arg(rows),
                                  i64Arg(maskRows)};
-  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims, generated(cu::SoftmaxLaunch(cfg, rows), o));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitSoftmax(cfg), o));
-  l.launch(l.addKernel(code), dims, std::move(args), o);
-  return absl::OkStatus();
+  return l.launchGenerated(cu::EmitSoftmax(cfg), cu::SoftmaxLaunch(cfg, rows), args, o);
 }
 
 void populateNormLowerings(OpLoweringSet &set) {

@@ -52,11 +52,8 @@ static absl::Status lowerRoPE(RoPEOp o, Lowering &l) {
                                    i64Arg(batch),
                                    i64Arg(seq),
                                    i64Arg(perBatch ? seq * cfg.head_dim : 0)};
-    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                          generated(cu::RoPETableLaunch(cfg, batch, seq), o));
-    LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitRoPETable(cfg), o));
-    l.launch(l.addKernel(code), dims, std::move(args), o);
-    return absl::OkStatus();
+    return l.launchGenerated(cu::EmitRoPETable(cfg), cu::RoPETableLaunch(cfg, batch, seq),
+                             args, o);
   }
   cu::RoPEConfig cfg;
   cfg.dtype = scalarOf(o.getInput());
@@ -75,12 +72,8 @@ static absl::Status lowerRoPE(RoPEOp o, Lowering &l) {
   std::vector<KernelArg> args = {l.ptrArg(o.getResult()), l.ptrArg(o.getInput()),
                                  o.getOffset() ? l.ptrArg(o.getOffset()) : nullArg(),
                                  i64Arg(t.getDimSize(0)), i64Arg(t.getDimSize(1))};
-  LLMC_ASSIGN_OR_RETURN(
-      cu::LaunchDims dims,
-      generated(cu::RoPELaunch(cfg, t.getDimSize(0), t.getDimSize(1)), o));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitRoPE(cfg), o));
-  l.launch(l.addKernel(code), dims, std::move(args), o);
-  return absl::OkStatus();
+  return l.launchGenerated(
+      cu::EmitRoPE(cfg), cu::RoPELaunch(cfg, t.getDimSize(0), t.getDimSize(1)), args, o);
 }
 
 void populateRoPELowerings(OpLoweringSet &set) { set.add<RoPEOp>(lowerRoPE); }

@@ -119,6 +119,15 @@ void Lowering::launch(int kernel, const cu::LaunchDims &dims, ArrayRef<KernelArg
              attention);
 }
 
+absl::Status Lowering::launchGenerated(absl::StatusOr<cu::KernelCode> code,
+                                       absl::StatusOr<cu::LaunchDims> dims,
+                                       ArrayRef<KernelArg> args, Operation *op) {
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims d, generated(std::move(dims), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode k, generated(std::move(code), op));
+  launch(addKernel(k), d, args, op);
+  return absl::OkStatus();
+}
+
 /// dst (fresh storage) = src viewed through its strides.
 absl::Status Lowering::emitCopyInto(Value dst, Value src, Operation *op) {
   return emitCopyToBuffer(bufferFor(dst), src, op);

@@ -35,11 +35,8 @@ static absl::Status lowerQuantizeWeight(QuantizeWeightOp op, Lowering &l) {
   int64_t n = w.getDimSize(0), k = w.getDimSize(1);
   std::vector<KernelArg> args = {l.ptrArg(op.getPacked()), l.ptrArg(op.getScales()),
                                  l.ptrArg(op.getWeight()), i64Arg(n), i64Arg(k)};
-  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                        generated(cu::QuantizeWeightLaunch(cfg, n, k), op));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitQuantizeWeight(cfg), op));
-  l.launch(l.addKernel(code), dims, std::move(args), op);
-  return absl::OkStatus();
+  return l.launchGenerated(cu::EmitQuantizeWeight(cfg),
+                           cu::QuantizeWeightLaunch(cfg, n, k), args, op);
 }
 
 /// dequantize_weight(packed, scales) => one kernel, or none when every user
@@ -63,12 +60,8 @@ static absl::Status lowerDequantizeWeight(DequantizeWeightOp op, Lowering &l) {
   int64_t n = t.getDimSize(0), k = t.getDimSize(1);
   std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.ptrArg(op.getPacked()),
                                  l.ptrArg(op.getScales()), i64Arg(n), i64Arg(k)};
-  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
-                        generated(cu::DequantizeWeightLaunch(cfg, n, k), op));
-  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
-                        generated(cu::EmitDequantizeWeight(cfg), op));
-  l.launch(l.addKernel(code), dims, std::move(args), op);
-  return absl::OkStatus();
+  return l.launchGenerated(cu::EmitDequantizeWeight(cfg),
+                           cu::DequantizeWeightLaunch(cfg, n, k), args, op);
 }
 
 void populateWeightOnlyLowerings(OpLoweringSet &set) {

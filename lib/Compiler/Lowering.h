@@ -247,6 +247,12 @@ public:
   /// A launch of `kernel` labelled with `op`'s name.
   void launch(int kernel, const cu::LaunchDims &dims, ArrayRef<KernelArg> args,
               Operation *op, const AttentionAttachment *attention = nullptr);
+  /// A launch of the kernel a generator made for `op`: `code` and `dims` are
+  /// its results, either of which may be its rejection, reported as `op`
+  /// unsupported (see generated(); the launch dimensions' first).
+  absl::Status launchGenerated(absl::StatusOr<cu::KernelCode> code,
+                               absl::StatusOr<cu::LaunchDims> dims,
+                               ArrayRef<KernelArg> args, Operation *op);
 
 private:
   absl::Status checkStatic();
