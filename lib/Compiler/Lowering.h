@@ -30,6 +30,7 @@
 #define LLMC_LIB_COMPILER_LOWERING_H
 
 #include "llmc/Compiler/LowerToExecutable.h"
+#include "llmc/Support/StatusMacros.h"
 
 #include "ExecBuilder.h"
 #include "KernelConfigs.h"
@@ -92,18 +93,6 @@ absl::StatusOr<T> generated(absl::StatusOr<T> result, Operation *op) {
     return unsupported(op, std::string(result.status().message()));
   return result;
 }
-
-/// `lhs = *expr;` when `expr` (a StatusOr) is ok, else returns its status
-/// from the enclosing function.
-#define LLMC_ASSIGN_OR_RETURN(lhs, expr)                                       \
-  LLMC_ASSIGN_OR_RETURN_IMPL(LLMC_CONCAT(llmcStatusOr, __LINE__), lhs, expr)
-#define LLMC_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                             \
-  auto tmp = (expr);                                                           \
-  if (!tmp.ok())                                                               \
-    return tmp.status();                                                       \
-  lhs = std::move(*tmp)
-#define LLMC_CONCAT(a, b) LLMC_CONCAT_IMPL(a, b)
-#define LLMC_CONCAT_IMPL(a, b) a##b
 
 inline absl::StatusOr<rt::DType> toDType(Type t) { return llmc::toRuntimeDType(t); }
 

@@ -17,6 +17,7 @@
 #ifndef LLMC_LIB_REFERENCE_RANKSTATE_H
 #define LLMC_LIB_REFERENCE_RANKSTATE_H
 
+#include "llmc/Support/StatusMacros.h"
 #include "llmc/Reference/ReferenceExecutor.h"
 
 #include "LLM/IR/LLMOps.h"
@@ -44,17 +45,6 @@ namespace llmc::reference::detail {
 
 using namespace mlir;
 namespace llm = llmc::llm;
-
-/// `lhs = *expr;` when `expr` (a StatusOr) is ok, else returns its status.
-#define REF_ASSIGN_OR_RETURN(lhs, expr)                                        \
-  REF_ASSIGN_OR_RETURN_IMPL(REF_CONCAT(refStatusOr, __LINE__), lhs, expr)
-#define REF_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                              \
-  auto tmp = (expr);                                                           \
-  if (!tmp.ok())                                                               \
-    return tmp.status();                                                       \
-  lhs = std::move(*tmp)
-#define REF_CONCAT(a, b) REF_CONCAT_IMPL(a, b)
-#define REF_CONCAT_IMPL(a, b) a##b
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 inline constexpr double kInf = std::numeric_limits<double>::infinity();

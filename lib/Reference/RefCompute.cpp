@@ -72,7 +72,7 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
                                           ", on_true ", shapeStr(a.shape),
                                           " and on_false ", shapeStr(b.shape),
                                           " must have one shape"));
-        REF_ASSIGN_OR_RETURN(HostTensor out,
+        LLMC_ASSIGN_OR_RETURN(HostTensor out,
                              newTensor(op, resultElementType(op), a.shape));
         for (size_t i = 0; i < out.data.size(); ++i)
           out.data[i] = c.data[i] != 0.0 ? a.data[i] : b.data[i];
@@ -81,7 +81,7 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::CastOp>([&](auto) -> R {
         const HostTensor &x = in(op, 0);
         Type to = resultElementType(op);
-        REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, to, x.shape));
+        LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, to, x.shape));
         auto it = dyn_cast<IntegerType>(to);
         bool floatToInt = isa<FloatType>(x.elementType) && it && it.getWidth() > 1;
         for (size_t i = 0; i < out.data.size(); ++i) {

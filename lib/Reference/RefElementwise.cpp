@@ -11,7 +11,7 @@ namespace llmc::reference::detail {
 absl::StatusOr<HostTensor> RankState::unary(Operation *op,
                                             double (*fn)(double)) {
   const HostTensor &x = in(op, 0);
-  REF_ASSIGN_OR_RETURN(HostTensor out,
+  LLMC_ASSIGN_OR_RETURN(HostTensor out,
                        newTensor(op, resultElementType(op), x.shape));
   for (size_t i = 0; i < x.data.size(); ++i)
     out.data[i] = fn(x.data[i]);
@@ -26,7 +26,7 @@ absl::StatusOr<HostTensor> RankState::binary(Operation *op) {
                                     " and ", shapeStr(b.shape),
                                     "; expected one shape (broadcast "
                                     "explicitly with llm.broadcast)"));
-  REF_ASSIGN_OR_RETURN(HostTensor out,
+  LLMC_ASSIGN_OR_RETURN(HostTensor out,
                        newTensor(op, resultElementType(op), a.shape));
   bool isInt = isa<IntegerType>(a.elementType);
   size_t n = a.data.size();

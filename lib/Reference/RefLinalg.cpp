@@ -13,11 +13,11 @@ absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
   int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
   if (D % 2 != 0)
     return opError(op, absl::StrCat("head dimension must be even, found ", D));
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
   if (out.data.empty()) // no elements: no loop over the other dimensions
     return out;
   // Positions are float64 (s + an i64 offset near 2^63 must not overflow).
-  REF_ASSIGN_OR_RETURN(std::vector<double> offsets,
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> offsets,
                        newBuffer(op, "the per-batch offsets", B));
   if (op.getOffset()) {
     const HostTensor &off = in(op.getOffset());
@@ -72,7 +72,7 @@ absl::StatusOr<HostTensor> RankState::rope(llm::RoPEOp op) {
     return out;
   }
   double theta = op.getTheta().convertToDouble();
-  REF_ASSIGN_OR_RETURN(std::vector<double> invFreq,
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> invFreq,
                        newBuffer(op, "the inverse frequencies", half));
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = std::pow(theta, -2.0 * static_cast<double>(i) /
@@ -161,14 +161,14 @@ absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
     work *= double(d);
   if (absl::Status s = budget_->spend(opName(op), work); !s.ok())
     return s;
-  REF_ASSIGN_OR_RETURN(HostTensor out,
+  LLMC_ASSIGN_OR_RETURN(HostTensor out,
                        newTensor(op, resultElementType(op), to));
   if (out.data.empty()) // no elements: no loop over the batch
     return out;
   // A row-major [M, K]; Bt [N, K].
-  REF_ASSIGN_OR_RETURN(std::vector<double> A,
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> A,
                        newBuffer(op, "a copy of the lhs matrix", M * K));
-  REF_ASSIGN_OR_RETURN(std::vector<double> Bt,
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> Bt,
                        newBuffer(op, "a copy of the rhs matrix", N * K));
   int64_t lastL = -1, lastR = -1;
   forEachIndex(batch, [&](int64_t bi, ArrayRef<int64_t> idx) {
@@ -253,10 +253,10 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
           opName(op), 2.0 * double(B) * double(Hq) * double(Sq) * double(Skv) * double(D));
       !s.ok())
     return s;
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
   if (out.data.empty()) // no elements: no loop over batch, heads, rows
     return out;
-  REF_ASSIGN_OR_RETURN(std::vector<double> p,
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> p,
                        newBuffer(op, "a row of scores", Skv));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
@@ -316,11 +316,11 @@ absl::Status RankState::quantizeWeight(llm::QuantizeWeightOp op) {
                                     group));
   const float qmax = bits == 4 ? 7.0f : 127.0f;
   const int64_t groups = k / group;
-  REF_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       HostTensor packed,
       newTensor(op, op.getPacked().getType().getElementType(),
                 {n, bits == 4 ? k / 2 : k}, "the packed result"));
-  REF_ASSIGN_OR_RETURN(HostTensor scales,
+  LLMC_ASSIGN_OR_RETURN(HostTensor scales,
                        newTensor(op, op.getScales().getType().getElementType(),
                                  {n, groups}, "the scales result"));
   // One row of codes (counted as doubles: an upper bound).
@@ -376,7 +376,7 @@ RankState::dequantizeWeight(llm::DequantizeWeightOp op) {
                                     " do not match packed of shape ",
                                     shapeStr(packed.shape), " for group_size ",
                                     group));
-  REF_ASSIGN_OR_RETURN(HostTensor out,
+  LLMC_ASSIGN_OR_RETURN(HostTensor out,
                        newTensor(op, resultElementType(op), {n, k}));
   for (int64_t r = 0; r < n && k > 0; ++r)
     for (int64_t j = 0; j < k; ++j) {
@@ -415,7 +415,7 @@ RankState::kvCacheAppend(llm::KVCacheAppendOp op) {
         " new rows exceeds the cache length ", Smax));
   // The cache is updated in place when this is its last use (`cache` is
   // not used below: taking it ends that reference).
-  REF_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
   if (Snew * row == 0)
     return out;
   for (int64_t b = 0; b < B; ++b)

@@ -33,7 +33,7 @@ absl::StatusOr<HostTensor> RankState::reduce(Operation *op,
   for (size_t d = 0; d < rank; ++d)
     if (!reduced[d] || keepdim)
       to.push_back(kept[d]);
-  REF_ASSIGN_OR_RETURN(HostTensor out,
+  LLMC_ASSIGN_OR_RETURN(HostTensor out,
                        newTensor(op, resultElementType(op), std::move(to)));
   std::vector<double> &acc = out.data;
   std::fill(acc.begin(), acc.end(), init);
@@ -65,7 +65,7 @@ absl::StatusOr<HostTensor> RankState::softmax(llm::SoftmaxOp op) {
     if (absl::Status s = checkBroadcastable(op, "mask", m.shape, x.shape);
         !s.ok())
       return s;
-    REF_ASSIGN_OR_RETURN(mask, newBuffer(op, absl::StrCat(
+    LLMC_ASSIGN_OR_RETURN(mask, newBuffer(op, absl::StrCat(
                                                  "the mask broadcast to ",
                                                  shapeStr(x.shape)),
                                          x.numElements()));
@@ -74,8 +74,8 @@ absl::StatusOr<HostTensor> RankState::softmax(llm::SoftmaxOp op) {
   double scale = op.getScale() ? op.getScale()->convertToDouble() : 1.0;
   int64_t cols = x.shape.back();
   int64_t rows = cols == 0 ? 0 : x.numElements() / cols;
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
-  REF_ASSIGN_OR_RETURN(std::vector<double> z,
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> z,
                        newBuffer(op, "a row of scores", cols));
   for (int64_t r = 0; r < rows; ++r) {
     double mx = -kInf;
@@ -112,7 +112,7 @@ absl::StatusOr<HostTensor> RankState::rmsNorm(llm::RMSNormOp op) {
     return s;
   double eps = op.getEps().convertToDouble();
   int64_t rows = h == 0 ? 0 : x.numElements() / h;
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
   for (int64_t r = 0; r < rows; ++r) {
     const double *row = x.data.data() + r * h;
     double ss = 0.0;
@@ -139,7 +139,7 @@ absl::StatusOr<HostTensor> RankState::layerNorm(llm::LayerNormOp op) {
   }
   double eps = op.getEps().convertToDouble();
   int64_t rows = h == 0 ? 0 : x.numElements() / h;
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, x.shape));
   for (int64_t r = 0; r < rows; ++r) {
     const double *row = x.data.data() + r * h;
     double mean = 0.0;

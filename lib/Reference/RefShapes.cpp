@@ -30,7 +30,7 @@ absl::StatusOr<HostTensor> RankState::broadcast(llm::BroadcastOp op,
   }
   if (absl::Status s = checkBroadcastable(op, "input", x.shape, to); !s.ok())
     return s;
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
   broadcastInto(x, out.shape, out.data);
   return out;
 }
@@ -62,7 +62,7 @@ absl::StatusOr<HostTensor> RankState::reshape(llm::ReshapeOp op) {
                                     " elements but the result ", shapeStr(to),
                                     " has ", known));
   }
-  REF_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
   out.shape = std::move(to);
   return out;
 }
@@ -76,7 +76,7 @@ absl::StatusOr<HostTensor> RankState::transpose(llm::TransposeOp op) {
     to[i] = x.shape[perm[i]];
     s[i] = xs[perm[i]];
   }
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
   forEachIndex(to, [&](int64_t lin, ArrayRef<int64_t> idx) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d)
@@ -101,7 +101,7 @@ absl::StatusOr<HostTensor> RankState::slice(llm::SliceOp op) {
     int64_t len = limit - starts[d]; // in [0, dim]: no overflow below
     to[d] = len == 0 ? 0 : (len - 1) / steps[d] + 1;
   }
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
   forEachIndex(to, [&](int64_t lin, ArrayRef<int64_t> idx) {
     int64_t off = 0;
     for (size_t d = 0; d < rank; ++d)
@@ -121,7 +121,7 @@ absl::StatusOr<HostTensor> RankState::pad(llm::PadOp op) {
   Shape to = x.shape;
   for (size_t d = 0; d < to.size(); ++d)
     to[d] += high[d]; // both at most 2^40 (the verifier)
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, x.elementType, to));
   Shape os = stridesOf(to);
   forEachIndex(x.shape, [&](int64_t lin, ArrayRef<int64_t> idx) {
     int64_t off = 0;
@@ -149,7 +149,7 @@ absl::StatusOr<HostTensor> RankState::concat(llm::ConcatOp op) {
       return opError(op, absl::StrCat("result dimension ", dim,
                                       " overflows int64 at input ", i));
   }
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, first.elementType, to));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, first.elementType, to));
   if (out.data.empty()) // no elements: nothing to copy, however many rows
     return out;
   int64_t outer = product(ArrayRef<int64_t>(to).take_front(dim));
@@ -185,7 +185,7 @@ absl::StatusOr<HostTensor> RankState::gather(llm::GatherOp op) {
           " of the indices is out of range [0, ", rows, ") for axis ", axis,
           " of the table ", shapeStr(table.shape)));
   }
-  REF_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, table.elementType, to));
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, table.elementType, to));
   if (out.data.empty())
     return out;
   for (int64_t o = 0; o < outer; ++o)

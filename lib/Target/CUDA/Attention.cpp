@@ -525,7 +525,7 @@ absl::StatusOr<KernelCode> EmitFlashAttention(const AttentionConfig &c) {
       << "static constexpr int kSmemBytes = " << geo.smem_bytes << ";\n";
   std::string body = kFaHelpers;
   body += "\n" + AttentionSignature(kc.name, geo.threads) + kFaBody;
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), body));
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), body));
   return kc;
 }
 
@@ -607,7 +607,7 @@ absl::StatusOr<KernelCode> EmitSimpleAttention(const AttentionConfig &c) {
       << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
       << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n";
   std::string body = "\n" + AttentionSignature(kc.name, 32 * kSimpleRowsPerBlock) + kSimpleBody;
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(
       "// llmc attention, simple path: one warp per query row, fp32 CUDA-core math, online\n"
       "// softmax (Milakov & Gimelshein 2018) in the exp2 domain. Same layouts and semantics as\n"
       "// the FlashAttention-2 kernel (GQA, bottom-right causal, additive mask, fully masked\n"

@@ -137,8 +137,8 @@ absl::StatusOr<ColumnReduceKernels> EmitColumnReduce(const ColumnReduceConfig &c
   out[j] = fromF<OutT>(kMean ? v / (float)r : v);
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(k.partial.source, Assemble(hdr + "// (partial)\n", cfg.str(), b1.str()));
-  LLMC_CUDA_ASSIGN_OR_RETURN(k.combine.source, Assemble(hdr + "// (combine)\n", cfg.str(), b2.str()));
+  LLMC_ASSIGN_OR_RETURN(k.partial.source, Assemble(hdr + "// (partial)\n", cfg.str(), b1.str()));
+  LLMC_ASSIGN_OR_RETURN(k.combine.source, Assemble(hdr + "// (combine)\n", cfg.str(), b2.str()));
   return k;
 }
 

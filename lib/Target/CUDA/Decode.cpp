@@ -427,7 +427,7 @@ std::string FlashDecodeGeometryName(const FlashDecodeGeometry &g) {
 }
 
 absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
-  LLMC_CUDA_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
+  LLMC_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
   const bool causal = c.causal && c.q_len > 1;
   const std::string tag = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.head_dim) + "_g" +
                           std::to_string(c.group_size) + "_q" + std::to_string(c.q_len) +
@@ -475,14 +475,14 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
      << "(\n    T* __restrict__ out, const float* __restrict__ partial_acc,\n"
         "    const float* __restrict__ partial_ml, int heads_kv, int num_splits) {\n"
      << kCombineBody;
-  LLMC_CUDA_ASSIGN_OR_RETURN(k.split.source, Assemble(hdr + "// (phase 1: split)\n", cfg.str() + scfg.str(), b1.str()));
-  LLMC_CUDA_ASSIGN_OR_RETURN(k.combine.source, Assemble(hdr + "// (phase 2: combine)\n", cfg.str(), b2.str()));
+  LLMC_ASSIGN_OR_RETURN(k.split.source, Assemble(hdr + "// (phase 1: split)\n", cfg.str() + scfg.str(), b1.str()));
+  LLMC_ASSIGN_OR_RETURN(k.combine.source, Assemble(hdr + "// (phase 2: combine)\n", cfg.str(), b2.str()));
   return k;
 }
 
 absl::StatusOr<int> FlashDecodeNumSplits(const DecodeConfig &c, int64_t batch, int64_t heads_kv,
                                          int64_t max_kv_len, int num_sms) {
-  LLMC_CUDA_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
+  LLMC_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
   const int64_t blocks = std::max<int64_t>(batch * heads_kv, 1);
   // A pure stream over the cache: ~4 split blocks per SM (16 warps, each with
   // two register tiles of loads in flight) saturate HBM; more splits only add
@@ -495,7 +495,7 @@ absl::StatusOr<int> FlashDecodeNumSplits(const DecodeConfig &c, int64_t batch, i
 }
 
 absl::StatusOr<LaunchDims> FlashDecodeSplitLaunch(const DecodeConfig &c, int64_t batch, int64_t heads_kv, int num_splits) {
-  LLMC_CUDA_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
+  LLMC_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
   return Dims(std::max(num_splits, 1), heads_kv, batch, kWarps * 32, SmemBytes(c, g));
 }
 

@@ -411,7 +411,7 @@ absl::StatusOr<KernelCode> EmitElementwise(const ElementwiseProgram &prog) {
   const std::string header =
       "// llmc fused elementwise kernel " + kc.name +
       "\n// Grid-stride loop over the flattened output; 16-byte vector fast path.\n";
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(header, "", body + em.Kernel(kc.name)));
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(header, "", body + em.Kernel(kc.name)));
   return kc;
 }
 

@@ -130,7 +130,7 @@ absl::StatusOr<KernelCode> EmitGemv(const GemvConfig &c) {
   }
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       kc.source, Assemble("// llmc skinny matmul (decode GEMV): y[m,n] = sum_k x[m,k] * w[n,k] (+ bias[n]),\n"
                           "// w row-major [N, K] (nn.Linear layout); one warp per output column,\n"
                           "// 16-byte weight loads, fp32 accumulation.\n",
@@ -207,7 +207,7 @@ LLMC_DEV void gemvStore(OutT* __restrict__ y, const T* __restrict__ bias, long l
     b << "  " << (i ? "else " : "") << "if (seg == " << i << ") gemvStore<OutT" << i << ", kBias"
       << i << ">(y" << i << ", bias" << i << ", r, n" << i << ", lane, acc);\n";
   b << "}\n";
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(
       "// llmc multi-output decode GEMV: y_i[m,n] = sum_k x[m,k] * w_i[n,k] (+ bias_i[n])\n"
       "// for weights w_i [N_i, K] that share x; one launch, one warp per output column\n"
       "// over the rows of every w_i, 16-byte weight loads, fp32 accumulation.\n",
@@ -272,7 +272,7 @@ absl::StatusOr<KernelCode> EmitSwiGluGemv(const SwiGluGemvConfig &c) {
   }
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(
       "// llmc SwiGLU decode GEMV: y[m,n] = silu(x[m,:] . w_gate[n,:]) * (x[m,:] . w_up[n,:]),\n"
       "// w_gate, w_up row-major [N, K]; one warp per output column reads row n of both,\n"
       "// 16-byte weight loads, fp32 accumulation; gate and up are never written.\n",

@@ -2,6 +2,7 @@
 #ifndef LLMC_LIB_TARGET_CUDA_INTERNAL_H
 #define LLMC_LIB_TARGET_CUDA_INTERNAL_H
 
+#include "llmc/Support/StatusMacros.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
 #include "absl/status/status.h"
@@ -51,17 +52,6 @@ const char *KindName(ReduceKind k);
 std::string ReduceOps(ReduceKind k);
 
 } // namespace llmc::cuda::detail
-
-/// `lhs = *expr;` when `expr` (a StatusOr) is ok, else returns its status.
-#define LLMC_CUDA_ASSIGN_OR_RETURN(lhs, expr)                                  \
-  LLMC_CUDA_ASSIGN_OR_RETURN_IMPL(LLMC_CUDA_CONCAT(cudaStatusOr, __LINE__), lhs, expr)
-#define LLMC_CUDA_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                        \
-  auto tmp = (expr);                                                           \
-  if (!tmp.ok())                                                               \
-    return tmp.status();                                                       \
-  lhs = std::move(*tmp)
-#define LLMC_CUDA_CONCAT(a, b) LLMC_CUDA_CONCAT_IMPL(a, b)
-#define LLMC_CUDA_CONCAT_IMPL(a, b) a##b
 
 namespace llmc::cuda::detail {
 

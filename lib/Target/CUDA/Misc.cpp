@@ -136,7 +136,7 @@ absl::StatusOr<KernelCode> EmitRoPE(const RoPEConfig &c) {
   }
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
   return kc;
 }
 
@@ -212,7 +212,7 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
   }
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
   return kc;
 }
 
@@ -265,7 +265,7 @@ absl::StatusOr<KernelCode> EmitKvAppend(const KvAppendConfig &c) {
   }
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       kc.source, Assemble("// llmc KV-cache append: cache[b, pos:pos+Snew] = new[b] for K and V (in place).\n"
                           "// Bounds: pos < 0 or pos + Snew > Smax -> nothing written, *error = 1.\n",
                           cfg.str(), b.str()));
@@ -330,7 +330,7 @@ absl::StatusOr<KernelCode> EmitGather(const GatherConfig &c) {
   for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = src[i];
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       kc.source, Assemble("// llmc gather / embedding lookup: out[n, :] = table[idx[n], :].\n"
                           "// Out-of-range index -> zeros and *error = 2.\n",
                           cfg.str(), b.str()));
@@ -414,7 +414,7 @@ LLMC_DEV void padRows(E* out, const E* in, long long numel, const PadShape& s) {
     padRows<1>(out, in, numel, shape);
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       kc.source, Assemble("// llmc zero padding (llm.pad): out[c] = (every c[d] < in_sizes[d]) ? in[c] : 0,\n"
                           "// a bit-exact copy for any element type; dense row-major tensors.\n",
                           cfg.str(), b.str()));

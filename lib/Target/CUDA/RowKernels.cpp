@@ -239,7 +239,7 @@ absl::StatusOr<KernelCode> EmitStreamingNorm(const NormParams &p, const RowGeom 
   if (p.has_bias) b << "      y = y + toF(bv.v[e]);\n";
   b << "      ov.v[e] = fromF<OutT>(y);\n    }\n"
        "    reinterpret_cast<OutV*>(out + base)[vi] = ov;\n  }\n}\n";
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
   return kc;
 }
 
@@ -369,7 +369,7 @@ absl::StatusOr<KernelCode> EmitNorm(const NormParams &p) {
   if (p.has_bias) b << "        y = y + toF(bv.v[e]);\n";
   b << "        ov.v[e] = fromF<OutT>(y);\n      }\n"
        "      reinterpret_cast<OutV*>(out + base)[vi] = ov;\n    }\n  }\n}\n";
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), b.str()));
   return kc;
 }
 
@@ -550,7 +550,7 @@ LLMC_DEV float logit2(float x, const MaskT* mrow, int j, float scale) {
 }
 )CUDA";
   }
-  LLMC_CUDA_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), c.n >= kWideRow ? WidenRowIndices(b.str()) : b.str()));
+  LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), c.n >= kWideRow ? WidenRowIndices(b.str()) : b.str()));
   return kc;
 }
 
@@ -647,7 +647,7 @@ absl::StatusOr<KernelCode> EmitRowReduce(const RowReduceConfig &c) {
   if (t == 0) out[row] = fromF<OutT>(acc);
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       kc.source, Assemble(std::string("// llmc row reduction (") + KindName(c.kind) +
                               ") over the last dim, fp32 accumulation: per-thread strided\n"
                               "// accumulation, then warp/block butterfly tree.\n",
@@ -733,8 +733,8 @@ absl::StatusOr<FullReduceKernels> EmitFullReduce(const FullReduceConfig &c) {
   if (threadIdx.x == 0) out[0] = fromF<OutT>(kMean ? acc / (float)numel : acc);
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(k.stage1.source, Assemble(hdr + "// (stage 1)\n", cfg.str(), b1.str()));
-  LLMC_CUDA_ASSIGN_OR_RETURN(k.stage2.source, Assemble(hdr + "// (stage 2)\n", cfg.str(), b2.str()));
+  LLMC_ASSIGN_OR_RETURN(k.stage1.source, Assemble(hdr + "// (stage 1)\n", cfg.str(), b1.str()));
+  LLMC_ASSIGN_OR_RETURN(k.stage2.source, Assemble(hdr + "// (stage 2)\n", cfg.str(), b2.str()));
   return k;
 }
 

@@ -81,7 +81,7 @@ absl::StatusOr<KernelCode> EmitQuantizeWeight(const WeightQuantConfig &c) {
   }
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       kc.source, Assemble("// llmc weight-only quantization: symmetric absmax per group along K,\n"
                           "// scale = max|w| / Q, q = rint(w / scale); one warp per group.\n",
                           cfg.str(), b.str()));
@@ -128,7 +128,7 @@ absl::StatusOr<KernelCode> EmitDequantizeWeight(const WeightQuantConfig &c) {
   *reinterpret_cast<LlmcVec<T, 8>*>(out + e0) = o;
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       kc.source, Assemble("// llmc weight-only dequantization: out = T(q * scale), 8 per thread.\n",
                           cfg.str(), b.str()));
   return kc;
@@ -229,7 +229,7 @@ LLMC_DEV void qgemvChunk(const LlmcVec<uint32_t, 4>& wv, float s, const T* __res
   }
 }
 )CUDA";
-  LLMC_CUDA_ASSIGN_OR_RETURN(
+  LLMC_ASSIGN_OR_RETURN(
       kc.source, Assemble("// llmc weight-only decode GEMV: y[m,n] = sum_k x[m,k] * q[n,k] * s[n,k/G] (+ bias[n]),\n"
                           "// packed int4/int8 rows read with 16-byte loads, one warp per output column,\n"
                           "// fp32 accumulation.\n",
