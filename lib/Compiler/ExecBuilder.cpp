@@ -62,11 +62,6 @@ void ExecBuilder::setAliasInput(int output, int input) {
   outputs[output].setAliasInputAttr(b.getI64IntegerAttr(input));
 }
 
-int64_t ExecBuilder::outputBytes(int output) {
-  auto type = cast<RankedTensorType>(outputs[output].getType());
-  return type.getNumElements() * rt::DTypeSize(*toRuntimeDType(type.getElementType()));
-}
-
 int ExecBuilder::addBuffer(exec::BufferKind kind, int64_t bytes, IntegerAttr ioIndex,
                            DenseI64ArrayAttr live, StringAttr data) {
   insertAfter(b, exe->getBody().front(), {lastSignature, lastBuffer});
@@ -80,14 +75,10 @@ int ExecBuilder::addBuffer(exec::BufferKind kind, int64_t bytes, IntegerAttr ioI
 }
 
 int ExecBuilder::addIOBuffer(exec::BufferKind kind, int ioIndex) {
-  int64_t bytes;
-  if (kind == exec::BufferKind::input) {
-    auto type = cast<RankedTensorType>(inputs[ioIndex].getType());
-    bytes = type.getNumElements() * rt::DTypeSize(*toRuntimeDType(type.getElementType()));
-  } else {
-    bytes = outputBytes(ioIndex);
-  }
-  return addBuffer(kind, bytes, b.getI64IntegerAttr(ioIndex), {}, {});
+  Type type = kind == exec::BufferKind::input ? inputs[ioIndex].getType()
+                                              : outputs[ioIndex].getType();
+  // Signature types are static tensors of runtime dtypes (addInput/addOutput).
+  return addBuffer(kind, *exec::tensorBytes(type), b.getI64IntegerAttr(ioIndex), {}, {});
 }
 
 int ExecBuilder::addArenaBuffer(int64_t bytes, int64_t firstStep, int64_t lastStep) {

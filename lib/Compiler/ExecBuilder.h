@@ -153,7 +153,6 @@ public:
   absl::StatusOr<mlir::OwningOpRef<exec::ExecutableOp>> finish();
 
 private:
-  int64_t outputBytes(int output);
   mlir::Value value(BufferRef r) { return buffers[r.buffer].getResult(); }
   mlir::IntegerAttr offset(BufferRef r) { return b.getI64IntegerAttr(r.offset); }
   mlir::StringAttr label(llvm::StringRef s) {
