@@ -1,7 +1,8 @@
-//===- LowerDataMovement.cpp - gather, concat, pad ------------------------===//
+//===- LowerDataMovement.cpp - gather, index_put, concat, pad -------------===//
 //
-// Ops that move data: row gathers (embedding lookups), concatenation along
-// an outer dimension (copies) and zero padding.
+// Ops that move data: row gathers (embedding lookups), slices written or
+// added at indices (index_put: KV-cache writes, embedding backward),
+// concatenation along an outer dimension (copies) and zero padding.
 //
 //===----------------------------------------------------------------------===//
 
@@ -70,10 +71,77 @@ static absl::Status lowerPad(PadOp op, Lowering &l) {
   return l.launchGenerated(cu::EmitPad(cfg), cu::PadLaunch(cfg, numel), args, op);
 }
 
+/// `v` is zero everywhere: a zero splat constant, possibly broadcast or
+/// reshaped (the zeros an embedding backward accumulates into).
+static bool isZeroSplat(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<BroadcastOp, ReshapeOp>(def))
+      break;
+    v = def->getOperand(0);
+  }
+  std::optional<double> splat = splatValue(v);
+  return splat && *splat == 0.0;
+}
+
+/// index_put(base, indices, source) => [copy of the base,] one kernel.
+static absl::Status lowerIndexPut(IndexPutOp o, Lowering &l) {
+  auto base = tensorType(o.getBase());
+  int64_t dim = o.getDim();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i)
+    outer *= base.getDimSize(i);
+  for (int64_t i = dim + 1; i < base.getRank(); ++i)
+    inner *= base.getDimSize(i);
+  int64_t rows = base.getDimSize(dim);
+  int64_t count = numElements(o.getIndices());
+  bool inPlace = updatesInPlace(o);
+  cu::IndexPutConfig cfg;
+  cfg.dtype = scalarOf(o.getBase());
+  cfg.index = scalarOf(o.getIndices());
+  cfg.inner = std::max<int64_t>(inner, 1);
+  cfg.accumulate = o.getAccumulate();
+  cfg.zero_base = cfg.accumulate && !inPlace && isZeroSplat(o.getBase());
+  if (base.getNumElements() == 0)
+    return absl::OkStatus();
+  if (!cfg.accumulate) {
+    // Value semantics: a donated base is written in place; otherwise the
+    // result starts as a copy of it.
+    if (!inPlace)
+      if (auto st = l.emitCopyInto(o.getResult(), o.getBase(), o); !st.ok())
+        return st;
+    if (count * inner == 0)
+      return absl::OkStatus();
+    std::vector<KernelArg> args = {l.ptrArg(o.getResult()), l.ptrArg(o.getSource()),
+                                   l.ptrArg(o.getIndices()), i64Arg(outer), i64Arg(rows),
+                                   i64Arg(count)};
+    return l.launchGenerated(cu::EmitIndexPut(cfg), cu::IndexPutLaunch(cfg, outer, rows, count),
+                             args, o);
+  }
+  // The add kernel writes every row of the result (copying or zeroing the
+  // untouched ones) unless it runs in place.
+  int64_t scratchBytes = cu::IndexPutScratchBytes(cfg, outer, count);
+  KernelArg scratch = nullArg();
+  if (scratchBytes > 0)
+    scratch = l.bufArg(l.newArenaBuffer(scratchBytes, l.getStep(), l.getStep()));
+  KernelArg out = l.ptrArg(o.getResult());
+  std::vector<KernelArg> args = {out,
+                                 cfg.zero_base ? out : l.ptrArg(o.getBase()),
+                                 count > 0 ? l.ptrArg(o.getSource()) : out,
+                                 count > 0 ? l.ptrArg(o.getIndices()) : out,
+                                 scratch,
+                                 i64Arg(outer),
+                                 i64Arg(rows),
+                                 i64Arg(count),
+                                 i64Arg(cu::IndexAddRowsPerBlock(outer, rows))};
+  return l.launchGenerated(cu::EmitIndexPut(cfg), cu::IndexPutLaunch(cfg, outer, rows, count), args,
+                           o);
+}
+
 void populateDataMovementLowerings(OpLoweringSet &set) {
   set.add<GatherOp>(lowerGather);
   set.add<ConcatOp>(lowerConcat);
   set.add<PadOp>(lowerPad);
+  set.add<IndexPutOp>(lowerIndexPut);
 }
 
 } // namespace llmc::codegen

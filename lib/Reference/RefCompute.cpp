@@ -102,6 +102,7 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::PadOp>([&](auto p) { return pad(p); })
       .Case<llm::ConcatOp>([&](auto c) { return concat(c); })
       .Case<llm::GatherOp>([&](auto g) { return gather(g); })
+      .Case<llm::IndexPutOp>([&](auto p) { return indexPut(p); })
       .Case<llm::ReduceSumOp>([&](auto r) {
         return reduce(op, r.getDims(), r.getKeepdim(), 0);
       })

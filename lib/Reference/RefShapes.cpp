@@ -2,6 +2,8 @@
 
 #include "RankState.h"
 
+#include <functional>
+
 namespace llmc::reference::detail {
 
 //===----------------------------------------------------------------------===//
@@ -194,6 +196,50 @@ absl::StatusOr<HostTensor> RankState::gather(llm::GatherOp op) {
       std::copy_n(table.data.begin() + (o * rows + r) * inner, inner,
                   out.data.begin() + (o * count + k) * inner);
     }
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::indexPut(llm::IndexPutOp op) {
+  const HostTensor &base = in(op, 0), &idx = in(op, 1), &src = in(op, 2);
+  int64_t dim = op.getDim();
+  int64_t count = idx.numElements();
+  Shape want = base.shape;
+  want[dim] = count;
+  if (src.shape != want)
+    return opError(op, absl::StrCat("source ", shapeStr(src.shape),
+                                    " does not match the base ",
+                                    shapeStr(base.shape), " with ", count,
+                                    " indices in dimension ", dim,
+                                    " (expected ", shapeStr(want), ")"));
+  int64_t rows = base.shape[dim];
+  std::vector<int64_t> at(count);
+  for (int64_t k = 0; k < count; ++k) {
+    double v = idx.data[k];
+    if (v < -static_cast<double>(rows) || v >= static_cast<double>(rows))
+      return absl::OutOfRangeError(absl::StrCat(
+          opName(op), ": index ", static_cast<int64_t>(v), " at position ", k,
+          " of the indices is out of range [-", rows, ", ", rows,
+          ") for dimension ", dim, " of the base ", shapeStr(base.shape)));
+    at[k] = v < 0 ? static_cast<int64_t>(v) + rows : static_cast<int64_t>(v);
+  }
+  int64_t outer = product(ArrayRef<int64_t>(base.shape).take_front(dim));
+  int64_t inner = product(ArrayRef<int64_t>(base.shape).drop_front(dim + 1));
+  bool accumulate = op.getAccumulate();
+  // The base is updated in place when this is its last use (`base` is not
+  // used below: taking it ends that reference). Sums are float64, rounded
+  // once to the element type at the end.
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < count; ++k) {
+      auto from = src.data.begin() + (o * count + k) * inner;
+      auto to = out.data.begin() + (o * rows + at[k]) * inner;
+      if (accumulate)
+        std::transform(from, from + inner, to, to, std::plus<double>());
+      else
+        std::copy_n(from, inner, to);
+    }
+  if (accumulate)
+    roundInPlace(out);
   return out;
 }
 

@@ -59,12 +59,21 @@ void SliceOp::composeLayout(int64_t &elementOffset,
   }
 }
 
-bool llmc::llm::updatesInPlace(KVCacheAppendOp op) {
-  auto arg = dyn_cast<BlockArgument>(op.getCache());
-  if (!arg || !op.getCache().hasOneUse())
+/// `v` is a donated function argument with no other use.
+static bool isDonatedSoleUse(Value v) {
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg || !v.hasOneUse())
     return false;
   auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
   return fn && fn.getArgAttr(arg.getArgNumber(), "llm.donate");
+}
+
+bool llmc::llm::updatesInPlace(KVCacheAppendOp op) {
+  return isDonatedSoleUse(op.getCache());
+}
+
+bool llmc::llm::updatesInPlace(IndexPutOp op) {
+  return isDonatedSoleUse(op.getBase());
 }
 
 Value llmc::llm::storageRoot(Value v) {
@@ -76,6 +85,8 @@ Value llmc::llm::storageRoot(Value v) {
       v = c.getInput();
     } else if (auto a = dyn_cast<KVCacheAppendOp>(def); a && updatesInPlace(a)) {
       v = a.getCache();
+    } else if (auto p = dyn_cast<IndexPutOp>(def); p && updatesInPlace(p)) {
+      v = p.getBase();
     } else {
       break;
     }

@@ -185,6 +185,44 @@ def LLM_GatherOp : LLM_Op<"gather", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
+def LLM_IndexPutOp : LLM_Op<"index_put",
+    [Pure, AllTypesMatch<["base", "result"]>]> {
+  let summary = "Writes (or adds) slices of `source` into `base` at indices along `dim`.";
+  let description = [{
+    base [..., R, ...] with R at position `dim`, indices [N] (i32 or i64),
+    source = base's shape with N at `dim`:
+    result = base, then for n in [0, N): result.select(dim, indices[n]) =
+    source.select(dim, n), or `+=` with `accumulate`. These are PyTorch's
+    `index_copy` / `index_add` (and `index_put` / `index_put_` with one
+    index tensor): the KV-cache write `k_cache[:, :, pos] = k` and the
+    embedding backward `index_put(zeros, [tokens], grad, accumulate=True)`.
+
+    A negative index counts from the end (n + R, as PyTorch); an index
+    outside [-R, R) is an error in the reference executor; on the GPU that
+    slice is skipped (nothing is written out of bounds).
+    Without `accumulate`, duplicate indices leave one of their slices
+    (which one is unspecified, as in PyTorch). With `accumulate` the sum is
+    deterministic: each element adds its slices in the order of n in fp32
+    and rounds once to the element type. The update is in place when
+    `base` is a donated argument used only here (as for
+    `llm.kv_cache_append`); otherwise `base` is copied first.
+
+    ```mlir
+    %kc = llm.index_put %cache[%pos], %k dim = 2 : tensor<1x8x2048x64xbf16>, tensor<1xi64>, tensor<1x8x1x64xbf16>
+    %dw = llm.index_put %zeros[%tokens], %grad dim = 0 {accumulate} : tensor<32000x4096xf32>, tensor<2048xi64>, tensor<2048x4096xf32>
+    ```
+  }];
+  let arguments = (ins LLM_NumericTensor:$base, LLM_IntTensor:$indices,
+                       LLM_NumericTensor:$source, I64Attr:$dim,
+                       UnitAttr:$accumulate);
+  let results = (outs LLM_NumericTensor:$result);
+  let assemblyFormat = [{
+    $base `[` $indices `]` `,` $source `dim` `=` $dim attr-dict `:`
+    type($base) `,` type($indices) `,` type($source)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Reductions and normalizations
 //===----------------------------------------------------------------------===//

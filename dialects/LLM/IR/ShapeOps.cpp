@@ -402,3 +402,42 @@ OpFoldResult PadOp::fold(FoldAdaptor) {
     return getInput();
   return {};
 }
+
+//===----------------------------------------------------------------------===//
+// IndexPutOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult IndexPutOp::verify() {
+  auto base = getBase().getType();
+  auto indices = getIndices().getType();
+  auto source = getSource().getType();
+  int64_t rank = base.getRank();
+  int64_t dim = getDim();
+  if (rank == 0)
+    return emitOpError() << "base must have rank >= 1, found a scalar";
+  if (dim < 0 || dim >= rank)
+    return emitOpError() << "dim " << dim << " is out of range for the base "
+                         << shapeStr(base.getShape()) << " of rank " << rank;
+  if (indices.getRank() != 1)
+    return emitOpError() << "indices must be rank 1 [N], found "
+                         << shapeStr(indices.getShape());
+  if (source.getElementType() != base.getElementType())
+    return emitOpError() << "source element type "
+                         << typeStr(source.getElementType())
+                         << " differs from the base's "
+                         << typeStr(base.getElementType());
+  if (source.getRank() != rank)
+    return emitOpError() << "source " << shapeStr(source.getShape())
+                         << " must have the base's rank " << rank << " (base "
+                         << shapeStr(base.getShape()) << ")";
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t want = i == dim ? indices.getDimSize(0) : base.getDimSize(i);
+    if (!dimsCompatible(source.getDimSize(i), want))
+      return emitOpError() << "source " << shapeStr(source.getShape())
+                           << " has size " << source.getDimSize(i)
+                           << " in dimension " << i << ", expected " << want
+                           << (i == dim ? " (the number of indices)"
+                                        : " (the base's)");
+  }
+  return success();
+}

@@ -43,8 +43,8 @@ Slot slotOf(Operation *op, unsigned index) {
     return Slot::Weight;
   if (isa<GatherOp>(op))
     return index == 0 ? Slot::Weight : Slot::Activation;
-  if (isa<SoftmaxOp, RoPEOp, AttentionOp, KVCacheAppendOp, AllReduceOp,
-          AllGatherOp, ReduceScatterOp, func::ReturnOp>(op))
+  if (isa<SoftmaxOp, RoPEOp, AttentionOp, KVCacheAppendOp, IndexPutOp,
+          AllReduceOp, AllGatherOp, ReduceScatterOp, func::ReturnOp>(op))
     return Slot::Activation;
   return Slot::Neutral;
 }
@@ -140,9 +140,9 @@ struct PreparationRule {
     if (op->getNumResults() == 0 || op->getNumOperands() == 0)
       return "it has no operands or no results";
     if (isa<DequantizeWeightOp, AllReduceOp, AllGatherOp, ReduceScatterOp,
-            KVCacheAppendOp, func::ReturnOp>(op))
-      return "it runs on every call (collectives, kv_cache_append and "
-             "dequantize_weight are never prepared once)";
+            KVCacheAppendOp, IndexPutOp, func::ReturnOp>(op))
+      return "it runs on every call (collectives, kv_cache_append, index_put "
+             "and dequantize_weight are never prepared once)";
     bool any = false;
     for (auto [i, o] : llvm::enumerate(op->getOperands())) {
       if (derived.contains(o))

@@ -151,6 +151,7 @@ static LogicalResult computeResultTypes(Operation *op,
           [&](auto o) { return same(o->getOperand(0)); })
       .Case<AttentionOp>([&](AttentionOp o) { return same(o.getQuery()); })
       .Case<KVCacheAppendOp>([&](KVCacheAppendOp o) { return same(o.getCache()); })
+      .Case<IndexPutOp>([&](IndexPutOp o) { return same(o.getBase()); })
       .Case<SelectOp>([&](SelectOp o) -> LogicalResult {
         auto shape = unifyOperandShapes(op, op->getOperands());
         if (failed(shape))

@@ -967,3 +967,59 @@ func.func @attention_head_dim_zero(%q: tensor<1x4x2x?xf32>, %k: tensor<1x4x2x0xf
   %0 = llm.attention %q, %k, %k : tensor<1x4x2x?xf32>, tensor<1x4x2x0xf32>, tensor<1x4x2x0xf32>
   return
 }
+
+// -----
+
+func.func @index_put_dim(%b: tensor<4x8xf32>, %i: tensor<2xi64>, %s: tensor<4x2xf32>) {
+  // expected-error @+1 {{'llm.index_put' op dim 2 is out of range for the base [4, 8] of rank 2}}
+  %0 = llm.index_put %b[%i], %s dim = 2 : tensor<4x8xf32>, tensor<2xi64>, tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @index_put_rank2_indices(%b: tensor<4x8xf32>, %i: tensor<2x1xi64>, %s: tensor<4x2xf32>) {
+  // expected-error @+1 {{'llm.index_put' op indices must be rank 1 [N], found [2, 1]}}
+  %0 = llm.index_put %b[%i], %s dim = 1 : tensor<4x8xf32>, tensor<2x1xi64>, tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @index_put_count(%b: tensor<4x8xf32>, %i: tensor<3xi64>, %s: tensor<4x2xf32>) {
+  // expected-error @+1 {{'llm.index_put' op source [4, 2] has size 2 in dimension 1, expected 3 (the number of indices)}}
+  %0 = llm.index_put %b[%i], %s dim = 1 : tensor<4x8xf32>, tensor<3xi64>, tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @index_put_other_dim(%b: tensor<4x8xf32>, %i: tensor<2xi64>, %s: tensor<5x2xf32>) {
+  // expected-error @+1 {{'llm.index_put' op source [5, 2] has size 5 in dimension 0, expected 4 (the base's)}}
+  %0 = llm.index_put %b[%i], %s dim = 1 : tensor<4x8xf32>, tensor<2xi64>, tensor<5x2xf32>
+  return
+}
+
+// -----
+
+func.func @index_put_type(%b: tensor<4x8xf32>, %i: tensor<2xi64>, %s: tensor<4x2xbf16>) {
+  // expected-error @+1 {{'llm.index_put' op source element type bf16 differs from the base's f32}}
+  %0 = llm.index_put %b[%i], %s dim = 1 : tensor<4x8xf32>, tensor<2xi64>, tensor<4x2xbf16>
+  return
+}
+
+// -----
+
+func.func @index_put_float_indices(%b: tensor<4x8xf32>, %i: tensor<2xf32>, %s: tensor<4x2xf32>) {
+  // expected-error @+1 {{'llm.index_put' op operand #1 must be ranked tensor of 32-bit signless integer or 64-bit signless integer values, but got 'tensor<2xf32>'}}
+  %0 = llm.index_put %b[%i], %s dim = 1 : tensor<4x8xf32>, tensor<2xf32>, tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @index_put_scalar(%b: tensor<f32>, %i: tensor<2xi64>, %s: tensor<f32>) {
+  // expected-error @+1 {{'llm.index_put' op base must have rank >= 1, found a scalar}}
+  %0 = llm.index_put %b[%i], %s dim = 0 : tensor<f32>, tensor<2xi64>, tensor<f32>
+  return
+}

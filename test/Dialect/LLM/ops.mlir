@@ -195,3 +195,13 @@ func.func @slice_with_the_largest_step(%x: tensor<4x6xf32>) -> tensor<1x2xf32> {
   %s = llm.slice %x [1, 0] to [-1, 6] step [9223372036854775807, 5] : tensor<4x6xf32>
   return %s : tensor<1x2xf32>
 }
+
+// CHECK-LABEL: func.func @index_put
+func.func @index_put(%cache: tensor<1x8x2048x64xbf16>, %pos: tensor<?xi64>, %k: tensor<1x8x?x64xbf16>,
+                     %w: tensor<32000x64xf32>, %tok: tensor<16xi32>, %g: tensor<16x64xf32>) {
+  // CHECK: llm.index_put %{{.*}}[%{{.*}}], %{{.*}} dim = 2 : tensor<1x8x2048x64xbf16>, tensor<?xi64>, tensor<1x8x?x64xbf16>
+  %0 = llm.index_put %cache[%pos], %k dim = 2 : tensor<1x8x2048x64xbf16>, tensor<?xi64>, tensor<1x8x?x64xbf16>
+  // CHECK: llm.index_put %{{.*}}[%{{.*}}], %{{.*}} dim = 0 {accumulate} : tensor<32000x64xf32>, tensor<16xi32>, tensor<16x64xf32>
+  %1 = llm.index_put %w[%tok], %g dim = 0 {accumulate} : tensor<32000x64xf32>, tensor<16xi32>, tensor<16x64xf32>
+  return
+}

@@ -720,6 +720,44 @@ func.func @f(%c: tensor<2x6x2x3xf32>, %u: tensor<2x?x2x3xf32>, %p: tensor<i32>) 
       << s;
 }
 
+TEST_F(ReferenceTest, IndexPutCopiesAndAccumulates) {
+  // Copy along dim 1 of [2, 5, 3] with a negative index; accumulate with a
+  // duplicate index into bf16 (the sum is rounded once: 1 + 2^-8 + 2^-8 =
+  // 1 + 2^-7 is a bf16, where rounding after each add would give 1).
+  const char *src = R"mlir(
+func.func @f(%b: tensor<2x5x3xf32>, %i: tensor<2xi64>, %s: tensor<2x2x3xf32>,
+             %a: tensor<4xbf16>, %j: tensor<3xi32>, %t: tensor<3xbf16>)
+    -> (tensor<2x5x3xf32>, tensor<4xbf16>) {
+  %r = llm.index_put %b[%i], %s dim = 1 : tensor<2x5x3xf32>, tensor<2xi64>, tensor<2x2x3xf32>
+  %q = llm.index_put %a[%j], %t dim = 0 {accumulate} : tensor<4xbf16>, tensor<3xi32>, tensor<3xbf16>
+  return %r, %q : tensor<2x5x3xf32>, tensor<4xbf16>
+})mlir";
+  HostTensor b = rand(f32(), {2, 5, 3}), s = rand(f32(), {2, 2, 3});
+  auto out = run(src, {b, tensor(i64(), {2}, {3, -5}), s,
+                       tensor(bf16(), {4}, {2.0, 1.0, 3.0, 4.0}),
+                       tensor(i32(), {3}, {1, 3, 1}),
+                       tensor(bf16(), {3}, {0x1p-8, 0.5, 0x1p-8})});
+  ASSERT_EQ(out.size(), 2u);
+  for (int o = 0; o < 2; ++o)
+    for (int r = 0; r < 5; ++r)
+      for (int e = 0; e < 3; ++e) {
+        double want = r == 3   ? s.data[(o * 2 + 0) * 3 + e]
+                      : r == 0 ? s.data[(o * 2 + 1) * 3 + e]
+                               : b.data[(o * 5 + r) * 3 + e];
+        EXPECT_EQ(out[0].data[(o * 5 + r) * 3 + e], want);
+      }
+  EXPECT_EQ(out[1].data, (std::vector<double>{2.0, 1.0 + 0x1p-7, 3.0, 4.5}));
+  absl::Status bad = runStatus(src, {b, tensor(i64(), {2}, {3, 5}), s,
+                                     tensor(bf16(), {4}, {1, 2, 3, 4}),
+                                     tensor(i32(), {3}, {1, 3, 1}),
+                                     tensor(bf16(), {3}, {1, 1, 1})});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(bad.message().find("'llm.index_put'"), std::string_view::npos) << bad;
+  EXPECT_NE(bad.message().find("index 5 at position 1 of the indices is out of range [-5, 5)"),
+            std::string_view::npos)
+      << bad;
+}
+
 //===----------------------------------------------------------------------===//
 // Input checking and errors
 //===----------------------------------------------------------------------===//

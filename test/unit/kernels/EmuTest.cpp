@@ -562,6 +562,131 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* kc, float* vc, c
   }
 }
 
+// llm.index_put: the copy kernel (KV-cache write) skips out-of-range
+// indices and wraps negative ones; the add kernel (embedding backward) adds
+// in index order over several blocks and index chunks, in place and not,
+// from a zero base, and in bf16 through its fp32 scratch.
+TEST(Emu, IndexPutCopyAndAdd) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const int64_t outer = 2, rows = 10, inner = 12;
+  {
+    IndexPutConfig cfg;
+    cfg.dtype = ScalarType::f32;
+    cfg.index = ScalarType::i64;
+    cfg.inner = inner;
+    auto k = Unwrap(EmitIndexPut(cfg));
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float* src, const int64_t* idx,
+                          long long outer, long long rows, long long count) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, src, idx, outer, rows, count); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, const float *, const int64_t *, long long, long long,
+                        long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+    ASSERT_NE(fn, nullptr);
+    std::vector<int64_t> idx = {7, -1, 10, 2};  // 10 is out of range: skipped
+    const int64_t count = 4;
+    auto src = Randn(outer * count * inner, 31);
+    auto out = Randn(outer * rows * inner, 32);
+    const auto base = out;
+    LaunchDims d = Unwrap(IndexPutLaunch(cfg, outer, rows, count));
+    fn(G(d), B(d), d.smem, out.data(), src.data(), idx.data(), outer, rows, count);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < inner; ++c) {
+          const int64_t n = r == 7 ? 0 : r == 9 ? 1 : r == 2 ? 3 : -1;
+          ASSERT_EQ(out[(o * rows + r) * inner + c],
+                    n < 0 ? base[(o * rows + r) * inner + c] : src[(o * count + n) * inner + c])
+              << o << " " << r << " " << c;
+        }
+  }
+  // Add: 300 indices (two chunks of 256) over 10 rows, duplicates and a
+  // bad index included.
+  const int64_t count = 300;
+  std::vector<int32_t> idx(count);
+  for (int64_t n = 0; n < count; ++n) idx[n] = static_cast<int32_t>((n * 7) % 13) - 3;  // [-3, 9]
+  idx[5] = 10;                                                                     // out of range
+  auto sum_rows = [&](const std::vector<float> &src, const std::vector<float> &base, bool round_bf16) {
+    // base + the rows in index order: fp32 adds one by one (f32), or an
+    // fp32 sum rounded once to bf16 after adding it to the base (bf16).
+    std::vector<float> want = base;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < inner; ++c) {
+          float acc = 0.0f;
+          bool any = false;
+          float v = base[(o * rows + r) * inner + c];
+          for (int64_t n = 0; n < count; ++n) {
+            const int64_t at = idx[n] < 0 ? idx[n] + rows : idx[n];
+            if (at != r) continue;
+            const float s = src[(o * count + n) * inner + c];
+            if (round_bf16) acc = any ? acc + s : s;
+            else v = v + s;
+            any = true;
+          }
+          want[(o * rows + r) * inner + c] = round_bf16 && any ? FromBf16(ToBf16(v + acc)) : v;
+        }
+    return want;
+  };
+  const char *add_stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, void* out, const void* base, const void* src,
+                          const int32_t* idx, float* scratch, long long outer, long long rows,
+                          long long count, long long per) {
+  emu::Launch(g, b, smem, [&] { KERNEL((T*)out, (const T*)base, (const T*)src, idx, scratch, outer, rows,
+                                       count, per); });
+})";
+  using AddFn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const int32_t *, float *,
+                         long long, long long, long long, long long);
+  for (bool zero : {false, true}) {
+    IndexPutConfig cfg;
+    cfg.dtype = ScalarType::f32;
+    cfg.index = ScalarType::i32;
+    cfg.inner = inner;
+    cfg.accumulate = true;
+    cfg.zero_base = zero;
+    auto fn = reinterpret_cast<AddFn>(BuildEmu(Unwrap(EmitIndexPut(cfg)), add_stub));
+    ASSERT_NE(fn, nullptr);
+    auto src = Randn(outer * count * inner, 33);
+    auto base = Randn(outer * rows * inner, 34);
+    if (zero) std::fill(base.begin(), base.end(), 0.0f);
+    const auto want = sum_rows(src, base, false);
+    const int64_t per = IndexAddRowsPerBlock(outer, rows);
+    LaunchDims d = Unwrap(IndexPutLaunch(cfg, outer, rows, count));
+    EXPECT_GT(d.grid[0], 1u);  // several blocks own the rows
+    ASSERT_EQ(IndexPutScratchBytes(cfg, outer, count), 0);
+    // Out of place (the kernel writes every row) and in place.
+    std::vector<float> out(base.size(), NAN);
+    fn(G(d), B(d), d.smem, out.data(), zero ? out.data() : base.data(), src.data(), idx.data(), nullptr,
+       outer, rows, count, per);
+    EXPECT_EQ(out, want) << "zero base " << zero;
+    if (!zero) {
+      std::vector<float> inplace = base;
+      fn(G(d), B(d), d.smem, inplace.data(), inplace.data(), src.data(), idx.data(), nullptr, outer, rows,
+         count, per);
+      EXPECT_EQ(inplace, want);
+    }
+  }
+  {
+    IndexPutConfig cfg;
+    cfg.dtype = ScalarType::bf16;
+    cfg.index = ScalarType::i32;
+    cfg.inner = inner;
+    cfg.accumulate = true;
+    auto fn = reinterpret_cast<AddFn>(BuildEmu(Unwrap(EmitIndexPut(cfg)), add_stub));
+    ASSERT_NE(fn, nullptr);
+    auto src = Randn(outer * count * inner, 35), base = Randn(outer * rows * inner, 36);
+    auto src16 = ToBf16Vec(src), base16 = ToBf16Vec(base);
+    const auto want = sum_rows(src, base, true);
+    std::vector<float> scratch(IndexPutScratchBytes(cfg, outer, count) / 4, NAN);
+    ASSERT_EQ(scratch.size(), static_cast<size_t>(outer * count * inner));
+    std::vector<uint16_t> out(base16.size(), 0xFFFF);
+    LaunchDims d = Unwrap(IndexPutLaunch(cfg, outer, rows, count));
+    fn(G(d), B(d), d.smem, out.data(), base16.data(), src16.data(), idx.data(), scratch.data(), outer, rows,
+       count, IndexAddRowsPerBlock(outer, rows));
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(FromBf16(out[i]), want[i]) << i;
+  }
+}
+
 TEST(Emu, ReductionsAndLayerNorm) {
   if (!HaveCompiler()) GTEST_SKIP();
   {

@@ -451,7 +451,7 @@ absl::StatusOr<LaunchDims> KvAppendLaunch(const KvAppendConfig &cfg, int64_t bat
                           int64_t seq_new);
 
 //===----------------------------------------------------------------------===//
-// 9. Gather / embedding
+// 9. Gather / embedding and index_put (scatter)
 //===----------------------------------------------------------------------===//
 
 struct GatherConfig {
@@ -468,6 +468,42 @@ struct GatherConfig {
 /// Unimplemented: dim over 2^30.
 absl::StatusOr<KernelCode> EmitGather(const GatherConfig &cfg);
 absl::StatusOr<LaunchDims> GatherLaunch(const GatherConfig &cfg, int64_t num_indices);
+
+/// llm.index_put: base viewed as [outer, rows, inner] (row-major), source
+/// [outer, count, inner], indices [count] (i32/i64; negative counts from
+/// the end, outside [-rows, rows) skipped). Copy (index_copy, KV-cache
+/// writes): out[o, idx[n], :] = src[o, n, :], `out` already holding the
+/// base (in place, or a copy made first); duplicate indices leave one of
+/// their rows. Add (index_add / accumulate, embedding backward):
+/// out = base with out[o, idx[n], :] += src[o, n, :], deterministic (each
+/// block owns IndexAddRowsPerBlock rows and adds its matches in the order
+/// of n; no atomics); f32 adds in place, bf16/f16 sum in an fp32 scratch
+/// row per touched row (IndexPutScratchBytes) and round once. `out` may be
+/// `base` (in place).
+/// Kernel arguments:
+///   copy: (T* out, const T* src, const IdxT* indices,
+///          long long outer, long long rows, long long count)
+///   add:  (T* out, const T* base, const T* src, const IdxT* indices,
+///          float* scratch, long long outer, long long rows, long long count,
+///          long long rows_per_block)
+/// InvalidArgument: an index type other than i32/i64, inner < 1.
+/// Unimplemented: inner over 2^30; accumulate into a type other than
+/// f32/bf16/f16; accumulate with count over 2^31 - 1.
+struct IndexPutConfig {
+  ScalarType dtype = ScalarType::bf16;
+  ScalarType index = ScalarType::i64;
+  int64_t inner = 128;  // elements per slice (product of base dims after dim)
+  bool accumulate = false;
+  bool zero_base = false;  // accumulate only: base is all zeros (`base` unread)
+};
+inline constexpr int64_t kIndexAddMaxRowsPerBlock = 2048;
+absl::StatusOr<KernelCode> EmitIndexPut(const IndexPutConfig &cfg);
+absl::StatusOr<LaunchDims> IndexPutLaunch(const IndexPutConfig &cfg, int64_t outer, int64_t rows,
+                                          int64_t count);
+/// Rows of one outer slice each index_add block owns (its rows_per_block).
+int64_t IndexAddRowsPerBlock(int64_t outer, int64_t rows);
+/// Bytes of fp32 scratch index_add needs (0 for f32 and for copies).
+int64_t IndexPutScratchBytes(const IndexPutConfig &cfg, int64_t outer, int64_t count);
 
 //===----------------------------------------------------------------------===//
 // 10. Reductions
