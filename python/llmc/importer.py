@@ -969,6 +969,46 @@ def _h_index_select(imp, node):
                    lambda: f"{imp.ref(x)}, {imp.ref(idx)} axis = {dim} : {x.type}, {idx.type}")
 
 
+def _index_put(imp, node, base: Val, dim: int, idx: Val, values, accumulate: bool) -> Val:
+    """`base` with the slices of `values` (broadcast to the indexed shape
+    base[:dim] + idx.shape + base[dim+1:]) written (or added) at `idx` along
+    `dim`: one llm.index_put over the flattened indices."""
+    shape, dtype = imp.out_meta(node)
+    if idx.dtype not in (torch.int32, torch.int64):
+        raise Unsupported(f"index_put with indices of type {idx.dtype} (integer "
+                          "indices are supported; boolean masks are not)")
+    if dtype not in MLIR_DTYPES or dtype == torch.bool:
+        raise Unsupported(f"index_put into {dtype}")
+    if accumulate and dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise Unsupported(f"index_put accumulate into {dtype} (f32, bf16, f16 are supported)")
+    base = imp.cast(base, dtype)
+    lead, tail = tuple(base.shape[:dim]), tuple(base.shape[dim + 1:])
+    n = _prod(idx.shape) if idx.rank else 1
+    flat = imp.reshape(idx, (n,))
+    src = imp.operand(values, dtype, lead + tuple(idx.shape) + tail)
+    src = imp.reshape(src, lead + (n,) + tail)
+    flag = " {accumulate}" if accumulate else ""
+    return imp.new(shape, dtype, "llm.index_put",
+                   lambda: f"{imp.ref(base)}[{imp.ref(flat)}], {imp.ref(src)} dim = {dim}{flag} : "
+                           f"{base.type}, {flat.type}, {src.type}")
+
+
+@handles(aten.index_put.default, aten.index_put_.default, aten._unsafe_index_put.default)
+def _h_index_put(imp, node):
+    """index_put(base, indices, values, accumulate) with one index tensor
+    (the others None): the KV-cache write `cache[:, :, pos] = k` (also what
+    index_copy decomposes to), the embedding backward `index_put(zeros,
+    [tokens], grad, True)` and index_add."""
+    args = bind_args(node)
+    base = imp.val(args["self"])
+    indices = list(args["indices"])
+    where = [i for i, t in enumerate(indices) if t is not None]
+    if len(where) != 1:
+        raise Unsupported(f"index_put with {len(where)} index tensors (one is supported)")
+    return _index_put(imp, node, base, where[0], imp.val(indices[where[0]]),
+                      args["values"], bool(args.get("accumulate", False)))
+
+
 # -- constants ------------------------------------------------------------------
 
 @handles(aten.full.default, aten.scalar_tensor.default, aten.full_like.default,
