@@ -25,7 +25,7 @@ using namespace detail;
 namespace {
 constexpr int kCopyThreads = 256;
 constexpr int kAddThreads = 256;
-constexpr int kAddTargetBlocks = 264;  // ~2 blocks per SM on a 132-SM H200
+constexpr int kAddTargetBlocks = 1056;  // ~8 blocks per SM on a 132-SM H200
 constexpr int64_t kMaxRowElems = int64_t(1) << 30;
 
 absl::Status CheckConfig(const IndexPutConfig &c) {
@@ -107,6 +107,7 @@ absl::StatusOr<KernelCode> EmitIndexPut(const IndexPutConfig &c) {
   } else {
     b << "static constexpr int kThreads = " << kAddThreads << ";\n"
       << "static constexpr int kMaxOwned = " << kIndexAddMaxRowsPerBlock << ";\n"
+      << "static constexpr int kUnroll = 4;\n"
       << "static constexpr bool kScratch = " << (NeedsScratch(c) ? "true" : "false") << ";\n"
       << "static constexpr bool kZeroBase = " << (c.zero_base ? "true" : "false") << ";\n"
       << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
@@ -168,23 +169,54 @@ absl::StatusOr<KernelCode> EmitIndexPut(const IndexPutConfig &c) {
         const long long sn = chunk + s_n[k];
         const long long r = r0 + s_row[k];
         const V* from = reinterpret_cast<const V*>(src) + (o * count + sn) * kRowVec;
+        // kUnroll vectors per thread in flight: a match is a dependent
+        // read-modify-write of one row, latency-bound without them.
         if (kScratch) {
-          float* acc = scratch + (o * count + s_slot[s_row[k]]) * kInner;
-          for (long long c = t; c < kRowVec; c += kThreads) {
-            const V v = from[c];
+          typedef LlmcVec<float, kVec> A;
+          A* acc = reinterpret_cast<A*>(scratch + (o * count + s_slot[s_row[k]]) * kInner);
+          const bool first = s_first[k];
+          for (long long c0 = t; c0 < kRowVec; c0 += (long long)kThreads * kUnroll) {
+            V v[kUnroll];
+            A a[kUnroll];
 #pragma unroll
-            for (int e = 0; e < kVec; ++e)
-              acc[c * kVec + e] = s_first[k] ? toF(v.v[e]) : acc[c * kVec + e] + toF(v.v[e]);
+            for (int u = 0; u < kUnroll; ++u) {
+              const long long c = c0 + (long long)u * kThreads;
+              if (c < kRowVec) {
+                v[u] = from[c];
+                if (!first) a[u] = acc[c];
+              }
+            }
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+              const long long c = c0 + (long long)u * kThreads;
+              if (c >= kRowVec) continue;
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) a[u].v[e] = first ? toF(v[u].v[e]) : a[u].v[e] + toF(v[u].v[e]);
+              acc[c] = a[u];
+            }
           }
         } else {
           V* to = reinterpret_cast<V*>(out) + (o * rows + r) * kRowVec;
           const V* b = reinterpret_cast<const V*>(base) + (o * rows + r) * kRowVec;
-          for (long long c = t; c < kRowVec; c += kThreads) {
-            const V v = from[c];
-            V w = s_first[k] ? (kZeroBase ? zero : b[c]) : to[c];
+          const bool first = s_first[k];
+          for (long long c0 = t; c0 < kRowVec; c0 += (long long)kThreads * kUnroll) {
+            V v[kUnroll], w[kUnroll];
 #pragma unroll
-            for (int e = 0; e < kVec; ++e) w.v[e] = fromF<T>(toF(w.v[e]) + toF(v.v[e]));
-            to[c] = w;
+            for (int u = 0; u < kUnroll; ++u) {
+              const long long c = c0 + (long long)u * kThreads;
+              if (c < kRowVec) {
+                v[u] = from[c];
+                w[u] = first ? (kZeroBase ? zero : b[c]) : to[c];
+              }
+            }
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+              const long long c = c0 + (long long)u * kThreads;
+              if (c >= kRowVec) continue;
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) w[u].v[e] = fromF<T>(toF(w[u].v[e]) + toF(v[u].v[e]));
+              to[c] = w[u];
+            }
           }
         }
       }
@@ -202,11 +234,12 @@ absl::StatusOr<KernelCode> EmitIndexPut(const IndexPutConfig &c) {
         for (long long c = t; c < kRowVec; c += kThreads) to[c] = kZeroBase ? zero : b[c];
         continue;
       }
-      const float* acc = scratch + (o * count + slot) * kInner;
+      const LlmcVec<float, kVec>* acc = reinterpret_cast<const LlmcVec<float, kVec>*>(scratch + (o * count + slot) * kInner);
       for (long long c = t; c < kRowVec; c += kThreads) {
         V w = kZeroBase ? zero : b[c];
+        const LlmcVec<float, kVec> a = acc[c];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) w.v[e] = fromF<T>(toF(w.v[e]) + acc[c * kVec + e]);
+        for (int e = 0; e < kVec; ++e) w.v[e] = fromF<T>(toF(w.v[e]) + a.v[e]);
         to[c] = w;
       }
     }
