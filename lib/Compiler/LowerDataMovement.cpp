@@ -10,20 +10,29 @@
 
 namespace llmc::codegen {
 
-/// gather(table, indices) (rows of a rank-2 table) => one kernel.
+/// gather(table, indices) => one kernel. The table is viewed as [rows,
+/// inner] around `axis` (the dimensions before it must have size 1): rows
+/// of an embedding table, positions of a RoPE table or a causal mask.
 static absl::Status lowerGather(GatherOp o, Lowering &l) {
   auto table = tensorType(o.getTable());
-  if (o.getAxis() != 0 || table.getRank() != 2)
-    return unsupported(o, "gather other than rows of a rank-2 table");
+  int64_t axis = o.getAxis();
+  for (int64_t i = 0; i < axis; ++i)
+    if (table.getDimSize(i) != 1)
+      return unsupported(o, "gather along an axis with a dimension of size > 1 before it");
+  int64_t inner = 1;
+  for (int64_t i = axis + 1; i < table.getRank(); ++i)
+    inner *= table.getDimSize(i);
+  if (table.getRank() < 2 || inner == 0)
+    return unsupported(o, "gather of single elements (a table of rank 1 or empty rows)");
   cu::GatherConfig cfg;
   cfg.dtype = scalarOf(o.getTable());
   cfg.index = scalarOf(o.getIndices());
-  cfg.dim = table.getDimSize(1);
+  cfg.dim = inner;
   int64_t count = numElements(o.getIndices());
   int err = l.newArenaBuffer(128, l.getStep(), l.getStep());
   std::vector<KernelArg> args = {
       l.ptrArg(o.getResult()), l.ptrArg(o.getTable()), l.ptrArg(o.getIndices()),
-      l.bufArg(err),           i64Arg(count),          i64Arg(table.getDimSize(0))};
+      l.bufArg(err),           i64Arg(count),          i64Arg(table.getDimSize(axis))};
   return l.launchGenerated(cu::EmitGather(cfg), cu::GatherLaunch(cfg, count), args, o);
 }
 

@@ -1009,6 +1009,40 @@ def _h_index_put(imp, node):
                       args["values"], bool(args.get("accumulate", False)))
 
 
+@handles(aten.index.Tensor)
+def _h_index_tensor(imp, node):
+    """x[..., idx, ...] with one integer index tensor (the others None): the
+    RoPE table or causal-mask rows at the decode positions (`cos[input_pos]`,
+    `mask[None, None, input_pos]`), as llm.gather along that axis (result
+    x.shape[:d] + idx.shape + x.shape[d+1:], PyTorch's rule for one index).
+    Negative indices count from the end, as in PyTorch."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    x = imp.val(args["self"])
+    indices = list(args["indices"])
+    where = [i for i, t in enumerate(indices) if t is not None]
+    if len(where) != 1:
+        raise Unsupported(f"indexing with {len(where)} index tensors (one is supported)")
+    axis = where[0]
+    raw = imp.val(indices[axis])
+    if raw.dtype not in (torch.int32, torch.int64):
+        raise Unsupported(f"indexing with indices of type {raw.dtype} (integer indices "
+                          "are supported; boolean masks are not)")
+    rows = x.shape[axis]
+    if not _is_static(rows):
+        raise Unsupported("indexing along a dynamic dimension")
+    # raw + rows where raw < 0 (PyTorch's wrap; llm.gather takes [0, rows)).
+    zero = imp.operand(0, raw.dtype, raw.shape)
+    n = imp.operand(int(rows), raw.dtype, raw.shape)
+    neg = imp.new(raw.shape, torch.bool, "llm.compare",
+                  lambda: f"lt, {imp.ref(raw)}, {imp.ref(zero)} : {raw.type}")
+    wrapped = imp.new(raw.shape, raw.dtype, "llm.add",
+                      lambda: f"{imp.ref(raw)}, {imp.ref(n)} : {raw.type}")
+    idx = _select(imp, raw.shape, raw.dtype, neg, wrapped, raw)
+    return imp.new(shape, dtype, "llm.gather",
+                   lambda: f"{imp.ref(x)}, {imp.ref(idx)} axis = {axis} : {x.type}, {idx.type}")
+
+
 # -- constants ------------------------------------------------------------------
 
 @handles(aten.full.default, aten.scalar_tensor.default, aten.full_like.default,

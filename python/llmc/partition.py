@@ -100,6 +100,15 @@ def _adjacent_reduction(shape, dims) -> bool:
     return runs.count(True) <= 1
 
 
+def _gather_lowers(shape, axis: int) -> bool:
+    """What the CUDA lowering of llm.gather takes (LowerDataMovement.cpp):
+    dimensions of size 1 before `axis`, rank >= 2, rows that are not empty."""
+    static = [not isinstance(d, torch.SymInt) for d in shape]
+    if len(shape) < 2 or not all(static[:axis]) or any(int(d) != 1 for d in shape[:axis]):
+        return False
+    return all(isinstance(d, torch.SymInt) or int(d) > 0 for d in shape[axis + 1:])
+
+
 def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
     """Forms the importer translates but llmc's CUDA codegen does not lower."""
     t = node.target
@@ -112,10 +121,15 @@ def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
             dims = {d + r if d < 0 else d for d in dims}
             if not _adjacent_reduction(x.shape, dims):
                 return "llmc codegen: reduction over dimensions that are not adjacent"
-    if t is aten.index_select.default:
+    if t in (aten.index_select.default, aten.index.Tensor):
         x = importer._meta(node.args[0])
-        if node.args[1] not in (0, -x.dim()) or x.dim() != 2:
-            return "llmc codegen: gather other than rows of a rank-2 table"
+        if t is aten.index_select.default:
+            axis = node.args[1] + x.dim() if node.args[1] < 0 else node.args[1]
+        else:
+            axis = next((i for i, ix in enumerate(node.args[1]) if ix is not None), 0)
+        if not _gather_lowers(x.shape, axis):
+            return ("llmc codegen: gather along an axis with a dimension of size > 1 "
+                    "before it, or of single elements")
     if t is aten.embedding.default:
         w = importer._meta(node.args[0])
         if w.dim() != 2:

@@ -108,6 +108,11 @@ CASES = {
     "index_add_bf16": (lambda b, i, s: torch.index_add(b, 0, i, s, alpha=2),
                        (r(6, 3, dtype=torch.bfloat16), torch.tensor([1, 1, 4, 1, 0]), r(5, 3, dtype=torch.bfloat16)),
                        ["{accumulate}"]),
+    # Position-indexed rows (RoPE tables, causal-mask rows at the decode
+    # positions), negative positions counting from the end.
+    "index_tensor_rows": (lambda t, p: t[p] * 2, (r(16, 8), torch.tensor([3, -1, 0])), ["llm.gather", "axis = 0"]),
+    "index_tensor_mask_rows": (lambda m, p: m[None, None, p], (torch.rand(16, 16) > 0.5, torch.tensor([5, 15])),
+                               ["llm.gather", "axis = 2", "tensor<1x1x16x16xi1>"]),
     "index_select": (lambda w, i: w.index_select(0, i), (r(50, 8), torch.randint(0, 50, (5,))), ["llm.gather"]),
     "sum": (lambda a: a.sum(-1, keepdim=True), (r(4, 8),), ["llm.reduce_sum %arg0 [1] keepdim"]),
     "mean": (lambda a: a.mean(-1), (r(4, 8),), ["llm.reduce_mean"]),
