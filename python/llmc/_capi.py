@@ -473,6 +473,11 @@ class Session:
             0 if device.type == "cuda" else -1)
         self._run_lock = threading.Lock()
         self._keep: list = []
+        # Output index -> input index of a donated input (`llm.donate`) the
+        # executable updates in place and returns as that output: the input
+        # tensor is passed as the output (the runtime then skips the copy)
+        # and returned. Set by the caller that donated it.
+        self.aliases: Dict[int, int] = {}
         self._in_sig = [(torch.Size(i.shape), i.dtype) for i in self.input_info]
         self._out_alloc = [(tuple(i.shape), i.dtype) for i in self.output_info]
         self._in_arr, self._in_data = self._template(self.input_info)
@@ -557,8 +562,7 @@ class Session:
                 copies = copies or {}
                 copies[k] = t
         data = [t.data_ptr() for t in inputs]
-        outs = [torch.empty(shape, dtype=dtype, device=self.device)
-                for shape, dtype in self._out_alloc]
+        outs = self._outputs(inputs, self._out_alloc)
         stream = self._stream()
         with self._run_lock:
             self._guard(inputs)
@@ -579,13 +583,24 @@ class Session:
         del copies  # kept alive across the (asynchronous) enqueue
         return outs
 
+    def _outputs(self, inputs: Sequence[torch.Tensor], alloc) -> List[torch.Tensor]:
+        """Fresh output tensors, except the donated inputs (self.aliases) that
+        can hold their output as they are (contiguous, on the session's GPU)."""
+        outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in alloc]
+        for o, i in self.aliases.items():
+            if o < len(outs) and i < len(inputs):
+                t = inputs[i]
+                if (t.is_contiguous() and t.dtype is outs[o].dtype and t.shape == outs[o].shape
+                        and t.get_device() == self._device_index):
+                    outs[o] = t
+        return outs
+
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         outs = self.run_fast(inputs)
         if outs is not None:
             return outs
         keep: list = []
-        outs = [torch.empty(i.shape, dtype=i.dtype, device=self.device)
-                for i in self.output_info]
+        outs = self._outputs(inputs, [(tuple(i.shape), i.dtype) for i in self.output_info])
         out_structs = [_tensor_struct(t, keep) for t in outs]
         out_arr = (_Tensor * max(len(outs), 1))(*out_structs)
         with self._run_lock:

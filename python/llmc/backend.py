@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import operator
 import os
 import re
 import tempfile
@@ -237,9 +238,13 @@ class LlmcSubgraph(torch.nn.Module):
     """One llmc subgraph: compiled per input shape (or bucket), PyTorch as the fallback."""
 
     def __init__(self, eager: torch.fx.GraphModule, name: str, options: Options,
-                 report: partition.Report, index: int = 0):
+                 report: partition.Report, index: int = 0,
+                 donate: Optional[Dict[int, int]] = None):
         super().__init__()
         self.eager = eager
+        # Placeholder index -> output index of the inputs updated in place
+        # (see _donations).
+        self.donate = dict(donate or {})
         self.name = name
         self.index = index
         self.options = options
@@ -265,7 +270,7 @@ class LlmcSubgraph(torch.nn.Module):
         self.imported: Optional[importer.ImportResult] = None
         self.plan = bucketing.Plan(())
         try:
-            self.imported = importer.import_graph(eager, func_name=name)
+            self.imported = importer.import_graph(eager, func_name=name, donate=self.donate)
             self._dump(self.imported.text, name)
         except importer.NeedsStatic as e:
             self.static_only = True
@@ -352,7 +357,8 @@ class LlmcSubgraph(torch.nn.Module):
         """The IR to compile for the shapes of `args` (dynamic, or concrete)."""
         if self.static_only or static:
             syms = self._symbol_values(args)
-            imp = importer.import_graph(self.eager, func_name=self.name, bindings=syms)
+            imp = importer.import_graph(self.eager, func_name=self.name, bindings=syms,
+                                        donate=self.donate)
             shapes = "_".join(f"{k}{v}" for k, v in sorted(syms.items()))
             self._dump(imp.text, f"{self.name}.{shapes}")
             return imp
@@ -619,6 +625,9 @@ class LlmcSubgraph(torch.nn.Module):
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
+            session.aliases = {imp.outputs[k][1]: imp.arg_placeholders.index(a)
+                               for a, k in self.donate.items()
+                               if imp.outputs[k][0] == "out" and a in imp.arg_placeholders}
             entry.session = session
         outs = session.run(tensors) if imp.outputs else []
         if self._fast and not any(isinstance(run_args[i], torch.Tensor)
@@ -766,6 +775,70 @@ def _decompositions():
     return table
 
 
+def _mutated_inputs(kind: str) -> List[int]:
+    """The inputs an inference graph mutates (buffers such as a static KV
+    cache), by position: AOTAutograd returns their new values as the graph's
+    first outputs, in this order, and copies them back after the call
+    (ViewAndMutationMeta.mutated_inp_runtime_indices). [] when unknown."""
+    if kind != "inference":
+        return []
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    try:
+        mutated = list(meta.mutated_inp_runtime_indices)
+        if any(meta.input_info[i].mutates_metadata for i in mutated):
+            return []
+        return mutated
+    except (AttributeError, IndexError, TypeError):
+        return []
+
+
+_INDEX_PUTS = (torch.ops.aten.index_put.default, torch.ops.aten._unsafe_index_put.default)
+
+
+def _donations(fused: torch.fx.GraphModule, names, mutated: List[int]) -> Dict[str, Dict[int, int]]:
+    """{llmc subgraph: {placeholder index: output index}}: the mutated inputs
+    (`mutated`, see _mutated_inputs) whose new value an llmc subgraph
+    computes as an index_put without accumulate onto the input itself (a
+    KV-cache write) and which nothing else reads. The subgraph may write
+    them in place (llm.donate) and return the input tensor as that output;
+    AOTAutograd's copy-back is then a copy of a tensor onto itself, which
+    PyTorch skips. Anything else keeps value semantics."""
+    placeholders = [n for n in fused.graph.nodes if n.op == "placeholder"]
+    outs = next(n for n in fused.graph.nodes if n.op == "output").args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    found: Dict[str, Dict[int, int]] = {}
+    for j, i in enumerate(mutated):
+        if j >= len(outs) or i >= len(placeholders) or not isinstance(outs[j], torch.fx.Node):
+            continue
+        ph, new = placeholders[i], outs[j]
+        call, k = new, 0
+        if new.op == "call_function" and new.target is operator.getitem:
+            call, k = new.args
+        if (call.op != "call_module" or call.target not in names or list(ph.users) != [call]
+                or call.args.count(ph) != 1):
+            continue
+        sub = getattr(fused, call.target)
+        a = call.args.index(ph)
+        sub_phs = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        sub_outs = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+        single = not isinstance(sub_outs, (tuple, list))
+        sub_outs = [sub_outs] if single else list(sub_outs)
+        if (single and new is not call) or a >= len(sub_phs) or k >= len(sub_outs):
+            continue
+        v, base = sub_outs[k], sub_phs[a]
+        if not (isinstance(v, torch.fx.Node) and v.op == "call_function" and v.target in _INDEX_PUTS
+                and v.args[0] is base and list(base.users) == [v] and sub_outs.count(v) == 1):
+            continue
+        accumulate = v.args[3] if len(v.args) > 3 else v.kwargs.get("accumulate", False)
+        m_in, m_out = importer._meta(base), importer._meta(v)
+        if (accumulate or not isinstance(m_in, torch.Tensor) or not isinstance(m_out, torch.Tensor)
+                or m_in.shape != m_out.shape or m_in.dtype != m_out.dtype):
+            continue
+        found.setdefault(call.target, {})[a] = k
+    return found
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options,
                    kind: str):
     from torch._functorch.aot_autograd import make_boxed_func
@@ -774,12 +847,16 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     folded = fold.fold_causal_masks(gm, mask_notes)
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
+    donations = _donations(fused, names, _mutated_inputs(kind))
+    for sub, d in donations.items():
+        report.notes.append(f"{sub}: {len(d)} mutated input(s) (KV caches) updated in place")
     if folded:
         report.notes.append(f"{folded} constant causal attention mask(s) folded into is_causal")
     report.notes.extend(mask_notes)
     for i, sub in enumerate(names):
         eager = getattr(fused, sub)
-        setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i))
+        setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i,
+                                         donate=donations.get(sub)))
     fused.recompile()
     _reports.append(report)
     log.info("%s", report)

@@ -1355,11 +1355,14 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
 
 
 def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
-                 bindings: Optional[Dict[str, int]] = None) -> ImportResult:
+                 bindings: Optional[Dict[str, int]] = None,
+                 donate: Sequence[int] = ()) -> ImportResult:
     """Translates a whole GraphModule (every call must be supported).
 
-    With `bindings` (symbol name -> size) every dimension is concrete.
-    Raises Unsupported or NeedsStatic."""
+    With `bindings` (symbol name -> size) every dimension is concrete. The
+    placeholders (by index) in `donate` become `llm.donate` arguments: the
+    compiled code may update them in place (a KV cache AOTAutograd copies
+    back anyway). Raises Unsupported or NeedsStatic."""
     imp = Importer(bindings=bindings, gm=gm)
     args_sig: List[str] = []
     arg_placeholders: List[int] = []
@@ -1380,9 +1383,12 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
             nm = str(d) if isinstance(d, sympy.Symbol) else f"a{ai}_d{di}"
             names.append(nm)
             dim_bindings.setdefault(nm, (ai, di))
-        attr = ""
+        attrs = []
         if names:
-            attr = " {llm.dim_names = [" + ", ".join(f'"{n}"' for n in names) + "]}"
+            attrs.append("llm.dim_names = [" + ", ".join(f'"{n}"' for n in names) + "]")
+        if pi in donate:
+            attrs.append("llm.donate")
+        attr = " {" + ", ".join(attrs) + "}" if attrs else ""
         args_sig.append(f"%arg{ai}: {v.type}{attr}")
         arg_placeholders.append(pi)
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Greedy decode of a gpt-fast-style model (test/python/gpt_fast.py: static
+KV cache in buffers, index_put writes, position-indexed RoPE and mask):
+PyTorch eager vs Inductor vs llmc, in one run on the GPU.
+
+    python3 bench/decode_torch.py [--layers 4 --dim 2048 --heads 16 --ffn 5632 --max-seq 2048]
+
+bf16, batch 1, random weights. Each backend gets a fresh copy of the model
+(its own caches), a 128-token prefill, then --steps decode steps; each step
+is timed with CUDA events from the call to the returned token (the token
+feeds the next step, as in generation), 10 warm-up steps excluded, median
+reported. "same" counts the steps whose greedy token equals eager's.
+"""
+import argparse
+import copy
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "python"))
+from gpt_fast import GptFast  # noqa: E402
+
+
+def decode(model, prompt, steps):
+    t = prompt.shape[1]
+    dev = prompt.device
+    times, toks = [], []
+    with torch.no_grad():
+        tok = model(prompt, torch.arange(t, device=dev))
+        for i in range(steps):
+            pos = torch.tensor([t + i], device=dev)
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            tok = model(tok[:, None], pos)
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+            toks.append(tok)
+    return times, torch.cat(toks)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--ffn", type=int, default=5632)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--max-seq", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=60)
+    args = ap.parse_args()
+    import llmc.backend
+    torch.manual_seed(0)
+    base = GptFast(vocab=args.vocab, dim=args.dim, heads=args.heads, ffn=args.ffn,
+                   layers=args.layers, max_seq=args.max_seq, dtype=torch.bfloat16).cuda()
+    prompt = torch.randint(0, args.vocab, (1, 128), device="cuda")
+    kv_bytes = 2 * args.layers * args.max_seq * args.dim * 2
+    print(f"gpt-fast decode: layers={args.layers} dim={args.dim} heads={args.heads} "
+          f"ffn={args.ffn} vocab={args.vocab} max_seq={args.max_seq} bf16 B=1; "
+          f"KV cache {kv_bytes / 2**20:.0f} MiB")
+    print(f"{'backend':22} {'ms/step':>8} {'tok/s':>8} {'same':>6}")
+    ref = None
+    for name in ("eager", "inductor", "inductor-reduce-overhead", "llmc", "llmc-cuda-graphs"):
+        m = copy.deepcopy(base)
+        if name == "inductor":
+            m = torch.compile(m, backend="inductor", dynamic=False)
+        elif name == "inductor-reduce-overhead":
+            m = torch.compile(m, backend="inductor", dynamic=False, mode="reduce-overhead")
+        elif name == "llmc":
+            llmc.backend.reset()
+            m = torch.compile(m, backend="llmc", dynamic=False)
+        elif name == "llmc-cuda-graphs":
+            llmc.backend.reset()
+            m = torch.compile(m, backend="llmc", dynamic=False, options={"cuda_graphs": True})
+        try:
+            times, toks = decode(m, prompt, args.steps)
+        except Exception as e:  # a backend that fails is reported, the run goes on
+            print(f"{name:22} failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            continue
+        if ref is None:
+            ref = toks
+        ms = statistics.median(times[10:])
+        same = int((toks == ref).sum())
+        print(f"{name:22} {ms:8.3f} {1e3 / ms:8.1f} {same:3d}/{len(ref)}")
+        if name.startswith("llmc"):
+            for r in llmc.backend.reports():
+                print("   ", str(r).replace("\n", "\n    "))
+
+
+if __name__ == "__main__":
+    main()

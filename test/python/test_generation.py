@@ -1,0 +1,94 @@
+"""Generation through the backend with a static KV cache (issue 17), on a
+gpt-fast-style decoder (gpt_fast.py): the KV-cache writes (index_put), the
+position-indexed RoPE tables and mask rows stay in llmc, a decode step is
+one llmc subgraph compiled once for every position, and the caches (buffers
+AOTAutograd copies back after the call) are written in place."""
+import copy
+import warnings
+
+import torch
+
+import llmc.backend
+from conftest import capi_or_skip, gpu
+from gpt_fast import GptFast, generate
+
+
+def _decode_reports(model, device="cpu", steps=4):
+    cm = torch.compile(model, backend="llmc", dynamic=False)
+    llmc.backend.reset()
+    prompt = torch.randint(0, 1000, (1, 5), device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        toks = generate(cm, prompt, steps)
+    return toks, prompt, llmc.backend.reports()
+
+
+def test_decode_step_is_one_subgraph_with_caches_in_place(tmp_path):
+    """Prefill and decode graphs: one llmc subgraph each, only the argmax
+    left in PyTorch; every layer's K and V cache donated; the decode graph
+    compiled once for all positions."""
+    capi_or_skip()
+    torch.manual_seed(0)
+    _, _, reps = _decode_reports(GptFast(layers=2))
+    assert [r.graph.endswith("_inference") for r in reps] == [True, True], [str(r) for r in reps]
+    for r in reps:
+        assert r.num_partitions == 1, str(r)
+        assert set(r.unsupported) == {"aten.argmax.default"}, str(r)
+        assert "llmc_0: 4 mutated input(s) (KV caches) updated in place" in r.notes, str(r)
+        assert r.compiles == 1 and not r.compile_failures, str(r)
+
+
+def test_donation_needs_the_cache_to_be_read_only_by_the_write():
+    """A cache that is also read outside the write (here: returned as well)
+    keeps value semantics: no donation."""
+    class Peek(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(1, 2, 8, 4))
+
+        def forward(self, pos, k):
+            old = self.cache.sum()
+            self.cache[:, :, pos] = k
+            return self.cache * 2, old
+
+    capi_or_skip()
+    llmc.backend.reset()
+    m = torch.compile(Peek(), backend="llmc", dynamic=False)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m(torch.tensor([3]), torch.randn(1, 2, 1, 4))
+    rep = llmc.backend.last_report()
+    assert not any("updated in place" in n for n in rep.notes), str(rep)
+
+
+@gpu
+def test_gpu_greedy_tokens_and_caches_match_eager(monkeypatch):
+    """bf16 and f32: 12 greedy tokens equal to eager's, every layer's caches
+    equal to eager's, and the llmc subgraph returns the cache buffers
+    themselves (written in place, no copy)."""
+    capi_or_skip()
+    returned_inputs = []
+    forward = llmc.backend.LlmcSubgraph.forward
+
+    def spy(self, *args):
+        out = forward(self, *args)
+        outs = out if isinstance(out, tuple) else (out,)
+        for a, k in self.donate.items():
+            returned_inputs.append(outs[k] is args[a])
+        return out
+
+    monkeypatch.setattr(llmc.backend.LlmcSubgraph, "forward", spy)
+    for dtype in (torch.float32, torch.bfloat16):
+        torch.manual_seed(0)
+        model = GptFast(layers=2, dtype=dtype).cuda()
+        ref = copy.deepcopy(model)
+        toks, prompt, reps = _decode_reports(model, "cuda", steps=12)
+        want = generate(ref, prompt, 12)
+        assert torch.equal(toks, want), f"{dtype}: {toks.tolist()} vs eager {want.tolist()}"
+        for a, b in zip(model.layers, ref.layers):
+            for name in ("k_cache", "v_cache"):
+                got, exp = getattr(a.kv, name).float(), getattr(b.kv, name).float()
+                err = float((got - exp).norm() / exp.norm())
+                assert err <= (1e-5 if dtype is torch.float32 else 1e-2), f"{dtype} {name}: {err:.3e}"
+        assert all(r.llmc_runs > 0 for r in reps), [str(r) for r in reps]
+    assert returned_inputs and all(returned_inputs), returned_inputs
