@@ -7,9 +7,11 @@ PyTorch eager vs Inductor vs llmc, in one run on the GPU.
 
 bf16, batch 1, random weights. Each backend gets a fresh copy of the model
 (its own caches), a 128-token prefill, then --steps decode steps; each step
-is timed with CUDA events from the call to the returned token (the token
-feeds the next step, as in generation), 10 warm-up steps excluded, median
-reported. "same" counts the steps whose greedy token equals eager's.
+is timed with CUDA events from the call to the returned token (cloned; the
+token feeds the next step, as in generation), 10 warm-up steps excluded,
+median reported. LLMC_DUMP_DIR=DIR keeps llmc's IR of the prefill and
+decode graphs (`llmc-run DIR/<graph>.llmc_0.mlir --bench` times each
+launch). "same" counts the steps whose greedy token equals eager's.
 """
 import argparse
 import copy
@@ -28,12 +30,14 @@ def decode(model, prompt, steps):
     dev = prompt.device
     times, toks = [], []
     with torch.no_grad():
-        tok = model(prompt, torch.arange(t, device=dev))
+        # .clone(): a CUDA-graph backend (reduce-overhead) reuses its output
+        # buffer on the next call, as gpt-fast's generate() does.
+        tok = model(prompt, torch.arange(t, device=dev)).clone()
         for i in range(steps):
             pos = torch.tensor([t + i], device=dev)
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            tok = model(tok[:, None], pos)
+            tok = model(tok[:, None], pos).clone()
             b.record()
             torch.cuda.synchronize()
             times.append(a.elapsed_time(b))
