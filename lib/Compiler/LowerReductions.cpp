@@ -3,7 +3,8 @@
 // llm.reduce_{sum,mean,max,min} over all dimensions (two stages), over the
 // trailing dimensions (a row kernel) or over a block of adjacent dimensions
 // before the last (a column kernel): any reduction whose reduced dimensions
-// are adjacent once dimensions of size 1 are dropped.
+// are adjacent once dimensions of size 1 are dropped; llm.argmax over the
+// last dimension (a row kernel).
 //
 //===----------------------------------------------------------------------===//
 
@@ -129,8 +130,25 @@ static absl::Status lowerReduction(Operation *o, Lowering &l) {
   return absl::OkStatus();
 }
 
+/// argmax(x) over the last dim => one block per row.
+static absl::Status lowerArgMax(ArgMaxOp op, Lowering &l) {
+  auto x = tensorType(op.getInput());
+  if (op.getDim() != x.getRank() - 1)
+    return unsupported(op, "argmax over a dimension other than the last");
+  cu::ArgMaxConfig cfg;
+  cfg.in = scalarOf(op.getInput());
+  cfg.n = x.getDimSize(x.getRank() - 1);
+  int64_t rows = cfg.n > 0 ? x.getNumElements() / cfg.n : 0;
+  if (rows == 0)
+    return absl::OkStatus();
+  std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.ptrArg(op.getInput()),
+                                 i64Arg(rows)};
+  return l.launchGenerated(cu::EmitArgMax(cfg), cu::ArgMaxLaunch(cfg, rows), args, op);
+}
+
 void populateReductionLowerings(OpLoweringSet &set) {
   set.add<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp>(lowerReduction);
+  set.add<ArgMaxOp>(lowerArgMax);
 }
 
 } // namespace llmc::codegen

@@ -353,6 +353,7 @@ private:
   absl::StatusOr<HostTensor> concat(llm::ConcatOp op);
   absl::StatusOr<HostTensor> gather(llm::GatherOp op);
   absl::StatusOr<HostTensor> indexPut(llm::IndexPutOp op);
+  absl::StatusOr<HostTensor> argmax(llm::ArgMaxOp op);
   absl::StatusOr<HostTensor> reduce(Operation *op, llvm::ArrayRef<int64_t> dims,
                                     bool keepdim, int kind);
   absl::StatusOr<HostTensor> softmax(llm::SoftmaxOp op);

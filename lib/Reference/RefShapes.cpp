@@ -243,4 +243,34 @@ absl::StatusOr<HostTensor> RankState::indexPut(llm::IndexPutOp op) {
   return out;
 }
 
+absl::StatusOr<HostTensor> RankState::argmax(llm::ArgMaxOp op) {
+  const HostTensor &x = in(op, 0);
+  int64_t dim = op.getDim();
+  int64_t outer = product(ArrayRef<int64_t>(x.shape).take_front(dim));
+  int64_t inner = product(ArrayRef<int64_t>(x.shape).drop_front(dim + 1));
+  int64_t n = x.shape[dim];
+  Shape to;
+  for (int64_t i = 0; i < static_cast<int64_t>(x.shape.size()); ++i)
+    if (i != dim)
+      to.push_back(x.shape[i]);
+    else if (op.getKeepdim())
+      to.push_back(1);
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, op.getType().getElementType(), to));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      // The first maximum; a NaN is larger than any number (torch.argmax).
+      int64_t best = 0;
+      double bv = x.data[o * n * inner + i];
+      for (int64_t j = 1; j < n && !std::isnan(bv); ++j) {
+        double v = x.data[(o * n + j) * inner + i];
+        if (std::isnan(v) || v > bv) {
+          bv = v;
+          best = j;
+        }
+      }
+      out.data[o * inner + i] = static_cast<double>(best);
+    }
+  return out;
+}
+
 } // namespace llmc::reference::detail

@@ -1043,6 +1043,27 @@ def _h_index_tensor(imp, node):
                    lambda: f"{imp.ref(x)}, {imp.ref(idx)} axis = {axis} : {x.type}, {idx.type}")
 
 
+@handles(aten.argmax.default)
+def _h_argmax(imp, node):
+    """torch.argmax(x, dim=None, keepdim=False): llm.argmax (first maximum,
+    NaN largest); without dim over the flattened tensor. The greedy next
+    token of a decode step."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    x = imp.val(args["self"])
+    if x.rank == 0:
+        raise Unsupported("argmax of a scalar")
+    if args.get("dim") is None:  # over all elements; keepdim: all sizes 1
+        x = imp.reshape(x, (_prod(x.shape),))
+        dim = 0
+    else:
+        dim = _norm_dim(args["dim"], x.rank)
+    rshape = tuple(d for i, d in enumerate(x.shape) if i != dim)
+    out = imp.new(rshape, torch.int64, "llm.argmax",
+                  lambda: f"{imp.ref(x)} dim = {dim} : {x.type}")
+    return imp.cast(imp.reshape(out, shape), dtype)
+
+
 # -- constants ------------------------------------------------------------------
 
 @handles(aten.full.default, aten.scalar_tensor.default, aten.full_like.default,

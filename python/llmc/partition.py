@@ -130,6 +130,13 @@ def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
         if not _gather_lowers(x.shape, axis):
             return ("llmc codegen: gather along an axis with a dimension of size > 1 "
                     "before it, or of single elements")
+    if t is aten.argmax.default:
+        x = importer._meta(node.args[0])
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            return f"llmc codegen: argmax of {x.dtype} (f32, bf16, f16 are lowered)"
+        if dim is not None and x.dim() > 0 and dim % x.dim() != x.dim() - 1:
+            return "llmc codegen: argmax over a dimension other than the last"
     if t is aten.embedding.default:
         w = importer._meta(node.args[0])
         if w.dim() != 2:

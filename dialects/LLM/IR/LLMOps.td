@@ -260,6 +260,25 @@ def LLM_ReduceMeanOp : LLM_ReduceOp<"reduce_mean", "arithmetic mean">;
 def LLM_ReduceMaxOp : LLM_ReduceOp<"reduce_max", "maximum">;
 def LLM_ReduceMinOp : LLM_ReduceOp<"reduce_min", "minimum">;
 
+def LLM_ArgMaxOp : LLM_Op<"argmax", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Index (i64) of the largest element along `dim`.";
+  let description = [{
+    result = input's shape without `dim` (size 1 with `keepdim`), i64: the
+    position of the largest element along `dim`, the first one on ties; a
+    NaN counts as larger than any number (the first NaN wins), as
+    torch.argmax. The greedy next token of a decode step:
+
+    ```mlir
+    %next = llm.argmax %logits dim = 1 : tensor<4x32000xf32>
+    ```
+  }];
+  let arguments = (ins LLM_NumericTensor:$input, I64Attr:$dim, UnitAttr:$keepdim);
+  let results = (outs LLM_IntTensor:$result);
+  let assemblyFormat = [{
+    $input `dim` `=` $dim (`keepdim` $keepdim^)? attr-dict `:` type($input)
+  }];
+}
+
 def LLM_SoftmaxOp : LLM_Op<"softmax", [Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "Softmax over the last dimension with optional scale and additive mask.";
   let description = [{

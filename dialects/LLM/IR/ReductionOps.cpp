@@ -19,6 +19,35 @@ using namespace llmc::llm::detail;
 // Reductions
 //===----------------------------------------------------------------------===//
 
+LogicalResult ArgMaxOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  if (!adaptor.getDimAttr())
+    return emitOptionalError(loc, "'llm.argmax' requires the dim attribute");
+  auto inOr = rankedOperand(loc, "llm.argmax", "input", adaptor.getInput());
+  if (failed(inOr))
+    return failure();
+  auto in = *inOr;
+  int64_t dim = adaptor.getDim();
+  if (in.getRank() == 0 || dim < 0 || dim >= in.getRank())
+    return emitOptionalError(loc, "'llm.argmax' dim ", dim,
+                             " is out of range for an input of rank ",
+                             in.getRank());
+  if (in.getDimSize(dim) == 0)
+    return emitOptionalError(loc, "'llm.argmax' over dimension ", dim,
+                             " of size 0 (no element to pick)");
+  SmallVector<int64_t> shape;
+  for (int64_t i = 0; i < in.getRank(); ++i) {
+    if (i != dim)
+      shape.push_back(in.getDimSize(i));
+    else if (adaptor.getKeepdim())
+      shape.push_back(1);
+  }
+  results.push_back(RankedTensorType::get(shape, IntegerType::get(ctx, 64)));
+  return success();
+}
+
 template <typename AdaptorT>
 static LogicalResult inferReduce(StringRef name, std::optional<Location> loc,
                                  AdaptorT adaptor,

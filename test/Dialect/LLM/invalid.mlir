@@ -1023,3 +1023,19 @@ func.func @index_put_scalar(%b: tensor<f32>, %i: tensor<2xi64>, %s: tensor<f32>)
   %0 = llm.index_put %b[%i], %s dim = 0 : tensor<f32>, tensor<2xi64>, tensor<f32>
   return
 }
+
+// -----
+
+func.func @argmax_dim(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{'llm.argmax' dim 2 is out of range for an input of rank 2}}
+  %0 = llm.argmax %x dim = 2 : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @argmax_empty(%x: tensor<4x0xf32>) {
+  // expected-error @+1 {{'llm.argmax' over dimension 1 of size 0 (no element to pick)}}
+  %0 = llm.argmax %x dim = 1 : tensor<4x0xf32>
+  return
+}

@@ -205,3 +205,12 @@ func.func @index_put(%cache: tensor<1x8x2048x64xbf16>, %pos: tensor<?xi64>, %k: 
   %1 = llm.index_put %w[%tok], %g dim = 0 {accumulate} : tensor<32000x64xf32>, tensor<16xi32>, tensor<16x64xf32>
   return
 }
+
+// CHECK-LABEL: func.func @argmax
+func.func @argmax(%x: tensor<4x32000xf32>, %y: tensor<2x?x8xbf16>) {
+  // CHECK: llm.argmax %{{.*}} dim = 1 : tensor<4x32000xf32>
+  %0 = llm.argmax %x dim = 1 : tensor<4x32000xf32>
+  // CHECK: llm.argmax %{{.*}} dim = 1 keepdim : tensor<2x?x8xbf16>
+  %1 = llm.argmax %y dim = 1 keepdim : tensor<2x?x8xbf16>
+  return
+}

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "llvm/ADT/APFloat.h"
 
@@ -756,6 +757,27 @@ func.func @f(%b: tensor<2x5x3xf32>, %i: tensor<2xi64>, %s: tensor<2x2x3xf32>,
   EXPECT_NE(bad.message().find("index 5 at position 1 of the indices is out of range [-5, 5)"),
             std::string_view::npos)
       << bad;
+}
+
+TEST_F(ReferenceTest, ArgMaxFirstMaximumAndNaN) {
+  // Rows: a tie (the first wins), a NaN after the maximum (NaN wins), two
+  // NaNs (the first), all -inf (index 0). Along dim 0 with keepdim too.
+  const char *src = R"mlir(
+func.func @f(%x: tensor<4x4xf32>) -> (tensor<4xi64>, tensor<1x4xi64>) {
+  %r = llm.argmax %x dim = 1 : tensor<4x4xf32>
+  %c = llm.argmax %x dim = 0 keepdim : tensor<4x4xf32>
+  return %r, %c : tensor<4xi64>, tensor<1x4xi64>
+})mlir";
+  const double inf = std::numeric_limits<double>::infinity();
+  auto out = run(src, {tensor(f32(), {4, 4},
+                              {1.0, 3.0, 3.0, 2.0,        //
+                               5.0, 1.0, NAN, 7.0,        //
+                               0.0, NAN, 9.0, NAN,        //
+                               -inf, -inf, -inf, -inf})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].data, (std::vector<double>{1, 2, 1, 0}));
+  EXPECT_EQ(out[1].shape, (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(out[1].data, (std::vector<double>{1, 2, 1, 2}));
 }
 
 //===----------------------------------------------------------------------===//

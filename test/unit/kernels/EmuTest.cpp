@@ -687,6 +687,46 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, void* out, const void* 
   }
 }
 
+// llm.argmax: the first maximum across threads and warps, NaN largest
+// (the first NaN), bf16 input; rows of 4000 (several warps) and 5.
+TEST(Emu, ArgMaxFirstMaximumNaNFirst) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, long long* out, const void* x, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, (const InT*)x, rows); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, long long *, const void *, long long);
+  {
+    ArgMaxConfig cfg;
+    cfg.in = ScalarType::f32;
+    cfg.n = 4000;
+    auto fn = reinterpret_cast<Fn>(BuildEmu(Unwrap(EmitArgMax(cfg)), stub));
+    ASSERT_NE(fn, nullptr);
+    auto x = Randn(4 * 4000, 41);
+    x[0 * 4000 + 3999] = 50.0f;                            // row 0: the last element
+    x[1 * 4000 + 1234] = 50.0f, x[1 * 4000 + 77] = 50.0f;  // row 1: a tie, the first wins
+    x[2 * 4000 + 2500] = NAN, x[2 * 4000 + 900] = NAN;     // row 2: the first NaN
+    x[3 * 4000 + 10] = 50.0f, x[3 * 4000 + 3000] = NAN;    // row 3: a NaN beats the maximum
+    std::vector<long long> out(4, -7);
+    LaunchDims d = Unwrap(ArgMaxLaunch(cfg, 4));
+    fn(G(d), B(d), d.smem, out.data(), x.data(), 4);
+    EXPECT_EQ(out, (std::vector<long long>{3999, 77, 900, 3000}));
+  }
+  {
+    ArgMaxConfig cfg;
+    cfg.in = ScalarType::bf16;
+    cfg.n = 5;
+    auto fn = reinterpret_cast<Fn>(BuildEmu(Unwrap(EmitArgMax(cfg)), stub));
+    ASSERT_NE(fn, nullptr);
+    std::vector<float> x = {1, 9, 3, 9, 2, -1, -2, -3, -4, -0.5f};
+    auto x16 = ToBf16Vec(x);
+    std::vector<long long> out(2, -7);
+    LaunchDims d = Unwrap(ArgMaxLaunch(cfg, 2));
+    fn(G(d), B(d), d.smem, out.data(), x16.data(), 2);
+    EXPECT_EQ(out, (std::vector<long long>{1, 4}));
+  }
+}
+
 TEST(Emu, ReductionsAndLayerNorm) {
   if (!HaveCompiler()) GTEST_SKIP();
   {

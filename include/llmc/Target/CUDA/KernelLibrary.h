@@ -509,6 +509,19 @@ int64_t IndexPutScratchBytes(const IndexPutConfig &cfg, int64_t outer, int64_t c
 // 10. Reductions
 //===----------------------------------------------------------------------===//
 
+/// llm.argmax over the last dim: x [rows, n] (f32, bf16, f16, row-major) ->
+/// out [rows] i64, torch.argmax's answer (the first maximum; a NaN is larger
+/// than any number, the first NaN wins). One block per row.
+/// Kernel arguments: (long long* out, const InT* x, long long rows)
+/// InvalidArgument: n < 1. Unimplemented: another input type; n over
+/// 2^31 - 1.
+struct ArgMaxConfig {
+  ScalarType in = ScalarType::f32;
+  int64_t n = 32000;
+};
+absl::StatusOr<KernelCode> EmitArgMax(const ArgMaxConfig &cfg);
+absl::StatusOr<LaunchDims> ArgMaxLaunch(const ArgMaxConfig &cfg, int64_t rows);
+
 enum class ReduceKind { sum, mean, max, min };
 
 struct RowReduceConfig {
