@@ -128,6 +128,14 @@ llmc_status_t *llmc_executable_input_is_parameter(
     const llmc_executable_t *executable, int32_t index,
     int32_t *out_is_parameter);
 
+/* The input whose buffer holds output `index` after a run (*out_input =
+ * its index, else -1): a donated input (`llm.donate`) the executable updated
+ * in place. Passing that input's buffer as this output skips the final copy.
+ * Code 3 for a NULL handle or output pointer or an index outside
+ * [0, llmc_executable_num_outputs). */
+llmc_status_t *llmc_executable_output_alias_input(
+    const llmc_executable_t *executable, int32_t index, int32_t *out_input);
+
 /*--- session ------------------------------------------------------------------*/
 typedef struct llmc_session_t llmc_session_t;
 

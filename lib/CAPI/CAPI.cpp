@@ -405,6 +405,24 @@ llmc_executable_input_is_parameter(const llmc_executable_t *executable,
   });
 }
 
+llmc_status_t *
+llmc_executable_output_alias_input(const llmc_executable_t *executable,
+                                   int32_t index, int32_t *out_input) {
+  return guarded("llmc_executable_output_alias_input", [&]() -> absl::Status {
+    if (!executable)
+      return absl::InvalidArgumentError("executable: NULL handle");
+    if (!out_input)
+      return absl::InvalidArgumentError("out_input: NULL output pointer");
+    const auto &outputs = executable->exe->outputs;
+    if (index < 0 || index >= static_cast<int32_t>(outputs.size()))
+      return absl::InvalidArgumentError(
+          absl::StrCat("index: expected output index in [0, ", outputs.size(),
+                       "), found ", index));
+    *out_input = outputs[index].alias_input;
+    return absl::OkStatus();
+  });
+}
+
 /*--- session ------------------------------------------------------------------*/
 namespace {
 llmc_status_t *createSession(const char *fn, const llmc_executable_t *executable,

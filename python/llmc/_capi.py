@@ -161,6 +161,8 @@ _SIGNATURES = {
 _OPTIONAL_SIGNATURES = {
     "llmc_session_graph_stats": (_P, [_P, ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p,
                                       ctypes.c_size_t]),
+    "llmc_executable_output_alias_input": (_P, [_P, ctypes.c_int32,
+                                                ctypes.POINTER(ctypes.c_int32)]),
 }
 
 NCCL_UNIQUE_ID_BYTES = 128
@@ -314,6 +316,22 @@ class Executable:
         _check(fn(self._handle, index, ctypes.byref(dtype), ctypes.byref(rank), shape),
                f"reading the signature of tensor {index}")
         return TensorInfo(LLMC_TO_TORCH[dtype.value], tuple(shape[: rank.value]))
+
+    @property
+    def output_aliases(self) -> Dict[int, int]:
+        """{output index: input index} of the outputs a donated input holds
+        after a run (llmc_executable_output_alias_input); {} when the library
+        predates it."""
+        fn = getattr(self._lib, "llmc_executable_output_alias_input", None)
+        if fn is None:
+            return {}
+        found = {}
+        flag = ctypes.c_int32()
+        for o in range(self._lib.llmc_executable_num_outputs(self._handle)):
+            _check(fn(self._handle, o, ctypes.byref(flag)), f"reading the alias of output {o}")
+            if flag.value >= 0:
+                found[o] = flag.value
+        return found
 
     @property
     def inputs(self) -> List[TensorInfo]:
@@ -474,10 +492,10 @@ class Session:
         self._run_lock = threading.Lock()
         self._keep: list = []
         # Output index -> input index of a donated input (`llm.donate`) the
-        # executable updates in place and returns as that output: the input
-        # tensor is passed as the output (the runtime then skips the copy)
-        # and returned. Set by the caller that donated it.
-        self.aliases: Dict[int, int] = {}
+        # executable updated in place and that holds that output (as the
+        # executable says): the input tensor is passed as the output (the
+        # runtime then skips the copy) and returned.
+        self.aliases: Dict[int, int] = executable.output_aliases
         self._in_sig = [(torch.Size(i.shape), i.dtype) for i in self.input_info]
         self._out_alloc = [(tuple(i.shape), i.dtype) for i in self.output_info]
         self._in_arr, self._in_data = self._template(self.input_info)

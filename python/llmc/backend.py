@@ -625,9 +625,6 @@ class LlmcSubgraph(torch.nn.Module):
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
-            session.aliases = {imp.outputs[k][1]: imp.arg_placeholders.index(a)
-                               for a, k in self.donate.items()
-                               if imp.outputs[k][0] == "out" and a in imp.arg_placeholders}
             entry.session = session
         outs = session.run(tensors) if imp.outputs else []
         if self._fast and not any(isinstance(run_args[i], torch.Tensor)
@@ -775,28 +772,30 @@ def _decompositions():
     return table
 
 
-def _mutated_inputs(kind: str) -> List[int]:
-    """The inputs an inference graph mutates (buffers such as a static KV
-    cache), by position: AOTAutograd returns their new values as the graph's
-    first outputs, in this order, and copies them back after the call
-    (ViewAndMutationMeta.mutated_inp_runtime_indices). [] when unknown."""
+def _mutated_inputs(kind: str) -> Tuple[List[int], int]:
+    """(the inputs an inference graph mutates, by position; the number of
+    inputs): buffers such as a static KV cache, whose new values AOTAutograd
+    returns as the graph's first outputs, in this order, and copies back
+    after the call (ViewAndMutationMeta.mutated_inp_runtime_indices).
+    ([], 0) when unknown."""
     if kind != "inference":
-        return []
+        return [], 0
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None)
     try:
         mutated = list(meta.mutated_inp_runtime_indices)
         if any(meta.input_info[i].mutates_metadata for i in mutated):
-            return []
-        return mutated
+            return [], 0
+        return mutated, len(meta.input_info)
     except (AttributeError, IndexError, TypeError):
-        return []
+        return [], 0
 
 
 _INDEX_PUTS = (torch.ops.aten.index_put.default, torch.ops.aten._unsafe_index_put.default)
 
 
-def _donations(fused: torch.fx.GraphModule, names, mutated: List[int]) -> Dict[str, Dict[int, int]]:
+def _donations(fused: torch.fx.GraphModule, names,
+               mutated_inputs: Tuple[List[int], int]) -> Dict[str, Dict[int, int]]:
     """{llmc subgraph: {placeholder index: output index}}: the mutated inputs
     (`mutated`, see _mutated_inputs) whose new value an llmc subgraph
     computes as an index_put without accumulate onto the input itself (a
@@ -804,10 +803,13 @@ def _donations(fused: torch.fx.GraphModule, names, mutated: List[int]) -> Dict[s
     them in place (llm.donate) and return the input tensor as that output;
     AOTAutograd's copy-back is then a copy of a tensor onto itself, which
     PyTorch skips. Anything else keeps value semantics."""
+    mutated, num_inputs = mutated_inputs
     placeholders = [n for n in fused.graph.nodes if n.op == "placeholder"]
     outs = next(n for n in fused.graph.nodes if n.op == "output").args[0]
     outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     found: Dict[str, Dict[int, int]] = {}
+    if len(placeholders) != num_inputs:
+        return found  # runtime inputs that are not the graph's (effect tokens)
     for j, i in enumerate(mutated):
         if j >= len(outs) or i >= len(placeholders) or not isinstance(outs[j], torch.fx.Node):
             continue
@@ -830,6 +832,12 @@ def _donations(fused: torch.fx.GraphModule, names, mutated: List[int]) -> Dict[s
         if not (isinstance(v, torch.fx.Node) and v.op == "call_function" and v.target in _INDEX_PUTS
                 and v.args[0] is base and list(base.users) == [v] and sub_outs.count(v) == 1):
             continue
+        # The base only as the base: an index_put whose indices or values
+        # read it (index_copy_(0, perm, c)) reads what it overwrites.
+        uses = []
+        torch.fx.node.map_arg((v.args, v.kwargs), lambda n: uses.append(n))
+        if uses.count(base) != 1:
+            continue
         accumulate = v.args[3] if len(v.args) > 3 else v.kwargs.get("accumulate", False)
         m_in, m_out = importer._meta(base), importer._meta(v)
         if (accumulate or not isinstance(m_in, torch.Tensor) or not isinstance(m_out, torch.Tensor)
@@ -849,7 +857,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     report.kind = kind
     donations = _donations(fused, names, _mutated_inputs(kind))
     for sub, d in donations.items():
-        report.notes.append(f"{sub}: {len(d)} mutated input(s) (KV caches) updated in place")
+        report.notes.append(f"{sub}: {len(d)} mutated input(s) (KV caches) donated: written in "
+                            "place when llmc runs the subgraph")
     if folded:
         report.notes.append(f"{folded} constant causal attention mask(s) folded into is_causal")
     report.notes.extend(mask_notes)

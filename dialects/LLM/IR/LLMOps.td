@@ -202,8 +202,9 @@ def LLM_IndexPutOp : LLM_Op<"index_put",
     slice is skipped (nothing is written out of bounds).
     Without `accumulate`, duplicate indices leave one of their slices
     (which one is unspecified, as in PyTorch). With `accumulate` the sum is
-    deterministic: each element adds its slices in the order of n in fp32
-    and rounds once to the element type. The update is in place when
+    deterministic: each element adds its slices in the order of n (f32:
+    in place, one rounding per add; bf16/f16: an fp32 sum added to the base
+    and rounded once). The update is in place when
     `base` is a donated argument used only here (as for
     `llm.kv_cache_append`); otherwise `base` is copied first.
 

@@ -282,6 +282,36 @@ TEST(CapiExecutable, ParameterInputs) {
   }
 }
 
+TEST(CapiExecutable, OutputAliasInput) {
+  // A donated KV cache written in place holds the result: output 0 aliases
+  // input 0; the other output and a misuse say so.
+  const char *text = R"mlir(
+func.func @f(%c: tensor<1x2x8x4xf32> {llm.donate}, %p: tensor<1xi64>, %k: tensor<1x2x1x4xf32>)
+    -> (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>) {
+  %r = llm.index_put %c[%p], %k dim = 2 : tensor<1x2x8x4xf32>, tensor<1xi64>, tensor<1x2x1x4xf32>
+  %d = llm.add %k, %k : tensor<1x2x1x4xf32>
+  return %r, %d : tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>
+})mlir";
+  llmc_compiler_t *compiler = nullptr;
+  EXPECT_LLMC_OK(llmc_compiler_create("arch=sm_90a", &compiler));
+  ExeHandle exe;
+  Status st(llmc_compile(compiler, text, std::strlen(text), nullptr, nullptr, &exe.e));
+  llmc_compiler_release(compiler);
+  ASSERT_EQ(st.code(), 0) << st.message();
+  int32_t in = -7;
+  EXPECT_LLMC_OK(llmc_executable_output_alias_input(exe.e, 0, &in));
+  EXPECT_EQ(in, 0);
+  EXPECT_LLMC_OK(llmc_executable_output_alias_input(exe.e, 1, &in));
+  EXPECT_EQ(in, -1);
+  in = -7;
+  Status bad(llmc_executable_output_alias_input(exe.e, 2, &in));
+  EXPECT_EQ(bad.code(), 3);
+  EXPECT_TRUE(Contains(bad.message(), "expected output index in [0, 2), found 2")) << bad.message();
+  EXPECT_EQ(in, -7) << "nothing written on failure";
+  EXPECT_EQ(Status(llmc_executable_output_alias_input(nullptr, 0, &in)).code(), 3);
+  EXPECT_EQ(Status(llmc_executable_output_alias_input(exe.e, 0, nullptr)).code(), 3);
+}
+
 TEST(CapiSession, CreateMisuseAndMissingGpu) {
   CompilerHandle c;
   ExeHandle exe;

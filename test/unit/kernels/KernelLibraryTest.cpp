@@ -685,6 +685,62 @@ TEST(Gather, CompileGridAndLaunch) {
   EXPECT_EQ(Unwrap(GatherLaunch(c, 1)).block[0], 32u);
 }
 
+TEST(IndexPut, CompileGridAndLaunch) {
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f16, ScalarType::f32, ScalarType::i64})
+    for (ScalarType i : {ScalarType::i32, ScalarType::i64})
+      for (int64_t inner : {5, 128, 4096})
+        for (bool acc : {false, true})
+          for (bool zero : {false, true}) {
+            if ((zero && !acc) || (acc && t == ScalarType::i64)) continue;
+            IndexPutConfig c;
+            c.dtype = t;
+            c.index = i;
+            c.inner = inner;
+            c.accumulate = acc;
+            c.zero_base = zero;
+            ExpectCompiles(Unwrap(EmitIndexPut(c)));
+          }
+  // Unsupported forms are errors, not kernels.
+  IndexPutConfig bad;
+  bad.dtype = ScalarType::i64;
+  bad.accumulate = true;
+  EXPECT_FALSE(EmitIndexPut(bad).ok());
+  bad = IndexPutConfig();
+  bad.zero_base = true;
+  EXPECT_FALSE(EmitIndexPut(bad).ok());
+  // Copy: one row per (outer, index) pair; add: blocks own row ranges.
+  IndexPutConfig c;  // bf16, 128 per row: 16 vectors per row
+  LaunchDims d = Unwrap(IndexPutLaunch(c, 32, 2048, 1));
+  EXPECT_EQ(d.grid[0], 1u);
+  EXPECT_EQ(d.grid[1], 32u);
+  c.accumulate = true;
+  c.inner = 4096;
+  d = Unwrap(IndexPutLaunch(c, 1, 32000, 16384));
+  EXPECT_EQ(d.grid[0], static_cast<unsigned>((32000 + IndexAddRowsPerBlock(1, 32000) - 1) /
+                                             IndexAddRowsPerBlock(1, 32000)));
+  EXPECT_LE(IndexAddRowsPerBlock(1, 1 << 30), kIndexAddMaxRowsPerBlock);
+  EXPECT_EQ(IndexPutScratchBytes(c, 1, 16384), int64_t{4} * 16384 * 4096);
+}
+
+TEST(ArgMax, CompileGridAndLaunch) {
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f16, ScalarType::f32})
+    for (int64_t n : {1, 7, 4096, 32000, 50257}) {
+      ArgMaxConfig c;
+      c.in = t;
+      c.n = n;
+      ExpectCompiles(Unwrap(EmitArgMax(c)));
+    }
+  ArgMaxConfig c;
+  c.in = ScalarType::i32;
+  EXPECT_FALSE(EmitArgMax(c).ok());
+  c.in = ScalarType::f32;
+  LaunchDims d = Unwrap(ArgMaxLaunch(c, 4));
+  EXPECT_EQ(d.grid[0], 4u);
+  EXPECT_EQ(d.block[0], 256u);
+  c.n = 7;
+  EXPECT_EQ(Unwrap(ArgMaxLaunch(c, 4)).block[0], 32u);
+}
+
 TEST(Reduce, CompileGridAndLaunch) {
   for (ScalarType t : {ScalarType::bf16, ScalarType::f32, ScalarType::f16, ScalarType::i32})
     for (ReduceKind k : {ReduceKind::sum, ReduceKind::mean, ReduceKind::max, ReduceKind::min}) {
