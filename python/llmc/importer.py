@@ -993,6 +993,15 @@ def _index_put(imp, node, base: Val, dim: int, idx: Val, values, accumulate: boo
                            f"{base.type}, {flat.type}, {src.type}")
 
 
+def _single_index(imp, indices, what: str) -> Tuple[int, Val]:
+    """(axis, index tensor) of an ATen index list with one tensor, the
+    others None (`x[:, :, pos]`); Unsupported otherwise."""
+    where = [i for i, t in enumerate(indices) if t is not None]
+    if len(where) != 1:
+        raise Unsupported(f"{what} with {len(where)} index tensors (one is supported)")
+    return where[0], imp.val(indices[where[0]])
+
+
 @handles(aten.index_put.default, aten.index_put_.default, aten._unsafe_index_put.default)
 def _h_index_put(imp, node):
     """index_put(base, indices, values, accumulate) with one index tensor
@@ -1000,12 +1009,8 @@ def _h_index_put(imp, node):
     index_copy decomposes to), the embedding backward `index_put(zeros,
     [tokens], grad, True)` and index_add."""
     args = bind_args(node)
-    base = imp.val(args["self"])
-    indices = list(args["indices"])
-    where = [i for i, t in enumerate(indices) if t is not None]
-    if len(where) != 1:
-        raise Unsupported(f"index_put with {len(where)} index tensors (one is supported)")
-    return _index_put(imp, node, base, where[0], imp.val(indices[where[0]]),
+    axis, idx = _single_index(imp, args["indices"], "index_put")
+    return _index_put(imp, node, imp.val(args["self"]), axis, idx,
                       args["values"], bool(args.get("accumulate", False)))
 
 
@@ -1019,12 +1024,7 @@ def _h_index_tensor(imp, node):
     shape, dtype = imp.out_meta(node)
     args = bind_args(node)
     x = imp.val(args["self"])
-    indices = list(args["indices"])
-    where = [i for i, t in enumerate(indices) if t is not None]
-    if len(where) != 1:
-        raise Unsupported(f"indexing with {len(where)} index tensors (one is supported)")
-    axis = where[0]
-    raw = imp.val(indices[axis])
+    axis, raw = _single_index(imp, args["indices"], "indexing")
     if raw.dtype not in (torch.int32, torch.int64):
         raise Unsupported(f"indexing with indices of type {raw.dtype} (integer indices "
                           "are supported; boolean masks are not)")
