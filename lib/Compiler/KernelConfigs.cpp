@@ -43,15 +43,39 @@ cu::DecodeConfig llmc::flashDecodeConfig(AttentionOp op) {
   cu::DecodeConfig dc;
   dc.dtype = kernelScalarType(op.getQuery());
   dc.head_dim = q.getDimSize(3);
-  dc.group_size = q.getDimSize(2) / std::max<int64_t>(k.getDimSize(2), 1);
+  dc.group_size = q.getDimSize(2) / std::max<int64_t>(k.getDimSize(op.kvHeadsDim()), 1);
   dc.q_len = q.getDimSize(1);
   dc.causal = op.getCausal();
+  dc.kv_hnd = op.getKvHnd();
+  if (Value mask = op.getMask()) {
+    dc.has_mask = true;
+    dc.mask = kernelScalarType(mask);
+  }
   return dc;
 }
 
+std::optional<std::array<int64_t, 3>> llmc::attentionMaskStrides(AttentionOp op) {
+  Value mask = op.getMask();
+  if (!mask)
+    return std::array<int64_t, 3>{0, 0, 0};
+  // Right-align the mask to [B, Hq, Sq, Skv]; the key dim must be dense.
+  int64_t skv = tensorType(op.getKey()).getDimSize(op.kvSeqDim());
+  SmallVector<int64_t> ms(tensorType(mask).getShape());
+  while (ms.size() < 4)
+    ms.insert(ms.begin(), 1);
+  if (ms[3] != skv)
+    return std::nullopt;
+  int64_t strideQ = ms[2] == 1 ? 0 : skv;
+  int64_t strideH = ms[1] == 1 ? 0 : ms[2] * skv;
+  int64_t strideB = ms[0] == 1 ? 0 : ms[1] * ms[2] * skv;
+  return std::array<int64_t, 3>{strideB, strideH, strideQ};
+}
+
 bool llmc::flashDecodeServes(AttentionOp op) {
-  return !op.getMask() && tensorType(op.getQuery()).getDimSize(1) <= 16 &&
-         cu::FlashDecodeSupported(flashDecodeConfig(op));
+  cu::DecodeConfig dc = flashDecodeConfig(op);
+  return tensorType(op.getQuery()).getDimSize(1) <= 16 &&
+         attentionMaskStrides(op).has_value() &&
+         (!dc.has_mask || cu::IsFloatType(dc.mask)) && cu::FlashDecodeSupported(dc);
 }
 
 absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
@@ -61,7 +85,8 @@ absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
     return dtype.status();
   rt::AttentionSpec spec;
   spec.b = q.getDimSize(0), spec.sq = q.getDimSize(1), spec.hq = q.getDimSize(2);
-  spec.d = q.getDimSize(3), spec.skv = k.getDimSize(1), spec.hkv = k.getDimSize(2);
+  spec.d = q.getDimSize(3), spec.skv = k.getDimSize(op.kvSeqDim());
+  spec.hkv = k.getDimSize(op.kvHeadsDim());
   spec.causal = op.getCausal();
   spec.scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
                              : static_cast<float>(1.0 / std::sqrt(double(spec.d)));
@@ -75,7 +100,8 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
   fn.walk([&](AttentionOp op) {
     auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
     int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
-            d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
+            d = q.getDimSize(3), skv = k.getDimSize(op.kvSeqDim()),
+            hkv = k.getDimSize(op.kvHeadsDim());
     AttentionChoice choice;
     if (flashDecodeServes(op) && (op.getKvLen() || sq == 1)) {
       absl::StatusOr<int> splits =
@@ -91,7 +117,9 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
                                          : cu::DefaultAttentionTile(d);
     if (b > 65535 || hq > 65535)
       choice.tile.qtile_fastest = false;
-    if (options.attention_backend != AttentionBackend::kLlmc && !op.getMask()) {
+    // cuDNN's attachment describes NHD key/value only.
+    if (options.attention_backend != AttentionBackend::kLlmc && !op.getMask() &&
+        !op.getKvHnd()) {
       absl::StatusOr<rt::AttentionSpec> spec = cudnnAttentionSpec(op);
       choice.cudnn = spec.ok() && rt::CudnnAttentionUnsupportedReason(*spec).empty();
     }

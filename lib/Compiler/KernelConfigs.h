@@ -37,6 +37,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <array>
+#include <optional>
+
 namespace llmc {
 
 inline constexpr llvm::StringLiteral kKernelConfigAttr = "llm.kernel_config";
@@ -61,14 +64,19 @@ struct KernelConfigs {
 };
 
 /// The flash-decoding configuration of `op` (type, head dim, GQA group,
-/// query length, causal; kv_len read from the argument).
+/// query length, causal, KV layout, mask type; kv_len read from the
+/// argument).
 cuda::DecodeConfig flashDecodeConfig(llm::AttentionOp op);
 
-/// Whether the flash-decoding kernels compute `op`: no mask, at most 16
-/// queries, and a configuration cu::FlashDecodeSupported takes. What a
+/// Whether the flash-decoding kernels compute `op`: at most 16 queries, a
+/// float mask (if any) dense along the keys, and a configuration cu::FlashDecodeSupported takes. What a
 /// `flash_decode` llm.kernel_config needs; the rule below picks it only
 /// where it is the faster kernel.
 bool flashDecodeServes(llm::AttentionOp op);
+/// op's mask strides {batch, q head, query} in elements over its dense key
+/// dimension (0 along broadcast dimensions; all 0 without a mask), or
+/// nullopt when the mask broadcasts along the key dimension.
+std::optional<std::array<int64_t, 3>> attentionMaskStrides(llm::AttentionOp op);
 
 /// cuDNN's SDPA for `op` (shapes, causal, scale, type; no buffers yet);
 /// InvalidArgument for an element type the runtime does not have.

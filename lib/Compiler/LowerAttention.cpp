@@ -30,7 +30,8 @@ static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lower
 static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
   auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
   int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
-          d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
+          d = q.getDimSize(3), skv = k.getDimSize(op.kvSeqDim()),
+          hkv = k.getDimSize(op.kvHeadsDim());
   float scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
                               : static_cast<float>(1.0 / std::sqrt(double(d)));
   cu::ScalarType dtype = scalarOf(op.getQuery());
@@ -44,10 +45,10 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
   if (choice->second.kernel == AttentionChoice::kFlashDecode) {
     if (!flashDecodeServes(op))
       return unsupported(op, "its llm.kernel_config chooses flash_decode, whose "
-                             "kernel takes no mask, at most 16 queries, "
-                             "bf16/f16/f32, head dim <= 512 and group size x "
-                             "query length x head dim <= 4096 with a register "
-                             "layout that fits");
+                             "kernel takes at most 16 queries, a float mask "
+                             "dense along the keys, bf16/f16/f32, head dim <= "
+                             "512 and group size x query length x head dim <= "
+                             "4096 with a register layout that fits");
     if (kvLen) {
       auto lenType = tensorType(kvLen).getElementType();
       dc.kv_len = lenType.isInteger(32) ? cu::KvLenSource::kDeviceI32
@@ -72,6 +73,12 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
                                  i32Arg(hkv),
                                  f32Arg(scale),
                                  i32Arg(splits)};
+    if (Value mask = op.getMask()) {
+      std::array<int64_t, 3> strides = *attentionMaskStrides(op);
+      a1.push_back(l.ptrArg(mask));
+      for (int64_t stride : strides)
+        a1.push_back(i64Arg(stride));
+    }
     LLMC_ASSIGN_OR_RETURN(
         cu::LaunchDims splitDims,
         generated(cu::FlashDecodeSplitLaunch(dc, b, hkv, splits), op));
@@ -85,11 +92,12 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
     return absl::OkStatus();
   }
   if (kvLen) {
-    std::string why = op.getMask() ? "an additive mask"
-                      : sq > 16    ? absl::StrCat("a query length of ", sq, " (> 16)")
-                                   : absl::StrCat("head dim ", d, ", group size ",
-                                                  hq / hkv, " and element type ",
-                                                  typeName(q.getElementType()));
+    std::string why = sq > 16 ? absl::StrCat("a query length of ", sq, " (> 16)")
+                      : !attentionMaskStrides(op)
+                          ? std::string("a mask broadcast along the key dimension")
+                          : absl::StrCat("head dim ", d, ", group size ", hq / hkv,
+                                         " and element type ",
+                                         typeName(q.getElementType()));
     return unsupported(op, "kv_len needs the flash-decoding kernel, which does "
                            "not support " + why +
                            " (it takes bf16/f16/f32, head dim <= 512 and "
@@ -99,20 +107,15 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
   cfg.dtype = dtype;
   cfg.head_dim = d;
   cfg.causal = op.getCausal();
-  int64_t strideB = 0, strideH = 0, strideQ = 0;
+  cfg.kv_hnd = op.getKvHnd();
   Value mask = op.getMask();
+  std::optional<std::array<int64_t, 3>> maskStrides = attentionMaskStrides(op);
+  if (!maskStrides)
+    return unsupported(op, "a mask broadcast along the key dimension");
+  auto [strideB, strideH, strideQ] = *maskStrides;
   if (mask) {
-    // Right-align the mask to [B, Hq, Sq, Skv]; the key dim must be dense.
-    SmallVector<int64_t> ms(tensorType(mask).getShape());
-    while (ms.size() < 4)
-      ms.insert(ms.begin(), 1);
-    if (ms[3] != skv)
-      return unsupported(op, "a mask broadcast along the key dimension");
     cfg.has_mask = true;
     cfg.mask = scalarOf(mask);
-    strideQ = ms[2] == 1 ? 0 : skv;
-    strideH = ms[1] == 1 ? 0 : ms[2] * skv;
-    strideB = ms[0] == 1 ? 0 : ms[1] * ms[2] * skv;
   }
   cfg.tile = choice->second.tile;
   if (absl::Status st = checkAttentionTile(op, cfg); !st.ok())
@@ -150,6 +153,7 @@ static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lower
   absl::StatusOr<rt::AttentionSpec> specOr = cudnnAttentionSpec(op);
   std::string why = !specOr.ok()     ? std::string(specOr.status().message())
                     : op.getMask()   ? std::string("an additive mask")
+                    : op.getKvHnd()  ? std::string("key/value in HND layout (kv_hnd)")
                                      : rt::CudnnAttentionUnsupportedReason(*specOr);
   if (!why.empty())
     return unsupported(op, "its llm.kernel_config asks for cuDNN's fused "

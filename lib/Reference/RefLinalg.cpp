@@ -206,7 +206,7 @@ absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
 absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
   const HostTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2);
   int64_t B = q.shape[0], Sq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
-  int64_t Skv = k.shape[1], Hkv = k.shape[2];
+  int64_t Skv = k.shape[op.kvSeqDim()], Hkv = k.shape[op.kvHeadsDim()];
   if (k.shape != v.shape)
     return opError(op, absl::StrCat("key ", shapeStr(k.shape), " and value ",
                                     shapeStr(v.shape),
@@ -249,6 +249,11 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
                                : 1.0 / std::sqrt(static_cast<double>(D));
   bool causal = op.getCausal();
   int64_t group = Hq / Hkv;
+  // Element offset of key/value row j of KV head hk in batch b (NHD or HND).
+  const bool hnd = op.getKvHnd();
+  auto kvRow = [&](int64_t b, int64_t hk, int64_t j) {
+    return (hnd ? (b * Hkv + hk) * Skv + j : (b * Skv + j) * Hkv + hk) * D;
+  };
   if (absl::Status s = budget_->spend(
           opName(op), 2.0 * double(B) * double(Hq) * double(Sq) * double(Skv) * double(D));
       !s.ok())
@@ -267,7 +272,7 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
         int64_t end = causal ? std::min(L, i + L - Sq + 1) : L;
         double mx = -kInf;
         for (int64_t j = 0; j < end; ++j) {
-          const double *kj = k.data.data() + ((b * Skv + j) * Hkv + hk) * D;
+          const double *kj = k.data.data() + kvRow(b, hk, j);
           double s = dot(qi, kj, D) * scale;
           if (mask)
             s += mask->data[b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]];
@@ -285,7 +290,7 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
           sum += p[j];
         }
         for (int64_t j = 0; j < end; ++j) {
-          const double *vj = v.data.data() + ((b * Skv + j) * Hkv + hk) * D;
+          const double *vj = v.data.data() + kvRow(b, hk, j);
           double w = p[j] / sum;
           for (int64_t d = 0; d < D; ++d)
             oi[d] += w * vj[d];

@@ -540,9 +540,9 @@ double MultiplyAdds(Operation *op) {
   if (auto at = dyn_cast<llm::AttentionOp>(op)) {
     auto q = cast<RankedTensorType>(at.getQuery().getType());
     auto k = cast<RankedTensorType>(at.getKey().getType());
-    if (product(q) < 0 || k.isDynamicDim(1))
+    if (product(q) < 0 || k.isDynamicDim(at.kvSeqDim()))
       return -1;
-    return 2.0 * product(q) * double(k.getDimSize(1));
+    return 2.0 * product(q) * double(k.getDimSize(at.kvSeqDim()));
   }
   return 0;
 }

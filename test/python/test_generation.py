@@ -4,12 +4,16 @@ position-indexed RoPE tables and mask rows and the greedy argmax stay in
 llmc, a decode step is one llmc subgraph compiled once for every position, and the caches (buffers
 AOTAutograd copies back after the call) are written in place."""
 import copy
+import re
+import subprocess
 import warnings
+
+import pytest
 
 import torch
 
 import llmc.backend
-from conftest import capi_or_skip, gpu
+from conftest import LLMC_OPT, capi_or_skip, gpu
 from gpt_fast import GptFast, generate
 
 
@@ -37,6 +41,36 @@ def test_decode_step_is_one_subgraph_with_caches_in_place(tmp_path):
         assert ("llmc_0: 4 mutated input(s) (KV caches) donated: written in place when llmc "
                 "runs the subgraph") in r.notes, str(r)
         assert r.compiles == 1 and not r.compile_failures, str(r)
+
+
+def test_decode_attention_reads_the_cache_in_place(tmp_path):
+    """The decode step's SDPA over gpt-fast's [B, H, S, D] caches under the
+    position mask compiles to flash-decoding that reads the caches in HND
+    layout (kv_hnd) and skips the masked rows: no transposed copy of a
+    cache and no FlashAttention-2 kernel over the whole cache."""
+    capi_or_skip()
+    compile_tool = LLMC_OPT.parent / "llmc-compile"
+    if not compile_tool.exists():
+        pytest.skip(f"{compile_tool} not built")
+    torch.manual_seed(0)
+    cm = torch.compile(GptFast(layers=2), backend="llmc", dynamic=False,
+                       options={"dump_dir": str(tmp_path)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        generate(cm, torch.randint(0, 1000, (1, 5)), 3)
+    # Prefill's graph, then the decode step's (numbered in compile order).
+    graphs = sorted(tmp_path.glob("g*_inference.llmc_0.mlir"),
+                    key=lambda p: int(p.name[1:p.name.index("_")]))
+    assert len(graphs) == 2, sorted(p.name for p in tmp_path.iterdir())
+    exe = subprocess.run([str(compile_tool), str(graphs[1]), "--emit=exec"],
+                         capture_output=True, text=True, check=True).stdout
+    kernels = re.findall(r"exec\.launch @(\w+)", exe)
+    split = [k for k in kernels if k.startswith("llmc_flashdec_split_")]
+    assert len(split) == 2 and all("_maskf32_hnd_" in k for k in split), kernels
+    assert not any(k.startswith(("llmc_flash_attn_", "llmc_attn_simple_")) for k in kernels), kernels
+    # The cache is [1, 4, 64, 16] f32 (16384 bytes): nothing moves it whole
+    # except the copies llmc-compile adds without the plugin's donations.
+    assert exe.count("exec.copy 16384 bytes") <= 4, exe
 
 
 def test_donation_needs_the_cache_to_be_read_only_by_the_write():

@@ -452,20 +452,35 @@ def LLM_AttentionOp : LLM_Op<"attention",
     with D a multiple of 16 up to 256, a warp per query row otherwise, which
     keeps D / 32 fp32 accumulators per lane); the verifier and the reference
     executor reject other D. The CUDA backend evaluates `kv_len` only with
-    its flash-decoding kernel (no mask, Sq <= 16, D <= 512, bf16/f16/f32)
-    and rejects other `kv_len` attentions at compile time.
+    its flash-decoding kernel (Sq <= 16, D <= 512, bf16/f16/f32) and
+    rejects other `kv_len` attentions at compile time.
+
+    `kv_hnd`: key and value are in FlashInfer's HND layout [B, Hkv, Skv, D]
+    (PyTorch SDPA's layout, and a gpt-fast-style KV cache's) instead of NHD
+    [B, Skv, Hkv, D]; the query and the result stay [B, Sq, Hq, D]. It lets
+    attention read a [B, H, S, D] cache without a transposed copy;
+    llmc-raise sets it when key and value are both llm.transpose
+    [0, 2, 1, 3] of tensors.
 
     ```mlir
     %o = llm.attention %q, %k, %v {causal} : tensor<1x?x32x128xbf16>, tensor<1x?x8x128xbf16>, tensor<1x?x8x128xbf16>
     %d = llm.attention %q1, %kc, %vc kv_len(%len : tensor<i64>) {causal} : tensor<4x1x32x128xbf16>, tensor<4x2048x32x128xbf16>, tensor<4x2048x32x128xbf16>
+    %h = llm.attention %q1, %kh, %vh mask(%m : tensor<1x1x1x2048xbf16>) {kv_hnd} : tensor<4x1x32x128xbf16>, tensor<4x8x2048x128xbf16>, tensor<4x8x2048x128xbf16>
     ```
   }];
   let arguments = (ins LLM_FloatTensor:$query, LLM_FloatTensor:$key,
                        LLM_FloatTensor:$value,
                        Optional<LLM_FloatTensor>:$mask,
                        Optional<LLM_IntTensor>:$kv_len,
-                       UnitAttr:$causal, OptionalAttr<F64Attr>:$scale);
+                       UnitAttr:$causal, OptionalAttr<F64Attr>:$scale,
+                       UnitAttr:$kv_hnd);
   let results = (outs LLM_FloatTensor:$result);
+  let extraClassDeclaration = [{
+    /// The key/value dimension of the key length (1, or 2 with kv_hnd).
+    unsigned kvSeqDim() { return getKvHnd() ? 2 : 1; }
+    /// The key/value dimension of the KV heads (2, or 1 with kv_hnd).
+    unsigned kvHeadsDim() { return getKvHnd() ? 1 : 2; }
+  }];
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` `(` $mask^ `:` type($mask) `)`)?
     (`kv_len` `(` $kv_len^ `:` type($kv_len) `)`)? attr-dict `:`

@@ -170,8 +170,10 @@ LogicalResult AttentionOp::verify() {
                          {"key", k},
                          {"value", v}})
     if (t.getRank() != 4)
-      return emitOpError() << name << " must be [B, S, H, D] (rank 4), found "
-                           << shapeStr(t.getShape());
+      return emitOpError() << name << " must be "
+                           << (getKvHnd() && name != "query" ? "[B, H, S, D]"
+                                                             : "[B, S, H, D]")
+                           << " (rank 4), found " << shapeStr(t.getShape());
   if (q.getElementType() != k.getElementType() ||
       q.getElementType() != v.getElementType())
     return emitOpError() << "query, key and value must share an element type, "
@@ -192,7 +194,7 @@ LogicalResult AttentionOp::verify() {
   if (std::optional<std::string> error = checkAttentionHeadDim(
           q.isDynamicDim(3) ? k.getDimSize(3) : q.getDimSize(3)))
     return emitOpError() << *error;
-  int64_t hq = q.getDimSize(2), hkv = k.getDimSize(2);
+  int64_t hq = q.getDimSize(2), hkv = k.getDimSize(kvHeadsDim());
   if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
       (hkv == 0 || hq % hkv != 0))
     return emitOpError() << "query heads (" << hq
@@ -203,7 +205,7 @@ LogicalResult AttentionOp::verify() {
                          << scale->convertToDouble();
   if (Value mask = getMask()) {
     SmallVector<int64_t> scores = {q.getDimSize(0), hq, q.getDimSize(1),
-                                   k.getDimSize(1)};
+                                   k.getDimSize(kvSeqDim())};
     if (failed(verifyBroadcastable(
             *this, "mask", cast<RankedTensorType>(mask.getType()).getShape(),
             scores)))

@@ -38,7 +38,7 @@ def SpecializeShapesPass : Pass<"llmc-specialize-shapes", "::mlir::func::FuncOp"
 }
 
 def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
-  let summary = "Recognizes decomposed RMSNorm and RoPE and rewrites them to llm ops.";
+  let summary = "Recognizes decomposed RMSNorm and RoPE and rewrites them to llm ops; folds key/value transposes into attention.";
   let description = [{
     Graphs imported op by op from ATen (the torch.compile plugin) spell
     Hugging Face's `LlamaRMSNorm` (also Mistral's, Qwen2's) as
@@ -88,6 +88,12 @@ def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
     on the tables reshaped to [Bt, S, D] (and the transpose back), any
     operand order. Every product and the rotated halves must have one use.
     HF rounds q*cos, rotate_half(q)*sin and the sum; llm.rope rounds once.
+
+    Attention: `llm.attention %q, %kt, %vt` whose key and value are both
+    `llm.transpose [0, 2, 1, 3]` of [B, H, S, D] tensors (PyTorch SDPA's
+    layout, e.g. a gpt-fast KV cache) takes those tensors with `kv_hnd`,
+    so the kernels read them in place instead of a transposed copy of the
+    cache on every step. Exact (a layout change only).
 
     Before:
     ```mlir

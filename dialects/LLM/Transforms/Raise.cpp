@@ -222,6 +222,37 @@ struct RaiseRMSNorm : OpRewritePattern<MulOp> {
   }
 };
 
+// attention(q, transpose(k, [0, 2, 1, 3]), transpose(v, [0, 2, 1, 3])) =>
+// attention(q, k, v) {kv_hnd}: the kernels read key/value [B, H, S, D] (a
+// PyTorch SDPA input, a gpt-fast KV cache) in place instead of a transposed
+// copy. Transposes of transposes fold first, so a projection's
+// [B, S, H, D] output keeps the NHD form.
+struct FoldKvTransposeIntoAttention : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(AttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getKvHnd())
+      return rewriter.notifyMatchFailure(op, "already kv_hnd");
+    auto headsFirst = [](Value v) -> Value {
+      auto t = v.getDefiningOp<TransposeOp>();
+      if (!t || t.getPermutation() != ArrayRef<int64_t>{0, 2, 1, 3})
+        return Value();
+      return t.getInput();
+    };
+    Value k = headsFirst(op.getKey()), v = headsFirst(op.getValue());
+    if (!k || !v)
+      return rewriter.notifyMatchFailure(op, "key and value are not both "
+                                             "[0, 2, 1, 3] transposes");
+    rewriter.modifyOpInPlace(op, [&] {
+      op.getKeyMutable().assign(k);
+      op.getValueMutable().assign(v);
+      op.setKvHnd(true);
+    });
+    return success();
+  }
+};
+
 struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
   using RaisePassBase::RaisePassBase;
 
@@ -230,7 +261,7 @@ struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
     populateRaisePatterns(patterns);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns)))) {
       getOperation().emitError()
-          << "llmc-raise: the RMSNorm/RoPE rewrites did not converge on @"
+          << "llmc-raise: the RMSNorm/RoPE/attention rewrites did not converge on @"
           << getOperation().getSymName()
           << " (a pattern changed the IR and then failed; please report it "
              "with this function's IR)";
@@ -242,6 +273,6 @@ struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
 } // namespace
 
 void llmc::llm::populateRaisePatterns(RewritePatternSet &patterns) {
-  patterns.add<RaiseRMSNorm>(patterns.getContext());
+  patterns.add<RaiseRMSNorm, FoldKvTransposeIntoAttention>(patterns.getContext());
   populateRaiseRoPEPatterns(patterns);
 }

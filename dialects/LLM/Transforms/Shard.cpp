@@ -108,6 +108,10 @@ struct ShardPass : llmc::llm::impl::ShardPassBase<ShardPass> {
 
   LogicalResult matchAttention(AttentionOp attn, ShardPlan &plan) {
     auto qt = attn.getQuery().getType(), kt = attn.getKey().getType();
+    // The plan below follows NHD key/value chains (reshape [B, S, H, D]).
+    if (attn.getKvHnd())
+      return attn.emitOpError() << "cannot shard attention with key/value in "
+                                   "HND layout (kv_hnd); shard the NHD form";
     int64_t hq = qt.getDimSize(2), hkv = kt.getDimSize(2);
     if (ShapedType::isDynamic(hq) || ShapedType::isDynamic(hkv))
       return attn.emitOpError()

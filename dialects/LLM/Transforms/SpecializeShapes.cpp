@@ -111,7 +111,8 @@ static LogicalResult computeResultTypes(Operation *op,
   if (auto attn = dyn_cast<AttentionOp>(op); attn && attn.getMask()) {
     auto q = attn.getQuery().getType(), k = attn.getKey().getType();
     resolveBroadcastFrom(attn.getMask(), {q.getDimSize(0), q.getDimSize(2),
-                                          q.getDimSize(1), k.getDimSize(1)});
+                                          q.getDimSize(1),
+                                          k.getDimSize(attn.kvSeqDim())});
   }
   if (auto sm = dyn_cast<SoftmaxOp>(op); sm && sm.getMask())
     resolveBroadcastFrom(sm.getMask(), sm.getInput().getType().getShape());

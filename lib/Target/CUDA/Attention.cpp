@@ -71,6 +71,21 @@ std::string AttentionSignature(const std::string &name, int threads) {
   return s.str();
 }
 
+// The HND variant of a kernel body: key/value [B, Hkv, Skv, D], row stride D.
+absl::StatusOr<std::string> KvHndVariant(const AttentionConfig &c, const char *body,
+                                         const std::string &kp, const std::string &vp) {
+  if (!c.kv_hnd) return std::string(body);
+  const std::string base = "(b * seq_kv * heads_kv + hk) * (int64_t)kHeadDim;";
+  const std::string hnd = "(b * heads_kv + hk) * seq_kv * (int64_t)kHeadDim;  // HND";
+  return SourceVariant(body, "attention kv_hnd",
+                       {{"const int64_t kv_row_stride = (int64_t)heads_kv * kHeadDim;",
+                         "const int64_t kv_row_stride = kHeadDim;  // HND [B, Hkv, Skv, D]"},
+                        {kp + base, kp + hnd},
+                        {vp + base, vp + hnd}});
+}
+
+std::string KvLayoutTag(const AttentionConfig &c) { return c.kv_hnd ? "_hnd" : ""; }
+
 } // namespace
 
 AttentionTile DefaultAttentionTile(int64_t head_dim) {
@@ -495,7 +510,7 @@ absl::StatusOr<KernelCode> EmitFlashAttention(const AttentionConfig &c) {
   const AttentionTile tile = ResolvedAttentionTile(c);
   KernelCode kc;
   kc.name = std::string("llmc_flash_attn_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
-            (c.causal ? "_causal" : "") + MaskTag(c) + "_" + AttentionTileName(tile);
+            (c.causal ? "_causal" : "") + MaskTag(c) + KvLayoutTag(c) + "_" + AttentionTileName(tile);
   std::ostringstream hdr;
   hdr << "// llmc FlashAttention-2 forward (Dao 2023, arXiv:2307.08691), tensor cores.\n"
          "// q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D], out [B,Sq,Hq,D]; GQA kv head = h / (Hq/Hkv).\n"
@@ -523,8 +538,9 @@ absl::StatusOr<KernelCode> EmitFlashAttention(const AttentionConfig &c) {
       << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
       << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n"
       << "static constexpr int kSmemBytes = " << geo.smem_bytes << ";\n";
+  LLMC_ASSIGN_OR_RETURN(std::string fa, KvHndVariant(c, kFaBody, "const T* kg = k + ", "const T* vg = v + "));
   std::string body = kFaHelpers;
-  body += "\n" + AttentionSignature(kc.name, geo.threads) + kFaBody;
+  body += "\n" + AttentionSignature(kc.name, geo.threads) + fa;
   LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), body));
   return kc;
 }
@@ -597,7 +613,7 @@ absl::StatusOr<KernelCode> EmitSimpleAttention(const AttentionConfig &c) {
   const int64_t d = c.head_dim;
   KernelCode kc;
   kc.name = std::string("llmc_attn_simple_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
-            (c.causal ? "_causal" : "") + MaskTag(c);
+            (c.causal ? "_causal" : "") + MaskTag(c) + KvLayoutTag(c);
   std::ostringstream cfg;
   cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
       << "typedef " << (c.has_mask ? CTypeName(c.mask) : "float") << " MaskT;\n"
@@ -606,7 +622,8 @@ absl::StatusOr<KernelCode> EmitSimpleAttention(const AttentionConfig &c) {
       << "static constexpr int kRowsPerBlock = " << kSimpleRowsPerBlock << ";\n"
       << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
       << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n";
-  std::string body = "\n" + AttentionSignature(kc.name, 32 * kSimpleRowsPerBlock) + kSimpleBody;
+  LLMC_ASSIGN_OR_RETURN(std::string simple, KvHndVariant(c, kSimpleBody, "const T* kp = k + ", "const T* vp = v + "));
+  std::string body = "\n" + AttentionSignature(kc.name, 32 * kSimpleRowsPerBlock) + simple;
   LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(
       "// llmc attention, simple path: one warp per query row, fp32 CUDA-core math, online\n"
       "// softmax (Milakov & Gimelshein 2018) in the exp2 domain. Same layouts and semantics as\n"

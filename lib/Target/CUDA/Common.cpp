@@ -115,6 +115,23 @@ absl::Status CheckIntConstants(const std::string &text) {
 }
 } // namespace
 
+absl::StatusOr<std::string>
+SourceVariant(std::string body, const char *what,
+              std::initializer_list<std::pair<std::string, std::string>> edits) {
+  for (const auto &[from, to] : edits) {
+    const std::string &f = from;
+    size_t p = body.find(f);
+    if (p == std::string::npos)
+      return absl::InternalError(
+          std::string("llmc::cuda kernel generator: internal error (please "
+                      "report): the ") + what + " variant edits text the kernel no "
+                      "longer has: " + f);
+    for (; p != std::string::npos; p = body.find(f, p + to.size()))
+      body.replace(p, f.size(), to);
+  }
+  return body;
+}
+
 absl::StatusOr<std::string> Assemble(const std::string &header_comment,
                                      const std::string &config,
                                      const std::string &body) {

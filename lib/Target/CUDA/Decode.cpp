@@ -336,7 +336,8 @@ constexpr const char *kCombineBody = R"CUDA(
 // an occupancy step (96 or 168 registers) that spills a few bytes; with 3
 // (<= 168 registers) layouts of <= 4 rows per warp (<= 2 when causal: the
 // mask adds registers) compile without spills at 95-168 registers on sm_80
-// and sm_90; the others are left to ptxas (up to ~220 registers).
+// and sm_90; the others are left to ptxas (up to ~220 registers). A mask
+// counts as causal.
 int MinBlocks(const FlashDecodeGeometry &g, bool causal) {
   return g.rows_per_warp <= (causal ? 2 : 4) ? 3 : 1;
 }
@@ -414,8 +415,15 @@ absl::StatusOr<FlashDecodeGeometry> FlashDecodeGeometryOf(const DecodeConfig &c)
   }
   if (!found) return Unsupported("flash decode: no register layout for this config");
   FlashDecodeGeometry &g = best.g;
+  // A masked block of more than 8 rows per warp (group 8 x 8 queries) spills
+  // on sm_80; FlashAttention-2 serves those.
+  if (c.has_mask && g.rows_per_warp > 8)
+    return Unsupported("flash decode: no register layout for a mask with more than 8 query rows per warp");
   const int slot_bytes = g.vecs_per_lane * g.vec * ScalarSize(c.dtype);  // K bytes per lane per slot
-  g.unroll = std::clamp(std::min(kTileBytes / slot_bytes, kMaxScores / g.rows_per_warp), 1, 8);
+  // A mask costs registers (its pointer, strides and per-slot liveness):
+  // half the scores in flight keeps its kernels spill-free.
+  const int max_scores = c.has_mask ? kMaxScores / 2 : kMaxScores;
+  g.unroll = std::clamp(std::min(kTileBytes / slot_bytes, max_scores / g.rows_per_warp), 1, 8);
   g.streams = kWarps / g.row_sets;
   g.tile_keys = g.unroll * (32 / g.lanes);
   return g;
@@ -426,12 +434,82 @@ std::string FlashDecodeGeometryName(const FlashDecodeGeometry &g) {
          std::to_string(g.row_sets) + "u" + std::to_string(g.unroll);
 }
 
+namespace {
+// The split kernel's helpers and body for c's variants (HND cache, mask);
+// the base text when c has neither, so existing kernels stay byte-identical.
+absl::StatusOr<std::pair<std::string, std::string>> SplitSource(const DecodeConfig &c) {
+  std::string helpers = kSplitHelpers, body = kSplitBody;
+  if (c.kv_hnd) {
+    const std::string base = "(b * max_seq * heads_kv + hk) * (int64_t)kHeadDim;";
+    const std::string hnd = "(b * heads_kv + hk) * max_seq * (int64_t)kHeadDim;  // HND";
+    LLMC_ASSIGN_OR_RETURN(
+        body, SourceVariant(body, "flash-decode kv_hnd",
+                            {{"const int64_t row_stride = (int64_t)heads_kv * kHeadDim;",
+                              "const int64_t row_stride = kHeadDim;  // HND [B, Hkv, Smax, D]"},
+                             {"const T* kb = k + " + base, "const T* kb = k + " + hnd},
+                             {"const T* vb = v + " + base, "const T* vb = v + " + hnd}}));
+  }
+  if (!c.has_mask) return std::make_pair(helpers, body);
+  // Mask: fdMask gives row `row`'s additive mask at key j (log2 units); a
+  // key slot no row of the warp sees is not loaded, and a tile no lane sees
+  // is skipped whole (warp-uniform, so the shuffles stay converged).
+  LLMC_ASSIGN_OR_RETURN(
+      helpers,
+      SourceVariant(helpers, "flash-decode mask",
+                    {{"typedef LlmcVec<T, kVec> Vec;\n",
+                      "typedef LlmcVec<T, kVec> Vec;\n\n"
+                      "// Row `row` (query row / kGroup, q head hk * kGroup + row % kGroup) at key j.\n"
+                      "LLMC_DEV float fdMask(const MaskT* __restrict__ mb, long long msh, long long msq,\n"
+                      "                      int hk, int row, int64_t j) {\n"
+                      "  return toF(mb[(int64_t)(hk * kGroup + row % kGroup) * msh +\n"
+                      "               (int64_t)(row / kGroup) * msq + j]) * LLMC_LOG2E;\n"
+                      "}\n"},
+                     {"int64_t key0, int64_t j1, int lg) {",
+                      "int64_t key0, int64_t j1, int lg, const bool (&live)[kU]) {"},
+                     {"if (j < j1 && (kRowVecs % kLanes == 0 || vi < kRowVecs)) {",
+                      "if (j < j1 && live[u] && (kRowVecs % kLanes == 0 || vi < kRowVecs)) {"},
+                     {"int64_t j1, int64_t causal_base, int row0) {",
+                      "int64_t j1, int64_t causal_base, int row0,\n"
+                      "                     const MaskT* __restrict__ mb, long long msh, long long msq, int hk) {"},
+                     {"      if (!visible) s[u][r] = -LLMC_INF;",
+                      "      if (visible && row0 + r < kRows) s[u][r] += fdMask(mb, msh, msq, hk, row0 + r, j);\n"
+                      "      if (!visible) s[u][r] = -LLMC_INF;"}}));
+  LLMC_ASSIGN_OR_RETURN(
+      body,
+      SourceVariant(body, "flash-decode mask",
+                    {{"    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1, lg);\n"
+                      "    fdTile(kt, vt, q, acc, m, l, key0, j1, causal_base, row0);",
+                      "    bool live[kU], any = false;\n"
+                      "#pragma unroll\n"
+                      "    for (int u = 0; u < kU; ++u) {\n"
+                      "      const int64_t j = key0 + (int64_t)u * kKeysPerLoad;\n"
+                      "      live[u] = false;\n"
+                      "#pragma unroll\n"
+                      "      for (int r = 0; r < kRowsW; ++r)\n"
+                      "        if (j < j1 && row0 + r < kRows && fdMask(mb, mask_stride_h, mask_stride_q, hk, row0 + r, j) != -LLMC_INF)\n"
+                      "          live[u] = true;\n"
+                      "      any = any || live[u];\n"
+                      "    }\n"
+                      "    if (!__any_sync(0xffffffffu, any)) continue;  // nothing visible in this warp's tile\n"
+                      "    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1, lg, live);\n"
+                      "    fdTile(kt, vt, q, acc, m, l, key0, j1, causal_base, row0, mb, mask_stride_h, mask_stride_q, hk);"},
+                     {"  const int64_t causal_base = L - kQLen;\n",
+                      "  const int64_t causal_base = L - kQLen;\n"
+                      "  const MaskT* __restrict__ mb = mask + b * mask_stride_b;\n"}}));
+  return std::make_pair(helpers, body);
+}
+} // namespace
+
 absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
   LLMC_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
+  if (c.has_mask && !IsFloatType(c.mask))
+    return Invalid("flash decode: mask must be a float type");
   const bool causal = c.causal && c.q_len > 1;
   const std::string tag = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.head_dim) + "_g" +
                           std::to_string(c.group_size) + "_q" + std::to_string(c.q_len) +
-                          (causal ? "_causal" : "") + "_" + KvLenTag(c.kv_len);
+                          (causal ? "_causal" : "") + "_" + KvLenTag(c.kv_len) +
+                          (c.has_mask ? std::string("_mask") + ScalarTypeTag(c.mask) : "") +
+                          (c.kv_hnd ? "_hnd" : "");
   DecodeKernels k;
   k.split.name = "llmc_flashdec_split_" + tag + "_" + FlashDecodeGeometryName(g);
   k.combine.name = "llmc_flashdec_combine_" + tag;
@@ -456,20 +534,26 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
        << "static constexpr int kStreams = kWarps / kRowSets;  // warps splitting the keys\n"
        << "static constexpr int kKeysPerLoad = 32 / kLanes;\n"
        << "static constexpr int kTileKeys = kU * kKeysPerLoad;\n"
-       << "static constexpr int kMinBlocks = " << MinBlocks(g, causal) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
+       << "static constexpr int kMinBlocks = " << MinBlocks(g, causal || c.has_mask) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
   const std::string hdr =
       "// llmc flash-decoding (split-KV; Dao, Haziza, Massa, Sizov 2023) for short queries against a\n"
       "// KV cache [B, Smax, Hkv, D] of which the first kv_len rows are valid. Phase 1: block per\n"
       "// (split, kv head, batch) handles all kGroup*kQLen query rows of the kv head (K/V read once);\n"
       "// kLanes lanes read a K/V row with coalesced vector loads, per-lane-group online softmax\n"
       "// (exp2 domain, fp32), double-buffered register tiles. Phase 2 combines the splits.\n";
+  if (c.has_mask) scfg << "typedef " << CTypeName(c.mask) << " MaskT;\n";
+  LLMC_ASSIGN_OR_RETURN(auto split, SplitSource(c));
   std::ostringstream b1;
-  b1 << kSplitHelpers << "\nextern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocks) " << k.split.name
+  b1 << split.first << "\nextern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocks) " << k.split.name
      << "(\n"
      << "    float* __restrict__ partial_acc, float* __restrict__ partial_ml, const T* __restrict__ q_in,\n"
         "    const T* __restrict__ k, const T* __restrict__ v, const void* kv_len_ptr,\n"
-        "    long long kv_len_arg, long long max_seq, int heads_kv, float scale, int num_splits) {\n"
-     << ReplaceAll(kSplitBody, "KV_LEN_EXPR", KvLenExpr(c.kv_len));
+        "    long long kv_len_arg, long long max_seq, int heads_kv, float scale, int num_splits"
+     << (c.has_mask ? ",\n    const MaskT* __restrict__ mask, long long mask_stride_b, long long mask_stride_h,\n"
+                      "    long long mask_stride_q"
+                    : "")
+     << ") {\n"
+     << ReplaceAll(split.second, "KV_LEN_EXPR", KvLenExpr(c.kv_len));
   std::ostringstream b2;
   b2 << "\nextern \"C\" __global__ void __launch_bounds__(" << kCombineThreads << ") " << k.combine.name
      << "(\n    T* __restrict__ out, const float* __restrict__ partial_acc,\n"

@@ -9,7 +9,9 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace llmc::cuda::detail {
 
@@ -31,6 +33,14 @@ int VecWidth(int64_t n, int elem_size);
 absl::StatusOr<std::string> Assemble(const std::string &header_comment,
                                      const std::string &config,
                                      const std::string &body);
+/// A kernel variant: `body` with each `from` text replaced by its `to`
+/// (every occurrence). Variants are written this way so that the base
+/// kernel's source, and so every existing executable, stays byte-identical.
+/// Internal error naming `what` when a `from` text is missing (the base
+/// kernel changed under the variant).
+absl::StatusOr<std::string>
+SourceVariant(std::string body, const char *what,
+              std::initializer_list<std::pair<std::string, std::string>> edits);
 /// Grid sizes below 1 become 1. Unimplemented when the grid exceeds CUDA's
 /// 2147483647 x 65535 x 65535 blocks.
 absl::StatusOr<LaunchDims> Dims(int64_t gx, int64_t gy, int64_t gz, int64_t bx,

@@ -530,6 +530,24 @@ func.func @attention_rank(%q: tensor<1x7x128xbf16>, %k: tensor<1x7x8x128xbf16>) 
 
 // -----
 
+// With kv_hnd the key length is key dimension 2: a mask over 7 keys does
+// not fit 9.
+func.func @attention_hnd_mask(%q: tensor<1x1x8x64xbf16>, %k: tensor<1x2x9x64xbf16>, %m: tensor<1x1x1x7xbf16>) {
+  // expected-error @+1 {{'llm.attention' op mask}}
+  %0 = llm.attention %q, %k, %k mask(%m : tensor<1x1x1x7xbf16>) {kv_hnd} : tensor<1x1x8x64xbf16>, tensor<1x2x9x64xbf16>, tensor<1x2x9x64xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_hnd_gqa(%q: tensor<1x1x9x64xbf16>, %k: tensor<1x2x7x64xbf16>) {
+  // expected-error @+1 {{'llm.attention' op query heads (9) must be a multiple of key/value heads (2) for grouped-query attention}}
+  %0 = llm.attention %q, %k, %k {kv_hnd} : tensor<1x1x9x64xbf16>, tensor<1x2x7x64xbf16>, tensor<1x2x7x64xbf16>
+  return
+}
+
+// -----
+
 func.func @attention_gqa(%q: tensor<1x7x9x64xbf16>, %k: tensor<1x7x2x64xbf16>) {
   // expected-error @+1 {{'llm.attention' op query heads (9) must be a multiple of key/value heads (2) for grouped-query attention}}
   %0 = llm.attention %q, %k, %k : tensor<1x7x9x64xbf16>, tensor<1x7x2x64xbf16>, tensor<1x7x2x64xbf16>

@@ -124,7 +124,7 @@ func.func @reductions_and_norms(%x: tensor<3x7x4096xf16>, %w: tensor<4096xf16>, 
 // CHECK-LABEL: func.func @transformer
 func.func @transformer(%x: tensor<?x4096xbf16>, %wq: tensor<4096x4096xbf16>, %bias: tensor<4096xbf16>,
                        %q: tensor<4x?x32x128xbf16>, %k: tensor<4x?x8x128xbf16>, %mask: tensor<1x1x?x?xf32>,
-                       %cache: tensor<4x2048x8x128xbf16>, %pos: tensor<i64>, %posb: tensor<4xi32>,
+                       %cache: tensor<4x2048x8x128xbf16>, %hc: tensor<4x8x2048x128xbf16>, %pos: tensor<i64>, %posb: tensor<4xi32>,
                        %a3: tensor<8x?x64xf16>, %b2: tensor<64x32xf16>,
                        %cos1: tensor<1x?x128xf32>, %sin1: tensor<1x?x128xf32>,
                        %cos4: tensor<4x?x128xbf16>, %sin4: tensor<4x?x128xbf16>,
@@ -153,6 +153,8 @@ func.func @transformer(%x: tensor<?x4096xbf16>, %wq: tensor<4096x4096xbf16>, %bi
   %kc = llm.kv_cache_append %cache, %k, %pos : tensor<4x2048x8x128xbf16>, tensor<4x?x8x128xbf16>, tensor<i64>
   // CHECK: llm.attention %{{.*}}, %[[KC]], %[[KC]] kv_len(%{{.*}} : tensor<i64>) {causal} : tensor<4x?x32x128xbf16>, tensor<4x2048x8x128xbf16>, tensor<4x2048x8x128xbf16>
   %7 = llm.attention %q, %kc, %kc kv_len(%pos : tensor<i64>) {causal} : tensor<4x?x32x128xbf16>, tensor<4x2048x8x128xbf16>, tensor<4x2048x8x128xbf16>
+  // CHECK: llm.attention %{{.*}}, %{{.*}}, %{{.*}} kv_len(%{{.*}} : tensor<i64>) {kv_hnd} : tensor<4x?x32x128xbf16>, tensor<4x8x2048x128xbf16>, tensor<4x8x2048x128xbf16>
+  %8 = llm.attention %q, %hc, %hc kv_len(%pos : tensor<i64>) {kv_hnd} : tensor<4x?x32x128xbf16>, tensor<4x8x2048x128xbf16>, tensor<4x8x2048x128xbf16>
   return
 }
 

@@ -68,3 +68,31 @@ func.func @decode_without_register_layout(%q: tensor<1x13x5x16xbf16>, %k: tensor
   %o = llm.attention %q, %k, %v kv_len(%len : tensor<i64>) {causal} : tensor<1x13x5x16xbf16>, tensor<1x300x1x16xbf16>, tensor<1x300x1x16xbf16>
   return %o : tensor<1x13x5x16xbf16>
 }
+
+// -----
+
+// gpt-fast decode: one query against a [B, H, S, D] cache (kv_hnd) under a
+// position mask over the whole cache: flash-decoding (it reads the mask and
+// skips the masked rows); prefill over the same cache keeps FlashAttention-2
+// and, with kv_hnd, no cuDNN.
+// CHECK-LABEL: func.func @gpt_fast
+// CHECK: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = {{[0-9]+}} : i64}
+// CHECK: llm.attention {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"}
+func.func @gpt_fast(%q: tensor<1x1x32x128xbf16>, %kc: tensor<1x8x2048x128xbf16>, %vc: tensor<1x8x2048x128xbf16>,
+                    %m: tensor<1x1x1x2048xbf16>, %q2: tensor<1x64x32x128xbf16>, %m2: tensor<1x1x64x2048xbf16>)
+    -> (tensor<1x1x32x128xbf16>, tensor<1x64x32x128xbf16>) {
+  %o = llm.attention %q, %kc, %vc mask(%m : tensor<1x1x1x2048xbf16>) {kv_hnd} : tensor<1x1x32x128xbf16>, tensor<1x8x2048x128xbf16>, tensor<1x8x2048x128xbf16>
+  %o2 = llm.attention %q2, %kc, %vc mask(%m2 : tensor<1x1x64x2048xbf16>) {kv_hnd} : tensor<1x64x32x128xbf16>, tensor<1x8x2048x128xbf16>, tensor<1x8x2048x128xbf16>
+  return %o, %o2 : tensor<1x1x32x128xbf16>, tensor<1x64x32x128xbf16>
+}
+
+// -----
+
+// A mask broadcast along the keys is not flash-decoding's (it reads keys
+// densely): FlashAttention-2 takes the op and the lowering says why.
+// CHECK-LABEL: func.func @key_broadcast_mask
+// CHECK: llm.attention {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention"
+func.func @key_broadcast_mask(%q: tensor<1x1x8x64xbf16>, %k: tensor<1x64x8x64xbf16>, %m: tensor<1x1x1x1xbf16>) -> tensor<1x1x8x64xbf16> {
+  %o = llm.attention %q, %k, %k mask(%m : tensor<1x1x1x1xbf16>) : tensor<1x1x8x64xbf16>, tensor<1x64x8x64xbf16>, tensor<1x64x8x64xbf16>
+  return %o : tensor<1x1x8x64xbf16>
+}

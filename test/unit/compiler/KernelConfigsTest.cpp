@@ -142,13 +142,13 @@ TEST(KernelConfigs, ConfigurationsTheKernelsCannotRunAreErrors) {
   // Flash-decoding takes at most 16 queries.
   std::string msg = LowerError(Attention(kPrefill, kPrefill, R"({kernel = "flash_decode", splits = 4 : i64})"));
   EXPECT_CONTAINS(msg, "'llm.attention' at ");
-  EXPECT_CONTAINS(msg, "its llm.kernel_config chooses flash_decode, whose kernel takes no mask, at most 16 queries");
+  EXPECT_CONTAINS(msg, "its llm.kernel_config chooses flash_decode, whose kernel takes at most 16 queries, a float mask dense along the keys");
 
   // Inside the kernel's ranges but with no register layout (bf16, head dim
   // 16, group 5, 13 queries): rejected before any kernel is generated.
   msg = LowerError(Attention("tensor<1x13x5x16xbf16>", "tensor<1x300x1x16xbf16>",
                              R"({kernel = "flash_decode", splits = 2 : i64})"));
-  EXPECT_CONTAINS(msg, "its llm.kernel_config chooses flash_decode, whose kernel takes no mask");
+  EXPECT_CONTAINS(msg, "its llm.kernel_config chooses flash_decode, whose kernel takes at most 16 queries");
   EXPECT_CONTAINS(msg, "with a register layout that fits");
 
   // cuDNN's SDPA takes bf16 and f16 only.

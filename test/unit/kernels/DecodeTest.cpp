@@ -4,7 +4,8 @@
 //   emulator (emu/CudaEmu.h) and are compared with the float64 attention
 //   reference on fresh random inputs: head dims 64/80/96/128/256, GQA groups
 //   1/3/4/8, q_len 1 and 7 (causal and not), kv_len 1/7/300/2048 inside a
-//   larger cache, every kv_len source, bf16/f16/f32, empty splits.
+//   larger cache, every kv_len source, bf16/f16/f32, empty splits; the
+//   cache in HND layout; position masks (skipped tiles) and per-row masks.
 // * FlashDecode.CompileWithoutSpills: NVRTC + ptxas -v for sm_90a and sm_80
 //   over the configuration grid, 0 spill bytes; prints the register table.
 // * FlashDecode.Geometry / Launch: layouts, split counts, workspace sizes.
@@ -71,6 +72,12 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, 
                           int splits) {
   emu::Launch(g, b, smem, [&] { KERNEL(pa, pml, q, k, v, lenp, len, smax, hkv, scale, splits); });
 })";
+const char *kMaskedSplitStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, const T* q, const T* k,
+                          const T* v, const void* lenp, long long len, long long smax, int hkv, float scale,
+                          int splits, const MaskT* mask, long long msb, long long msh, long long msq) {
+  emu::Launch(g, b, smem, [&] { KERNEL(pa, pml, q, k, v, lenp, len, smax, hkv, scale, splits, mask, msb, msh, msq); });
+})";
 const char *kCombineStub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const float* pa, const float* pml, int hkv,
                           int splits) {
@@ -85,13 +92,19 @@ struct DecodeCase {
   int64_t batch, heads_kv, smax;
   std::vector<int64_t> kv_len;  // one per batch for the per-batch sources, else one
   int splits;                   // 0: FlashDecodeNumSplits
+  bool hnd = false;             // cache [B, Hkv, Smax, D]
+  // 0: none; 1: gpt-fast position mask [1, 1, 1, Smax] bf16 (0 for the
+  // first 2/7 of the cache, -inf after, so whole tiles are skipped); 2: f32
+  // [B, Hq, Sq, Smax] random finite values with -inf holes (rows fully -inf too).
+  int mask = 0;
 };
 
 std::string CaseName(const DecodeCase &c) {
   std::string s = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.d) + "_g" + std::to_string(c.group) +
                   "_q" + std::to_string(c.q_len) + (c.causal ? "_causal" : "") + "_L";
   for (int64_t l : c.kv_len) s += std::to_string(l) + "_";
-  return s + "s" + std::to_string(c.splits);
+  return s + "s" + std::to_string(c.splits) + (c.hnd ? "_hnd" : "") +
+         (c.mask ? "_mask" + std::to_string(c.mask) : "");
 }
 
 void RunDecode(const DecodeCase &c) {
@@ -103,12 +116,16 @@ void RunDecode(const DecodeCase &c) {
   cfg.q_len = c.q_len;
   cfg.causal = c.causal;
   cfg.kv_len = c.src;
+  cfg.kv_hnd = c.hnd;
+  cfg.has_mask = c.mask != 0;
+  cfg.mask = c.mask == 1 ? ScalarType::bf16 : ScalarType::f32;
   ASSERT_TRUE(FlashDecodeSupported(cfg)) << CaseName(c);
   const DecodeKernels kd = Unwrap(EmitFlashDecode(cfg));
   using SplitFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
-                           const void *, long long, long long, int, float, int);
+                           const void *, long long, long long, int, float, int, const void *, long long,
+                           long long, long long);
   using CombFn = void (*)(Dim3, Dim3, unsigned, void *, const float *, const float *, int, int);
-  auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, kSplitStub));
+  auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, c.mask ? kMaskedSplitStub : kSplitStub));
   auto comb = reinterpret_cast<CombFn>(BuildEmu(kd.combine, kCombineStub));
   ASSERT_TRUE(split && comb);
 
@@ -117,6 +134,32 @@ void RunDecode(const DecodeCase &c) {
   auto q = Randn(Bt * Sq * Hq * D, seed), k = Randn(Bt * Smax * Hkv * D, seed + 1),
        v = Randn(Bt * Smax * Hkv * D, seed + 2);
   auto qs = Pack(q, c.dtype), ks = Pack(k, c.dtype), vs = Pack(v, c.dtype);
+  if (c.hnd) {  // the kernel reads [B, Hkv, Smax, D]; k and v stay NHD for the reference
+    auto kh = k, vh = v;
+    for (int64_t b = 0; b < Bt; ++b)
+      for (int64_t j = 0; j < Smax; ++j)
+        for (int64_t h = 0; h < Hkv; ++h)
+          for (int64_t e = 0; e < D; ++e) {
+            kh[((b * Hkv + h) * Smax + j) * D + e] = k[((b * Smax + j) * Hkv + h) * D + e];
+            vh[((b * Hkv + h) * Smax + j) * D + e] = v[((b * Smax + j) * Hkv + h) * D + e];
+          }
+    ks = Pack(kh, c.dtype);
+    vs = Pack(vh, c.dtype);
+  }
+  // The mask: its strides (b, h, q) over a dense key dimension of Smax.
+  std::vector<float> mask;
+  int64_t msb = 0, msh = 0, msq = 0;
+  if (c.mask == 1) {
+    mask.assign(Smax, -INFINITY);
+    const int64_t visible = Smax * 2 / 7 + 1;  // a decode position well inside the cache
+    for (int64_t j = 0; j < visible; ++j) mask[j] = 0.0f;
+  } else if (c.mask == 2) {
+    mask = Randn(Bt * Hq * Sq * Smax, seed + 3);
+    for (size_t i = 0; i < mask.size(); ++i)
+      if (i % 7 == 3 || (i / Smax) % 5 == 4) mask[i] = -INFINITY;  // holes, and whole -inf rows
+    msq = Smax, msh = Sq * Smax, msb = Hq * Sq * Smax;
+  }
+  std::vector<char> ms = Pack(mask, cfg.mask);
   const bool per_batch = c.src == KvLenSource::kPerBatchI32 || c.src == KvLenSource::kPerBatchI64;
   ASSERT_EQ(c.kv_len.size(), per_batch ? size_t(Bt) : size_t(1));
   std::vector<int32_t> len32(c.kv_len.begin(), c.kv_len.end());
@@ -131,7 +174,7 @@ void RunDecode(const DecodeCase &c) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const LaunchDims d1 = Unwrap(FlashDecodeSplitLaunch(cfg, Bt, Hkv, splits)), d2 = Unwrap(FlashDecodeCombineLaunch(cfg, Bt, Hkv));
   split(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qs.data(), ks.data(), vs.data(), lenp,
-        c.src == KvLenSource::kArg ? c.kv_len[0] : -1, Smax, Hkv, scale, splits);
+        c.src == KvLenSource::kArg ? c.kv_len[0] : -1, Smax, Hkv, scale, splits, ms.data(), msb, msh, msq);
   comb(G(d2), B(d2), d2.smem, ob.data(), pa.data(), pml.data(), Hkv, splits);
 
   // Reference per batch (each with its own kv_len).
@@ -142,7 +185,10 @@ void RunDecode(const DecodeCase &c) {
     std::vector<float> qb(q.begin() + b * Sq * Hq * D, q.begin() + (b + 1) * Sq * Hq * D);
     std::vector<float> kb(k.begin() + b * Smax * Hkv * D, k.begin() + (b + 1) * Smax * Hkv * D);
     std::vector<float> vb(v.begin() + b * Smax * Hkv * D, v.begin() + (b + 1) * Smax * Hkv * D);
-    const auto ref = llmc::ref::AttentionRef(qb, kb, vb, nullptr, 1, Sq, L, Smax, Hq, Hkv, D, c.causal, scale);
+    std::vector<float> mb;
+    if (c.mask) mb.assign(mask.begin() + b * msb, mask.begin() + b * msb + (c.mask == 1 ? Smax : msb));
+    const auto ref = llmc::ref::AttentionRef(qb, kb, vb, c.mask ? &mb : nullptr, 1, Sq, L, Smax, Hq, Hkv, D,
+                                             c.causal, scale, 0, msh, msq);
     for (size_t i = 0; i < ref.size(); ++i) {
       const float got = Unpack(ob, b * Sq * Hq * D + i, c.dtype);
       ASSERT_TRUE(std::isfinite(got)) << CaseName(c) << " b " << b << " element " << i;
@@ -181,7 +227,18 @@ INSTANTIATE_TEST_SUITE_P(
         DecodeCase{f16, 80, 1, 1, true, S::kArg, 1, 2, 8, {1}, 0},
         DecodeCase{f32, 128, 4, 1, true, S::kDeviceI32, 1, 2, 300, {7}, 2},
         DecodeCase{f32, 80, 3, 7, true, S::kDeviceI64, 1, 1, 300, {300}, 3},
-        DecodeCase{f32, 64, 1, 1, true, S::kArg, 2, 1, 2048, {2048}, 0}),
+        DecodeCase{f32, 64, 1, 1, true, S::kArg, 2, 1, 2048, {2048}, 0},
+        // gpt-fast decode: cache [B, Hkv, Smax, D] read in place (HND) under a
+        // position mask over the whole cache (no kv_len): masked tiles skipped.
+        DecodeCase{bf, 128, 1, 1, false, S::kArg, 2, 2, 2048, {2048}, 0, true, 0},
+        DecodeCase{bf, 128, 4, 1, false, S::kArg, 1, 2, 2048, {2048}, 0, true, 1},
+        DecodeCase{bf, 128, 1, 1, false, S::kArg, 1, 2, 16, {16}, 2, true, 1},
+        DecodeCase{bf, 64, 1, 1, false, S::kArg, 2, 3, 256, {256}, 5, true, 1},
+        DecodeCase{f16, 80, 3, 7, true, S::kDeviceI64, 1, 1, 300, {300}, 3, true, 1},
+        // per-row f32 masks with holes and fully masked rows, with kv_len and GQA
+        DecodeCase{bf, 128, 4, 1, false, S::kDeviceI32, 2, 2, 320, {300}, 3, false, 2},
+        DecodeCase{bf, 64, 4, 7, true, S::kDeviceI32, 1, 2, 300, {300}, 2, true, 2},
+        DecodeCase{f32, 96, 3, 2, false, S::kArg, 1, 2, 64, {64}, 0, false, 2}),
     [](const ::testing::TestParamInfo<DecodeCase> &i) { return CaseName(i.param); });
 
 // ptxas -v figures for one kernel.
@@ -218,22 +275,47 @@ TEST(FlashDecode, CompileWithoutSpills) {
         c.q_len = ql;
         c.kv_len = srcs[n++ % 5];
         if (!FlashDecodeSupported(c)) continue;
-        const DecodeKernels k = Unwrap(EmitFlashDecode(c));
-        for (const char *arch : {"sm_90a", "sm_80"}) {
-          // sm_80 only for bf16 (the arch changes codegen, not the layout).
-          if (std::string(arch) == "sm_80" && t != bf) continue;
-          for (const KernelCode *kc : {&k.split, &k.combine}) {
-            std::string log;
-            const PtxasInfo p = Ptxas(*kc, arch, &log);
-            ASSERT_GT(p.registers, 0) << kc->name << " (" << arch << "):\n" << log;
-            EXPECT_EQ(p.spill_stores, 0) << kc->name << " (" << arch << "):\n" << log;
-            EXPECT_EQ(p.spill_loads, 0) << kc->name << " (" << arch << "):\n" << log;
-            if (kc == &k.split && std::string(arch) == "sm_90a" && t == bf)
-              std::printf("ptxas sm_90a %-64s %3d registers, smem %u B\n", kc->name.c_str(), p.registers,
-                          Unwrap(FlashDecodeSplitLaunch(c, 1, 1, 1)).smem);
+        // bf16 also as gpt-fast decodes: HND cache under a bf16 mask.
+        for (int masked = 0; masked < (t == bf ? 2 : 1); ++masked) {
+          c.kv_hnd = c.has_mask = masked == 1;
+          c.mask = bf;
+          if (!FlashDecodeSupported(c)) continue;  // masked: at most 8 rows per warp
+          const DecodeKernels k = Unwrap(EmitFlashDecode(c));
+          for (const char *arch : {"sm_90a", "sm_80"}) {
+            // sm_80 only for bf16 (the arch changes codegen, not the layout).
+            if (std::string(arch) == "sm_80" && t != bf) continue;
+            for (const KernelCode *kc : {&k.split, &k.combine}) {
+              std::string log;
+              const PtxasInfo p = Ptxas(*kc, arch, &log);
+              ASSERT_GT(p.registers, 0) << kc->name << " (" << arch << "):\n" << log;
+              EXPECT_EQ(p.spill_stores, 0) << kc->name << " (" << arch << "):\n" << log;
+              EXPECT_EQ(p.spill_loads, 0) << kc->name << " (" << arch << "):\n" << log;
+              if (kc == &k.split && std::string(arch) == "sm_90a" && t == bf)
+                std::printf("ptxas sm_90a %-64s %3d registers, smem %u B\n", kc->name.c_str(), p.registers,
+                            Unwrap(FlashDecodeSplitLaunch(c, 1, 1, 1)).smem);
+            }
           }
         }
       }
+}
+
+// A mask takes half the scores in flight (unroll) and at most 8 rows per
+// warp: group 8 x 7 queries (14 rows per warp) falls back to
+// FlashAttention-2 with a mask, not without.
+TEST(FlashDecode, MaskedGeometry) {
+  DecodeConfig c;
+  c.head_dim = 64;
+  c.group_size = 8;
+  c.q_len = 7;
+  EXPECT_TRUE(FlashDecodeSupported(c));
+  c.has_mask = true;
+  EXPECT_FALSE(FlashDecodeSupported(c));
+  c.group_size = 4;
+  c.q_len = 1;
+  c.has_mask = false;
+  const int unroll = Unwrap(FlashDecodeGeometryOf(c)).unroll;
+  c.has_mask = true;
+  EXPECT_EQ(Unwrap(FlashDecodeGeometryOf(c)).unroll, unroll / 2);
 }
 
 TEST(FlashDecode, Geometry) {

@@ -47,7 +47,18 @@ struct AttnCase {
   bool causal, mask;
   bool simple;
   const char *tile = nullptr;  // AttentionTileName form; nullptr = library default
+  bool hnd = false;            // k/v [B, Hkv, Skv, D]
 };
+
+// [B, S, H, D] -> [B, H, S, D].
+std::vector<float> ToHnd(const std::vector<float> &x, int64_t b, int64_t s, int64_t h, int64_t d) {
+  std::vector<float> y(x.size());
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < s; ++j)
+      for (int64_t k = 0; k < h; ++k)
+        for (int64_t e = 0; e < d; ++e) y[((i * h + k) * s + j) * d + e] = x[((i * s + j) * h + k) * d + e];
+  return y;
+}
 
 void RunAttention(const AttnCase &c) {
   if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
@@ -57,6 +68,7 @@ void RunAttention(const AttnCase &c) {
   cfg.causal = c.causal;
   cfg.has_mask = c.mask;
   cfg.mask = ScalarType::f32;
+  cfg.kv_hnd = c.hnd;
   if (c.tile) {
     std::string err;
     ASSERT_TRUE(ParseAttentionTile(c.tile, &cfg.tile, &err)) << err;
@@ -80,11 +92,14 @@ void RunAttention(const AttnCase &c) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
   const LaunchDims ld = Unwrap(AttentionLaunch(cfg, c.batch, c.sq, c.hq));
   std::vector<float> out(q.size());
+  // The kernel's key/value (HND when asked); the reference reads NHD kk, v.
+  std::vector<float> kin = c.hnd ? ToHnd(kk, c.batch, c.skv, c.hkv, c.d) : kk,
+                     vin = c.hnd ? ToHnd(v, c.batch, c.skv, c.hkv, c.d) : v;
   if (c.simple) {
-    fn(G(ld), B(ld), ld.smem, out.data(), q.data(), kk.data(), v.data(), c.mask ? mask.data() : nullptr, c.batch,
-       c.sq, c.skv, c.hq, c.hkv, scale, c.sq * c.skv, 0, c.skv);
+    fn(G(ld), B(ld), ld.smem, out.data(), q.data(), kin.data(), vin.data(), c.mask ? mask.data() : nullptr,
+       c.batch, c.sq, c.skv, c.hq, c.hkv, scale, c.sq * c.skv, 0, c.skv);
   } else {
-    auto qb = ToBf16Vec(q), kb = ToBf16Vec(kk), vb = ToBf16Vec(v);
+    auto qb = ToBf16Vec(q), kb = ToBf16Vec(kin), vb = ToBf16Vec(vin);
     std::vector<uint16_t> ob(q.size());
     fn(G(ld), B(ld), ld.smem, ob.data(), qb.data(), kb.data(), vb.data(), c.mask ? mask.data() : nullptr, c.batch,
        c.sq, c.skv, c.hq, c.hkv, scale, c.sq * c.skv, 0, c.skv);
@@ -149,6 +164,15 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Emu, SimpleAttentionF32D96) { RunAttention({96, 1, 7, 7, 9, 3, true, false, true}); }
 TEST(Emu, SimpleAttentionF32D80Mask) { RunAttention({80, 2, 5, 9, 4, 2, false, true, true}); }
+// Key/value in HND layout [B, Hkv, Skv, D] (kv_hnd): a gpt-fast prefill over
+// its cache (Sq < Skv, mask, GQA) on both kernels and both pipelines.
+TEST(Emu, FlashAttentionHndMaskGqa) {
+  RunAttention({128, 2, 67, 130, 4, 2, false, true, false, nullptr, true});
+}
+TEST(Emu, FlashAttentionHndCausalOneStage) {
+  RunAttention({64, 1, 129, 129, 3, 1, true, false, false, "bm64_bn64_w4_s1", true});
+}
+TEST(Emu, SimpleAttentionF32HndMask) { RunAttention({80, 2, 5, 9, 4, 2, false, true, true, nullptr, true}); }
 
 TEST(Emu, RMSNormResidualAndSoftmax) {
   if (!HaveCompiler()) GTEST_SKIP();

@@ -21,7 +21,12 @@
 //   split:   (float* partial_acc, float* partial_ml, const T* q, const T* k,
 //             const T* v, const void* kv_len_ptr, long long kv_len_arg,
 //             long long max_seq /*Smax*/, int heads_kv, float scale,
-//             int num_splits)
+//             int num_splits
+//             [, const MaskT* mask, long long mask_stride_b,
+//              long long mask_stride_h, long long mask_stride_q]) -- the
+//             mask arguments only with DecodeConfig::has_mask
+// With DecodeConfig::kv_hnd the cache is [B, Hkv, Smax, D] (PyTorch SDPA's
+// layout) instead of [B, Smax, Hkv, D].
 //   combine: (T* out, const float* partial_acc, const float* partial_ml,
 //             int heads_kv, int num_splits)
 // kv_len = kv_len_arg (KvLenSource::kArg), *(int32/int64*)kv_len_ptr, or
@@ -73,8 +78,8 @@ std::string FlashDecodeGeometryName(const FlashDecodeGeometry &g);
 /// Whether the kernels serve cfg: bf16/f16/f32, 1 <= head_dim <= 512,
 /// group_size >= 1, q_len >= 1, group_size * q_len * head_dim <= 4096 (fp32
 /// Q and O of a block's rows spread over 128 threads' registers), and a
-/// register layout fits (FlashDecodeGeometryOf). Otherwise use
-/// EmitAttention.
+/// register layout fits (FlashDecodeGeometryOf; with a mask at most 8 query
+/// rows per warp). Otherwise use EmitAttention.
 bool FlashDecodeSupported(const DecodeConfig &cfg);
 
 /// Both phases for cfg. Split block = (split, kv head, batch) with 128

@@ -355,6 +355,9 @@ struct AttentionConfig {
   bool force_simple = false;
   /// Tensor-core kernel tiling (ignored by the simple kernel).
   AttentionTile tile;
+  /// k/v in HND layout [B, Hkv, Skv, D] (row stride D) instead of NHD
+  /// [B, Skv, Hkv, D]; q and out stay [B, Sq, Hq, D].
+  bool kv_hnd = false;
 };
 
 /// True when EmitAttention produces the mma.sync FlashAttention-2 kernel.
@@ -415,6 +418,16 @@ struct DecodeConfig {
   int64_t q_len = 1;      // Sq (compile time; queries are the last q_len positions)
   bool causal = true;     // only matters for q_len > 1
   KvLenSource kv_len = KvLenSource::kArg;
+  /// k/v cache in HND layout [B, Hkv, Smax, D] instead of NHD [B, Smax, Hkv, D].
+  bool kv_hnd = false;
+  /// An additive mask (f32/bf16/f16), read as
+  ///   mask[b * mask_stride_b + h * mask_stride_h + qi * mask_stride_q + j]
+  /// for q head h, query qi and key j (strides in elements, 0 broadcasts).
+  /// Key slots whose mask is -inf for every query row of a warp are not
+  /// loaded, so a position mask over a preallocated cache reads only the
+  /// visible rows.
+  bool has_mask = false;
+  ScalarType mask = ScalarType::f32;
 };
 
 struct DecodeKernels {

@@ -561,3 +561,31 @@ func.func @integer_result(%x: tensor<4x8xi32>, %w: tensor<8xi32>) -> tensor<4x8x
   %y = llm.mul %wb, %nc : tensor<4x8xi32>
   return %y : tensor<4x8xi32>
 }
+
+// -----
+
+// SDPA over a gpt-fast KV cache [B, H, S, D]: the importer's transposes of
+// key and value fold into kv_hnd, so attention reads the cache in place.
+// CHECK-LABEL: func.func @attention_over_hnd_cache
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x1x8x64xbf16>, %[[KC:.+]]: tensor<2x2x32x64xbf16>, %[[VC:.+]]: tensor<2x2x32x64xbf16>, %[[M:.+]]: tensor<1x1x1x32xbf16>)
+// CHECK-NOT: llm.transpose
+// CHECK: llm.attention %[[Q]], %[[KC]], %[[VC]] mask(%[[M]] : tensor<1x1x1x32xbf16>) {kv_hnd} : tensor<2x1x8x64xbf16>, tensor<2x2x32x64xbf16>, tensor<2x2x32x64xbf16>
+func.func @attention_over_hnd_cache(%q: tensor<2x1x8x64xbf16>, %kc: tensor<2x2x32x64xbf16>, %vc: tensor<2x2x32x64xbf16>, %m: tensor<1x1x1x32xbf16>) -> tensor<2x1x8x64xbf16> {
+  %k = llm.transpose %kc [0, 2, 1, 3] : tensor<2x2x32x64xbf16>
+  %v = llm.transpose %vc [0, 2, 1, 3] : tensor<2x2x32x64xbf16>
+  %o = llm.attention %q, %k, %v mask(%m : tensor<1x1x1x32xbf16>) : tensor<2x1x8x64xbf16>, tensor<2x32x2x64xbf16>, tensor<2x32x2x64xbf16>
+  return %o : tensor<2x1x8x64xbf16>
+}
+
+// -----
+
+// Only key transposed (value in NHD): nothing to fold.
+// CHECK-LABEL: func.func @attention_key_only
+// CHECK: llm.transpose
+// CHECK: llm.attention
+// CHECK-NOT: kv_hnd
+func.func @attention_key_only(%q: tensor<1x4x2x16xf32>, %kc: tensor<1x2x4x16xf32>, %v: tensor<1x4x2x16xf32>) -> tensor<1x4x2x16xf32> {
+  %k = llm.transpose %kc [0, 2, 1, 3] : tensor<1x2x4x16xf32>
+  %o = llm.attention %q, %k, %v {causal} : tensor<1x4x2x16xf32>, tensor<1x4x2x16xf32>, tensor<1x4x2x16xf32>
+  return %o : tensor<1x4x2x16xf32>
+}

@@ -84,6 +84,21 @@ template <typename V> inline V __shfl_sync(unsigned, V v, int src) {
   emu_warp_sync();
   return r;
 }
+// Warp votes over the full warp (every kernel passes 0xffffffff).
+inline int __any_sync(unsigned, int pred) {
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  const int mine = pred ? 1 : 0;
+  std::memcpy(&emu::warp_slot[w][l][0], &mine, 4);
+  emu_warp_sync();
+  int any = 0;
+  for (int i = 0; i < 32; ++i) {
+    int v;
+    std::memcpy(&v, &emu::warp_slot[w][i][0], 4);
+    any |= v;
+  }
+  emu_warp_sync();
+  return any;
+}
 inline float atomicAdd(float *p, float v) {
   std::lock_guard<std::mutex> lk(emu::atomic_mutex);
   const float old = *p;
