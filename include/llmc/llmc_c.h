@@ -140,7 +140,16 @@ llmc_status_t *llmc_executable_output_alias_input(
 typedef struct llmc_session_t llmc_session_t;
 
 /* Loads `executable` on GPU `device_ordinal`. options: NULL or
- * "cuda_graphs=0|1". Fails with code 9 when no GPU or driver is present. */
+ * "key=value" pairs separated by ';':
+ *   cuda_graphs=0|1          replay the launches as a CUDA graph;
+ *   staged_inputs=I[,J...]   inputs copied each run into buffers of the
+ *                            session so the graph does not depend on where
+ *                            they are (a token, a position); not parameters
+ *                            nor donated inputs (code 3 otherwise);
+ *   staged_output_bytes=N    outputs of at most N bytes written into buffers
+ *                            of the session and copied out after the run.
+ * (SessionOptions in llmc/runtime/Session.h; the staging keys only act with
+ * cuda_graphs=1.) Fails with code 9 when no GPU or driver is present. */
 llmc_status_t *llmc_session_create(const llmc_executable_t *executable,
                                    int32_t device_ordinal, const char *options,
                                    llmc_session_t **out_session);

@@ -445,13 +445,31 @@ llmc_status_t *createSession(const char *fn, const llmc_executable_t *executable
       return kv.status();
     llmc::rt::SessionOptions so;
     for (const auto &[key, value] : *kv) {
-      if (key != "cuda_graphs")
+      if (key == "cuda_graphs") {
+        auto b = parseBool(key, value, "options");
+        if (!b.ok())
+          return b.status();
+        so.use_cuda_graphs = *b;
+      } else if (key == "staged_inputs") {
+        for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+          int index = -1;
+          if (!absl::SimpleAtoi(item, &index) || index < 0)
+            return absl::InvalidArgumentError(absl::StrCat(
+                "options: staged_inputs: expected input indices >= 0 separated "
+                "by ',', found '", value, "'"));
+          so.staged_inputs.push_back(index);
+        }
+      } else if (key == "staged_output_bytes") {
+        int64_t bytes = -1;
+        if (!absl::SimpleAtoi(value, &bytes) || bytes < 0)
+          return absl::InvalidArgumentError(absl::StrCat(
+              "options: staged_output_bytes: expected bytes >= 0, found '", value, "'"));
+        so.staged_output_bytes = bytes;
+      } else {
         return absl::InvalidArgumentError(absl::StrCat(
-            "options: unknown key '", key, "' (expected cuda_graphs)"));
-      auto b = parseBool(key, value, "options");
-      if (!b.ok())
-        return b.status();
-      so.use_cuda_graphs = *b;
+            "options: unknown key '", key,
+            "' (expected cuda_graphs, staged_inputs or staged_output_bytes)"));
+      }
     }
     std::shared_ptr<llmc::rt::Device> device;
     if (communicator) {

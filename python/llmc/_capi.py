@@ -446,12 +446,18 @@ class Session:
     cuda_graphs: the runtime replays a CUDA graph of the launches while the
     input/output pointers are ones it has seen (a few sets are kept, see
     SessionOptions::use_cuda_graphs), also for callers on the legacy default
-    stream (PyTorch's default)."""
+    stream (PyTorch's default). staged_inputs (input indices) and
+    staged_output_bytes: inputs and small outputs copied through buffers of
+    the session so that their addresses are not part of the graph
+    (SessionOptions::staged_inputs / staged_output_bytes); only with
+    cuda_graphs."""
 
     def __init__(self, executable: Executable, device_ordinal: int = 0,
                  cuda_graphs: bool = False,
                  communicator: Optional[Communicator] = None,
-                 always_prepare: bool = False):
+                 always_prepare: bool = False,
+                 staged_inputs: Sequence[int] = (),
+                 staged_output_bytes: int = 0):
         lib = load()
         self.communicator = communicator  # released after the session
         if communicator is not None:
@@ -459,6 +465,10 @@ class Session:
         self._setup(lib, executable, torch.device("cuda", device_ordinal), always_prepare)
         out = ctypes.c_void_p()
         opts = f"cuda_graphs={1 if cuda_graphs else 0}"
+        if cuda_graphs and staged_inputs:
+            opts += ";staged_inputs=" + ",".join(str(int(i)) for i in staged_inputs)
+        if cuda_graphs and staged_output_bytes:
+            opts += f";staged_output_bytes={int(staged_output_bytes)}"
         if communicator is None:
             status = self._lib.llmc_session_create(executable._handle, device_ordinal,
                                                    opts.encode(), ctypes.byref(out))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import operator
 import os
 import re
@@ -115,8 +116,13 @@ class Options:
         value is a ValueError, as for every option.
     check: False, True (raise CheckMismatch) or "warn"; LLMC_CHECK=1 (or
         =warn) sets it. check_tol overrides the relative L2 bound CHECK_TOL.
-    cuda_graphs (default False): each session replays its launches as a CUDA
-        graph (SessionOptions::use_cuda_graphs): up to 4 graphs per compiled
+    cuda_graphs (default False; True with torch.compile's
+        mode="reduce-overhead"): each session replays its launches as a CUDA
+        graph (SessionOptions::use_cuda_graphs). Subgraph inputs that do not
+        stay at fixed addresses (not parameters, buffers or donated caches:
+        a token, a position) and outputs of at most STAGE_BYTES are copied
+        through buffers of the session, so a decode step replays one graph
+        whatever tensors PyTorch hands over. Up to 4 graphs per compiled
         shape, keyed by the input/output pointers (PyTorch's caching
         allocator usually hands the same few buffers back), also on
         PyTorch's default (legacy) stream through a private stream joined
@@ -239,12 +245,16 @@ class LlmcSubgraph(torch.nn.Module):
 
     def __init__(self, eager: torch.fx.GraphModule, name: str, options: Options,
                  report: partition.Report, index: int = 0,
-                 donate: Optional[Dict[int, int]] = None):
+                 donate: Optional[Dict[int, int]] = None,
+                 static: Optional[set] = None):
         super().__init__()
         self.eager = eager
         # Placeholder index -> output index of the inputs updated in place
         # (see _donations).
         self.donate = dict(donate or {})
+        # Placeholders fed by inputs at fixed addresses (parameters, buffers;
+        # see _static_placeholders); None: unknown, all taken as static.
+        self.static = static
         self.name = name
         self.index = index
         self.options = options
@@ -621,7 +631,9 @@ class LlmcSubgraph(torch.nn.Module):
                 training = not self.report.graph.endswith("_inference")
                 session = _capi.Session(exe, tensors[0].device.index or 0,
                                         cuda_graphs=self.options.cuda_graphs,
-                                        always_prepare=training)
+                                        always_prepare=training,
+                                        staged_inputs=self._staged_inputs(exe, imp),
+                                        staged_output_bytes=STAGE_BYTES)
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
@@ -633,6 +645,21 @@ class LlmcSubgraph(torch.nn.Module):
             entry.lifted = lifted
             self._last = entry
         return self._finish(entry, outs, sizes, args)
+
+    def _staged_inputs(self, exe, imp) -> List[int]:
+        """The executable inputs a CUDA-graph session copies into its own
+        buffers on every call (SessionOptions::staged_inputs): those not fed
+        by a static input (a token, a position, an intermediate of PyTorch),
+        not donated, not parameters, of at most STAGE_BYTES."""
+        if not self.options.cuda_graphs or self.static is None:
+            return []
+        staged = []
+        for k, (p, info) in enumerate(zip(imp.arg_placeholders, exe.inputs)):
+            nbytes = math.prod(info.shape) * torch.empty((), dtype=info.dtype).element_size()
+            if (p not in self.static and p not in self.donate and not info.parameter
+                    and nbytes <= STAGE_BYTES):
+                staged.append(k)
+        return staged
 
     # -- debug check ----------------------------------------------------------------
     def _check(self, args, result, imp):
@@ -791,6 +818,43 @@ def _mutated_inputs(kind: str) -> Tuple[List[int], int]:
         return [], 0
 
 
+# With CUDA graphs, subgraph inputs and outputs of at most this many bytes
+# that do not stay at fixed addresses are copied through buffers of the
+# session (SessionOptions::staged_inputs / staged_output_bytes), so a decode
+# step (new token, position and logits tensors on every call) replays one
+# graph; larger ones stay in the graph key.
+STAGE_BYTES = 1 << 20
+
+
+def _static_inputs() -> Optional[set]:
+    """The graph inputs PyTorch keeps at fixed addresses across calls
+    (parameters, buffers, inputs marked static: AOTAutograd's
+    ViewAndMutationMeta.static_input_indices, what its CUDA graph trees key
+    on), or None when unknown."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    indices = getattr(meta, "static_input_indices", None)
+    return None if indices is None else set(indices)
+
+
+def _static_placeholders(fused: torch.fx.GraphModule, names,
+                         static: Optional[set]) -> Dict[str, set]:
+    """{llmc subgraph: its placeholder indices fed by a static graph input}
+    (see _static_inputs); every subgraph input is taken as static when that
+    is unknown, so nothing is staged."""
+    placeholders = [n for n in fused.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    found: Dict[str, set] = {}
+    for call in fused.graph.nodes:
+        if call.op != "call_module" or call.target not in names:
+            continue
+        found[call.target] = {a for a, arg in enumerate(call.args)
+                              if static is None or len(placeholders) == 0
+                              or (isinstance(arg, torch.fx.Node) and arg in index
+                                  and index[arg] in static)}
+    return found
+
+
 _INDEX_PUTS = (torch.ops.aten.index_put.default, torch.ops.aten._unsafe_index_put.default)
 
 
@@ -856,6 +920,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
     donations = _donations(fused, names, _mutated_inputs(kind))
+    static = _static_placeholders(fused, names, _static_inputs())
     for sub, d in donations.items():
         report.notes.append(f"{sub}: {len(d)} mutated input(s) (KV caches) donated: written in "
                             "place when llmc runs the subgraph")
@@ -865,7 +930,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     for i, sub in enumerate(names):
         eager = getattr(fused, sub)
         setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i,
-                                         donate=donations.get(sub)))
+                                         donate=donations.get(sub),
+                                         static=static.get(sub)))
     fused.recompile()
     _reports.append(report)
     log.info("%s", report)
@@ -876,6 +942,12 @@ def llmc_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """torch.compile backend entry point (registered as "llmc")."""
     from torch._dynamo.backends.common import aot_autograd
     options = Options.from_dict(kwargs.get("options"))
+    mode = kwargs.get("mode")
+    if mode not in (None, "default", "reduce-overhead"):
+        raise ValueError(f"llmc backend: mode={mode!r}: expected 'default' or 'reduce-overhead' "
+                         "(CUDA graphs; options={'cuda_graphs': True} says the same)")
+    if mode == "reduce-overhead":  # torch.compile allows mode or options, not both
+        options.cuda_graphs = True
     fw = functools.partial(_compile_graph, options=options, kind="forward")
     bw = functools.partial(_compile_graph, options=options, kind="backward")
     inf = functools.partial(_compile_graph, options=options, kind="inference")

@@ -140,6 +140,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
     LLMC_RT_ASSIGN_OR_RETURN(im.arena,
                              PooledBuffer::Allocate(im.pool, exe->arena_bytes));
   }
+  LLMC_RT_RETURN_IF_ERROR(s->PlanStaging());
 
   // GEMMs.
   if (!exe->gemms.empty()) {
@@ -227,6 +228,49 @@ std::string LaunchRangeName(const Launch& l, size_t i) {
 }
 }  // namespace
 
+absl::Status Session::PlanStaging() {
+  Impl& im = *impl_;
+  im.staged_input_offset.assign(exe_->inputs.size(), -1);
+  im.staged_output_offset.assign(exe_->outputs.size(), -1);
+  if (!options_.use_cuda_graphs) return absl::OkStatus();
+  std::vector<bool> aliased(exe_->inputs.size(), false);
+  for (const TensorSig& o : exe_->outputs)
+    if (o.alias_input >= 0 && o.alias_input < static_cast<int>(aliased.size()))
+      aliased[o.alias_input] = true;
+  constexpr int64_t kAlign = 256;
+  int64_t bytes = 0;
+  auto place = [&](int64_t size) {
+    int64_t at = bytes;
+    bytes += (size + kAlign - 1) / kAlign * kAlign;
+    return at;
+  };
+  for (int i : options_.staged_inputs) {
+    auto invalid = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SessionOptions::staged_inputs: input ", i, why));
+    };
+    if (i < 0 || i >= static_cast<int>(exe_->inputs.size()))
+      return invalid(absl::StrCat(" is out of range (the executable has ",
+                                  exe_->inputs.size(), " inputs)"));
+    const TensorSig& sig = exe_->inputs[i];
+    if (im.staged_input_offset[i] >= 0) return invalid(" is listed twice");
+    if (sig.parameter)
+      return invalid(" ('" + sig.name + "') is a parameter, read by the parameter preparation");
+    if (aliased[i])
+      return invalid(" ('" + sig.name + "') is donated: an output is written into it in place");
+    im.staged_input_offset[i] = place(sig.Bytes());
+  }
+  for (size_t o = 0; o < exe_->outputs.size(); ++o) {
+    const TensorSig& sig = exe_->outputs[o];
+    if (sig.alias_input < 0 && sig.Bytes() > 0 && sig.Bytes() <= options_.staged_output_bytes)
+      im.staged_output_offset[o] = place(sig.Bytes());
+  }
+  if (bytes > 0) {
+    LLMC_RT_ASSIGN_OR_RETURN(im.staging, PooledBuffer::Allocate(im.pool, bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Session::Run(const std::vector<DeviceTensor>& inputs,
                           const std::vector<DeviceTensor>& outputs,
                           CUstream stream) {
@@ -253,17 +297,36 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
   Impl& im = *impl_;
   const CudaDriver* driver_ = im.driver_;
   std::vector<uint64_t> key;
+  const uint64_t staging = im.staging.ptr();
   for (const Buffer& b : exe_->buffers) {
     switch (b.kind) {
-      case Buffer::Input: im.base[b.id] = inputs[b.io_index].dptr; break;
-      case Buffer::Output: im.base[b.id] = outputs[b.io_index].dptr; break;
+      case Buffer::Input:
+        im.base[b.id] = im.staged_input_offset[b.io_index] >= 0
+                            ? staging + im.staged_input_offset[b.io_index]
+                            : inputs[b.io_index].dptr;
+        break;
+      case Buffer::Output:
+        im.base[b.id] = im.staged_output_offset[b.io_index] >= 0
+                            ? staging + im.staged_output_offset[b.io_index]
+                            : outputs[b.io_index].dptr;
+        break;
       case Buffer::Arena: im.base[b.id] = im.arena.ptr() + b.arena_offset; break;
       case Buffer::Constant:
       case Buffer::Persistent: im.base[b.id] = im.constants[b.id].ptr(); break;
     }
   }
-  for (const auto& t : inputs) key.push_back(t.dptr);
-  for (const auto& t : outputs) key.push_back(t.dptr);
+  // Staged tensors are read/written at the session's staging buffers: not
+  // part of the graph key.
+  for (size_t i = 0; i < inputs.size(); ++i)
+    key.push_back(im.staged_input_offset[i] >= 0 ? 0 : inputs[i].dptr);
+  for (size_t o = 0; o < outputs.size(); ++o)
+    key.push_back(im.staged_output_offset[o] >= 0 ? 0 : outputs[o].dptr);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (im.staged_input_offset[i] >= 0 && exe_->inputs[i].Bytes() > 0)
+      LLMC_RT_RETURN_IF_ERROR(Annotate(
+          CU_CALL(cuMemcpyDtoDAsync, staging + im.staged_input_offset[i],
+                  inputs[i].dptr, exe_->inputs[i].Bytes(), stream),
+          absl::StrCat("staging input ", i, " ('", exe_->inputs[i].name, "')")));
 
   if (options_.communicator && !exe_->collectives.empty()) {
     im.comm = options_.communicator->comm();
@@ -321,12 +384,29 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
     }
     for (auto e : events)
       if (e) driver_->cuEventDestroy(e);
-    return st;
+    LLMC_RT_RETURN_IF_ERROR(st);
+    return CopyStagedOutputs(outputs, stream);
   }
 
-  if (!options_.use_cuda_graphs || !graph_stats_.disabled_reason.empty())
-    return EnqueueAll(stream, first);
-  return RunGraph(key, stream, first);
+  absl::Status st = !options_.use_cuda_graphs || !graph_stats_.disabled_reason.empty()
+                        ? EnqueueAll(stream, first)
+                        : RunGraph(key, stream, first);
+  LLMC_RT_RETURN_IF_ERROR(st);
+  return CopyStagedOutputs(outputs, stream);
+}
+
+absl::Status Session::CopyStagedOutputs(const std::vector<DeviceTensor>& outputs,
+                                        CUstream stream) {
+  Impl& im = *impl_;
+  const CudaDriver* driver_ = im.driver_;
+  for (size_t o = 0; o < outputs.size(); ++o)
+    if (im.staged_output_offset[o] >= 0)
+      LLMC_RT_RETURN_IF_ERROR(Annotate(
+          CU_CALL(cuMemcpyDtoDAsync, outputs[o].dptr,
+                  im.staging.ptr() + im.staged_output_offset[o],
+                  exe_->outputs[o].Bytes(), stream),
+          absl::StrCat("copying staged output ", o, " ('", exe_->outputs[o].name, "')")));
+  return absl::OkStatus();
 }
 
 absl::Status Session::EnqueueAll(CUstream stream, size_t first) {

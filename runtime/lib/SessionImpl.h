@@ -72,6 +72,11 @@ struct Session::Impl {
   CUstream graph_stream = nullptr;
   CUevent graph_fork = nullptr, graph_join = nullptr;
   std::vector<uint64_t> base;  // per buffer, resolved each run
+  // Staged inputs/outputs (SessionOptions::staged_inputs and
+  // staged_output_bytes): byte offsets into `staging` by input / output
+  // index, -1 when not staged.
+  PooledBuffer staging;
+  std::vector<int64_t> staged_input_offset, staged_output_offset;
   // Collectives: the communicator, the communication stream, per Collective
   // launch a fork event (compute -> comm) and a done event (comm -> compute),
   // and the joins each launch needs (PlanCollectiveJoins).

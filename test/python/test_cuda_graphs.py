@@ -105,3 +105,29 @@ def test_gpu_graph_replays_see_in_place_weight_updates(monkeypatch):
     # Replays served calls made after in-place weight updates, and their
     # logits matched eager's with the updated weights.
     assert replays_after_update > 0, [s.graph_stats() for s in made]
+
+
+@gpu
+def test_gpu_decode_replays_one_graph_with_staged_inputs(monkeypatch):
+    """gpt-fast greedy decode with mode="reduce-overhead": the token and
+    position tensors (and the logits/argmax outputs) are new tensors on every
+    step, yet the decode session replays one graph (they are staged through
+    the session's buffers; the caches are donated and stay in place), and the
+    tokens equal eager's."""
+    import copy
+    from gpt_fast import GptFast, generate
+    capi_or_skip()
+    made = _sessions(monkeypatch)
+    torch.manual_seed(0)
+    model = GptFast(layers=2, dtype=torch.bfloat16).cuda()
+    ref = copy.deepcopy(model)
+    cm = torch.compile(model, backend="llmc", dynamic=False, mode="reduce-overhead")
+    prompt = torch.randint(0, 1000, (1, 5), device="cuda")
+    toks = generate(cm, prompt, 16)
+    want = generate(ref, prompt, 16)
+    assert torch.equal(toks, want), f"{toks.tolist()} vs eager {want.tolist()}"
+    stats = [s.graph_stats() for s in made]
+    assert len(stats) == 2, stats  # prefill, decode
+    decode = max(stats, key=lambda st: st["launches"])
+    assert decode["disabled_reason"] == "", stats
+    assert decode["captures"] <= 2 and decode["replays"] >= 13, stats

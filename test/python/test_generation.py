@@ -155,3 +155,33 @@ def test_gpu_greedy_tokens_and_caches_match_eager(monkeypatch):
                 assert err <= (1e-5 if dtype is torch.float32 else 1e-2), f"{dtype} {name}: {err:.3e}"
         assert all(r.llmc_runs > 0 for r in reps), [str(r) for r in reps]
     assert returned_inputs and all(returned_inputs), returned_inputs
+
+
+def test_cuda_graph_sessions_stage_the_token_and_position(monkeypatch):
+    """With CUDA graphs, the decode subgraph's inputs that are not at fixed
+    addresses -- the token and the position, new tensors every step -- are
+    staged through the session's buffers; weights, the RoPE tables, the
+    mask buffer and the donated caches are not (they stay in the graph)."""
+    capi_or_skip()
+    subs = []
+    init = llmc.backend.LlmcSubgraph.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        subs.append(self)
+
+    monkeypatch.setattr(llmc.backend.LlmcSubgraph, "__init__", spy)
+    torch.manual_seed(0)
+    cm = torch.compile(GptFast(layers=2), backend="llmc", dynamic=False,
+                       options={"cuda_graphs": True})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        generate(cm, torch.randint(0, 1000, (1, 5)), 3)
+    assert len(subs) == 2, subs
+    decode = subs[1]
+    (entry,) = decode.sessions.values()
+    staged = decode._staged_inputs(entry.exe, entry.imp)
+    infos = entry.exe.inputs
+    kinds = sorted((tuple(infos[k].shape), infos[k].dtype) for k in staged)
+    assert kinds == [((1,), torch.int64), ((1, 1), torch.int64)], kinds
+    assert not set(staged) & {entry.imp.arg_placeholders.index(p) for p in decode.donate}

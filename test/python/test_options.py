@@ -34,3 +34,33 @@ def test_torch_compile_raises_instead_of_falling_back():
         warnings.simplefilter("error")  # no "falling back" warning either
         with pytest.raises(Exception, match=r"precision must be one of .*got 'fp7'"):
             f(torch.randn(4, 8))
+
+
+def test_mode_reduce_overhead_turns_cuda_graphs_on(monkeypatch):
+    """torch.compile(mode="reduce-overhead") means CUDA graphs (torch.compile
+    takes mode or options, not both); an unknown mode is a ValueError, not
+    silently ignored."""
+    import llmc.backend as backend
+    seen = []
+    compile_graph = backend._compile_graph
+
+    def spy(gm, example_inputs, *, options, kind):
+        seen.append(options.cuda_graphs)
+        return compile_graph(gm, example_inputs, options=options, kind=kind)
+
+    monkeypatch.setattr(backend, "_compile_graph", spy)
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for mode, options, want in (("reduce-overhead", None, True), (None, None, False),
+                                    (None, {"cuda_graphs": True}, True)):
+            torch._dynamo.reset()
+            f = torch.compile(lambda t: torch.relu(t) * 2.0, backend="llmc", mode=mode,
+                              options=options)
+            torch.testing.assert_close(f(x), torch.relu(x) * 2.0)
+            assert seen[-1] is want, (mode, options, seen)
+        torch._dynamo.reset()
+        f = torch.compile(lambda t: torch.relu(t) * 2.0, backend="llmc", mode="max-autotune")
+        with pytest.raises(Exception, match="mode='max-autotune': expected 'default' or "
+                                            "'reduce-overhead'"):
+            f(x)

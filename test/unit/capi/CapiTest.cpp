@@ -332,7 +332,17 @@ TEST(CapiSession, CreateMisuseAndMissingGpu) {
   EXPECT_EQ(e.code(), 3);
   EXPECT_TRUE(Contains(e.message(), "graphs")) << e.message();
 
-  Status st(llmc_session_create(exe.e, 0, "cuda_graphs=0", &session));
+  // The staging keys are checked before any device is opened.
+  for (const char *bad : {"staged_inputs=a", "staged_inputs=-1", "staged_output_bytes=-5",
+                          "staged_output_bytes=x"}) {
+    Status f(llmc_session_create(exe.e, 0, bad, &session));
+    EXPECT_EQ(f.code(), 3) << bad;
+    EXPECT_TRUE(Contains(f.message(), "options: staged_")) << f.message();
+    EXPECT_EQ(session, nullptr);
+  }
+
+  Status st(llmc_session_create(exe.e, 0, "cuda_graphs=0;staged_inputs=0;staged_output_bytes=64",
+                                &session));
   if (!rt::Device::Open(0).ok()) {
     EXPECT_EQ(st.code(), 9) << st.message();
     EXPECT_FALSE(st.message().empty());

@@ -55,6 +55,21 @@ struct SessionOptions {
   bool use_cuda_graphs = true;
   /// Instantiated CUDA graphs kept per session (>= 1).
   int max_cuda_graphs = 4;
+  /// With use_cuda_graphs, for callers whose small inputs move between calls
+  /// (what PyTorch's CUDA graph trees call dynamic inputs: a new token, a
+  /// position): these inputs (indices into the executable's inputs) are
+  /// copied at the start of every run (cuMemcpyDtoDAsync on the caller's
+  /// stream) into staging buffers of the session, which the launches read
+  /// instead, so neither the graph key nor the captured graph depends on
+  /// where the caller keeps them. Load fails with InvalidArgument for an
+  /// index out of range, a duplicate, a parameter input or an input that an
+  /// output aliases. Ignored without use_cuda_graphs.
+  std::vector<int> staged_inputs;
+  /// With use_cuda_graphs: outputs of at most this many bytes that alias no
+  /// input are written into staging buffers of the session and copied into
+  /// the caller's tensors after the launches (one device-to-device copy
+  /// each), so fresh output tensors on every call keep the graph. 0: none.
+  int64_t staged_output_bytes = 0;
   /// Compiler for kernels without a usable cubin; null = a private one.
   KernelCompiler* compiler = nullptr;
   /// Pool for the arena, constants and GEMM workspace; null = device pool.
@@ -164,6 +179,13 @@ class Session {
   /// enqueues eagerly. `first` = number of preparation launches.
   absl::Status RunGraph(const std::vector<uint64_t>& key, CUstream stream,
                         size_t first) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Lays out the staging buffers (SessionOptions::staged_inputs and
+  /// staged_output_bytes) and allocates them; InvalidArgument for a bad
+  /// staged input.
+  absl::Status PlanStaging();
+  /// Copies the staged outputs of this run into the caller's `outputs`.
+  absl::Status CopyStagedOutputs(const std::vector<DeviceTensor>& outputs,
+                                 CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Enqueues launches [first, end) on `stream`, joining every collective.
   absl::Status EnqueueAll(CUstream stream, size_t first)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
