@@ -4,6 +4,7 @@ KV cache in buffers, index_put writes, position-indexed RoPE and mask):
 PyTorch eager vs Inductor vs llmc, in one run on the GPU.
 
     python3 bench/decode_torch.py [--layers 4 --dim 2048 --heads 16 --ffn 5632 --max-seq 2048]
+    python3 bench/decode_torch.py --layers 32 --dim 4096 --heads 32 --ffn 11008   # LLaMA-2-7B shape
 
 bf16, batch 1, random weights. Each backend gets a fresh copy of the model
 (its own caches), a 128-token prefill, then --steps decode steps; each step
@@ -12,6 +13,8 @@ token feeds the next step, as in generation), 10 warm-up steps excluded,
 median reported. LLMC_DUMP_DIR=DIR keeps llmc's IR of the prefill and
 decode graphs (`llmc-run DIR/<graph>.llmc_0.mlir --bench` times each
 launch). "same" counts the steps whose greedy token equals eager's.
+llmc-cuda-graphs is mode="reduce-overhead" (the session's CUDA graph
+counters are printed).
 """
 import argparse
 import copy
@@ -54,11 +57,23 @@ def main():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--max-seq", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--backends", default="eager,inductor,inductor-reduce-overhead,llmc,"
+                    "llmc-cuda-graphs", help="comma-separated subset, eager first")
     args = ap.parse_args()
     import llmc.backend
+    from llmc import _capi
+    sessions = []
+    init = _capi.Session.__init__
+
+    def keep(self, *a, **k):  # the llmc sessions, for their CUDA graph counters
+        init(self, *a, **k)
+        sessions.append(self)
+
+    _capi.Session.__init__ = keep
     torch.manual_seed(0)
-    base = GptFast(vocab=args.vocab, dim=args.dim, heads=args.heads, ffn=args.ffn,
-                   layers=args.layers, max_seq=args.max_seq, dtype=torch.bfloat16).cuda()
+    with torch.device("cuda"):  # initialized on the GPU (a 7B model in seconds)
+        base = GptFast(vocab=args.vocab, dim=args.dim, heads=args.heads, ffn=args.ffn,
+                       layers=args.layers, max_seq=args.max_seq, dtype=torch.bfloat16)
     prompt = torch.randint(0, args.vocab, (1, 128), device="cuda")
     kv_bytes = 2 * args.layers * args.max_seq * args.dim * 2
     print(f"gpt-fast decode: layers={args.layers} dim={args.dim} heads={args.heads} "
@@ -66,8 +81,9 @@ def main():
           f"KV cache {kv_bytes / 2**20:.0f} MiB")
     print(f"{'backend':22} {'ms/step':>8} {'tok/s':>8} {'same':>6}")
     ref = None
-    for name in ("eager", "inductor", "inductor-reduce-overhead", "llmc", "llmc-cuda-graphs"):
+    for name in args.backends.split(","):
         m = copy.deepcopy(base)
+        sessions.clear()
         if name == "inductor":
             m = torch.compile(m, backend="inductor", dynamic=False)
         elif name == "inductor-reduce-overhead":
@@ -77,7 +93,7 @@ def main():
             m = torch.compile(m, backend="llmc", dynamic=False)
         elif name == "llmc-cuda-graphs":
             llmc.backend.reset()
-            m = torch.compile(m, backend="llmc", dynamic=False, options={"cuda_graphs": True})
+            m = torch.compile(m, backend="llmc", dynamic=False, mode="reduce-overhead")
         try:
             times, toks = decode(m, prompt, args.steps)
         except Exception as e:  # a backend that fails is reported, the run goes on
@@ -91,6 +107,12 @@ def main():
         if name.startswith("llmc"):
             for r in llmc.backend.reports():
                 print("   ", str(r).replace("\n", "\n    "))
+            for k, sess in enumerate(sessions):
+                st = sess.graph_stats()
+                if st and (st["captures"] or st["disabled_reason"]):
+                    print(f"    session {k}: CUDA graph captures {st['captures']} replays "
+                          f"{st['replays']} updates {st['updates']}"
+                          + (f" off: {st['disabled_reason']}" if st["disabled_reason"] else ""))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ Python, _slice_outputs, _restride, assemble_outputs).
 
     python3 bench/plugin_overhead.py [--layers 1] [--seq 16] [--calls 2000] [--segments]
     python3 bench/plugin_overhead.py --dynamic   # bucketed path (pads, position check)
+    python3 bench/plugin_overhead.py --model gpt-fast --layers 32 --segments   # decode step
 """
 import argparse
 import contextlib
@@ -118,6 +119,11 @@ def main():
                     help="sequence lengths 13 and 15 (bucketed to 16, position inputs checked)")
     ap.add_argument("--segments", action="store_true")
     ap.add_argument("--python", help="directory holding the llmc package to time")
+    ap.add_argument("--model", choices=("hf-llama", "gpt-fast"), default="hf-llama",
+                    help="gpt-fast: test/python/gpt_fast.py, prefill then a decode step "
+                         "(static KV caches donated; --layers sets the input count)")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="options={'cuda_graphs': True} (staged inputs)")
     args = ap.parse_args()
 
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -129,10 +135,19 @@ def main():
     cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=176,
                       num_hidden_layers=args.layers, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=2048)
-    model = LlamaForCausalLM(cfg).eval()
-    seqs = [13, 15] if args.dynamic else [args.seq]
-    xs = [torch.randint(0, 1000, (args.batch, s)) for s in seqs]
-    subs = record_subgraphs(model, xs, dynamic=None)
+    opts = {"options": {"cuda_graphs": True}} if args.cuda_graphs else {}
+    if args.model == "gpt-fast":
+        from gpt_fast import GptFast
+        model = GptFast(layers=args.layers, max_seq=64)
+        seqs = [args.seq]
+        xs = [(torch.randint(0, 1000, (1, args.seq)), torch.arange(args.seq)),
+              (torch.randint(0, 1000, (1, 1)), torch.tensor([args.seq]))]
+        subs = record_subgraphs(model, xs, call=lambda cm, x: cm(*x), dynamic=False, **opts)
+    else:
+        model = LlamaForCausalLM(cfg).eval()
+        seqs = [13, 15] if args.dynamic else [args.seq]
+        xs = [torch.randint(0, 1000, (args.batch, s)) for s in seqs]
+        subs = record_subgraphs(model, xs, dynamic=None, **opts)
     with fake_device(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         total_us = 0.0

@@ -54,7 +54,7 @@ def stand_in_session(base, make_lib):
 
     class Session(base):
         def __init__(self, executable, device_ordinal=0, cuda_graphs=False,
-                     communicator=None, always_prepare=False):
+                     communicator=None, always_prepare=False, **staging):
             lib = make_lib()
             self.communicator = None
             if hasattr(base, "_setup"):
@@ -74,10 +74,11 @@ def stand_in_session(base, make_lib):
     return Session
 
 
-def record_subgraphs(model, inputs_list, **compile_kw):
+def record_subgraphs(model, inputs_list, call=None, **compile_kw):
     """Compiles `model` with torch.compile(backend="llmc", **compile_kw), runs
-    it on each of `inputs_list` (use_cache=False, no grad); returns
-    [(subgraph, [args of each call])], the args cloned as they were passed."""
+    it on each of `inputs_list` (call(compiled, x); default: a Hugging Face
+    forward with use_cache=False; no grad); returns [(subgraph, [args of
+    each call])], the args cloned as they were passed."""
     import llmc.backend as B
     calls = {}
     orig = B.LlmcSubgraph.forward
@@ -93,7 +94,10 @@ def record_subgraphs(model, inputs_list, **compile_kw):
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for x in inputs_list:
-                cm(x, use_cache=False)
+                if call is None:
+                    cm(x, use_cache=False)
+                else:
+                    call(cm, x)
     finally:
         B.LlmcSubgraph.forward = orig
     return list(calls.values())
