@@ -1235,6 +1235,43 @@ def _h_addmm(imp, node):
     return imp.new(shape, dtype, "llm.add", lambda: f"{imp.ref(mm)}, {imp.ref(bb)} : {ty}")
 
 
+# PyTorch's cuDNN SDPA path spells a boolean mask as where(mask, 0, -65504)
+# (cuDNN takes no -inf; -65504 is float16's lowest value, -65536 in bf16).
+_SDPA_MASKED = -65504.0
+
+
+def _scalar_constant(n):
+    """The value of a Python number or an aten.scalar_tensor/full of one, else None."""
+    if isinstance(n, (int, float)) and not isinstance(n, bool):
+        return float(n)
+    if isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in (
+            aten.scalar_tensor.default, aten.full.default):
+        value = n.args[0] if n.target is aten.scalar_tensor.default else n.args[1]
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                n.target is aten.scalar_tensor.default or list(n.args[0]) in ([], [1])):
+            return float(value)
+    return None
+
+
+def _boolean_attention_mask(mask):
+    """The boolean mask `mask` spells as where(mask, 0, c) with c <= -65504
+    (PyTorch's conversion of an SDPA boolean mask for cuDNN), else None. The
+    boolean mask means what the user wrote: masked keys at -inf, so a fully
+    masked row gives zeros (FlashAttention's convention) and flash-decoding
+    does not load masked keys."""
+    if not (isinstance(mask, torch.fx.Node) and mask.op == "call_function"
+            and mask.target is aten.where.self and len(mask.args) == 3):
+        return None
+    cond, keep, drop = mask.args
+    meta = _meta(cond) if isinstance(cond, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or meta.dtype != torch.bool:
+        return None
+    a, b = _scalar_constant(keep), _scalar_constant(drop)
+    if a == 0.0 and b is not None and b <= _SDPA_MASKED:
+        return cond
+    return None
+
+
 def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts):
     if dropout_p not in (0, 0.0, None):
         raise Unsupported("attention with dropout")
@@ -1254,6 +1291,9 @@ def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts):
     qt, kt, vt = imp.transpose(q, perm), imp.transpose(k, perm), imp.transpose(v, perm)
     mval = None
     if mask is not None:
+        cond = _boolean_attention_mask(mask)
+        if cond is not None and isinstance(imp.env.get(cond), Val):  # imported here
+            mask = cond
         m = imp.val(mask)
         if m.dtype == torch.bool:
             zero = imp.operand(0.0, q.dtype, m.shape)

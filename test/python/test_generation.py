@@ -185,3 +185,35 @@ def test_cuda_graph_sessions_stage_the_token_and_position(monkeypatch):
     kinds = sorted((tuple(infos[k].shape), infos[k].dtype) for k in staged)
     assert kinds == [((1,), torch.int64), ((1, 1), torch.int64)], kinds
     assert not set(staged) & {entry.imp.arg_placeholders.index(p) for p in decode.donate}
+
+
+def test_cudnn_spelling_of_a_boolean_mask_is_read_as_the_boolean_mask(tmp_path):
+    """PyTorch's cuDNN SDPA path passes a boolean mask as where(mask, 0,
+    -65504) (-65536 in bf16) to _scaled_dot_product_cudnn_attention. The
+    importer reads the boolean mask itself: masked keys become -inf (what
+    the user's boolean mask means), so flash-decoding skips them instead of
+    loading the whole cache. Traced with fake tensors (the graph AOTAutograd
+    hands the backend on a GPU)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from llmc import importer
+    capi_or_skip()
+
+    def decode(q, k, v, keep):
+        m = torch.where(keep, torch.scalar_tensor(0.0, dtype=q.dtype),
+                        torch.scalar_tensor(-65504.0, dtype=q.dtype))
+        return torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, m, False, 0.0, False, False)[0]
+
+    q = torch.randn(1, 4, 1, 16, dtype=torch.bfloat16)
+    k = torch.randn(1, 4, 64, 16, dtype=torch.bfloat16)
+    keep = (torch.arange(64) <= 9)[None, None, None, :]
+    gm = make_fx(decode, tracing_mode="fake")(q, k, k, keep)
+    ir = importer.import_graph(gm, func_name="decode").text
+    assert "0xFF80" in ir and "0xC780" not in ir, ir  # bf16 -inf, not -65536
+    path = tmp_path / "decode.mlir"
+    path.write_text(ir)
+    compile_tool = LLMC_OPT.parent / "llmc-compile"
+    if compile_tool.exists():
+        exe = subprocess.run([str(compile_tool), str(path), "--emit=exec"],
+                             capture_output=True, text=True, check=True).stdout
+        assert "llmc_flashdec_split_bf16_d16_g1_q1_lenarg_maskbf16_hnd" in exe, exe
