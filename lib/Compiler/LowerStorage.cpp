@@ -47,7 +47,26 @@ int Lowering::bufferForImpl(Value v) {
     return it->second;
   // A strided view (broadcast/transpose/slice) read by a consumer that needs
   // dense storage, possibly through reshapes: give the view its own buffer
-  // and copy into it now, right before the consumer's launch.
+  // and copy into it now, right before the consumer's launch -- unless its
+  // layout is its source's storage as it is (a transpose or broadcast that
+  // only moves size-1 dims, a slice of a leading block), which is then the
+  // view's buffer: the copy would reproduce the same bytes at the same
+  // moment (the lazy copy reads the source right before the consumer, and
+  // the source stays live until then, see `touch`; views are never written
+  // in place).
+  if (Operation *def = root.getDefiningOp();
+      isa_and_nonnull<StridedViewOpInterface>(def) && !outputIndex.count(root)) {
+    absl::StatusOr<StridedRead> read = stridedRead(root);
+    if (read.ok() && read->elementOffset == 0) {
+      ArrayRef<int64_t> shape = tensorType(root).getShape();
+      auto dense = rowMajorStrides(shape);
+      bool same = true;
+      for (size_t i = 0; i < shape.size(); ++i)
+        same &= shape[i] == 1 || read->strides[i] == dense[i];
+      if (same)
+        return buffers[root] = bufferForImpl(read->root);
+    }
+  }
   if (Operation *def = root.getDefiningOp();
       isa_and_nonnull<StridedViewOpInterface>(def)) {
     // A view of parameters is materialized once per parameter set.
