@@ -89,6 +89,12 @@ def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
     operand order. Every product and the rotated halves must have one use.
     HF rounds q*cos, rotate_half(q)*sin and the sum; llm.rope rounds once.
 
+    Casts around a norm: `cast(rms_norm(cast(x : T -> f32), w) -> T)` for
+    T = bf16/f16 (the weight multiplied in f32, as gpt-fast's RMSNorm)
+    becomes `rms_norm(x, w) : T`: the same fp32 math from the exactly
+    widened x, rounded once to T (the f32 result's rounding to T is the
+    same rounding), one kernel instead of three.
+
     Attention: `llm.attention %q, %kt, %vt` whose key and value are both
     `llm.transpose [0, 2, 1, 3]` of [B, H, S, D] tensors (PyTorch SDPA's
     layout, e.g. a gpt-fast KV cache) takes those tensors with `kv_hnd`,

@@ -253,6 +253,31 @@ struct FoldKvTransposeIntoAttention : OpRewritePattern<AttentionOp> {
   }
 };
 
+// cast(rms_norm(cast(x : T -> f32), w) : f32 -> T) => rms_norm(x, w) : T
+// for T = bf16/f16 (gpt-fast's and HF's RMSNorm with the weight multiply in
+// f32): the kernel computes in fp32 from the exactly widened x either way
+// and rounds once to T, so one row kernel replaces three launches.
+struct FoldCastsIntoRMSNorm : OpRewritePattern<CastOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(CastOp back,
+                                PatternRewriter &rewriter) const override {
+    auto norm = back.getInput().getDefiningOp<RMSNormOp>();
+    if (!norm || !norm.getResult().hasOneUse())
+      return rewriter.notifyMatchFailure(back, "not a cast of a single-use rms_norm");
+    auto widen = norm.getInput().getDefiningOp<CastOp>();
+    auto resultType = cast<RankedTensorType>(back.getResult().getType());
+    Type low = resultType.getElementType();
+    if (!widen || widen.getInput().getType() != resultType ||
+        !norm.getResult().getType().getElementType().isF32() ||
+        !(low.isBF16() || low.isF16()))
+      return rewriter.notifyMatchFailure(back, "not cast(rms_norm(cast(x : T -> f32)) -> T)");
+    rewriter.replaceOpWithNewOp<RMSNormOp>(back, resultType, widen.getInput(),
+                                           norm.getWeight(), norm.getEpsAttr());
+    return success();
+  }
+};
+
 struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
   using RaisePassBase::RaisePassBase;
 
@@ -273,6 +298,7 @@ struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
 } // namespace
 
 void llmc::llm::populateRaisePatterns(RewritePatternSet &patterns) {
-  patterns.add<RaiseRMSNorm, FoldKvTransposeIntoAttention>(patterns.getContext());
+  patterns.add<RaiseRMSNorm, FoldCastsIntoRMSNorm, FoldKvTransposeIntoAttention>(
+      patterns.getContext());
   populateRaiseRoPEPatterns(patterns);
 }

@@ -235,3 +235,60 @@ TEST_F(RaiseNumericsTest, LargeEps) {
 }
 
 } // namespace
+
+namespace {
+
+/// gpt-fast's RMSNorm, as the plugin imports it: the weight (bf16) cast to
+/// f32 and multiplied in f32, the product cast back. llmc-raise gives one
+/// bf16 rms_norm with the f32 weight (the casts around the norm folded):
+/// within the bf16 bound of float64 and of the graph as written.
+TEST_F(RaiseNumericsTest, GptFastFormFoldsTheCasts) {
+  const std::string src = R"(
+func.func @norm(%x: tensor<3x1x256xbf16>, %w: tensor<256xbf16>) -> tensor<3x1x256xbf16> {
+  %1 = llm.cast %x : tensor<3x1x256xbf16> to tensor<3x1x256xf32>
+  %2 = llm.constant dense<2.0> : tensor<f32>
+  %3 = llm.broadcast %2 : tensor<f32> to tensor<3x1x256xf32>
+  %4 = llm.pow %1, %3 : tensor<3x1x256xf32>
+  %5 = llm.reduce_mean %4 [2] keepdim : tensor<3x1x256xf32>
+  %6 = llm.constant dense<1.0e-05> : tensor<f32>
+  %7 = llm.broadcast %6 : tensor<f32> to tensor<3x1x1xf32>
+  %8 = llm.add %5, %7 : tensor<3x1x1xf32>
+  %9 = llm.rsqrt %8 : tensor<3x1x1xf32>
+  %10 = llm.broadcast %9 : tensor<3x1x1xf32> to tensor<3x1x256xf32>
+  %11 = llm.mul %1, %10 : tensor<3x1x256xf32>
+  %12 = llm.cast %w : tensor<256xbf16> to tensor<256xf32>
+  %13 = llm.broadcast %12 : tensor<256xf32> to tensor<3x1x256xf32>
+  %14 = llm.mul %11, %13 : tensor<3x1x256xf32>
+  %15 = llm.cast %14 : tensor<3x1x256xf32> to tensor<3x1x256xbf16>
+  return %15 : tensor<3x1x256xbf16>
+})";
+  Prepared p;
+  ASSERT_NO_FATAL_FAILURE(parseAndPrepare(src, p));
+  int bf16Norms = countOps(p.fnAfter, [](Operation *op) {
+    auto n = dyn_cast<llmc::llm::RMSNormOp>(op);
+    return n && n.getInput().getType().getElementType().isBF16();
+  });
+  int casts = countOps(p.fnAfter, [](Operation *op) { return isa<llmc::llm::CastOp>(op); });
+  ASSERT_EQ(bf16Norms, 1) << print(*p.after);
+  ASSERT_EQ(casts, 1) << print(*p.after); // the weight's, to f32
+  for (int draw = 0; draw < 2; ++draw) {
+    HostTensor x = rand(bf16(), {3, 1, 256});
+    for (double &v : x.data)
+      v = RoundToType(10.0 * v, bf16()); // rms ~10: the norm changes x
+    HostTensor w = rand(bf16(), {256}, 0.1);
+    for (double &v : w.data)
+      v = RoundToType(1.0 + v, bf16());
+    auto asWritten = Evaluate(p.fnBefore, {x, w});
+    auto raised = Evaluate(p.fnAfter, {x, w});
+    ASSERT_TRUE(asWritten.ok()) << asWritten.status();
+    ASSERT_TRUE(raised.ok()) << raised.status();
+    const HostTensor &a = (*asWritten)[0], &r = (*raised)[0];
+    ASSERT_TRUE(allFinite(a) && allFinite(r));
+    HostTensor want = exact(x, w, 1e-5);
+    EXPECT_LE(RelativeError(r, a), 1e-2) << "draw " << draw;
+    EXPECT_LE(RelativeError(r, want), 1e-2) << "draw " << draw;
+    EXPECT_GT(RelativeError(r, x), 0.1) << "draw " << draw; // normalized, not x
+  }
+}
+
+} // namespace

@@ -589,3 +589,33 @@ func.func @attention_key_only(%q: tensor<1x4x2x16xf32>, %kc: tensor<1x2x4x16xf32
   %o = llm.attention %q, %k, %v {causal} : tensor<1x4x2x16xf32>, tensor<1x4x2x16xf32>, tensor<1x4x2x16xf32>
   return %o : tensor<1x4x2x16xf32>
 }
+
+// -----
+
+// gpt-fast's RMSNorm (weight multiplied in f32, then cast back): the casts
+// fold into one bf16 rms_norm with the f32 weight.
+// CHECK-LABEL: func.func @rms_norm_f32_weight
+// CHECK-SAME: (%[[X:.+]]: tensor<1x1x64xbf16>, %[[W:.+]]: tensor<64xf32>)
+// CHECK-NEXT: %[[Y:.+]] = llm.rms_norm %[[X]], %[[W]] : tensor<1x1x64xbf16>, tensor<64xf32>
+// CHECK-NEXT: return %[[Y]]
+func.func @rms_norm_f32_weight(%x: tensor<1x1x64xbf16>, %w: tensor<64xf32>) -> tensor<1x1x64xbf16> {
+  %xf = llm.cast %x : tensor<1x1x64xbf16> to tensor<1x1x64xf32>
+  %n = llm.rms_norm %xf, %w {eps = 1.0e-05 : f64} : tensor<1x1x64xf32>, tensor<64xf32>
+  %y = llm.cast %n : tensor<1x1x64xf32> to tensor<1x1x64xbf16>
+  return %y : tensor<1x1x64xbf16>
+}
+
+// -----
+
+// A cast to another type than x's, or an f32 norm used twice: unchanged.
+// CHECK-LABEL: func.func @rms_norm_casts_kept
+// CHECK-NOT: tensor<4x64xbf16>, tensor<64xf32>
+// CHECK: return
+func.func @rms_norm_casts_kept(%x: tensor<4x64xbf16>, %w: tensor<64xf32>) -> (tensor<4x64xf16>, tensor<4x64xbf16>, tensor<4x64xf32>) {
+  %xf = llm.cast %x : tensor<4x64xbf16> to tensor<4x64xf32>
+  %n = llm.rms_norm %xf, %w {eps = 1.0e-05 : f64} : tensor<4x64xf32>, tensor<64xf32>
+  %h = llm.cast %n : tensor<4x64xf32> to tensor<4x64xf16>
+  %n2 = llm.rms_norm %xf, %w {eps = 1.0e-05 : f64} : tensor<4x64xf32>, tensor<64xf32>
+  %b = llm.cast %n2 : tensor<4x64xf32> to tensor<4x64xbf16>
+  return %h, %b, %n2 : tensor<4x64xf16>, tensor<4x64xbf16>, tensor<4x64xf32>
+}
