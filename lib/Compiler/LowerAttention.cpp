@@ -92,12 +92,18 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
     return absl::OkStatus();
   }
   if (kvLen) {
-    std::string why = sq > 16 ? absl::StrCat("a query length of ", sq, " (> 16)")
-                      : !attentionMaskStrides(op)
-                          ? std::string("a mask broadcast along the key dimension")
-                          : absl::StrCat("head dim ", d, ", group size ", hq / hkv,
-                                         " and element type ",
-                                         typeName(q.getElementType()));
+    cu::DecodeConfig unmasked = dc;
+    unmasked.has_mask = false;
+    std::string why =
+        sq > 16 ? absl::StrCat("a query length of ", sq, " (> 16)")
+        : !attentionMaskStrides(op)
+            ? std::string("a mask broadcast along the key dimension")
+        : dc.has_mask && cu::FlashDecodeSupported(unmasked)
+            ? absl::StrCat("a mask with group size x query length = ", (hq / hkv) * sq,
+                           " query rows per KV head (masked flash-decoding keeps at "
+                           "most 8 query rows per warp)")
+            : absl::StrCat("head dim ", d, ", group size ", hq / hkv,
+                           " and element type ", typeName(q.getElementType()));
     return unsupported(op, "kv_len needs the flash-decoding kernel, which does "
                            "not support " + why +
                            " (it takes bf16/f16/f32, head dim <= 512 and "

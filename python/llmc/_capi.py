@@ -14,6 +14,7 @@ import array
 import ctypes
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -522,8 +523,8 @@ class Session:
                             if o < len(self._out_alloc) and i < len(self._in_sig)
                             and self._in_sig[i] == (torch.Size(self._out_alloc[o][0]),
                                                     self._out_alloc[o][1])}
-        # (inputs, their pointers, indices that may be kept) of the last
-        # checked call (_checked_inputs).
+        # (weak references, pointers, version counters or None) of the last
+        # checked call's inputs (_checked_inputs).
         self._last_in = None
         self._in_arr, self._in_data = self._template(self.input_info)
         self._out_arr, self._out_data = self._template(self.output_info)
@@ -597,27 +598,30 @@ class Session:
         input matches the executable's signature (dtype, shape) and lies on
         the session's GPU, else None.
 
-        The previous call's checked inputs are kept (self._last_in): an input
-        that is the very same tensor object at the same address as then
-        (weights, buffers, KV caches: graph inputs at fixed addresses) keeps
-        its checked signature, so only the others are looked at. The
-        addresses of the kept ones are compared in one C++ call
-        (torch._C._tensors_data_ptrs_at_indices_equal, as PyTorch's CUDA
-        graph trees check static inputs); a tensor's shape, dtype and device
-        do not change without a new Dynamo graph. A decode step of a 7B
-        model has ~300 inputs, 2 of them new each step."""
+        What the previous call checked is remembered (self._last_in: weak
+        references, pointers, version counters): an input that is the very
+        same tensor object, at the same address and with the same version
+        counter as then (weights, buffers: graph inputs at fixed addresses)
+        keeps its checked signature, so only the others are looked at. The
+        in-place ops that change a tensor's shape or strides (t_, resize_,
+        as_strided_, ...) bump its version counter; the addresses are
+        compared in one C++ call (torch._C._tensors_data_ptrs_at_indices_equal,
+        as PyTorch's CUDA graph trees check static inputs). Inference tensors
+        (no version counter) and non-contiguous inputs are checked on every
+        call. A 7B decode step has ~300 inputs, 2 of them new each step."""
         n = self._n_in
         last = self._last_in
         todo = range(n)
         if last is not None:
-            objs, ptrs, stable = last
-            keep = [k for k in stable if inputs[k] is objs[k]]
+            refs, ptrs, versions = last
+            keep = [k for k in range(n) if versions[k] is not None
+                    and refs[k]() is inputs[k] and inputs[k]._version == versions[k]]
             if keep and _ptrs_equal(list(inputs), ptrs, keep):
                 kept = set(keep)
                 todo = [k for k in range(n) if k not in kept]
-            data = list(ptrs)
+            data, refs, versions = list(ptrs), list(refs), list(versions)
         else:
-            data = [0] * n
+            data, refs, versions = [0] * n, [None] * n, [None] * n
         dev = self._device_index
         copies = None
         sig = self._in_sig
@@ -628,13 +632,14 @@ class Session:
                 self._last_in = None
                 return None
             data[k] = t.data_ptr()
+            refs[k] = weakref.ref(t)
+            versions[k] = None
             if not t.is_contiguous():
                 copies = copies or {}
                 copies[k] = t
-        # Next call may keep every contiguous input (a non-contiguous one is
-        # checked again: its copy follows in-place updates).
-        stable = [k for k in range(n) if k not in copies] if copies else range(n)
-        self._last_in = (list(inputs), list(data), stable)
+            elif not t.is_inference():
+                versions[k] = t._version
+        self._last_in = (refs, list(data), versions)
         return data, copies
 
     def run_fast(self, inputs: Sequence[torch.Tensor]) -> Optional[List[torch.Tensor]]:

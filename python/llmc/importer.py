@@ -1237,7 +1237,7 @@ def _h_addmm(imp, node):
 
 # PyTorch's cuDNN SDPA path spells a boolean mask as where(mask, 0, -65504)
 # (cuDNN takes no -inf; -65504 is float16's lowest value, -65536 in bf16).
-_SDPA_MASKED = -65504.0
+_CUDNN_MASKED = -65504.0
 
 
 def _scalar_constant(n):
@@ -1253,12 +1253,16 @@ def _scalar_constant(n):
     return None
 
 
-def _boolean_attention_mask(mask):
-    """The boolean mask `mask` spells as where(mask, 0, c) with c <= -65504
-    (PyTorch's conversion of an SDPA boolean mask for cuDNN), else None. The
-    boolean mask means what the user wrote: masked keys at -inf, so a fully
-    masked row gives zeros (FlashAttention's convention) and flash-decoding
-    does not load masked keys."""
+def _boolean_attention_mask(mask, node):
+    """The boolean mask that PyTorch's conversion for cuDNN spelled as
+    where(mask, 0, -65504) for `node`, a _scaled_dot_product_cudnn_attention,
+    else None. The boolean mask means what the user wrote (masked keys at
+    -inf: a fully masked row gives zeros, FlashAttention's convention, and
+    flash-decoding does not load masked keys). Any other finite mask, e.g.
+    Hugging Face's where(keep, 0, finfo.min), keeps its values: a fully
+    masked row then averages V, as PyTorch computes it."""
+    if node.target is not aten._scaled_dot_product_cudnn_attention.default:
+        return None
     if not (isinstance(mask, torch.fx.Node) and mask.op == "call_function"
             and mask.target is aten.where.self and len(mask.args) == 3):
         return None
@@ -1267,7 +1271,7 @@ def _boolean_attention_mask(mask):
     if not isinstance(meta, torch.Tensor) or meta.dtype != torch.bool:
         return None
     a, b = _scalar_constant(keep), _scalar_constant(drop)
-    if a == 0.0 and b is not None and b <= _SDPA_MASKED:
+    if a == 0.0 and b == _CUDNN_MASKED:
         return cond
     return None
 
@@ -1291,7 +1295,7 @@ def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts):
     qt, kt, vt = imp.transpose(q, perm), imp.transpose(k, perm), imp.transpose(v, perm)
     mval = None
     if mask is not None:
-        cond = _boolean_attention_mask(mask)
+        cond = _boolean_attention_mask(mask, node)
         if cond is not None and isinstance(imp.env.get(cond), Val):  # imported here
             mask = cond
         m = imp.val(mask)

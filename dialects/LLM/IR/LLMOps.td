@@ -462,6 +462,13 @@ def LLM_AttentionOp : LLM_Op<"attention",
     llmc-raise sets it when key and value are both llm.transpose
     [0, 2, 1, 3] of tensors.
 
+    NaN and inf in K or V propagate to the rows that read them, as in
+    PyTorch, with one exception: flash-decoding does not load a key whose
+    mask is -inf for every query row its warp computes, so non-finite values
+    in such keys (e.g. unwritten rows of a torch.empty cache past the
+    position mask) do not reach the result there, while the reference
+    executor and FlashAttention-2 give NaN.
+
     ```mlir
     %o = llm.attention %q, %k, %v {causal} : tensor<1x?x32x128xbf16>, tensor<1x?x8x128xbf16>, tensor<1x?x8x128xbf16>
     %d = llm.attention %q1, %kc, %vc kv_len(%len : tensor<i64>) {causal} : tensor<4x1x32x128xbf16>, tensor<4x2048x32x128xbf16>, tensor<4x2048x32x128xbf16>

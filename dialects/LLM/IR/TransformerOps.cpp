@@ -199,7 +199,8 @@ LogicalResult AttentionOp::verify() {
       (hkv == 0 || hq % hkv != 0))
     return emitOpError() << "query heads (" << hq
                          << ") must be a multiple of key/value heads (" << hkv
-                         << ") for grouped-query attention";
+                         << ") for grouped-query attention"
+                         << (getKvHnd() ? " (key dimension 1 with kv_hnd)" : "");
   if (auto scale = getScale(); scale && !(scale->convertToDouble() > 0.0))
     return emitOpError() << "scale must be > 0, found "
                          << scale->convertToDouble();

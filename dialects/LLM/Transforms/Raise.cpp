@@ -234,11 +234,15 @@ struct FoldKvTransposeIntoAttention : OpRewritePattern<AttentionOp> {
                                 PatternRewriter &rewriter) const override {
     if (op.getKvHnd())
       return rewriter.notifyMatchFailure(op, "already kv_hnd");
-    auto headsFirst = [](Value v) -> Value {
+    auto swap = [](Value v) -> TransposeOp {
       auto t = v.getDefiningOp<TransposeOp>();
-      if (!t || t.getPermutation() != ArrayRef<int64_t>{0, 2, 1, 3})
-        return Value();
-      return t.getInput();
+      return t && t.getPermutation() == ArrayRef<int64_t>{0, 2, 1, 3} ? t : TransposeOp();
+    };
+    // Not through a transpose of a transpose: that is the NHD tensor itself
+    // once the transposes fold (the greedy driver may visit this first).
+    auto headsFirst = [&](Value v) -> Value {
+      TransposeOp t = swap(v);
+      return t && !swap(t.getInput()) ? t.getInput() : Value();
     };
     Value k = headsFirst(op.getKey()), v = headsFirst(op.getValue());
     if (!k || !v)

@@ -619,3 +619,20 @@ func.func @rms_norm_casts_kept(%x: tensor<4x64xbf16>, %w: tensor<64xf32>) -> (te
   %b = llm.cast %n2 : tensor<4x64xf32> to tensor<4x64xbf16>
   return %h, %b, %n2 : tensor<4x64xf16>, tensor<4x64xbf16>, tensor<4x64xf32>
 }
+
+// -----
+
+// Key and value transposed twice (a projection's [B, S, H, D] through
+// torch's .transpose(1, 2) and the importer's): NHD, not kv_hnd over a
+// transposed view, whatever order the rewrites run in.
+// CHECK-LABEL: func.func @attention_double_transpose
+// CHECK-NOT: kv_hnd
+// CHECK: llm.attention %{{.*}}, %arg1, %arg2 {causal}
+func.func @attention_double_transpose(%q: tensor<1x4x2x16xf32>, %k: tensor<1x4x2x16xf32>, %v: tensor<1x4x2x16xf32>) -> tensor<1x4x2x16xf32> {
+  %kh = llm.transpose %k [0, 2, 1, 3] : tensor<1x4x2x16xf32>
+  %vh = llm.transpose %v [0, 2, 1, 3] : tensor<1x4x2x16xf32>
+  %kt = llm.transpose %kh [0, 2, 1, 3] : tensor<1x2x4x16xf32>
+  %vt = llm.transpose %vh [0, 2, 1, 3] : tensor<1x2x4x16xf32>
+  %o = llm.attention %q, %kt, %vt {causal} : tensor<1x4x2x16xf32>, tensor<1x4x2x16xf32>, tensor<1x4x2x16xf32>
+  return %o : tensor<1x4x2x16xf32>
+}
