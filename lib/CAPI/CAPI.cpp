@@ -211,6 +211,20 @@ absl::Status convertTensors(const llmc_tensor *tensors, int32_t count,
   return absl::OkStatus();
 }
 
+/// The signature of input (or output) `index` of `executable`;
+/// InvalidArgument for a NULL handle or an index out of range.
+absl::StatusOr<const llmc::rt::TensorSig *>
+signatureAt(const llmc_executable_t *executable, int32_t index, bool input) {
+  if (!executable)
+    return absl::InvalidArgumentError("executable: NULL handle");
+  const auto &sigs = input ? executable->exe->inputs : executable->exe->outputs;
+  if (index < 0 || index >= static_cast<int32_t>(sigs.size()))
+    return absl::InvalidArgumentError(
+        absl::StrCat("index: expected ", input ? "input" : "output",
+                     " index in [0, ", sigs.size(), "), found ", index));
+  return &sigs[index];
+}
+
 absl::Status signatureInfo(const llmc_executable_t *executable, int32_t index,
                            bool input, llmc_dtype *out_dtype, int32_t *out_rank,
                            int64_t *out_shape) {
@@ -220,13 +234,11 @@ absl::Status signatureInfo(const llmc_executable_t *executable, int32_t index,
     return absl::InvalidArgumentError(absl::StrCat(
         !out_dtype ? "out_dtype" : !out_rank ? "out_rank" : "out_shape",
         ": NULL output pointer"));
-  const auto &sigs = input ? executable->exe->inputs : executable->exe->outputs;
+  auto at = signatureAt(executable, index, input);
+  if (!at.ok())
+    return at.status();
+  const auto &sig = **at;
   const char *what = input ? "input" : "output";
-  if (index < 0 || index >= static_cast<int32_t>(sigs.size()))
-    return absl::InvalidArgumentError(
-        absl::StrCat("index: expected ", what, " index in [0, ", sigs.size(),
-                     "), found ", index));
-  const auto &sig = sigs[index];
   if (sig.shape.size() > LLMC_MAX_RANK)
     return absl::InvalidArgumentError(
         absl::StrCat(what, " '", sig.name, "' has rank ", sig.shape.size(),
@@ -391,34 +403,26 @@ LLMC_EXPORT llmc_status_t *
 llmc_executable_input_is_parameter(const llmc_executable_t *executable,
                                    int32_t index, int32_t *out_is_parameter) {
   return guarded("llmc_executable_input_is_parameter", [&]() -> absl::Status {
-    if (!executable)
-      return absl::InvalidArgumentError("executable: NULL handle");
-    if (!out_is_parameter)
+    if (executable && !out_is_parameter)
       return absl::InvalidArgumentError("out_is_parameter: NULL output pointer");
-    const auto &inputs = executable->exe->inputs;
-    if (index < 0 || index >= static_cast<int32_t>(inputs.size()))
-      return absl::InvalidArgumentError(
-          absl::StrCat("index: expected input index in [0, ", inputs.size(),
-                       "), found ", index));
-    *out_is_parameter = inputs[index].parameter ? 1 : 0;
+    auto sig = signatureAt(executable, index, /*input=*/true);
+    if (!sig.ok())
+      return sig.status();
+    *out_is_parameter = (*sig)->parameter ? 1 : 0;
     return absl::OkStatus();
   });
 }
 
-llmc_status_t *
+LLMC_EXPORT llmc_status_t *
 llmc_executable_output_alias_input(const llmc_executable_t *executable,
                                    int32_t index, int32_t *out_input) {
   return guarded("llmc_executable_output_alias_input", [&]() -> absl::Status {
-    if (!executable)
-      return absl::InvalidArgumentError("executable: NULL handle");
-    if (!out_input)
+    if (executable && !out_input)
       return absl::InvalidArgumentError("out_input: NULL output pointer");
-    const auto &outputs = executable->exe->outputs;
-    if (index < 0 || index >= static_cast<int32_t>(outputs.size()))
-      return absl::InvalidArgumentError(
-          absl::StrCat("index: expected output index in [0, ", outputs.size(),
-                       "), found ", index));
-    *out_input = outputs[index].alias_input;
+    auto sig = signatureAt(executable, index, /*input=*/false);
+    if (!sig.ok())
+      return sig.status();
+    *out_input = (*sig)->alias_input;
     return absl::OkStatus();
   });
 }

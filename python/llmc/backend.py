@@ -655,7 +655,7 @@ class LlmcSubgraph(torch.nn.Module):
             return []
         staged = []
         for k, (p, info) in enumerate(zip(imp.arg_placeholders, exe.inputs)):
-            nbytes = math.prod(info.shape) * torch.empty((), dtype=info.dtype).element_size()
+            nbytes = math.prod(info.shape) * info.dtype.itemsize
             if (p not in self.static and p not in self.donate and not info.parameter
                     and nbytes <= STAGE_BYTES):
                 staged.append(k)
@@ -849,9 +849,8 @@ def _static_placeholders(fused: torch.fx.GraphModule, names,
         if call.op != "call_module" or call.target not in names:
             continue
         found[call.target] = {a for a, arg in enumerate(call.args)
-                              if static is None or len(placeholders) == 0
-                              or (isinstance(arg, torch.fx.Node) and arg in index
-                                  and index[arg] in static)}
+                              if static is None or (isinstance(arg, torch.fx.Node)
+                                                    and index.get(arg) in static)}
     return found
 
 

@@ -297,18 +297,21 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
   Impl& im = *impl_;
   const CudaDriver* driver_ = im.driver_;
   std::vector<uint64_t> key;
+  // Staging serves the graphs only: once they are off for good (see
+  // RunGraph's give_up) the launches read and write the caller's tensors.
+  const bool stage = graph_stats_.disabled_reason.empty();
   const uint64_t staging = im.staging.ptr();
+  auto stagedIn = [&](size_t i) { return stage ? im.staged_input_offset[i] : -1; };
+  auto stagedOut = [&](size_t o) { return stage ? im.staged_output_offset[o] : -1; };
   for (const Buffer& b : exe_->buffers) {
     switch (b.kind) {
       case Buffer::Input:
-        im.base[b.id] = im.staged_input_offset[b.io_index] >= 0
-                            ? staging + im.staged_input_offset[b.io_index]
-                            : inputs[b.io_index].dptr;
+        im.base[b.id] = stagedIn(b.io_index) >= 0 ? staging + stagedIn(b.io_index)
+                                                  : inputs[b.io_index].dptr;
         break;
       case Buffer::Output:
-        im.base[b.id] = im.staged_output_offset[b.io_index] >= 0
-                            ? staging + im.staged_output_offset[b.io_index]
-                            : outputs[b.io_index].dptr;
+        im.base[b.id] = stagedOut(b.io_index) >= 0 ? staging + stagedOut(b.io_index)
+                                                   : outputs[b.io_index].dptr;
         break;
       case Buffer::Arena: im.base[b.id] = im.arena.ptr() + b.arena_offset; break;
       case Buffer::Constant:
@@ -318,13 +321,13 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
   // Staged tensors are read/written at the session's staging buffers: not
   // part of the graph key.
   for (size_t i = 0; i < inputs.size(); ++i)
-    key.push_back(im.staged_input_offset[i] >= 0 ? 0 : inputs[i].dptr);
+    key.push_back(stagedIn(i) >= 0 ? 0 : inputs[i].dptr);
   for (size_t o = 0; o < outputs.size(); ++o)
-    key.push_back(im.staged_output_offset[o] >= 0 ? 0 : outputs[o].dptr);
+    key.push_back(stagedOut(o) >= 0 ? 0 : outputs[o].dptr);
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (im.staged_input_offset[i] >= 0 && exe_->inputs[i].Bytes() > 0)
+    if (stagedIn(i) >= 0 && exe_->inputs[i].Bytes() > 0)
       LLMC_RT_RETURN_IF_ERROR(Annotate(
-          CU_CALL(cuMemcpyDtoDAsync, staging + im.staged_input_offset[i],
+          CU_CALL(cuMemcpyDtoDAsync, staging + stagedIn(i),
                   inputs[i].dptr, exe_->inputs[i].Bytes(), stream),
           absl::StrCat("staging input ", i, " ('", exe_->inputs[i].name, "')")));
 
@@ -385,14 +388,14 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
     for (auto e : events)
       if (e) driver_->cuEventDestroy(e);
     LLMC_RT_RETURN_IF_ERROR(st);
-    return CopyStagedOutputs(outputs, stream);
+    return stage ? CopyStagedOutputs(outputs, stream) : absl::OkStatus();
   }
 
   absl::Status st = !options_.use_cuda_graphs || !graph_stats_.disabled_reason.empty()
                         ? EnqueueAll(stream, first)
                         : RunGraph(key, stream, first);
   LLMC_RT_RETURN_IF_ERROR(st);
-  return CopyStagedOutputs(outputs, stream);
+  return stage ? CopyStagedOutputs(outputs, stream) : absl::OkStatus();
 }
 
 absl::Status Session::CopyStagedOutputs(const std::vector<DeviceTensor>& outputs,

@@ -63,7 +63,8 @@ struct SessionOptions {
   /// instead, so neither the graph key nor the captured graph depends on
   /// where the caller keeps them. Load fails with InvalidArgument for an
   /// index out of range, a duplicate, a parameter input or an input that an
-  /// output aliases. Ignored without use_cuda_graphs.
+  /// output aliases. Ignored without use_cuda_graphs, and once graphs are
+  /// turned off for the session.
   std::vector<int> staged_inputs;
   /// With use_cuda_graphs: outputs of at most this many bytes that alias no
   /// input are written into staging buffers of the session and copied into
