@@ -39,8 +39,8 @@ static absl::Status lowerCollective(Operation *o, Lowering &l) {
     reduction = reductionOf(rs.getKind());
     count = numElements(o->getResult(0));
   }
-  BufferRef send{l.bufferFor(o->getOperand(0)), 0};
-  BufferRef recv{l.bufferFor(o->getResult(0)), 0};
+  BufferRef send = l.storageOf(o->getOperand(0));
+  BufferRef recv = l.storageOf(o->getResult(0));
   l.getBuilder().collective(kind, reduction, count, dtype, send, recv,
                             o->getName().getStringRef());
   return absl::OkStatus();

@@ -46,8 +46,9 @@ static absl::Status lowerConcat(ConcatOp o, Lowering &l) {
       return unsupported(o, "concat along an inner dimension");
   int64_t offset = 0;
   for (Value in : o.getInputs()) {
-    BufferRef src{l.bufferFor(in), 0};
-    l.getBuilder().copy(src, {l.bufferFor(o.getResult()), offset}, byteSize(in),
+    BufferRef src = l.storageOf(in);
+    BufferRef dst = l.storageOf(o.getResult());
+    l.getBuilder().copy(src, {dst.buffer, dst.offset + offset}, byteSize(in),
                         "llm.concat");
     offset += byteSize(in);
   }

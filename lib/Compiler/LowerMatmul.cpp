@@ -195,14 +195,14 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   else if (aView)
     g.a = {aView->buffer, aView->byteOffset}, g.lda = aView->ld;
   else
-    g.a = {l.bufferFor(op.getLhs()), 0};
+    g.a = l.storageOf(op.getLhs());
   if (bBuffer >= 0)
     g.b = {bBuffer, 0};
   else if (bView)
     g.b = {bView->buffer, bView->byteOffset}, g.ldb = bView->ld;
   else
-    g.b = {l.bufferFor(op.getRhs()), 0};
-  g.d = {l.bufferFor(op.getResult()), 0};
+    g.b = l.storageOf(op.getRhs());
+  g.d = l.storageOf(op.getResult());
   g.c = g.d;
   g.beta = 0.f;
   bool separateBias = false;
@@ -210,7 +210,7 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
     if (l.getOptions().fuse_gemm_epilogue && dt(bias) == g.dtype_d && !fp8 &&
         !bias.getDefiningOp<BroadcastOp>()) {
       g.epilogue = exec::Epilogue::bias;
-      g.bias = {l.bufferFor(bias), 0};
+      g.bias = l.storageOf(bias);
     } else {
       separateBias = true;
     }

@@ -4,6 +4,11 @@
 
 namespace llmc::codegen {
 
+/// The alignment of a view's storage inside its source's buffer when the
+/// view aliases it (arena buffers start 256-byte aligned; GEMM operand views
+/// need the same, see LowerMatmul.cpp).
+static constexpr int64_t kAliasAlignment = 256;
+
 /// `v` read in place: a strided view (possibly of strided views) composes
 /// its layout (StridedViewOpInterface) onto its source's; anything else is
 /// its storage root read row-major.
@@ -48,23 +53,33 @@ int Lowering::bufferForImpl(Value v) {
   // A strided view (broadcast/transpose/slice) read by a consumer that needs
   // dense storage, possibly through reshapes: give the view its own buffer
   // and copy into it now, right before the consumer's launch -- unless its
-  // layout is its source's storage as it is (a transpose or broadcast that
-  // only moves size-1 dims, a slice of a leading block), which is then the
-  // view's buffer: the copy would reproduce the same bytes at the same
-  // moment (the lazy copy reads the source right before the consumer, and
-  // the source stays live until then, see `touch`; views are never written
-  // in place).
+  // layout is a dense block of its source's storage as it is (a transpose or
+  // broadcast that only moves size-1 dims, a slice of one contiguous block
+  // such as the k part of a fused QKV output), which is then the view's
+  // storage: its source's buffer at the block's offset. The copy would
+  // reproduce the same bytes at the same moment (the lazy copy reads the
+  // source right before the consumer, and the source stays live until then,
+  // see `touch`; views are never written in place). The offset keeps the
+  // 256-byte alignment every kernel and cuBLASLt assume of a buffer.
   if (Operation *def = root.getDefiningOp();
       isa_and_nonnull<StridedViewOpInterface>(def) && !outputIndex.count(root)) {
     absl::StatusOr<StridedRead> read = stridedRead(root);
-    if (read.ok() && read->elementOffset == 0) {
+    if (read.ok()) {
       ArrayRef<int64_t> shape = tensorType(root).getShape();
       auto dense = rowMajorStrides(shape);
       bool same = true;
       for (size_t i = 0; i < shape.size(); ++i)
         same &= shape[i] == 1 || read->strides[i] == dense[i];
-      if (same)
-        return buffers[root] = bufferForImpl(read->root);
+      int64_t offset = read->elementOffset * cu::ScalarSize(scalarOf(root));
+      if (same && offset % kAliasAlignment == 0) {
+        int source = bufferForImpl(read->root);
+        offset += aliasOffsets.lookup(storageRoot(read->root));
+        if (offset % kAliasAlignment == 0) {
+          if (offset != 0)
+            aliasOffsets[root] = offset;
+          return buffers[root] = source;
+        }
+      }
     }
   }
   if (Operation *def = root.getDefiningOp();
@@ -123,8 +138,14 @@ int Lowering::bufferForImpl(Value v) {
   return buffers[root] = id;
 }
 
+BufferRef Lowering::storageOf(Value v) {
+  int id = bufferFor(v);
+  return {id, aliasOffsets.lookup(storageRoot(v))};
+}
+
 KernelArg Lowering::ptrArg(Value v, int64_t byteOffset) {
-  return bufArg(bufferFor(v), byteOffset);
+  BufferRef r = storageOf(v);
+  return bufArg(r.buffer, r.offset + byteOffset);
 }
 
 void Lowering::launch(int kernel, const cu::LaunchDims &dims, ArrayRef<KernelArg> args,
@@ -170,7 +191,7 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
                    ArrayRef<int64_t>(rowMajorStrides(shape)) &&
                numElements(read->root) == numel;
   if (dense) {
-    builder.copy({bufferFor(read->root), 0}, {dstBuffer, 0}, byteSize(src), "copy");
+    builder.copy(storageOf(read->root), {dstBuffer, 0}, byteSize(src), "copy");
     return absl::OkStatus();
   }
   cu::ElementwiseProgram prog;

@@ -214,6 +214,10 @@ public:
   /// The buffer of `v`'s storage root, made on first use (a view that needs
   /// dense storage is copied into a buffer of its own right here).
   int bufferFor(Value v);
+  /// Where `v`'s storage starts: bufferFor(v) and, for a view that aliases
+  /// its source's buffer at a nonzero offset (a dense slice such as the k
+  /// or v part of a fused QKV projection), that byte offset.
+  BufferRef storageOf(Value v);
   /// A fresh arena buffer live over [firstStep, lastStep].
   int newArenaBuffer(int64_t bytes, int firstStep, int lastStep);
   /// A fresh dense buffer holding `src` (through its view strides), its last
@@ -264,6 +268,8 @@ private:
 
   int step = 0; // index of the launch step being emitted
   llvm::DenseMap<Value, int> buffers;          // storage root -> buffer id
+  llvm::DenseMap<Value, int64_t> aliasOffsets; // view root -> byte offset in
+                                               // its source's buffer
   llvm::DenseMap<Value, int> lastUseStep;      // storage root -> last step
   llvm::DenseMap<Value, int> defStep;          // storage root -> def step
   KernelPlan kernelPlan;                       // which ops share a kernel
