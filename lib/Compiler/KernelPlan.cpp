@@ -129,6 +129,90 @@ bool llmc::swiGluGemvConfig(MatmulOp gate, MatmulOp up, Operation *silu,
   return gg.has_bias == gu.has_bias && cu::SwiGluGemvSupported(*c);
 }
 
+bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig *cfg,
+                                RopeCacheWriteLayout *layout) {
+  if (!rope.getCos() || put.getAccumulate())
+    return false;
+  // The views from RoPE's result to put's source, each the only user of
+  // the previous value.
+  SmallVector<Operation *> views;
+  Value v = put.getSource();
+  while (v != rope.getResult()) {
+    Operation *def = v.getDefiningOp();
+    if (!def || !isa<ReshapeOp, TransposeOp, BroadcastOp>(def) || !v.hasOneUse() ||
+        def->getBlock() != put->getBlock())
+      return false;
+    views.push_back(def);
+    v = def->getOperand(0);
+  }
+  if (!rope.getResult().hasOneUse())
+    return false;
+  // Which RoPE dimension (0..3: B, S, H, D) each dimension of the value
+  // holds; -1 for size-1 dims.
+  ArrayRef<int64_t> ropeShape = tensorType(rope.getResult()).getShape();
+  if (ropeShape.size() != 4)
+    return false;
+  SmallVector<int> dimOf;
+  for (int j = 0; j < 4; ++j)
+    dimOf.push_back(ropeShape[j] == 1 ? -1 : j);
+  for (Operation *view : llvm::reverse(views)) {
+    ArrayRef<int64_t> out = tensorType(view->getResult(0)).getShape();
+    SmallVector<int> next;
+    if (auto t = dyn_cast<TransposeOp>(view)) {
+      for (int64_t p : t.getPermutation())
+        next.push_back(dimOf[p]);
+    } else {
+      // A reshape, or a broadcast that adds nothing but size-1 dims: only
+      // size-1 dims come or go.
+      SmallVector<int> kept;
+      for (int d : dimOf)
+        if (d >= 0)
+          kept.push_back(d);
+      size_t k = 0;
+      for (int64_t size : out) {
+        if (size == 1) {
+          next.push_back(-1);
+          continue;
+        }
+        if (k == kept.size() || ropeShape[kept[k]] != size)
+          return false;
+        next.push_back(kept[k++]);
+      }
+      if (k != kept.size())
+        return false;
+    }
+    dimOf = std::move(next);
+  }
+  auto base = tensorType(put.getBase());
+  int64_t rank = base.getRank(), dim = put.getDim();
+  if (static_cast<int64_t>(dimOf.size()) != rank || dimOf.back() != 3)
+    return false;
+  // RoPE's S is the indexed dim (S = 1: the indexed dim has size 1 in the
+  // source, which the verifier ties to one index).
+  if (ropeShape[1] != 1 ? dimOf[dim] != 1 : dimOf[dim] != -1)
+    return false;
+  SmallVector<int64_t> strides(rank, 1);
+  for (int64_t i = rank - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * base.getDimSize(i + 1);
+  *layout = RopeCacheWriteLayout();
+  layout->rows = base.getDimSize(dim);
+  layout->out_row = strides[dim];
+  for (int64_t i = 0; i < rank; ++i) {
+    if (dimOf[i] == 0)
+      layout->out_b = strides[i];
+    if (dimOf[i] == 2)
+      layout->out_h = strides[i];
+  }
+  cfg->dtype = scalarOf(rope.getInput());
+  cfg->table = scalarOf(rope.getCos());
+  cfg->num_heads = ropeShape[2];
+  cfg->head_dim = ropeShape[3];
+  cfg->interleaved = rope.getMode() == RopeMode::interleaved;
+  cfg->cache_write = true;
+  cfg->index = scalarOf(put.getIndices());
+  return scalarOf(put.getBase()) == cfg->dtype && cu::EmitRoPETable(*cfg).ok();
+}
+
 namespace {
 
 struct Planner {
@@ -139,6 +223,7 @@ struct Planner {
 
   void planFusion();
   void planGemvGroups();
+  void planRopeCacheWrites();
 };
 
 } // namespace
@@ -291,12 +376,32 @@ void Planner::planGemvGroups() {
   }
 }
 
+void Planner::planRopeCacheWrites() {
+  if (!options.fuse_elementwise)
+    return;
+  for (IndexPutOp put : fn.getBody().front().getOps<IndexPutOp>()) {
+    Value v = put.getSource();
+    while (isa_and_nonnull<ReshapeOp, TransposeOp, BroadcastOp>(v.getDefiningOp()))
+      v = v.getDefiningOp()->getOperand(0);
+    auto rope = v.getDefiningOp<RoPEOp>();
+    cu::RoPETableConfig cfg;
+    RopeCacheWriteLayout layout;
+    if (!rope || prepared.contains(rope) || prepared.contains(put) ||
+        !ropeCacheWriteConfig(rope, put, &cfg, &layout))
+      continue;
+    int id = plan.ropeCacheWrites.size();
+    plan.ropeCacheWriteOf[rope] = id;
+    plan.ropeCacheWriteOf[put] = id;
+    plan.ropeCacheWrites.push_back({rope, put});
+  }
+}
 
 KernelPlan llmc::planKernels(func::FuncOp fn, const LowerOptions &options,
                              const llvm::DenseSet<Operation *> &prepared) {
   Planner p{fn, options, prepared, {}};
   p.planFusion();
   p.planGemvGroups();
+  p.planRopeCacheWrites();
   return std::move(p.plan);
 }
 
@@ -316,6 +421,8 @@ void llmc::annotateKernels(func::FuncOp fn, const KernelPlan &plan) {
       ops.append({g.silu, g.emitAt});
     byLast[g.emitAt] = {g.silu ? "swiglu_gemv" : "multi_gemv", ops};
   }
+  for (const RopeCacheWrite &w : plan.ropeCacheWrites)
+    byLast[w.put] = {"rope_cache_write", {w.rope, w.put}};
   for (const SmallVector<Operation *> &g : plan.groups)
     if (g.size() > 1 && !plan.gemvGroupOf.count(g.back()))
       byLast[g.back()] = {"elementwise", g};

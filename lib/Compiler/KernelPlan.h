@@ -4,9 +4,10 @@
 // once per function by planKernels in the `llmc-form-kernels` pass, which
 // writes it into IR (annotateKernels); the lowering reads it back
 // (decidedKernelPlan) and never decides again: residual add + norm, chains of
-// elementwise ops, multi-output decode GEMVs sharing an input, and the
-// SwiGLU decode GEMV (mul(silu(x W_gate), x W_up) in one kernel). The
-// lowering emits one launch per group and per remaining op.
+// elementwise ops, multi-output decode GEMVs sharing an input, the SwiGLU
+// decode GEMV (mul(silu(x W_gate), x W_up) in one kernel), and RoPE written
+// straight into a KV cache by its index_put (one kernel). The lowering emits
+// one launch per group and per remaining op.
 //
 // Built on llm::planFusionGroups (the cost model and bounds of FusionPlan.h):
 // an elementwise op joins its producer's kernel only when the plan put both
@@ -61,6 +62,29 @@ bool fusedDequantGemv(llm::MatmulOp op, cuda::QuantGemvConfig *cfg);
 bool swiGluGemvConfig(llm::MatmulOp gate, llm::MatmulOp up, mlir::Operation *silu,
                       mlir::Operation *mul, cuda::SwiGluGemvConfig *c);
 
+/// Where the RoPE + KV-cache write kernel stores (cuda::RoPETableConfig's
+/// cache_write), in elements of the index_put's base: its rows along the
+/// indexed dimension and the strides of RoPE's batch, row and head.
+struct RopeCacheWriteLayout {
+  int64_t rows = 0, out_b = 0, out_row = 0, out_h = 0;
+};
+
+/// The RoPE + KV-cache write kernel (gpt-fast's `k_cache[:, :, pos] =
+/// rope(k)`, Hugging Face's static-cache index_copy_) for `rope`, table form
+/// on [B, S, H, D], whose result is only the source of `put` (no
+/// accumulate), possibly through llm.reshape / llm.transpose /
+/// llm.broadcast ops each used once that keep every dimension of size above
+/// 1 (permute, add or drop size-1 dims): RoPE's S must be put's indexed dimension (or S = 1) and its
+/// D the base's last dimension. Fills `cfg` and `layout`.
+bool ropeCacheWriteConfig(llm::RoPEOp rope, llm::IndexPutOp put,
+                          cuda::RoPETableConfig *cfg, RopeCacheWriteLayout *layout);
+
+/// An llm.rope computed by the kernel of the llm.index_put that writes it.
+struct RopeCacheWrite {
+  llm::RoPEOp rope;
+  llm::IndexPutOp put;
+};
+
 /// Decode GEMVs run as one kernel.
 struct GemvGroup {
   llvm::SmallVector<llm::MatmulOp, 4> members; // program order; SwiGLU: {gate, up}
@@ -78,6 +102,9 @@ struct KernelPlan {
   /// GEMV groups; gemvGroupOf maps members, and the SwiGLU silu and mul.
   std::vector<GemvGroup> gemvGroups;
   llvm::DenseMap<mlir::Operation *, int> gemvGroupOf;
+  /// RoPE + KV-cache writes; ropeCacheWriteOf maps the rope and the put.
+  std::vector<RopeCacheWrite> ropeCacheWrites;
+  llvm::DenseMap<mlir::Operation *, int> ropeCacheWriteOf;
 };
 
 /// Plans the kernels of `fn`'s top-level block (a shape-specialized
@@ -90,7 +117,8 @@ KernelPlan planKernels(mlir::func::FuncOp fn, const LowerOptions &options,
 
 /// The attribute annotateKernels puts on every op of a multi-op kernel:
 /// {group = <n>, kind = "residual_norm" | "elementwise" | "multi_gemv" |
-/// "swiglu_gemv"}, groups numbered in program order of their last op.
+/// "swiglu_gemv" | "rope_cache_write"}, groups numbered in program order of
+/// their last op.
 inline constexpr llvm::StringLiteral kKernelAttr = "llm.kernel";
 
 /// A splat constant: kernels read it as an immediate, not from memory.

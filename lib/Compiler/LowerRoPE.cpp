@@ -9,50 +9,52 @@
 
 namespace llmc::codegen {
 
+/// The kernel arguments after `out` of the table form: x, cos, sin, batch,
+/// seq, table_batch_stride. cos/sin [S, D] or [Bt, S, D] (Bt in {1, B}) are
+/// read with batch stride 0 unless there is one table per batch; tables
+/// broadcast over the batch (llm.broadcast of one [S, D] table) are read
+/// from the broadcast's input with stride 0 rather than materialized.
+static std::vector<KernelArg> ropeTableArgs(RoPEOp o, Lowering &l) {
+  auto t = tensorType(o.getInput());
+  int64_t batch = t.getDimSize(0), seq = t.getDimSize(1), headDim = t.getDimSize(3);
+  Value cos = o.getCos(), sin = o.getSin();
+  auto ct = tensorType(cos);
+  bool perBatch = ct.getRank() == 3 && ct.getDimSize(0) != 1;
+  auto sharedTable = [&](Value v) -> Value {
+    auto b = v.getDefiningOp<BroadcastOp>();
+    if (!b)
+      return Value();
+    // [..., 1, S, D]: only leading unit dims are broadcast.
+    ArrayRef<int64_t> in = tensorType(b.getInput()).getShape();
+    auto isOne = [](int64_t d) { return d == 1; };
+    if (in.size() < 2 || in[in.size() - 2] != seq || in.back() != headDim ||
+        !llvm::all_of(in.drop_back(2), isOne))
+      return Value();
+    return b.getInput();
+  };
+  if (Value c1 = sharedTable(cos), s1 = sharedTable(sin); c1 && s1) {
+    cos = c1;
+    sin = s1;
+    perBatch = false;
+  }
+  return {l.ptrArg(o.getInput()), l.ptrArg(cos), l.ptrArg(sin), i64Arg(batch),
+          i64Arg(seq), i64Arg(perBatch ? seq * headDim : 0)};
+}
+
 /// rope(x, cos, sin) or rope(x, offset) => one kernel.
 static absl::Status lowerRoPE(RoPEOp o, Lowering &l) {
   auto t = tensorType(o.getInput());
-  if (Value cos = o.getCos()) {
-    // Table form: cos/sin [S, D] or [Bt, S, D] (Bt in {1, B}), read
-    // with batch stride 0 unless there is one table per batch.
-    auto ct = tensorType(cos);
+  if (o.getCos()) {
     cu::RoPETableConfig cfg;
     cfg.dtype = scalarOf(o.getInput());
-    cfg.table = scalarOf(cos);
+    cfg.table = scalarOf(o.getCos());
     cfg.num_heads = t.getDimSize(2);
     cfg.head_dim = t.getDimSize(3);
     cfg.interleaved = o.getMode() == RopeMode::interleaved;
-    int64_t batch = t.getDimSize(0), seq = t.getDimSize(1);
-    bool perBatch = ct.getRank() == 3 && ct.getDimSize(0) != 1;
-    // Tables broadcast over the batch (llm.broadcast of one [S, D]
-    // table) are read from the broadcast's input with stride 0 rather
-    // than materialized.
-    Value sin = o.getSin();
-    auto sharedTable = [&](Value v) -> Value {
-      auto b = v.getDefiningOp<BroadcastOp>();
-      if (!b)
-        return Value();
-      // [..., 1, S, D]: only leading unit dims are broadcast.
-      ArrayRef<int64_t> in = tensorType(b.getInput()).getShape();
-      auto isOne = [](int64_t d) { return d == 1; };
-      if (in.size() < 2 || in[in.size() - 2] != seq || in.back() != cfg.head_dim ||
-          !llvm::all_of(in.drop_back(2), isOne))
-        return Value();
-      return b.getInput();
-    };
-    if (Value c1 = sharedTable(cos), s1 = sharedTable(sin); c1 && s1) {
-      cos = c1;
-      sin = s1;
-      perBatch = false;
-    }
-    std::vector<KernelArg> args = {l.ptrArg(o.getResult()),
-                                   l.ptrArg(o.getInput()),
-                                   l.ptrArg(cos),
-                                   l.ptrArg(sin),
-                                   i64Arg(batch),
-                                   i64Arg(seq),
-                                   i64Arg(perBatch ? seq * cfg.head_dim : 0)};
-    return l.launchGenerated(cu::EmitRoPETable(cfg), cu::RoPETableLaunch(cfg, batch, seq),
+    std::vector<KernelArg> args = {l.ptrArg(o.getResult())};
+    llvm::append_range(args, ropeTableArgs(o, l));
+    return l.launchGenerated(cu::EmitRoPETable(cfg),
+                             cu::RoPETableLaunch(cfg, t.getDimSize(0), t.getDimSize(1)),
                              args, o);
   }
   cu::RoPEConfig cfg;
@@ -74,6 +76,30 @@ static absl::Status lowerRoPE(RoPEOp o, Lowering &l) {
                                  i64Arg(t.getDimSize(0)), i64Arg(t.getDimSize(1))};
   return l.launchGenerated(
       cu::EmitRoPE(cfg), cu::RoPELaunch(cfg, t.getDimSize(0), t.getDimSize(1)), args, o);
+}
+
+/// index_put(cache, idx, views(rope(x, cos, sin))) => [copy of the cache
+/// unless written in place,] one RoPE kernel storing into the cache rows.
+absl::Status lowerRopeCacheWrite(const RopeCacheWrite &w, Lowering &l) {
+  RoPEOp rope = w.rope;
+  IndexPutOp put = w.put;
+  cu::RoPETableConfig cfg;
+  RopeCacheWriteLayout layout;
+  if (!ropeCacheWriteConfig(rope, put, &cfg, &layout))
+    return unsupported(put, "a RoPE + KV-cache write the kernel does not take");
+  if (!updatesInPlace(put))
+    if (absl::Status st = l.emitCopyInto(put.getResult(), put.getBase(), put); !st.ok())
+      return st;
+  auto t = tensorType(rope.getInput());
+  std::vector<KernelArg> args = {l.ptrArg(put.getResult())};
+  llvm::append_range(args, ropeTableArgs(rope, l));
+  llvm::append_range(args, std::vector<KernelArg>{
+                               l.ptrArg(put.getIndices()), i64Arg(layout.rows),
+                               i64Arg(layout.out_b), i64Arg(layout.out_row),
+                               i64Arg(layout.out_h)});
+  return l.launchGenerated(cu::EmitRoPETable(cfg),
+                           cu::RoPETableLaunch(cfg, t.getDimSize(0), t.getDimSize(1)),
+                           args, put);
 }
 
 void populateRoPELowerings(OpLoweringSet &set) { set.add<RoPEOp>(lowerRoPE); }

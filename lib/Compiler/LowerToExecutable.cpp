@@ -138,6 +138,11 @@ absl::Status Lowering::emitOp(Operation *op, const OpLoweringSet &patterns) {
     const GemvGroup &group = kernelPlan.gemvGroups[it->second];
     return op == group.emitAt ? lowerGemvGroup(group, *this) : absl::OkStatus();
   }
+  if (auto it = kernelPlan.ropeCacheWriteOf.find(op);
+      it != kernelPlan.ropeCacheWriteOf.end()) {
+    const RopeCacheWrite &w = kernelPlan.ropeCacheWrites[it->second];
+    return op == w.put ? lowerRopeCacheWrite(w, *this) : absl::OkStatus();
+  }
   if (isElementwise(op)) {
     auto &group = kernelPlan.groups[kernelPlan.groupOf[op]];
     if (group.back() != op)
@@ -247,6 +252,11 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
     if (auto it = kernelPlan.gemvGroupOf.find(&op); it != kernelPlan.gemvGroupOf.end() && isa<MatmulOp>(op))
       for (Value operand : op.getOperands())
         touch(operand, opIndex[kernelPlan.gemvGroups[it->second].emitAt]);
+    // RoPE written into a KV cache reads its operands when the write runs.
+    if (auto it = kernelPlan.ropeCacheWriteOf.find(&op);
+        it != kernelPlan.ropeCacheWriteOf.end() && isa<RoPEOp>(op))
+      for (Value operand : op.getOperands())
+        touch(operand, opIndex[kernelPlan.ropeCacheWrites[it->second].put]);
     // The fused residual add's sum is written by the norm.
     if (auto add = dyn_cast<AddOp>(&op); add && kernelPlan.fusedIntoNorm.contains(add))
       for (Operation *user : add->getUsers())

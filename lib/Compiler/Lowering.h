@@ -333,6 +333,9 @@ void populateWeightOnlyLowerings(OpLoweringSet &set);
 /// GEMVs sharing their input (LowerMatmul.cpp).
 absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l);
 absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l);
+/// RoPE computed by the kernel of the index_put that writes it into a KV
+/// cache (LowerRoPE.cpp).
+absl::Status lowerRopeCacheWrite(const RopeCacheWrite &w, Lowering &l);
 
 /// Every tensor codegen sizes is within llm::kMaxTensorElements (what the
 /// `llm` verifiers and the runtime's Executable::Validate take), so element

@@ -24,7 +24,12 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
       parameter-preparation boundary of llmc-hoist-parameter-work);
     - `multi_gemv`: decode GEMVs (a few rows times `transpose_rhs`
       weights) that share their input, in one kernel;
-    - `swiglu_gemv`: `mul(silu(x W_gate), x W_up)` as one decode GEMV.
+    - `swiglu_gemv`: `mul(silu(x W_gate), x W_up)` as one decode GEMV;
+    - `rope_cache_write`: a table-form `llm.rope` whose result, through
+      views of size-1 dims only, is written into a KV cache by one
+      `llm.index_put` (no accumulate) along RoPE's sequence dimension: the
+      RoPE kernel stores straight into the cache rows (gpt-fast's
+      `k_cache[:, :, pos] = k`, Hugging Face's static-cache `index_copy_`).
 
     Every other op is a kernel, GEMM, copy or collective of its own (views
     and constants have no launch). The pass marks the function

@@ -54,6 +54,7 @@ private:
   absl::Status elementwise(const Annotated &k);
   absl::Status multiGemv(const Annotated &k);
   absl::Status swiGluGemv(const Annotated &k);
+  absl::Status ropeCacheWrite(const Annotated &k);
 
   func::FuncOp fn;
   const llvm::DenseSet<Operation *> &prepared;
@@ -231,6 +232,32 @@ absl::Status Reader::swiGluGemv(const Annotated &k) {
   return absl::OkStatus();
 }
 
+// rope(x) -> views -> index_put(cache, idx, .) => RoPE written into the cache.
+absl::Status Reader::ropeCacheWrite(const Annotated &k) {
+  auto rope = k.ops.size() == 2 ? dyn_cast<RoPEOp>(k.ops[0]) : RoPEOp();
+  auto put = k.ops.size() == 2 ? dyn_cast<IndexPutOp>(k.ops[1]) : IndexPutOp();
+  if (!rope || !put)
+    return bad(k.ops.front(), k,
+               "a rope_cache_write kernel is an llm.rope followed by the "
+               "llm.index_put that writes its result");
+  for (Operation *op : k.ops)
+    if (prepared.contains(op))
+      return bad(op, k, "parameter-preparation work is never a rope_cache_write kernel");
+  cu::RoPETableConfig cfg;
+  RopeCacheWriteLayout layout;
+  if (!ropeCacheWriteConfig(rope, put, &cfg, &layout))
+    return bad(put, k,
+               "its source is not the table-form llm.rope's result alone "
+               "(through reshapes and transposes used once that keep its "
+               "dimensions), written without accumulate along RoPE's sequence "
+               "dimension with the head dimension last");
+  int id = plan.ropeCacheWrites.size();
+  plan.ropeCacheWriteOf[rope] = id;
+  plan.ropeCacheWriteOf[put] = id;
+  plan.ropeCacheWrites.push_back({rope, put});
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KernelPlan> Reader::read() {
   Block &body = fn.getBody().front();
   std::map<int64_t, Annotated> kernels;
@@ -266,10 +293,12 @@ absl::StatusOr<KernelPlan> Reader::read() {
       st = multiGemv(k);
     else if (k.kind == "swiglu_gemv")
       st = swiGluGemv(k);
+    else if (k.kind == "rope_cache_write")
+      st = ropeCacheWrite(k);
     else
       st = bad(k.ops.front(), k,
-               "that kind is none of residual_norm, elementwise, multi_gemv "
-               "and swiglu_gemv");
+               "that kind is none of residual_norm, elementwise, multi_gemv, "
+               "swiglu_gemv and rope_cache_write");
     if (!st.ok())
       return st;
   }

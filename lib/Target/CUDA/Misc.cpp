@@ -163,11 +163,14 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
   if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.num_heads < 1)
     return Invalid("rope table: bad head_dim / num_heads");
   if (absl::Status st = CheckTokenSize("rope table", c.num_heads, c.head_dim); !st.ok()) return st;
+  if (c.cache_write && c.index != ScalarType::i32 && c.index != ScalarType::i64)
+    return Invalid("rope table: cache write indices must be i32 or i64");
   const RoPEGeom g = ComputeRoPEGeom(GeomConfig(c));
   KernelCode kc;
   kc.name = std::string("llmc_rope_table_") + ScalarTypeTag(c.dtype) + "_tab" + ScalarTypeTag(c.table) + "_h" +
             std::to_string(c.num_heads) + "_d" + std::to_string(c.head_dim) +
-            (c.interleaved ? "_interleaved" : "_half");
+            (c.interleaved ? "_interleaved" : "_half") +
+            (c.cache_write ? std::string("_cachewrite_") + ScalarTypeTag(c.index) : "");
   std::ostringstream hdr;
   hdr << "// llmc RoPE, table form (HF apply_rotary_pos_emb: x*cos + rotate_half(x)*sin;\n"
          "// Su et al. 2021) on x [B, S, H, D], contiguous. cos/sin hold full head-dim\n"
@@ -177,6 +180,10 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
                         : "// Pairs (i, i + D/2) (LLaMA / GPT-NeoX rotate_half).\n")
       << "// One block per token; thread (i, hg) reads pair i's table entries once and\n"
          "// rotates pair i of heads hg, hg + kHeadGroups, ...\n";
+  if (c.cache_write)
+    hdr << "// Cache write: token (b, s) goes to cache row index[s] (negative: from the\n"
+           "// end; outside [0, rows): not written), element (b, r, h, d) at\n"
+           "// b * out_b + r * out_row + h * out_h + d.\n";
   std::ostringstream cfg;
   cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
       << "typedef " << CTypeName(c.table) << " TabT;\n"
@@ -187,15 +194,28 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
       << "static constexpr int kThreadsI = " << g.threads_i << ";\n"
       << "static constexpr int kHeadGroups = " << g.head_groups << ";\n"
       << "static constexpr int kThreads = " << g.block << ";\n";
+  if (c.cache_write)
+    cfg << "typedef " << CTypeName(c.index) << " IdxT;\n";
   std::ostringstream b;
   b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
     << "(\n    T* out, const T* x, const TabT* cos_tab, const TabT* sin_tab, long long batch, long long seq,\n"
-       "    long long table_batch_stride) {\n";
+       "    long long table_batch_stride"
+    << (c.cache_write ? ", const IdxT* index, long long rows, long long out_b,\n"
+                        "    long long out_row, long long out_h"
+                      : "")
+    << ") {\n";
   b << R"CUDA(  const int64_t token = blockIdx.x;  // b * seq + s
   const int64_t bi = token / seq, s = token % seq;
   const int64_t row = bi * table_batch_stride + s * (int64_t)kHeadDim;
   const int64_t tok_base = token * (int64_t)(kHeads * kHeadDim);
-  const int ti = threadIdx.x % kThreadsI, hg = threadIdx.x / kThreadsI;
+)CUDA";
+  if (c.cache_write)
+    b << R"CUDA(  int64_t r = (int64_t)index[s];
+  if (r < 0) r += rows;
+  if (r < 0 || r >= rows) return;  // as index_put on the GPU: not written
+  const int64_t out_base = bi * out_b + r * out_row;
+)CUDA";
+  b << R"CUDA(  const int ti = threadIdx.x % kThreadsI, hg = threadIdx.x / kThreadsI;
   if (hg < kHeadGroups) {
     for (int i = ti; i < kHalf; i += kThreadsI) {
       const int ia = kInterleaved ? 2 * i : i;
@@ -205,9 +225,14 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
       for (int h = hg; h < kHeads; h += kHeadGroups) {
         const int64_t o = tok_base + (int64_t)h * kHeadDim;
         const float a = toF(x[o + ia]), bv = toF(x[o + ib]);
-        out[o + ia] = fromF<T>(a * ca - bv * sa);
-        out[o + ib] = fromF<T>(bv * cb + a * sb);
-      }
+)CUDA";
+  // Head h's store offset: its [H, D] row of the token, or of the cache row.
+  if (c.cache_write)
+    b << "        const int64_t so = out_base + (int64_t)h * out_h;\n";
+  const char *so = c.cache_write ? "so" : "o";
+  b << "        out[" << so << " + ia] = fromF<T>(a * ca - bv * sa);\n"
+    << "        out[" << so << " + ib] = fromF<T>(bv * cb + a * sb);\n"
+    << R"CUDA(      }
     }
   }
 }

@@ -262,6 +262,71 @@ func.func @f(%x: tensor<64xbf16>, %w: tensor<64xf32> {llm.param}) -> tensor<64xb
   EXPECT_CONTAINS(msg, "mixes parameter-preparation work");
 }
 
+// A decode step's k: RoPE, then the KV-cache write into a donated
+// [B, H, S, D] cache through a transpose (gpt-fast's k_cache[:, :, pos] = k).
+const char *kRopeCacheWrite = R"(
+func.func @f(%k: tensor<1x1x4x64xbf16>, %c: tensor<1x1x64xbf16>, %s: tensor<1x1x64xbf16>,
+             %cache: tensor<1x4x128x64xbf16> {llm.donate}, %pos: tensor<1xi64>) -> tensor<1x4x128x64xbf16> {
+  %kr = llm.rope %k cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split : tensor<1x1x4x64xbf16>
+  %kt = llm.transpose %kr [0, 2, 1, 3] : tensor<1x1x4x64xbf16>
+  %w = llm.index_put %cache[%pos], %kt dim = 2 : tensor<1x4x128x64xbf16>, tensor<1xi64>, tensor<1x4x1x64xbf16>
+  return %w : tensor<1x4x128x64xbf16>
+}
+)";
+
+TEST(KernelPlan, RoPEIsWrittenIntoTheCacheByOneKernel) {
+  const std::string src = kRopeCacheWrite;
+  auto planned = Lower(src);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(KernelLaunches(*planned), 1);
+
+  Parsed formed = Parse(src);
+  ASSERT_TRUE(formed.fn);
+  mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
+  pm.addPass(llmc::createFormKernelsPass({}));
+  ASSERT_TRUE(mlir::succeeded(pm.run(formed.fn)));
+  int annotated = 0;
+  formed.fn.walk([&](mlir::Operation *op) { annotated += op->hasAttr("llm.kernel"); });
+  EXPECT_EQ(annotated, 2);  // the rope and the index_put
+  auto fromIr = llmc::LowerToExecutable(formed.fn, {});
+  ASSERT_TRUE(fromIr.ok()) << fromIr.status();
+  EXPECT_EQ(rt::DescribeExecutable(*fromIr), rt::DescribeExecutable(*planned));
+
+  // Without the decision: RoPE into a buffer, then the write.
+  std::string unfused = src;
+  size_t body = unfused.find(" {\n  %kr");
+  ASSERT_NE(body, std::string::npos);
+  unfused.replace(body, 2, " attributes {llm.kernels_formed} {");
+  auto alone = Lower(unfused);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(KernelLaunches(*alone), 2);
+}
+
+TEST(KernelPlan, ARopeCacheWriteOfARopeReadElsewhereIsAnError) {
+  // The rotated k is also returned: the fused kernel would never write it.
+  std::string msg = LowerError(R"(
+func.func @f(%k: tensor<1x1x4x64xbf16>, %c: tensor<1x1x64xbf16>, %s: tensor<1x1x64xbf16>,
+             %cache: tensor<1x4x128x64xbf16> {llm.donate}, %pos: tensor<1xi64>)
+    -> (tensor<1x4x128x64xbf16>, tensor<1x1x4x64xbf16>) attributes {llm.kernels_formed} {
+  %kr = llm.rope %k cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split {llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}} : tensor<1x1x4x64xbf16>
+  %kt = llm.transpose %kr [0, 2, 1, 3] : tensor<1x1x4x64xbf16>
+  %w = llm.index_put %cache[%pos], %kt dim = 2 {llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}} : tensor<1x4x128x64xbf16>, tensor<1xi64>, tensor<1x4x1x64xbf16>
+  return %w, %kr : tensor<1x4x128x64xbf16>, tensor<1x1x4x64xbf16>
+})");
+  EXPECT_CONTAINS(msg, "'llm.index_put' at ");
+  EXPECT_CONTAINS(msg, "(kind \"rope_cache_write\")");
+  EXPECT_CONTAINS(msg, "its source is not the table-form llm.rope's result alone");
+
+  msg = LowerError(R"(
+func.func @f(%k: tensor<1x1x4x64xbf16>, %cache: tensor<1x4x128x64xbf16> {llm.donate}, %pos: tensor<1xi64>)
+    -> tensor<1x4x128x64xbf16> attributes {llm.kernels_formed} {
+  %kt = llm.transpose %k [0, 2, 1, 3] {llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}} : tensor<1x1x4x64xbf16>
+  %w = llm.index_put %cache[%pos], %kt dim = 2 {llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}} : tensor<1x4x128x64xbf16>, tensor<1xi64>, tensor<1x4x1x64xbf16>
+  return %w : tensor<1x4x128x64xbf16>
+})");
+  EXPECT_CONTAINS(msg, "a rope_cache_write kernel is an llm.rope followed by the llm.index_put");
+}
+
 TEST(KernelPlan, MalformedAndUnknownAnnotationsAreErrors) {
   std::string msg = LowerError(R"(
 func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
@@ -283,7 +348,8 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_for
   %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "epilogue"}} : tensor<4x8xf32>
   return %e : tensor<4x8xf32>
 })");
-  EXPECT_CONTAINS(msg, "that kind is none of residual_norm, elementwise, multi_gemv and swiglu_gemv");
+  EXPECT_CONTAINS(msg, "that kind is none of residual_norm, elementwise, multi_gemv, swiglu_gemv "
+                       "and rope_cache_write");
 
   msg = LowerError(R"(
 func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {

@@ -407,6 +407,81 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, con
       }
 }
 
+// RoPE written straight into a KV cache (cache_write): a prefill of S = 3
+// tokens for B = 2 into [B, H, R, D] (HND, gpt-fast / HF static cache) and
+// [B, R, H, D] (NHD) caches at rows given by an index tensor with a negative
+// and an out-of-range entry. Every indexed row equals RoPE's float64
+// reference (rounded once to bf16), every other cache element keeps its
+// bytes.
+TEST(Emu, RoPETableCacheWriteScattersIntoTheCache) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, const TabT* c,
+                          const TabT* s, long long B, long long S, long long tbs, const IdxT* idx,
+                          long long rows, long long ob, long long orow, long long oh) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, c, s, B, S, tbs, idx, rows, ob, orow, oh); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, long long,
+                      long long, long long, const void *, long long, long long, long long, long long);
+  const int64_t Bn = 2, S = 4, H = 3, D = 64, R = 9;
+  // Token s goes to cache row want_row[s]: -2 is row R - 2; 9 is outside
+  // [0, R) and is not written.
+  const std::vector<int32_t> idx32 = {5, -2, 9, 0};
+  const std::vector<int64_t> idx64(idx32.begin(), idx32.end());
+  const int64_t want_row[] = {5, R - 2, -1, 0};
+  uint32_t seed = 500;
+  for (ScalarType it : {ScalarType::i32, ScalarType::i64})
+    for (bool inter : {false, true})
+      for (bool hnd : {true, false}) {
+        RoPETableConfig cfg;
+        cfg.dtype = ScalarType::bf16;
+        cfg.table = ScalarType::f32;
+        cfg.num_heads = H;
+        cfg.head_dim = D;
+        cfg.interleaved = inter;
+        cfg.cache_write = true;
+        cfg.index = it;
+        auto k = Unwrap(EmitRoPETable(cfg));
+        auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+        ASSERT_NE(fn, nullptr) << k.name;
+        auto x = Randn(Bn * S * H * D, seed++);
+        auto ang = Randn(S * D, seed++, 1.7f);
+        std::vector<float> c(S * D), sn(S * D);
+        for (int64_t i = 0; i < S * D; ++i) {
+          c[i] = std::cos(ang[i]);
+          sn[i] = std::sin(ang[i]);
+        }
+        auto xb = ToBf16Vec(x);
+        auto ref = llmc::ref::RoPETableRef(x, c, sn, Bn, S, H, D, 0, inter);
+        auto cacheF = Randn(Bn * R * H * D, seed++);
+        auto cache = ToBf16Vec(cacheF);
+        const auto before = cache;
+        // Strides of (b, row, h) in the cache.
+        const int64_t ob = R * H * D, orow = hnd ? D : H * D, oh = hnd ? R * D : D;
+        LaunchDims d = Unwrap(RoPETableLaunch(cfg, Bn, S));
+        const void *idx = it == ScalarType::i32 ? (const void *)idx32.data() : (const void *)idx64.data();
+        fn(G(d), B(d), d.smem, cache.data(), xb.data(), c.data(), sn.data(), Bn, S, 0, idx, R, ob, orow, oh);
+        std::vector<bool> written(cache.size(), false);
+        double num = 0, den = 0;
+        for (int64_t b = 0; b < Bn; ++b)
+          for (int64_t s = 0; s < S; ++s)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t e = 0; e < D; ++e) {
+                if (want_row[s] < 0) continue;
+                const int64_t at = b * ob + want_row[s] * orow + h * oh + e;
+                const double want = ref[((b * S + s) * H + h) * D + e];
+                const float got = FromBf16(cache[at]);
+                ASSERT_TRUE(std::isfinite(got)) << k.name << " token " << s << " head " << h;
+                num += (got - want) * (got - want);
+                den += want * want;
+                written[at] = true;
+              }
+        EXPECT_LT(std::sqrt(num / den), 2.5e-3) << k.name << (hnd ? " HND" : " NHD");
+        for (size_t i = 0; i < cache.size(); ++i)
+          if (!written[i]) ASSERT_EQ(cache[i], before[i]) << k.name << " element " << i << " was written";
+      }
+}
+
 TEST(Emu, ElementwiseBroadcastAndVectorPaths) {
   if (!HaveCompiler()) GTEST_SKIP();
   // out0 = silu(a) * b (+ row bias c) as bf16, out1 = (a > c) as i1

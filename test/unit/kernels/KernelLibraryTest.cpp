@@ -420,6 +420,10 @@ TEST(RoPETable, CompileGrid) {
           c.num_heads = d == 64 ? 32 : 9;
           c.interleaved = inter;
           ExpectCompiles(Unwrap(EmitRoPETable(c)));
+          // The RoPE + KV-cache write variant.
+          c.cache_write = true;
+          c.index = inter ? ScalarType::i32 : ScalarType::i64;
+          ExpectCompiles(Unwrap(EmitRoPETable(c)));
         }
 }
 
@@ -433,6 +437,13 @@ TEST(RoPETable, NameEncodesTheVariantAndLaunch) {
   LaunchDims d = Unwrap(RoPETableLaunch(c, 4, 2048));  // one block per token
   EXPECT_EQ(d.grid[0], 4u * 2048u);
   EXPECT_EQ(d.block[0], 256u);                 // 64 pairs x 4 head groups
+  c.cache_write = true;
+  EXPECT_EQ(Unwrap(EmitRoPETable(c)).name,
+            "llmc_rope_table_bf16_tabbf16_h32_d128_interleaved_cachewrite_i64");
+  c.index = ScalarType::f32;
+  EXPECT_EQ(EmitRoPETable(c).status().message(),
+            "llmc::cuda kernel generator: rope table: cache write indices must be i32 or i64");
+  c.cache_write = false;
   c.head_dim = 7;
   absl::StatusOr<KernelCode> odd = EmitRoPETable(c);
   EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);

@@ -293,6 +293,10 @@ struct RoPETableConfig {
   int64_t num_heads = 32;
   int64_t head_dim = 128;               // D, even
   bool interleaved = false;             // pairs (2j, 2j+1) instead of (i, i+D/2)
+  /// The RoPE + KV-cache write variant: out is a cache written at the rows
+  /// an index tensor names (index_put of the rotated tensor), see below.
+  bool cache_write = false;
+  ScalarType index = ScalarType::i64;   // cache_write: i32 or i64 indices
 };
 
 /// x, out [B, S, H, D] contiguous; cos, sin full head-dim rows, element
@@ -308,8 +312,20 @@ struct RoPETableConfig {
 ///    long long seq, long long table_batch_stride)
 /// out may alias x (in place). One block per token (b, s); each thread reads
 /// the table entries of its pairs once and applies them to every head.
+///
+/// cache_write (the RoPE + KV-cache write of a decode or prefill step, e.g.
+/// gpt-fast's `k_cache[:, :, input_pos] = rope(k)`): the rotated element
+/// (b, s, h, d) goes to out[b * out_b + r * out_row + h * out_h + d] with
+/// r = index[s] instead of to a [B, S, H, D] tensor (strides in elements of
+/// the cache; out_row steps one cache row). As llm.index_put on the GPU, a
+/// negative r counts from the end (r + rows) and a token whose r is outside
+/// [0, rows) is not written. out must not overlap x. Kernel arguments:
+///   (T* out, const T* x, const TabT* cos_tab, const TabT* sin_tab, long long batch,
+///    long long seq, long long table_batch_stride, const IdxT* index, long long rows,
+///    long long out_b, long long out_row, long long out_h)
 /// InvalidArgument: a non-float dtype or table type, an odd head_dim or one
-/// below 2, num_heads < 1. Unimplemented: num_heads * head_dim over 2^30.
+/// below 2, num_heads < 1, cache_write with an index type other than i32 and
+/// i64. Unimplemented: num_heads * head_dim over 2^30.
 absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &cfg);
 absl::StatusOr<LaunchDims> RoPETableLaunch(const RoPETableConfig &cfg, int64_t batch, int64_t seq);
 
