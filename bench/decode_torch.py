@@ -14,7 +14,10 @@ median reported. LLMC_DUMP_DIR=DIR keeps llmc's IR of the prefill and
 decode graphs (`llmc-run DIR/<graph>.llmc_0.mlir --bench` times each
 launch). "same" counts the steps whose greedy token equals eager's.
 llmc-cuda-graphs is mode="reduce-overhead" (the session's CUDA graph
-counters are printed).
+counters are printed). --profile N runs N more steps of each backend under
+torch.profiler and prints the GPU time per step (kernels and copies, as
+CUPTI records them, also inside CUDA graphs), their count, and the rest of
+the step (the GPU idle: gaps between launches and host time).
 """
 import argparse
 import copy
@@ -48,6 +51,31 @@ def decode(model, prompt, steps):
     return times, torch.cat(toks)
 
 
+def profile(model, prompt, steps):
+    """(ms per step, GPU ms per step, GPU activities per step) over `steps`
+    decode steps after the prompt, under torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    t = prompt.shape[1]
+    dev = prompt.device
+    with torch.no_grad():
+        tok = model(prompt, torch.arange(t, device=dev)).clone()
+        pos = [torch.tensor([t + i], device=dev) for i in range(steps)]
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for i in range(steps):
+                tok = model(tok[:, None], pos[i]).clone()
+            b.record()
+            torch.cuda.synchronize()
+    gpu_us, count = 0.0, 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            gpu_us += e.time_range.elapsed_us()
+            count += 1
+    return a.elapsed_time(b) / steps, gpu_us / 1e3 / steps, count / steps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=4)
@@ -57,6 +85,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--max-seq", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="N more steps per backend under torch.profiler: GPU time per step")
     ap.add_argument("--backends", default="eager,inductor,inductor-reduce-overhead,llmc,"
                     "llmc-cuda-graphs", help="comma-separated subset, eager first")
     args = ap.parse_args()
@@ -104,6 +134,10 @@ def main():
         ms = statistics.median(times[10:])
         same = int((toks == ref).sum())
         print(f"{name:22} {ms:8.3f} {1e3 / ms:8.1f} {same:3d}/{len(ref)}")
+        if args.profile:
+            step, gpu, n = profile(m, prompt, args.profile)
+            print(f"    profiled {args.profile} steps: {step:.3f} ms/step, GPU {gpu:.3f} ms/step "
+                  f"in {n:.0f} kernels/copies, GPU idle {step - gpu:.3f} ms/step")
         if name.startswith("llmc"):
             for r in llmc.backend.reports():
                 print("   ", str(r).replace("\n", "\n    "))
