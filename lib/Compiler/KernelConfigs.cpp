@@ -97,6 +97,7 @@ absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
 KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
   KernelConfigs configs;
   configs.elementwise_unroll = options.elementwise_unroll;
+  configs.gemv_unroll = options.gemv_unroll;
   fn.walk([&](AttentionOp op) {
     auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
     int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
@@ -131,8 +132,10 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
 void llmc::annotateKernelConfigs(func::FuncOp fn, const KernelConfigs &configs) {
   Builder b(fn.getContext());
   fn->setAttr(kKernelConfigsAttr,
-              b.getDictionaryAttr({b.getNamedAttr(
-                  "elementwise_unroll", b.getI64IntegerAttr(configs.elementwise_unroll))}));
+              b.getDictionaryAttr(
+                  {b.getNamedAttr("elementwise_unroll",
+                                  b.getI64IntegerAttr(configs.elementwise_unroll)),
+                   b.getNamedAttr("gemv_unroll", b.getI64IntegerAttr(configs.gemv_unroll))}));
   fn.walk([&](AttentionOp op) {
     auto it = configs.attention.find(op);
     if (it == configs.attention.end())
@@ -165,11 +168,18 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
   KernelConfigs configs;
   auto dict = dyn_cast<DictionaryAttr>(fnConfigs);
   auto unroll = dict ? dict.getAs<IntegerAttr>("elementwise_unroll") : nullptr;
-  if (!unroll || !unroll.getType().isSignlessInteger(64) || dict.size() != 1 ||
-      unroll.getInt() < 1 || unroll.getInt() > 4)
+  // gemv_unroll may be absent (IR written before it existed): the default.
+  auto gemvUnroll = dict ? dict.getAs<IntegerAttr>("gemv_unroll") : nullptr;
+  auto inRange = [](IntegerAttr a, int64_t hi) {
+    return a.getType().isSignlessInteger(64) && a.getInt() >= 1 && a.getInt() <= hi;
+  };
+  if (!unroll || !inRange(unroll, 4) || (gemvUnroll && !inRange(gemvUnroll, cu::kGemvMaxUnroll)) ||
+      dict.size() != (gemvUnroll ? 2u : 1u))
     return invalid(fn, kKernelConfigsAttr.str(), fnConfigs,
-                   "{elementwise_unroll = <1, 2, 3 or 4>}");
+                   "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <1..16>}");
   configs.elementwise_unroll = static_cast<int>(unroll.getInt());
+  if (gemvUnroll)
+    configs.gemv_unroll = static_cast<int>(gemvUnroll.getInt());
   absl::Status status;
   fn.walk([&](AttentionOp op) {
     if (!status.ok())
@@ -252,6 +262,12 @@ struct SelectKernelConfigsPass
       return signalPassFailure();
     }
     options.elementwise_unroll = static_cast<int>(elementwiseUnroll);
+    if (gemvUnroll < 1 || gemvUnroll > cu::kGemvMaxUnroll) {
+      fn.emitOpError() << "llmc-select-kernel-configs: gemv-unroll: expected 1..16, found "
+                       << static_cast<int64_t>(gemvUnroll);
+      return signalPassFailure();
+    }
+    options.gemv_unroll = static_cast<int>(gemvUnroll);
     // The rule reads static shapes and kernel element types.
     WalkResult shapes = fn.walk([&](AttentionOp op) {
       for (Value v : op->getOperands()) {
@@ -283,5 +299,6 @@ std::unique_ptr<Pass> llmc::createSelectKernelConfigsPass(const LowerOptions &op
   if (options.attention_tile)
     o.attentionTile = cu::AttentionTileName(*options.attention_tile);
   o.elementwiseUnroll = options.elementwise_unroll;
+  o.gemvUnroll = options.gemv_unroll;
   return createSelectKernelConfigsPass(o);
 }

@@ -3,7 +3,8 @@
 // The configuration of a generated kernel that is a choice, not a
 // consequence of shapes and types, is chosen once by the
 // `llmc-select-kernel-configs` pass, whose options are the tuning knobs
-// (--attention-backend, --attention-tile, --ew-unroll and their variables,
+// (--attention-backend, --attention-tile, --ew-unroll, --gemv-unroll and
+// their variables,
 // read once by llmc::SetTuningKnobs), and written into IR:
 //
 //  - on each llm.attention, `llm.kernel_config`, one of
@@ -15,9 +16,11 @@
 //          cores (cu::AttentionTileName's form); with `cudnn` the launch
 //          also carries cuDNN's fused SDPA as the runtime's first choice
 //          (rt::AttentionSpec), the kernel staying its fallback;
-//  - on the function, `llm.kernel_configs = {elementwise_unroll = U}`: the
-//    16-byte vectors per input each thread of an elementwise kernel loads
-//    before using any (1..4).
+//  - on the function, `llm.kernel_configs = {elementwise_unroll = U,
+//    gemv_unroll = G}`: the 16-byte vectors per input each thread of an
+//    elementwise kernel loads before using any (1..4), and the 16-byte
+//    weight loads each lane of a decode GEMV has in flight (1..16; results
+//    are bitwise the same for every G).
 //
 // The lowering reads them back (decidedKernelConfigs) and checks each where
 // it emits the kernel, so a configuration written in IR is either computed
@@ -60,6 +63,7 @@ struct AttentionChoice {
 
 struct KernelConfigs {
   int elementwise_unroll = cuda::kElementwiseUnroll;
+  int gemv_unroll = cuda::kGemvUnroll;
   llvm::DenseMap<mlir::Operation *, AttentionChoice> attention;
 };
 

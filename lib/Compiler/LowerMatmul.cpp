@@ -81,6 +81,7 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   // Decode-shaped projections (a few rows against an nn.Linear weight): the
   // weight read is the whole cost; a GEMV kernel streams it at full bandwidth.
   if (cu::GemvConfig gc; decodeGemvConfig(op, &gc)) {
+    gc.unroll = l.getKernelConfigs().gemv_unroll;
     std::vector<KernelArg> args = {
         l.ptrArg(op.getResult()), l.ptrArg(op.getLhs()), gemvWeightArg(op, l),
         gc.has_bias ? l.ptrArg(op.getBias()) : nullArg(), i64Arg(n)};
@@ -275,6 +276,7 @@ absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l) {
     MatmulOp up = group.members[1];
     cu::SwiGluGemvConfig c;
     swiGluGemvConfig(gate, up, group.silu, group.emitAt, &c); // planned: true
+    c.unroll = l.getKernelConfigs().gemv_unroll;
     std::vector<KernelArg> args = {l.ptrArg(group.emitAt->getResult(0)),
                                    l.ptrArg(gate.getLhs()),
                                    gemvWeightArg(gate, l),
@@ -287,6 +289,7 @@ absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l) {
   }
   cu::MultiGemvConfig c;
   c.num_outputs = group.members.size();
+  c.unroll = l.getKernelConfigs().gemv_unroll;
   std::vector<KernelArg> args = {l.ptrArg(MatmulOp(group.members[0]).getLhs())};
   for (auto [i, member] : llvm::enumerate(group.members)) {
     MatmulOp mm = member;

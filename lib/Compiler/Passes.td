@@ -89,7 +89,8 @@ def SelectKernelConfigsPass
       (`{kernel = "flash_attention", tile = "bm64_bn64_w4_s2", cudnn = true}`;
       cudnn unless `attention-backend=llmc`, the attention has a mask or
       cuDNN does not take the shape);
-    - on the function, `llm.kernel_configs = {elementwise_unroll = U}`.
+    - on the function, `llm.kernel_configs = {elementwise_unroll = U,
+      gemv_unroll = G}`.
 
     LowerToExecutable reads these attributes and checks each where it
     emits the kernel (an unsupported configuration is an error naming the
@@ -118,7 +119,9 @@ def SelectKernelConfigsPass
     Option<"elementwiseUnroll", "elementwise-unroll", "int64_t",
            "::llmc::cuda::kElementwiseUnroll",
            "16-byte vectors per input in flight per thread of an elementwise "
-           "kernel (1..4)">
+           "kernel (1..4)">,
+    Option<"gemvUnroll", "gemv-unroll", "int64_t", "::llmc::cuda::kGemvUnroll",
+           "16-byte weight loads in flight per lane of a decode GEMV (1..16)">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

@@ -2,6 +2,7 @@
 
 #include "llmc/Pipelines/Pipeline.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
@@ -105,6 +106,7 @@ LowerOptions lowerOptions(const PipelineOptions &options) {
   lo.attention_backend = options.attention_backend;
   lo.attention_tile = options.attention_tile;
   lo.elementwise_unroll = options.elementwise_unroll;
+  lo.gemv_unroll = options.gemv_unroll;
   lo.hoist_parameter_work = options.hoist_parameter_work;
   lo.max_constant_bytes = options.max_constant_bytes;
   return lo;
@@ -165,6 +167,8 @@ absl::Status ValidatePipelineOptions(const PipelineOptions &options) {
   if (options.elementwise_unroll < 1 || options.elementwise_unroll > 4)
     return invalid("elementwise unroll: expected 1, 2, 3 or 4, found ",
                    options.elementwise_unroll);
+  if (options.gemv_unroll < 1 || options.gemv_unroll > cuda::kGemvMaxUnroll)
+    return invalid("gemv unroll: expected 1..16, found ", options.gemv_unroll);
   return absl::OkStatus();
 }
 
@@ -219,6 +223,14 @@ absl::Status SetTuningKnobs(const TuningKnobs &given, PipelineOptions &options) 
       return absl::InvalidArgumentError(absl::StrCat(
           unroll.name, ": expected 1, 2, 3 or 4, found '", v, "'"));
     options.elementwise_unroll = v[0] - '0';
+  }
+  KnobSetting gemv = fromEnvironment(given.gemv_unroll, kGemvUnrollVariable);
+  if (!gemv.value.empty()) {
+    int u = 0;
+    if (!absl::SimpleAtoi(gemv.value, &u) || u < 1 || u > cuda::kGemvMaxUnroll)
+      return absl::InvalidArgumentError(absl::StrCat(
+          gemv.name, ": expected 1..16, found '", gemv.value, "'"));
+    options.gemv_unroll = u;
   }
   return absl::OkStatus();
 }

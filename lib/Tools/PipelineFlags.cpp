@@ -38,7 +38,13 @@ PipelineFlags::PipelineFlags(cl::OptionCategory &category)
                cl::desc("16-byte vectors per input in flight per thread in "
                         "elementwise kernels, 1..4; default: "
                         "$LLMC_EW_UNROLL, else 1"),
-               cl::init(""), cl::cat(category)) {}
+               cl::init(""), cl::cat(category)),
+      gemvUnroll("gemv-unroll",
+                 cl::desc("16-byte weight loads in flight per lane of a decode "
+                          "GEMV, 1..16, for sweeps (results are bitwise the same; "
+                          "above 8, or at batch > 1, kernels may spill registers); "
+                          "default: $LLMC_GEMV_UNROLL, else 4"),
+                 cl::init(""), cl::cat(category)) {}
 
 absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {
   PipelineOptions options;
@@ -52,7 +58,7 @@ absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {
   if (!knobs)
     return options;
   // An empty value given explicitly is not "not given".
-  for (const cl::opt<std::string> *knob : {&attention, &attentionTile, &ewUnroll})
+  for (const cl::opt<std::string> *knob : {&attention, &attentionTile, &ewUnroll, &gemvUnroll})
     if (knob->getNumOccurrences() && knob->empty())
       return absl::InvalidArgumentError("--" + knob->ArgStr.str() +
                                         " needs a value");
@@ -60,6 +66,7 @@ absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {
   given.attention_backend = {attention, "--attention"};
   given.attention_tile = {attentionTile, "--attention-tile"};
   given.elementwise_unroll = {ewUnroll, "--ew-unroll"};
+  given.gemv_unroll = {gemvUnroll, "--gemv-unroll"};
   if (absl::Status st = SetTuningKnobs(given, options); !st.ok())
     return st;
   return options;

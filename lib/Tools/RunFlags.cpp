@@ -71,7 +71,8 @@ std::string checkFlags(const Options &opts) {
          std::initializer_list<const cl::Option *>{
              &opts.check, &opts.bench, &opts.iters, &opts.profile,
              &opts.noGraphs, &opts.pipeline.attention,
-             &opts.pipeline.attentionTile, &opts.pipeline.ewUnroll, &opts.gpu,
+             &opts.pipeline.attentionTile, &opts.pipeline.ewUnroll,
+             &opts.pipeline.gemvUnroll, &opts.gpu,
              &opts.tolerance, &opts.pipeline.noHoist, &opts.ncclTimeout})
       if (given(*o))
         return "--" + o->ArgStr.str() +

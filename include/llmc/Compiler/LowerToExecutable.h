@@ -87,6 +87,9 @@ struct LowerOptions {
   /// 16-byte vectors per input each thread of an elementwise kernel's fast
   /// path loads before using any, 1..4 (--ew-unroll, LLMC_EW_UNROLL).
   int elementwise_unroll = cuda::kElementwiseUnroll;
+  /// 16-byte weight loads each lane of a decode GEMV has in flight, 1..16
+  /// (--gemv-unroll, LLMC_GEMV_UNROLL); results are bitwise the same.
+  int gemv_unroll = cuda::kGemvUnroll;
   /// Move work that depends on parameters only (llm::parameterArguments) into
   /// the parameter-preparation segment, run once per parameter set
   /// (rt::Executable::num_prepare_launches). Off: every launch runs on every

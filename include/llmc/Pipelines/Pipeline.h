@@ -105,6 +105,8 @@ struct PipelineOptions {
   std::optional<cuda::AttentionTile> attention_tile;
   /// 16-byte vectors per input in flight per thread in elementwise kernels.
   int elementwise_unroll = cuda::kElementwiseUnroll;
+  /// 16-byte weight loads in flight per lane of a decode GEMV.
+  int gemv_unroll = cuda::kGemvUnroll;
 };
 
 /// The LowerOptions of `options`.
@@ -125,7 +127,7 @@ inline constexpr int kMaxTensorParallel = 1024;
 /// Checks what buildPipeline cannot: 1 <= tp <= kMaxTensorParallel and
 /// 0 <= rank < tp; weight_only none with the fp8 policy; pad_multiple and
 /// vocab_multiple in 1..4096; arena_alignment a positive power of two;
-/// elementwise_unroll 1..4. InvalidArgument naming the option otherwise.
+/// elementwise_unroll 1..4; gemv_unroll 1..16. InvalidArgument naming the option otherwise.
 absl::Status ValidatePipelineOptions(const PipelineOptions &options);
 
 /// Runs buildPipeline(options) on `fn` in place, after
@@ -157,6 +159,7 @@ absl::Status ApplyPrecisionPolicy(mlir::func::FuncOp fn,
 inline constexpr const char kAttentionBackendVariable[] = "LLMC_ATTENTION_BACKEND";
 inline constexpr const char kAttentionTileVariable[] = "LLMC_ATTN_CONFIG";
 inline constexpr const char kElementwiseUnrollVariable[] = "LLMC_EW_UNROLL";
+inline constexpr const char kGemvUnrollVariable[] = "LLMC_GEMV_UNROLL";
 
 /// One knob as the user gave it: its text (empty: not given) and the name an
 /// error blames ("--attention-tile", "attention_tile").
@@ -173,6 +176,8 @@ struct TuningKnobs {
   KnobSetting attention_tile;
   /// 1, 2, 3 or 4.
   KnobSetting elementwise_unroll;
+  /// 1..16.
+  KnobSetting gemv_unroll;
 };
 
 /// Sets the tuning knobs of `options`: each from its setting in `given`,

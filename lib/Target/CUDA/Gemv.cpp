@@ -20,12 +20,12 @@ using namespace detail;
 
 namespace {
 constexpr int kGemvWarps = 8; // output columns per block
-constexpr int kGemvUnroll = 4; // 16-byte weight loads in flight per lane
 } // namespace
 
 bool GemvSupported(const GemvConfig &c) {
   return (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16) &&
-         c.m >= 1 && c.m <= kGemvMaxRows && c.k >= 8 && c.k % 8 == 0 && c.n >= 1;
+         c.m >= 1 && c.m <= kGemvMaxRows && c.k >= 8 && c.k % 8 == 0 && c.n >= 1 &&
+         c.unroll >= 1 && c.unroll <= kGemvMaxUnroll;
 }
 
 namespace {
@@ -34,15 +34,21 @@ bool OutTypeOk(ScalarType t) {
   return t == ScalarType::f32 || t == ScalarType::f16 || t == ScalarType::bf16;
 }
 
-/// Configuration shared by every GEMV kernel of one (dtype, m, k).
-std::string CommonConfig(ScalarType dtype, int64_t m, int64_t k) {
+/// The kernel-name suffix of a non-default unroll (default kernels keep
+/// their names).
+std::string UnrollTag(int unroll) {
+  return unroll == kGemvUnroll ? "" : "_u" + std::to_string(unroll);
+}
+
+/// Configuration shared by every GEMV kernel of one (dtype, m, k, unroll).
+std::string CommonConfig(ScalarType dtype, int64_t m, int64_t k, int unroll) {
   std::ostringstream cfg;
   cfg << "typedef " << CTypeName(dtype) << " T;\n"
       << "static constexpr int kM = " << m << ";      // rows of x (tokens)\n"
       << "static constexpr long long kK = " << k << "LL; // contraction length\n"
       << "static constexpr int kVec = 8;       // elements per 16-byte load\n"
       << "static constexpr int kWarps = " << kGemvWarps << ";\n"
-      << "static constexpr int kUnroll = " << kGemvUnroll << ";\n";
+      << "static constexpr int kUnroll = " << unroll << ";\n";
   return cfg.str();
 }
 
@@ -104,9 +110,10 @@ absl::StatusOr<KernelCode> EmitGemv(const GemvConfig &c) {
   if (!GemvSupported(c)) return Invalid("gemv: unsupported configuration");
   KernelCode kc;
   kc.name = std::string("llmc_gemv_") + ScalarTypeTag(c.dtype) + "_" + ScalarTypeTag(c.out) +
-            "_m" + std::to_string(c.m) + "_k" + std::to_string(c.k) + (c.has_bias ? "_bias" : "");
+            "_m" + std::to_string(c.m) + "_k" + std::to_string(c.k) + (c.has_bias ? "_bias" : "") +
+            UnrollTag(c.unroll);
   std::ostringstream cfg;
-  cfg << CommonConfig(c.dtype, c.m, c.k)
+  cfg << CommonConfig(c.dtype, c.m, c.k, c.unroll)
       << "typedef " << CTypeName(c.out) << " OutT;\n"
       << "static constexpr bool kBias = " << (c.has_bias ? "true" : "false") << ";\n";
   std::ostringstream b;
@@ -144,6 +151,7 @@ bool MultiGemvSupported(const MultiGemvConfig &c) {
   g.dtype = c.dtype;
   g.m = c.m;
   g.k = c.k;
+  g.unroll = c.unroll;
   if (!GemvSupported(g)) return false;
   for (int i = 0; i < c.num_outputs; ++i)
     if (!OutTypeOk(c.out[i])) return false;
@@ -158,8 +166,9 @@ absl::StatusOr<KernelCode> EmitMultiGemv(const MultiGemvConfig &c) {
             "_k" + std::to_string(c.k);
   for (int i = 0; i < nout; ++i)
     kc.name += std::string("_") + ScalarTypeTag(c.out[i]) + (c.has_bias[i] ? "b" : "");
+  kc.name += UnrollTag(c.unroll);
   std::ostringstream cfg;
-  cfg << CommonConfig(c.dtype, c.m, c.k);
+  cfg << CommonConfig(c.dtype, c.m, c.k, c.unroll);
   for (int i = 0; i < nout; ++i)
     cfg << "typedef " << CTypeName(c.out[i]) << " OutT" << i << ";\n"
         << "static constexpr bool kBias" << i << " = " << (c.has_bias[i] ? "true" : "false")
@@ -227,6 +236,7 @@ bool SwiGluGemvSupported(const SwiGluGemvConfig &c) {
   g.m = c.m;
   g.k = c.k;
   g.n = c.n;
+  g.unroll = c.unroll;
   return GemvSupported(g) && OutTypeOk(c.gate_out) && OutTypeOk(c.up_out) &&
          OutTypeOk(c.act_out) && OutTypeOk(c.out);
 }
@@ -236,9 +246,10 @@ absl::StatusOr<KernelCode> EmitSwiGluGemv(const SwiGluGemvConfig &c) {
   KernelCode kc;
   kc.name = std::string("llmc_swiglu_gemv_") + ScalarTypeTag(c.dtype) + "_m" + std::to_string(c.m) +
             "_k" + std::to_string(c.k) + "_" + ScalarTypeTag(c.gate_out) + ScalarTypeTag(c.up_out) +
-            ScalarTypeTag(c.act_out) + ScalarTypeTag(c.out) + (c.has_bias ? "_bias" : "");
+            ScalarTypeTag(c.act_out) + ScalarTypeTag(c.out) + (c.has_bias ? "_bias" : "") +
+            UnrollTag(c.unroll);
   std::ostringstream cfg;
-  cfg << CommonConfig(c.dtype, c.m, c.k)
+  cfg << CommonConfig(c.dtype, c.m, c.k, c.unroll)
       << "typedef " << CTypeName(c.gate_out) << " GateT;  // x @ w_gate^T, rounded\n"
       << "typedef " << CTypeName(c.up_out) << " UpT;    // x @ w_up^T, rounded\n"
       << "typedef " << CTypeName(c.act_out) << " ActT;   // silu(gate), rounded\n"

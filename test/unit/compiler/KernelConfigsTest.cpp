@@ -126,6 +126,42 @@ func.func @f(%x: tensor<64x256xbf16>) -> tensor<64x256xbf16> attributes {llm.ker
   EXPECT_EQ(rt::DescribeExecutable(*plain), rt::DescribeExecutable(*one));
 }
 
+// The GEMV unroll changes the decode GEMV kernel (its loads in flight), not
+// the launches: same grid, arguments and buffers; an unconfigured function
+// gets the default (4), whose kernel keeps its name.
+TEST(KernelConfigs, TheLoweringFollowsTheGemvUnroll) {
+  const char *src = R"(
+func.func @f(%x: tensor<1x256xbf16>, %w: tensor<512x256xbf16>) -> tensor<1x512xbf16> attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = UNROLL : i64}} {
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<1x256xbf16>, tensor<512x256xbf16> -> tensor<1x512xbf16>
+  return %y : tensor<1x512xbf16>
+})";
+  auto withUnroll = [&](const std::string &u) {
+    std::string s = src;
+    s.replace(s.find("UNROLL"), 6, u);
+    return Lower(s);
+  };
+  auto four = withUnroll("4"), eight = withUnroll("8");
+  ASSERT_TRUE(four.ok()) << four.status();
+  ASSERT_TRUE(eight.ok()) << eight.status();
+  ASSERT_EQ(four->kernels.size(), 1u);
+  ASSERT_EQ(eight->kernels.size(), 1u);
+  EXPECT_EQ(four->kernels[0].name, "llmc_gemv_bf16_bf16_m1_k256");
+  EXPECT_EQ(eight->kernels[0].name, "llmc_gemv_bf16_bf16_m1_k256_u8");
+  EXPECT_NE(eight->kernels[0].source.find("kUnroll = 8;"), std::string::npos);
+  ASSERT_EQ(four->launches.size(), 1u);
+  ASSERT_EQ(eight->launches.size(), 1u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(four->launches[0].grid[i], eight->launches[0].grid[i]);
+    EXPECT_EQ(four->launches[0].block[i], eight->launches[0].block[i]);
+  }
+  std::string unconfigured = src;
+  size_t at = unconfigured.find(" attributes");
+  unconfigured.replace(at, unconfigured.find(" {\n  %y") - at, "");
+  auto plain = Lower(unconfigured);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(rt::DescribeExecutable(*plain), rt::DescribeExecutable(*four));
+}
+
 std::string LowerError(const std::string &src) {
   auto exe = Lower(src);
   if (exe.ok())
@@ -174,7 +210,12 @@ TEST(KernelConfigs, MalformedOrMissingConfigurationsAreErrors) {
 
   msg = LowerError(Attention(kPrefill, kPrefill, "", "{llm.kernel_configs = {elementwise_unroll = 7 : i64}}"));
   EXPECT_CONTAINS(msg, "'func.func' at ");
-  EXPECT_CONTAINS(msg, "has llm.kernel_configs = {elementwise_unroll = 7 : i64}; expected {elementwise_unroll = <1, 2, 3 or 4>}");
+  EXPECT_CONTAINS(msg, "has llm.kernel_configs = {elementwise_unroll = 7 : i64}; expected "
+                       "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <1..16>}");
+
+  msg = LowerError(Attention(kPrefill, kPrefill, "",
+                             "{llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 32 : i64}}"));
+  EXPECT_CONTAINS(msg, "gemv_unroll = 32 : i64}; expected");
 }
 
 } // namespace

@@ -143,7 +143,8 @@ using GemvFn = void (*)(Dim3, Dim3, void *, const void *, const void *, const vo
 
 // The single GEMV on the emulator (the unfused kernel, for bitwise checks).
 std::vector<char> RunGemv(ScalarType dtype, ScalarType out, int64_t m, int64_t k, int64_t n,
-                          const Tensor &x, const Tensor &w, const Tensor *bias) {
+                          const Tensor &x, const Tensor &w, const Tensor *bias,
+                          int unroll = kGemvUnroll) {
   GemvConfig c;
   c.dtype = dtype;
   c.out = out;
@@ -151,6 +152,7 @@ std::vector<char> RunGemv(ScalarType dtype, ScalarType out, int64_t m, int64_t k
   c.k = k;
   c.n = n;
   c.has_bias = bias != nullptr;
+  c.unroll = unroll;
   const KernelCode kc = Unwrap(EmitGemv(c));
   auto fn = reinterpret_cast<GemvFn>(BuildEmu(kc, kGemvStub));
   std::vector<char> y = NanBuffer(out, m * n);
@@ -342,6 +344,24 @@ TEST(GemvEmu, SwiGluOddShapesBias) { RunSwiGlu({f16, f16, f16, f16, f16, 3, 1000
 TEST(GemvEmu, SwiGluMixedTypes) { RunSwiGlu({bf, f32, bf, f32, f32, 8, 1000, 1, true, true}); }
 TEST(GemvEmu, SwiGluDecodeShape) { RunSwiGlu({bf, bf, bf, bf, bf, 1, 4096, 1031, false, false}); }
 
+// The unroll (16-byte loads in flight per lane) changes when loads are
+// issued, not the order in which a lane adds its chunks: every unroll gives
+// the default kernel's bits, with a tail (k = 136: 17 chunks) and without.
+TEST(GemvEmu, UnrollIsBitwiseTheDefault) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  for (int64_t m : {1, 3})
+    for (int64_t k : {136, 4096}) {
+      const int64_t n = 9;
+      const Tensor x = Random(bf, m * k, 21, 1.f);
+      const Tensor w = Random(bf, n * k, 22, 1.f / std::sqrt(static_cast<float>(k)));
+      const std::vector<char> want = RunGemv(bf, bf, m, k, n, x, w, nullptr);
+      for (int unroll : {1, 2, 8, 16}) {
+        const std::vector<char> got = RunGemv(bf, bf, m, k, n, x, w, nullptr, unroll);
+        EXPECT_EQ(got, want) << "m " << m << " k " << k << " unroll " << unroll;
+      }
+    }
+}
+
 TEST(GemvKernels, RejectsUnsupported) {
   MultiGemvConfig c;
   c.num_outputs = 5;
@@ -361,6 +381,16 @@ TEST(GemvKernels, RejectsUnsupported) {
   c.dtype = bf;
   c.out[1] = ScalarType::i32;
   EXPECT_FALSE(MultiGemvSupported(c));
+  c.out[1] = bf;
+  for (int unroll : {0, kGemvMaxUnroll + 1}) {
+    c.unroll = unroll;
+    EXPECT_FALSE(MultiGemvSupported(c)) << unroll;
+  }
+  GemvConfig g;
+  g.unroll = kGemvMaxUnroll;
+  EXPECT_TRUE(GemvSupported(g));
+  g.unroll = 0;
+  EXPECT_FALSE(GemvSupported(g));
   SwiGluGemvConfig s;
   EXPECT_TRUE(SwiGluGemvSupported(s));
   s.act_out = ScalarType::i8;
@@ -420,6 +450,18 @@ TEST(GemvKernels, CompileWithoutSpills) {
         s.k = k;
         s.has_bias = m == 3;
         kernels.push_back(Unwrap(EmitSwiGluGemv(s)));
+        // More loads in flight (--gemv-unroll) for the decode shapes.
+        // m = 1 (batch-1 decode) only: at m = 8 the SwiGLU kernel's 2 x 8
+        // accumulators and 2 x unroll vectors spill from unroll 8 on, and
+        // at unroll 16 it spills 8 bytes on sm_80 (f16, k = 11008).
+        if (k >= 4096 && m == 1)
+          for (int unroll : {8, 16}) {
+            g.unroll = mc.unroll = s.unroll = unroll;
+            kernels.push_back(Unwrap(EmitGemv(g)));
+            kernels.push_back(Unwrap(EmitMultiGemv(mc)));
+            if (unroll == 8)
+              kernels.push_back(Unwrap(EmitSwiGluGemv(s)));
+          }
       }
   for (const char *arch : {"sm_90a", "sm_80"})
     for (const KernelCode &k : kernels) {

@@ -639,6 +639,13 @@ absl::StatusOr<LaunchDims> ColumnReduceCombineLaunch(const ColumnReduceConfig &c
 //===----------------------------------------------------------------------===//
 
 inline constexpr int kGemvMaxRows = 8;
+/// 16-byte weight loads each lane of a decode GEMV issues before using any
+/// (the `unroll` of GemvConfig, MultiGemvConfig and SwiGluGemvConfig):
+/// kGemvUnroll by default, 1..kGemvMaxUnroll. Every lane adds its chunks in
+/// the same order whatever the unroll, so results are bitwise the same; only
+/// the bytes in flight change.
+inline constexpr int kGemvUnroll = 4;
+inline constexpr int kGemvMaxUnroll = 16;
 
 struct GemvConfig {
   ScalarType dtype = ScalarType::bf16; // x, w, bias: bf16 or f16
@@ -647,9 +654,11 @@ struct GemvConfig {
   int64_t k = 4096;                    // contraction length, multiple of 8
   int64_t n = 4096;                    // output columns (rows of w)
   bool has_bias = false;
+  int unroll = kGemvUnroll;            // loads in flight per lane, 1..kGemvMaxUnroll
 };
 
-/// True for bf16/f16 with 1 <= m <= kGemvMaxRows and k % 8 == 0.
+/// True for bf16/f16 with 1 <= m <= kGemvMaxRows, k % 8 == 0 and an unroll
+/// in 1..kGemvMaxUnroll.
 bool GemvSupported(const GemvConfig &cfg);
 
 /// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]); x [M, K] and y [M, N]
@@ -679,6 +688,7 @@ struct MultiGemvConfig {
                                           ScalarType::bf16, ScalarType::bf16}; // f32/f16/bf16
   int64_t n[kMultiGemvMaxOutputs] = {0, 0, 0, 0}; // rows of w_i (only for the launch grid)
   bool has_bias[kMultiGemvMaxOutputs] = {false, false, false, false};
+  int unroll = kGemvUnroll;            // loads in flight per lane, 1..kGemvMaxUnroll
 };
 bool MultiGemvSupported(const MultiGemvConfig &cfg);
 /// y_i[m, n] = sum_k x[m, k] * w_i[n, k] (+ bias_i[n]) for i < num_outputs;
@@ -714,6 +724,7 @@ struct SwiGluGemvConfig {
   int64_t k = 4096;                       // contraction length, multiple of 8
   int64_t n = 11008;                      // rows of w_gate and of w_up
   bool has_bias = false;                  // both biases present
+  int unroll = kGemvUnroll;               // loads in flight per lane, 1..kGemvMaxUnroll
 };
 bool SwiGluGemvSupported(const SwiGluGemvConfig &cfg);
 /// x [M, K], y [M, N] row-major; w_gate, w_up [N, K] row-major, 16-byte
