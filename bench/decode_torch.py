@@ -17,7 +17,8 @@ llmc-cuda-graphs is mode="reduce-overhead" (the session's CUDA graph
 counters are printed). --profile N runs N more steps of each backend under
 torch.profiler and prints the GPU time per step (kernels and copies, as
 CUPTI records them, also inside CUDA graphs), their count, and the rest of
-the step (the GPU idle: gaps between launches and host time).
+the step (the GPU idle: gaps between launches and host time);
+DECODE_PROFILE_TABLE=1 also prints the host operations by self CPU time.
 """
 import argparse
 import copy
@@ -73,6 +74,8 @@ def profile(model, prompt, steps):
         if e.device_type == torch.autograd.DeviceType.CUDA:
             gpu_us += e.time_range.elapsed_us()
             count += 1
+    if os.environ.get("DECODE_PROFILE_TABLE"):  # where the host time goes
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
     return a.elapsed_time(b) / steps, gpu_us / 1e3 / steps, count / steps
 
 
