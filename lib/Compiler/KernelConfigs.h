@@ -87,7 +87,7 @@ std::optional<std::array<int64_t, 3>> attentionMaskStrides(llm::AttentionOp op);
 absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionOp op);
 
 /// The rule llmc-select-kernel-configs applies with the knobs of `options`
-/// (attention_backend, attention_tile, elementwise_unroll) to a
+/// (attention_backend, attention_tile, elementwise_unroll, gemv_unroll) to a
 /// shape-specialized function:
 ///  - flash-decoding for an attention it serves (flashDecodeServes) that
 ///    reads `kv_len` or has one query, in cu::FlashDecodeNumSplits splits; FlashAttention-2 otherwise, with

@@ -150,7 +150,9 @@ bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig
   // Which RoPE dimension (0..3: B, S, H, D) each dimension of the value
   // holds; -1 for size-1 dims.
   ArrayRef<int64_t> ropeShape = tensorType(rope.getResult()).getShape();
-  if (ropeShape.size() != 4)
+  // An empty RoPE (S = 0 tokens) writes nothing: no kernel at all, as the
+  // unfused ops (the RoPE has no elements, the index_put no indices).
+  if (ropeShape.size() != 4 || tensorType(rope.getResult()).getNumElements() == 0)
     return false;
   SmallVector<int> dimOf;
   for (int j = 0; j < 4; ++j)

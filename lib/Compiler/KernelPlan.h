@@ -74,8 +74,10 @@ struct RopeCacheWriteLayout {
 /// on [B, S, H, D], whose result is only the source of `put` (no
 /// accumulate), possibly through llm.reshape / llm.transpose /
 /// llm.broadcast ops each used once that keep every dimension of size above
-/// 1 (permute, add or drop size-1 dims): RoPE's S must be put's indexed dimension (or S = 1) and its
-/// D the base's last dimension. Fills `cfg` and `layout`.
+/// 1 (permute, add or drop size-1 dims): RoPE's S must be put's indexed
+/// dimension (or S = 1), its D the base's last dimension, and RoPE must have
+/// elements (an empty one writes nothing: no kernel). Fills `cfg` and
+/// `layout`.
 bool ropeCacheWriteConfig(llm::RoPEOp rope, llm::IndexPutOp put,
                           cuda::RoPETableConfig *cfg, RopeCacheWriteLayout *layout);
 

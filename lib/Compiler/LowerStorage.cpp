@@ -4,9 +4,11 @@
 
 namespace llmc::codegen {
 
-/// The alignment of a view's storage inside its source's buffer when the
-/// view aliases it (arena buffers start 256-byte aligned; GEMM operand views
-/// need the same, see LowerMatmul.cpp).
+/// The alignment of a view's offset inside its source's buffer when the view
+/// aliases it: the view keeps its source's alignment (arena offsets are
+/// multiples of LowerOptions::arena_alignment, 128 bytes by default; the
+/// kernels' 16-byte vector loads need 16), the same rule as GEMM operand
+/// views (LowerMatmul.cpp).
 static constexpr int64_t kAliasAlignment = 256;
 
 /// `v` read in place: a strided view (possibly of strided views) composes
@@ -59,8 +61,8 @@ int Lowering::bufferForImpl(Value v) {
   // storage: its source's buffer at the block's offset. The copy would
   // reproduce the same bytes at the same moment (the lazy copy reads the
   // source right before the consumer, and the source stays live until then,
-  // see `touch`; views are never written in place). The offset keeps the
-  // 256-byte alignment every kernel and cuBLASLt assume of a buffer.
+  // see `touch`; views are never written in place). The offset is a
+  // multiple of kAliasAlignment, so the view keeps its source's alignment.
   if (Operation *def = root.getDefiningOp();
       isa_and_nonnull<StridedViewOpInterface>(def) && !outputIndex.count(root)) {
     absl::StatusOr<StridedRead> read = stridedRead(root);

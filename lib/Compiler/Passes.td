@@ -96,7 +96,8 @@ def SelectKernelConfigsPass
     emits the kernel (an unsupported configuration is an error naming the
     op); it never chooses again. Every tool and the C/C++ API run this pass
     after llmc-form-kernels, with the knobs set by `--attention-backend`,
-    `--attention-tile`, `--ew-unroll` or their environment variables.
+    `--attention-tile`, `--ew-unroll`, `--gemv-unroll` or their environment
+    variables.
 
     Before:
     ```mlir

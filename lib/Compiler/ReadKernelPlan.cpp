@@ -248,9 +248,10 @@ absl::Status Reader::ropeCacheWrite(const Annotated &k) {
   if (!ropeCacheWriteConfig(rope, put, &cfg, &layout))
     return bad(put, k,
                "its source is not the table-form llm.rope's result alone "
-               "(through reshapes and transposes used once that keep its "
-               "dimensions), written without accumulate along RoPE's sequence "
-               "dimension with the head dimension last");
+               "(through reshapes, transposes and broadcasts used once that "
+               "only permute, add or drop size-1 dimensions), written without "
+               "accumulate along RoPE's sequence dimension with the head "
+               "dimension last, for a RoPE of at least one element");
   int id = plan.ropeCacheWrites.size();
   plan.ropeCacheWriteOf[rope] = id;
   plan.ropeCacheWriteOf[put] = id;

@@ -226,8 +226,12 @@ absl::Status SetTuningKnobs(const TuningKnobs &given, PipelineOptions &options) 
   }
   KnobSetting gemv = fromEnvironment(given.gemv_unroll, kGemvUnrollVariable);
   if (!gemv.value.empty()) {
+    // Digits only, no sign, blank or leading zero: the value names a kernel.
     int u = 0;
-    if (!absl::SimpleAtoi(gemv.value, &u) || u < 1 || u > cuda::kGemvMaxUnroll)
+    const std::string &v = gemv.value;
+    bool digits = v.size() <= 2 && v[0] != '0' &&
+                  v.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || !absl::SimpleAtoi(v, &u) || u < 1 || u > cuda::kGemvMaxUnroll)
       return absl::InvalidArgumentError(absl::StrCat(
           gemv.name, ": expected 1..16, found '", gemv.value, "'"));
     options.gemv_unroll = u;

@@ -5,6 +5,7 @@
 //                [--print-stats] [--emit-cuda] [--emit=executable-dump|mlir|exec]
 //                [--from-exec]
 //                [--attention=..] [--attention-tile=..] [--ew-unroll=N]
+//                [--gemv-unroll=N]
 //                [--mlir-print-ir-after-all, --mlir-timing, ...]
 //
 // Runs the one compilation pipeline (llmc/Pipelines/Pipeline.h: shape

@@ -40,8 +40,8 @@ PipelineFlags::PipelineFlags(cl::OptionCategory &category)
                         "$LLMC_EW_UNROLL, else 1"),
                cl::init(""), cl::cat(category)),
       gemvUnroll("gemv-unroll",
-                 cl::desc("16-byte weight loads in flight per lane of a decode "
-                          "GEMV, 1..16, for sweeps (results are bitwise the same; "
+                 cl::desc("16-byte weight loads in flight per lane of a bf16/f16 "
+                          "decode GEMV (not the int8/int4 weight-only one), 1..16, for sweeps (results are bitwise the same; "
                           "above 8, or at batch > 1, kernels may spill registers); "
                           "default: $LLMC_GEMV_UNROLL, else 4"),
                  cl::init(""), cl::cat(category)) {}

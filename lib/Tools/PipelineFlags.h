@@ -2,7 +2,7 @@
 //
 // The command-line face of llmc::PipelineOptions that both tools share
 // (--precision, --no-hoist and the tuning knobs --attention,
-// --attention-tile, --ew-unroll), validated once into PipelineOptions with
+// --attention-tile, --ew-unroll, --gemv-unroll), validated once into PipelineOptions with
 // errors naming the flag, and MLIR's pass-manager flags
 // (--mlir-print-ir-after-all, --mlir-timing, ...) applied to the pipeline's
 // pass manager.
@@ -35,7 +35,7 @@ struct PipelineFlags {
   /// never reads it), the tuning knobs (flag, else environment, else
   /// default: SetTuningKnobs).
   /// Errors: "--precision: expected fp32, ...", "--ew-unroll: ...",
-  /// "environment variable LLMC_EW_UNROLL: ...".
+  /// "--gemv-unroll: ...", "environment variable LLMC_EW_UNROLL: ...".
   absl::StatusOr<PipelineOptions> options(bool knobs = true) const;
 };
 

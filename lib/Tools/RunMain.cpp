@@ -22,7 +22,7 @@
 // --emit=executable-dump runs the CUDA path's flow up to the executable
 // (shard, then llmc::RunPipeline: weight-only quantization, canonicalize
 // and raise, precision policy; LowerToExecutable with the --attention,
-// --attention-tile, --ew-unroll and --no-hoist options) and prints
+// --attention-tile, --ew-unroll, --gemv-unroll and --no-hoist options) and prints
 // its canonical text (rt::DescribeExecutable) instead of running it: no
 // inputs, GPU, NVRTC or NCCL; it lowers for the default target (sm_90, as
 // without a GPU); with --tp=N it prints rank --rank's program. test/golden

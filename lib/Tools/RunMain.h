@@ -78,7 +78,8 @@ struct Options {
                          cl::cat(cat)};
   cl::opt<uint64_t> seed{"seed", cl::desc("random seed for inputs"), cl::init(1),
                          cl::cat(cat)};
-  /// --precision, --no-hoist, --attention, --attention-tile, --ew-unroll.
+  /// --precision, --no-hoist, --attention, --attention-tile, --ew-unroll,
+  /// --gemv-unroll.
   llmc::tools::PipelineFlags pipeline{cat};
   cl::opt<std::string> weightOnly{
       "weight-only",

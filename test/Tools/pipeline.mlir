@@ -30,6 +30,13 @@
 // EW-FLAG: llmc-compile: error: --ew-unroll: expected 1, 2, 3 or 4, found '5'
 // RUN: env LLMC_EW_UNROLL=9 llmc-compile %s --shape seq=5 --ew-unroll=2 --emit=executable-dump | FileCheck %s --check-prefix=EW-WINS
 // EW-WINS: kernel
+// RUN: not llmc-compile %s --shape seq=5 --gemv-unroll=17 -o %t.x 2>&1 | FileCheck %s --check-prefix=GEMV-FLAG
+// GEMV-FLAG: llmc-compile: error: --gemv-unroll: expected 1..16, found '17'
+// RUN: env LLMC_GEMV_UNROLL=+8 not llmc-compile %s --shape seq=5 -o %t.x 2>&1 | FileCheck %s --check-prefix=GEMV-ENV
+// GEMV-ENV: llmc-compile: error: environment variable LLMC_GEMV_UNROLL: expected 1..16, found '+8'
+// RUN: env LLMC_GEMV_UNROLL=08 not llmc-compile %s --shape seq=5 -o %t.x 2>&1 | FileCheck %s --check-prefix=GEMV-ZERO
+// GEMV-ZERO: error: environment variable LLMC_GEMV_UNROLL: expected 1..16, found '08'
+// RUN: env LLMC_GEMV_UNROLL=99 llmc-compile %s --shape seq=5 --gemv-unroll=8 --emit=executable-dump | FileCheck %s --check-prefix=EW-WINS
 // RUN: not llmc-compile %s --shape seq=5 --attention-tile=bm7 --emit=executable-dump 2>&1 | FileCheck %s --check-prefix=TILE
 // TILE: llmc-compile: error: --attention-tile:
 // RUN: env LLMC_ATTENTION_BACKEND=fast not llmc-run %s --shape seq=5 --emit=executable-dump 2>&1 | FileCheck %s --check-prefix=ATTN-ENV

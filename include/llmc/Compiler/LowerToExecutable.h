@@ -129,7 +129,8 @@ struct LowerStats {
 /// Registers the backend's passes (lib/Compiler/Passes.td):
 /// `llmc-select-kernel-configs` (lib/Compiler/KernelConfigs.h) and
 /// `llmc-form-kernels`: the lowering's kernel grouping (residual
-/// add + norm, elementwise chains, multi-output and SwiGLU decode GEMVs)
+/// add + norm, elementwise chains, multi-output and SwiGLU decode GEMVs,
+/// RoPE written into a KV cache by its index_put)
 /// decided as `llm.kernel = {group, kind}` attributes (lib/Compiler/
 /// KernelPlan.h), which LowerToExecutable reads and checks; it plans a
 /// function that did not run the pass with the same function.
@@ -137,7 +138,7 @@ void registerCompilerPasses();
 /// llmc-form-kernels with the fusion and hoisting choices of `options`.
 std::unique_ptr<mlir::Pass> createFormKernelsPass(const LowerOptions &options);
 /// llmc-select-kernel-configs with the tuning knobs of `options`
-/// (attention_backend, attention_tile, elementwise_unroll).
+/// (attention_backend, attention_tile, elementwise_unroll, gemv_unroll).
 std::unique_ptr<mlir::Pass> createSelectKernelConfigsPass(const LowerOptions &options);
 
 /// Lowers `fn`, which must have static shapes (run llmc-specialize-shapes
