@@ -333,6 +333,27 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* out, const float
 // x f32 or bf16, tables f32 or bf16, both pairings, head dims 64 and 128, S = 7,
 // H = 5 (more heads than head groups at D = 128), tables shared by the batch
 // (stride 0) or one per batch, in place and out of place.
+RoPETableConfig RoPETable(ScalarType x, ScalarType table, int64_t heads, int64_t head_dim, bool interleaved) {
+  RoPETableConfig cfg;
+  cfg.dtype = x;
+  cfg.table = table;
+  cfg.num_heads = heads;
+  cfg.head_dim = head_dim;
+  cfg.interleaved = interleaved;
+  return cfg;
+}
+
+// cos/sin tables of n angles in about [-pi, pi), as real tables hold.
+void RandomTables(int64_t n, uint32_t seed, std::vector<float> *cos, std::vector<float> *sin) {
+  auto ang = Randn(n, seed, 1.7f);
+  cos->resize(n);
+  sin->resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    (*cos)[i] = std::cos(ang[i]);
+    (*sin)[i] = std::sin(ang[i]);
+  }
+}
+
 TEST(Emu, RoPETableMatchesFloat64Reference) {
   if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
   const char *stub = R"(
@@ -349,25 +370,15 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, con
   for (auto [xt, tt] : types)
     for (int64_t D : {64, 128})
       for (bool inter : {false, true}) {
-        RoPETableConfig cfg;
-        cfg.dtype = xt;
-        cfg.table = tt;
-        cfg.num_heads = H;
-        cfg.head_dim = D;
-        cfg.interleaved = inter;
+        const RoPETableConfig cfg = RoPETable(xt, tt, H, D, inter);
         auto k = Unwrap(EmitRoPETable(cfg));
         auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
         ASSERT_NE(fn, nullptr) << k.name;
         for (bool perBatch : {false, true}) {
           const int64_t n = Bt * S * H * D, tn = (perBatch ? Bt : 1) * S * D;
           auto x = Randn(n, seed++);
-          // Angles in [-pi, pi) as real tables hold; cos/sin of the same angle.
-          auto ang = Randn(tn, seed++, 1.7f);
-          std::vector<float> c(tn), sn(tn);
-          for (int64_t i = 0; i < tn; ++i) {
-            c[i] = std::cos(ang[i]);
-            sn[i] = std::sin(ang[i]);
-          }
+          std::vector<float> c, sn;
+          RandomTables(tn, seed++, &c, &sn);
           const bool bfx = xt == ScalarType::bf16, bft = tt == ScalarType::bf16;
           // Device-side storage; the float copies become the rounded values.
           std::vector<uint16_t> xb, cb, sb;
@@ -433,24 +444,15 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, con
   for (ScalarType it : {ScalarType::i32, ScalarType::i64})
     for (bool inter : {false, true})
       for (bool hnd : {true, false}) {
-        RoPETableConfig cfg;
-        cfg.dtype = ScalarType::bf16;
-        cfg.table = ScalarType::f32;
-        cfg.num_heads = H;
-        cfg.head_dim = D;
-        cfg.interleaved = inter;
+        RoPETableConfig cfg = RoPETable(ScalarType::bf16, ScalarType::f32, H, D, inter);
         cfg.cache_write = true;
         cfg.index = it;
         auto k = Unwrap(EmitRoPETable(cfg));
         auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
         ASSERT_NE(fn, nullptr) << k.name;
         auto x = Randn(Bn * S * H * D, seed++);
-        auto ang = Randn(S * D, seed++, 1.7f);
-        std::vector<float> c(S * D), sn(S * D);
-        for (int64_t i = 0; i < S * D; ++i) {
-          c[i] = std::cos(ang[i]);
-          sn[i] = std::sin(ang[i]);
-        }
+        std::vector<float> c, sn;
+        RandomTables(S * D, seed++, &c, &sn);
         auto xb = ToBf16Vec(x);
         auto ref = llmc::ref::RoPETableRef(x, c, sn, Bn, S, H, D, 0, inter);
         auto cacheF = Randn(Bn * R * H * D, seed++);
