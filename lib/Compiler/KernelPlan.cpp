@@ -129,15 +129,17 @@ bool llmc::swiGluGemvConfig(MatmulOp gate, MatmulOp up, Operation *silu,
   return gg.has_bias == gu.has_bias && cu::SwiGluGemvSupported(*c);
 }
 
-bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig *cfg,
-                                RopeCacheWriteLayout *layout) {
-  if (!rope.getCos() || put.getAccumulate())
+/// How `put` writes `origin` ([B, S, H, D]) when put's source is `origin`
+/// through reshapes, transposes and broadcasts, each the only user of the
+/// value before it, that only permute, add or drop size-1 dims: RoPE's S
+/// (origin dim 1) is put's indexed dimension (or S = 1) and D (dim 3) the
+/// base's last. Fills `layout`; false otherwise.
+static bool cacheWriteLayout(Value origin, IndexPutOp put, RopeCacheWriteLayout *layout) {
+  if (put.getAccumulate())
     return false;
-  // The views from RoPE's result to put's source, each the only user of
-  // the previous value.
   SmallVector<Operation *> views;
   Value v = put.getSource();
-  while (v != rope.getResult()) {
+  while (v != origin) {
     Operation *def = v.getDefiningOp();
     if (!def || !isa<ReshapeOp, TransposeOp, BroadcastOp>(def) || !v.hasOneUse() ||
         def->getBlock() != put->getBlock())
@@ -145,18 +147,15 @@ bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig
     views.push_back(def);
     v = def->getOperand(0);
   }
-  if (!rope.getResult().hasOneUse())
-    return false;
-  // Which RoPE dimension (0..3: B, S, H, D) each dimension of the value
+  // Which origin dimension (0..3: B, S, H, D) each dimension of the value
   // holds; -1 for size-1 dims.
-  ArrayRef<int64_t> ropeShape = tensorType(rope.getResult()).getShape();
-  // An empty RoPE (S = 0 tokens) writes nothing: no kernel at all, as the
-  // unfused ops (the RoPE has no elements, the index_put no indices).
-  if (ropeShape.size() != 4 || tensorType(rope.getResult()).getNumElements() == 0)
+  auto originType = tensorType(origin);
+  ArrayRef<int64_t> shape = originType.getShape();
+  if (shape.size() != 4 || originType.getNumElements() == 0)
     return false;
   SmallVector<int> dimOf;
   for (int j = 0; j < 4; ++j)
-    dimOf.push_back(ropeShape[j] == 1 ? -1 : j);
+    dimOf.push_back(shape[j] == 1 ? -1 : j);
   for (Operation *view : llvm::reverse(views)) {
     ArrayRef<int64_t> out = tensorType(view->getResult(0)).getShape();
     SmallVector<int> next;
@@ -176,7 +175,7 @@ bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig
           next.push_back(-1);
           continue;
         }
-        if (k == kept.size() || ropeShape[kept[k]] != size)
+        if (k == kept.size() || shape[kept[k]] != size)
           return false;
         next.push_back(kept[k++]);
       }
@@ -189,9 +188,9 @@ bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig
   int64_t rank = base.getRank(), dim = put.getDim();
   if (static_cast<int64_t>(dimOf.size()) != rank || dimOf.back() != 3)
     return false;
-  // RoPE's S is the indexed dim (S = 1: the indexed dim has size 1 in the
-  // source, which the verifier ties to one index).
-  if (ropeShape[1] != 1 ? dimOf[dim] != 1 : dimOf[dim] != -1)
+  // S is the indexed dim (S = 1: the indexed dim has size 1 in the source,
+  // which the verifier ties to one index).
+  if (shape[1] != 1 ? dimOf[dim] != 1 : dimOf[dim] != -1)
     return false;
   SmallVector<int64_t> strides(rank, 1);
   for (int64_t i = rank - 2; i >= 0; --i)
@@ -205,14 +204,68 @@ bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig
     if (dimOf[i] == 2)
       layout->out_h = strides[i];
   }
+  return true;
+}
+
+bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig *cfg,
+                                RopeCacheWriteLayout *layout) {
+  // An empty RoPE (S = 0 tokens) writes nothing: no kernel at all, as the
+  // unfused ops (the RoPE has no elements, the index_put no indices).
+  if (!rope.getCos() || !rope.getResult().hasOneUse() ||
+      !cacheWriteLayout(rope.getResult(), put, layout))
+    return false;
+  ArrayRef<int64_t> shape = tensorType(rope.getResult()).getShape();
+  *cfg = cu::RoPETableConfig();
   cfg->dtype = scalarOf(rope.getInput());
   cfg->table = scalarOf(rope.getCos());
-  cfg->num_heads = ropeShape[2];
-  cfg->head_dim = ropeShape[3];
+  cfg->num_heads = shape[2];
+  cfg->head_dim = shape[3];
   cfg->interleaved = rope.getMode() == RopeMode::interleaved;
   cfg->cache_write = true;
   cfg->index = scalarOf(put.getIndices());
   return scalarOf(put.getBase()) == cfg->dtype && cu::EmitRoPETable(*cfg).ok();
+}
+
+Value llmc::cacheWriteValue(RoPEOp rope, IndexPutOp put, IndexPutOp putV) {
+  RopeCacheWriteLayout k, v;
+  cu::RoPETableConfig cfg;
+  if (!ropeCacheWriteConfig(rope, put, &cfg, &k) || putV == put ||
+      putV.getIndices() != put.getIndices() || putV.getBase().getType() != put.getBase().getType())
+    return Value();
+  // The nearest value up the view chain with k's [B, S, H, D] shape whose
+  // write has k's layout.
+  for (Value x = putV.getSource(); x;) {
+    if (x.getType() == rope.getResult().getType() && cacheWriteLayout(x, putV, &v) &&
+        v.rows == k.rows && v.out_b == k.out_b && v.out_row == k.out_row && v.out_h == k.out_h)
+      return x;
+    Operation *def = x.getDefiningOp();
+    x = isa_and_nonnull<ReshapeOp, TransposeOp, BroadcastOp>(def) ? def->getOperand(0) : Value();
+  }
+  return Value();
+}
+
+bool llmc::cacheWriteQuery(RoPEOp rope, RoPEOp q) {
+  auto k = tensorType(rope.getInput()), qt = tensorType(q.getInput());
+  return q != rope && q.getCos() == rope.getCos() && q.getSin() == rope.getSin() &&
+         q.getMode() == rope.getMode() && qt.getElementType() == k.getElementType() &&
+         qt.getRank() == 4 && qt.getDimSize(0) == k.getDimSize(0) &&
+         qt.getDimSize(1) == k.getDimSize(1) && qt.getDimSize(3) == k.getDimSize(3) &&
+         qt.getNumElements() > 0;
+}
+
+bool llmc::ropeCacheWriteMembersOk(const RopeCacheWrite &w) {
+  Operation *last = w.emitAt;
+  SmallVector<Operation *, 4> members = w.members();
+  for (Operation *member : llvm::drop_begin(members)) { // not rope: views use it
+    if (member == last)
+      continue;
+    if (member->getBlock() != last->getBlock() || !member->isBeforeInBlock(last))
+      return false;
+    for (Operation *user : member->getUsers())
+      if (user->getBlock() != last->getBlock() || !last->isBeforeInBlock(user))
+        return false;
+  }
+  return true;
 }
 
 namespace {
@@ -381,7 +434,8 @@ void Planner::planGemvGroups() {
 void Planner::planRopeCacheWrites() {
   if (!options.fuse_elementwise)
     return;
-  for (IndexPutOp put : fn.getBody().front().getOps<IndexPutOp>()) {
+  Block &body = fn.getBody().front();
+  for (IndexPutOp put : body.getOps<IndexPutOp>()) {
     Value v = put.getSource();
     while (isa_and_nonnull<ReshapeOp, TransposeOp, BroadcastOp>(v.getDefiningOp()))
       v = v.getDefiningOp()->getOperand(0);
@@ -391,11 +445,61 @@ void Planner::planRopeCacheWrites() {
     if (!rope || prepared.contains(rope) || prepared.contains(put) ||
         !ropeCacheWriteConfig(rope, put, &cfg, &layout))
       continue;
-    int id = plan.ropeCacheWrites.size();
-    plan.ropeCacheWriteOf[rope] = id;
-    plan.ropeCacheWriteOf[put] = id;
-    plan.ropeCacheWrites.push_back({rope, put});
+    plan.ropeCacheWrites.push_back({rope, put, RoPEOp(), IndexPutOp(), Value(), put});
   }
+  // The q of the same step (same tables) and its v write (same indices,
+  // cache type and layout) join the k write's launch: the first candidates
+  // after k's RoPE and before the next k's, when every member's result is
+  // still used only after the launch.
+  llvm::DenseSet<Operation *> kOps;
+  for (const RopeCacheWrite &w : plan.ropeCacheWrites)
+    for (Operation *m : w.members())
+      kOps.insert(m);
+  llvm::DenseSet<Operation *> taken;
+  for (auto [i, w] : llvm::enumerate(plan.ropeCacheWrites)) {
+    Operation *end = i + 1 < plan.ropeCacheWrites.size()
+                         ? plan.ropeCacheWrites[i + 1].rope.getOperation()
+                         : body.getTerminator();
+    RoPEOp q;
+    IndexPutOp putV;
+    Value vValue;
+    for (Operation *op = w.rope->getNextNode(); op && op != end; op = op->getNextNode()) {
+      if (kOps.contains(op) || taken.contains(op) || prepared.contains(op))
+        continue;
+      if (auto r = dyn_cast<RoPEOp>(op); r && !q && cacheWriteQuery(w.rope, r))
+        q = r;
+      if (auto p = dyn_cast<IndexPutOp>(op); p && !putV)
+        if (Value x = cacheWriteValue(w.rope, w.put, p)) {
+          putV = p;
+          vValue = x;
+        }
+    }
+    auto lastOf = [&](const RopeCacheWrite &c) {
+      Operation *last = c.put.operator->();
+      for (Operation *m : c.members())
+        if (last->isBeforeInBlock(m))
+          last = m;
+      return last;
+    };
+    for (auto [useQ, useV] : {std::pair{true, true}, {false, true}, {true, false}}) {
+      RopeCacheWrite c{w.rope, w.put, useQ ? q : RoPEOp(), useV ? putV : IndexPutOp(),
+                       useV ? vValue : Value(), nullptr};
+      if ((useQ && !q) || (useV && !putV))
+        continue;
+      c.emitAt = lastOf(c);
+      if (!ropeCacheWriteMembersOk(c))
+        continue;
+      w = c;
+      if (c.q)
+        taken.insert(c.q);
+      if (c.v)
+        taken.insert(c.v);
+      break;
+    }
+  }
+  for (auto [id, w] : llvm::enumerate(plan.ropeCacheWrites))
+    for (Operation *m : w.members())
+      plan.ropeCacheWriteOf[m] = static_cast<int>(id);
 }
 
 KernelPlan llmc::planKernels(func::FuncOp fn, const LowerOptions &options,
@@ -423,8 +527,11 @@ void llmc::annotateKernels(func::FuncOp fn, const KernelPlan &plan) {
       ops.append({g.silu, g.emitAt});
     byLast[g.emitAt] = {g.silu ? "swiglu_gemv" : "multi_gemv", ops};
   }
-  for (const RopeCacheWrite &w : plan.ropeCacheWrites)
-    byLast[w.put] = {"rope_cache_write", {w.rope, w.put}};
+  for (const RopeCacheWrite &w : plan.ropeCacheWrites) {
+    SmallVector<Operation *> ops(w.members());
+    llvm::sort(ops, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    byLast[w.emitAt] = {"rope_cache_write", ops};
+  }
   for (const SmallVector<Operation *> &g : plan.groups)
     if (g.size() > 1 && !plan.gemvGroupOf.count(g.back()))
       byLast[g.back()] = {"elementwise", g};

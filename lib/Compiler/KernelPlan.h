@@ -81,11 +81,39 @@ struct RopeCacheWriteLayout {
 bool ropeCacheWriteConfig(llm::RoPEOp rope, llm::IndexPutOp put,
                           cuda::RoPETableConfig *cfg, RopeCacheWriteLayout *layout);
 
-/// An llm.rope computed by the kernel of the llm.index_put that writes it.
+/// An llm.rope computed by the kernel of the llm.index_put that writes it,
+/// with, in the same launch, the step's q RoPE and v cache write if any.
 struct RopeCacheWrite {
   llm::RoPEOp rope;
   llm::IndexPutOp put;
+  llm::RoPEOp q;         // q rotated with the same tables (optional)
+  llm::IndexPutOp v;     // v written at the same rows (optional)
+  mlir::Value vValue;    // v as [B, S, H, D], read dense by the kernel
+  mlir::Operation *emitAt = nullptr; // the last of put, q, v: where it runs
+
+  /// rope, put, then q and v when present.
+  llvm::SmallVector<mlir::Operation *, 4> members() const {
+    llvm::SmallVector<mlir::Operation *, 4> ops = {rope.operator->(), put.operator->()};
+    if (q)
+      ops.push_back(q.operator->());
+    if (v)
+      ops.push_back(v.operator->());
+    return ops;
+  }
 };
+
+/// The [B, S, H, D] value `putV` writes when it can join the launch of the
+/// RoPE + KV-cache write (rope, put): same index tensor, no accumulate, a
+/// base of put's type, written through views with put's layout; null if
+/// not.
+mlir::Value cacheWriteValue(llm::RoPEOp rope, llm::IndexPutOp put, llm::IndexPutOp putV);
+/// Whether `q` can be rotated in the launch of the RoPE + KV-cache write of
+/// `rope`: the same cos and sin values and pairing, element type, batch,
+/// sequence and head dim (any head count: GQA).
+bool cacheWriteQuery(llm::RoPEOp rope, llm::RoPEOp q);
+/// Whether the members of `w` may all run at w.emitAt: each one before it
+/// is used only after it (in one block).
+bool ropeCacheWriteMembersOk(const RopeCacheWrite &w);
 
 /// Decode GEMVs run as one kernel.
 struct GemvGroup {

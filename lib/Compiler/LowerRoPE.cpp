@@ -90,6 +90,10 @@ absl::Status lowerRopeCacheWrite(const RopeCacheWrite &w, Lowering &l) {
   if (!updatesInPlace(put))
     if (absl::Status st = l.emitCopyInto(put.getResult(), put.getBase(), put); !st.ok())
       return st;
+  IndexPutOp putV = w.v;
+  if (putV && !updatesInPlace(putV))
+    if (absl::Status st = l.emitCopyInto(putV.getResult(), putV.getBase(), putV); !st.ok())
+      return st;
   auto t = tensorType(rope.getInput());
   std::vector<KernelArg> args = {l.ptrArg(put.getResult())};
   llvm::append_range(args, ropeTableArgs(rope, l));
@@ -97,9 +101,19 @@ absl::Status lowerRopeCacheWrite(const RopeCacheWrite &w, Lowering &l) {
                                l.ptrArg(put.getIndices()), i64Arg(layout.rows),
                                i64Arg(layout.out_b), i64Arg(layout.out_row),
                                i64Arg(layout.out_h)});
+  if (RoPEOp q = w.q) {
+    cfg.q_heads = tensorType(q.getInput()).getDimSize(2);
+    args.push_back(l.ptrArg(q.getResult()));
+    args.push_back(l.ptrArg(q.getInput()));
+  }
+  if (putV) {
+    cfg.v_write = true;
+    args.push_back(l.ptrArg(putV.getResult()));
+    args.push_back(l.ptrArg(w.vValue));
+  }
   return l.launchGenerated(cu::EmitRoPETable(cfg),
                            cu::RoPETableLaunch(cfg, t.getDimSize(0), t.getDimSize(1)),
-                           args, put);
+                           args, w.emitAt);
 }
 
 void populateRoPELowerings(OpLoweringSet &set) { set.add<RoPEOp>(lowerRoPE); }

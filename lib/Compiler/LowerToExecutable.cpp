@@ -141,7 +141,7 @@ absl::Status Lowering::emitOp(Operation *op, const OpLoweringSet &patterns) {
   if (auto it = kernelPlan.ropeCacheWriteOf.find(op);
       it != kernelPlan.ropeCacheWriteOf.end()) {
     const RopeCacheWrite &w = kernelPlan.ropeCacheWrites[it->second];
-    return op == w.put ? lowerRopeCacheWrite(w, *this) : absl::OkStatus();
+    return op == w.emitAt ? lowerRopeCacheWrite(w, *this) : absl::OkStatus();
   }
   if (isElementwise(op)) {
     auto &group = kernelPlan.groups[kernelPlan.groupOf[op]];
@@ -252,11 +252,15 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
     if (auto it = kernelPlan.gemvGroupOf.find(&op); it != kernelPlan.gemvGroupOf.end() && isa<MatmulOp>(op))
       for (Value operand : op.getOperands())
         touch(operand, opIndex[kernelPlan.gemvGroups[it->second].emitAt]);
-    // RoPE written into a KV cache reads its operands when the write runs.
-    if (auto it = kernelPlan.ropeCacheWriteOf.find(&op);
-        it != kernelPlan.ropeCacheWriteOf.end() && isa<RoPEOp>(op))
+    // A RoPE + KV-cache write (with its step's q and v) reads every
+    // member's operands when it runs, at its last member.
+    if (auto it = kernelPlan.ropeCacheWriteOf.find(&op); it != kernelPlan.ropeCacheWriteOf.end()) {
+      const RopeCacheWrite &w = kernelPlan.ropeCacheWrites[it->second];
       for (Value operand : op.getOperands())
-        touch(operand, opIndex[kernelPlan.ropeCacheWrites[it->second].put]);
+        touch(operand, opIndex[w.emitAt]);
+      if (w.v && &op == w.v.operator->())
+        touch(w.vValue, opIndex[w.emitAt]);
+    }
     // The fused residual add's sum is written by the norm.
     if (auto add = dyn_cast<AddOp>(&op); add && kernelPlan.fusedIntoNorm.contains(add))
       for (Operation *user : add->getUsers())

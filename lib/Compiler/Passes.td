@@ -29,7 +29,10 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
       views of size-1 dims only, is written into a KV cache by one
       `llm.index_put` (no accumulate) along RoPE's sequence dimension: the
       RoPE kernel stores straight into the cache rows (gpt-fast's
-      `k_cache[:, :, pos] = k`, Hugging Face's static-cache `index_copy_`).
+      `k_cache[:, :, pos] = k`, Hugging Face's static-cache `index_copy_`);
+      the step's q RoPE (same tables) and v cache write (same index tensor
+      and cache layout) join the launch when their results are used only
+      after its last member, where it runs.
 
     Every other op is a kernel, GEMM, copy or collective of its own (views
     and constants have no launch). The pass marks the function

@@ -232,30 +232,71 @@ absl::Status Reader::swiGluGemv(const Annotated &k) {
   return absl::OkStatus();
 }
 
-// rope(x) -> views -> index_put(cache, idx, .) => RoPE written into the cache.
+// rope(x) -> views -> index_put(cache, idx, .) => RoPE written into the
+// cache, with the step's q RoPE and v write in the same launch if annotated.
 absl::Status Reader::ropeCacheWrite(const Annotated &k) {
-  auto rope = k.ops.size() == 2 ? dyn_cast<RoPEOp>(k.ops[0]) : RoPEOp();
-  auto put = k.ops.size() == 2 ? dyn_cast<IndexPutOp>(k.ops[1]) : IndexPutOp();
-  if (!rope || !put)
+  SmallVector<RoPEOp> ropes;
+  SmallVector<IndexPutOp> puts;
+  for (Operation *op : k.ops) {
+    if (auto r = dyn_cast<RoPEOp>(op))
+      ropes.push_back(r);
+    else if (auto p = dyn_cast<IndexPutOp>(op))
+      puts.push_back(p);
+    else
+      ropes.clear(), puts.clear();
+  }
+  if (ropes.size() + puts.size() != k.ops.size() || ropes.empty() || puts.empty() ||
+      ropes.size() > 2 || puts.size() > 2)
     return bad(k.ops.front(), k,
                "a rope_cache_write kernel is an llm.rope followed by the "
-               "llm.index_put that writes its result");
+               "llm.index_put that writes its result, and at most one more "
+               "llm.rope (q) and llm.index_put (v)");
   for (Operation *op : k.ops)
     if (prepared.contains(op))
       return bad(op, k, "parameter-preparation work is never a rope_cache_write kernel");
+  // The k pair: a rope whose result a put of the group writes.
+  RopeCacheWrite w;
   cu::RoPETableConfig cfg;
   RopeCacheWriteLayout layout;
-  if (!ropeCacheWriteConfig(rope, put, &cfg, &layout))
-    return bad(put, k,
+  for (RoPEOp r : ropes)
+    for (IndexPutOp p : puts)
+      if (!w.rope && ropeCacheWriteConfig(r, p, &cfg, &layout))
+        w.rope = r, w.put = p;
+  if (!w.rope)
+    return bad(puts.front(), k,
                "its source is not the table-form llm.rope's result alone "
                "(through reshapes, transposes and broadcasts used once that "
                "only permute, add or drop size-1 dimensions), written without "
                "accumulate along RoPE's sequence dimension with the head "
                "dimension last, for a RoPE of at least one element");
+  for (RoPEOp r : ropes)
+    if (r != w.rope) {
+      if (!cacheWriteQuery(w.rope, r))
+        return bad(r, k,
+                   "a q RoPE in a rope_cache_write kernel reads the k RoPE's cos "
+                   "and sin with its pairing, element type, batch, sequence and "
+                   "head dim");
+      w.q = r;
+    }
+  for (IndexPutOp p : puts)
+    if (p != w.put) {
+      w.vValue = cacheWriteValue(w.rope, w.put, p);
+      if (!w.vValue)
+        return bad(p, k,
+                   "a v write in a rope_cache_write kernel uses the k write's "
+                   "index tensor and cache type and writes a value of k's shape "
+                   "with k's layout");
+      w.v = p;
+    }
+  w.emitAt = k.ops.back();
+  if (!ropeCacheWriteMembersOk(w))
+    return bad(w.emitAt, k,
+               "a member's result is used before the kernel runs at its last "
+               "member");
   int id = plan.ropeCacheWrites.size();
-  plan.ropeCacheWriteOf[rope] = id;
-  plan.ropeCacheWriteOf[put] = id;
-  plan.ropeCacheWrites.push_back({rope, put});
+  for (Operation *m : w.members())
+    plan.ropeCacheWriteOf[m] = id;
+  plan.ropeCacheWrites.push_back(w);
   return absl::OkStatus();
 }
 

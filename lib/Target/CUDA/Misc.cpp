@@ -165,12 +165,17 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
   if (absl::Status st = CheckTokenSize("rope table", c.num_heads, c.head_dim); !st.ok()) return st;
   if (c.cache_write && c.index != ScalarType::i32 && c.index != ScalarType::i64)
     return Invalid("rope table: cache write indices must be i32 or i64");
+  if (c.q_heads < 0 || ((c.q_heads > 0 || c.v_write) && !c.cache_write))
+    return Invalid("rope table: q and v parts need a cache write");
+  if (c.q_heads > 0)
+    if (absl::Status st = CheckTokenSize("rope table", c.q_heads, c.head_dim); !st.ok()) return st;
   const RoPEGeom g = ComputeRoPEGeom(GeomConfig(c));
   KernelCode kc;
   kc.name = std::string("llmc_rope_table_") + ScalarTypeTag(c.dtype) + "_tab" + ScalarTypeTag(c.table) + "_h" +
             std::to_string(c.num_heads) + "_d" + std::to_string(c.head_dim) +
             (c.interleaved ? "_interleaved" : "_half") +
-            (c.cache_write ? std::string("_cachewrite_") + ScalarTypeTag(c.index) : "");
+            (c.cache_write ? std::string("_cachewrite_") + ScalarTypeTag(c.index) : "") +
+            (c.q_heads > 0 ? "_q" + std::to_string(c.q_heads) : "") + (c.v_write ? "_v" : "");
   std::ostringstream hdr;
   hdr << "// llmc RoPE, table form (HF apply_rotary_pos_emb: x*cos + rotate_half(x)*sin;\n"
          "// Su et al. 2021) on x [B, S, H, D], contiguous. cos/sin hold full head-dim\n"
@@ -184,6 +189,10 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
     hdr << "// Cache write: token (b, s) goes to cache row index[s] (negative: from the\n"
            "// end; outside [0, rows): not written), element (b, r, h, d) at\n"
            "// b * out_b + r * out_row + h * out_h + d.\n";
+  if (c.q_heads > 0 || c.v_write)
+    hdr << "// blockIdx.y: 0 rotates k into its cache"
+        << (c.q_heads > 0 ? "; 1 rotates q into q_out" : "")
+        << (c.v_write ? "; the last copies v into its cache at k's rows" : "") << ".\n";
   std::ostringstream cfg;
   cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
       << "typedef " << CTypeName(c.table) << " TabT;\n"
@@ -196,6 +205,8 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
       << "static constexpr int kThreads = " << g.block << ";\n";
   if (c.cache_write)
     cfg << "typedef " << CTypeName(c.index) << " IdxT;\n";
+  if (c.q_heads > 0)
+    cfg << "static constexpr int kQHeads = " << c.q_heads << ";\n";
   std::ostringstream b;
   b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
     << "(\n    T* out, const T* x, const TabT* cos_tab, const TabT* sin_tab, long long batch, long long seq,\n"
@@ -203,17 +214,47 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
     << (c.cache_write ? ", const IdxT* index, long long rows, long long out_b,\n"
                         "    long long out_row, long long out_h"
                       : "")
+    << (c.q_heads > 0 ? ", T* q_out, const T* q" : "") << (c.v_write ? ", T* v_cache, const T* v" : "")
     << ") {\n";
   b << R"CUDA(  const int64_t token = blockIdx.x;  // b * seq + s
   const int64_t bi = token / seq, s = token % seq;
   const int64_t row = bi * table_batch_stride + s * (int64_t)kHeadDim;
   const int64_t tok_base = token * (int64_t)(kHeads * kHeadDim);
 )CUDA";
+  if (c.q_heads > 0)
+    b << R"CUDA(  if (blockIdx.y == 1) {  // q: rotated into the dense q_out, whatever the index
+    const int64_t q_base = token * (int64_t)(kQHeads * kHeadDim);
+    const int qi = threadIdx.x % kThreadsI, qg = threadIdx.x / kThreadsI;
+    if (qg >= kHeadGroups) return;
+    for (int i = qi; i < kHalf; i += kThreadsI) {
+      const int ia = kInterleaved ? 2 * i : i;
+      const int ib = kInterleaved ? 2 * i + 1 : i + kHalf;
+      const float ca = toF(cos_tab[row + ia]), sa = toF(sin_tab[row + ia]);
+      const float cb = toF(cos_tab[row + ib]), sb = toF(sin_tab[row + ib]);
+      for (int h = qg; h < kQHeads; h += kHeadGroups) {
+        const int64_t o = q_base + (int64_t)h * kHeadDim;
+        const float a = toF(q[o + ia]), bv = toF(q[o + ib]);
+        q_out[o + ia] = fromF<T>(a * ca - bv * sa);
+        q_out[o + ib] = fromF<T>(bv * cb + a * sb);
+      }
+    }
+    return;
+  }
+)CUDA";
   if (c.cache_write)
     b << R"CUDA(  int64_t r = (int64_t)index[s];
   if (r < 0) r += rows;
   if (r < 0 || r >= rows) return;  // as index_put on the GPU: not written
   const int64_t out_base = bi * out_b + r * out_row;
+)CUDA";
+  if (c.v_write)
+    b << "  if (blockIdx.y == " << (c.q_heads > 0 ? 2 : 1) << R"CUDA() {  // v: copied into its cache
+    for (int e = threadIdx.x; e < kHeads * kHeadDim; e += kThreads) {
+      const int h = e / kHeadDim, d = e % kHeadDim;
+      v_cache[out_base + (int64_t)h * out_h + d] = v[tok_base + e];
+    }
+    return;
+  }
 )CUDA";
   b << R"CUDA(  const int ti = threadIdx.x % kThreadsI, hg = threadIdx.x / kThreadsI;
   if (hg < kHeadGroups) {
@@ -242,7 +283,8 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
 }
 
 absl::StatusOr<LaunchDims> RoPETableLaunch(const RoPETableConfig &c, int64_t batch, int64_t seq) {
-  return Dims(std::max<int64_t>(batch * seq, 1), 1, 1, ComputeRoPEGeom(GeomConfig(c)).block);
+  const int64_t parts = 1 + (c.q_heads > 0 ? 1 : 0) + (c.v_write ? 1 : 0);
+  return Dims(std::max<int64_t>(batch * seq, 1), parts, 1, ComputeRoPEGeom(GeomConfig(c)).block);
 }
 
 //===----------------------------------------------------------------------===//

@@ -77,25 +77,18 @@ func.func @decode_gemvs(%x: tensor<1x256xbf16>, %wq: tensor<256x256xbf16>, %wk: 
 // RoPE written into a KV cache by the index_put's kernel (rope_cache_write):
 // a decode step's k into a [B, H, S, D] cache through gpt-fast's transpose,
 // reshape and broadcast of size-1 dims, and a 3-token prefill into a
-// [B, S, H, D] cache. Not fused: a rotated q that attention also reads
-// (it is read twice), a write that accumulates, and a RoPE whose sequence
-// dimension is not the written one.
+// [B, S, H, D] cache.
 // CHECK-LABEL: func.func @rope_cache_writes
 // CHECK: llm.rope {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
 // CHECK: llm.index_put {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
 // CHECK: llm.rope {{.*}}llm.kernel = {group = 1 : i64, kind = "rope_cache_write"}
 // CHECK: llm.index_put {{.*}}llm.kernel = {group = 1 : i64, kind = "rope_cache_write"}
-// CHECK-NOT: rope_cache_write
 // CHECK: return
 func.func @rope_cache_writes(%k: tensor<1x1x4x64xbf16>, %c1: tensor<1x1x64xbf16>, %s1: tensor<1x1x64xbf16>,
                              %hnd: tensor<1x4x128x64xbf16> {llm.donate}, %pos: tensor<1xi64>,
                              %kp: tensor<2x3x4x64xbf16>, %c3: tensor<3x64xf32>, %s3: tensor<3x64xf32>,
-                             %nhd: tensor<2x128x4x64xbf16> {llm.donate}, %pos3: tensor<3xi64>,
-                             %q: tensor<2x3x4x64xbf16>, %acc: tensor<2x128x4x64xbf16>,
-                             %byhead: tensor<2x3x128x64xbf16> {llm.donate}, %h4: tensor<4xi64>,
-                             %nhd2: tensor<2x128x4x64xbf16> {llm.donate})
-    -> (tensor<1x4x128x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x3x4x64xbf16>, tensor<2x128x4x64xbf16>,
-        tensor<2x128x4x64xbf16>, tensor<2x3x128x64xbf16>) {
+                             %nhd: tensor<2x128x4x64xbf16> {llm.donate}, %pos3: tensor<3xi64>)
+    -> (tensor<1x4x128x64xbf16>, tensor<2x128x4x64xbf16>) {
   %kr = llm.rope %k cos(%c1 : tensor<1x1x64xbf16>) sin(%s1 : tensor<1x1x64xbf16>) half_split : tensor<1x1x4x64xbf16>
   %kt = llm.transpose %kr [0, 2, 1, 3] : tensor<1x1x4x64xbf16>
   %k3 = llm.reshape %kt : tensor<1x4x1x64xbf16> to tensor<4x1x64xbf16>
@@ -103,14 +96,60 @@ func.func @rope_cache_writes(%k: tensor<1x1x4x64xbf16>, %c1: tensor<1x1x64xbf16>
   %w1 = llm.index_put %hnd[%pos], %kb dim = 2 : tensor<1x4x128x64xbf16>, tensor<1xi64>, tensor<1x4x1x64xbf16>
   %pr = llm.rope %kp cos(%c3 : tensor<3x64xf32>) sin(%s3 : tensor<3x64xf32>) interleaved : tensor<2x3x4x64xbf16>
   %w2 = llm.index_put %nhd[%pos3], %pr dim = 1 : tensor<2x128x4x64xbf16>, tensor<3xi64>, tensor<2x3x4x64xbf16>
+  return %w1, %w2 : tensor<1x4x128x64xbf16>, tensor<2x128x4x64xbf16>
+}
+
+// -----
+
+// Not fused: a rotated q that is also returned (read twice), a write that
+// accumulates, and a RoPE whose sequence dimension is not the written one.
+// CHECK-LABEL: func.func @not_rope_cache_writes
+// CHECK-NOT: rope_cache_write
+// CHECK: return
+func.func @not_rope_cache_writes(%kp: tensor<2x3x4x64xbf16>, %c3: tensor<3x64xf32>, %s3: tensor<3x64xf32>,
+                                 %pos3: tensor<3xi64>, %q: tensor<2x3x4x64xbf16>,
+                                 %acc: tensor<2x128x4x64xbf16>,
+                                 %byhead: tensor<2x3x128x64xbf16> {llm.donate}, %h4: tensor<4xi64>,
+                                 %nhd2: tensor<2x128x4x64xbf16> {llm.donate})
+    -> (tensor<2x3x4x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x3x128x64xbf16>) {
   %qr = llm.rope %q cos(%c3 : tensor<3x64xf32>) sin(%s3 : tensor<3x64xf32>) half_split : tensor<2x3x4x64xbf16>
   %w3 = llm.index_put %nhd2[%pos3], %qr dim = 1 : tensor<2x128x4x64xbf16>, tensor<3xi64>, tensor<2x3x4x64xbf16>
   %ar = llm.rope %q cos(%c3 : tensor<3x64xf32>) sin(%s3 : tensor<3x64xf32>) interleaved : tensor<2x3x4x64xbf16>
   %w4 = llm.index_put %acc[%pos3], %ar dim = 1 {accumulate} : tensor<2x128x4x64xbf16>, tensor<3xi64>, tensor<2x3x4x64xbf16>
   %hr = llm.rope %kp cos(%c3 : tensor<3x64xf32>) sin(%s3 : tensor<3x64xf32>) half_split : tensor<2x3x4x64xbf16>
   %w5 = llm.index_put %byhead[%h4], %hr dim = 2 : tensor<2x3x128x64xbf16>, tensor<4xi64>, tensor<2x3x4x64xbf16>
-  return %w1, %w2, %qr, %w3, %w4, %w5 : tensor<1x4x128x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x3x4x64xbf16>, tensor<2x128x4x64xbf16>,
-         tensor<2x128x4x64xbf16>, tensor<2x3x128x64xbf16>
+  return %qr, %w3, %w4, %w5 : tensor<2x3x4x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x3x128x64xbf16>
+}
+
+// -----
+
+// A decode step's q, k and v from one fused QKV output (gpt-fast): the q
+// RoPE (same tables; GQA: more heads) and the v cache write (same index
+// and cache layout) join the k write's launch, which runs at the last of
+// them.
+// CHECK-LABEL: func.func @decode_qkv
+// CHECK: llm.rope {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
+// CHECK: llm.index_put {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
+// CHECK: llm.index_put {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
+// CHECK: llm.rope {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
+// CHECK: llm.attention
+func.func @decode_qkv(%qkv: tensor<1x1x512xbf16>, %c: tensor<1x1x64xbf16>, %s: tensor<1x1x64xbf16>,
+                      %kc: tensor<1x2x128x64xbf16> {llm.donate}, %vc: tensor<1x2x128x64xbf16> {llm.donate},
+                      %pos: tensor<1xi64>) -> (tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>) {
+  %k0 = llm.slice %qkv [0, 0, 256] to [1, 1, 384] step [1, 1, 1] : tensor<1x1x512xbf16>
+  %k1 = llm.reshape %k0 : tensor<1x1x128xbf16> to tensor<1x1x2x64xbf16>
+  %kr = llm.rope %k1 cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split : tensor<1x1x2x64xbf16>
+  %kt = llm.transpose %kr [0, 2, 1, 3] : tensor<1x1x2x64xbf16>
+  %kw = llm.index_put %kc[%pos], %kt dim = 2 : tensor<1x2x128x64xbf16>, tensor<1xi64>, tensor<1x2x1x64xbf16>
+  %v0 = llm.slice %qkv [0, 0, 384] to [1, 1, 512] step [1, 1, 1] : tensor<1x1x512xbf16>
+  %v1 = llm.reshape %v0 : tensor<1x1x128xbf16> to tensor<1x1x2x64xbf16>
+  %vt = llm.transpose %v1 [0, 2, 1, 3] : tensor<1x1x2x64xbf16>
+  %vw = llm.index_put %vc[%pos], %vt dim = 2 : tensor<1x2x128x64xbf16>, tensor<1xi64>, tensor<1x2x1x64xbf16>
+  %q0 = llm.slice %qkv [0, 0, 0] to [1, 1, 256] step [1, 1, 1] : tensor<1x1x512xbf16>
+  %q1 = llm.reshape %q0 : tensor<1x1x256xbf16> to tensor<1x1x4x64xbf16>
+  %qr = llm.rope %q1 cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split : tensor<1x1x4x64xbf16>
+  %o = llm.attention %qr, %kw, %vw {kv_hnd} : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
+  return %o, %kw, %vw : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
 }
 
 // DYN: error: 'llm.exp' op llmc-form-kernels expects static shapes and element types codegen supports, found 'tensor<?x8xf32>'

@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 namespace {
@@ -325,6 +326,67 @@ func.func @f(%k: tensor<1x1x4x64xbf16>, %cache: tensor<1x4x128x64xbf16> {llm.don
   return %w : tensor<1x4x128x64xbf16>
 })");
   EXPECT_CONTAINS(msg, "a rope_cache_write kernel is an llm.rope followed by the llm.index_put");
+}
+
+// A decode step's q, k and v from one QKV output: the k write's launch also
+// rotates q and writes v (one launch); the formed decision gives the
+// planned executable.
+const char *kDecodeQkv = R"(
+func.func @f(%qkv: tensor<1x1x512xbf16>, %c: tensor<1x1x64xbf16>, %s: tensor<1x1x64xbf16>,
+             %kc: tensor<1x2x128x64xbf16> {llm.donate}, %vc: tensor<1x2x128x64xbf16> {llm.donate},
+             %pos: tensor<1xi64>) -> (tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>) {
+  %k0 = llm.slice %qkv [0, 0, 256] to [1, 1, 384] step [1, 1, 1] : tensor<1x1x512xbf16>
+  %k1 = llm.reshape %k0 : tensor<1x1x128xbf16> to tensor<1x1x2x64xbf16>
+  %kr = llm.rope %k1 cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split KR_ATTR: tensor<1x1x2x64xbf16>
+  %kt = llm.transpose %kr [0, 2, 1, 3] : tensor<1x1x2x64xbf16>
+  %kw = llm.index_put %kc[%pos], %kt dim = 2 KW_ATTR: tensor<1x2x128x64xbf16>, tensor<1xi64>, tensor<1x2x1x64xbf16>
+  %v0 = llm.slice %qkv [0, 0, 384] to [1, 1, 512] step [1, 1, 1] : tensor<1x1x512xbf16>
+  %v1 = llm.reshape %v0 : tensor<1x1x128xbf16> to tensor<1x1x2x64xbf16>
+  %vt = llm.transpose %v1 [0, 2, 1, 3] : tensor<1x1x2x64xbf16>
+  %vw = llm.index_put %vc[%pos], %vt dim = 2 VW_ATTR: tensor<1x2x128x64xbf16>, tensor<1xi64>, tensor<1x2x1x64xbf16>
+  %vn = llm.neg %vw : tensor<1x2x128x64xbf16>
+  %q0 = llm.slice %qkv [0, 0, 0] to [1, 1, 256] step [1, 1, 1] : tensor<1x1x512xbf16>
+  %q1 = llm.reshape %q0 : tensor<1x1x256xbf16> to tensor<1x1x4x64xbf16>
+  %qr = llm.rope %q1 cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split QR_ATTR: tensor<1x1x4x64xbf16>
+  %o = llm.attention %qr, %kw, %vw {kv_hnd} : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
+  return %o, %kw, %vn : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
+}
+)";
+
+std::string WithAttrs(std::string src, const std::string &attrs) {
+  for (const char *key : {"KR_ATTR", "KW_ATTR", "VW_ATTR", "QR_ATTR"})
+    src.replace(src.find(key), strlen(key), attrs);
+  return src;
+}
+
+TEST(KernelPlan, QAndVJoinTheCacheWriteWhenTheirResultsWait) {
+  // The v cache is read (neg) before the q RoPE: v joins k's launch at the
+  // v write; q is rotated on its own.
+  const std::string src = WithAttrs(kDecodeQkv, "");
+  Parsed formed = Parse(src);
+  ASSERT_TRUE(formed.fn);
+  mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
+  pm.addPass(llmc::createFormKernelsPass({}));
+  ASSERT_TRUE(mlir::succeeded(pm.run(formed.fn)));
+  int annotated = 0;
+  formed.fn.walk([&](mlir::Operation *op) { annotated += op->hasAttr("llm.kernel"); });
+  EXPECT_EQ(annotated, 3);  // k RoPE, k write, v write
+  auto planned = Lower(src);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  auto fromIr = llmc::LowerToExecutable(formed.fn, {});
+  ASSERT_TRUE(fromIr.ok()) << fromIr.status();
+  EXPECT_EQ(rt::DescribeExecutable(*fromIr), rt::DescribeExecutable(*planned));
+
+  // Annotated with q as well, the launch would run at q, after the neg has
+  // read the v cache it has not yet written: an error naming the op.
+  std::string formedSrc = WithAttrs(
+      kDecodeQkv, "{llm.kernel = {group = 0 : i64, kind = \"rope_cache_write\"}} ");
+  size_t body = formedSrc.find(" {\n  %k0");
+  ASSERT_NE(body, std::string::npos);
+  formedSrc.replace(body, 2, " attributes {llm.kernels_formed} {");
+  std::string msg = LowerError(formedSrc);
+  EXPECT_CONTAINS(msg, "(kind \"rope_cache_write\")");
+  EXPECT_CONTAINS(msg, "a member's result is used before the kernel runs at its last member");
 }
 
 TEST(KernelPlan, MalformedAndUnknownAnnotationsAreErrors) {

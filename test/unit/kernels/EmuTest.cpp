@@ -484,6 +484,80 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, con
       }
 }
 
+// q, k and v of a decode or prefill step in one launch (cache_write with
+// q_heads and v_write): q (GQA: 2x k's heads) rotated into a dense output
+// whatever the index, k rotated into its cache and v copied into its cache
+// at the rows of the index tensor; an out-of-range index leaves both caches'
+// rows alone but still writes q.
+TEST(Emu, RoPETableCacheWriteWithQAndV) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* kc, const T* k, const TabT* c,
+                          const TabT* s, long long B, long long S, const IdxT* idx, long long rows,
+                          long long ob, long long orow, long long oh, T* qo, const T* q, T* vc,
+                          const T* v) {
+  emu::Launch(g, b, smem, [&] { KERNEL(kc, k, c, s, B, S, 0, idx, rows, ob, orow, oh, qo, q, vc, v); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, long long,
+                      long long, const void *, long long, long long, long long, long long, void *,
+                      const void *, void *, const void *);
+  const int64_t Bn = 2, S = 3, H = 2, Hq = 4, D = 64, R = 7;
+  const std::vector<int64_t> idx = {4, 9, -1};  // 9: not written; -1: row R - 1
+  const int64_t want_row[] = {4, -1, R - 1};
+  RoPETableConfig cfg = RoPETable(ScalarType::bf16, ScalarType::f32, H, D, false);
+  cfg.cache_write = true;
+  cfg.q_heads = Hq;
+  cfg.v_write = true;
+  auto kern = Unwrap(EmitRoPETable(cfg));
+  EXPECT_EQ(kern.name, "llmc_rope_table_bf16_tabf32_h2_d64_half_cachewrite_i64_q4_v");
+  auto fn = reinterpret_cast<Fn>(BuildEmu(kern, stub));
+  ASSERT_NE(fn, nullptr) << kern.name;
+  auto k = Randn(Bn * S * H * D, 900), q = Randn(Bn * S * Hq * D, 901), v = Randn(Bn * S * H * D, 902);
+  std::vector<float> c, sn;
+  RandomTables(S * D, 903, &c, &sn);
+  auto kb = ToBf16Vec(k), qb = ToBf16Vec(q), vb = ToBf16Vec(v);
+  auto kref = llmc::ref::RoPETableRef(k, c, sn, Bn, S, H, D, 0, false);
+  auto qref = llmc::ref::RoPETableRef(q, c, sn, Bn, S, Hq, D, 0, false);
+  auto kcF = Randn(Bn * H * R * D, 904), vcF = Randn(Bn * H * R * D, 905);
+  auto kc = ToBf16Vec(kcF), vc = ToBf16Vec(vcF);
+  const auto kc0 = kc, vc0 = vc;
+  std::vector<uint16_t> qo(qb.size(), 0x7fc0);  // NaN: an unwritten element fails
+  const int64_t ob = H * R * D, orow = D, oh = R * D;  // [B, H, R, D] caches
+  LaunchDims d = Unwrap(RoPETableLaunch(cfg, Bn, S));
+  EXPECT_EQ(d.grid[1], 3u);
+  fn(G(d), B(d), d.smem, kc.data(), kb.data(), c.data(), sn.data(), Bn, S, idx.data(), R, ob, orow, oh,
+     qo.data(), qb.data(), vc.data(), vb.data());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < qo.size(); ++i) {
+    const float got = FromBf16(qo[i]);
+    ASSERT_TRUE(std::isfinite(got)) << "q element " << i;
+    num += (got - qref[i]) * (got - qref[i]);
+    den += qref[i] * qref[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 2.5e-3) << "q";
+  std::vector<bool> written(kc.size(), false);
+  num = den = 0;
+  for (int64_t b = 0; b < Bn; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t e = 0; e < D; ++e) {
+          if (want_row[s] < 0) continue;
+          const int64_t at = b * ob + want_row[s] * orow + h * oh + e;
+          const int64_t src = ((b * S + s) * H + h) * D + e;
+          const float got = FromBf16(kc[at]);
+          num += (got - kref[src]) * (got - kref[src]);
+          den += kref[src] * kref[src];
+          ASSERT_EQ(vc[at], vb[src]) << "v copied bit for bit: b " << b << " s " << s << " h " << h;
+          written[at] = true;
+        }
+  EXPECT_LT(std::sqrt(num / den), 2.5e-3) << "k";
+  for (size_t i = 0; i < kc.size(); ++i)
+    if (!written[i]) {
+      ASSERT_EQ(kc[i], kc0[i]) << "k cache element " << i << " was written";
+      ASSERT_EQ(vc[i], vc0[i]) << "v cache element " << i << " was written";
+    }
+}
+
 TEST(Emu, ElementwiseBroadcastAndVectorPaths) {
   if (!HaveCompiler()) GTEST_SKIP();
   // out0 = silu(a) * b (+ row bias c) as bf16, out1 = (a > c) as i1

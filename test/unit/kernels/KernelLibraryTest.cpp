@@ -424,6 +424,12 @@ TEST(RoPETable, CompileGrid) {
           c.cache_write = true;
           c.index = inter ? ScalarType::i32 : ScalarType::i64;
           ExpectCompiles(Unwrap(EmitRoPETable(c)));
+          // With q (GQA: 4x the heads) and v in the same launch.
+          c.q_heads = 4 * c.num_heads;
+          c.v_write = true;
+          ExpectCompiles(Unwrap(EmitRoPETable(c)));
+          c.q_heads = 0;
+          c.v_write = false;
         }
 }
 
@@ -443,7 +449,12 @@ TEST(RoPETable, NameEncodesTheVariantAndLaunch) {
   c.index = ScalarType::f32;
   EXPECT_EQ(EmitRoPETable(c).status().message(),
             "llmc::cuda kernel generator: rope table: cache write indices must be i32 or i64");
+  c.index = ScalarType::i64;
   c.cache_write = false;
+  c.v_write = true;
+  EXPECT_EQ(EmitRoPETable(c).status().message(),
+            "llmc::cuda kernel generator: rope table: q and v parts need a cache write");
+  c.v_write = false;
   c.head_dim = 7;
   absl::StatusOr<KernelCode> odd = EmitRoPETable(c);
   EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);

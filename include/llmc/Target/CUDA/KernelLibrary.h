@@ -297,6 +297,12 @@ struct RoPETableConfig {
   /// an index tensor names (index_put of the rotated tensor), see below.
   bool cache_write = false;
   ScalarType index = ScalarType::i64;   // cache_write: i32 or i64 indices
+  /// cache_write: also rotate a q [B, S, q_heads, D] (same tables) into a
+  /// dense q_out (0: no q), and copy a v [B, S, num_heads, D] into a second
+  /// cache at the same rows and strides: a decode step's q, k and v in one
+  /// launch.
+  int64_t q_heads = 0;
+  bool v_write = false;
 };
 
 /// x, out [B, S, H, D] contiguous; cos, sin full head-dim rows, element
@@ -323,9 +329,15 @@ struct RoPETableConfig {
 ///   (T* out, const T* x, const TabT* cos_tab, const TabT* sin_tab, long long batch,
 ///    long long seq, long long table_batch_stride, const IdxT* index, long long rows,
 ///    long long out_b, long long out_row, long long out_h)
+/// With q_heads > 0 and/or v_write (cache_write only) the grid has one more
+/// row of blocks per part (blockIdx.y: 0 the k cache write, then q, then v)
+/// and the arguments go on with
+///   (T* q_out, const T* q /*q_heads > 0*/, T* v_cache, const T* v /*v_write*/);
+/// q is written whatever the index, v as k.
 /// InvalidArgument: a non-float dtype or table type, an odd head_dim or one
 /// below 2, num_heads < 1, cache_write with an index type other than i32 and
-/// i64. Unimplemented: num_heads * head_dim over 2^30.
+/// i64, q_heads < 0, q_heads or v_write without cache_write. Unimplemented:
+/// num_heads * head_dim or q_heads * head_dim over 2^30.
 absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &cfg);
 absl::StatusOr<LaunchDims> RoPETableLaunch(const RoPETableConfig &cfg, int64_t batch, int64_t seq);
 
