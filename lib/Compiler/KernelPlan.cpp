@@ -186,7 +186,10 @@ static bool cacheWriteLayout(Value origin, IndexPutOp put, RopeCacheWriteLayout 
   }
   auto base = tensorType(put.getBase());
   int64_t rank = base.getRank(), dim = put.getDim();
-  if (static_cast<int64_t>(dimOf.size()) != rank || dimOf.back() != 3)
+  // An empty cache is never written: its index_put launches nothing, and
+  // the launch must not vanish with it when it also computes q.
+  if (static_cast<int64_t>(dimOf.size()) != rank || dimOf.back() != 3 ||
+      base.getNumElements() == 0)
     return false;
   // S is the indexed dim (S = 1: the indexed dim has size 1 in the source,
   // which the verifier ties to one index).
@@ -451,19 +454,20 @@ void Planner::planRopeCacheWrites() {
   // cache type and layout) join the k write's launch: the first candidates
   // after k's RoPE and before the next k's, when every member's result is
   // still used only after the launch.
-  llvm::DenseSet<Operation *> kOps;
-  for (const RopeCacheWrite &w : plan.ropeCacheWrites)
+  llvm::DenseSet<Operation *> kOps, kRopes;
+  for (const RopeCacheWrite &w : plan.ropeCacheWrites) {
     for (Operation *m : w.members())
       kOps.insert(m);
+    kRopes.insert(w.rope.operator->());
+  }
   llvm::DenseSet<Operation *> taken;
-  for (auto [i, w] : llvm::enumerate(plan.ropeCacheWrites)) {
-    Operation *end = i + 1 < plan.ropeCacheWrites.size()
-                         ? plan.ropeCacheWrites[i + 1].rope.getOperation()
-                         : body.getTerminator();
+  for (RopeCacheWrite &w : plan.ropeCacheWrites) {
     RoPEOp q;
     IndexPutOp putV;
     Value vValue;
-    for (Operation *op = w.rope->getNextNode(); op && op != end; op = op->getNextNode()) {
+    // Up to the next k RoPE in program order.
+    for (Operation *op = w.rope->getNextNode(); op && !kRopes.contains(op);
+         op = op->getNextNode()) {
       if (kOps.contains(op) || taken.contains(op) || prepared.contains(op))
         continue;
       if (auto r = dyn_cast<RoPEOp>(op); r && !q && cacheWriteQuery(w.rope, r))

@@ -8,6 +8,7 @@
 // RUN: llmc-compile %s --emit=exec | FileCheck %s
 // RUN: llmc-compile %s --fn=empty --emit=exec | FileCheck %s --check-prefix=EMPTY
 // RUN: llmc-compile %s --fn=decode_qkv --emit=exec | FileCheck %s --check-prefix=QKV
+// RUN: llmc-compile %s --fn=empty_cache --emit=exec | FileCheck %s --check-prefix=EMPTY-CACHE
 
 // CHECK-LABEL: exec.executable @decode_k
 // CHECK:     %[[CACHE:b[0-9]+]] = exec.buffer input[3] 16384 bytes
@@ -60,4 +61,20 @@ func.func @decode_qkv(%qkv: tensor<1x1x512xbf16>, %c: tensor<1x1x64xbf16>, %s: t
   %qr = llm.rope %q1 cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split : tensor<1x1x4x64xbf16>
   %o = llm.attention %qr, %kw, %vw {kv_hnd} : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
   return %o, %kw, %vw : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
+}
+
+// A cache of no rows is never written (its index_put launches nothing), so
+// no group forms around it: q is still rotated by a launch of its own, and
+// the neg reads what that launch wrote.
+// EMPTY-CACHE-LABEL: exec.executable @empty_cache
+// EMPTY-CACHE:     exec.launch @llmc_rope_table_bf16_tabbf16_h4_d64_half grid [1, 1, 1] {{.*}}(%[[Q:b[0-9]+]][0], {{.*}}label "llm.rope"
+// EMPTY-CACHE:     exec.launch @llmc_ew_{{[0-9a-f]+}} {{.*}}%[[Q]][0]{{.*}}label "llm.neg"
+func.func @empty_cache(%q: tensor<1x1x4x64xbf16>, %k: tensor<1x1x2x64xbf16>, %c: tensor<1x1x64xbf16>, %s: tensor<1x1x64xbf16>,
+                       %kc: tensor<1x2x0x64xbf16> {llm.donate}, %pos: tensor<1xi64>) -> (tensor<1x1x4x64xbf16>, tensor<1x2x0x64xbf16>) {
+  %kr = llm.rope %k cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split : tensor<1x1x2x64xbf16>
+  %qr = llm.rope %q cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split : tensor<1x1x4x64xbf16>
+  %kt = llm.transpose %kr [0, 2, 1, 3] : tensor<1x1x2x64xbf16>
+  %kw = llm.index_put %kc[%pos], %kt dim = 2 : tensor<1x2x0x64xbf16>, tensor<1xi64>, tensor<1x2x1x64xbf16>
+  %n = llm.neg %qr : tensor<1x1x4x64xbf16>
+  return %n, %kw : tensor<1x1x4x64xbf16>, tensor<1x2x0x64xbf16>
 }

@@ -386,7 +386,9 @@ TEST(KernelPlan, QAndVJoinTheCacheWriteWhenTheirResultsWait) {
   formedSrc.replace(body, 2, " attributes {llm.kernels_formed} {");
   std::string msg = LowerError(formedSrc);
   EXPECT_CONTAINS(msg, "(kind \"rope_cache_write\")");
-  EXPECT_CONTAINS(msg, "a member's result is used before the kernel runs at its last member");
+  EXPECT_CONTAINS(msg, "'llm.index_put' at ");
+  EXPECT_CONTAINS(msg, "its result is used by 'llm.neg' at ");
+  EXPECT_CONTAINS(msg, "before the kernel runs at its last member 'llm.rope' at ");
 }
 
 TEST(KernelPlan, MalformedAndUnknownAnnotationsAreErrors) {
