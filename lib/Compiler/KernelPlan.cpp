@@ -451,9 +451,10 @@ void Planner::planRopeCacheWrites() {
     plan.ropeCacheWrites.push_back({rope, put, RoPEOp(), IndexPutOp(), Value(), put});
   }
   // The q of the same step (same tables) and its v write (same indices,
-  // cache type and layout) join the k write's launch: the first candidates
-  // after k's RoPE and before the next k's, when every member's result is
-  // still used only after the launch.
+  // cache type and layout) join the k write's launch: for q the nearest
+  // candidate before k's RoPE (back to the previous k RoPE), else the first
+  // after it; for v the first after it (up to the next k RoPE); when every
+  // member's result is still used only after the launch.
   llvm::DenseSet<Operation *> kOps, kRopes;
   for (const RopeCacheWrite &w : plan.ropeCacheWrites) {
     for (Operation *m : w.members())
@@ -465,6 +466,15 @@ void Planner::planRopeCacheWrites() {
     RoPEOp q;
     IndexPutOp putV;
     Value vValue;
+    // q: Hugging Face rotates q and k together, q first (back to the
+    // previous k RoPE); gpt-fast rotates q after the cache writes.
+    for (Operation *op = w.rope->getPrevNode(); op && !kRopes.contains(op);
+         op = op->getPrevNode())
+      if (auto r = dyn_cast<RoPEOp>(op); r && !kOps.contains(op) && !taken.contains(op) &&
+                                         !prepared.contains(op) && cacheWriteQuery(w.rope, r)) {
+        q = r;
+        break;
+      }
     // Up to the next k RoPE in program order.
     for (Operation *op = w.rope->getNextNode(); op && !kRopes.contains(op);
          op = op->getNextNode()) {

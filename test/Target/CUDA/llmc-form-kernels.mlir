@@ -152,4 +152,28 @@ func.func @decode_qkv(%qkv: tensor<1x1x512xbf16>, %c: tensor<1x1x64xbf16>, %s: t
   return %o, %kw, %vw : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
 }
 
+// -----
+
+// Hugging Face's order: q and k rotated together (q first), then the cache
+// updates: the q RoPE before k's joins the launch too.
+// CHECK-LABEL: func.func @decode_qkv_hf_order
+// CHECK: llm.rope {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
+// CHECK: llm.rope {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
+// CHECK: llm.index_put {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
+// CHECK: llm.index_put {{.*}}llm.kernel = {group = 0 : i64, kind = "rope_cache_write"}
+// CHECK: llm.attention
+func.func @decode_qkv_hf_order(%q: tensor<1x1x4x64xbf16>, %k: tensor<1x1x2x64xbf16>, %v: tensor<1x1x2x64xbf16>,
+                               %c: tensor<1x1x64xbf16>, %s: tensor<1x1x64xbf16>,
+                               %kc: tensor<1x2x128x64xbf16> {llm.donate}, %vc: tensor<1x2x128x64xbf16> {llm.donate},
+                               %pos: tensor<1xi64>) -> (tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>) {
+  %qr = llm.rope %q cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split : tensor<1x1x4x64xbf16>
+  %kr = llm.rope %k cos(%c : tensor<1x1x64xbf16>) sin(%s : tensor<1x1x64xbf16>) half_split : tensor<1x1x2x64xbf16>
+  %kt = llm.transpose %kr [0, 2, 1, 3] : tensor<1x1x2x64xbf16>
+  %kw = llm.index_put %kc[%pos], %kt dim = 2 : tensor<1x2x128x64xbf16>, tensor<1xi64>, tensor<1x2x1x64xbf16>
+  %vt = llm.transpose %v [0, 2, 1, 3] : tensor<1x1x2x64xbf16>
+  %vw = llm.index_put %vc[%pos], %vt dim = 2 : tensor<1x2x128x64xbf16>, tensor<1xi64>, tensor<1x2x1x64xbf16>
+  %o = llm.attention %qr, %kw, %vw {kv_hnd} : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
+  return %o, %kw, %vw : tensor<1x1x4x64xbf16>, tensor<1x2x128x64xbf16>, tensor<1x2x128x64xbf16>
+}
+
 // DYN: error: 'llm.exp' op llmc-form-kernels expects static shapes and element types codegen supports, found 'tensor<?x8xf32>'
