@@ -226,7 +226,7 @@ bool llmc::ropeCacheWriteConfig(RoPEOp rope, IndexPutOp put, cu::RoPETableConfig
   cfg->interleaved = rope.getMode() == RopeMode::interleaved;
   cfg->cache_write = true;
   cfg->index = scalarOf(put.getIndices());
-  return scalarOf(put.getBase()) == cfg->dtype && cu::EmitRoPETable(*cfg).ok();
+  return scalarOf(put.getBase()) == cfg->dtype && cu::RoPETableSupported(*cfg);
 }
 
 Value llmc::cacheWriteValue(RoPEOp rope, IndexPutOp put, IndexPutOp putV) {

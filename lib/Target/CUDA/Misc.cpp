@@ -157,7 +157,9 @@ RoPEConfig GeomConfig(const RoPETableConfig &c) {
 }
 } // namespace
 
-absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
+namespace {
+/// Every refusal of EmitRoPETable, before any source is made.
+absl::Status CheckRoPETable(const RoPETableConfig &c) {
   if (!IsFloatType(c.dtype)) return Invalid("rope table: dtype must be float");
   if (!IsFloatType(c.table)) return Invalid("rope table: cos/sin table type must be float");
   if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.num_heads < 1)
@@ -169,6 +171,14 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
     return Invalid("rope table: q and v parts need a cache write");
   if (c.q_heads > 0)
     if (absl::Status st = CheckTokenSize("rope table", c.q_heads, c.head_dim); !st.ok()) return st;
+  return absl::OkStatus();
+}
+} // namespace
+
+bool RoPETableSupported(const RoPETableConfig &c) { return CheckRoPETable(c).ok(); }
+
+absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
+  if (absl::Status st = CheckRoPETable(c); !st.ok()) return st;
   const RoPEGeom g = ComputeRoPEGeom(GeomConfig(c));
   KernelCode kc;
   kc.name = std::string("llmc_rope_table_") + ScalarTypeTag(c.dtype) + "_tab" + ScalarTypeTag(c.table) + "_h" +

@@ -446,7 +446,9 @@ TEST(RoPETable, NameEncodesTheVariantAndLaunch) {
   c.cache_write = true;
   EXPECT_EQ(Unwrap(EmitRoPETable(c)).name,
             "llmc_rope_table_bf16_tabbf16_h32_d128_interleaved_cachewrite_i64");
+  EXPECT_TRUE(RoPETableSupported(c));
   c.index = ScalarType::f32;
+  EXPECT_FALSE(RoPETableSupported(c));
   EXPECT_EQ(EmitRoPETable(c).status().message(),
             "llmc::cuda kernel generator: rope table: cache write indices must be i32 or i64");
   c.index = ScalarType::i64;

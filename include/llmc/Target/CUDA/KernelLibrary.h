@@ -339,6 +339,8 @@ struct RoPETableConfig {
 /// i64, q_heads < 0, q_heads or v_write without cache_write. Unimplemented:
 /// num_heads * head_dim or q_heads * head_dim over 2^30.
 absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &cfg);
+/// Whether EmitRoPETable takes `cfg` (without making its source).
+bool RoPETableSupported(const RoPETableConfig &cfg);
 absl::StatusOr<LaunchDims> RoPETableLaunch(const RoPETableConfig &cfg, int64_t batch, int64_t seq);
 
 //===----------------------------------------------------------------------===//
