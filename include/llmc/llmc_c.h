@@ -31,8 +31,13 @@
 extern "C" {
 #endif
 
-#define LLMC_C_API_VERSION 2 /* 2: NCCL communicators */
+#define LLMC_C_API_VERSION 3 /* 2: NCCL communicators; 3: llmc_version */
 #define LLMC_MAX_RANK 8
+
+/* llmc's version, "MAJOR.MINOR.PATCH" (semantic versioning): a static,
+ * NUL-terminated string the caller must not free. The same as the tools'
+ * --version and the Python package's llmc.__version__. */
+const char *llmc_version(void);
 
 /*--- status -----------------------------------------------------------------*/
 typedef struct llmc_status_t llmc_status_t;

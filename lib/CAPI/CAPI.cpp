@@ -11,6 +11,7 @@
 #include "llmc/llmc_c.h"
 
 #include "llmc/Compiler.h"
+#include "llmc/Support/Version.h"
 #include "llmc/runtime/Communicator.h"
 #include "llmc/runtime/Session.h"
 
@@ -253,6 +254,8 @@ absl::Status signatureInfo(const llmc_executable_t *executable, int32_t index,
 } // namespace
 
 extern "C" {
+
+LLMC_EXPORT const char *llmc_version(void) { return llmc::versionString(); }
 
 /*--- status -----------------------------------------------------------------*/
 LLMC_EXPORT int llmc_status_code(const llmc_status_t *status) {

@@ -45,6 +45,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "llmc/Support/Version.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
@@ -111,6 +112,7 @@ int llmc::compileMain(int argc, char **argv) {
   llmc::registerAllPasses();
   llmc::tools::registerPassManagerFlags();
   cl::HideUnrelatedOptions({&cat, &llmc::tools::passManagerCategory()});
+  cl::SetVersionPrinter(llmc::printVersion);
   cl::ParseCommandLineOptions(argc, argv, "llmc-compile: ahead-of-time compilation\n");
   if (std::string e = llmc::tools::repeatedOptionError(cat, argc, argv); !e.empty())
     return fail(e);

@@ -18,6 +18,8 @@
 
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llmc/Support/Version.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Process.h"
@@ -31,6 +33,7 @@ int llmc::optMain(int argc, char **argv) {
   mlir::DialectRegistry registry;
   llmc::registerAllDialects(registry);
   llmc::registerAllPasses();
+  llvm::cl::SetVersionPrinter(llmc::printVersion);
   auto [inputFilename, outputFilename] = mlir::registerAndParseCLIOptions(
       argc, argv, "llmc optimizer driver\n", registry);
 

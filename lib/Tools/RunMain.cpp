@@ -46,6 +46,7 @@
 #include "LLM/Transforms/Passes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llmc/Support/Version.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -75,6 +76,7 @@ int llmc::runMain(int argc, char **argv) {
   llmc::registerAllPasses();
   llmc::tools::registerPassManagerFlags();
   cl::HideUnrelatedOptions({&opts.cat, &llmc::tools::passManagerCategory()});
+  cl::SetVersionPrinter(llmc::printVersion);
   cl::ParseCommandLineOptions(argc, argv, "llmc-run: execute an llm function\n");
   if (std::string e = llmc::tools::repeatedOptionError(opts.cat, argc, argv);
       !e.empty())

@@ -7,6 +7,5 @@
 """
 
 from ._capi import LlmcError  # noqa: F401
+from ._version import __version__  # noqa: F401
 from .backend import Options, last_report, llmc_backend, reports  # noqa: F401
-
-__version__ = "0.1.0"

@@ -20,6 +20,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ._version import __version__
+
 LLMC_MAX_RANK = 8
 
 # absl::StatusCode values used by the C API.
@@ -125,6 +127,7 @@ _PP = ctypes.POINTER(ctypes.c_void_p)
 
 # name: (restype, argtypes)
 _SIGNATURES = {
+    "llmc_version": (ctypes.c_char_p, []),
     "llmc_status_code": (ctypes.c_int, [_P]),
     "llmc_status_message": (ctypes.c_char_p, [_P]),
     "llmc_status_free": (None, [_P]),
@@ -195,6 +198,10 @@ def load():
                 fn = getattr(lib, name)
                 fn.restype = res
                 fn.argtypes = args
+            lib_version = lib.llmc_version().decode()
+            if lib_version != __version__:
+                tried.append(f"{path} (llmc {lib_version}; this package is llmc {__version__})")
+                continue
             for name, (res, args) in _OPTIONAL_SIGNATURES.items():
                 fn = getattr(lib, name, None)
                 if fn is not None:
@@ -206,6 +213,11 @@ def load():
         _lib_error = ("libllmc.so with the C API not found; set LLMC_LIB or build "
                       "llmc (cmake --build build). Tried: " + "; ".join(tried))
         raise LibraryNotFound(_lib_error)
+
+
+def library_version() -> str:
+    """The loaded libllmc.so's version (llmc_version()); LibraryNotFound without one."""
+    return load().llmc_version().decode()
 
 
 def available() -> Tuple[bool, str]:

@@ -77,6 +77,13 @@ std::string CompileError(const std::string &text, const char *fn,
   return st.message();
 }
 
+// The C API reports CMake's project(llmc VERSION), the one definition.
+TEST(CapiVersion, IsTheProjectVersion) {
+  ASSERT_NE(llmc_version(), nullptr);
+  EXPECT_STREQ(llmc_version(), LLMC_PROJECT_VERSION);
+  EXPECT_EQ(llmc_version(), llmc_version()); // a static string, not a copy
+}
+
 TEST(CapiStatus, NullIsOk) {
   EXPECT_EQ(llmc_status_code(nullptr), 0);
   EXPECT_STREQ(llmc_status_message(nullptr), "");
