@@ -101,7 +101,7 @@ void ExecBuilder::makePersistent(int id) {
   op.removeLiveAttr();
 }
 
-int ExecBuilder::addKernel(StringRef name, StringRef source) {
+int ExecBuilder::addKernel(StringRef name, StringRef source, bool gridDependency) {
   auto [it, inserted] = kernelIndex.try_emplace(name, kernels.size());
   if (!inserted)
     return it->second;
@@ -110,6 +110,8 @@ int ExecBuilder::addKernel(StringRef name, StringRef source) {
                                    StringAttr(), b.getStringAttr(source),
                                    b.getStrArrayAttr({}), DictionaryAttr(),
                                    StringAttr(), StringAttr());
+  if (gridDependency)
+    op.setGridDependency(true);
   kernels.push_back(op);
   lastKernel = op;
   return it->second;

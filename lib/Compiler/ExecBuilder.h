@@ -131,8 +131,10 @@ public:
   void makePersistent(int id);
 
   // --- kernels and launches ---
-  /// The kernel table's index of `name`, added with `source` on first use.
-  int addKernel(llvm::StringRef name, llvm::StringRef source);
+  /// The kernel table's index of `name`, added with `source` on first use;
+  /// `gridDependency`: the kernel waits for the previous launch itself
+  /// (exec.kernel's grid_dependency).
+  int addKernel(llvm::StringRef name, llvm::StringRef source, bool gridDependency);
   void launch(int kernel, llvm::ArrayRef<int64_t> grid, llvm::ArrayRef<int64_t> block,
               int64_t smem, llvm::ArrayRef<KernelArg> args, llvm::StringRef name,
               const AttentionAttachment *attention = nullptr);

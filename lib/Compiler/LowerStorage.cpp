@@ -31,7 +31,7 @@ absl::StatusOr<StridedRead> Lowering::stridedRead(Value v) {
 }
 
 int Lowering::addKernel(const cu::KernelCode &code) {
-  return builder.addKernel(code.name, code.source);
+  return builder.addKernel(code.name, code.source, cu::WaitsForGridDependency(code.source));
 }
 
 int Lowering::newArenaBuffer(int64_t bytes, int firstStep, int lastStep) {

@@ -110,4 +110,18 @@ std::vector<std::vector<int>> PlanCollectiveJoins(const Executable& exe) {
   return joins;
 }
 
+std::vector<char> ProgrammaticLaunches(const Executable& exe,
+                                       const std::vector<std::vector<int>>& joins) {
+  std::vector<char> programmatic(exe.launches.size(), 0);
+  const size_t first = static_cast<size_t>(std::max(exe.num_prepare_launches, 0));
+  for (size_t i = first + 1; i < exe.launches.size(); ++i) {
+    const Launch& l = exe.launches[i];
+    programmatic[i] = l.kind == Launch::Kernel && exe.launches[i - 1].kind == Launch::Kernel &&
+                      l.kernel >= 0 && static_cast<size_t>(l.kernel) < exe.kernels.size() &&
+                      exe.kernels[l.kernel].grid_dependency &&
+                      (i >= joins.size() || joins[i].empty());
+  }
+  return programmatic;
+}
+
 }  // namespace llmc::rt

@@ -227,7 +227,8 @@ std::string DescribeExecutable(const Executable& exe) {
     std::vector<std::string> options;
     for (const std::string& o : k.options) options.push_back(Quoted(o));
     absl::StrAppend(&out, "kernel ", i, " ", k.name, " source=", Digest(k.source),
-                    " options=[", absl::StrJoin(options, ","), "]\n");
+                    " options=[", absl::StrJoin(options, ","), "]",
+                    k.grid_dependency ? " grid_dependency" : "", "\n");
     for (const auto& [name, text] : k.headers)
       absl::StrAppend(&out, "kernel ", i, " header ", Quoted(name), " ",
                       Digest(text), "\n");

@@ -139,9 +139,11 @@ Buffer BufferFrom(const json& j) {
 }
 
 json ToJson(const KernelSpec& k) {
-  return {{"name", k.name},       {"source", k.source},
-          {"arch", k.arch},       {"cubin", absl::Base64Escape(k.cubin)},
-          {"options", k.options}, {"headers", k.headers}};
+  json j = {{"name", k.name},       {"source", k.source},
+            {"arch", k.arch},       {"cubin", absl::Base64Escape(k.cubin)},
+            {"options", k.options}, {"headers", k.headers}};
+  if (k.grid_dependency) j["grid_dependency"] = true;
+  return j;
 }
 KernelSpec KernelFrom(const json& j) {
   KernelSpec k;
@@ -151,6 +153,7 @@ KernelSpec KernelFrom(const json& j) {
   k.cubin = Bytes(j, "cubin");
   k.options = j.at("options").get<std::vector<std::string>>();
   k.headers = j.at("headers").get<std::map<std::string, std::string>>();
+  k.grid_dependency = j.contains("grid_dependency") && BoolAt(j, "grid_dependency");
   return k;
 }
 

@@ -1,6 +1,8 @@
 #include "llmc/runtime/Session.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "SessionImpl.h"
@@ -168,6 +170,11 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
     }
   }
   im.joins = PlanCollectiveJoins(*exe);
+  im.programmatic = ProgrammaticLaunches(*exe, im.joins);
+  const char* pdl_env = std::getenv("LLMC_PDL");
+  if (!options.programmatic_dependent_launch || device->cc_major() < 9 ||
+      !driver_->cuLaunchKernelEx || (pdl_env && std::string(pdl_env) == "0"))
+    im.programmatic.assign(im.programmatic.size(), 0);
   if (!exe->collectives.empty()) {
     LLMC_RT_ASSIGN_OR_RETURN(im.nccl, Nccl::Get());
     if (options.communicator) {

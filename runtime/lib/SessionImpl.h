@@ -84,6 +84,9 @@ struct Session::Impl {
   CUstream comm_stream = nullptr;
   std::map<int, std::pair<CUevent, CUevent>> collective_events;
   std::vector<std::vector<int>> joins;
+  // Per launch: whether it may be launched with programmatic dependent
+  // launch (SessionOptions::programmatic_dependent_launch).
+  std::vector<char> programmatic;
   std::vector<int> pending;  // Collective launches not yet joined this run
   // cuDNN alternatives of attention kernels (Launch::attention); null: none.
   std::unique_ptr<CudnnAttentionRunner> attention;
@@ -111,10 +114,15 @@ struct Session::Impl {
 
   absl::Status PlanGemm(const GemmSpec& g, size_t workspace_bytes,
                         detail::GemmPlan* plan);
-  absl::Status Enqueue(const Executable& exe, const Launch& l, CUstream stream);
+  /// `programmatic`: a kernel launch starts while the previous kernel
+  /// finishes (programmatic dependent launch).
+  absl::Status Enqueue(const Executable& exe, const Launch& l, CUstream stream,
+                       bool programmatic = false);
   /// Enqueues launch `i` on `stream`, first joining the collectives it
   /// depends on; a collective is forked onto the communication stream (and
-  /// joined at once when `join_now`, for per-launch timing).
+  /// joined at once when `join_now`, for per-launch timing and the
+  /// preparation, which also launch every kernel without overlap; otherwise
+  /// a kernel marked in `programmatic` overlaps its predecessor).
   absl::Status EnqueueAt(const Executable& exe, size_t i, CUstream stream,
                          bool join_now);
   absl::Status Join(int launch, CUstream stream);

@@ -169,7 +169,8 @@ absl::Status Session::Impl::EnqueueAt(const Executable& exe, size_t i,
                                       CUstream stream, bool join_now) {
   for (int c : joins[i]) LLMC_RT_RETURN_IF_ERROR(Join(c, stream));
   const Launch& l = exe.launches[i];
-  if (l.kind != Launch::Collective) return Enqueue(exe, l, stream);
+  if (l.kind != Launch::Collective)
+    return Enqueue(exe, l, stream, !join_now && i < programmatic.size() && programmatic[i]);
   if (!comm)
     return absl::FailedPreconditionError(
         "the NCCL communicator was aborted after an earlier error");
@@ -186,7 +187,7 @@ absl::Status Session::Impl::EnqueueAt(const Executable& exe, size_t i,
 }
 
 absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
-                                    CUstream stream) {
+                                    CUstream stream, bool programmatic) {
   auto addr = [&](const BufferRef& r) -> uint64_t {
     return r.buffer < 0 ? 0 : base[r.buffer] + r.offset;
   };
@@ -216,6 +217,23 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
         }
         params[i] = a.kind == Arg::Bytes ? const_cast<char*>(a.bytes.data())
                                          : static_cast<void*>(&storage[i]);
+      }
+      if (programmatic) {
+        CUlaunchAttribute attr{};
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig config{};
+        config.gridDimX = l.grid[0];
+        config.gridDimY = l.grid[1];
+        config.gridDimZ = l.grid[2];
+        config.blockDimX = l.block[0];
+        config.blockDimY = l.block[1];
+        config.blockDimZ = l.block[2];
+        config.sharedMemBytes = l.smem;
+        config.hStream = stream;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        return CU_CALL(cuLaunchKernelEx, &config, functions[l.kernel], params.data(), nullptr);
       }
       return CU_CALL(cuLaunchKernel, functions[l.kernel], l.grid[0], l.grid[1],
                      l.grid[2], l.block[0], l.block[1], l.block[2], l.smem,

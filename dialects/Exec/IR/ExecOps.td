@@ -133,6 +133,10 @@ def Exec_KernelOp : Exec_Op<"kernel", [HasParent<"ExecutableOp">, Symbol]> {
     the `extern "C" __global__` symbol when it differs from the op's symbol
     name; `options` are NVRTC options, `headers` in-memory headers (name to
     contents); `arch` and `cubin` hold a prebuilt binary when there is one.
+    `grid_dependency`: the kernel calls `llmcGridDependencyWait()` before its
+    first access to memory an earlier launch may write or read, so the
+    runtime may start it while the previous kernel finishes (programmatic
+    dependent launch, `rt::KernelSpec::grid_dependency`).
 
     ```mlir
     exec.kernel @rms_norm_bf16 source "extern \"C\" __global__ void rms_norm_bf16(...) {...}" {options = ["-std=c++17"]}
@@ -143,7 +147,8 @@ def Exec_KernelOp : Exec_Op<"kernel", [HasParent<"ExecutableOp">, Symbol]> {
                        DefaultValuedAttr<StrArrayAttr, "{}">:$options,
                        OptionalAttr<DictionaryAttr>:$headers,
                        OptionalAttr<StrAttr>:$arch,
-                       OptionalAttr<StrAttr>:$cubin);
+                       OptionalAttr<StrAttr>:$cubin,
+                       UnitAttr:$grid_dependency);
   let assemblyFormat = "$sym_name (`entry` $entry^)? `source` $source attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{

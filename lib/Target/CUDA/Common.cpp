@@ -132,13 +132,42 @@ SourceVariant(std::string body, const char *what,
   return body;
 }
 
+namespace {
+constexpr std::string_view kGridDependencyWaitCall = "llmcGridDependencyWait();";
+
+/// `body` with the wait for the previous launch and the go-ahead for the next
+/// one (the preamble's "programmatic dependent launch") as the first
+/// statements of every extern "C" __global__ entry, unless the body calls
+/// llmcGridDependencyWait() itself (a kernel that starts reading inputs no
+/// launch writes before it waits). Internal error when the body has no entry.
+absl::StatusOr<std::string> WithGridDependencyWait(std::string body) {
+  if (body.find(kGridDependencyWaitCall) != std::string::npos)
+    return body;
+  const std::string entry = "extern \"C\" __global__";
+  int entries = 0;
+  for (size_t at = body.find(entry); at != std::string::npos; at = body.find(entry, at + 1)) {
+    size_t brace = body.find('{', at);
+    if (brace == std::string::npos)
+      break;
+    body.insert(brace + 1, "\n  llmcGridDependencyWait();  // the previous launch is complete"
+                           "\n  llmcLaunchDependents();");
+    ++entries;
+  }
+  if (entries == 0)
+    return absl::InternalError("llmc::cuda kernel generator: internal error (please report): a "
+                               "kernel body without an extern \"C\" __global__ entry");
+  return body;
+}
+} // namespace
+
 absl::StatusOr<std::string> Assemble(const std::string &header_comment,
                                      const std::string &config,
-                                     const std::string &body) {
+                                     const std::string &rawBody) {
   if (absl::Status st = CheckIntConstants(config); !st.ok())
     return st;
-  if (absl::Status st = CheckIntConstants(body); !st.ok())
+  if (absl::Status st = CheckIntConstants(rawBody); !st.ok())
     return st;
+  LLMC_ASSIGN_OR_RETURN(std::string body, WithGridDependencyWait(rawBody));
   std::string s;
   s.reserve(Preamble().size() + header_comment.size() + config.size() +
             body.size() + 64);
@@ -180,4 +209,10 @@ absl::Status Unsupported(const std::string &msg) {
 }
 
 } // namespace detail
+
+bool WaitsForGridDependency(std::string_view source) {
+  return source.substr(0, Preamble().size()) == Preamble() &&
+         source.find(detail::kGridDependencyWaitCall, Preamble().size()) !=
+             std::string_view::npos;
+}
 } // namespace llmc::cuda

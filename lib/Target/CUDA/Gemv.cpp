@@ -68,6 +68,19 @@ LLMC_DEV void gemvRows(const T* const (&w)[R], const T* __restrict__ x, int lane
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.f;
+  // Programmatic dependent launch: the lines of this warp's first main-loop
+  // weight loads start on their way into L2 while the previous launch
+  // finishes; every load below comes after the wait (so x, and whatever
+  // wrote the weights, are seen complete).
+  constexpr long long kLineBytes = 128;
+  constexpr long long kRowLines = (kK * (long long)sizeof(T) + kLineBytes - 1) / kLineBytes;
+  constexpr long long kFirstLines = 32LL * kUnroll * kVec * (long long)sizeof(T) / kLineBytes;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    for (long long l = lane; l < kFirstLines && l < kRowLines; l += 32)
+      llmcPrefetchL2(reinterpret_cast<const char*>(w[r]) + l * kLineBytes);
+  llmcGridDependencyWait();
+  llmcLaunchDependents();
   long long c = lane;
   // Main loop: R * kUnroll independent weight loads per lane in flight.
   for (; c + 32 * (kUnroll - 1) < kChunks; c += 32 * kUnroll) {

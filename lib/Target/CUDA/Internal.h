@@ -28,8 +28,12 @@ inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 /// Largest power of two vector width (elements) with width*size <= 16 bytes
 /// that divides n; 1 when none.
 int VecWidth(int64_t n, int elem_size);
-/// Assemble: preamble + "// config" block + body. Unimplemented when a
-/// `static constexpr int kX = <literal>;` of config or body does not fit int.
+/// Assemble: preamble + "// config" block + body, every entry of the body
+/// starting with llmcGridDependencyWait() and llmcLaunchDependents() unless
+/// the body calls llmcGridDependencyWait() itself (see the preamble's
+/// "programmatic dependent launch"; WaitsForGridDependency). Unimplemented
+/// when a `static constexpr int kX = <literal>;` of config or body does not
+/// fit int.
 absl::StatusOr<std::string> Assemble(const std::string &header_comment,
                                      const std::string &config,
                                      const std::string &body);

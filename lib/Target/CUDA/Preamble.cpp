@@ -162,6 +162,32 @@ template <typename T, int N> struct alignas(sizeof(T) * N > 16 ? 16 : sizeof(T) 
 LLMC_DEV float llmc_maxf(float a, float b) { return (a != a || b != b) ? LLMC_NAN : fmaxf(a, b); }
 LLMC_DEV float llmc_minf(float a, float b) { return (a != a || b != b) ? LLMC_NAN : fminf(a, b); }
 
+// ---- programmatic dependent launch (sm_90+; CUDA Programming Guide 4.5) ----
+// The runtime may start a kernel while the previous kernel in the stream is
+// still running (launch attribute PROGRAMMATIC_STREAM_SERIALIZATION).
+// llmcGridDependencyWait() returns once that kernel has completed and its
+// writes are visible; every llmc kernel calls it before its first access to
+// memory that an earlier launch may write or read (Assemble makes it the
+// entry's first statement unless the kernel places it itself), then
+// llmcLaunchDependents() lets the next kernel start. No-ops below sm_90 and
+// without the attribute.
+LLMC_DEV void llmcGridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+LLMC_DEV void llmcLaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Starts moving the 128-byte line at p from DRAM into L2 (a hint, no data
+// returned). Safe before llmcGridDependencyWait() whatever writes p: L2 is
+// the point of coherence, so a later load after the wait sees the writes.
+LLMC_DEV void llmcPrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+}
+
 // ---- warp / block reductions (butterfly __shfl_xor_sync) ----
 LLMC_DEV float warpSum(float v) {
 #pragma unroll

@@ -277,6 +277,7 @@ struct Translator {
       spec.source = k.getSource().str();
       spec.arch = k.getArch().value_or("").str();
       spec.cubin = k.getCubin().value_or("").str();
+      spec.grid_dependency = k.getGridDependency();
       for (Attribute o : k.getOptions())
         spec.options.push_back(cast<StringAttr>(o).str());
       if (DictionaryAttr headers = k.getHeadersAttr())

@@ -898,8 +898,65 @@ TEST(IntIndexedKernels, AssembleRefusesIntConstantsThatWrap) {
                                       "does not fit the kernel's 32-bit int");
   EXPECT_TRUE(Assemble("", "static constexpr int kN = 2147483647;\nstatic constexpr int kV = kN / 8;\n"
                            "static constexpr long long kM = 2147483648LL;\n",
-                       "")
+                       "extern \"C\" __global__ void k() {}\n")
                   .ok());
+}
+
+// Programmatic dependent launch: every entry waits for the previous launch
+// before anything else, unless the kernel places the wait itself; the
+// runtime launches a kernel with overlap only when WaitsForGridDependency.
+TEST(GridDependency, EveryEntryWaitsFirst) {
+  using llmc::cuda::detail::Assemble;
+  absl::StatusOr<std::string> src =
+      Assemble("", "", "extern \"C\" __global__ void k(float* y) {\n  y[0] = 1.f;\n}\n");
+  ASSERT_TRUE(src.ok()) << src.status();
+  const size_t body = src->find("void k(float* y) {");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_EQ(src->substr(body, 120).find("void k(float* y) {\n  llmcGridDependencyWait();"), 0u)
+      << src->substr(body, 200);
+  EXPECT_LT(src->find("llmcLaunchDependents();", body), src->find("y[0] = 1.f;"));
+  EXPECT_TRUE(WaitsForGridDependency(*src));
+
+  // A kernel that waits itself keeps its own placement.
+  const std::string own = "extern \"C\" __global__ void k(float* y) {\n  float a = 2.f;\n"
+                          "  llmcGridDependencyWait();\n  y[0] = a;\n}\n";
+  src = Assemble("", "", own);
+  ASSERT_TRUE(src.ok());
+  EXPECT_EQ(src->substr(src->size() - own.size()), own);
+  EXPECT_TRUE(WaitsForGridDependency(*src));
+
+  // No entry: an internal error, never a kernel that does not wait.
+  EXPECT_EQ(Assemble("", "", "LLMC_DEV float f() { return 1.f; }\n").status().code(),
+            absl::StatusCode::kInternal);
+  // Text that is not an llmc kernel (the preamble's definition alone does not count).
+  EXPECT_FALSE(WaitsForGridDependency("extern \"C\" __global__ void k() { llmcGridDependencyWait(); }"));
+  EXPECT_FALSE(WaitsForGridDependency(std::string(Preamble()) +
+                                      "extern \"C\" __global__ void k() {}\n"));
+}
+
+// The decode GEMV starts its first weight lines into L2 before the wait and
+// reads x (the previous launch's output) and the weights only after it.
+TEST(GridDependency, GemvPrefetchesWeightsBeforeTheWait) {
+  GemvConfig c;
+  c.dtype = ScalarType::bf16;
+  c.out = ScalarType::bf16;
+  c.m = 1;
+  c.k = 4096;
+  c.n = 4096;
+  absl::StatusOr<KernelCode> k = EmitGemv(c);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_TRUE(WaitsForGridDependency(k->source));
+  const std::string &s = k->source;
+  const size_t from = Preamble().size();
+  const size_t prefetch = s.find("llmcPrefetchL2(", from);
+  const size_t wait = s.find("llmcGridDependencyWait();", from);
+  const size_t firstLoad = s.find("wv[r][u] = ", from);
+  ASSERT_NE(prefetch, std::string::npos);
+  ASSERT_NE(wait, std::string::npos);
+  ASSERT_NE(firstLoad, std::string::npos);
+  EXPECT_LT(prefetch, wait);
+  EXPECT_LT(wait, firstLoad);
+  EXPECT_EQ(s.find("llmcGridDependencyWait();", wait + 1), std::string::npos) << "one wait";
 }
 
 TEST(Names, DistinctAcrossConfigs) {

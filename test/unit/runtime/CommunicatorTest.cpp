@@ -402,6 +402,39 @@ TEST(PlanCollectiveJoinsTest, DonatedOutputCountsAsItsInputAndUnusedResultsJoinA
 }
 
 // ---------------------------------------------------------------------------
+// ProgrammaticLaunches
+// ---------------------------------------------------------------------------
+
+TEST(ProgrammaticLaunchesTest, OnlyKernelsThatWaitDirectlyAfterAKernel) {
+  Executable e = JoinTestExecutable();
+  e.kernels.resize(2);
+  e.kernels[0].grid_dependency = true;  // kernel 1 does not wait
+  Launch old = KernelOn({3});
+  old.kernel = 1;
+  Launch copy;
+  copy.kind = Launch::Copy;
+  e.num_prepare_launches = 1;
+  e.launches = {KernelOn({4, 0}),    // 0: preparation
+                KernelOn({4, 3}),    // 1: first per-call launch: no
+                KernelOn({3}),       // 2: after a kernel: yes
+                old,                 // 3: its kernel does not wait: no
+                KernelOn({3}),       // 4: after a kernel that does not wait: yes
+                CollectiveLaunch(),  // 5
+                KernelOn({3}),       // 6: after a collective: no
+                copy,                // 7
+                KernelOn({3}),       // 8: after a copy: no
+                KernelOn({1, 5})};   // 9: joins the collective: no
+  auto joins = PlanCollectiveJoins(e);
+  ASSERT_EQ(joins[9], std::vector<int>{5});
+  EXPECT_EQ(ProgrammaticLaunches(e, joins),
+            (std::vector<char>{0, 0, 1, 0, 1, 0, 0, 0, 0, 0}));
+  // Without a preparation segment the first launch still has no predecessor.
+  e.num_prepare_launches = 0;
+  EXPECT_EQ(ProgrammaticLaunches(e, joins)[1], 1);
+  EXPECT_EQ(ProgrammaticLaunches(e, joins)[0], 0);
+}
+
+// ---------------------------------------------------------------------------
 // GPU: communicators and sessions with collectives
 // ---------------------------------------------------------------------------
 

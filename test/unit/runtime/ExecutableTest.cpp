@@ -126,6 +126,13 @@ TEST(ExecutableTest, RoundTripPreservesEverything) {
   EXPECT_FLOAT_EQ(back->launches[0].args[3].f, 1e-6f);
   EXPECT_EQ(back->launches[3].copy_bytes, 256);
   EXPECT_EQ(back->symbol_bindings.at("batch"), 2);
+  EXPECT_FALSE(back->kernels[0].grid_dependency);
+  // grid_dependency is written only when set, and read back.
+  EXPECT_EQ(bytes.find("grid_dependency"), std::string::npos);
+  e.kernels[0].grid_dependency = true;
+  back = DeserializeExecutable(SerializeExecutable(e));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->kernels[0].grid_dependency);
 }
 
 TEST(ExecutableTest, FileRoundTrip) {

@@ -77,6 +77,13 @@ struct LaunchDims {
   unsigned smem; // dynamic shared memory bytes
 };
 
+/// Whether `source` (a complete translation unit) is an llmc kernel that calls
+/// llmcGridDependencyWait() before its first access to memory an earlier
+/// launch may write or read, so the runtime may launch it with programmatic
+/// dependent launch (rt::KernelSpec::grid_dependency): true for every kernel
+/// the generators build.
+bool WaitsForGridDependency(std::string_view source);
+
 /// Header-free preamble prepended to every kernel: integer typedefs, the
 /// bf16/f16/fp8 storage structs with conversions (inline PTX; fp8 uses the
 /// sm_89+ cvt instructions and a bit-exact software path below sm_89), warp

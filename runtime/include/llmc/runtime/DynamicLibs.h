@@ -77,7 +77,7 @@ class DynamicLibrary {
 // back). cuGraphExecUpdate resolves to cuGraphExecUpdate_v2 (CUDA 12+:
 // CUgraphExecUpdateResultInfo*).
 #define LLMC_CUDA_DRIVER_OPTIONAL_SYMBOLS(X)                                   \
-  X(cuGraphExecUpdate) X(cuStreamIsCapturing)
+  X(cuGraphExecUpdate) X(cuStreamIsCapturing) X(cuLaunchKernelEx)
 
 #define LLMC_NVRTC_SYMBOLS(X)                                                  \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram)                 \

@@ -83,6 +83,12 @@ struct KernelSpec {
   std::vector<std::string> options;
   /// In-memory headers for NVRTC (name -> contents).
   std::map<std::string, std::string> headers;
+  /// The kernel calls llmcGridDependencyWait() (griddepcontrol.wait) before
+  /// its first access to memory an earlier launch may write or read, so the
+  /// runtime may launch it with programmatic dependent launch (sm_90+; CUDA
+  /// Programming Guide 4.5): it starts while the previous kernel finishes.
+  /// Serialized only when true; files without it read as false.
+  bool grid_dependency = false;
 };
 
 /// One kernel argument.

@@ -88,6 +88,15 @@ struct SessionOptions {
   /// libcudnn.so.9 loads and a plan builds (CudnnAttention.h); false: always
   /// llmc's kernels.
   bool use_cudnn_attention = true;
+  /// Programmatic dependent launch (sm_90+, CUDA Programming Guide 4.5):
+  /// a kernel whose KernelSpec::grid_dependency is set and that directly
+  /// follows another kernel launch of the sequence is launched with
+  /// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so it starts
+  /// (and prefetches what no launch writes) while that kernel finishes; it
+  /// waits for it before touching its data. Results are bitwise the same.
+  /// Off below sm_90, without cuLaunchKernelEx, for per-launch timings, and
+  /// when the environment sets LLMC_PDL=0.
+  bool programmatic_dependent_launch = true;
 };
 
 /// The dependencies of collectives run on a separate communication stream:
@@ -101,6 +110,15 @@ struct SessionOptions {
 /// communication stream orders them). Collectives absent from every list are
 /// joined at the end of the run.
 std::vector<std::vector<int>> PlanCollectiveJoins(const Executable& exe);
+
+/// Per launch, whether it may run with programmatic dependent launch
+/// (SessionOptions::programmatic_dependent_launch): a per-call kernel launch
+/// whose kernel waits for the previous launch itself
+/// (KernelSpec::grid_dependency), directly after another per-call kernel
+/// launch and joining no collective (`joins`: PlanCollectiveJoins), so its
+/// only stream predecessor is that kernel.
+std::vector<char> ProgrammaticLaunches(const Executable& exe,
+                                       const std::vector<std::vector<int>>& joins);
 
 /// An Executable loaded on a Device. Run() calls are serialized.
 ///

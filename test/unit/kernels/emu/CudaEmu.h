@@ -153,6 +153,11 @@ template <> inline int64_t fromI<int64_t>(int64_t v) { return v; }
 template <typename T, int N> struct alignas(sizeof(T) * N > 16 ? 16 : sizeof(T) * N) LlmcVec { T v[N]; };
 LLMC_DEV float llmc_maxf(float a, float b) { return (a != a || b != b) ? LLMC_NAN : fmaxf(a, b); }
 LLMC_DEV float llmc_minf(float a, float b) { return (a != a || b != b) ? LLMC_NAN : fminf(a, b); }
+// Programmatic dependent launch: blocks run one at a time after the previous
+// launch, so there is nothing to wait for; a prefetch is only a hint.
+LLMC_DEV void llmcGridDependencyWait() {}
+LLMC_DEV void llmcLaunchDependents() {}
+LLMC_DEV void llmcPrefetchL2(const void *) {}
 LLMC_DEV float warpSum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
 LLMC_DEV float warpMax(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
 LLMC_DEV float warpMaxNan(float v) { for (int o = 16; o > 0; o >>= 1) v = llmc_maxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
