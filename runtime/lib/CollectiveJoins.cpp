@@ -116,8 +116,9 @@ std::vector<char> ProgrammaticLaunches(const Executable& exe,
   const size_t first = static_cast<size_t>(std::max(exe.num_prepare_launches, 0));
   for (size_t i = first + 1; i < exe.launches.size(); ++i) {
     const Launch& l = exe.launches[i];
-    programmatic[i] = l.kind == Launch::Kernel && exe.launches[i - 1].kind == Launch::Kernel &&
-                      l.kernel >= 0 && static_cast<size_t>(l.kernel) < exe.kernels.size() &&
+    const Launch& prev = exe.launches[i - 1];
+    programmatic[i] = l.kind == Launch::Kernel && prev.kind == Launch::Kernel &&
+                      prev.attention < 0 && l.kernel >= 0 && static_cast<size_t>(l.kernel) < exe.kernels.size() &&
                       exe.kernels[l.kernel].grid_dependency &&
                       (i >= joins.size() || joins[i].empty());
   }

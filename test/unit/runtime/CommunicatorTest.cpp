@@ -413,6 +413,8 @@ TEST(ProgrammaticLaunchesTest, OnlyKernelsThatWaitDirectlyAfterAKernel) {
   old.kernel = 1;
   Launch copy;
   copy.kind = Launch::Copy;
+  Launch cudnn = KernelOn({3});  // an attention cuDNN may run instead
+  cudnn.attention = 0;
   e.num_prepare_launches = 1;
   e.launches = {KernelOn({4, 0}),    // 0: preparation
                 KernelOn({4, 3}),    // 1: first per-call launch: no
@@ -423,11 +425,13 @@ TEST(ProgrammaticLaunchesTest, OnlyKernelsThatWaitDirectlyAfterAKernel) {
                 KernelOn({3}),       // 6: after a collective: no
                 copy,                // 7
                 KernelOn({3}),       // 8: after a copy: no
-                KernelOn({1, 5})};   // 9: joins the collective: no
+                KernelOn({1, 5}),    // 9: joins the collective: no
+                cudnn,               // 10: after a kernel: yes (the kernel waits)
+                KernelOn({3})};      // 11: after what cuDNN may run: no
   auto joins = PlanCollectiveJoins(e);
   ASSERT_EQ(joins[9], std::vector<int>{5});
   EXPECT_EQ(ProgrammaticLaunches(e, joins),
-            (std::vector<char>{0, 0, 1, 0, 1, 0, 0, 0, 0, 0}));
+            (std::vector<char>{0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0}));
   // Without a preparation segment the first launch still has no predecessor.
   e.num_prepare_launches = 0;
   EXPECT_EQ(ProgrammaticLaunches(e, joins)[1], 1);

@@ -115,8 +115,10 @@ std::vector<std::vector<int>> PlanCollectiveJoins(const Executable& exe);
 /// (SessionOptions::programmatic_dependent_launch): a per-call kernel launch
 /// whose kernel waits for the previous launch itself
 /// (KernelSpec::grid_dependency), directly after another per-call kernel
-/// launch and joining no collective (`joins`: PlanCollectiveJoins), so its
-/// only stream predecessor is that kernel.
+/// launch that always runs llmc's kernel (not one cuDNN may replace: the
+/// library's last kernel need not imply that its earlier ones completed)
+/// and joining no collective (`joins`: PlanCollectiveJoins), so its only
+/// stream predecessor is that kernel.
 std::vector<char> ProgrammaticLaunches(const Executable& exe,
                                        const std::vector<std::vector<int>>& joins);
 
