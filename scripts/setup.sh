@@ -15,7 +15,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 APT_PACKAGES=(
-  cmake ninja-build ccache g++ git python3 python3-pip
+  cmake ninja-build ccache g++ git python3 python3-pip pkg-config
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libzstd-dev libedit-dev libcurl4-openssl-dev
   libabsl-dev libgtest-dev libgmock-dev nlohmann-json3-dev
