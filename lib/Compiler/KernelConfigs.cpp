@@ -97,10 +97,7 @@ absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
 KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
   KernelConfigs configs;
   configs.elementwise_unroll = options.elementwise_unroll;
-  configs.gemv_unroll = options.gemv_unroll ? options.gemv_unroll : cu::kGemvUnroll;
-  configs.swiglu_gemv_unroll = options.gemv_unroll
-                                   ? options.gemv_unroll
-                                   : cu::DefaultSwiGluGemvUnroll(options.target_sm);
+  configs.gemv_unroll = options.gemv_unroll;
   fn.walk([&](AttentionOp op) {
     auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
     int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
@@ -138,9 +135,7 @@ void llmc::annotateKernelConfigs(func::FuncOp fn, const KernelConfigs &configs) 
               b.getDictionaryAttr(
                   {b.getNamedAttr("elementwise_unroll",
                                   b.getI64IntegerAttr(configs.elementwise_unroll)),
-                   b.getNamedAttr("gemv_unroll", b.getI64IntegerAttr(configs.gemv_unroll)),
-                   b.getNamedAttr("swiglu_gemv_unroll",
-                                  b.getI64IntegerAttr(configs.swiglu_gemv_unroll))}));
+                   b.getNamedAttr("gemv_unroll", b.getI64IntegerAttr(configs.gemv_unroll))}));
   fn.walk([&](AttentionOp op) {
     auto it = configs.attention.find(op);
     if (it == configs.attention.end())
@@ -173,24 +168,18 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
   KernelConfigs configs;
   auto dict = dyn_cast<DictionaryAttr>(fnConfigs);
   auto unroll = dict ? dict.getAs<IntegerAttr>("elementwise_unroll") : nullptr;
-  // gemv_unroll and swiglu_gemv_unroll may be absent (IR written before
-  // they existed): the default, and gemv_unroll.
+  // gemv_unroll may be absent (IR written before it existed): the default.
   auto gemvUnroll = dict ? dict.getAs<IntegerAttr>("gemv_unroll") : nullptr;
-  auto swigluUnroll = dict ? dict.getAs<IntegerAttr>("swiglu_gemv_unroll") : nullptr;
   auto inRange = [](IntegerAttr a, int64_t hi) {
     return a.getType().isSignlessInteger(64) && a.getInt() >= 1 && a.getInt() <= hi;
   };
   if (!unroll || !inRange(unroll, 4) || (gemvUnroll && !inRange(gemvUnroll, cu::kGemvMaxUnroll)) ||
-      (swigluUnroll && !inRange(swigluUnroll, cu::kGemvMaxUnroll)) ||
-      dict.size() != 1u + (gemvUnroll ? 1 : 0) + (swigluUnroll ? 1 : 0))
+      dict.size() != (gemvUnroll ? 2u : 1u))
     return invalid(fn, kKernelConfigsAttr.str(), fnConfigs,
-                   "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <1..16>, "
-                   "swiglu_gemv_unroll = <1..16>}");
+                   "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <1..16>}");
   configs.elementwise_unroll = static_cast<int>(unroll.getInt());
   if (gemvUnroll)
     configs.gemv_unroll = static_cast<int>(gemvUnroll.getInt());
-  configs.swiglu_gemv_unroll =
-      swigluUnroll ? static_cast<int>(swigluUnroll.getInt()) : configs.gemv_unroll;
   absl::Status status;
   fn.walk([&](AttentionOp op) {
     if (!status.ok())
@@ -273,20 +262,12 @@ struct SelectKernelConfigsPass
       return signalPassFailure();
     }
     options.elementwise_unroll = static_cast<int>(elementwiseUnroll);
-    if (gemvUnroll < 0 || gemvUnroll > cu::kGemvMaxUnroll) {
-      fn.emitOpError() << "llmc-select-kernel-configs: gemv-unroll: expected 1..16 (0: each "
-                          "GEMV form's default), found "
+    if (gemvUnroll < 1 || gemvUnroll > cu::kGemvMaxUnroll) {
+      fn.emitOpError() << "llmc-select-kernel-configs: gemv-unroll: expected 1..16, found "
                        << static_cast<int64_t>(gemvUnroll);
       return signalPassFailure();
     }
     options.gemv_unroll = static_cast<int>(gemvUnroll);
-    if (targetSm < 1 || targetSm > 1000) {
-      fn.emitOpError() << "llmc-select-kernel-configs: target-sm: expected a compute "
-                          "capability such as 90, found "
-                       << static_cast<int64_t>(targetSm);
-      return signalPassFailure();
-    }
-    options.target_sm = static_cast<int>(targetSm);
     // The rule reads static shapes and kernel element types.
     WalkResult shapes = fn.walk([&](AttentionOp op) {
       for (Value v : op->getOperands()) {
@@ -319,6 +300,5 @@ std::unique_ptr<Pass> llmc::createSelectKernelConfigsPass(const LowerOptions &op
     o.attentionTile = cu::AttentionTileName(*options.attention_tile);
   o.elementwiseUnroll = options.elementwise_unroll;
   o.gemvUnroll = options.gemv_unroll;
-  o.targetSm = options.target_sm;
   return createSelectKernelConfigsPass(o);
 }

@@ -17,11 +17,10 @@
 //          also carries cuDNN's fused SDPA as the runtime's first choice
 //          (rt::AttentionSpec), the kernel staying its fallback;
 //  - on the function, `llm.kernel_configs = {elementwise_unroll = U,
-//    gemv_unroll = G, swiglu_gemv_unroll = S}`: the 16-byte vectors per
-//    input each thread of an elementwise kernel loads before using any
-//    (1..4), and the 16-byte weight loads each lane of a decode GEMV has in
-//    flight (1..16; results are bitwise the same for every G): S for the
-//    SwiGLU GEMVs of one row (m = 1), G for every other GEMV.
+//    gemv_unroll = G}`: the 16-byte vectors per input each thread of an
+//    elementwise kernel loads before using any (1..4), and the 16-byte
+//    weight loads each lane of a decode GEMV has in flight (1..16; results
+//    are bitwise the same for every G).
 //
 // The lowering reads them back (decidedKernelConfigs) and checks each where
 // it emits the kernel, so a configuration written in IR is either computed
@@ -65,9 +64,6 @@ struct AttentionChoice {
 struct KernelConfigs {
   int elementwise_unroll = cuda::kElementwiseUnroll;
   int gemv_unroll = cuda::kGemvUnroll;
-  /// The unroll of the SwiGLU GEMVs of one row (m = 1); gemv_unroll when
-  /// the IR does not say (written before it existed).
-  int swiglu_gemv_unroll = cuda::kGemvUnroll;
   llvm::DenseMap<mlir::Operation *, AttentionChoice> attention;
 };
 
@@ -99,10 +95,7 @@ absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionOp op);
 ///    65535: not q-tile-fastest), and cuDNN unless the backend is llmc, the
 ///    attention has a mask or cuDNN does not take it
 ///    (rt::CudnnAttentionUnsupportedReason);
-///  - the elementwise unroll of `options`;
-///  - the GEMV unroll of `options` for every GEMV, or when it is 0,
-///    cu::kGemvUnroll and cu::DefaultSwiGluGemvUnroll(options.target_sm)
-///    for the batch-1 SwiGLU GEMVs.
+///  - the elementwise unroll of `options`.
 KernelConfigs selectKernelConfigs(mlir::func::FuncOp fn, const LowerOptions &options);
 
 /// Writes `configs` into `fn` (kKernelConfigAttr on every attention it

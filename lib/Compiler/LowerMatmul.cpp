@@ -276,8 +276,7 @@ absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l) {
     MatmulOp up = group.members[1];
     cu::SwiGluGemvConfig c;
     swiGluGemvConfig(gate, up, group.silu, group.emitAt, &c); // planned: true
-    const KernelConfigs &configs = l.getKernelConfigs();
-    c.unroll = c.m == 1 ? configs.swiglu_gemv_unroll : configs.gemv_unroll;
+    c.unroll = l.getKernelConfigs().gemv_unroll;
     std::vector<KernelArg> args = {l.ptrArg(group.emitAt->getResult(0)),
                                    l.ptrArg(gate.getLhs()),
                                    gemvWeightArg(gate, l),

@@ -93,9 +93,7 @@ def SelectKernelConfigsPass
       cudnn unless `attention-backend=llmc`, the attention has a mask or
       cuDNN does not take the shape);
     - on the function, `llm.kernel_configs = {elementwise_unroll = U,
-      gemv_unroll = G, swiglu_gemv_unroll = S}`: G for every decode GEMV
-      but the SwiGLU GEMVs of one row, which take S (`gemv-unroll` for
-      both; when it is 0, 4 and 16 from `target-sm` 90 on, else 4).
+      gemv_unroll = G}`.
 
     LowerToExecutable reads these attributes and checks each where it
     emits the kernel (an unsupported configuration is an error naming the
@@ -126,12 +124,8 @@ def SelectKernelConfigsPass
            "::llmc::cuda::kElementwiseUnroll",
            "16-byte vectors per input in flight per thread of an elementwise "
            "kernel (1..4)">,
-    Option<"gemvUnroll", "gemv-unroll", "int64_t", "0",
-           "16-byte weight loads in flight per lane of every decode GEMV "
-           "(1..16); 0: each form's default">,
-    Option<"targetSm", "target-sm", "int64_t", "90",
-           "compute capability of the target GPU (90 for sm_90a): the default "
-           "unroll of the batch-1 SwiGLU GEMV">
+    Option<"gemvUnroll", "gemv-unroll", "int64_t", "::llmc::cuda::kGemvUnroll",
+           "16-byte weight loads in flight per lane of a decode GEMV (1..16)">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

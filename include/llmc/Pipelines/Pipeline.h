@@ -105,9 +105,8 @@ struct PipelineOptions {
   std::optional<cuda::AttentionTile> attention_tile;
   /// 16-byte vectors per input in flight per thread in elementwise kernels.
   int elementwise_unroll = cuda::kElementwiseUnroll;
-  /// 16-byte weight loads in flight per lane of every decode GEMV; 0: each
-  /// form's default (LowerOptions::gemv_unroll).
-  int gemv_unroll = 0;
+  /// 16-byte weight loads in flight per lane of a decode GEMV.
+  int gemv_unroll = cuda::kGemvUnroll;
 };
 
 /// The LowerOptions of `options`.
@@ -128,7 +127,7 @@ inline constexpr int kMaxTensorParallel = 1024;
 /// Checks what buildPipeline cannot: 1 <= tp <= kMaxTensorParallel and
 /// 0 <= rank < tp; weight_only none with the fp8 policy; pad_multiple and
 /// vocab_multiple in 1..4096; arena_alignment a positive power of two;
-/// elementwise_unroll 1..4; gemv_unroll 0..16. InvalidArgument naming the option otherwise.
+/// elementwise_unroll 1..4; gemv_unroll 1..16. InvalidArgument naming the option otherwise.
 absl::Status ValidatePipelineOptions(const PipelineOptions &options);
 
 /// Runs buildPipeline(options) on `fn` in place, after

@@ -22,8 +22,6 @@ namespace {
 constexpr int kGemvWarps = 8; // output columns per block
 } // namespace
 
-int DefaultSwiGluGemvUnroll(int sm) { return sm >= 90 ? 16 : kGemvUnroll; }
-
 bool GemvSupported(const GemvConfig &c) {
   return (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16) &&
          c.m >= 1 && c.m <= kGemvMaxRows && c.k >= 8 && c.k % 8 == 0 && c.n >= 1 &&

@@ -8,19 +8,14 @@
 // RUN: not llmc-opt --llmc-select-kernel-configs="elementwise-unroll=5" %s 2>&1 | FileCheck %s --check-prefix=BAD-UNROLL
 // RUN: not llmc-opt --llmc-select-kernel-configs="gemv-unroll=17" %s 2>&1 | FileCheck %s --check-prefix=BAD-GEMV
 // RUN: not llmc-opt --llmc-select-kernel-configs="attention-backend=fast" %s 2>&1 | FileCheck %s --check-prefix=BAD-BACKEND
-// RUN: llmc-opt --split-input-file --llmc-select-kernel-configs="target-sm=80" %s | FileCheck %s --check-prefix=SM80
 
 // One query against a GQA KV cache: split-KV flash-decoding; the knobs do
 // not change it.
 // CHECK-LABEL: func.func @decode
-// The batch-1 SwiGLU GEMV's unroll follows the target (16 from sm_90 on);
-// a forced gemv-unroll applies to every GEMV.
-// CHECK-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 4 : i64, swiglu_gemv_unroll = 16 : i64}}
+// CHECK-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 4 : i64}}
 // CHECK: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = 32 : i64}
 // KNOBS-LABEL: func.func @decode
-// KNOBS-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 4 : i64, gemv_unroll = 8 : i64, swiglu_gemv_unroll = 8 : i64}}
-// SM80-LABEL: func.func @decode
-// SM80-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 4 : i64, swiglu_gemv_unroll = 4 : i64}}
+// KNOBS-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 4 : i64, gemv_unroll = 8 : i64}}
 // KNOBS: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = {{[0-9]+}} : i64}
 func.func @decode(%q: tensor<1x1x32x128xbf16>, %k: tensor<1x2048x8x128xbf16>, %v: tensor<1x2048x8x128xbf16>) -> tensor<1x1x32x128xbf16> {
   %o = llm.attention %q, %k, %v : tensor<1x1x32x128xbf16>, tensor<1x2048x8x128xbf16>, tensor<1x2048x8x128xbf16>
@@ -57,7 +52,7 @@ func.func @no_cudnn(%q: tensor<1x64x4x64xf32>, %k: tensor<1x64x4x64xf32>, %v: te
 
 // BAD-TILE: error: 'func.func' op llmc-select-kernel-configs: attention-tile: attention tile 'bm64': expected bm<M>_bn<N>_w<warps>_s<stages>[_gh]
 // BAD-UNROLL: error: 'func.func' op llmc-select-kernel-configs: elementwise-unroll: expected 1, 2, 3 or 4, found 5
-// BAD-GEMV: error: 'func.func' op llmc-select-kernel-configs: gemv-unroll: expected 1..16 (0: each GEMV form's default), found 17
+// BAD-GEMV: error: 'func.func' op llmc-select-kernel-configs: gemv-unroll: expected 1..16, found 17
 // BAD-BACKEND: error: 'func.func' op llmc-select-kernel-configs: attention-backend: unknown attention backend 'fast' (expected auto, llmc or cudnn)
 
 // -----

@@ -29,8 +29,7 @@ namespace {
 namespace rt = llmc::rt;
 using llmc::test::SharedContext;
 
-absl::StatusOr<rt::Executable> Lower(const std::string &src, bool select = false,
-                                     const llmc::LowerOptions &options = {}) {
+absl::StatusOr<rt::Executable> Lower(const std::string &src, bool select = false) {
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(src, mlir::ParserConfig(&SharedContext()));
   if (!module)
@@ -38,13 +37,13 @@ absl::StatusOr<rt::Executable> Lower(const std::string &src, bool select = false
   auto fn = *module->getOps<mlir::func::FuncOp>().begin();
   if (select) {
     mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
-    pm.addPass(llmc::createSelectKernelConfigsPass(options));
+    pm.addPass(llmc::createSelectKernelConfigsPass({}));
     if (mlir::failed(pm.run(fn)))
       return absl::InternalError("llmc-select-kernel-configs failed");
     if (!fn->hasAttr("llm.kernel_configs"))
       return absl::InternalError("llmc-select-kernel-configs did not mark the function");
   }
-  return llmc::LowerToExecutable(fn, options);
+  return llmc::LowerToExecutable(fn, {});
 }
 
 /// `body` as a function of q, k, v (and a mask), with `fnAttr` as its
@@ -212,59 +211,11 @@ TEST(KernelConfigs, MalformedOrMissingConfigurationsAreErrors) {
   msg = LowerError(Attention(kPrefill, kPrefill, "", "{llm.kernel_configs = {elementwise_unroll = 7 : i64}}"));
   EXPECT_CONTAINS(msg, "'func.func' at ");
   EXPECT_CONTAINS(msg, "has llm.kernel_configs = {elementwise_unroll = 7 : i64}; expected "
-                       "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <1..16>, "
-                       "swiglu_gemv_unroll = <1..16>}");
+                       "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <1..16>}");
 
   msg = LowerError(Attention(kPrefill, kPrefill, "",
                              "{llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 32 : i64}}"));
   EXPECT_CONTAINS(msg, "gemv_unroll = 32 : i64}; expected");
-
-  msg = LowerError(Attention(kPrefill, kPrefill, "",
-                             "{llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 4 "
-                             ": i64, swiglu_gemv_unroll = 0 : i64}}"));
-  EXPECT_CONTAINS(msg, "swiglu_gemv_unroll = 0 : i64}; expected");
-}
-
-// The batch-1 SwiGLU GEMV takes 16 loads in flight from sm_90 on and 4
-// below (cu::DefaultSwiGluGemvUnroll); at m = 3, and the other GEMV forms,
-// keep 4; a forced --gemv-unroll applies to every GEMV. The selection writes
-// it into IR (swiglu_gemv_unroll) and the lowering follows the IR.
-TEST(KernelConfigs, TheBatchOneSwiGluGemvUnrollFollowsTheTarget) {
-  auto swiglu = [](int m) {
-    std::string x = "tensor<" + std::to_string(m) + "x256xbf16>";
-    std::string y = "tensor<" + std::to_string(m) + "x512xbf16>";
-    return "func.func @f(%x: " + x + ", %wg: tensor<512x256xbf16>, %wu: tensor<512x256xbf16>, "
-           "%wo: tensor<256x512xbf16>) -> " + y + " {\n"
-           "  %g = llm.matmul %x, %wg {transpose_rhs} : " + x + ", tensor<512x256xbf16> -> " + y + "\n"
-           "  %u = llm.matmul %x, %wu {transpose_rhs} : " + x + ", tensor<512x256xbf16> -> " + y + "\n"
-           "  %s = llm.silu %g : " + y + "\n"
-           "  %h = llm.mul %s, %u : " + y + "\n"
-           "  return %h : " + y + "\n}\n";
-  };
-  auto names = [](const absl::StatusOr<rt::Executable> &exe) {
-    std::string all;
-    if (exe.ok())
-      for (const rt::KernelSpec &k : exe->kernels)
-        all += k.name + " ";
-    return all;
-  };
-  auto lower = [&](int m, int sm, int forced) {
-    llmc::LowerOptions o;
-    o.target_sm = sm;
-    o.gemv_unroll = forced;
-    return Lower(swiglu(m), /*select=*/true, o);
-  };
-  auto sm90 = lower(1, 90, 0), sm80 = lower(1, 80, 0), batch3 = lower(3, 90, 0),
-       forced = lower(1, 90, 8);
-  for (auto *e : {&sm90, &sm80, &batch3, &forced})
-    ASSERT_TRUE(e->ok()) << e->status();
-  EXPECT_EQ(names(sm90), "llmc_swiglu_gemv_bf16_m1_k256_bf16bf16bf16bf16_u16 ");
-  EXPECT_EQ(names(sm80), "llmc_swiglu_gemv_bf16_m1_k256_bf16bf16bf16bf16 ");
-  EXPECT_EQ(names(batch3), "llmc_swiglu_gemv_bf16_m3_k256_bf16bf16bf16bf16 ");
-  EXPECT_EQ(names(forced), "llmc_swiglu_gemv_bf16_m1_k256_bf16bf16bf16bf16_u8 ");
-  ASSERT_EQ(sm90->launches.size(), sm80->launches.size());
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(sm90->launches[0].grid[i], sm80->launches[0].grid[i]);
 }
 
 } // namespace

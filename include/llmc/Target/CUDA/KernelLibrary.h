@@ -667,14 +667,6 @@ inline constexpr int kGemvMaxRows = 8;
 /// the bytes in flight change.
 inline constexpr int kGemvUnroll = 4;
 inline constexpr int kGemvMaxUnroll = 16;
-/// The unroll of the batch-1 (m = 1) SwiGLU decode GEMV by default on a GPU
-/// of compute capability `sm` (90 for sm_90a): 16 from sm_90 on (H200, the
-/// 32 SwiGLU GEMVs of a 7B decode step: 3.46 -> 3.71 TB/s, the step 4.27 ->
-/// 4.14 ms; docs/performance.md, 2026-12-02), kGemvUnroll below (at 16 the
-/// kernel spills on sm_80 for f16, k = 11008). The single and multi-output
-/// GEMVs did not gain from more loads in flight and keep kGemvUnroll; at
-/// m > 1 the SwiGLU kernel spills from unroll 8 on.
-int DefaultSwiGluGemvUnroll(int sm);
 
 struct GemvConfig {
   ScalarType dtype = ScalarType::bf16; // x, w, bias: bf16 or f16
