@@ -171,9 +171,13 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
   }
   im.joins = PlanCollectiveJoins(*exe);
   im.programmatic = ProgrammaticLaunches(*exe, im.joins);
+  // Programmatic edges in captured graphs need a CUDA 12.3 driver.
   const char* pdl_env = std::getenv("LLMC_PDL");
+  int driver_version = 0;
+  if (driver_->cuDriverGetVersion(&driver_version) != CUDA_SUCCESS) driver_version = 0;
   if (!options.programmatic_dependent_launch || device->cc_major() < 9 ||
-      !driver_->cuLaunchKernelEx || (pdl_env && std::string(pdl_env) == "0"))
+      !driver_->cuLaunchKernelEx || driver_version < 12030 ||
+      (pdl_env && std::string(pdl_env) == "0"))
     im.programmatic.assign(im.programmatic.size(), 0);
   if (!exe->collectives.empty()) {
     LLMC_RT_ASSIGN_OR_RETURN(im.nccl, Nccl::Get());

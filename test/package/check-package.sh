@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The installed C++ package, used as a user's project would (ctest
 # 'package'): `cmake --install` into a fresh prefix, then
+#  0. every installed header compiles on its own (Abseil from the system);
 #  1. examples/embed configured on its own with find_package(LLMC) against
 #     that prefix, built, and run on the tiny LLaMA block (without a GPU it
 #     compiles and says "compiled only");
@@ -19,6 +20,16 @@ for f in include/llmc/Compiler.h include/llmc/llmc_c.h include/llmc/runtime/Sess
          lib/pkgconfig/llmc.pc; do
   [[ -f $prefix/$f ]] || { echo "FAIL: $f is not installed"; exit 1; }
 done
+
+# 0. Every installed header compiles on its own (C++17; llmc_c.h also as C).
+while IFS= read -r h; do
+  rel=${h#"$prefix/include/"}
+  echo "#include <$rel>" > "$work/one.cpp"
+  c++ -std=c++17 -fsyntax-only -I"$prefix/include" "$work/one.cpp" ||
+    { echo "FAIL: $rel does not compile on its own"; exit 1; }
+done < <(find "$prefix/include/llmc" -name '*.h')
+echo '#include <llmc/llmc_c.h>' > "$work/one.c"
+cc -std=c99 -fsyntax-only -I"$prefix/include" "$work/one.c" || { echo "FAIL: llmc_c.h is not C"; exit 1; }
 
 # 1. find_package(LLMC) from an out-of-tree project.
 flags=()

@@ -140,8 +140,28 @@ constexpr std::string_view kGridDependencyWaitCall = "llmcGridDependencyWait();"
 /// statements of every extern "C" __global__ entry, unless the body calls
 /// llmcGridDependencyWait() itself (a kernel that starts reading inputs no
 /// launch writes before it waits). Internal error when the body has no entry.
+/// `text` without its // and /* */ comments (generated code has no string
+/// literals holding either).
+std::string WithoutComments(const std::string &text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, 2, "//") == 0) {
+      i = text.find('\n', i);
+      if (i == std::string::npos)
+        break;
+    } else if (text.compare(i, 2, "/*") == 0) {
+      size_t end = text.find("*/", i + 2);
+      i = end == std::string::npos ? text.size() : end + 2;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> WithGridDependencyWait(std::string body) {
-  if (body.find(kGridDependencyWaitCall) != std::string::npos)
+  if (WithoutComments(body).find(kGridDependencyWaitCall) != std::string::npos)
     return body;
   const std::string entry = "extern \"C\" __global__";
   int entries = 0;
@@ -212,7 +232,7 @@ absl::Status Unsupported(const std::string &msg) {
 
 bool WaitsForGridDependency(std::string_view source) {
   return source.substr(0, Preamble().size()) == Preamble() &&
-         source.find(detail::kGridDependencyWaitCall, Preamble().size()) !=
-             std::string_view::npos;
+         detail::WithoutComments(std::string(source.substr(Preamble().size())))
+                 .find(detail::kGridDependencyWaitCall) != std::string::npos;
 }
 } // namespace llmc::cuda

@@ -166,8 +166,10 @@ bool MultiGemvSupported(const MultiGemvConfig &c) {
   g.k = c.k;
   g.unroll = c.unroll;
   if (!GemvSupported(g)) return false;
+  // Every weight has rows: a grid whose warps all returned before the wait
+  // would let the next launch overlap what this one's predecessor writes.
   for (int i = 0; i < c.num_outputs; ++i)
-    if (!OutTypeOk(c.out[i])) return false;
+    if (!OutTypeOk(c.out[i]) || c.n[i] < 1) return false;
   return true;
 }
 

@@ -369,7 +369,12 @@ TEST(GemvKernels, RejectsUnsupported) {
   c.num_outputs = 0;
   EXPECT_FALSE(MultiGemvSupported(c));
   c.num_outputs = 2;
+  EXPECT_FALSE(MultiGemvSupported(c));  // weights without rows
+  c.n[0] = c.n[1] = 64;
   EXPECT_TRUE(MultiGemvSupported(c));
+  c.n[1] = 0;  // a grid whose warps all return before waiting
+  EXPECT_FALSE(MultiGemvSupported(c));
+  c.n[1] = 64;
   c.m = kGemvMaxRows + 1;
   EXPECT_FALSE(MultiGemvSupported(c));
   c.m = 1;

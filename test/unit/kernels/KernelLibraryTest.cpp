@@ -925,6 +925,14 @@ TEST(GridDependency, EveryEntryWaitsFirst) {
   EXPECT_EQ(src->substr(src->size() - own.size()), own);
   EXPECT_TRUE(WaitsForGridDependency(*src));
 
+  // A comment that names the call is not a wait.
+  src = Assemble("", "", "// calls llmcGridDependencyWait(); first\n"
+                         "extern \"C\" __global__ void k(float* y) { /* llmcGridDependencyWait(); */ y[0] = 1.f; }\n");
+  ASSERT_TRUE(src.ok());
+  EXPECT_NE(src->find("void k(float* y) {\n  llmcGridDependencyWait();"), std::string::npos) << *src;
+  EXPECT_FALSE(WaitsForGridDependency(std::string(Preamble()) +
+                                      "// llmcGridDependencyWait();\nextern \"C\" __global__ void k() {}\n"));
+
   // No entry: an internal error, never a kernel that does not wait.
   EXPECT_EQ(Assemble("", "", "LLMC_DEV float f() { return 1.f; }\n").status().code(),
             absl::StatusCode::kInternal);

@@ -707,7 +707,7 @@ struct MultiGemvConfig {
   int num_outputs = 2;                 // 1..kMultiGemvMaxOutputs
   ScalarType out[kMultiGemvMaxOutputs] = {ScalarType::bf16, ScalarType::bf16,
                                           ScalarType::bf16, ScalarType::bf16}; // f32/f16/bf16
-  int64_t n[kMultiGemvMaxOutputs] = {0, 0, 0, 0}; // rows of w_i (only for the launch grid)
+  int64_t n[kMultiGemvMaxOutputs] = {0, 0, 0, 0}; // rows of w_i (>= 1; the launch grid)
   bool has_bias[kMultiGemvMaxOutputs] = {false, false, false, false};
   int unroll = kGemvUnroll;            // loads in flight per lane, 1..kGemvMaxUnroll
 };

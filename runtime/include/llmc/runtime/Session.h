@@ -94,8 +94,9 @@ struct SessionOptions {
   /// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so it starts
   /// (and prefetches what no launch writes) while that kernel finishes; it
   /// waits for it before touching its data. Results are bitwise the same.
-  /// Off below sm_90, without cuLaunchKernelEx, for per-launch timings, and
-  /// when the environment sets LLMC_PDL=0.
+  /// Off below sm_90, with a driver older than CUDA 12.3 (programmatic edges
+  /// in captured graphs), for per-launch timings, and when the environment
+  /// sets LLMC_PDL=0.
   bool programmatic_dependent_launch = true;
 };
 
