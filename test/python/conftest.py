@@ -75,3 +75,23 @@ def tiny_mistral(**kw):
 
 
 MODELS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "mistral": tiny_mistral}
+
+
+@pytest.fixture
+def donated_outputs(monkeypatch):
+    """A list that records, for every donated input of every llmc subgraph
+    call, whether the subgraph returned the input tensor itself as its
+    output (written in place, no copy)."""
+    import llmc.backend
+    returned_inputs = []
+    forward = llmc.backend.LlmcSubgraph.forward
+
+    def spy(self, *args):
+        out = forward(self, *args)
+        outs = out if isinstance(out, tuple) else (out,)
+        for a, k in self.donate.items():
+            returned_inputs.append(outs[k] is args[a])
+        return out
+
+    monkeypatch.setattr(llmc.backend.LlmcSubgraph, "forward", spy)
+    return returned_inputs
