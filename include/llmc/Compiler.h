@@ -76,6 +76,12 @@ struct CompilerOptions {
   /// llmc::PipelineOptions in llmc/Pipelines/Pipeline.h). fp8 GEMMs are cuBLASLt fp8 GEMMs for
   /// an `arch` of sm_89 or later and dequantize + bf16 GEMMs below.
   std::string precision = "fp32";
+  /// Weight-only quantization of the rank-2 parameter weights of matmuls
+  /// whose K is a multiple of 128: "none", "int8" or "int4" (symmetric, one
+  /// scale per 128 weights along K; AWQ/GPTQ-style layout, quantized once
+  /// per parameter set in the preparation segment, dequantized in the decode
+  /// GEMV or before a bf16 GEMM). Not with precision "fp8".
+  std::string weight_only = "none";
   /// Kernel cache directory; empty = rt::DefaultCacheDir().
   std::string cache_dir;
   bool use_disk_cache = true;

@@ -77,7 +77,9 @@ typedef struct llmc_executable_t llmc_executable_t;
  *   fuse=0|1               fusion on/off (default 1)
  *   cache_dir=PATH         kernel cache directory
  *   precision=fp32|bf16|fp16|fp8   numerics policy (default fp32: the graph
- *                          as written; see CompilerOptions::precision) */
+ *                          as written; see CompilerOptions::precision)
+ *   weight_only=none|int8|int4     weight-only quantization of parameter
+ *                          weights (CompilerOptions::weight_only) */
 llmc_status_t *llmc_compiler_create(const char *options,
                                     llmc_compiler_t **out_compiler);
 void llmc_compiler_release(llmc_compiler_t *compiler);

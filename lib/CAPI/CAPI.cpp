@@ -291,10 +291,12 @@ LLMC_EXPORT llmc_status_t *llmc_compiler_create(const char *options,
         co.cache_dir = value;
       } else if (key == "precision") {
         co.precision = value;
+      } else if (key == "weight_only") {
+        co.weight_only = value;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
             "options: unknown key '", key,
-            "' (expected arch, fuse, cache_dir, precision)"));
+            "' (expected arch, fuse, cache_dir, precision, weight_only)"));
       }
     }
     auto compiler = llmc::Compiler::Create(co);

@@ -147,11 +147,18 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions optio
   if (!policy)
     return absl::InvalidArgumentError("precision: " + error);
   pipeline->precision = *policy;
+  std::optional<llm::WeightOnlyMode> weightOnly =
+      llm::parseWeightOnlyMode(options.weight_only, error);
+  if (!weightOnly)
+    return absl::InvalidArgumentError("weight_only: " + error);
+  pipeline->weight_only = *weightOnly;
   pipeline->fuse_elementwise = pipeline->fuse_residual_norm =
       pipeline->fuse_gemm_epilogue = options.fuse;
   if (int cc = ComputeCapabilityOfArch(options.arch); cc > 0)
     pipeline->target_sm = cc;
   if (absl::Status st = SetTuningKnobs({}, *pipeline); !st.ok())
+    return st;
+  if (absl::Status st = ValidatePipelineOptions(*pipeline); !st.ok())
     return st;
   std::unique_ptr<Compiler> c(new Compiler(options));
   c->pipeline_ = std::move(pipeline);

@@ -100,6 +100,7 @@ CHECK_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2,
 # The compiler's numerics policies (llmc::ApplyPrecisionPolicy, llmc-run
 # --precision).
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+WEIGHT_ONLY = ("none", "int8", "int4")
 
 
 @dataclass
@@ -114,6 +115,11 @@ class Options:
         "bf16", "fp16", "fp8"), the compiler's numerics policy; arch: the
         GPU to compile for ("sm_90a"; default: the one present). Any other
         value is a ValueError, as for every option.
+    weight_only: None/"none", "int8" or "int4": weight-only quantization of
+        the model's linear weights (parameters of rank 2 whose K is a
+        multiple of 128; one scale per 128 weights along K), done once per
+        parameter set in the session's preparation and dequantized inside
+        the decode GEMVs (CompilerOptions::weight_only). Not with "fp8".
     check: False, True (raise CheckMismatch) or "warn"; LLMC_CHECK=1 (or
         =warn) sets it. check_tol overrides the relative L2 bound CHECK_TOL.
     cuda_graphs (default False; True with torch.compile's
@@ -141,6 +147,7 @@ class Options:
         with graphs on.
     """
     precision: Optional[str] = None
+    weight_only: Optional[str] = None
     cuda_graphs: bool = False
     dynamic_buckets: Any = "pow2"
     bucket: Any = None
@@ -182,6 +189,12 @@ class Options:
         if o.precision is not None and o.precision not in PRECISIONS:
             raise ValueError(f"llmc: precision must be one of {', '.join(PRECISIONS)} "
                              f"(or None: as written), got {o.precision!r}")
+        if o.weight_only is not None and o.weight_only not in WEIGHT_ONLY:
+            raise ValueError(f"llmc: weight_only must be one of {', '.join(WEIGHT_ONLY)} "
+                             f"(or None), got {o.weight_only!r}")
+        if o.weight_only in ("int8", "int4") and o.precision == "fp8":
+            raise ValueError("llmc: weight_only and precision='fp8' both quantize the weights; "
+                             "choose one")
         if o.arch is not None and not (isinstance(o.arch, str)
                                        and re.fullmatch(r"(sm|compute)_\d{2,4}[af]?", o.arch)):
             raise ValueError(f"llmc: arch must look like sm_90a, sm_80 or compute_90 "
@@ -197,6 +210,8 @@ class Options:
             opts["cache_dir"] = self.cache_dir
         if self.precision:
             opts["precision"] = self.precision
+        if self.weight_only and self.weight_only != "none":
+            opts["weight_only"] = self.weight_only
         return opts
 
 

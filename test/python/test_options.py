@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from llmc.backend import PRECISIONS, Options
+from llmc.backend import PRECISIONS, WEIGHT_ONLY, Options
 
 
 def test_precision_values():
@@ -17,6 +17,18 @@ def test_precision_values():
     for bad in ("fp7", "FP16", "int8", "", 16):
         with pytest.raises(ValueError, match=r"precision must be one of fp32, bf16, fp16, fp8"):
             Options.from_dict({"precision": bad})
+
+
+def test_weight_only_values():
+    for w in WEIGHT_ONLY + (None,):
+        assert Options.from_dict({"weight_only": w}).weight_only == w
+    assert Options.from_dict({"weight_only": "int4"}).compiler_options() == {"weight_only": "int4"}
+    assert "weight_only" not in Options.from_dict({"weight_only": "none"}).compiler_options()
+    for bad in ("int3", "INT8", "fp8", "", 8):
+        with pytest.raises(ValueError, match=r"weight_only must be one of none, int8, int4"):
+            Options.from_dict({"weight_only": bad})
+    with pytest.raises(ValueError, match=r"weight_only and precision='fp8'"):
+        Options.from_dict({"weight_only": "int8", "precision": "fp8"})
 
 
 def test_arch_values():
@@ -64,3 +76,32 @@ def test_mode_reduce_overhead_turns_cuda_graphs_on(monkeypatch):
         with pytest.raises(Exception, match="mode='max-autotune': expected 'default' or "
                                             "'reduce-overhead'"):
             f(x)
+
+
+def test_weight_only_compiles_a_model():
+    """weight_only reaches the compiler: a tiny LLaMA whose projections have
+    K % 128 == 0 compiles with int8 and int4 weights (what it does to the
+    executable: test/unit/capi/PrecisionTest.cpp); on a CPU it then runs in
+    PyTorch."""
+    from conftest import capi_or_skip
+    import llmc.backend
+    capi_or_skip()
+    torch.manual_seed(0)
+    from transformers import LlamaConfig, LlamaForCausalLM
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)).eval()
+    ids = torch.randint(1, 1000, (1, 9))
+    with torch.no_grad():
+        want = model(ids).logits
+    for mode in ("int8", "int4"):
+        torch._dynamo.reset()
+        llmc.backend.reset()
+        cm = torch.compile(model, backend="llmc", options={"weight_only": mode})
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = cm(ids).logits
+        torch.testing.assert_close(got, want)  # PyTorch ran it: no GPU here
+        reps = llmc.backend.reports()
+        assert reps and all(r.compiles >= 1 and not r.compile_failures for r in reps), \
+            [str(r) for r in reps]

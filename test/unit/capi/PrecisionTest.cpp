@@ -62,6 +62,54 @@ TEST(Precision, RejectsUnknownPolicy) {
   EXPECT_NE(c.status().message().find("'fp4'"), std::string::npos) << c.status();
 }
 
+// CompilerOptions::weight_only (the torch.compile option weight_only): a
+// decode projection's parameter weight is quantized once, in the
+// preparation segment, and the per-call launch is the weight-only GEMV;
+// a bad mode or one combined with fp8 is refused when the compiler is made.
+TEST(Precision, WeightOnlyQuantizesParameterWeightsInThePreparation) {
+  const std::string text = R"(
+func.func @f(%x: tensor<1x256xbf16>, %w: tensor<512x256xbf16>) -> tensor<1x512xbf16> {
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<1x256xbf16>, tensor<512x256xbf16> -> tensor<1x512xbf16>
+  return %y : tensor<1x512xbf16>
+})";
+  for (std::string mode : {"none", "int8", "int4"}) {
+    llmc::CompilerOptions options;
+    options.arch = "sm_90a";
+    options.weight_only = mode;
+    options.compile_kernels = false;
+    auto c = llmc::Compiler::Create(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto exe = (*c)->Compile(text, "", {});
+    ASSERT_TRUE(exe.ok()) << mode << ": " << exe.status();
+    std::string perCall;
+    for (size_t i = (*exe)->num_prepare_launches; i < (*exe)->launches.size(); ++i)
+      if ((*exe)->launches[i].kind == rt::Launch::Kernel)
+        perCall += (*exe)->kernels[(*exe)->launches[i].kernel].name + " ";
+    if (mode == "none") {
+      EXPECT_EQ((*exe)->num_prepare_launches, 0);
+      EXPECT_EQ(perCall, "llmc_gemv_bf16_bf16_m1_k256 ");
+    } else {
+      EXPECT_GT((*exe)->num_prepare_launches, 0) << mode;
+      EXPECT_TRUE((*exe)->inputs[1].parameter);
+      EXPECT_EQ(perCall, "llmc_qgemv_" + std::string(mode == "int8" ? "i8" : "i4") +
+                             "_g128_bf16_bf16_m1_k256 ")
+          << mode;
+    }
+  }
+  llmc::CompilerOptions bad;
+  bad.arch = "sm_90a";
+  bad.weight_only = "int3";
+  auto c = llmc::Compiler::Create(bad);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("weight_only: expected none, int8 or int4, found 'int3'"),
+            std::string::npos) << c.status();
+  bad.weight_only = "int8";
+  bad.precision = "fp8";
+  c = llmc::Compiler::Create(bad);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("fp8"), std::string::npos) << c.status();
+}
+
 TEST(Precision, Fp8GemmsAreCublasLtTnWithAlignedK) {
   auto compiler = MakeCompiler("sm_90a", "fp8");
   ASSERT_TRUE(compiler);
