@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Greedy Hugging Face `generate()` with a static KV cache, one command, every
+backend in the same run (issue 17's generation benchmark):
+
+    python3 bench/generate_hf.py --out DIR                       # 7B-shaped LLaMA on the GPU
+    python3 bench/generate_hf.py --out DIR --batches 1 --backends eager,llmc-graphs
+    python3 bench/generate_hf.py --smoke --out DIR               # tiny, on the CPU (CI)
+
+The model is `LlamaForCausalLM` with random bf16 weights (no download):
+32 layers, hidden 4096, 32 heads, FFN 11008, vocab 32000 by default. For each
+batch size (1 and 8) and backend it runs `model.generate(prompt,
+max_new_tokens=N, do_sample=False, cache_implementation="static")` with a
+prompt of --prompt tokens (512), where the backend replaces `model.forward`:
+
+  eager                  PyTorch
+  inductor               torch.compile(model.forward)
+  inductor-graphs        torch.compile(model.forward, mode="reduce-overhead")
+  llmc                   torch.compile(model.forward, backend="llmc")
+  llmc-graphs            ... backend="llmc", mode="reduce-overhead"
+  llmc-int8, llmc-int4   llmc-graphs with options={"weight_only": ...}
+
+Reported per (batch, backend): the first call (compiles included) in
+seconds; decode tokens/s = batch * (N - 1) / (t(N new tokens) - t(1 new
+token)), both steady-state calls, so the prefill cancels; the compiles the
+backend made (llmc's reports, or Dynamo's unique graphs); whether the tokens
+equal eager's; and the ratio to the bandwidth bound: every decode step must
+read the weights and the live KV cache once, so the step takes at least
+(weight bytes + batch * mean live KV bytes) / copy bandwidth, the copy
+bandwidth measured in this run (torch copy of 4 GiB). int8/int4 read a half
+/ a quarter of the projection weights (plus 2 bytes of scale per 128), the
+embedding and LM head stay bf16.
+
+Each measurement is appended to DIR/generate.json as soon as it is made and
+DIR/generate.md gets the table at the end, so a call that runs out of time
+keeps what it measured; --backends and --batches split the run over calls.
+"""
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+
+BACKENDS = ("eager", "inductor", "inductor-graphs", "llmc", "llmc-graphs", "llmc-int8",
+            "llmc-int4")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="directory for generate.json and generate.md")
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--dim", type=int, default=4096)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=32)
+    ap.add_argument("--ffn", type=int, default=11008)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--new", type=int, default=128, help="new tokens per generate()")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help="comma-separated subset of " + ", ".join(BACKENDS))
+    ap.add_argument("--repeats", type=int, default=3, help="steady-state calls; median")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a 2-layer, 128-wide model on the CPU: checks this script, not speed")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.layers, args.dim, args.heads, args.kv_heads, args.ffn = 2, 128, 4, 2, 256
+        args.vocab, args.prompt, args.new, args.repeats = 1000, 9, 6, 1
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.backends = args.backends.split(",")
+    bad = [b for b in args.backends if b not in BACKENDS]
+    if bad:
+        ap.error(f"unknown backend(s) {bad}; choose from {', '.join(BACKENDS)}")
+    return args
+
+
+def copy_bandwidth(device):
+    """Bytes read + written per second of a 4 GiB device copy (median of 20)."""
+    n = 4 * 2**30 // 2
+    src = torch.randn(n, device=device, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(23):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    return 2 * n * 2 / statistics.median(times)
+
+
+def bound_tokens_per_s(model, args, batch, weight_only, bandwidth):
+    """batch / the least time of a decode step: the weights (quantized
+    projections for weight_only) and the mean live KV cache, read once."""
+    linear, other = 0, 0
+    for name, p in model.named_parameters():
+        if p.dim() == 2 and name.endswith("proj.weight"):
+            linear += p.numel()
+        else:
+            other += p.numel()
+    bits = {"int8": 8, "int4": 4}.get(weight_only, 16)
+    weight_bytes = linear * bits / 8 + (linear // 128) * 2 * (bits < 16) + other * 2
+    head_dim = args.dim // args.heads
+    mean_len = args.prompt + args.new / 2
+    kv_bytes = batch * 2 * args.layers * args.kv_heads * head_dim * 2 * mean_len
+    return batch / ((weight_bytes + kv_bytes) / bandwidth)
+
+
+def generate(model, ids, new):
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=0,
+                              cache_implementation="static")
+
+
+def timed(model, ids, new, sync):
+    sync()
+    t0 = time.perf_counter()
+    out = generate(model, ids, new)
+    sync()
+    return time.perf_counter() - t0, out
+
+
+def set_backend(model, base_forward, name):
+    """model.forward for backend `name`; Dynamo's and llmc's caches reset."""
+    import llmc.backend
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()  # Dynamo's unique_graphs counts this backend's only
+    llmc.backend.reset()
+    if name == "eager":
+        model.forward = base_forward
+        return
+    kw = {}
+    if name.startswith("llmc"):
+        kw["backend"] = "llmc"
+    if name in ("llmc-int8", "llmc-int4"):  # options and mode exclude each other
+        kw["options"] = {"weight_only": name.split("-")[1], "cuda_graphs": True}
+    elif name.endswith("-graphs"):
+        kw["mode"] = "reduce-overhead"
+    model.forward = torch.compile(base_forward, dynamic=False, **kw)
+
+
+def compiles(name):
+    if name.startswith("llmc"):
+        import llmc.backend
+        return sum(r.compiles for r in llmc.backend.reports())
+    if name == "eager":
+        return 0
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    device = "cpu" if args.smoke else "cuda"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    from transformers import LlamaConfig, LlamaForCausalLM
+    import llmc.backend  # noqa: F401  (registers the backend)
+
+    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "torch": torch.__version__, "args": {k: v for k, v in vars(args).items()},
+              "runs": []}
+    path = os.path.join(args.out, "generate.json")
+
+    def save():
+        with open(path + ".tmp", "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        os.replace(path + ".tmp", path)
+
+    if device == "cuda":
+        result["gpu"] = torch.cuda.get_device_name(0)
+        result["copy_bytes_per_s"] = copy_bandwidth(device)
+    save()
+    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.dim, intermediate_size=args.ffn,
+                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                      num_key_value_heads=args.kv_heads,
+                      max_position_embeddings=args.prompt + args.new + 16)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    base_forward = model.forward
+    print(f"LlamaForCausalLM layers={args.layers} dim={args.dim} heads={args.heads}/"
+          f"{args.kv_heads} ffn={args.ffn} vocab={args.vocab} bf16 on {device}; prompt "
+          f"{args.prompt}, {args.new} new tokens", flush=True)
+    for batch in args.batches:
+        ids = torch.randint(1, args.vocab, (batch, args.prompt), device=device)
+        reference = None
+        for name in args.backends:
+            run = {"batch": batch, "backend": name}
+            try:
+                set_backend(model, base_forward, name)
+                t_first, out = timed(model, ids, args.new, sync)
+                run["first_call_s"] = t_first
+                full = [timed(model, ids, args.new, sync)[0] for _ in range(args.repeats)]
+                one = [timed(model, ids, 1, sync)[0] for _ in range(args.repeats)]
+                decode_s = statistics.median(full) - statistics.median(one)
+                run["decode_tok_s"] = batch * (args.new - 1) / decode_s if decode_s > 0 else None
+                run["compiles"] = compiles(name)
+                if name == "eager":
+                    reference = out
+                if reference is not None and name not in ("llmc-int8", "llmc-int4"):
+                    run["same_tokens"] = f"{int((out == reference).all(1).sum())}/{batch}"
+                if device == "cuda":
+                    wo = name.split("-")[1] if name in ("llmc-int8", "llmc-int4") else None
+                    bound = bound_tokens_per_s(model, args, batch, wo,
+                                               result["copy_bytes_per_s"])
+                    run["bound_tok_s"] = bound
+                    if run["decode_tok_s"]:
+                        run["of_bound"] = run["decode_tok_s"] / bound
+            except Exception as e:  # a backend that fails is recorded; the run goes on
+                run["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                traceback.print_exc()
+            result["runs"].append(run)
+            save()
+            print(json.dumps(run), flush=True)
+    model.forward = base_forward
+    lines = [f"Hugging Face generate(), static cache, {result['date']}, "
+             f"{result.get('gpu', device)}, torch {torch.__version__}; prompt {args.prompt}, "
+             f"{args.new} new tokens; copy bandwidth "
+             f"{result.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s", "",
+             "| batch | backend | first call s | decode tok/s | of bound | compiles | same tokens as eager |",
+             "|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        if "error" in r:
+            lines.append(f"| {r['batch']} | {r['backend']} | failed: {r['error']} | | | | |")
+            continue
+        tok = r.get("decode_tok_s")
+        cells = [str(r["batch"]), r["backend"], f"{r['first_call_s']:.1f}",
+                 f"{tok:.1f}" if tok else "-",
+                 f"{r['of_bound']:.2f}" if "of_bound" in r else "-",
+                 str(r["compiles"]), r.get("same_tokens", "-")]
+        lines.append("| " + " | ".join(cells) + " |")
+    with open(os.path.join(args.out, "generate.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return result
+
+
+if __name__ == "__main__":
+    main()
