@@ -36,3 +36,30 @@ def test_every_referenced_path_exists(readme):
     missing = [p for p in paths
                if not (base / p).exists() and not (REPO / p).exists()]
     assert not missing, f"{readme} refers to files that do not exist: {missing}"
+
+
+# Variables the sources read: string literals of the C++ and Python sources,
+# ${LLMC_...} in the scripts, os.environ in the tests and benchmarks.
+_ENV_PATTERNS = (
+    (("lib", "runtime", "include", "python/llmc"), ("*.cpp", "*.h", "*.py"), r'"(LLMC_[A-Z0-9_]+)"'),
+    (("scripts", ".ci"), ("*.sh", "run"), r"\$\{?(LLMC_[A-Z0-9_]+)"),
+    (("test/python", "bench"), ("*.py",), r'environ(?:\.get)?[(\[]"(LLMC_[A-Z0-9_]+)"'),
+)
+# Names in quotes that are not variables: generated kernel code.
+_NOT_VARIABLES = {"LLMC_INF", "LLMC_NAN"}
+
+
+def test_readme_table_names_every_environment_variable():
+    read = set()
+    for dirs, globs, pattern in _ENV_PATTERNS:
+        for d in dirs:
+            for g in globs:
+                for f in (REPO / d).rglob(g):
+                    read |= set(re.findall(pattern, f.read_text(errors="replace")))
+    read -= _NOT_VARIABLES
+    assert {"LLMC_CACHE_DIR", "LLMC_GEMV_UNROLL", "LLMC_PDL", "LLMC_CHECK"} <= read, read
+    md = (REPO / "README.md").read_text()
+    table = md[md.index("## Environment variables"):]
+    table = table[:table.index("\n## ")]
+    missing = sorted(v for v in read if f"`{v}`" not in table)
+    assert not missing, f"README.md's environment table lacks {missing}"
