@@ -352,6 +352,7 @@ std::string SerializeExecutable(const Executable& exe) {
             {"arena_bytes", exe.arena_bytes},
             {"symbol_bindings", exe.symbol_bindings}};
   if (!exe.attentions.empty()) j["attentions"] = ListTo(exe.attentions);
+  if (!exe.producer.empty()) j["producer"] = exe.producer;
   std::string payload = j.dump();
   return absl::StrCat("LLMCX ", exe.format_version, " ", payload.size(), " ",
                       Sha256::HexDigest(payload), "\n", payload);
@@ -403,6 +404,10 @@ absl::StatusOr<Executable> DeserializeExecutable(const std::string& data) {
     for (const auto& [name, value] : bindings.items())
       exe.symbol_bindings[name] =
           IntValue<int64_t>(value, absl::StrCat("binding of '", name, "'"));
+    if (j.contains("producer")) {
+      if (!j.at("producer").is_string()) Fail("field 'producer' is not a string");
+      exe.producer = j.at("producer").get<std::string>();
+    }
     // A well-formed file can still describe an impossible plan (an index out
     // of range, a negative dimension): reject it at load, not at run.
     if (absl::Status st = exe.Validate(); !st.ok())

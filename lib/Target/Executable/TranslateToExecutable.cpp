@@ -7,6 +7,7 @@
 #include "llmc/Target/Executable/TranslateToExecutable.h"
 
 #include "Common.h"
+#include "llmc/Support/Version.h"
 
 #include "absl/strings/str_cat.h"
 #include "llvm/ADT/DenseMap.h"
@@ -265,6 +266,7 @@ struct Translator {
     if (!top.getArenaBytes())
       return error(top, "has no arena_bytes; run llmc-plan-arena first");
     exe.arena_bytes = *top.getArenaBytes();
+    exe.producer = std::string("llmc ") + llmc::versionString();
     if (DictionaryAttr bindings = top.getSymbolBindingsAttr())
       for (NamedAttribute b : bindings)
         exe.symbol_bindings[b.getName().str()] = cast<IntegerAttr>(b.getValue()).getInt();

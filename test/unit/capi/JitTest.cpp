@@ -36,6 +36,26 @@ TEST(JitCompiler, RejectsBadArch) {
   EXPECT_NE(c.status().message().find("hopper"), std::string::npos);
 }
 
+// Every executable says which llmc made it (rt::Executable::producer, kept
+// in the .llmcx file) for diagnostics of cached or shipped files.
+TEST(JitCompiler, ExecutablesNameTheirProducer) {
+  llmc::CompilerOptions options;
+  options.arch = "sm_90a";
+  options.compile_kernels = false;
+  auto c = llmc::Compiler::Create(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto exe = (*c)->Compile(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %y = llm.add %x, %x : tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+})", "", {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  EXPECT_EQ((*exe)->producer, "llmc " LLMC_PROJECT_VERSION);
+  auto back = llmc::rt::DeserializeExecutable(llmc::rt::SerializeExecutable(**exe));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->producer, (*exe)->producer);
+}
+
 TEST(JitCompiler, DefaultArchResolves) {
   auto c = llmc::Compiler::Create();
   ASSERT_TRUE(c.ok()) << c.status();

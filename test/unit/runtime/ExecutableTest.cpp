@@ -133,6 +133,13 @@ TEST(ExecutableTest, RoundTripPreservesEverything) {
   back = DeserializeExecutable(SerializeExecutable(e));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(back->kernels[0].grid_dependency);
+  // The producer likewise: absent above, kept when set.
+  EXPECT_EQ(bytes.find("producer"), std::string::npos);
+  EXPECT_EQ(back->producer, "");
+  e.producer = "llmc 9.9.9";
+  back = DeserializeExecutable(SerializeExecutable(e));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->producer, "llmc 9.9.9");
 }
 
 TEST(ExecutableTest, FileRoundTrip) {

@@ -214,6 +214,10 @@ struct Executable {
   int64_t arena_bytes = 0;
   /// Dynamic dim name -> value this specialization was compiled for.
   std::map<std::string, int64_t> symbol_bindings;
+  /// The compiler that made it ("llmc 0.1.0"), for diagnostics: empty when
+  /// unknown (files written before it existed, executables built by hand).
+  /// Serialized only when set; not part of what the runtime checks.
+  std::string producer;
 
   /// Everything the runtime trusts, checked against the executable's own
   /// buffers and the hardware's limits with overflow-checked arithmetic:
