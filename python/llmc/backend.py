@@ -26,6 +26,10 @@ Fallbacks, each announced once with `warnings.warn`:
     that subgraph runs in PyTorch, the message names the op and shapes;
   * no GPU, or CPU inputs: the subgraph is still imported and compiled (NVRTC
     needs no GPU), then runs in PyTorch.
+With `strict=True` (or LLMC_STRICT=1) the first two raise `FallbackRefused`
+instead (from the backend call when importing fails, so Dynamo's
+`suppress_errors` decides; from the compiled call otherwise); CPU inputs
+still run in PyTorch.
 """
 
 from __future__ import annotations
@@ -88,6 +92,11 @@ class CheckMismatch(AssertionError):
     """check=True: an llmc subgraph's output differs from PyTorch's."""
 
 
+class FallbackRefused(RuntimeError):
+    """strict=True: a subgraph llmc took could not be imported, compiled or
+    loaded (or the library is missing); the message says why."""
+
+
 # Relative L2 error bounds of the debug check, by the least precise float type
 # a subgraph touches. float32: llmc-run's 1e-5 is against a float64
 # reference; here both sides are float32 with different summation orders
@@ -122,6 +131,9 @@ class Options:
         the decode GEMVs (CompilerOptions::weight_only). Not with "fp8".
     check: False, True (raise CheckMismatch) or "warn"; LLMC_CHECK=1 (or
         =warn) sets it. check_tol overrides the relative L2 bound CHECK_TOL.
+    strict: False (default; LLMC_STRICT=1 sets it) or True: raise
+        FallbackRefused where llmc would run a subgraph in PyTorch because it
+        could not import, compile or load it, or the library is missing.
     cuda_graphs (default False; True with torch.compile's
         mode="reduce-overhead"): each session replays its launches as a CUDA
         graph (SessionOptions::use_cuda_graphs). Subgraph inputs that do not
@@ -156,6 +168,7 @@ class Options:
     arch: Optional[str] = None
     check: Any = None
     check_tol: Optional[float] = None
+    strict: Optional[bool] = None
 
     @classmethod
     def from_dict(cls, d: Optional[Dict[str, Any]]) -> "Options":
@@ -179,6 +192,13 @@ class Options:
             o.check = {"": False, "0": False, "1": True, "warn": "warn"}.get(env)
             if o.check is None:
                 raise ValueError(f"llmc: LLMC_CHECK must be 0, 1 or warn, got {env!r}")
+        if o.strict is None:
+            env = os.environ.get("LLMC_STRICT", "").strip()
+            o.strict = {"": False, "0": False, "1": True}.get(env)
+            if o.strict is None:
+                raise ValueError(f"llmc: LLMC_STRICT must be 0 or 1, got {env!r}")
+        if o.strict not in (False, True):
+            raise ValueError(f"llmc: strict must be False or True, got {o.strict!r}")
         if o.check not in (False, True, "warn"):
             raise ValueError(f"llmc: check must be False, True or 'warn', got {o.check!r}")
         if o.check_tol is not None and not (isinstance(o.check_tol, (int, float))
@@ -329,6 +349,9 @@ class LlmcSubgraph(torch.nn.Module):
     def _disable(self, why: str):
         self.disabled = why
         self.report.compile_failures.append(f"{self.name}: {why}")
+        if self.options.strict:
+            raise FallbackRefused(f"llmc (strict): subgraph {self.name} of {self.report.graph} "
+                                  f"cannot run in llmc: {why}")
         warn_once(f"disable:{self.report.graph}:{self.name}",
                   f"llmc: subgraph {self.name} of {self.report.graph} runs in PyTorch: {why}")
 
@@ -610,6 +633,8 @@ class LlmcSubgraph(torch.nn.Module):
         if entry is None:
             ok, why = _capi.available()
             if not ok:
+                if self.options.strict:
+                    raise FallbackRefused(f"llmc (strict): {why}")
                 warn_once("nolib", f"llmc: {why}. Every llmc subgraph runs in PyTorch.")
                 return self._eager(args)
             try:

@@ -105,3 +105,45 @@ def test_weight_only_compiles_a_model():
         reps = llmc.backend.reports()
         assert reps and all(r.compiles >= 1 and not r.compile_failures for r in reps), \
             [str(r) for r in reps]
+
+
+def test_strict_values(monkeypatch):
+    assert Options.from_dict({}).strict is False
+    assert Options.from_dict({"strict": True}).strict is True
+    monkeypatch.setenv("LLMC_STRICT", "1")
+    assert Options.from_dict({}).strict is True
+    assert Options.from_dict({"strict": False}).strict is False  # the option wins
+    monkeypatch.setenv("LLMC_STRICT", "yes")
+    with pytest.raises(ValueError, match="LLMC_STRICT must be 0 or 1"):
+        Options.from_dict({})
+    monkeypatch.delenv("LLMC_STRICT")
+    with pytest.raises(ValueError, match="strict must be False or True"):
+        Options.from_dict({"strict": "1"})
+
+
+def test_strict_raises_where_llmc_would_fall_back(monkeypatch):
+    """A subgraph that fails to compile runs in PyTorch with a warning; with
+    strict=True the call raises FallbackRefused naming the subgraph and the
+    compiler's message instead."""
+    from conftest import capi_or_skip
+    import llmc.backend as backend
+    capi = capi_or_skip()
+
+    def failing_compile(self, run_args):
+        raise capi.LlmcError(12, "codegen: no lowering for 'llm.frobnicate' (test)")
+
+    monkeypatch.setattr(backend.LlmcSubgraph, "_compile", failing_compile)
+    x = torch.randn(4, 8)
+    for strict in (False, True):
+        torch._dynamo.reset()
+        backend.reset()
+        f = torch.compile(lambda t: torch.relu(t) * 2.0, backend="llmc",
+                          options={"strict": strict})
+        if not strict:
+            with pytest.warns(RuntimeWarning, match="runs in PyTorch: .*llm.frobnicate"):
+                torch.testing.assert_close(f(x), torch.relu(x) * 2.0)
+            continue
+        with pytest.raises(backend.FallbackRefused,
+                           match=r"llmc \(strict\): subgraph llmc_0 of .* cannot run in llmc: "
+                                 r".*llm.frobnicate"):
+            f(x)
