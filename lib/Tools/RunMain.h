@@ -51,6 +51,9 @@ struct Options {
   cl::list<std::string> inputFiles{
       "input",
       cl::desc("argI=FILE: take argument I (row-major, little-endian) from "
+               "FILE.npy (a C-ordered NumPy array of the argument's shape: "
+               "float64/32/16, int64/32/16/8, uint8/16/32 or bool, rounded to "
+               "the argument's type), "
                "FILE.f32 (float32 values, rounded to the argument's type), "
                "FILE.i64 (int64 values), or FILE.bin / FILE.<its dtype> "
                "(e.g. FILE.bf16: the argument's own storage, i1 one byte 0 "
