@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define LLMC_C_API_VERSION 3 /* 2: NCCL communicators; 3: llmc_version */
+#define LLMC_C_API_VERSION 4 /* 2: NCCL communicators; 3: llmc_version; 4: llmc_executable_stats */
 #define LLMC_MAX_RANK 8
 
 /* llmc's version, "MAJOR.MINOR.PATCH" (semantic versioning): a static,
@@ -142,6 +142,18 @@ llmc_status_t *llmc_executable_input_is_parameter(
  * [0, llmc_executable_num_outputs). */
 llmc_status_t *llmc_executable_output_alias_input(
     const llmc_executable_t *executable, int32_t index, int32_t *out_input);
+
+/* What `executable` holds, for reports: out_counts[i] for i < n of
+ *   0 distinct kernels, 1 launches per call (kernels, GEMMs, copies,
+ *   collectives), 2 parameter-preparation launches (once per parameter set),
+ *   3 cuBLASLt GEMMs per call, 4 attention launches cuDNN may run instead of
+ *   llmc's kernel, 5 collectives per call, 6 arena bytes;
+ * n may be smaller than LLMC_EXECUTABLE_STATS (the first n are written) but
+ * not larger. Code 3 for a NULL handle or array, or n outside
+ * [0, LLMC_EXECUTABLE_STATS]. */
+#define LLMC_EXECUTABLE_STATS 7
+llmc_status_t *llmc_executable_stats(const llmc_executable_t *executable,
+                                     int64_t *out_counts, int32_t n);
 
 /*--- session ------------------------------------------------------------------*/
 typedef struct llmc_session_t llmc_session_t;

@@ -432,6 +432,37 @@ llmc_executable_output_alias_input(const llmc_executable_t *executable,
   });
 }
 
+LLMC_EXPORT llmc_status_t *llmc_executable_stats(const llmc_executable_t *executable,
+                                                 int64_t *out_counts, int32_t n) {
+  return guarded("llmc_executable_stats", [&]() -> absl::Status {
+    if (!executable)
+      return absl::InvalidArgumentError("executable: NULL handle");
+    if (n < 0 || n > LLMC_EXECUTABLE_STATS)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "n: expected 0..", LLMC_EXECUTABLE_STATS, ", found ", n));
+    if (n > 0 && !out_counts)
+      return absl::InvalidArgumentError("out_counts: NULL output pointer");
+    const llmc::rt::Executable &exe = *executable->exe;
+    int64_t counts[LLMC_EXECUTABLE_STATS] = {};
+    counts[0] = static_cast<int64_t>(exe.kernels.size());
+    const size_t first = static_cast<size_t>(std::max(exe.num_prepare_launches, 0));
+    for (size_t i = 0; i < exe.launches.size(); ++i) {
+      const llmc::rt::Launch &l = exe.launches[i];
+      if (i < first) {
+        ++counts[2];
+        continue;
+      }
+      ++counts[1];
+      counts[3] += l.kind == llmc::rt::Launch::Gemm;
+      counts[4] += l.kind == llmc::rt::Launch::Kernel && l.attention >= 0;
+      counts[5] += l.kind == llmc::rt::Launch::Collective;
+    }
+    counts[6] = exe.arena_bytes;
+    std::copy(counts, counts + n, out_counts);
+    return absl::OkStatus();
+  });
+}
+
 /*--- session ------------------------------------------------------------------*/
 namespace {
 llmc_status_t *createSession(const char *fn, const llmc_executable_t *executable,

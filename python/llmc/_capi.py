@@ -167,6 +167,7 @@ _OPTIONAL_SIGNATURES = {
                                       ctypes.c_size_t]),
     "llmc_executable_output_alias_input": (_P, [_P, ctypes.c_int32,
                                                 ctypes.POINTER(ctypes.c_int32)]),
+    "llmc_executable_stats": (_P, [_P, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]),
 }
 
 NCCL_UNIQUE_ID_BYTES = 128
@@ -329,6 +330,22 @@ class Executable:
         _check(fn(self._handle, index, ctypes.byref(dtype), ctypes.byref(rank), shape),
                f"reading the signature of tensor {index}")
         return TensorInfo(LLMC_TO_TORCH[dtype.value], tuple(shape[: rank.value]))
+
+    STATS = ("kernels", "launches", "prepare_launches", "gemms", "cudnn_attentions",
+             "collectives", "arena_bytes")
+
+    def stats(self) -> Optional[Dict[str, int]]:
+        """What the executable holds (llmc_executable_stats: keys STATS:
+        distinct kernels, launches per call, parameter-preparation launches,
+        cuBLASLt GEMMs per call, attention launches cuDNN may run,
+        collectives per call, arena bytes); None when the library predates
+        it."""
+        fn = getattr(self._lib, "llmc_executable_stats", None)
+        if fn is None:
+            return None
+        counts = (ctypes.c_int64 * len(self.STATS))()
+        _check(fn(self._handle, counts, len(self.STATS)), "reading executable statistics")
+        return dict(zip(self.STATS, list(counts)))
 
     @property
     def output_aliases(self) -> Dict[int, int]:

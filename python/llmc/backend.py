@@ -43,6 +43,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -414,6 +415,7 @@ class LlmcSubgraph(torch.nn.Module):
 
     def _compile(self, args) -> Tuple[Any, importer.ImportResult]:
         """(executable, import) for the shapes of `args`; raises LlmcError."""
+        started = time.perf_counter()
         imp = self._compile_import(args)
         bindings: Dict[str, int] = {}
         if not self.static_only:
@@ -432,6 +434,9 @@ class LlmcSubgraph(torch.nn.Module):
                 "imported per concrete shape")
             return self._compile(args)
         self.report.compiles += 1
+        stats: Dict[str, float] = dict(getattr(exe, "stats", lambda: None)() or {})
+        stats["compile_s"] = time.perf_counter() - started
+        self.report.executables[self.name] = stats
         return exe, imp
 
     def _key(self, args) -> Tuple:

@@ -183,6 +183,10 @@ class Report:
     # Bucketed symbol -> {"buckets": sizes compiled for, "lengths": sizes seen}.
     bucketing: Dict[str, Dict[str, set]] = field(default_factory=dict)
     check_failures: List[str] = field(default_factory=list)
+    # Subgraph name -> what its last compiled executable holds
+    # (_capi.Executable.stats(): kernels, launches, GEMMs, ...) and
+    # "compile_s", the seconds import + compile took.
+    executables: Dict[str, Dict[str, float]] = field(default_factory=dict)
 
     @property
     def flops_fraction(self) -> float:
@@ -205,6 +209,16 @@ class Report:
                 lines.append(f"    {n:4d} x {op}  ({self.reasons.get(op, '')})")
         lines.append(f"  compiles: {self.compiles}; llmc runs: {self.llmc_runs}; "
                      f"eager runs of llmc subgraphs: {self.eager_runs}")
+        for name, st in sorted(self.executables.items()):
+            if "kernels" in st:
+                lines.append(
+                    f"  {name}: {st['kernels']} kernels, {st['launches']} launches per call "
+                    f"(+{st['prepare_launches']} once per parameter set), {st['gemms']} "
+                    f"cuBLASLt GEMMs, {st['cudnn_attentions']} attention(s) cuDNN may run, "
+                    f"arena {st['arena_bytes'] / 2**20:.1f} MiB; compiled in "
+                    f"{st['compile_s']:.2f} s")
+            else:
+                lines.append(f"  {name}: compiled in {st['compile_s']:.2f} s")
         for sym, info in sorted(self.bucketing.items()):
             if info["lengths"]:
                 b = sorted(info["buckets"])

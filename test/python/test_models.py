@@ -41,6 +41,13 @@ def test_cpu_compile_path_runs_and_falls_back_to_eager_exactly(name):
     from llmc import _capi
     if _capi.available()[0]:
         assert rep.compiles == rep.num_partitions, str(rep)
+        # What llmc made of each subgraph (issue 18): the executable's counts.
+        assert sorted(rep.executables) == [f"llmc_{i}" for i in range(rep.num_partitions)]
+        for sub, st in rep.executables.items():
+            assert st["kernels"] > 0 and st["launches"] >= st["kernels"], st
+            assert st["gemms"] > 0 and st["compile_s"] >= 0, st
+            assert f"{sub}: {st['kernels']} kernels, {st['launches']} launches per call" \
+                in str(rep), str(rep)
 
 
 def test_backend_found_by_entry_point_without_import():

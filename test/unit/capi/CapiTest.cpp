@@ -289,6 +289,39 @@ TEST(CapiExecutable, ParameterInputs) {
   }
 }
 
+TEST(CapiExecutable, Stats) {
+  // The tiny LLaMA block under bf16: weight casts in the preparation, the
+  // projections as cuBLASLt GEMMs, the attention with cuDNN as an option.
+  std::string text = ReadExample("tiny_llama_block.mlir");
+  llmc_compiler_t *compiler = nullptr;
+  EXPECT_LLMC_OK(llmc_compiler_create("arch=sm_90a;precision=bf16", &compiler));
+  ExeHandle exe;
+  Status st(llmc_compile(compiler, text.data(), text.size(), nullptr, "seq=64", &exe.e));
+  llmc_compiler_release(compiler);
+  ASSERT_EQ(st.code(), 0) << st.message();
+  int64_t c[LLMC_EXECUTABLE_STATS];
+  std::fill(c, c + LLMC_EXECUTABLE_STATS, -1);
+  EXPECT_LLMC_OK(llmc_executable_stats(exe.e, c, LLMC_EXECUTABLE_STATS));
+  EXPECT_GT(c[0], 0) << "kernels";
+  EXPECT_GT(c[1], c[3]) << "launches per call include the GEMMs";
+  EXPECT_GE(c[2], 7) << "the seven weight casts";
+  EXPECT_EQ(c[3], 7) << "q, k, v, o, gate, up, down";
+  EXPECT_EQ(c[4], 1) << "one attention cuDNN may run";
+  EXPECT_EQ(c[5], 0) << "no collectives";
+  EXPECT_GT(c[6], 0) << "arena bytes";
+  // A shorter array gets the first counts; bad arguments are code 3 and
+  // write nothing.
+  int64_t two[2] = {-1, -1};
+  EXPECT_LLMC_OK(llmc_executable_stats(exe.e, two, 2));
+  EXPECT_EQ(two[0], c[0]);
+  EXPECT_EQ(two[1], c[1]);
+  int64_t untouched = -5;
+  EXPECT_EQ(Status(llmc_executable_stats(exe.e, &untouched, LLMC_EXECUTABLE_STATS + 1)).code(), 3);
+  EXPECT_EQ(Status(llmc_executable_stats(exe.e, nullptr, 1)).code(), 3);
+  EXPECT_EQ(Status(llmc_executable_stats(nullptr, &untouched, 1)).code(), 3);
+  EXPECT_EQ(untouched, -5);
+}
+
 TEST(CapiExecutable, OutputAliasInput) {
   // A donated KV cache written in place holds the result: output 0 aliases
   // input 0; the other output and a misuse say so.
