@@ -575,6 +575,15 @@ class LlmcSubgraph(torch.nn.Module):
         return self.eager(*args)
 
     def forward(self, *args):
+        # Under torch.profiler (or emit_nvtx) the call is a range named by the
+        # graph and subgraph, so llmc's launches are attributed in traces;
+        # otherwise one C call decides and nothing else is paid.
+        if torch.autograd._profiler_enabled():
+            with torch.profiler.record_function(f"llmc:{self.report.graph}:{self.name}"):
+                return self._forward(args)
+        return self._forward(args)
+
+    def _forward(self, args):
         if self.disabled is not None:
             return self._eager(args)
         if self.plan:

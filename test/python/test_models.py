@@ -252,3 +252,23 @@ def test_gpu_case_c2_tiny_decoder(head_dim, seq):
         got = _compile(model)(x, use_cache=False).logits.float()
         want = ref(x, use_cache=False).logits
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_profiler_shows_each_llmc_subgraph_as_a_range():
+    """Under torch.profiler every llmc subgraph call is a record_function
+    range named llmc:<graph>:<subgraph> (with emit_nvtx, an NVTX range), so
+    a trace attributes llmc's launches; outside the profiler no range is
+    recorded."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.manual_seed(0)
+    model = MODELS["llama"]().eval()
+    cm = _compile(model)
+    x = torch.randint(0, 1000, (1, 7))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm(x, use_cache=False)  # compiles
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            cm(x, use_cache=False)
+    names = [e.name for e in prof.events() if e.name.startswith("llmc:")]
+    rep = llmc.backend.last_report()
+    assert names == [f"llmc:{rep.graph}:llmc_{i}" for i in range(rep.num_partitions)], names
