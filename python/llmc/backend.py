@@ -80,6 +80,16 @@ def reset():
     _warned.clear()
 
 
+def _artifact(name: str, payload: str):
+    """A tlparse artifact (torch._logging.trace_structured, written when
+    TORCH_TRACE is set); nothing on a torch without it."""
+    trace = getattr(torch._logging, "trace_structured", None)
+    if trace is None:
+        return
+    trace("artifact", metadata_fn=lambda: {"name": name, "encoding": "string"},
+          payload_fn=lambda: payload)
+
+
 def warn_once(key: str, message: str):
     with _lock:
         if key in _warned:
@@ -437,6 +447,16 @@ class LlmcSubgraph(torch.nn.Module):
         stats: Dict[str, float] = dict(getattr(exe, "stats", lambda: None)() or {})
         stats["compile_s"] = time.perf_counter() - started
         self.report.executables[self.name] = stats
+        # TORCH_LOGS=llmc: one line per compile; +llmc (debug): the IR too;
+        # TORCH_TRACE: both as tlparse artifacts.
+        where = f"{self.report.graph}.{self.name}"
+        summary = (f"llmc: compiled {where} for {_shape_str(args)} in "
+                   f"{stats['compile_s']:.2f} s: " +
+                   ", ".join(f"{k} {v}" for k, v in stats.items() if k != "compile_s"))
+        log.info("%s", summary)
+        log.debug("llmc: IR of %s:\n%s", where, imp.text)
+        _artifact(f"llmc_compile_{self.report.graph}_{self.name}", summary)
+        _artifact(f"llmc_ir_{self.report.graph}_{self.name}", imp.text)
         return exe, imp
 
     def _key(self, args) -> Tuple:
@@ -988,6 +1008,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     fused.recompile()
     _reports.append(report)
     log.info("%s", report)
+    _artifact(f"llmc_partition_report_{name}", str(report))
     return make_boxed_func(fused.forward)
 
 

@@ -272,3 +272,42 @@ def test_profiler_shows_each_llmc_subgraph_as_a_range():
     names = [e.name for e in prof.events() if e.name.startswith("llmc:")]
     rep = llmc.backend.last_report()
     assert names == [f"llmc:{rep.graph}:llmc_{i}" for i in range(rep.num_partitions)], names
+
+
+def test_logs_and_tlparse_artifacts(monkeypatch, caplog):
+    """TORCH_LOGS=llmc (the "llmc" logger at INFO) gets the partition report
+    and one line per compile with what the executable holds; at DEBUG the
+    imported IR; TORCH_TRACE's structured trace (tlparse) gets all three as
+    artifacts named by graph and subgraph."""
+    import logging
+    artifacts = {}
+
+    def trace(kind, metadata_fn=None, payload_fn=None, **kw):  # Dynamo's events too
+        if kind == "artifact" and metadata_fn is not None:
+            meta = metadata_fn()
+            if str(meta.get("name", "")).startswith("llmc_"):
+                artifacts[meta["name"]] = payload_fn()
+
+    monkeypatch.setattr(torch._logging, "trace_structured", trace)
+    torch.manual_seed(0)
+    cm = _compile(MODELS["llama"]().eval())
+    with caplog.at_level(logging.DEBUG, logger="llmc"), torch.no_grad(), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm(torch.randint(0, 1000, (1, 7)), use_cache=False)
+    rep = llmc.backend.last_report()
+    g = rep.graph
+    assert f"llmc_partition_report_{g}" in artifacts, sorted(artifacts)
+    assert artifacts[f"llmc_partition_report_{g}"].startswith(f"llmc partition report ({g})")
+    from llmc import _capi
+    if not _capi.available()[0]:
+        return
+    ir = artifacts[f"llmc_ir_{g}_llmc_0"]
+    assert "func.func" in ir and "llm." in ir, ir[:200]
+    summary = artifacts[f"llmc_compile_{g}_llmc_0"]
+    assert summary.startswith(f"llmc: compiled {g}.llmc_0 for ") and \
+        f"kernels {rep.executables['llmc_0']['kernels']}" in summary, summary
+    messages = [r.getMessage() for r in caplog.records if r.name == "llmc"]
+    assert any(m == summary for m in messages), messages
+    assert any(m.startswith(f"llmc: IR of {g}.llmc_0:") for m in messages), messages
+    assert any(m.startswith(f"llmc partition report ({g})") for m in messages), messages
