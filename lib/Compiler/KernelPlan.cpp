@@ -346,20 +346,36 @@ void Planner::planFusion() {
   }
 }
 
-void Planner::planGemvGroups() {
-  if (!options.fuse_gemv)
-    return;
-  Block &body = fn.getBody().front();
+/// The decode GEMVs of planGemvGroups, grouped by the x they read, in
+/// program order.
+static llvm::MapVector<Value, SmallVector<MatmulOp>>
+decodeGemvsByLhs(func::FuncOp fn, const llvm::DenseSet<Operation *> &prepared) {
   llvm::MapVector<Value, SmallVector<MatmulOp>> byLhs;
-  for (MatmulOp mm : body.getOps<MatmulOp>()) {
+  for (MatmulOp mm : fn.getBody().front().getOps<MatmulOp>()) {
     cu::GemvConfig gc;
     cu::QuantGemvConfig qc;
     if (!prepared.contains(mm) && !fusedDequantGemv(mm, &qc) && decodeGemvConfig(mm, &gc))
       byLhs[mm.getLhs()].push_back(mm);
   }
-  auto usedOnlyAfter = [](Value v, Operation *point) {
+  return byLhs;
+}
+
+void Planner::planGemvGroups() {
+  if (!options.fuse_gemv)
+    return;
+  llvm::MapVector<Value, SmallVector<MatmulOp>> byLhs = decodeGemvsByLhs(fn, prepared);
+  // Every read of v comes after `point`. A view (reshape, transpose, ...) has
+  // no kernel of its own: its consumers read its source when they run, so a
+  // view before the point is fine when everything that reads through it comes
+  // after (Hugging Face reshapes and transposes q before computing k).
+  std::function<bool(Value, Operation *)> usedOnlyAfter = [&](Value v, Operation *point) {
     return llvm::all_of(v.getUsers(), [&](Operation *user) {
-      return user->getBlock() == point->getBlock() && point->isBeforeInBlock(user);
+      if (user->getBlock() != point->getBlock())
+        return false;
+      if (point->isBeforeInBlock(user))
+        return true;
+      return isa<ViewLikeOpInterface>(user) && !prepared.contains(user) &&
+             llvm::all_of(user->getResults(), [&](Value r) { return usedOnlyAfter(r, point); });
     });
   };
   auto onlyOps = [&](Operation *member, Operation *a, Operation *b) {
@@ -516,8 +532,34 @@ void Planner::planRopeCacheWrites() {
       plan.ropeCacheWriteOf[m] = static_cast<int>(id);
 }
 
+/// Decode GEMVs that read the same x but sit apart in program order (Hugging
+/// Face's LLaMA computes k's RoPE and cache write between the k, v and q
+/// projections) move up next to the first of them, as long as their operands
+/// are defined there: a matmul has no side effect, and the run they then form
+/// is one multi-output GEMV launch (planGemvGroups) instead of one per
+/// projection. A GEMV whose operands are not ready stops its x's run; no
+/// other op moves.
+static void clusterDecodeGemvs(func::FuncOp fn, const llvm::DenseSet<Operation *> &prepared) {
+  for (auto &[lhs, mms] : decodeGemvsByLhs(fn, prepared)) {
+    Operation *anchor = mms.front();
+    for (MatmulOp mm : llvm::drop_begin(mms)) {
+      bool ready = llvm::all_of(mm->getOperands(), [&](Value v) {
+        Operation *def = v.getDefiningOp();
+        return !def || def == anchor || def->isBeforeInBlock(anchor);
+      });
+      if (!ready)
+        break;
+      if (mm->getPrevNode() != anchor)
+        mm->moveAfter(anchor);
+      anchor = mm;
+    }
+  }
+}
+
 KernelPlan llmc::planKernels(func::FuncOp fn, const LowerOptions &options,
                              const llvm::DenseSet<Operation *> &prepared) {
+  if (options.fuse_gemv)
+    clusterDecodeGemvs(fn, prepared);
   Planner p{fn, options, prepared, {}};
   p.planFusion();
   p.planGemvGroups();

@@ -3,7 +3,9 @@
 // mul(silu(x Wg^T), x Wu^T).
 // RUN: llmc-compile %s --fn=qkv --emit-cuda --print-stats | FileCheck %s --check-prefix=QKV
 // RUN: llmc-compile %s --fn=gqa_bias --emit-cuda --print-stats | FileCheck %s --check-prefix=GQA
+// RUN: llmc-compile %s --fn=apart --emit-cuda --print-stats | FileCheck %s --check-prefix=APART
 // RUN: llmc-compile %s --fn=dependent --emit-cuda --print-stats | FileCheck %s --check-prefix=DEP
+// RUN: llmc-compile %s --fn=hf_order --emit-cuda --print-stats | FileCheck %s --check-prefix=HF
 // RUN: llmc-compile %s --fn=swiglu --emit-cuda --print-stats | FileCheck %s --check-prefix=SWIGLU
 // RUN: llmc-compile %s --fn=swiglu_act_escapes --emit-cuda --print-stats | FileCheck %s --check-prefix=ESC
 // RUN: llmc-compile %s --fn=five --print-stats | FileCheck %s --check-prefix=FIVE
@@ -32,15 +34,45 @@ func.func @gqa_bias(%h: tensor<3x4096xf16>, %wq: tensor<4096x4096xf16>, %bq: ten
   return %q, %k : tensor<3x4096xf16>, tensor<3x1024xf32>
 }
 
-// The first result is used before the second matmul: no fusion.
-// DEP-NOT: multigemv
-// DEP: kernel launches: 3
-func.func @dependent(%h: tensor<1x4096xbf16>, %w1: tensor<4096x4096xbf16>, %w2: tensor<4096x4096xbf16>)
+// The first result is used before the second matmul, whose operands are all
+// defined before the first: the second moves up next to the first (a matmul
+// has no side effect) and both are one launch, then the neg.
+// APART: ===== kernel llmc_multigemv_bf16_m1_k4096_bf16_bf16
+// APART: kernel launches: 2
+func.func @apart(%h: tensor<1x4096xbf16>, %w1: tensor<4096x4096xbf16>, %w2: tensor<4096x4096xbf16>)
     -> (tensor<1x4096xbf16>, tensor<1x4096xbf16>) {
   %a = llm.matmul %h, %w1 {transpose_rhs} : tensor<1x4096xbf16>, tensor<4096x4096xbf16> -> tensor<1x4096xbf16>
   %n = llm.neg %a : tensor<1x4096xbf16>
   %b = llm.matmul %h, %w2 {transpose_rhs} : tensor<1x4096xbf16>, tensor<4096x4096xbf16> -> tensor<1x4096xbf16>
   return %n, %b : tensor<1x4096xbf16>, tensor<1x4096xbf16>
+}
+
+// The second GEMV's weight is computed from the first's result: it cannot
+// move, and the two stay separate launches.
+// DEP-NOT: multigemv
+// DEP: kernel launches: 3
+func.func @dependent(%h: tensor<1x64xbf16>, %w1: tensor<64x64xbf16>) -> tensor<1x64xbf16> {
+  %a = llm.matmul %h, %w1 {transpose_rhs} : tensor<1x64xbf16>, tensor<64x64xbf16> -> tensor<1x64xbf16>
+  %ab = llm.broadcast %a : tensor<1x64xbf16> to tensor<64x64xbf16>
+  %w2 = llm.add %w1, %ab : tensor<64x64xbf16>
+  %b = llm.matmul %h, %w2 {transpose_rhs} : tensor<1x64xbf16>, tensor<64x64xbf16> -> tensor<1x64xbf16>
+  return %b : tensor<1x64xbf16>
+}
+
+// Hugging Face's order: k's projection, its reshape, transpose and RoPE-like
+// elementwise work, then v's and q's projections: one launch for all three.
+// HF: ===== kernel llmc_multigemv_bf16_m1_k256_bf16_bf16_bf16
+// HF-NOT: ===== kernel llmc_gemv_
+// HF: kernel launches: 2
+func.func @hf_order(%h: tensor<1x1x256xbf16>, %wq: tensor<256x256xbf16>, %wk: tensor<256x256xbf16>, %wv: tensor<256x256xbf16>)
+    -> (tensor<1x4x1x64xbf16>, tensor<1x1x256xbf16>, tensor<1x1x256xbf16>) {
+  %k = llm.matmul %h, %wk {transpose_rhs} : tensor<1x1x256xbf16>, tensor<256x256xbf16> -> tensor<1x1x256xbf16>
+  %k4 = llm.reshape %k : tensor<1x1x256xbf16> to tensor<1x1x4x64xbf16>
+  %kt = llm.transpose %k4 [0, 2, 1, 3] : tensor<1x1x4x64xbf16>
+  %kr = llm.neg %kt : tensor<1x4x1x64xbf16>
+  %v = llm.matmul %h, %wv {transpose_rhs} : tensor<1x1x256xbf16>, tensor<256x256xbf16> -> tensor<1x1x256xbf16>
+  %q = llm.matmul %h, %wq {transpose_rhs} : tensor<1x1x256xbf16>, tensor<256x256xbf16> -> tensor<1x1x256xbf16>
+  return %kr, %v, %q : tensor<1x4x1x64xbf16>, tensor<1x1x256xbf16>, tensor<1x1x256xbf16>
 }
 
 // LLaMA's MLP input: gate, up, silu and mul are one kernel; gate and up are
