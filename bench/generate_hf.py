@@ -27,8 +27,10 @@ equal eager's; and the ratio to the bandwidth bound: every decode step must
 read the weights and the live KV cache once, so the step takes at least
 (weight bytes + batch * mean live KV bytes) / copy bandwidth, the copy
 bandwidth measured in this run (torch copy of 4 GiB). int8/int4 read a half
-/ a quarter of the projection weights (plus 2 bytes of scale per 128), the
-embedding and LM head stay bf16.
+/ a quarter of every linear weight whose K is a multiple of 128, the LM head
+included (plus a float32 scale per 128 weights); a step reads only the
+batch's rows of the embedding. Generation never stops early (min_new_tokens),
+so every backend runs the same number of steps.
 
 Each measurement is appended to DIR/generate.json as soon as it is made and
 DIR/generate.md gets the table at the end, so a call that runs out of time
@@ -99,13 +101,16 @@ def bound_tokens_per_s(model, args, batch, weight_only, bandwidth):
     """batch / the least time of a decode step: the weights (quantized
     projections for weight_only) and the mean live KV cache, read once."""
     linear, other = 0, 0
-    for name, p in model.named_parameters():
-        if p.dim() == 2 and name.endswith("proj.weight"):
-            linear += p.numel()
+    embedding = model.get_input_embeddings().weight
+    for p in model.parameters():
+        if p is embedding:
+            other += batch * p.shape[1]  # the rows of this step's tokens
+        elif p.dim() == 2 and p.shape[1] % 128 == 0:
+            linear += p.numel()  # what weight-only quantizes (LM head included)
         else:
             other += p.numel()
     bits = {"int8": 8, "int4": 4}.get(weight_only, 16)
-    weight_bytes = linear * bits / 8 + (linear // 128) * 2 * (bits < 16) + other * 2
+    weight_bytes = linear * bits / 8 + (linear // 128) * 4 * (bits < 16) + other * 2
     head_dim = args.dim // args.heads
     mean_len = args.prompt + args.new / 2
     kv_bytes = batch * 2 * args.layers * args.kv_heads * head_dim * 2 * mean_len
@@ -115,8 +120,8 @@ def bound_tokens_per_s(model, args, batch, weight_only, bandwidth):
 def generate(model, ids, new):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return model.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=0,
-                              cache_implementation="static")
+        return model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                              pad_token_id=0, cache_implementation="static")
 
 
 def timed(model, ids, new, sync):
@@ -216,7 +221,7 @@ def main(argv=None):
                     if run["decode_tok_s"]:
                         run["of_bound"] = run["decode_tok_s"] / bound
             except Exception as e:  # a backend that fails is recorded; the run goes on
-                run["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                run["error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
                 traceback.print_exc()
             result["runs"].append(run)
             save()

@@ -364,18 +364,10 @@ void Planner::planGemvGroups() {
   if (!options.fuse_gemv)
     return;
   llvm::MapVector<Value, SmallVector<MatmulOp>> byLhs = decodeGemvsByLhs(fn, prepared);
-  // Every read of v comes after `point`. A view (reshape, transpose, ...) has
-  // no kernel of its own: its consumers read its source when they run, so a
-  // view before the point is fine when everything that reads through it comes
-  // after (Hugging Face reshapes and transposes q before computing k).
-  std::function<bool(Value, Operation *)> usedOnlyAfter = [&](Value v, Operation *point) {
+  // (The same rule as ReadKernelPlan's reader, which checks the plan.)
+  auto usedOnlyAfter = [](Value v, Operation *point) {
     return llvm::all_of(v.getUsers(), [&](Operation *user) {
-      if (user->getBlock() != point->getBlock())
-        return false;
-      if (point->isBeforeInBlock(user))
-        return true;
-      return isa<ViewLikeOpInterface>(user) && !prepared.contains(user) &&
-             llvm::all_of(user->getResults(), [&](Value r) { return usedOnlyAfter(r, point); });
+      return user->getBlock() == point->getBlock() && point->isBeforeInBlock(user);
     });
   };
   auto onlyOps = [&](Operation *member, Operation *a, Operation *b) {
@@ -538,7 +530,11 @@ void Planner::planRopeCacheWrites() {
 /// are defined there: a matmul has no side effect, and the run they then form
 /// is one multi-output GEMV launch (planGemvGroups) instead of one per
 /// projection. A GEMV whose operands are not ready stops its x's run; no
-/// other op moves.
+/// other op moves. Reads of storage written in place cannot be reordered by
+/// this: an index_put / kv_cache_append updates a donated argument in place
+/// only when nothing else reads it (llm::updatesInPlace), so a matmul reads
+/// either the argument (then the write is out of place) or the write's
+/// result (then it is not ready before the write).
 static void clusterDecodeGemvs(func::FuncOp fn, const llvm::DenseSet<Operation *> &prepared) {
   for (auto &[lhs, mms] : decodeGemvsByLhs(fn, prepared)) {
     Operation *anchor = mms.front();

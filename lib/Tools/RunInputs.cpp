@@ -142,6 +142,7 @@ namespace {
 struct NpyType {
   int size;
   double (*read)(const char *);
+  bool int64 = false; // values beyond 2^53 are refused, not rounded
 };
 
 template <typename T> double readAs(const char *p) {
@@ -160,7 +161,7 @@ std::optional<NpyType> npyType(llvm::StringRef descr) {
   if (descr == "<f8") return NpyType{8, readAs<double>};
   if (descr == "<f4") return NpyType{4, readAs<float>};
   if (descr == "<f2") return NpyType{2, readHalf};
-  if (descr == "<i8") return NpyType{8, readAs<int64_t>};
+  if (descr == "<i8") return NpyType{8, readAs<int64_t>, /*int64=*/true};
   if (descr == "<i4") return NpyType{4, readAs<int32_t>};
   if (descr == "<i2") return NpyType{2, readAs<int16_t>};
   if (descr == "|i1") return NpyType{1, readAs<int8_t>};
@@ -266,8 +267,19 @@ static std::optional<std::vector<double>> readNpy(const std::string &bytes,
     return std::nullopt;
   }
   std::vector<double> values(n);
-  for (int64_t i = 0; i < n; ++i)
-    values[i] = type->read(bytes.data() + dataAt + i * type->size);
+  for (int64_t i = 0; i < n; ++i) {
+    const char *p = bytes.data() + dataAt + i * type->size;
+    if (type->int64) {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      if (x > (int64_t(1) << 53) || x < -(int64_t(1) << 53)) {
+        error = "value #" + std::to_string(i) + " is " + std::to_string(x) +
+                ", beyond the 2^53 that llmc-run's values hold exactly";
+        return std::nullopt;
+      }
+    }
+    values[i] = type->read(p);
+  }
   return values;
 }
 

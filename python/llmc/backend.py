@@ -358,11 +358,11 @@ class LlmcSubgraph(torch.nn.Module):
                                      f"not exact: {why})")
 
     def _disable(self, why: str):
-        self.disabled = why
         self.report.compile_failures.append(f"{self.name}: {why}")
-        if self.options.strict:
+        if self.options.strict:  # not disabled: every call raises, none falls back
             raise FallbackRefused(f"llmc (strict): subgraph {self.name} of {self.report.graph} "
                                   f"cannot run in llmc: {why}")
+        self.disabled = why
         warn_once(f"disable:{self.report.graph}:{self.name}",
                   f"llmc: subgraph {self.name} of {self.report.graph} runs in PyTorch: {why}")
 

@@ -14,7 +14,7 @@
 // RUN: mkfifo %t/fifo.bin && ln -s /dev/zero %t/zero.bin && mkdir %t/dir.bin
 // NumPy arrays (.npy, written here without numpy: magic, version 1.0, a
 // header dict padded so the data starts at byte 128, then the data).
-// RUN: python3 -c "import struct,sys; d=\"{'descr': '%%s', 'fortran_order': %%s, 'shape': %%s, }\"; w=lambda p,descr,shape,data,fo='False': open(p,'wb').write(b'\x93NUMPY\x01\x00'+struct.pack('<H',118)+(d %% (descr,fo,shape)).ljust(117).encode()+b'\n'+data); w(sys.argv[1]+'/h.npy','<f4','(4,)',struct.pack('<4f',1,2,3,4.5)); w(sys.argv[1]+'/i.npy','<i8','(4,)',struct.pack('<4q',1,2,3,4)); w(sys.argv[1]+'/m.npy','|b1','(3,)',bytes([1,0,1])); w(sys.argv[1]+'/f8.npy','<f8','(4,)',struct.pack('<4d',1,2,3,4.25)); w(sys.argv[1]+'/shape.npy','<f4','(2, 2)',struct.pack('<4f',1,2,3,4)); w(sys.argv[1]+'/frac.npy','<f4','(4,)',struct.pack('<4f',1,2,3,4.5)); w(sys.argv[1]+'/ft.npy','<f4','(4,)',struct.pack('<4f',1,2,3,4),'True'); w(sys.argv[1]+'/c8.npy','<c8','(4,)',bytes(32)); w(sys.argv[1]+'/short.npy','<f4','(4,)',bytes(8)); open(sys.argv[1]+'/bad.npy','wb').write(b'PK')" %t
+// RUN: python3 -c "import struct,sys; d=\"{'descr': '%%s', 'fortran_order': %%s, 'shape': %%s, }\"; w=lambda p,descr,shape,data,fo='False': open(p,'wb').write(b'\x93NUMPY\x01\x00'+struct.pack('<H',118)+(d %% (descr,fo,shape)).ljust(117).encode()+b'\n'+data); w(sys.argv[1]+'/h.npy','<f4','(4,)',struct.pack('<4f',1,2,3,4.5)); w(sys.argv[1]+'/i.npy','<i8','(4,)',struct.pack('<4q',1,2,3,4)); w(sys.argv[1]+'/m.npy','|b1','(3,)',bytes([1,0,1])); w(sys.argv[1]+'/f8.npy','<f8','(4,)',struct.pack('<4d',1,2,3,4.25)); w(sys.argv[1]+'/shape.npy','<f4','(2, 2)',struct.pack('<4f',1,2,3,4)); w(sys.argv[1]+'/frac.npy','<f4','(4,)',struct.pack('<4f',1,2,3,4.5)); w(sys.argv[1]+'/ft.npy','<f4','(4,)',struct.pack('<4f',1,2,3,4),'True'); w(sys.argv[1]+'/c8.npy','<c8','(4,)',bytes(32)); w(sys.argv[1]+'/short.npy','<f4','(4,)',bytes(8)); w(sys.argv[1]+'/big.npy','<i8','(4,)',struct.pack('<4q',1,2,3,2**53+1)); open(sys.argv[1]+'/bad.npy','wb').write(b'PK')" %t
 // RUN: llmc-run %s --fn=halves --input arg0=%t/h.npy --backend=ref | FileCheck %s --check-prefix=F32
 // RUN: llmc-run %s --fn=halves --input arg0=%t/f8.npy --backend=ref | FileCheck %s --check-prefix=F8NPY
 // RUN: llmc-run %s --fn=ints --input arg0=%t/i.npy --backend=ref | FileCheck %s --check-prefix=INTNPY
@@ -25,6 +25,7 @@
 // RUN: not llmc-run %s --fn=halves --input arg0=%t/c8.npy --backend=ref 2>&1 | FileCheck %s --check-prefix=NPYTYPE
 // RUN: not llmc-run %s --fn=halves --input arg0=%t/short.npy --backend=ref 2>&1 | FileCheck %s --check-prefix=NPYSHORT
 // RUN: not llmc-run %s --fn=halves --input arg0=%t/bad.npy --backend=ref 2>&1 | FileCheck %s --check-prefix=NPYBAD
+// RUN: not llmc-run %s --fn=longs --input arg0=%t/big.npy --backend=ref 2>&1 | FileCheck %s --check-prefix=NPYBIG
 // Raw storage of the argument's own dtype.
 // RUN: llmc-run %s --fn=ints --input arg0=%t/ints.bin --backend=ref | FileCheck %s --check-prefix=INTS
 // RUN: llmc-run %s --fn=halves --input arg0=%t/h.bf16 --backend=ref | FileCheck %s --check-prefix=HALVES
@@ -51,6 +52,7 @@
 // NPYTYPE: llmc-run: error: --input arg0={{.*}}c8.npy: the .npy element type '<c8' is not one llmc reads
 // NPYSHORT: llmc-run: error: --input arg0={{.*}}short.npy: the .npy data has 8 bytes, expected 16
 // NPYBAD: llmc-run: error: --input arg0={{.*}}bad.npy: not an .npy file
+// NPYBIG: llmc-run: error: --input arg0={{.*}}big.npy: value #3 is 9007199254740993, beyond the 2^53 that llmc-run's values hold exactly
 // HALVES: result0: tensor<4xbf16> checksum 2.000000e+01
 // MASK: result0: tensor<3xf32> checksum 2.000000e+00
 // F32: result0: tensor<4xbf16> checksum 2.100000e+01
@@ -71,6 +73,10 @@ func.func @ints(%x: tensor<4xi32>) -> tensor<4xi32> {
 func.func @halves(%x: tensor<4xbf16>) -> tensor<4xbf16> {
   %y = llm.add %x, %x : tensor<4xbf16>
   return %y : tensor<4xbf16>
+}
+func.func @longs(%x: tensor<4xi64>) -> tensor<4xi64> {
+  %y = llm.add %x, %x : tensor<4xi64>
+  return %y : tensor<4xi64>
 }
 func.func @mask(%m: tensor<3xi1>) -> tensor<3xf32> {
   %y = llm.cast %m : tensor<3xi1> to tensor<3xf32>

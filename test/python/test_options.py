@@ -105,6 +105,9 @@ def test_weight_only_compiles_a_model():
         reps = llmc.backend.reports()
         assert reps and all(r.compiles >= 1 and not r.compile_failures for r in reps), \
             [str(r) for r in reps]
+        # The weights are quantized once, in the preparation segment.
+        assert all(st["prepare_launches"] > 0 for r in reps for st in r.executables.values()), \
+            [r.executables for r in reps]
 
 
 def test_strict_values(monkeypatch):
@@ -143,7 +146,8 @@ def test_strict_raises_where_llmc_would_fall_back(monkeypatch):
             with pytest.warns(RuntimeWarning, match="runs in PyTorch: .*llm.frobnicate"):
                 torch.testing.assert_close(f(x), torch.relu(x) * 2.0)
             continue
-        with pytest.raises(backend.FallbackRefused,
-                           match=r"llmc \(strict\): subgraph llmc_0 of .* cannot run in llmc: "
-                                 r".*llm.frobnicate"):
-            f(x)
+        for _ in range(2):  # every call, not only the first
+            with pytest.raises(backend.FallbackRefused,
+                               match=r"llmc \(strict\): subgraph llmc_0 of .* cannot run in llmc: "
+                                     r".*llm.frobnicate"):
+                f(x)

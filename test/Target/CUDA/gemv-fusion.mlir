@@ -6,6 +6,7 @@
 // RUN: llmc-compile %s --fn=apart --emit-cuda --print-stats | FileCheck %s --check-prefix=APART
 // RUN: llmc-compile %s --fn=dependent --emit-cuda --print-stats | FileCheck %s --check-prefix=DEP
 // RUN: llmc-compile %s --fn=hf_order --emit-cuda --print-stats | FileCheck %s --check-prefix=HF
+// RUN: llmc-compile %s --fn=view_then_blocked --print-stats | FileCheck %s --check-prefix=BLOCKED
 // RUN: llmc-compile %s --fn=swiglu --emit-cuda --print-stats | FileCheck %s --check-prefix=SWIGLU
 // RUN: llmc-compile %s --fn=swiglu_act_escapes --emit-cuda --print-stats | FileCheck %s --check-prefix=ESC
 // RUN: llmc-compile %s --fn=five --print-stats | FileCheck %s --check-prefix=FIVE
@@ -57,6 +58,20 @@ func.func @dependent(%h: tensor<1x64xbf16>, %w1: tensor<64x64xbf16>) -> tensor<1
   %w2 = llm.add %w1, %ab : tensor<64x64xbf16>
   %b = llm.matmul %h, %w2 {transpose_rhs} : tensor<1x64xbf16>, tensor<64x64xbf16> -> tensor<1x64xbf16>
   return %b : tensor<1x64xbf16>
+}
+
+// A view of the first result comes before a GEMV that cannot move (its
+// weight is computed after the first): no group is planned (the plan and the
+// lowering's check agree), three launches.
+// BLOCKED-NOT: multigemv
+// BLOCKED: kernel launches: 3
+func.func @view_then_blocked(%h: tensor<1x64xbf16>, %wq: tensor<64x64xbf16>, %wk: tensor<64x64xbf16>, %x: tensor<64x64xbf16>)
+    -> (tensor<1x1x64xbf16>, tensor<1x64xbf16>) {
+  %q = llm.matmul %h, %wq {transpose_rhs} : tensor<1x64xbf16>, tensor<64x64xbf16> -> tensor<1x64xbf16>
+  %q3 = llm.reshape %q : tensor<1x64xbf16> to tensor<1x1x64xbf16>
+  %wk2 = llm.add %wk, %x : tensor<64x64xbf16>
+  %k = llm.matmul %h, %wk2 {transpose_rhs} : tensor<1x64xbf16>, tensor<64x64xbf16> -> tensor<1x64xbf16>
+  return %q3, %k : tensor<1x1x64xbf16>, tensor<1x64xbf16>
 }
 
 // Hugging Face's order: k's projection, its reshape, transpose and RoPE-like
