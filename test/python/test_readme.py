@@ -44,6 +44,7 @@ _ENV_PATTERNS = (
     (("lib", "runtime", "include", "python/llmc"), ("*.cpp", "*.h", "*.py"), r'"(LLMC_[A-Z0-9_]+)"'),
     (("scripts", ".ci"), ("*.sh", "run"), r"\$\{?(LLMC_[A-Z0-9_]+)"),
     (("test/python", "bench"), ("*.py",), r'environ(?:\.get)?[(\[]"(LLMC_[A-Z0-9_]+)"'),
+    (("test/unit", "tools", "dialects"), ("*.cpp", "*.h"), r'getenv\("(LLMC_[A-Z0-9_]+)"\)'),
 )
 # Names in quotes that are not variables: generated kernel code.
 _NOT_VARIABLES = {"LLMC_INF", "LLMC_NAN"}
