@@ -80,14 +80,40 @@ def reset():
     _warned.clear()
 
 
-def _artifact(name: str, payload: str):
+def _artifact(name: str, payload: str, compile_id=None):
     """A tlparse artifact (torch._logging.trace_structured, written when
-    TORCH_TRACE is set); nothing on a torch without it."""
+    TORCH_TRACE is set); nothing on a torch without it. `compile_id`: the
+    Dynamo compile the artifact belongs to, for artifacts written later (an
+    llmc subgraph compiles at its first call, outside Dynamo's compile)."""
     trace = getattr(torch._logging, "trace_structured", None)
     if trace is None:
         return
+    kw = {}
+    if compile_id is not None and _accepts(trace, "compile_id"):
+        kw["compile_id"] = compile_id
+        if _accepts(trace, "expect_trace_id"):
+            kw["expect_trace_id"] = False
     trace("artifact", metadata_fn=lambda: {"name": name, "encoding": "string"},
-          payload_fn=lambda: payload)
+          payload_fn=lambda: payload, **kw)
+
+
+@functools.lru_cache(maxsize=None)
+def _accepts(fn, param: str) -> bool:
+    """Whether `fn` takes keyword `param` (newer torch APIs grow keywords)."""
+    import inspect
+    try:
+        return param in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _current_compile_id():
+    """The id of the Dynamo compile running now, or None."""
+    try:
+        from torch._guards import CompileContext
+        return CompileContext.current_compile_id()
+    except Exception:  # an older torch, or no compile running
+        return None
 
 
 def warn_once(key: str, message: str):
@@ -304,6 +330,7 @@ class LlmcSubgraph(torch.nn.Module):
         self.name = name
         self.index = index
         self.options = options
+        self._compile_id = _current_compile_id()  # for tlparse artifacts written later
         self.report = report
         self.disabled: Optional[str] = None
         self.sessions: Dict[Tuple, Any] = {}
@@ -455,8 +482,8 @@ class LlmcSubgraph(torch.nn.Module):
                    ", ".join(f"{k} {v}" for k, v in stats.items() if k != "compile_s"))
         log.info("%s", summary)
         log.debug("llmc: IR of %s:\n%s", where, imp.text)
-        _artifact(f"llmc_compile_{self.report.graph}_{self.name}", summary)
-        _artifact(f"llmc_ir_{self.report.graph}_{self.name}", imp.text)
+        _artifact(f"llmc_compile_{self.report.graph}_{self.name}", summary, self._compile_id)
+        _artifact(f"llmc_ir_{self.report.graph}_{self.name}", imp.text, self._compile_id)
         return exe, imp
 
     def _key(self, args) -> Tuple:

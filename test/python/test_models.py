@@ -279,14 +279,18 @@ def test_logs_and_tlparse_artifacts(monkeypatch, caplog):
     and one line per compile with what the executable holds; at DEBUG the
     imported IR; TORCH_TRACE's structured trace (tlparse) gets all three as
     artifacts named by graph and subgraph."""
+    import inspect
     import logging
-    artifacts = {}
+    trace_structured = torch._logging.trace_structured
+    artifacts, compile_ids = {}, {}
 
-    def trace(kind, metadata_fn=None, payload_fn=None, **kw):  # Dynamo's events too
+    def trace(kind, metadata_fn=None, *, payload_fn=None, compile_id=None, **kw):  # Dynamo's too
+        kw["compile_id"] = compile_id
         if kind == "artifact" and metadata_fn is not None:
             meta = metadata_fn()
             if str(meta.get("name", "")).startswith("llmc_"):
                 artifacts[meta["name"]] = payload_fn()
+                compile_ids[meta["name"]] = kw.get("compile_id")
 
     monkeypatch.setattr(torch._logging, "trace_structured", trace)
     torch.manual_seed(0)
@@ -307,6 +311,10 @@ def test_logs_and_tlparse_artifacts(monkeypatch, caplog):
     summary = artifacts[f"llmc_compile_{g}_llmc_0"]
     assert summary.startswith(f"llmc: compiled {g}.llmc_0 for ") and \
         f"kernels {rep.executables['llmc_0']['kernels']}" in summary, summary
+    # Written at the first call, outside Dynamo's compile: attributed to the
+    # compile that made the subgraph (where this torch takes a compile_id).
+    if "compile_id" in inspect.signature(trace_structured).parameters:
+        assert compile_ids[f"llmc_compile_{g}_llmc_0"] is not None
     messages = [r.getMessage() for r in caplog.records if r.name == "llmc"]
     assert any(m == summary for m in messages), messages
     assert any(m.startswith(f"llmc: IR of {g}.llmc_0:") for m in messages), messages
