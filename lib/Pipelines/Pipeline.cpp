@@ -125,6 +125,8 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
     shard.rank = options.rank;
     pm.addPass(llm::createShardPass(shard));
   }
+  // Attention's training ops become matmuls over static score shapes.
+  pm.addPass(llm::createDecomposeAttentionPass());
   // Each rank quantizes only its own slice of every weight.
   if (options.weight_only != llm::WeightOnlyMode::none) {
     llm::PrecisionPassOptions weightOnly;

@@ -304,7 +304,11 @@ private:
   absl::Status evalOp(Operation *op);
   absl::Status evalOpImpl(Operation *op);
   absl::StatusOr<HostTensor> compute(Operation *op);
-  absl::Status checkResult(Operation *op, const HostTensor &t);
+  /// Whether `t` fits `result`'s type (static dims equal, data sized).
+  absl::Status checkResult(Operation *op, Value result, const HostTensor &t);
+  absl::Status checkResult(Operation *op, const HostTensor &t) {
+    return checkResult(op, op->getResult(0), t);
+  }
   absl::Status resolvePendingOperands(Operation *op);
   const HostTensor &in(Operation *op, unsigned i) {
     return values_[op->getOperand(i)].tensor;
@@ -362,6 +366,8 @@ private:
   absl::StatusOr<HostTensor> rope(llm::RoPEOp op);
   absl::StatusOr<HostTensor> matmul(llm::MatmulOp op);
   absl::StatusOr<HostTensor> attention(llm::AttentionOp op);
+  absl::StatusOr<HostTensor> attentionLogSumExp(llm::AttentionLogSumExpOp op);
+  absl::Status attentionBackward(llm::AttentionBackwardOp op);
   absl::StatusOr<HostTensor> kvCacheAppend(llm::KVCacheAppendOp op);
   absl::Status quantizeWeight(llm::QuantizeWeightOp op);
   absl::StatusOr<HostTensor> dequantizeWeight(llm::DequantizeWeightOp op);

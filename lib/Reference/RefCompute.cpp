@@ -122,6 +122,8 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::RoPEOp>([&](auto r) { return rope(r); })
       .Case<llm::MatmulOp>([&](auto m) { return matmul(m); })
       .Case<llm::AttentionOp>([&](auto a) { return attention(a); })
+      .Case<llm::AttentionLogSumExpOp>(
+          [&](auto a) { return attentionLogSumExp(a); })
       .Case<llm::KVCacheAppendOp>([&](auto k) { return kvCacheAppend(k); })
       .Case<llm::DequantizeWeightOp>(
           [&](auto d) { return dequantizeWeight(d); })

@@ -203,83 +203,123 @@ absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
   return out;
 }
 
-absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
-  const HostTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2);
-  int64_t B = q.shape[0], Sq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
-  int64_t Skv = k.shape[op.kvSeqDim()], Hkv = k.shape[op.kvHeadsDim()];
-  if (k.shape != v.shape)
-    return opError(op, absl::StrCat("key ", shapeStr(k.shape), " and value ",
-                                    shapeStr(v.shape),
-                                    " must have the same shape"));
-  if (k.shape[0] != B || k.shape[3] != D)
+namespace {
+/// The scores of an attention op over query [B, Sq, Hq, D] and key/value
+/// [B, Skv, Hkv, D] (NHD) or [B, Hkv, Skv, D] (kvHnd): which keys a row
+/// sees and s_ij = q_i . k_j * scale + mask_ij. The mask is read in place
+/// through broadcast strides (0 along the dimensions it broadcasts), not
+/// materialized at [B, Hq, Sq, Skv].
+struct Scores {
+  int64_t B = 0, Sq = 0, Hq = 0, D = 0, Skv = 0, Hkv = 0, group = 1;
+  int64_t L = 0; // keys past L are not seen (kv_len)
+  double scale = 1.0;
+  bool causal = false, hnd = false;
+  const HostTensor *q = nullptr, *k = nullptr, *mask = nullptr;
+  Shape ms = Shape(4, 0);
+
+  /// Element offset of key/value row j of KV head hk in batch b.
+  int64_t kvRow(int64_t b, int64_t hk, int64_t j) const {
+    return (hnd ? (b * Hkv + hk) * Skv + j : (b * Skv + j) * Hkv + hk) * D;
+  }
+  int64_t qRow(int64_t b, int64_t h, int64_t i) const {
+    return ((b * Sq + i) * Hq + h) * D;
+  }
+  /// Keys j < end(i) are seen: j < L, and with `causal` j <= i + L - Sq
+  /// (bottom right).
+  int64_t end(int64_t i) const { return causal ? std::min(L, i + L - Sq + 1) : L; }
+  double score(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    double s = dot(q->data.data() + qRow(b, h, i),
+                   k->data.data() + kvRow(b, h / group, j), D) *
+               scale;
+    if (mask)
+      s += mask->data[b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]];
+    return s;
+  }
+};
+
+/// Checks the shapes the verifier could not (dynamic there) and fills the
+/// geometry of `op`'s scores.
+template <typename OpT>
+absl::StatusOr<Scores> scoresOf(OpT op, const HostTensor &q, const HostTensor &k,
+                                const HostTensor *mask, bool hnd) {
+  Scores g;
+  g.q = &q;
+  g.k = &k;
+  g.hnd = hnd;
+  g.B = q.shape[0], g.Sq = q.shape[1], g.Hq = q.shape[2], g.D = q.shape[3];
+  g.Skv = k.shape[hnd ? 2 : 1], g.Hkv = k.shape[hnd ? 1 : 2];
+  if (k.shape[0] != g.B || k.shape[3] != g.D)
     return opError(op, absl::StrCat("query ", shapeStr(q.shape), " and key ",
                                     shapeStr(k.shape),
                                     " differ in batch or head dimension"));
   // The verifier's rule, for shapes that were dynamic there.
-  if (std::optional<std::string> error = llm::checkAttentionHeadDim(D))
+  if (std::optional<std::string> error = llm::checkAttentionHeadDim(g.D))
     return opError(op, *error);
-  if (Hkv == 0 || Hq % Hkv != 0)
-    return opError(op, absl::StrCat("query heads (", Hq,
+  if (g.Hkv == 0 || g.Hq % g.Hkv != 0)
+    return opError(op, absl::StrCat("query heads (", g.Hq,
                                     ") must be a multiple of key/value heads (",
-                                    Hkv, ")"));
-  int64_t L = Skv;
-  if (op.getKvLen()) {
-    L = scalarInt(in(op.getKvLen()));
-    if (L < 0 || L > Skv)
-      return opError(op, absl::StrCat("kv_len ", L, " is outside [0, ", Skv,
-                                      "] (the key length)"));
-  }
-  Shape scoresShape = {B, Hq, Sq, Skv};
-  // The mask is read in place through broadcast strides (0 along the
-  // dimensions it broadcasts), not materialized at [B, Hq, Sq, Skv].
-  const HostTensor *mask = nullptr;
-  Shape ms(4, 0);
-  if (op.getMask()) {
-    mask = &in(op.getMask());
-    if (absl::Status s =
-            checkBroadcastable(op, "mask", mask->shape, scoresShape);
+                                    g.Hkv, ")"));
+  g.group = g.Hq / g.Hkv;
+  g.L = g.Skv;
+  g.causal = op.getCausal();
+  g.scale = op.getScale() ? op.getScale()->convertToDouble()
+                          : 1.0 / std::sqrt(static_cast<double>(g.D));
+  if (mask) {
+    g.mask = mask;
+    if (absl::Status s = checkBroadcastable(op, "mask", mask->shape,
+                                            {g.B, g.Hq, g.Sq, g.Skv});
         !s.ok())
       return s;
     Shape strides = stridesOf(mask->shape);
     size_t lead = 4 - mask->shape.size();
     for (size_t d = 0; d < mask->shape.size(); ++d)
-      ms[lead + d] = mask->shape[d] == 1 ? 0 : strides[d];
+      g.ms[lead + d] = mask->shape[d] == 1 ? 0 : strides[d];
   }
-  double scale = op.getScale() ? op.getScale()->convertToDouble()
-                               : 1.0 / std::sqrt(static_cast<double>(D));
-  bool causal = op.getCausal();
-  int64_t group = Hq / Hkv;
-  // Element offset of key/value row j of KV head hk in batch b (NHD or HND).
-  const bool hnd = op.getKvHnd();
-  auto kvRow = [&](int64_t b, int64_t hk, int64_t j) {
-    return (hnd ? (b * Hkv + hk) * Skv + j : (b * Skv + j) * Hkv + hk) * D;
-  };
-  if (absl::Status s = budget_->spend(
-          opName(op), 2.0 * double(B) * double(Hq) * double(Sq) * double(Skv) * double(D));
-      !s.ok())
+  return g;
+}
+
+/// The work of the score and product matmuls: 2 * B * Hq * Sq * Skv * D
+/// multiply-adds per pass over the scores.
+double attentionWork(const Scores &g, double passes) {
+  return passes * double(g.B) * double(g.Hq) * double(g.Sq) * double(g.Skv) *
+         double(g.D);
+}
+} // namespace
+
+absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
+  const HostTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2);
+  if (k.shape != v.shape)
+    return opError(op, absl::StrCat("key ", shapeStr(k.shape), " and value ",
+                                    shapeStr(v.shape),
+                                    " must have the same shape"));
+  LLMC_ASSIGN_OR_RETURN(
+      Scores g, scoresOf(op, q, k, op.getMask() ? &in(op.getMask()) : nullptr,
+                         op.getKvHnd()));
+  if (op.getKvLen()) {
+    g.L = scalarInt(in(op.getKvLen()));
+    if (g.L < 0 || g.L > g.Skv)
+      return opError(op, absl::StrCat("kv_len ", g.L, " is outside [0, ",
+                                      g.Skv, "] (the key length)"));
+  }
+  if (absl::Status s = budget_->spend(opName(op), attentionWork(g, 2.0)); !s.ok())
     return s;
   LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
   if (out.data.empty()) // no elements: no loop over batch, heads, rows
     return out;
   LLMC_ASSIGN_OR_RETURN(std::vector<double> p,
-                       newBuffer(op, "a row of scores", Skv));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hq; ++h) {
-      int64_t hk = h / group;
-      for (int64_t i = 0; i < Sq; ++i) {
-        const double *qi = q.data.data() + ((b * Sq + i) * Hq + h) * D;
-        // Keys j < L, and with `causal` j <= i + L - Sq (bottom right).
-        int64_t end = causal ? std::min(L, i + L - Sq + 1) : L;
+                       newBuffer(op, "a row of scores", g.Skv));
+  const int64_t D = g.D;
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t h = 0; h < g.Hq; ++h) {
+      int64_t hk = h / g.group;
+      for (int64_t i = 0; i < g.Sq; ++i) {
+        int64_t end = g.end(i);
         double mx = -kInf;
         for (int64_t j = 0; j < end; ++j) {
-          const double *kj = k.data.data() + kvRow(b, hk, j);
-          double s = dot(qi, kj, D) * scale;
-          if (mask)
-            s += mask->data[b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]];
-          p[j] = s;
-          mx = nanMax(mx, s);
+          p[j] = g.score(b, h, i, j);
+          mx = nanMax(mx, p[j]);
         }
-        double *oi = out.data.data() + ((b * Sq + i) * Hq + h) * D;
+        double *oi = out.data.data() + g.qRow(b, h, i);
         // A row with no visible key (or every score -inf) gives zeros, as
         // FlashAttention; NaN scores propagate.
         if (end <= 0 || mx == -kInf)
@@ -290,7 +330,7 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
           sum += p[j];
         }
         for (int64_t j = 0; j < end; ++j) {
-          const double *vj = v.data.data() + kvRow(b, hk, j);
+          const double *vj = v.data.data() + g.kvRow(b, hk, j);
           double w = p[j] / sum;
           for (int64_t d = 0; d < D; ++d)
             oi[d] += w * vj[d];
@@ -299,6 +339,106 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
     }
   roundInPlace(out);
   return out;
+}
+
+absl::StatusOr<HostTensor>
+RankState::attentionLogSumExp(llm::AttentionLogSumExpOp op) {
+  const HostTensor &q = in(op, 0), &k = in(op, 1);
+  LLMC_ASSIGN_OR_RETURN(
+      Scores g, scoresOf(op, q, k, op.getMask() ? &in(op.getMask()) : nullptr,
+                         /*hnd=*/false));
+  if (absl::Status s = budget_->spend(opName(op), attentionWork(g, 1.0)); !s.ok())
+    return s;
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, op.getType().getElementType(),
+                                                  {g.B, g.Hq, g.Sq}));
+  if (out.data.empty())
+    return out;
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> p,
+                       newBuffer(op, "a row of scores", g.Skv));
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t h = 0; h < g.Hq; ++h)
+      for (int64_t i = 0; i < g.Sq; ++i) {
+        int64_t end = g.end(i);
+        double mx = -kInf;
+        for (int64_t j = 0; j < end; ++j) {
+          p[j] = g.score(b, h, i, j);
+          mx = nanMax(mx, p[j]);
+        }
+        double &lse = out.data[(b * g.Hq + h) * g.Sq + i];
+        // No visible key or every score -inf: log 0 = -inf. NaN propagates.
+        if (end <= 0 || mx == -kInf) {
+          lse = -kInf;
+          continue;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < end; ++j)
+          sum += std::exp(p[j] - mx);
+        lse = mx + std::log(sum);
+      }
+  roundInPlace(out);
+  return out;
+}
+
+absl::Status RankState::attentionBackward(llm::AttentionBackwardOp op) {
+  const HostTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2),
+                   &o = in(op, 3), &dO = in(op, 4), &lse = in(op, 5);
+  if (k.shape != v.shape || o.shape != q.shape || dO.shape != q.shape)
+    return opError(op, absl::StrCat("expected value ", shapeStr(v.shape),
+                                    " shaped as key ", shapeStr(k.shape),
+                                    ", output ", shapeStr(o.shape),
+                                    " and grad_output ", shapeStr(dO.shape),
+                                    " shaped as query ", shapeStr(q.shape)));
+  LLMC_ASSIGN_OR_RETURN(
+      Scores g, scoresOf(op, q, k, op.getMask() ? &in(op.getMask()) : nullptr,
+                         /*hnd=*/false));
+  if (lse.shape != Shape{g.B, g.Hq, g.Sq})
+    return opError(op, absl::StrCat("logsumexp ", shapeStr(lse.shape),
+                                    " must be [B, Hq, Sq] = ",
+                                    shapeStr(Shape{g.B, g.Hq, g.Sq})));
+  if (absl::Status s = budget_->spend(opName(op), attentionWork(g, 4.0)); !s.ok())
+    return s;
+  LLMC_ASSIGN_OR_RETURN(HostTensor dq, newTensor(op, q.elementType, q.shape,
+                                                 "grad_query"));
+  LLMC_ASSIGN_OR_RETURN(HostTensor dk, newTensor(op, k.elementType, k.shape,
+                                                 "grad_key"));
+  LLMC_ASSIGN_OR_RETURN(HostTensor dv, newTensor(op, v.elementType, v.shape,
+                                                 "grad_value"));
+  const int64_t D = g.D;
+  for (int64_t b = 0; b < g.B && !dq.data.empty(); ++b)
+    for (int64_t h = 0; h < g.Hq; ++h) {
+      int64_t hk = h / g.group;
+      for (int64_t i = 0; i < g.Sq; ++i) {
+        double l = lse.data[(b * g.Hq + h) * g.Sq + i];
+        if (l == -kInf) // the row saw no key: P = 0
+          continue;
+        const double *oi = o.data.data() + g.qRow(b, h, i);
+        const double *doi = dO.data.data() + g.qRow(b, h, i);
+        const double *qi = q.data.data() + g.qRow(b, h, i);
+        double *dqi = dq.data.data() + g.qRow(b, h, i);
+        double Di = dot(doi, oi, D);
+        for (int64_t j = 0, end = g.end(i); j < end; ++j) {
+          double p = std::exp(g.score(b, h, i, j) - l);
+          const double *kj = k.data.data() + g.kvRow(b, hk, j);
+          const double *vj = v.data.data() + g.kvRow(b, hk, j);
+          double ds = p * (dot(doi, vj, D) - Di);
+          double *dkj = dk.data.data() + g.kvRow(b, hk, j);
+          double *dvj = dv.data.data() + g.kvRow(b, hk, j);
+          for (int64_t d = 0; d < D; ++d) {
+            dqi[d] += g.scale * ds * kj[d];
+            dkj[d] += g.scale * ds * qi[d];
+            dvj[d] += p * doi[d];
+          }
+        }
+      }
+    }
+  for (auto [result, t] : llvm::zip(op->getResults(),
+                                    std::array<HostTensor *, 3>{&dq, &dk, &dv})) {
+    roundInPlace(*t);
+    if (absl::Status s = checkResult(op, result, *t); !s.ok())
+      return s;
+    store(result, Entry{std::move(*t), false});
+  }
+  return absl::OkStatus();
 }
 
 //===----------------------------------------------------------------------===//
@@ -357,12 +497,8 @@ absl::Status RankState::quantizeWeight(llm::QuantizeWeightOp op) {
   }
   for (auto [result, t] :
        llvm::zip(op->getResults(), std::array<HostTensor *, 2>{&packed, &scales})) {
-    auto rt = cast<RankedTensorType>(result.getType());
-    for (int64_t d = 0; d < 2; ++d)
-      if (!ShapedType::isDynamic(rt.getDimSize(d)) && rt.getDimSize(d) != t->shape[d])
-        return opError(op, absl::StrCat("computed result shape ", shapeStr(t->shape),
-                                        " does not match the result type ",
-                                        typeStr(rt)));
+    if (absl::Status s = checkResult(op, result, *t); !s.ok())
+      return s;
     store(result, Entry{std::move(*t), false});
   }
   return absl::OkStatus();

@@ -294,8 +294,9 @@ absl::StatusOr<Operation *> RankState::runUntilCollective(bool allowMultiRank) {
       "@", fn_.getSymName().str(), " ended without a func.return"));
 }
 
-absl::Status RankState::checkResult(Operation *op, const HostTensor &t) {
-  auto rt = cast<RankedTensorType>(op->getResult(0).getType());
+absl::Status RankState::checkResult(Operation *op, Value result,
+                                    const HostTensor &t) {
+  auto rt = cast<RankedTensorType>(result.getType());
   bool ok = static_cast<int64_t>(t.shape.size()) == rt.getRank();
   for (int64_t d = 0; ok && d < rt.getRank(); ++d)
     ok = ShapedType::isDynamic(rt.getDimSize(d)) || rt.getDimSize(d) == t.shape[d];
@@ -366,6 +367,11 @@ absl::Status RankState::evalOp(Operation *op) {
 absl::Status RankState::evalOpImpl(Operation *op) {
   if (auto q = dyn_cast<llm::QuantizeWeightOp>(op))
     return quantizeWeight(q);
+  if (auto a = dyn_cast<llm::AttentionBackwardOp>(op)) {
+    if (absl::Status s = resolvePendingOperands(op); !s.ok())
+      return s;
+    return attentionBackward(a);
+  }
   if (op->getNumResults() != 1)
     return absl::UnimplementedError(absl::StrCat(
         opName(op), ": the reference executor supports single-result ops "
@@ -544,6 +550,18 @@ double MultiplyAdds(Operation *op) {
       return -1;
     return 2.0 * product(q) * double(k.getDimSize(at.kvSeqDim()));
   }
+  // One pass over the scores for the statistics, four for the gradients.
+  auto scorePasses = [&](Value query, Value key, double passes) {
+    auto q = cast<RankedTensorType>(query.getType());
+    auto k = cast<RankedTensorType>(key.getType());
+    if (product(q) < 0 || k.isDynamicDim(1))
+      return -1.0;
+    return passes * product(q) * double(k.getDimSize(1));
+  };
+  if (auto lse = dyn_cast<llm::AttentionLogSumExpOp>(op))
+    return scorePasses(lse.getQuery(), lse.getKey(), 1.0);
+  if (auto bwd = dyn_cast<llm::AttentionBackwardOp>(op))
+    return scorePasses(bwd.getQuery(), bwd.getKey(), 4.0);
   return 0;
 }
 

@@ -266,6 +266,33 @@ class Importer:
         v.thunk = thunk
         return v
 
+    def new_results(self, results, op: str, rest: Callable[[], str]) -> List[Val]:
+        """Pending values of one op with several results, one per
+        (shape, dtype) of `results`: `%N:n = op rest()` is emitted once,
+        when the first of them is used, and value i is `%N#i`."""
+        loc = self.loc
+        emitted: List[str] = []
+
+        def emit_once() -> str:
+            if not emitted:
+                saved, self.loc = self.loc, loc
+                try:
+                    text = rest()
+                    name = self.fresh()
+                    self.lines.append(f"    {name}:{len(results)} = {op} {text}{self.loc}")
+                    self.ops[op] = self.ops.get(op, 0) + 1
+                finally:
+                    self.loc = saved
+                emitted.append(name)
+            return emitted[0]
+
+        vals = []
+        for i, (shape, dtype) in enumerate(results):
+            v = Val(tuple(shape), dtype)
+            v.thunk = lambda i=i: f"{emit_once()}#{i}"
+            vals.append(v)
+        return vals
+
     def dims(self, fake) -> Tuple[Dim, ...]:
         return dims_of(fake, self.bindings)
 
@@ -1276,13 +1303,18 @@ def _boolean_attention_mask(mask, node):
     return None
 
 
-def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts):
+# [B, H, S, D] (torch) <-> [B, S, H, D] (llm)
+_HEADS_FIRST = (0, 2, 1, 3)
+
+
+def _attention_operands(imp, q, k, dropout_p, is_causal):
+    """Checks what llm's attention ops take; the query and key as Vals."""
     if dropout_p not in (0, 0.0, None):
         raise Unsupported("attention with dropout")
-    q, k, v = imp.val(q), imp.val(k), imp.val(v)
-    if q.rank != 4 or k.rank != 4 or v.rank != 4:
+    q, k = imp.val(q), imp.val(k)
+    if q.rank != 4 or k.rank != 4:
         raise Unsupported("attention inputs of rank other than 4")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in FLOAT_DTYPES:
+    if q.dtype != k.dtype or q.dtype not in FLOAT_DTYPES:
         raise Unsupported("attention inputs of different or integer types")
     hq, hkv = q.shape[1], k.shape[1]
     if not (_is_static(hq) and _is_static(hkv)) or hq % hkv:
@@ -1291,34 +1323,96 @@ def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts):
         # torch aligns the causal mask top-left, llm bottom-right: they agree
         # only when the query and key lengths are equal.
         raise Unsupported("causal attention with query and key lengths that may differ")
-    perm = (0, 2, 1, 3)  # [B, H, S, D] (torch) <-> [B, S, H, D] (llm)
-    qt, kt, vt = imp.transpose(q, perm), imp.transpose(k, perm), imp.transpose(v, perm)
-    mval = None
-    if mask is not None:
-        cond = _boolean_attention_mask(mask, node)
-        if cond is not None and isinstance(imp.env.get(cond), Val):  # imported here
-            mask = cond
-        m = imp.val(mask)
-        if m.dtype == torch.bool:
-            zero = imp.operand(0.0, q.dtype, m.shape)
-            ninf = imp.operand(float("-inf"), q.dtype, m.shape)
-            m = _select(imp, m.shape, q.dtype, m, zero, ninf)
-        elif m.dtype not in FLOAT_DTYPES:
-            raise Unsupported("attention mask of integer type")
-        mval = m
+    return q, k
+
+
+def _attention_attrs(is_causal, scale) -> str:
     attrs = []
     if is_causal:
         attrs.append("causal")
     if scale is not None:
         attrs.append(f"scale = {f64_literal(scale)} : f64")
-    attr = (" {" + ", ".join(attrs) + "}") if attrs else ""
+    return (" {" + ", ".join(attrs) + "}") if attrs else ""
+
+
+def _logsumexp(imp, node, qt, kt, mval, attr):
+    """The attention statistics PyTorch's SDPA forward `node` returns as
+    output 1, from llm.attention_logsumexp ([B, H, Sq] f32): as is for the
+    flash kernels, [B, H, Sq, 1] for cuDNN's. Other layouts (the efficient
+    kernel pads Sq to a multiple of 32) are not produced."""
+    metas = _meta(node)
+    want = metas[1] if isinstance(metas, (tuple, list)) and len(metas) > 1 else None
+    if not isinstance(want, torch.Tensor) or want.dtype != torch.float32:
+        return None
+    b, sq, h = qt.shape[0], qt.shape[1], qt.shape[2]
+    shape = (b, h, sq)
+    got = imp.dims(want)
+    if len(got) == 4 and _same_dim(got[3], 1):
+        target = got
+    elif len(got) == 3:
+        target = None
+    else:
+        return None
+    if not all(_same_dim(x, y) for x, y in zip(got, shape)):
+        return None
+    lse = imp.new(shape, torch.float32, "llm.attention_logsumexp",
+                  lambda: f"{imp.ref(qt)}, {imp.ref(kt)}"
+                          + (f" mask({imp.ref(mval)} : {mval.type})" if mval is not None else "")
+                          + f"{attr} : {qt.type}, {kt.type} -> {tensor_type(shape, torch.float32)}")
+    return imp.reshape(lse, target) if target is not None else lse
+
+
+def _unused_rng_state(imp, node, index):
+    """Output `index` of an SDPA forward without dropout that holds the RNG
+    state for its backward's dropout (philox seed or offset): torch.empty,
+    never read when dropout_p is 0, so any value of its shape and type does.
+    None when its type is not an llm type."""
+    metas = _meta(node)
+    m = metas[index] if isinstance(metas, (tuple, list)) and len(metas) > index else None
+    if not isinstance(m, torch.Tensor) or m.dtype not in (torch.int64, torch.int32):
+        return None
+    return imp.constant(0, m.dtype, imp.dims(m))
+
+
+def _attention_mask(imp, node, mask, dtype):
+    """The additive mask of an SDPA op `node` as a Val of `dtype`, or None."""
+    if mask is None:
+        return None
+    cond = _boolean_attention_mask(mask, node)
+    if cond is not None and isinstance(imp.env.get(cond), Val):  # imported here
+        mask = cond
+    m = imp.val(mask)
+    if m.dtype == torch.bool:
+        zero = imp.operand(0.0, dtype, m.shape)
+        ninf = imp.operand(float("-inf"), dtype, m.shape)
+        return _select(imp, m.shape, dtype, m, zero, ninf)
+    if m.dtype not in FLOAT_DTYPES:
+        raise Unsupported("attention mask of integer type")
+    return m
+
+
+def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts, rng=()):
+    q, k = _attention_operands(imp, q, k, dropout_p, is_causal)
+    v = imp.val(v)
+    if v.rank != 4 or v.dtype != q.dtype:
+        raise Unsupported("attention value of another rank or type than the key")
+    perm = _HEADS_FIRST
+    qt, kt, vt = imp.transpose(q, perm), imp.transpose(k, perm), imp.transpose(v, perm)
+    mval = _attention_mask(imp, node, mask, q.dtype)
+    attr = _attention_attrs(is_causal, scale)
     out_shape = qt.shape
     res = imp.new(out_shape, q.dtype, "llm.attention",
                   lambda: f"{imp.ref(qt)}, {imp.ref(kt)}, {imp.ref(vt)}"
                           + (f" mask({imp.ref(mval)} : {mval.type})" if mval is not None else "")
                           + f"{attr} : {qt.type}, {kt.type}, {vt.type}")
     out = imp.transpose(res, perm)
-    return [out] + [None] * (nouts - 1)
+    outs = [out] + [None] * (nouts - 1)
+    if nouts > 1:
+        # Training: the statistics (and the unused RNG state) saved for backward.
+        outs[1] = _logsumexp(imp, node, qt, kt, mval, attr)
+        for i in rng:
+            outs[i] = _unused_rng_state(imp, node, i)
+    return outs
 
 
 @handles(aten._scaled_dot_product_flash_attention.default)
@@ -1348,7 +1442,7 @@ def _h_sdpa_efficient(imp, node):
 def _h_sdpa_cudnn(imp, node):
     a = bind_args(node)
     return _attention(imp, node, a["query"], a["key"], a["value"], a["attn_bias"],
-                      a["dropout_p"], a["is_causal"], a["scale"], 9)
+                      a["dropout_p"], a["is_causal"], a["scale"], 9, rng=(6, 7))
 
 
 @handles(aten.scaled_dot_product_attention.default)
@@ -1360,8 +1454,78 @@ def _h_sdpa(imp, node):
                       a["dropout_p"], a["is_causal"], a["scale"], 1)[0]
 
 
+def _attention_backward(imp, node, grad_out, q, k, v, out, lse, mask, dropout_p,
+                        is_causal, scale, nouts):
+    """PyTorch's SDPA backward kernels -> llm.attention_backward: the
+    gradients of query, key and value (outputs 0..2); a gradient of the mask
+    (the efficient kernel's output 3) is not produced."""
+    q, k = _attention_operands(imp, q, k, dropout_p, is_causal)
+    v, o, do, l = imp.val(v), imp.val(out), imp.val(grad_out), imp.val(lse)
+    if v.dtype != q.dtype or o.dtype != q.dtype or do.dtype != q.dtype:
+        raise Unsupported("attention backward operands of different types")
+    if v.rank != 4 or o.rank != 4 or do.rank != 4:
+        raise Unsupported("attention backward operands of rank other than 4")
+    b, h, sq = q.shape[0], q.shape[1], q.shape[2]
+    if l.dtype != torch.float32 or not (
+            len(l.shape) in (3, 4) and all(_same_dim(x, y) for x, y in zip(l.shape, (b, h, sq)))
+            and (len(l.shape) == 3 or _same_dim(l.shape[3], 1))):
+        raise Unsupported(f"attention statistics (logsumexp) of shape {list(l.shape)}, "
+                          f"expected [B, H, Sq] = {[b, h, sq]} in float32")
+    if len(l.shape) == 4:
+        l = imp.reshape(l, (b, h, sq))
+    perm = _HEADS_FIRST
+    qt, kt, vt = imp.transpose(q, perm), imp.transpose(k, perm), imp.transpose(v, perm)
+    ot, dot_ = imp.transpose(o, perm), imp.transpose(do, perm)
+    mval = _attention_mask(imp, node, mask, q.dtype)
+    attr = _attention_attrs(is_causal, scale)
+    grads = imp.new_results(
+        [(qt.shape, q.dtype), (kt.shape, k.dtype), (vt.shape, v.dtype)],
+        "llm.attention_backward",
+        lambda: f"{imp.ref(qt)}, {imp.ref(kt)}, {imp.ref(vt)}, {imp.ref(ot)}, "
+                f"{imp.ref(dot_)}, {imp.ref(l)}"
+                + (f" mask({imp.ref(mval)} : {mval.type})" if mval is not None else "")
+                + f"{attr} : {qt.type}, {kt.type}, {vt.type}, {ot.type}, {dot_.type}, {l.type}")
+    return [imp.transpose(g, perm) for g in grads] + [None] * (nouts - 3)
+
+
+@handles(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _h_sdpa_flash_cpu_backward(imp, node):
+    a = bind_args(node)
+    return _attention_backward(imp, node, a["grad_out"], a["query"], a["key"], a["value"],
+                               a["out"], a["logsumexp"], a["attn_mask"], a["dropout_p"],
+                               a["is_causal"], a["scale"], 3)
+
+
+@handles(aten._scaled_dot_product_flash_attention_backward.default)
+def _h_sdpa_flash_backward(imp, node):
+    a = bind_args(node)
+    return _attention_backward(imp, node, a["grad_out"], a["query"], a["key"], a["value"],
+                               a["out"], a["logsumexp"], None, a["dropout_p"],
+                               a["is_causal"], a["scale"], 3)
+
+
+@handles(aten._scaled_dot_product_efficient_attention_backward.default)
+def _h_sdpa_efficient_backward(imp, node):
+    a = bind_args(node)
+    return _attention_backward(imp, node, a["grad_out_"], a["query"], a["key"], a["value"],
+                               a["out"], a["logsumexp"], a["attn_bias"], a["dropout_p"],
+                               a["is_causal"], a["scale"], 4)
+
+
+@handles(aten._scaled_dot_product_cudnn_attention_backward.default)
+def _h_sdpa_cudnn_backward(imp, node):
+    a = bind_args(node)
+    return _attention_backward(imp, node, a["grad_out"], a["query"], a["key"], a["value"],
+                               a["out"], a["logsumexp"], a["attn_bias"], a["dropout_p"],
+                               a["is_causal"], a["scale"], 3)
+
+
 MULTI_OUTPUT = {
     aten.native_layer_norm.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
     aten._scaled_dot_product_flash_attention.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten._scaled_dot_product_efficient_attention.default,
@@ -1384,8 +1548,7 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
         return "not a call"
     if node.target is operator.getitem:
         src = node.args[0]
-        if (isinstance(src, torch.fx.Node) and src.target in MULTI_OUTPUT
-                and (node.args[1] == 0 or not node.users)):
+        if isinstance(src, torch.fx.Node) and src.target in MULTI_OUTPUT:
             return check_node(src)
         if isinstance(src, torch.fx.Node) and src.target in SPLIT_OPS:
             return check_node(src)
@@ -1402,10 +1565,17 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
             return str(e)
     if node.target in MULTI_OUTPUT:
         for u in node.users:
-            if u.target is not operator.getitem or (u.args[1] != 0 and u.users):
-                return f"{op_name(node)}: auxiliary output {u.args[1] if u.target is operator.getitem else ''} is used (training)"
+            if u.target is not operator.getitem:
+                return f"{op_name(node)}: its tuple is used whole"
     try:
-        imp.run_node(node)
+        results = imp.run_node(node)
+        if node.target in MULTI_OUTPUT:
+            # Every output that is used must be produced.
+            for u in node.users:
+                i = u.args[1]
+                if u.users and (not isinstance(results, (list, tuple)) or i >= len(results)
+                                or results[i] is None):
+                    return f"{op_name(node)}: auxiliary output {i} is used (training)"
         if node.target not in MULTI_OUTPUT and node.target not in SPLIT_OPS:
             m = _meta(node)
             if not isinstance(m, torch.Tensor):

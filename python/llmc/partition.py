@@ -77,10 +77,14 @@ def node_flops(node: torch.fx.Node) -> int:
                 n *= _size_hint(d)
             return 2 * n * k
         if t in importer.MULTI_OUTPUT and "attention" in str(t) or t is aten.scaled_dot_product_attention.default:
-            q, k = importer._meta(node.args[0]), importer._meta(node.args[1])
+            # Forward: two products over the scores; backward (grad_out
+            # first): five, as FlashAttention-2's backward computes them.
+            backward = str(t).endswith("_backward.default")
+            first = 1 if backward else 0
+            q, k = importer._meta(node.args[first]), importer._meta(node.args[first + 1])
             b, h, sq, d = (_size_hint(x) for x in q.shape)
             skv = _size_hint(k.shape[2])
-            return 4 * b * h * sq * skv * d
+            return (10 if backward else 4) * b * h * sq * skv * d
     except Exception:
         return 0
     return 0

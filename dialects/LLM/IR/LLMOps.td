@@ -496,6 +496,91 @@ def LLM_AttentionOp : LLM_Op<"attention",
   let hasVerifier = 1;
 }
 
+def LLM_AttentionLogSumExpOp : LLM_Op<"attention_logsumexp", [Pure]> {
+  let summary = "The row statistics of attention that its backward needs (logsumexp).";
+  let description = [{
+    lse[b, h, i] = log sum_j exp(s_ij), s_ij = q_i . k_j * scale + mask_ij,
+    over the keys j that `llm.attention` with the same operands and
+    attributes lets query row i of head h see: query [B, Sq, Hq, D], key
+    [B, Skv, Hkv, D] (NHD; GQA: Hkv divides Hq), `mask` additive and
+    broadcast to [B, Hq, Sq, Skv], `causal` aligned at the bottom right,
+    `scale` 1/sqrt(D) by default. The result is f32 [B, Hq, Sq], the layout
+    of the logsumexp that PyTorch's SDPA kernels save for backward
+    (FlashAttention-2, Dao 2023, Algorithm 1 line 12: L_i = m_i + log l_i).
+    A row that sees no key (or only -inf scores) gives -inf. Computed in
+    fp32 or wider.
+
+    Training graphs import an SDPA forward whose statistics are saved as
+    `llm.attention` (the output) plus this op; llmc-decompose-attention
+    rewrites it into a matmul and row reductions until a fused kernel
+    emits both results.
+
+    ```mlir
+    %lse = llm.attention_logsumexp %q, %k {causal} : tensor<2x16x4x64xbf16>, tensor<2x16x2x64xbf16> -> tensor<2x4x16xf32>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$query, LLM_FloatTensor:$key,
+                       Optional<LLM_FloatTensor>:$mask,
+                       UnitAttr:$causal, OptionalAttr<F64Attr>:$scale);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $query `,` $key (`mask` `(` $mask^ `:` type($mask) `)`)? attr-dict `:`
+    type($query) `,` type($key) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def LLM_AttentionBackwardOp : LLM_Op<"attention_backward", [Pure,
+    AllTypesMatch<["query", "grad_query"]>, AllTypesMatch<["key", "grad_key"]>,
+    AllTypesMatch<["value", "grad_value"]>]> {
+  let summary = "Gradients of `llm.attention` with respect to query, key and value.";
+  let description = [{
+    For o = llm.attention(q, k, v) with the same mask, `causal` and `scale`
+    (layouts as there: [B, Sq, Hq, D] for query, output and grad_output,
+    [B, Skv, Hkv, D] for key and value), `logsumexp` the f32 [B, Hq, Sq]
+    statistics of `llm.attention_logsumexp` and do = grad_output, per
+    head (FlashAttention-2, Dao 2023, Algorithm 2):
+
+      P_ij  = exp(s_ij - lse_i)   (s as in llm.attention_logsumexp; 0 for
+                                   keys the row does not see and for rows
+                                   whose lse is -inf)
+      D_i   = sum_d do_id * o_id
+      dS_ij = P_ij * (do_i . v_j - D_i)
+      dq_i  = scale * sum_j dS_ij k_j
+      dk_j  = scale * sum_i dS_ij q_i,   dv_j = sum_i P_ij do_i
+
+    With GQA, dk and dv of a KV head sum over the Hq / Hkv query heads that
+    read it. The probabilities come from the given logsumexp (not
+    recomputed), as PyTorch's SDPA backward kernels do, so the logsumexp
+    must be that of the forward. No gradient is produced for the mask.
+    Accumulation is in fp32 or wider; the results have the types of query,
+    key and value.
+
+    llmc-decompose-attention rewrites it into batched matmuls and fused
+    elementwise ops over [B, Hq, Sq, Skv] scores (memory O(Sq * Skv) per
+    head), which needs static Sq and Skv (after shape specialization).
+
+    ```mlir
+    %dq, %dk, %dv = llm.attention_backward %q, %k, %v, %o, %do, %lse {causal} : tensor<2x16x4x64xbf16>, tensor<2x16x2x64xbf16>, tensor<2x16x2x64xbf16>, tensor<2x16x4x64xbf16>, tensor<2x16x4x64xbf16>, tensor<2x4x16xf32>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$query, LLM_FloatTensor:$key,
+                       LLM_FloatTensor:$value, LLM_FloatTensor:$output,
+                       LLM_FloatTensor:$grad_output,
+                       RankedTensorOf<[F32]>:$logsumexp,
+                       Optional<LLM_FloatTensor>:$mask,
+                       UnitAttr:$causal, OptionalAttr<F64Attr>:$scale);
+  let results = (outs LLM_FloatTensor:$grad_query, LLM_FloatTensor:$grad_key,
+                      LLM_FloatTensor:$grad_value);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $output `,` $grad_output `,` $logsumexp
+    (`mask` `(` $mask^ `:` type($mask) `)`)? attr-dict `:`
+    type($query) `,` type($key) `,` type($value) `,` type($output) `,`
+    type($grad_output) `,` type($logsumexp)
+  }];
+  let hasVerifier = 1;
+}
+
 def LLM_KVCacheAppendOp : LLM_Op<"kv_cache_append",
     [Pure, AllTypesMatch<["cache", "result"]>]> {
   let summary = "Writes new K or V rows into a preallocated KV cache at a position.";

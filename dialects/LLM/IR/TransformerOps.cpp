@@ -162,60 +162,120 @@ LogicalResult MatmulOp::verify() {
 // AttentionOp / KVCacheAppendOp
 //===----------------------------------------------------------------------===//
 
+/// The checks `llm.attention` and its training ops share: rank-4 query
+/// [B, Sq, Hq, D] and key [B, Skv, Hkv, D] (NHD; [B, Hkv, Skv, D] with
+/// kvHnd) of one element type, Hkv dividing Hq (GQA), a head dimension in
+/// llmc's range, a positive scale and a mask that broadcasts to the scores
+/// [B, Hq, Sq, Skv].
+static LogicalResult verifyQueryKey(Operation *op, RankedTensorType q,
+                                    RankedTensorType k, Value mask,
+                                    std::optional<APFloat> scale, bool kvHnd) {
+  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"query", q},
+                         {"key", k}})
+    if (t.getRank() != 4)
+      return op->emitOpError()
+             << name << " must be "
+             << (kvHnd && name != "query" ? "[B, H, S, D]" : "[B, S, H, D]")
+             << " (rank 4), found " << shapeStr(t.getShape());
+  if (q.getElementType() != k.getElementType())
+    return op->emitOpError()
+           << "query and key must share an element type, found "
+           << typeStr(q.getElementType()) << " and "
+           << typeStr(k.getElementType());
+  if (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)))
+    return op->emitOpError() << "batch sizes differ: query " << q.getDimSize(0)
+                             << ", key " << k.getDimSize(0);
+  if (!dimsCompatible(q.getDimSize(3), k.getDimSize(3)))
+    return op->emitOpError() << "head dimensions differ: query "
+                             << q.getDimSize(3) << ", key " << k.getDimSize(3);
+  if (std::optional<std::string> error = checkAttentionHeadDim(
+          q.isDynamicDim(3) ? k.getDimSize(3) : q.getDimSize(3)))
+    return op->emitOpError() << *error;
+  const unsigned seqDim = kvHnd ? 2 : 1, headsDim = kvHnd ? 1 : 2;
+  int64_t hq = q.getDimSize(2), hkv = k.getDimSize(headsDim);
+  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
+      (hkv == 0 || hq % hkv != 0))
+    return op->emitOpError()
+           << "query heads (" << hq << ") must be a multiple of key/value heads ("
+           << hkv << ") for grouped-query attention"
+           << (kvHnd ? " (key dimension 1 with kv_hnd)" : "");
+  if (scale && !(scale->convertToDouble() > 0.0))
+    return op->emitOpError() << "scale must be > 0, found "
+                             << scale->convertToDouble();
+  if (mask) {
+    SmallVector<int64_t> scores = {q.getDimSize(0), hq, q.getDimSize(1),
+                                   k.getDimSize(seqDim)};
+    if (failed(verifyBroadcastable(
+            op, "mask", cast<RankedTensorType>(mask.getType()).getShape(),
+            scores)))
+      return failure();
+  }
+  return success();
+}
+
+/// `what` (rank 4) has the shape and element type of `like`.
+static LogicalResult verifySameTensor(Operation *op, StringRef what,
+                                      RankedTensorType t, StringRef likeName,
+                                      RankedTensorType like) {
+  if (t.getElementType() != like.getElementType())
+    return op->emitOpError() << what << " must have " << likeName
+                             << "'s element type "
+                             << typeStr(like.getElementType()) << ", found "
+                             << typeStr(t.getElementType());
+  if (failed(verifyCompatibleShape(t.getShape(), like.getShape())))
+    return op->emitOpError() << likeName << " " << shapeStr(like.getShape())
+                             << " and " << what << " " << shapeStr(t.getShape())
+                             << " must have the same shape";
+  return success();
+}
+
+/// `lse` is f32 [B, Hq, Sq] for query `q` [B, Sq, Hq, D].
+static LogicalResult verifyLogSumExp(Operation *op, StringRef what,
+                                     RankedTensorType lse, RankedTensorType q) {
+  SmallVector<int64_t> want = {q.getDimSize(0), q.getDimSize(2),
+                               q.getDimSize(1)};
+  if (lse.getRank() != 3 ||
+      failed(verifyCompatibleShape(lse.getShape(), want)))
+    return op->emitOpError() << what << " must be [B, Hq, Sq] = "
+                             << shapeStr(want) << " for query "
+                             << shapeStr(q.getShape()) << ", found "
+                             << shapeStr(lse.getShape());
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
   auto q = getQuery().getType();
   auto k = getKey().getType();
   auto v = getValue().getType();
-  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"query", q},
-                         {"key", k},
-                         {"value", v}})
-    if (t.getRank() != 4)
-      return emitOpError() << name << " must be "
-                           << (getKvHnd() && name != "query" ? "[B, H, S, D]"
-                                                             : "[B, S, H, D]")
-                           << " (rank 4), found " << shapeStr(t.getShape());
-  if (q.getElementType() != k.getElementType() ||
-      q.getElementType() != v.getElementType())
-    return emitOpError() << "query, key and value must share an element type, "
-                            "found "
-                         << typeStr(q.getElementType()) << ", "
-                         << typeStr(k.getElementType()) << " and "
-                         << typeStr(v.getElementType());
-  if (failed(verifyCompatibleShape(k.getShape(), v.getShape())))
-    return emitOpError() << "key " << shapeStr(k.getShape())
-                         << " and value " << shapeStr(v.getShape())
-                         << " must have the same shape";
-  if (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)))
-    return emitOpError() << "batch sizes differ: query " << q.getDimSize(0)
-                         << ", key " << k.getDimSize(0);
-  if (!dimsCompatible(q.getDimSize(3), k.getDimSize(3)))
-    return emitOpError() << "head dimensions differ: query " << q.getDimSize(3)
-                         << ", key " << k.getDimSize(3);
-  if (std::optional<std::string> error = checkAttentionHeadDim(
-          q.isDynamicDim(3) ? k.getDimSize(3) : q.getDimSize(3)))
-    return emitOpError() << *error;
-  int64_t hq = q.getDimSize(2), hkv = k.getDimSize(kvHeadsDim());
-  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
-      (hkv == 0 || hq % hkv != 0))
-    return emitOpError() << "query heads (" << hq
-                         << ") must be a multiple of key/value heads (" << hkv
-                         << ") for grouped-query attention"
-                         << (getKvHnd() ? " (key dimension 1 with kv_hnd)" : "");
-  if (auto scale = getScale(); scale && !(scale->convertToDouble() > 0.0))
-    return emitOpError() << "scale must be > 0, found "
-                         << scale->convertToDouble();
-  if (Value mask = getMask()) {
-    SmallVector<int64_t> scores = {q.getDimSize(0), hq, q.getDimSize(1),
-                                   k.getDimSize(kvSeqDim())};
-    if (failed(verifyBroadcastable(
-            *this, "mask", cast<RankedTensorType>(mask.getType()).getShape(),
-            scores)))
-      return failure();
-  }
+  if (failed(verifyQueryKey(*this, q, k, getMask(), getScale(), getKvHnd())) ||
+      failed(verifySameTensor(*this, "value", v, "key", k)))
+    return failure();
   if (Value kvLen = getKvLen(); kvLen && !isScalarInt(kvLen.getType()))
     return emitOpError() << "kv_len must be a scalar (rank 0), found "
                          << typeStr(kvLen.getType());
   return success();
+}
+
+LogicalResult AttentionLogSumExpOp::verify() {
+  auto q = getQuery().getType();
+  if (failed(verifyQueryKey(*this, q, getKey().getType(), getMask(), getScale(),
+                            /*kvHnd=*/false)))
+    return failure();
+  return verifyLogSumExp(*this, "result", getType(), q);
+}
+
+LogicalResult AttentionBackwardOp::verify() {
+  auto q = getQuery().getType();
+  auto k = getKey().getType();
+  if (failed(verifyQueryKey(*this, q, k, getMask(), getScale(),
+                            /*kvHnd=*/false)) ||
+      failed(verifySameTensor(*this, "value", getValue().getType(), "key", k)) ||
+      failed(verifySameTensor(*this, "output", getOutput().getType(), "query",
+                              q)) ||
+      failed(verifySameTensor(*this, "grad_output", getGradOutput().getType(),
+                              "query", q)))
+    return failure();
+  return verifyLogSumExp(*this, "logsumexp", getLogsumexp().getType(), q);
 }
 
 LogicalResult KVCacheAppendOp::verify() {

@@ -37,6 +37,30 @@ def SpecializeShapesPass : Pass<"llmc-specialize-shapes", "::mlir::func::FuncOp"
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
 
+def DecomposeAttentionPass : Pass<"llmc-decompose-attention", "::mlir::func::FuncOp"> {
+  let summary = "Rewrites attention's training ops (logsumexp, backward) into matmuls and fused elementwise ops.";
+  let description = [{
+    `llm.attention_logsumexp` and `llm.attention_backward` have no kernel
+    of their own yet. This pass writes them as what FlashAttention-2's
+    backward (Dao 2023, Algorithm 2) computes, with the scores
+    materialized: per head s = q k^T * scale + mask (causal keys -inf,
+    from index constants), P = exp(s - lse), D = rowsum(dO * o),
+    dS = P * (dO v^T - D) * scale, dV = P^T dO, dK = dS^T q, dQ = dS k,
+    GQA heads repeated for the products and summed for dK and dV. The
+    matmuls accumulate in f32 and take P and dS in the query's element
+    type, as FlashAttention-2 does. Memory is O(Sq * Skv) per head. Needs
+    static shapes: the pipeline runs it after shape specialization.
+
+    ```mlir
+    %lse = llm.attention_logsumexp %q, %k {causal} : tensor<1x4x2x64xbf16>, tensor<1x4x2x64xbf16> -> tensor<1x2x4xf32>
+    ```
+    becomes `llm.matmul` (transpose_rhs, f32 result), `llm.select` with
+    `llm.compare le` of two i64 index constants, `llm.reduce_max`,
+    `llm.exp`, `llm.reduce_sum`, `llm.log` and reshapes.
+  }];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
 def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
   let summary = "Recognizes decomposed RMSNorm and RoPE and rewrites them to llm ops; folds key/value transposes into attention.";
   let description = [{

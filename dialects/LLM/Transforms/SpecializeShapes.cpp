@@ -114,6 +114,16 @@ static LogicalResult computeResultTypes(Operation *op,
                                           q.getDimSize(1),
                                           k.getDimSize(attn.kvSeqDim())});
   }
+  auto scoresOf = [](RankedTensorType q, RankedTensorType k) {
+    return SmallVector<int64_t>{q.getDimSize(0), q.getDimSize(2),
+                                q.getDimSize(1), k.getDimSize(1)};
+  };
+  if (auto lse = dyn_cast<AttentionLogSumExpOp>(op); lse && lse.getMask())
+    resolveBroadcastFrom(lse.getMask(),
+                         scoresOf(lse.getQuery().getType(), lse.getKey().getType()));
+  if (auto bwd = dyn_cast<AttentionBackwardOp>(op); bwd && bwd.getMask())
+    resolveBroadcastFrom(bwd.getMask(),
+                         scoresOf(bwd.getQuery().getType(), bwd.getKey().getType()));
   if (auto sm = dyn_cast<SoftmaxOp>(op); sm && sm.getMask())
     resolveBroadcastFrom(sm.getMask(), sm.getInput().getType().getShape());
   // RoPE cos/sin tables broadcast to [B, S, D] (right-aligned: [S, D] too).
@@ -151,6 +161,17 @@ static LogicalResult computeResultTypes(Operation *op,
       .Case<SoftmaxOp, RMSNormOp, LayerNormOp, RoPEOp, AllReduceOp>(
           [&](auto o) { return same(o->getOperand(0)); })
       .Case<AttentionOp>([&](AttentionOp o) { return same(o.getQuery()); })
+      .Case<AttentionLogSumExpOp>([&](AttentionLogSumExpOp o) {
+        auto q = o.getQuery().getType();
+        types.push_back(withShape(o.getType(), {q.getDimSize(0), q.getDimSize(2),
+                                                q.getDimSize(1)}));
+        return success();
+      })
+      .Case<AttentionBackwardOp>([&](AttentionBackwardOp o) {
+        for (Value v : {o.getQuery(), o.getKey(), o.getValue()})
+          types.push_back(v.getType());
+        return success();
+      })
       .Case<KVCacheAppendOp>([&](KVCacheAppendOp o) { return same(o.getCache()); })
       .Case<IndexPutOp>([&](IndexPutOp o) { return same(o.getBase()); })
       .Case<SelectOp>([&](SelectOp o) -> LogicalResult {

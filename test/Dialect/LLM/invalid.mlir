@@ -581,7 +581,7 @@ func.func @attention_kv_shape(%q: tensor<1x7x8x64xbf16>, %k: tensor<1x7x8x64xbf1
 // -----
 
 func.func @attention_dtype(%q: tensor<1x7x8x64xbf16>, %k: tensor<1x7x8x64xf16>) {
-  // expected-error @+1 {{'llm.attention' op query, key and value must share an element type, found bf16, f16 and f16}}
+  // expected-error @+1 {{'llm.attention' op query and key must share an element type, found bf16 and f16}}
   %0 = llm.attention %q, %k, %k : tensor<1x7x8x64xbf16>, tensor<1x7x8x64xf16>, tensor<1x7x8x64xf16>
   return
 }
@@ -1055,5 +1055,61 @@ func.func @argmax_dim(%x: tensor<4x8xf32>) {
 func.func @argmax_empty(%x: tensor<4x0xf32>) {
   // expected-error @+1 {{'llm.argmax' over dimension 1 of size 0 (no element to pick)}}
   %0 = llm.argmax %x dim = 1 : tensor<4x0xf32>
+  return
+}
+
+// -----
+
+func.func @attention_value_dtype(%q: tensor<1x7x8x64xbf16>, %v: tensor<1x7x8x64xf16>) {
+  // expected-error @+1 {{'llm.attention' op value must have key's element type bf16, found f16}}
+  %0 = llm.attention %q, %q, %v : tensor<1x7x8x64xbf16>, tensor<1x7x8x64xbf16>, tensor<1x7x8x64xf16>
+  return
+}
+
+// -----
+
+func.func @logsumexp_layout(%q: tensor<2x7x8x64xbf16>) {
+  // expected-error @+1 {{'llm.attention_logsumexp' op result must be [B, Hq, Sq] = [2, 8, 7] for query [2, 7, 8, 64], found [2, 7, 8]}}
+  %0 = llm.attention_logsumexp %q, %q : tensor<2x7x8x64xbf16>, tensor<2x7x8x64xbf16> -> tensor<2x7x8xf32>
+  return
+}
+
+// -----
+
+func.func @logsumexp_gqa(%q: tensor<1x7x9x64xbf16>, %k: tensor<1x7x2x64xbf16>) {
+  // expected-error @+1 {{'llm.attention_logsumexp' op query heads (9) must be a multiple of key/value heads (2) for grouped-query attention}}
+  %0 = llm.attention_logsumexp %q, %k : tensor<1x7x9x64xbf16>, tensor<1x7x2x64xbf16> -> tensor<1x9x7xf32>
+  return
+}
+
+// -----
+
+func.func @backward_output_shape(%q: tensor<1x7x8x64xf32>, %o: tensor<1x6x8x64xf32>, %l: tensor<1x8x7xf32>) {
+  // expected-error @+1 {{'llm.attention_backward' op query [1, 7, 8, 64] and output [1, 6, 8, 64] must have the same shape}}
+  %g:3 = llm.attention_backward %q, %q, %q, %o, %q, %l : tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x6x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x8x7xf32>
+  return
+}
+
+// -----
+
+func.func @backward_grad_output_type(%q: tensor<1x7x8x64xbf16>, %do: tensor<1x7x8x64xf32>, %l: tensor<1x8x7xf32>) {
+  // expected-error @+1 {{'llm.attention_backward' op grad_output must have query's element type bf16, found f32}}
+  %g:3 = llm.attention_backward %q, %q, %q, %q, %do, %l : tensor<1x7x8x64xbf16>, tensor<1x7x8x64xbf16>, tensor<1x7x8x64xbf16>, tensor<1x7x8x64xbf16>, tensor<1x7x8x64xf32>, tensor<1x8x7xf32>
+  return
+}
+
+// -----
+
+func.func @backward_logsumexp_shape(%q: tensor<1x7x8x64xf32>, %l: tensor<1x8x6xf32>) {
+  // expected-error @+1 {{'llm.attention_backward' op logsumexp must be [B, Hq, Sq] = [1, 8, 7] for query [1, 7, 8, 64], found [1, 8, 6]}}
+  %g:3 = llm.attention_backward %q, %q, %q, %q, %q, %l : tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x8x6xf32>
+  return
+}
+
+// -----
+
+func.func @backward_mask(%q: tensor<1x7x8x64xf32>, %l: tensor<1x8x7xf32>, %m: tensor<1x1x7x6xf32>) {
+  // expected-error @+1 {{'llm.attention_backward' op mask of shape [1, 1, 7, 6] does not broadcast to [1, 8, 7, 7]}}
+  %g:3 = llm.attention_backward %q, %q, %q, %q, %q, %l mask(%m : tensor<1x1x7x6xf32>) : tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x8x7xf32>
   return
 }

@@ -158,6 +158,19 @@ func.func @transformer(%x: tensor<?x4096xbf16>, %wq: tensor<4096x4096xbf16>, %bi
   return
 }
 
+// CHECK-LABEL: func.func @attention_training
+func.func @attention_training(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %do: tensor<2x?x8x64xbf16>, %mask: tensor<1x1x?x?xf32>) {
+  // CHECK: %[[LSE:.+]] = llm.attention_logsumexp %{{.*}}, %{{.*}} {causal} : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16> -> tensor<2x8x?xf32>
+  %lse = llm.attention_logsumexp %q, %k {causal} : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16> -> tensor<2x8x?xf32>
+  // CHECK: llm.attention_logsumexp %{{.*}}, %{{.*}} mask(%{{.*}} : tensor<1x1x?x?xf32>) {scale = 1.250000e-01 : f64} : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16> -> tensor<2x8x?xf32>
+  %lse2 = llm.attention_logsumexp %q, %k mask(%mask : tensor<1x1x?x?xf32>) {scale = 0.125 : f64} : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16> -> tensor<2x8x?xf32>
+  // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = llm.attention_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[LSE]] {causal} : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>
+  %dq, %dk, %dv = llm.attention_backward %q, %k, %k, %o, %do, %lse {causal} : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>
+  // CHECK: llm.attention_backward {{.*}} mask(%{{.*}} : tensor<1x1x?x?xf32>) :
+  %g:3 = llm.attention_backward %q, %k, %k, %o, %do, %lse2 mask(%mask : tensor<1x1x?x?xf32>) : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>
+  return
+}
+
 // CHECK-LABEL: func.func @collectives
 func.func @collectives(%x: tensor<?x4096xbf16>, %y: tensor<4096x4096xf32>) {
   // CHECK: llm.all_reduce %{{.*}} sum group_size = 2 : tensor<?x4096xbf16>

@@ -1,0 +1,269 @@
+//===- DecomposeAttention.cpp - attention's training ops as matmuls -------===//
+//
+// llmc-decompose-attention: llm.attention_logsumexp and llm.attention_backward
+// become batched matmuls over [B, Hq, Sq, Skv] scores, row reductions and
+// elementwise ops that codegen fuses (FlashAttention-2's backward, Dao 2023,
+// Algorithm 2, without the tiling: the scores are materialized). This is
+// the path that keeps a training step's attention in llmc until a fused
+// backward kernel exists; the rewrite is exact up to the rounding of the
+// matmul inputs (P and dS in the element type of the query, as in
+// FlashAttention-2).
+//
+//===----------------------------------------------------------------------===//
+
+#include "LLM/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <limits>
+#include <numeric>
+
+namespace llmc::llm {
+#define GEN_PASS_DEF_DECOMPOSEATTENTIONPASS
+#include "LLM/Transforms/Passes.h.inc"
+} // namespace llmc::llm
+
+using namespace mlir;
+using namespace llmc::llm;
+
+namespace {
+
+/// [B, S, H, D] <-> [B, H, S, D].
+constexpr std::array<int64_t, 4> kHeadsFirst = {0, 2, 1, 3};
+
+/// Builds the decomposition of one attention training op in front of it.
+class AttentionRewriter {
+public:
+  AttentionRewriter(Operation *op, Value query, Value key, Value mask,
+                    bool causal, std::optional<APFloat> scale)
+      : b(op), loc(op->getLoc()), f32(b.getF32Type()) {
+    auto q = cast<RankedTensorType>(query.getType());
+    auto k = cast<RankedTensorType>(key.getType());
+    B = q.getDimSize(0), Sq = q.getDimSize(1), Hq = q.getDimSize(2);
+    D = q.getDimSize(3), Skv = k.getDimSize(1), Hkv = k.getDimSize(2);
+    element = q.getElementType();
+    this->causal = causal;
+    this->mask = mask;
+    this->scale = scale ? scale->convertToDouble()
+                        : 1.0 / std::sqrt(static_cast<double>(D));
+  }
+
+  /// Static shapes are needed for the causal index constants and the GQA
+  /// reshapes; the pipeline specializes shapes before this pass.
+  LogicalResult checkStatic(Operation *op) {
+    for (Value v : op->getOperands())
+      if (!cast<RankedTensorType>(v.getType()).hasStaticShape())
+        return op->emitOpError()
+               << "llmc-decompose-attention needs static shapes, found "
+               << v.getType()
+               << " (bind the dynamic dimensions with shape specialization)";
+    return success();
+  }
+
+  /// [B, Sq, Hq, D] -> [B, Hq, Sq, D].
+  Value headsFirst(Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> shape = {t.getDimSize(0), t.getDimSize(2),
+                                  t.getDimSize(1), t.getDimSize(3)};
+    return TransposeOp::create(b, loc, t.clone(shape), v, kHeadsFirst);
+  }
+
+  /// Key or value [B, Skv, Hkv, D] -> [B, Hq, Skv, D], each KV head repeated
+  /// for the Hq / Hkv query heads that read it.
+  Value expandKv(Value v) {
+    Value t = headsFirst(v);
+    if (Hkv == Hq)
+      return t;
+    Type et = cast<RankedTensorType>(v.getType()).getElementType();
+    int64_t g = Hq / Hkv;
+    Value one = ReshapeOp::create(b, loc, type({B, Hkv, 1, Skv, D}, et), t);
+    Value rep = BroadcastOp::create(b, loc, type({B, Hkv, g, Skv, D}, et), one);
+    return ReshapeOp::create(b, loc, type({B, Hq, Skv, D}, et), rep);
+  }
+
+  /// f32 [B, Hq, Skv, D] summed over the query heads of each KV head and
+  /// returned as [B, Skv, Hkv, D] of `et`.
+  Value reduceKv(Value full, Type et) {
+    if (Hkv != Hq) {
+      Value split =
+          ReshapeOp::create(b, loc, type({B, Hkv, Hq / Hkv, Skv, D}, f32), full);
+      full = ReduceSumOp::create(b, loc, type({B, Hkv, Skv, D}, f32), split,
+                                 ArrayRef<int64_t>{2}, /*keepdim=*/false);
+    }
+    Value t = TransposeOp::create(b, loc, type({B, Skv, Hkv, D}, f32), full,
+                                  kHeadsFirst);
+    return castTo(t, et);
+  }
+
+  /// s = q k^T * scale + mask, -inf where `causal` hides the key: f32
+  /// [B, Hq, Sq, Skv].
+  Value scores(Value qT, Value kE) {
+    RankedTensorType st = type({B, Hq, Sq, Skv}, f32);
+    Value s = MatmulOp::create(b, loc, st, qT, kE, Value(),
+                               /*transpose_lhs=*/false, /*transpose_rhs=*/true);
+    s = MulOp::create(b, loc, st, s, splat(scale, st));
+    if (mask)
+      s = AddOp::create(b, loc, st, s,
+                        BroadcastOp::create(b, loc, st, castTo(mask, f32)));
+    if (causal) {
+      // Key j is seen by row i iff j <= i + Skv - Sq (bottom right).
+      auto i64 = b.getI64Type();
+      auto iota = [&](int64_t n, int64_t offset, ArrayRef<int64_t> shape) {
+        SmallVector<int64_t> values(n);
+        std::iota(values.begin(), values.end(), offset);
+        auto vt = RankedTensorType::get({n}, i64);
+        Value c = ConstantOp::create(
+            b, loc, vt, DenseElementsAttr::get(vt, ArrayRef<int64_t>(values)));
+        Value r = ReshapeOp::create(b, loc, type(shape, i64), c);
+        return BroadcastOp::create(b, loc, st.clone(i64), r);
+      };
+      Value last = iota(Sq, Skv - Sq, {1, 1, Sq, 1});
+      Value key = iota(Skv, 0, {1, 1, 1, Skv});
+      Value seen = CompareOp::create(b, loc, CmpPredicate::le, key, last);
+      s = SelectOp::create(b, loc, st, seen, s,
+                           splat(-std::numeric_limits<double>::infinity(), st));
+    }
+    return s;
+  }
+
+  /// [B, Hq, Sq] -> [B, Hq, Sq, Skv] (broadcast along the keys).
+  Value alongKeys(Value rows) {
+    Value r = ReshapeOp::create(b, loc, type({B, Hq, Sq, 1}, f32), rows);
+    return BroadcastOp::create(b, loc, type({B, Hq, Sq, Skv}, f32), r);
+  }
+
+  /// `v` with -inf replaced by `with` (elementwise).
+  Value replaceNegInf(Value v, double with) {
+    auto t = cast<RankedTensorType>(v.getType());
+    Value ninf = splat(-std::numeric_limits<double>::infinity(), t);
+    Value isNinf = CompareOp::create(b, loc, CmpPredicate::eq, v, ninf);
+    return SelectOp::create(b, loc, t, isNinf, splat(with, t), v);
+  }
+
+  /// lse = m + log(sum_j exp(s_ij - m)), m the row maximum (0 where every
+  /// score is -inf, so that such rows give log 0 = -inf, not NaN).
+  Value logSumExp(Value s) {
+    RankedTensorType rows = type({B, Hq, Sq, 1}, f32);
+    Value m = ReduceMaxOp::create(b, loc, rows, s, ArrayRef<int64_t>{3},
+                                  /*keepdim=*/true);
+    m = replaceNegInf(m, 0.0);
+    RankedTensorType st = cast<RankedTensorType>(s.getType());
+    Value e = ExpOp::create(
+        b, loc, st,
+        SubOp::create(b, loc, st, s, BroadcastOp::create(b, loc, st, m)));
+    Value sum = ReduceSumOp::create(b, loc, rows, e, ArrayRef<int64_t>{3},
+                                    /*keepdim=*/true);
+    Value lse = AddOp::create(b, loc, rows, LogOp::create(b, loc, rows, sum), m);
+    return ReshapeOp::create(b, loc, type({B, Hq, Sq}, f32), lse);
+  }
+
+  Value castTo(Value v, Type et) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (t.getElementType() == et)
+      return v;
+    return CastOp::create(b, loc, t.clone(et), v);
+  }
+
+  Value splat(double x, RankedTensorType t) {
+    auto scalar = RankedTensorType::get({}, t.getElementType());
+    Value c = ConstantOp::create(
+        b, loc, scalar,
+        DenseElementsAttr::get(scalar, b.getFloatAttr(t.getElementType(), x)));
+    return BroadcastOp::create(b, loc, t, c);
+  }
+
+  RankedTensorType type(ArrayRef<int64_t> shape, Type et) {
+    return RankedTensorType::get(shape, et);
+  }
+
+  OpBuilder b;
+  Location loc;
+  Type f32, element;
+  int64_t B = 0, Sq = 0, Hq = 0, D = 0, Skv = 0, Hkv = 0;
+  bool causal = false;
+  Value mask;
+  double scale = 1.0;
+};
+
+LogicalResult decompose(AttentionLogSumExpOp op) {
+  AttentionRewriter r(op, op.getQuery(), op.getKey(), op.getMask(),
+                      op.getCausal(), op.getScale());
+  if (failed(r.checkStatic(op)))
+    return failure();
+  Value s = r.scores(r.headsFirst(op.getQuery()), r.expandKv(op.getKey()));
+  op.getResult().replaceAllUsesWith(r.logSumExp(s));
+  op.erase();
+  return success();
+}
+
+LogicalResult decompose(AttentionBackwardOp op) {
+  AttentionRewriter r(op, op.getQuery(), op.getKey(), op.getMask(),
+                      op.getCausal(), op.getScale());
+  if (failed(r.checkStatic(op)))
+    return failure();
+  OpBuilder &b = r.b;
+  Location loc = op.getLoc();
+  Type f32 = r.f32, et = r.element;
+  Value qT = r.headsFirst(op.getQuery());
+  Value kE = r.expandKv(op.getKey());
+  Value vE = r.expandKv(op.getValue());
+  Value dO = r.headsFirst(op.getGradOutput());
+  Value o = r.headsFirst(op.getOutput());
+  RankedTensorType st = r.type({r.B, r.Hq, r.Sq, r.Skv}, f32);
+  RankedTensorType qt = r.type({r.B, r.Hq, r.Sq, r.D}, f32);
+  RankedTensorType kvt = r.type({r.B, r.Hq, r.Skv, r.D}, f32);
+  // P = exp(s - lse); a row whose lse is -inf saw no key: lse -> +inf
+  // makes its P exactly 0.
+  Value s = r.scores(qT, kE);
+  Value lse = r.alongKeys(r.replaceNegInf(op.getLogsumexp(),
+                                          std::numeric_limits<double>::infinity()));
+  Value p = ExpOp::create(b, loc, st, SubOp::create(b, loc, st, s, lse));
+  // D_i = sum_d dO_id o_id; dS = P * (dO v^T - D) * scale.
+  Value dof = r.castTo(dO, f32);
+  Value rowDot = ReduceSumOp::create(
+      b, loc, r.type({r.B, r.Hq, r.Sq}, f32),
+      MulOp::create(b, loc, qt, dof, r.castTo(o, f32)), ArrayRef<int64_t>{3},
+      /*keepdim=*/false);
+  Value dP = MatmulOp::create(b, loc, st, dO, vE, Value(),
+                              /*transpose_lhs=*/false, /*transpose_rhs=*/true);
+  Value dS = MulOp::create(
+      b, loc, st, MulOp::create(b, loc, st, p,
+                                SubOp::create(b, loc, st, dP, r.alongKeys(rowDot))),
+      r.splat(r.scale, st));
+  // The GEMM inputs in the query's type, as FlashAttention-2 rounds P and dS.
+  Value pc = r.castTo(p, et), dSc = r.castTo(dS, et);
+  Value dV = MatmulOp::create(b, loc, kvt, pc, dO, Value(),
+                              /*transpose_lhs=*/true, /*transpose_rhs=*/false);
+  Value dK = MatmulOp::create(b, loc, kvt, dSc, qT, Value(),
+                              /*transpose_lhs=*/true, /*transpose_rhs=*/false);
+  Value dQ = MatmulOp::create(b, loc, qt, dSc, kE, Value(),
+                              /*transpose_lhs=*/false, /*transpose_rhs=*/false);
+  Value dQt = TransposeOp::create(b, loc, r.type({r.B, r.Sq, r.Hq, r.D}, f32),
+                                  dQ, kHeadsFirst);
+  op.getGradQuery().replaceAllUsesWith(r.castTo(dQt, et));
+  op.getGradKey().replaceAllUsesWith(r.reduceKv(dK, et));
+  op.getGradValue().replaceAllUsesWith(r.reduceKv(dV, et));
+  op.erase();
+  return success();
+}
+
+struct DecomposeAttentionPass
+    : llmc::llm::impl::DecomposeAttentionPassBase<DecomposeAttentionPass> {
+  void runOnOperation() override {
+    SmallVector<Operation *> ops;
+    getOperation().walk([&](Operation *op) {
+      if (isa<AttentionLogSumExpOp, AttentionBackwardOp>(op))
+        ops.push_back(op);
+    });
+    for (Operation *op : ops) {
+      LogicalResult r = llvm::TypeSwitch<Operation *, LogicalResult>(op)
+                            .Case<AttentionLogSumExpOp, AttentionBackwardOp>(
+                                [](auto o) { return decompose(o); });
+      if (failed(r))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,275 @@
+"""Attention in training graphs (issue 16), on the CPU.
+
+PyTorch's SDPA forward returns its row statistics (logsumexp) when the
+backward needs them, and the backward is an op of its own. Both now import
+as llm ops (`llm.attention_logsumexp`, `llm.attention_backward`) instead of
+staying in PyTorch and splitting the graphs:
+
+- their semantics, evaluated by the CPU reference executor on fresh random
+  inputs, equal PyTorch's SDPA forward and backward run in float64;
+- llmc-decompose-attention (the path codegen takes) equals those semantics
+  for GQA, causal, masks, odd and unequal lengths and rows that see no key;
+- the training step of a plain-PyTorch LLaMA is one llmc subgraph forward
+  and one backward with nothing kept in PyTorch, and the partitions of HF
+  LLaMA's and Mistral's backward graphs are whole.
+"""
+
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import llmc.backend
+from conftest import MODELS
+from llmc import importer
+from test_importer import trace
+from test_importer_numerics import LLMC_RUN, TOL, _capture_backend, _check_partitions, \
+    _need_llmc_run, check_graph
+
+aten = torch.ops.aten
+LLMC_OPT = LLMC_RUN.parent / "llmc-opt"
+
+
+# ---------------------------------------------------------------------------
+# SDPA forward statistics and backward against PyTorch in float64
+
+def _sdpa_train(causal, scale, with_mask):
+    """out, lse and the gradients of q, k, v through PyTorch's CPU SDPA
+    forward and backward ops, as AOTAutograd's graphs call them."""
+    def f(q, k, v, do, *mask):
+        m = mask[0] if with_mask else None
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=m, scale=scale)
+        dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            do, q, k, v, out, lse, 0.0, causal, attn_mask=m, scale=scale)
+        return out, lse, dq, dk, dv
+    return f
+
+
+# (B, H, Sq, Skv, D, causal, scale, mask shape or None)
+SDPA_CASES = {
+    "causal_b2_h3_s13_d40": (2, 3, 13, 13, 40, True, None, None),
+    "causal_s33_d64_scale": (1, 2, 33, 33, 64, True, 0.3, None),
+    "cross_s5_kv11_d24": (2, 2, 5, 11, 24, False, None, None),
+    "mask_b2_s9_kv17": (2, 2, 9, 17, 32, False, None, (2, 1, 9, 17)),
+    "mask_2d_causal_s16": (1, 4, 16, 16, 16, True, None, (16, 16)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SDPA_CASES))
+def test_sdpa_statistics_and_backward_match_torch(name):
+    _need_llmc_run()
+    b, h, sq, skv, d, causal, scale, mshape = SDPA_CASES[name]
+    torch.manual_seed(sum(map(ord, name)))
+    args = [torch.randn(b, h, sq, d), torch.randn(b, h, skv, d),
+            torch.randn(b, h, skv, d), torch.randn(b, h, sq, d)]
+    if mshape is not None:
+        args.append(torch.randn(*mshape))
+    gm = trace(_sdpa_train(causal, scale, mshape is not None), *args)
+    text = importer.import_graph(gm).text
+    assert "llm.attention_logsumexp" in text and "llm.attention_backward" in text, text
+    errs = check_graph(gm, args, name)
+    assert len(errs) == 5 and all(e is None or e <= TOL[torch.float32] for e in errs.values()), errs
+
+
+# ---------------------------------------------------------------------------
+# llmc-decompose-attention == the ops' reference semantics
+
+def _ty(shape, et):
+    return f"tensor<{'x'.join(map(str, shape))}x{et}>"
+
+
+def _training_ir(b, sq, skv, hq, hkv, d, et, causal, mask_rows_off):
+    """@f(q, k, v, do) -> (lse, dq, dk, dv) with llm.attention's output in
+    between; `mask_rows_off`: query rows whose additive mask is -inf for
+    every key (rows that see nothing)."""
+    q, kv = _ty((b, sq, hq, d), et), _ty((b, skv, hkv, d), et)
+    lse = _ty((b, hq, sq), "f32")
+    attrs = " {causal}" if causal else ""
+    mask = ""
+    lines = []
+    if mask_rows_off:
+        rows = ", ".join(
+            "[" + ", ".join("0xFF800000" if i in mask_rows_off else f"{(i * 7 + j) % 5 * 0.25}"
+                            for j in range(skv)) + "]" for i in range(sq))
+        mty = _ty((1, 1, sq, skv), "f32")
+        lines.append(f"  %m = llm.constant dense<[[[{rows}]]]> : {mty}")
+        mask = f" mask(%m : {mty})"
+    lines += [
+        f"  %o = llm.attention %q, %k, %v{mask}{attrs} : {q}, {kv}, {kv}",
+        f"  %lse = llm.attention_logsumexp %q, %k{mask}{attrs} : {q}, {kv} -> {lse}",
+        f"  %dq, %dk, %dv = llm.attention_backward %q, %k, %v, %o, %do, %lse{mask}{attrs}"
+        f" : {q}, {kv}, {kv}, {q}, {q}, {lse}",
+        f"  return %lse, %dq, %dk, %dv : {lse}, {q}, {kv}, {kv}",
+    ]
+    return (f"func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %do: {q}) -> ({lse}, {q}, {kv}, {kv}) {{\n"
+            + "\n".join(lines) + "\n}\n")
+
+
+def _ref_outputs(path: Path, out: Path, seed: int):
+    out.mkdir()
+    r = subprocess.run([str(LLMC_RUN), str(path), "--backend=ref", f"--seed={seed}",
+                        f"--output-dir={out}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return [np.fromfile(out / f"result{i}.f32", dtype=np.float32) for i in range(4)]
+
+
+# (B, Sq, Skv, Hq, Hkv, D, element type, causal, rows that see no key)
+DECOMPOSE_CASES = {
+    "gqa_causal_f32": (2, 13, 13, 4, 2, 40, "f32", True, ()),
+    "gqa4_cross_f32": (1, 5, 11, 8, 2, 16, "f32", False, ()),
+    "mha_causal_kv_longer_f32": (2, 7, 19, 2, 2, 24, "f32", True, ()),
+    "masked_rows_f32": (1, 6, 9, 2, 1, 16, "f32", False, (0, 4)),
+    "gqa_causal_bf16": (2, 17, 17, 6, 3, 64, "bf16", True, ()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECOMPOSE_CASES))
+def test_decomposition_equals_reference_semantics(name):
+    _need_llmc_run()
+    b, sq, skv, hq, hkv, d, et, causal, rows_off = DECOMPOSE_CASES[name]
+    with tempfile.TemporaryDirectory(prefix="llmc_attn_") as tmp:
+        tmp = Path(tmp)
+        src = tmp / "ops.mlir"
+        src.write_text(_training_ir(b, sq, skv, hq, hkv, d, et, causal, set(rows_off)))
+        dec = tmp / "decomposed.mlir"
+        r = subprocess.run([str(LLMC_OPT), str(src), "--llmc-decompose-attention", "-o", str(dec)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        text = dec.read_text()
+        assert "attention_backward" not in text and "attention_logsumexp" not in text, text
+        seed = sum(map(ord, name))
+        want = _ref_outputs(src, tmp / "want", seed)
+        got = _ref_outputs(dec, tmp / "got", seed)
+    # The decomposition rounds P and dS to the element type for the
+    # products, as FlashAttention-2 does: bf16's tolerance for bf16.
+    tol = TOL[torch.bfloat16 if et == "bf16" else torch.float32]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert np.array_equal(np.isnan(g), np.isnan(w)), f"result {i}: NaN positions differ"
+        assert not np.isnan(w).any(), f"result {i}: NaN in the reference"
+        fin = np.isfinite(w)
+        assert np.array_equal(g[~fin], w[~fin]), f"result {i}: inf positions differ"
+        err = np.linalg.norm(g[fin].astype(np.float64) - w[fin]) / max(np.linalg.norm(w[fin]), 1e-30)
+        assert err <= tol, f"result {i}: relative L2 error {err:.3e} > {tol}"
+        assert np.abs(w[fin]).max() > 0, f"result {i} is all zeros: the case checks nothing"
+    if rows_off:
+        lse = want[0].reshape(b, hq, sq)
+        assert np.isneginf(lse[:, :, list(rows_off)]).all()
+        dq = got[1].reshape(b, sq, hq, d)
+        assert (dq[:, list(rows_off)] == 0).all(), "a row that sees no key has no gradient"
+
+
+# ---------------------------------------------------------------------------
+# Whole training steps: one subgraph forward, one backward
+
+class _RMSNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d) + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class _Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm, self.mlp_norm = _RMSNorm(d), _RMSNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.gate = nn.Linear(d, 4 * d, bias=False)
+        self.up = nn.Linear(d, 4 * d, bias=False)
+        self.down = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).split(d, -1)
+        q, k, v = [z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v)]
+
+        def rope(z):
+            lo, hi = z.chunk(2, -1)
+            return z * cos + torch.cat([-hi, lo], -1) * sin
+        y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
+        x = x + self.o(y.transpose(1, 2).reshape(b, t, d))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class PlainLlama(nn.Module):
+    """LLaMA as users write it in plain PyTorch: RMSNorm by hand, RoPE,
+    F.scaled_dot_product_attention(is_causal=True), SwiGLU, untied head."""
+
+    def __init__(self, vocab=512, d=64, heads=4, layers=2, max_seq=64):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(_Block(d, heads) for _ in range(layers))
+        self.norm = _RMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        hd = d // heads
+        angles = torch.arange(max_seq)[:, None] * 10000.0 ** (-torch.arange(0, hd, 2) / hd)
+        angles = torch.cat([angles, angles], -1)
+        self.register_buffer("cos", angles.cos())
+        self.register_buffer("sin", angles.sin())
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        x = self.embed(tokens)
+        for blk in self.blocks:
+            x = blk(x, self.cos[:t], self.sin[:t])
+        return self.head(self.norm(x))
+
+
+def test_plain_llama_training_step_is_one_subgraph_each_way():
+    torch.manual_seed(0)
+    m = PlainLlama()
+    x = torch.randint(0, 512, (2, 16))
+    llmc.backend.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logits = torch.compile(m, backend="llmc")(x)
+        F.cross_entropy(logits.flatten(0, 1), x.flatten()).backward()
+    reports = {r.graph.split("_", 1)[1]: r for r in llmc.backend.reports()}
+    assert set(reports) == {"forward", "backward"}, list(reports)
+    for kind, r in reports.items():
+        assert r.num_partitions == 1 and not r.unsupported, f"{kind}: {r}"
+        assert r.compiles > 0 and not r.compile_failures, f"{kind}: {r}"
+
+
+def test_plain_llama_training_partitions_match_torch():
+    """The forward and backward subgraphs, with every attention op in them,
+    against PyTorch in float64 through the reference executor."""
+    _need_llmc_run()
+    torch.manual_seed(0)
+    m = PlainLlama()
+    x = torch.randint(0, 512, (2, 16))
+    sink, kinds = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logits = torch.compile(m, backend=_capture_backend(sink, kinds))(x)
+        F.cross_entropy(logits.flatten(0, 1), x.flatten()).backward()
+    assert {"forward", "backward"} <= set(kinds), kinds
+    targets = {str(n.target) for rec in sink for n in rec.eager.graph.nodes}
+    assert any("attention_for_cpu_backward" in t for t in targets), targets
+    _check_partitions(sink)
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral"])
+def test_hf_backward_graph_keeps_attention_in_llmc(name):
+    torch.manual_seed(0)
+    m = MODELS[name]()
+    x = torch.randint(0, 1000, (2, 9))
+    llmc.backend.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(m, backend="llmc")(x, labels=x, use_cache=False).loss.backward()
+    for r in llmc.backend.reports():
+        assert not any("scaled_dot_product" in op for op in r.unsupported), str(r)
+        if r.graph.endswith("_backward"):
+            assert r.num_partitions == 1 and not r.unsupported, str(r)
