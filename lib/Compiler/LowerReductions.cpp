@@ -146,9 +146,27 @@ static absl::Status lowerArgMax(ArgMaxOp op, Lowering &l) {
   return l.launchGenerated(cu::EmitArgMax(cfg), cu::ArgMaxLaunch(cfg, rows), args, op);
 }
 
+/// cumsum(x) over the last dim => one block per row.
+static absl::Status lowerCumsum(CumsumOp op, Lowering &l) {
+  auto x = tensorType(op.getInput());
+  if (static_cast<int64_t>(op.getDim()) != x.getRank() - 1)
+    return unsupported(op, "cumsum over a dimension other than the last");
+  cu::CumsumConfig cfg;
+  cfg.in = scalarOf(op.getInput());
+  cfg.out = scalarOf(op.getResult());
+  cfg.n = x.getDimSize(x.getRank() - 1);
+  int64_t rows = cfg.n > 0 ? x.getNumElements() / cfg.n : 0;
+  if (rows == 0)
+    return absl::OkStatus();
+  std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.ptrArg(op.getInput()),
+                                 i64Arg(rows)};
+  return l.launchGenerated(cu::EmitCumsum(cfg), cu::CumsumLaunch(cfg, rows), args, op);
+}
+
 void populateReductionLowerings(OpLoweringSet &set) {
   set.add<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp>(lowerReduction);
   set.add<ArgMaxOp>(lowerArgMax);
+  set.add<CumsumOp>(lowerCumsum);
 }
 
 } // namespace llmc::codegen

@@ -273,4 +273,30 @@ absl::StatusOr<HostTensor> RankState::argmax(llm::ArgMaxOp op) {
   return out;
 }
 
+absl::StatusOr<HostTensor> RankState::cumsum(llm::CumsumOp op) {
+  const HostTensor &x = in(op, 0);
+  int64_t dim = static_cast<int64_t>(op.getDim());
+  if (dim < 0 || dim >= static_cast<int64_t>(x.shape.size()))
+    return opError(op, absl::StrCat("dim ", dim, " is out of range for shape ",
+                                    shapeStr(x.shape)));
+  int64_t outer = product(ArrayRef<int64_t>(x.shape).take_front(dim));
+  int64_t inner = product(ArrayRef<int64_t>(x.shape).drop_front(dim + 1));
+  int64_t n = x.shape[dim];
+  LLMC_ASSIGN_OR_RETURN(HostTensor out,
+                       newTensor(op, op.getType().getElementType(), x.shape));
+  // Float64 sums: exact for integer inputs (up to 2^53), and for floats
+  // rounded once per element by roundInPlace.
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      double run = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t at = (o * n + j) * inner + i;
+        run += x.data[at];
+        out.data[at] = run;
+      }
+    }
+  roundInPlace(out);
+  return out;
+}
+
 } // namespace llmc::reference::detail

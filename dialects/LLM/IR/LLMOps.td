@@ -261,6 +261,32 @@ def LLM_ReduceMeanOp : LLM_ReduceOp<"reduce_mean", "arithmetic mean">;
 def LLM_ReduceMaxOp : LLM_ReduceOp<"reduce_max", "maximum">;
 def LLM_ReduceMinOp : LLM_ReduceOp<"reduce_min", "minimum">;
 
+def LLM_CumsumOp : LLM_Op<"cumsum", [Pure]> {
+  let summary = "Inclusive prefix sum along a dimension (torch.cumsum).";
+  let description = [{
+    result[..., i, ...] = sum_{j <= i} input[..., j, ...] along `dim`, the
+    result of the input's shape. Float inputs give their own type (summed
+    in fp32 or wider, rounded once per element); integer and boolean
+    inputs are summed exactly in 64-bit integers and give i64 or i32
+    (torch.cumsum of a bool or integer tensor is int64), or a float type
+    (torch.cumsum(x, dtype=...)). Hugging Face's mask code counts sequence
+    starts with it: `(position_diff != 1).cumsum(-1)`.
+
+    The CUDA backend lowers `dim` = the last dimension (one block per row:
+    per-thread runs, then a scan of the run totals across the block).
+
+    ```mlir
+    %c = llm.cumsum %starts dim = 1 : tensor<2x9xi1> -> tensor<2x9xi64>
+    ```
+  }];
+  let arguments = (ins LLM_Tensor:$input, I64Attr:$dim);
+  let results = (outs LLM_NumericTensor:$result);
+  let assemblyFormat = [{
+    $input `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def LLM_ArgMaxOp : LLM_Op<"argmax", [Pure, InferTypeOpAdaptor]> {
   let summary = "Index (i64) of the largest element along `dim`.";
   let description = [{

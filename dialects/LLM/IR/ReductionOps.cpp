@@ -8,6 +8,7 @@
 #include "LLM/IR/LLMOps.h"
 #include "LLMOpsHelpers.h"
 
+#include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -164,5 +165,37 @@ LogicalResult LayerNormOp::verify() {
     return failure();
   if (Value bias = getBias())
     return verifyNormParam(*this, "bias", in, bias);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CumsumOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CumsumOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  int64_t dim = static_cast<int64_t>(getDim());
+  if (dim < 0 || dim >= in.getRank())
+    return emitOpError() << "dim " << dim << " is out of range for rank "
+                         << in.getRank();
+  if (failed(verifyCompatibleShape(in.getShape(), out.getShape())))
+    return emitOpError() << "result shape " << shapeStr(out.getShape())
+                         << " differs from the input's "
+                         << shapeStr(in.getShape());
+  Type it = in.getElementType(), ot = out.getElementType();
+  if (isa<FloatType>(it)) {
+    if (ot != it)
+      return emitOpError() << "a " << typeStr(it) << " input gives a "
+                           << typeStr(it) << " result, found " << typeStr(ot);
+    if (isa<Float8E4M3FNType, Float8E5M2Type>(it))
+      return emitOpError() << "input of " << typeStr(it)
+                           << " (f32, f16, bf16 and integers are supported)";
+    return success();
+  }
+  if (ot.isInteger(1) || ot.isInteger(8))
+    return emitOpError() << "an integer or boolean input gives i64, i32 or a "
+                            "float result, found "
+                         << typeStr(ot);
   return success();
 }

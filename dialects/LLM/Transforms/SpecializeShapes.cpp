@@ -158,7 +158,7 @@ static LogicalResult computeResultTypes(Operation *op,
         types.push_back(c.getType());
         return success();
       })
-      .Case<SoftmaxOp, RMSNormOp, LayerNormOp, RoPEOp, AllReduceOp>(
+      .Case<SoftmaxOp, RMSNormOp, LayerNormOp, RoPEOp, AllReduceOp, CumsumOp>(
           [&](auto o) { return same(o->getOperand(0)); })
       .Case<AttentionOp>([&](AttentionOp o) { return same(o.getQuery()); })
       .Case<AttentionLogSumExpOp>([&](AttentionLogSumExpOp o) {

@@ -1113,3 +1113,35 @@ func.func @backward_mask(%q: tensor<1x7x8x64xf32>, %l: tensor<1x8x7xf32>, %m: te
   %g:3 = llm.attention_backward %q, %q, %q, %q, %q, %l mask(%m : tensor<1x1x7x6xf32>) : tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x7x8x64xf32>, tensor<1x8x7xf32>
   return
 }
+
+// -----
+
+func.func @cumsum_dim(%x: tensor<2x9xf32>) {
+  // expected-error @+1 {{'llm.cumsum' op dim 2 is out of range for rank 2}}
+  %0 = llm.cumsum %x dim = 2 : tensor<2x9xf32> -> tensor<2x9xf32>
+  return
+}
+
+// -----
+
+func.func @cumsum_float_type(%x: tensor<2x9xbf16>) {
+  // expected-error @+1 {{'llm.cumsum' op a bf16 input gives a bf16 result, found f32}}
+  %0 = llm.cumsum %x dim = 1 : tensor<2x9xbf16> -> tensor<2x9xf32>
+  return
+}
+
+// -----
+
+func.func @cumsum_i8_result(%x: tensor<2x9xi1>) {
+  // expected-error @+1 {{'llm.cumsum' op an integer or boolean input gives i64, i32 or a float result, found i8}}
+  %0 = llm.cumsum %x dim = 1 : tensor<2x9xi1> -> tensor<2x9xi8>
+  return
+}
+
+// -----
+
+func.func @cumsum_shape(%x: tensor<2x9xi1>) {
+  // expected-error @+1 {{'llm.cumsum' op result shape [2, 8] differs from the input's [2, 9]}}
+  %0 = llm.cumsum %x dim = 1 : tensor<2x9xi1> -> tensor<2x8xi64>
+  return
+}

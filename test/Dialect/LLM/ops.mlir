@@ -229,3 +229,12 @@ func.func @argmax(%x: tensor<4x32000xf32>, %y: tensor<2x?x8xbf16>) {
   %1 = llm.argmax %y dim = 1 keepdim : tensor<2x?x8xbf16>
   return
 }
+
+// CHECK-LABEL: func.func @cumsum
+func.func @cumsum(%m: tensor<2x?xi1>, %x: tensor<3x5xbf16>) {
+  // CHECK: llm.cumsum %{{.*}} dim = 1 : tensor<2x?xi1> -> tensor<2x?xi64>
+  %0 = llm.cumsum %m dim = 1 : tensor<2x?xi1> -> tensor<2x?xi64>
+  // CHECK: llm.cumsum %{{.*}} dim = 0 : tensor<3x5xbf16> -> tensor<3x5xbf16>
+  %1 = llm.cumsum %x dim = 0 : tensor<3x5xbf16> -> tensor<3x5xbf16>
+  return
+}

@@ -902,6 +902,62 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, long long* out, const v
   }
 }
 
+// llm.cumsum: runs per thread plus a block scan of the run totals; rows
+// shorter than the block (n = 9: one element per thread, idle threads),
+// longer than kChunk * 32 and not a multiple of the block (n = 4099),
+// booleans counted exactly in int64 and floats against a float64 sum.
+TEST(Emu, CumsumRowsOfAnyLength) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, void* out, const void* x, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL((OutT*)out, (const InT*)x, rows); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, long long);
+  for (int64_t n : {9, 4099}) {
+    CumsumConfig cfg;
+    cfg.in = ScalarType::i1;
+    cfg.out = ScalarType::i64;
+    cfg.n = n;
+    auto fn = reinterpret_cast<Fn>(BuildEmu(Unwrap(EmitCumsum(cfg)), stub));
+    ASSERT_NE(fn, nullptr);
+    const int64_t rows = 3;
+    std::vector<uint8_t> x(rows * n);
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    for (auto &v : x) v = rng() % 3 == 0;
+    std::vector<long long> out(rows * n, -7);
+    LaunchDims d = Unwrap(CumsumLaunch(cfg, rows));
+    fn(G(d), B(d), d.smem, out.data(), x.data(), rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      long long run = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        run += x[r * n + i];
+        ASSERT_EQ(out[r * n + i], run) << "n=" << n << " row " << r << " at " << i;
+      }
+    }
+  }
+  {
+    CumsumConfig cfg;
+    cfg.in = ScalarType::f32;
+    cfg.out = ScalarType::f32;
+    cfg.n = 1001;
+    auto fn = reinterpret_cast<Fn>(BuildEmu(Unwrap(EmitCumsum(cfg)), stub));
+    ASSERT_NE(fn, nullptr);
+    auto x = Randn(2 * 1001, 7);
+    std::vector<float> out(x.size(), NAN);
+    LaunchDims d = Unwrap(CumsumLaunch(cfg, 2));
+    fn(G(d), B(d), d.smem, out.data(), x.data(), 2);
+    for (int64_t r = 0; r < 2; ++r) {
+      double run = 0.0, scale = 0.0;
+      for (int64_t i = 0; i < 1001; ++i) {
+        run += x[r * 1001 + i];
+        scale += std::fabs(x[r * 1001 + i]);
+        // fp32 accumulation in another order than the float64 sum.
+        ASSERT_NEAR(out[r * 1001 + i], run, 1e-6 * scale + 1e-6) << r << " " << i;
+      }
+    }
+  }
+}
+
 TEST(Emu, ReductionsAndLayerNorm) {
   if (!HaveCompiler()) GTEST_SKIP();
   {

@@ -746,6 +746,40 @@ TEST(IndexPut, CompileGridAndLaunch) {
   EXPECT_EQ(IndexPutScratchBytes(c, 1, 16384), int64_t{4} * 16384 * 4096);
 }
 
+TEST(Cumsum, CompileGridAndLaunch) {
+  const std::pair<ScalarType, ScalarType> types[] = {
+      {ScalarType::i1, ScalarType::i64}, {ScalarType::i64, ScalarType::i64},
+      {ScalarType::i32, ScalarType::i32}, {ScalarType::i64, ScalarType::f32},
+      {ScalarType::f32, ScalarType::f32}, {ScalarType::bf16, ScalarType::bf16},
+      {ScalarType::f16, ScalarType::f16}};
+  for (auto [in, out] : types)
+    for (int64_t n : {1, 9, 2048, 4099}) {
+      CumsumConfig c;
+      c.in = in;
+      c.out = out;
+      c.n = n;
+      ExpectCompiles(Unwrap(EmitCumsum(c)));
+    }
+  CumsumConfig c;
+  c.in = ScalarType::bf16;
+  c.out = ScalarType::f32;  // a float input keeps its type
+  EXPECT_EQ(EmitCumsum(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.in = ScalarType::f8e4m3;
+  c.out = ScalarType::f8e4m3;
+  EXPECT_EQ(EmitCumsum(c).status().code(), absl::StatusCode::kUnimplemented);
+  c.in = ScalarType::i1;
+  c.out = ScalarType::i1;
+  EXPECT_EQ(EmitCumsum(c).status().code(), absl::StatusCode::kUnimplemented);
+  c.out = ScalarType::i64;
+  c.n = 0;
+  EXPECT_EQ(EmitCumsum(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.n = 9;
+  EXPECT_EQ(Unwrap(CumsumLaunch(c, 3)).grid[0], 3u);
+  EXPECT_EQ(Unwrap(CumsumLaunch(c, 3)).block[0], 32u);
+  c.n = 100000;
+  EXPECT_EQ(Unwrap(CumsumLaunch(c, 3)).block[0], 256u);
+}
+
 TEST(ArgMax, CompileGridAndLaunch) {
   for (ScalarType t : {ScalarType::bf16, ScalarType::f16, ScalarType::f32})
     for (int64_t n : {1, 7, 4096, 32000, 50257}) {

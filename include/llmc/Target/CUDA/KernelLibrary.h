@@ -572,6 +572,22 @@ struct ArgMaxConfig {
 absl::StatusOr<KernelCode> EmitArgMax(const ArgMaxConfig &cfg);
 absl::StatusOr<LaunchDims> ArgMaxLaunch(const ArgMaxConfig &cfg, int64_t rows);
 
+/// llm.cumsum over the last dim: x [rows, n] (f32, bf16, f16, i1, i8, i32,
+/// i64; row-major) -> out [rows, n], the inclusive prefix sums
+/// (torch.cumsum). Float inputs give their own type, accumulated in fp32;
+/// integer and boolean inputs accumulate exactly in int64 and give i64,
+/// i32 or a float type. One block per row.
+/// Kernel arguments: (OutT* out, const InT* x, long long rows)
+/// InvalidArgument: n < 1, a float input with another result type.
+/// Unimplemented: fp8, an i1/i8 result, n over 2^31 - 1.
+struct CumsumConfig {
+  ScalarType in = ScalarType::i1;
+  ScalarType out = ScalarType::i64;
+  int64_t n = 2048;
+};
+absl::StatusOr<KernelCode> EmitCumsum(const CumsumConfig &cfg);
+absl::StatusOr<LaunchDims> CumsumLaunch(const CumsumConfig &cfg, int64_t rows);
+
 enum class ReduceKind { sum, mean, max, min };
 
 struct RowReduceConfig {
