@@ -865,6 +865,79 @@ def _concat(imp, vals: List[Val], dim: int, shape, dtype) -> Val:
                    lambda: f"{', '.join(imp.ref(v) for v in vals)} dim = {dim} : {types}")
 
 
+@handles(aten.constant_pad_nd.default)
+def _h_constant_pad_nd(imp, node):
+    """F.pad(x, pad, value) (pad: (low, high) pairs from the last dimension
+    back): blocks of `value` concatenated before and after along each padded
+    dimension, negative pads as slices. Hugging Face's causal-LM loss shifts
+    the labels with pad(labels, (0, 1), value=-100)."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    x = imp.cast(imp.val(args["self"]), dtype)
+    pad = [_static_int(p, "pad amount") for p in args["pad"]]
+    value = args.get("value", 0)
+    if not isinstance(value, (bool, int, float)):
+        raise Unsupported("symbolic pad value")
+    if len(pad) % 2 or len(pad) // 2 > x.rank:
+        raise Unsupported(f"pad of {len(pad)} amounts for rank {x.rank}")
+    for i in range(len(pad) // 2):
+        dim = x.rank - 1 - i
+        low, high = pad[2 * i], pad[2 * i + 1]
+        if low < 0:
+            x = _slice(imp, x, dim, -low, None, 1)
+        if high < 0:
+            x = _slice(imp, x, dim, 0, x.shape[dim] + high, 1)
+        parts = []
+        for n in (max(low, 0), None, max(high, 0)):
+            if n is None:
+                parts.append(x)
+            elif n:
+                bshape = tuple(x.shape[:dim]) + (n,) + tuple(x.shape[dim + 1:])
+                parts.append(imp.constant(value, dtype, bshape))
+        if len(parts) > 1:
+            out = tuple(x.shape[:dim]) + (sum(p.shape[dim] for p in parts),) + tuple(x.shape[dim + 1:])
+            x = _concat(imp, parts, dim, out, dtype)
+    return x
+
+
+@handles(aten.any.dim, aten.any.dims, aten.any.default)
+def _h_any(imp, node):
+    """torch.any over dimensions: max over {0, 1} in f32, then > 0 (any
+    integer or float input counts its nonzero elements; NaN is nonzero)."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    x = imp.val(args["self"])
+    dims = args.get("dim")
+    if dims is None:
+        dims = list(range(x.rank))
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = sorted({_norm_dim(d, x.rank) for d in dims})
+    keep = bool(args.get("keepdim", False))
+    f32 = torch.float32
+    if x.dtype == torch.bool:
+        nz = x
+    else:
+        zero = imp.operand(0, x.dtype, x.shape)
+        nz = imp.new(x.shape, torch.bool, "llm.compare",
+                     lambda: f"ne, {imp.ref(x)}, {imp.ref(zero)} : {x.type}")
+    one = imp.operand(1.0, f32, x.shape)
+    zero_f = imp.operand(0.0, f32, x.shape)
+    flags = _select(imp, x.shape, f32, nz, one, zero_f)
+    if x.rank == 0:
+        return imp.cast(flags, dtype)
+    rshape = tuple(d for i, d in enumerate(x.shape) if i not in dims or keep) if not keep else \
+        tuple(1 if i in dims else d for i, d in enumerate(x.shape))
+    dl = ", ".join(str(d) for d in dims)
+    kd = " keepdim" if keep else ""
+    m = imp.new(rshape, f32, "llm.reduce_max", lambda: f"{imp.ref(flags)} [{dl}]{kd} : {flags.type}")
+    half = imp.operand(0.5, f32, rshape)
+    rty = tensor_type(rshape, f32)
+    res = imp.new(rshape, torch.bool, "llm.compare",
+                  lambda: f"gt, {imp.ref(m)}, {imp.ref(half)} : {rty}")
+    return imp.reshape(imp.cast(res, dtype), shape)
+
+
 @handles(aten.slice_scatter.default)
 def _h_slice_scatter(imp, node):
     """slice_scatter(base, src, dim, start, end, 1): base with base[start:end]
@@ -1041,33 +1114,107 @@ def _h_index_put(imp, node):
                       args["values"], bool(args.get("accumulate", False)))
 
 
-@handles(aten.index.Tensor)
-def _h_index_tensor(imp, node):
-    """x[..., idx, ...] with one integer index tensor (the others None): the
-    RoPE table or causal-mask rows at the decode positions (`cos[input_pos]`,
-    `mask[None, None, input_pos]`), as llm.gather along that axis (result
-    x.shape[:d] + idx.shape + x.shape[d+1:], PyTorch's rule for one index).
-    Negative indices count from the end, as in PyTorch."""
-    shape, dtype = imp.out_meta(node)
-    args = bind_args(node)
-    x = imp.val(args["self"])
-    axis, raw = _single_index(imp, args["indices"], "indexing")
+def _wrapped_index(imp, raw: Val, rows) -> Val:
+    """raw + rows where raw < 0 (PyTorch's wrap; llm.gather takes [0, rows))."""
     if raw.dtype not in (torch.int32, torch.int64):
         raise Unsupported(f"indexing with indices of type {raw.dtype} (integer indices "
                           "are supported; boolean masks are not)")
-    rows = x.shape[axis]
     if not _is_static(rows):
         raise Unsupported("indexing along a dynamic dimension")
-    # raw + rows where raw < 0 (PyTorch's wrap; llm.gather takes [0, rows)).
     zero = imp.operand(0, raw.dtype, raw.shape)
     n = imp.operand(int(rows), raw.dtype, raw.shape)
     neg = imp.new(raw.shape, torch.bool, "llm.compare",
                   lambda: f"lt, {imp.ref(raw)}, {imp.ref(zero)} : {raw.type}")
     wrapped = imp.new(raw.shape, raw.dtype, "llm.add",
                       lambda: f"{imp.ref(raw)}, {imp.ref(n)} : {raw.type}")
-    idx = _select(imp, raw.shape, raw.dtype, neg, wrapped, raw)
+    return _select(imp, raw.shape, raw.dtype, neg, wrapped, raw)
+
+
+def _broadcast_shapes(shapes):
+    """NumPy broadcast of static shapes; Unsupported when they do not."""
+    rank = max(len(sh) for sh in shapes)
+    out = []
+    for i in range(rank):
+        sizes = {int(sh[i - rank + len(sh)]) for sh in shapes if i - rank + len(sh) >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            raise Unsupported(f"index tensors of shapes {[list(sh) for sh in shapes]} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+@handles(aten.index.Tensor)
+def _h_index_tensor(imp, node):
+    """x[..., i0, i1, ..., ...] with integer index tensors for adjacent
+    dimensions (the others None): the RoPE table or causal-mask rows at the
+    decode positions (`cos[input_pos]`, `mask[None, None, input_pos]`), or
+    Hugging Face's mask lookups `packed[batch_idx, q_idx]`, as one llm.gather
+    along the first indexed axis of x with those dimensions flattened, at the
+    linear index sum_d i_d * stride_d (result x.shape[:a] + broadcast(index
+    shapes) + x.shape[a+k:], PyTorch's rule for adjacent indices). Negative
+    indices count from the end, as in PyTorch."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    x = imp.val(args["self"])
+    indices = list(args["indices"])
+    where = [i for i, t in enumerate(indices) if t is not None]
+    if not where:
+        raise Unsupported("indexing without index tensors")
+    axis, k = where[0], len(where)
+    if where != list(range(axis, axis + k)):
+        raise Unsupported("indexing with index tensors of non-adjacent dimensions")
+    raws = [imp.val(indices[i]) for i in where]
+    if k == 1:
+        idx = _wrapped_index(imp, raws[0], x.shape[axis])
+    else:
+        sizes = x.shape[axis:axis + k]
+        if not all(_is_static(d) for d in sizes) or not all(
+                _is_static(d) for r in raws for d in r.shape):
+            raise Unsupported("indexing with several index tensors of dynamic shape")
+        bshape = _broadcast_shapes([r.shape for r in raws])
+        i64 = torch.int64
+        ty = tensor_type(bshape, i64)
+        idx = None
+        for d, raw in enumerate(raws):
+            term = imp.operand(imp.cast(_wrapped_index(imp, raw, sizes[d]), i64), i64, bshape)
+            stride = _prod(sizes[d + 1:])
+            if stride != 1:
+                c = imp.operand(int(stride), i64, bshape)
+                term = imp.new(bshape, i64, "llm.mul",
+                               lambda t=term, c=c: f"{imp.ref(t)}, {imp.ref(c)} : {ty}")
+            idx = term if idx is None else imp.new(
+                bshape, i64, "llm.add", lambda a=idx, t=term: f"{imp.ref(a)}, {imp.ref(t)} : {ty}")
+        x = imp.reshape(x, tuple(x.shape[:axis]) + (_prod(sizes),) + tuple(x.shape[axis + k:]))
+    if axis + 1 == x.rank:
+        # Single elements: gathered as rows of one (what codegen lowers).
+        x = imp.reshape(x, tuple(x.shape) + (1,))
+        rows = tuple(x.shape[:axis]) + tuple(idx.shape) + (1,)
+        g = imp.new(rows, dtype, "llm.gather",
+                    lambda: f"{imp.ref(x)}, {imp.ref(idx)} axis = {axis} : {x.type}, {idx.type}")
+        return imp.reshape(g, shape)
     return imp.new(shape, dtype, "llm.gather",
                    lambda: f"{imp.ref(x)}, {imp.ref(idx)} axis = {axis} : {x.type}, {idx.type}")
+
+
+@handles(aten.cumsum.default)
+def _h_cumsum(imp, node):
+    """torch.cumsum(x, dim, dtype=None) -> llm.cumsum (bool and integer
+    inputs count in int64, as PyTorch's result type says)."""
+    shape, dtype = imp.out_meta(node)
+    args = bind_args(node)
+    x = imp.val(args["self"])
+    if x.rank == 0:
+        return imp.cast(x, dtype)
+    dim = _norm_dim(args["dim"], x.rank)
+    if dtype in FLOAT_DTYPES:
+        x = imp.cast(x, dtype)  # a float result sums the input in that type
+    elif dtype not in (torch.int64, torch.int32):
+        raise Unsupported(f"cumsum into {dtype}")
+    elif x.dtype in FLOAT_DTYPES:
+        raise Unsupported("cumsum of floats into integers")
+    rty = tensor_type(shape, dtype)
+    return imp.new(shape, dtype, "llm.cumsum",
+                   lambda: f"{imp.ref(x)} dim = {dim} : {x.type} -> {rty}")
 
 
 @handles(aten.argmax.default)
@@ -1191,7 +1338,38 @@ def _h_layer_norm(imp, node):
                   lambda: f"{imp.ref(x)}, {imp.ref(w)}"
                           + (f", {imp.ref(b)}" if b is not None else "")
                           + f" {{eps = {f64_literal(eps)} : f64}} : {x.type}, {wt}{bt}")
-    return [out, None, None]
+    return [out] + _layer_norm_statistics(imp, node, x, eps)
+
+
+def _layer_norm_statistics(imp, node, x: Val, eps: float):
+    """native_layer_norm's outputs 1 and 2, saved for its backward in
+    training: the mean and 1/sqrt(var + eps) (biased variance) of each row
+    over the last dimension, shaped [..., 1], computed in float32 and given
+    the type PyTorch gives them. [None, None] when their meta says otherwise."""
+    metas = _meta(node)
+    if not isinstance(metas, (tuple, list)) or len(metas) != 3:
+        return [None, None]
+    kshape = tuple(x.shape[:-1]) + (1,)
+    for m in metas[1:]:
+        if (not isinstance(m, torch.Tensor) or m.dtype not in FLOAT_DTYPES
+                or not all(_same_dim(a, b) for a, b in zip(imp.dims(m), kshape))
+                or len(m.shape) != len(kshape)):
+            return [None, None]
+    f32 = torch.float32
+    last = x.rank - 1
+    xf = imp.cast(x, f32)
+    ty, kty = xf.type, tensor_type(kshape, f32)
+    mean = imp.new(kshape, f32, "llm.reduce_mean",
+                   lambda: f"{imp.ref(xf)} [{last}] keepdim : {ty}")
+    mb = imp.broadcast(mean, x.shape)
+    d = imp.new(x.shape, f32, "llm.sub", lambda: f"{imp.ref(xf)}, {imp.ref(mb)} : {ty}")
+    sq = imp.new(x.shape, f32, "llm.mul", lambda: f"{imp.ref(d)}, {imp.ref(d)} : {ty}")
+    var = imp.new(kshape, f32, "llm.reduce_mean",
+                  lambda: f"{imp.ref(sq)} [{last}] keepdim : {ty}")
+    e = imp.operand(eps, f32, kshape)
+    ve = imp.new(kshape, f32, "llm.add", lambda: f"{imp.ref(var)}, {imp.ref(e)} : {kty}")
+    rstd = imp.new(kshape, f32, "llm.rsqrt", lambda: f"{imp.ref(ve)} : {kty}")
+    return [imp.cast(mean, metas[1].dtype), imp.cast(rstd, metas[2].dtype)]
 
 
 # -- matmul and attention ----------------------------------------------------------------

@@ -127,11 +127,23 @@ def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
                 return "llmc codegen: reduction over dimensions that are not adjacent"
     if t in (aten.index_select.default, aten.index.Tensor):
         x = importer._meta(node.args[0])
+        shape = list(x.shape)
         if t is aten.index_select.default:
             axis = node.args[1] + x.dim() if node.args[1] < 0 else node.args[1]
         else:
-            axis = next((i for i, ix in enumerate(node.args[1]) if ix is not None), 0)
-        if not _gather_lowers(x.shape, axis):
+            # The importer gathers along the first indexed axis with the
+            # indexed dimensions flattened, single elements as rows of one.
+            where = [i for i, ix in enumerate(node.args[1]) if ix is not None]
+            axis = where[0] if where else 0
+            k = max(len(where), 1)
+            sizes = shape[axis:axis + k]
+            flat = 1 if any(isinstance(d, torch.SymInt) for d in sizes) else None
+            if flat is None:
+                flat = 1
+                for d in sizes:
+                    flat *= int(d)
+            shape = shape[:axis] + [flat] + (shape[axis + k:] or [1])
+        if not _gather_lowers(shape, axis):
             return ("llmc codegen: gather along an axis with a dimension of size > 1 "
                     "before it, or of single elements")
     if t is aten.argmax.default:
@@ -141,6 +153,11 @@ def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
             return f"llmc codegen: argmax of {x.dtype} (f32, bf16, f16 are lowered)"
         if dim is not None and x.dim() > 0 and dim % x.dim() != x.dim() - 1:
             return "llmc codegen: argmax over a dimension other than the last"
+    if t is aten.cumsum.default:
+        x = importer._meta(node.args[0])
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if x.dim() > 0 and dim % x.dim() != x.dim() - 1:
+            return "llmc codegen: cumsum over a dimension other than the last"
     if t is aten.embedding.default:
         w = importer._meta(node.args[0])
         if w.dim() != 2:
