@@ -125,8 +125,6 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
     shard.rank = options.rank;
     pm.addPass(llm::createShardPass(shard));
   }
-  // Attention's training ops become matmuls over static score shapes.
-  pm.addPass(llm::createDecomposeAttentionPass());
   // Each rank quantizes only its own slice of every weight.
   if (options.weight_only != llm::WeightOnlyMode::none) {
     llm::PrecisionPassOptions weightOnly;
@@ -135,6 +133,9 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
   }
   addPrepareStage(pm, options.raise);
   addPrecisionStage(pm, options);
+  // Attention's training ops become matmuls over static score shapes, after
+  // the precision policy chose their type (so their GEMMs stay out of fp8).
+  pm.addPass(llm::createDecomposeAttentionPass());
   if (options.hoist_parameter_work)
     pm.addPass(llm::createHoistParameterWorkPass());
   if (options.form_kernels) {

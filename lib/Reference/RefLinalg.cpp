@@ -365,9 +365,11 @@ RankState::attentionLogSumExp(llm::AttentionLogSumExpOp op) {
           mx = nanMax(mx, p[j]);
         }
         double &lse = out.data[(b * g.Hq + h) * g.Sq + i];
-        // No visible key or every score -inf: log 0 = -inf. NaN propagates.
+        // No visible key or every score -inf: +inf, so that exp(s - lse) is
+        // 0 for the row in any backward (FlashAttention's CUDA convention;
+        // log 0 = -inf would make it NaN). NaN propagates.
         if (end <= 0 || mx == -kInf) {
-          lse = -kInf;
+          lse = kInf;
           continue;
         }
         double sum = 0.0;
@@ -409,7 +411,7 @@ absl::Status RankState::attentionBackward(llm::AttentionBackwardOp op) {
       int64_t hk = h / g.group;
       for (int64_t i = 0; i < g.Sq; ++i) {
         double l = lse.data[(b * g.Hq + h) * g.Sq + i];
-        if (l == -kInf) // the row saw no key: P = 0
+        if (std::isinf(l)) // the row saw no key (+inf; -inf also accepted): P = 0
           continue;
         const double *oi = o.data.data() + g.qRow(b, h, i);
         const double *doi = dO.data.data() + g.qRow(b, h, i);
@@ -418,6 +420,10 @@ absl::Status RankState::attentionBackward(llm::AttentionBackwardOp op) {
         double Di = dot(doi, oi, D);
         for (int64_t j = 0, end = g.end(i); j < end; ++j) {
           double p = std::exp(g.score(b, h, i, j) - l);
+          // A key the row does not see (score -inf) contributes nothing,
+          // whatever its values (NaN in an unseen value stays out).
+          if (p == 0.0)
+            continue;
           const double *kj = k.data.data() + g.kvRow(b, hk, j);
           const double *vj = v.data.data() + g.kvRow(b, hk, j);
           double ds = p * (dot(doi, vj, D) - Di);

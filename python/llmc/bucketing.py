@@ -23,7 +23,9 @@ The analysis is an abstract interpretation. Every tensor value carries:
       zmask  float, exactly 0 there (softmax over the key axis of an nmask).
 Rules:
   * elementwise ops, broadcasts, casts: positions stay independent;
-  * reductions, softmax, norms over a padded axis: unsafe (zmask excepted);
+  * reductions (any included), softmax, norms over a padded axis: unsafe
+    (zmask excepted); cumsum: safe along any axis (a prefix reads no later
+    position);
   * matmul: a padded M or N axis is fine, a padded contraction axis unsafe
     unless the padded entries of one operand are zmask zeros;
   * attention: padded batch/heads/query rows are fine; padded keys only with
@@ -566,6 +568,13 @@ def _reduce(an, node) -> AV:
     return AV(axes, v.dirty)
 
 
+def _cumsum(an, node) -> AV:
+    """A prefix sum: position i reads positions <= i only, so padding at the
+    end of any axis, the scanned one included, leaves real positions exact."""
+    v = an.av(node.args[0])
+    return AV(v.axes, v.dirty)
+
+
 def _softmax(an, node) -> AV:
     v = an.av(node.args[0])
     dim = node.args[1] % v.rank
@@ -656,8 +665,9 @@ _TRANSFER[aten.index_select] = _gather
 for _t in (aten.full, aten.scalar_tensor, aten.full_like, aten.zeros, aten.ones):
     _TRANSFER[_t] = _constant
 _TRANSFER[aten.arange] = _arange
-for _t in (aten.sum, aten.mean, aten.amax, aten.amin):
+for _t in (aten.sum, aten.mean, aten.amax, aten.amin, aten.any):
     _TRANSFER[_t] = _reduce
+_TRANSFER[aten.cumsum] = _cumsum
 _TRANSFER[aten._softmax] = _softmax
 _TRANSFER[aten._log_softmax] = _softmax
 _TRANSFER[aten.native_layer_norm] = _layer_norm

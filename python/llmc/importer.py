@@ -101,6 +101,13 @@ def _same_dim(a: Dim, b: Dim) -> bool:
     return sympy.simplify(a - b) == 0
 
 
+def _may_match(a: Sequence[Dim], b: Sequence[Dim]) -> bool:
+    """Same rank, and no pair of static sizes differs (a symbolic size may
+    equal anything: the verifier's rule)."""
+    return len(a) == len(b) and all(
+        not (isinstance(x, int) and isinstance(y, int)) or x == y for x, y in zip(a, b))
+
+
 def _same_shape(a: Sequence[Dim], b: Sequence[Dim]) -> bool:
     return len(a) == len(b) and all(_same_dim(x, y) for x, y in zip(a, b))
 
@@ -182,13 +189,34 @@ class ImportResult:
     # dim name -> (argument index, dimension) to bind it from the inputs.
     dim_bindings: Dict[str, Tuple[int, int]]
     # For each FX output: ("out", i) = the i-th function result,
-    # ("arg", j) = placeholder j passed through, ("none", None).
+    # ("arg", j) = placeholder j passed through, ("none", None),
+    # ("empty", Uninitialized) = a torch.empty the backend allocates.
     outputs: List[Tuple[str, Optional[int]]]
     dynamic: bool
     ops: Dict[str, int] = field(default_factory=dict)
     # The FX graph returns one value, not a tuple: the compiled callable must
     # return the same structure as the eager subgraph.
     single_output: bool = False
+
+
+@dataclass(frozen=True)
+class Uninitialized:
+    """An output whose values PyTorch leaves unspecified (torch.empty): the
+    RNG state an SDPA forward without dropout returns for its backward,
+    which never reads it. llmc computes nothing for it; the backend returns
+    a torch.empty of this static shape and dtype (any dtype, uint64 too).
+    An llm op cannot read it (Importer.val refuses it)."""
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An input tensor of a type llm has no equivalent for (the uint64 RNG
+    state a flash-attention backward receives and ignores without dropout):
+    not an argument of the imported function; an op that reads it is
+    Unsupported (Importer.val)."""
+    reason: str
 
 
 def bind_args(node: torch.fx.Node) -> Dict[str, Any]:
@@ -379,6 +407,8 @@ class Importer:
 
     def val(self, a) -> Val:
         v = self.env.get(a) if isinstance(a, torch.fx.Node) else None
+        if isinstance(v, Unreadable):
+            raise Unsupported(f"operand {a}: {v.reason}")
         if not isinstance(v, Val):
             raise Unsupported(f"operand {a} is not an imported tensor")
         return v
@@ -1516,8 +1546,9 @@ def _attention_attrs(is_causal, scale) -> str:
 def _logsumexp(imp, node, qt, kt, mval, attr):
     """The attention statistics PyTorch's SDPA forward `node` returns as
     output 1, from llm.attention_logsumexp ([B, H, Sq] f32): as is for the
-    flash kernels, [B, H, Sq, 1] for cuDNN's. Other layouts (the efficient
-    kernel pads Sq to a multiple of 32) are not produced."""
+    flash kernels, [B, H, Sq, 1] for cuDNN's, [B, H, Sq'] with Sq' >= Sq
+    for the efficient kernel's (padded to a multiple of 32; the padding is
+    0 and never read)."""
     metas = _meta(node)
     want = metas[1] if isinstance(metas, (tuple, list)) and len(metas) > 1 else None
     if not isinstance(want, torch.Tensor) or want.dtype != torch.float32:
@@ -1525,10 +1556,14 @@ def _logsumexp(imp, node, qt, kt, mval, attr):
     b, sq, h = qt.shape[0], qt.shape[1], qt.shape[2]
     shape = (b, h, sq)
     got = imp.dims(want)
+    pad = 0
     if len(got) == 4 and _same_dim(got[3], 1):
         target = got
     elif len(got) == 3:
         target = None
+        if _is_static(got[2]) and _is_static(sq) and int(got[2]) > int(sq):
+            pad = int(got[2]) - int(sq)  # the efficient kernel's rows, padded to 32
+            got = got[:2] + (sq,)
     else:
         return None
     if not all(_same_dim(x, y) for x, y in zip(got, shape)):
@@ -1537,19 +1572,26 @@ def _logsumexp(imp, node, qt, kt, mval, attr):
                   lambda: f"{imp.ref(qt)}, {imp.ref(kt)}"
                           + (f" mask({imp.ref(mval)} : {mval.type})" if mval is not None else "")
                           + f"{attr} : {qt.type}, {kt.type} -> {tensor_type(shape, torch.float32)}")
+    if pad:
+        # Rows past Sq are never read (the backward takes the first Sq).
+        pshape = (b, h, sq + pad)
+        return imp.new(pshape, torch.float32, "llm.pad",
+                       lambda: f"{imp.ref(lse)} high [0, 0, {pad}] : {lse.type} to "
+                               f"{tensor_type(pshape, torch.float32)}")
     return imp.reshape(lse, target) if target is not None else lse
 
 
 def _unused_rng_state(imp, node, index):
     """Output `index` of an SDPA forward without dropout that holds the RNG
-    state for its backward's dropout (philox seed or offset): torch.empty,
-    never read when dropout_p is 0, so any value of its shape and type does.
-    None when its type is not an llm type."""
+    state for its backward's dropout (philox seed and offset; uint64 for
+    the flash kernel, int64 for the others): torch.empty, never read when
+    dropout_p is 0, so it becomes an Uninitialized output of its static
+    shape and dtype. None when its meta is not a statically shaped tensor."""
     metas = _meta(node)
     m = metas[index] if isinstance(metas, (tuple, list)) and len(metas) > index else None
-    if not isinstance(m, torch.Tensor) or m.dtype not in (torch.int64, torch.int32):
+    if not isinstance(m, torch.Tensor) or not all(_is_static(d) for d in imp.dims(m)):
         return None
-    return imp.constant(0, m.dtype, imp.dims(m))
+    return Uninitialized(tuple(int(d) for d in imp.dims(m)), m.dtype)
 
 
 def _attention_mask(imp, node, mask, dtype):
@@ -1572,8 +1614,8 @@ def _attention_mask(imp, node, mask, dtype):
 def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts, rng=()):
     q, k = _attention_operands(imp, q, k, dropout_p, is_causal)
     v = imp.val(v)
-    if v.rank != 4 or v.dtype != q.dtype:
-        raise Unsupported("attention value of another rank or type than the key")
+    if v.dtype != q.dtype or not _may_match(v.shape, k.shape):
+        raise Unsupported("attention value of another shape or type than the key")
     perm = _HEADS_FIRST
     qt, kt, vt = imp.transpose(q, perm), imp.transpose(k, perm), imp.transpose(v, perm)
     mval = _attention_mask(imp, node, mask, q.dtype)
@@ -1585,12 +1627,21 @@ def _attention(imp, node, q, k, v, mask, dropout_p, is_causal, scale, nouts, rng
                           + f"{attr} : {qt.type}, {kt.type}, {vt.type}")
     out = imp.transpose(res, perm)
     outs = [out] + [None] * (nouts - 1)
-    if nouts > 1:
-        # Training: the statistics (and the unused RNG state) saved for backward.
+    # Training: the statistics (and the unused RNG state) saved for
+    # backward, built only when used (a cuDNN statistics reshape would
+    # otherwise make an inference graph with dynamic shapes static).
+    if _output_used(node, 1):
         outs[1] = _logsumexp(imp, node, qt, kt, mval, attr)
-        for i in rng:
+    for i in rng:
+        if _output_used(node, i):
             outs[i] = _unused_rng_state(imp, node, i)
     return outs
+
+
+def _output_used(node, index) -> bool:
+    """Whether output `index` of the multi-output `node` is read."""
+    return any(u.target is operator.getitem and u.args[1] == index and u.users
+               for u in node.users)
 
 
 @handles(aten._scaled_dot_product_flash_attention.default)
@@ -1599,7 +1650,7 @@ def _h_sdpa_flash(imp, node):
     if a.get("return_debug_mask"):
         raise Unsupported("debug mask")
     return _attention(imp, node, a["query"], a["key"], a["value"], None,
-                      a["dropout_p"], a["is_causal"], a["scale"], 9)
+                      a["dropout_p"], a["is_causal"], a["scale"], 9, rng=(6, 7))
 
 
 @handles(aten._scaled_dot_product_flash_attention_for_cpu.default)
@@ -1613,7 +1664,7 @@ def _h_sdpa_flash_cpu(imp, node):
 def _h_sdpa_efficient(imp, node):
     a = bind_args(node)
     return _attention(imp, node, a["query"], a["key"], a["value"], a["attn_bias"],
-                      a["dropout_p"], a["is_causal"], a["scale"], 4)
+                      a["dropout_p"], a["is_causal"], a["scale"], 4, rng=(2, 3))
 
 
 @handles(aten._scaled_dot_product_cudnn_attention.default)
@@ -1643,7 +1694,14 @@ def _attention_backward(imp, node, grad_out, q, k, v, out, lse, mask, dropout_p,
         raise Unsupported("attention backward operands of different types")
     if v.rank != 4 or o.rank != 4 or do.rank != 4:
         raise Unsupported("attention backward operands of rank other than 4")
+    if not (_may_match(v.shape, k.shape) and _may_match(o.shape, q.shape)
+            and _may_match(do.shape, q.shape)):
+        raise Unsupported("attention backward: value shaped unlike the key, or output "
+                          "and its gradient unlike the query")
     b, h, sq = q.shape[0], q.shape[1], q.shape[2]
+    if (len(l.shape) == 3 and _is_static(l.shape[2]) and _is_static(sq)
+            and int(l.shape[2]) > int(sq)):
+        l = _slice(imp, l, 2, 0, int(sq), 1)  # the efficient kernel's padded rows
     if l.dtype != torch.float32 or not (
             len(l.shape) in (3, 4) and all(_same_dim(x, y) for x, y in zip(l.shape, (b, h, sq)))
             and (len(l.shape) == 3 or _same_dim(l.shape[3], 1))):
@@ -1737,8 +1795,12 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
         if m is None:
             continue  # SymInt or scalar operands are checked by the handler
         try:
-            imp.env[inp] = Val(imp.dims(m), m.dtype, name=f"%{inp.name}")
             _dtype_str(m.dtype)
+        except Unsupported as e:
+            imp.env[inp] = Unreadable(str(e))  # fine unless the handler reads it
+            continue
+        try:
+            imp.env[inp] = Val(imp.dims(m), m.dtype, name=f"%{inp.name}")
         except Unsupported as e:
             return str(e)
     if node.target in MULTI_OUTPUT:
@@ -1785,6 +1847,11 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
         m = _arg_tensor_meta(ph)
         if m is None:
             continue  # SymInt inputs: their values are the shapes of the tensors
+        try:
+            _dtype_str(m.dtype)
+        except Unsupported as e:
+            imp.env[ph] = Unreadable(str(e))  # not an argument; reading it is Unsupported
+            continue
         dims = imp.dims(m)
         ai = len(args_sig)
         v = Val(dims, m.dtype, name=f"%arg{ai}", is_arg=True)
@@ -1833,6 +1900,9 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
             out_map.append(("none", None))
             continue
         v = imp.env.get(o)
+        if isinstance(v, Uninitialized):
+            out_map.append(("empty", v))
+            continue
         if not isinstance(v, Val):
             raise Unsupported(f"output {o} is not a tensor")
         if v.is_arg:

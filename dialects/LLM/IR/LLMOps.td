@@ -533,8 +533,10 @@ def LLM_AttentionLogSumExpOp : LLM_Op<"attention_logsumexp", [Pure]> {
     `scale` 1/sqrt(D) by default. The result is f32 [B, Hq, Sq], the layout
     of the logsumexp that PyTorch's SDPA kernels save for backward
     (FlashAttention-2, Dao 2023, Algorithm 1 line 12: L_i = m_i + log l_i).
-    A row that sees no key (or only -inf scores) gives -inf. Computed in
-    fp32 or wider.
+    A row that sees no key (or only -inf scores) gives +inf, as
+    FlashAttention's CUDA kernels do, so that exp(s - lse) is 0 there in
+    any backward (PyTorch's CPU kernel writes 0, log 0 would be -inf and
+    make the backward NaN). Computed in fp32 or wider.
 
     Training graphs import an SDPA forward whose statistics are saved as
     `llm.attention` (the output) plus this op; llmc-decompose-attention
@@ -569,14 +571,16 @@ def LLM_AttentionBackwardOp : LLM_Op<"attention_backward", [Pure,
 
       P_ij  = exp(s_ij - lse_i)   (s as in llm.attention_logsumexp; 0 for
                                    keys the row does not see and for rows
-                                   whose lse is -inf)
+                                   whose lse is +inf or -inf)
       D_i   = sum_d do_id * o_id
       dS_ij = P_ij * (do_i . v_j - D_i)
       dq_i  = scale * sum_j dS_ij k_j
       dk_j  = scale * sum_i dS_ij q_i,   dv_j = sum_i P_ij do_i
 
-    With GQA, dk and dv of a KV head sum over the Hq / Hkv query heads that
-    read it. The probabilities come from the given logsumexp (not
+    A pair with P_ij = 0 (a key the row does not see) contributes nothing
+    to dS, so NaN or inf in such a key's value does not reach the
+    gradients. With GQA, dk and dv of a KV head sum over the Hq / Hkv query
+    heads that read it. The probabilities come from the given logsumexp (not
     recomputed), as PyTorch's SDPA backward kernels do, so the logsumexp
     must be that of the forward. No gradient is produced for the mask.
     Accumulation is in fp32 or wider; the results have the types of query,
@@ -584,7 +588,7 @@ def LLM_AttentionBackwardOp : LLM_Op<"attention_backward", [Pure,
 
     llmc-decompose-attention rewrites it into batched matmuls and fused
     elementwise ops over [B, Hq, Sq, Skv] scores (memory O(Sq * Skv) per
-    head), which needs static Sq and Skv (after shape specialization).
+    head), which needs static shapes (after shape specialization).
 
     ```mlir
     %dq, %dk, %dv = llm.attention_backward %q, %k, %v, %o, %do, %lse {causal} : tensor<2x16x4x64xbf16>, tensor<2x16x2x64xbf16>, tensor<2x16x2x64xbf16>, tensor<2x16x4x64xbf16>, tensor<2x16x4x64xbf16>, tensor<2x4x16xf32>

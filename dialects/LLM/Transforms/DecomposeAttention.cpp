@@ -14,6 +14,10 @@
 #include "LLM/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Dominance.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/CSE.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <limits>
@@ -141,13 +145,16 @@ public:
     return SelectOp::create(b, loc, t, isNinf, splat(with, t), v);
   }
 
-  /// lse = m + log(sum_j exp(s_ij - m)), m the row maximum (0 where every
-  /// score is -inf, so that such rows give log 0 = -inf, not NaN).
+  /// lse = m + log(sum_j exp(s_ij - m)), m the row maximum; +inf where
+  /// every score is -inf (m taken as 0 there, so no NaN arises on the way).
   Value logSumExp(Value s) {
     RankedTensorType rows = type({B, Hq, Sq, 1}, f32);
     Value m = ReduceMaxOp::create(b, loc, rows, s, ArrayRef<int64_t>{3},
                                   /*keepdim=*/true);
-    m = replaceNegInf(m, 0.0);
+    Value none = CompareOp::create(
+        b, loc, CmpPredicate::eq, m,
+        splat(-std::numeric_limits<double>::infinity(), rows));
+    m = SelectOp::create(b, loc, rows, none, splat(0.0, rows), m);
     RankedTensorType st = cast<RankedTensorType>(s.getType());
     Value e = ExpOp::create(
         b, loc, st,
@@ -155,7 +162,22 @@ public:
     Value sum = ReduceSumOp::create(b, loc, rows, e, ArrayRef<int64_t>{3},
                                     /*keepdim=*/true);
     Value lse = AddOp::create(b, loc, rows, LogOp::create(b, loc, rows, sum), m);
+    lse = SelectOp::create(b, loc, rows, none,
+                           splat(std::numeric_limits<double>::infinity(), rows),
+                           lse);
     return ReshapeOp::create(b, loc, type({B, Hq, Sq}, f32), lse);
+  }
+
+  /// Whether the scores are empty (B, Hq, Sq or Skv is 0): the results are
+  /// then constants, as matmuls and reductions over nothing are not ops.
+  bool empty() const { return B == 0 || Hq == 0 || Sq == 0 || Skv == 0; }
+
+  /// A constant of `t` with every element `x` (no elements is fine).
+  Value filled(RankedTensorType t, double x) {
+    Attribute e = isa<FloatType>(t.getElementType())
+                      ? Attribute(b.getFloatAttr(t.getElementType(), x))
+                      : Attribute(b.getIntegerAttr(t.getElementType(), int64_t(x)));
+    return ConstantOp::create(b, loc, t, DenseElementsAttr::get(t, e));
   }
 
   Value castTo(Value v, Type et) {
@@ -191,6 +213,12 @@ LogicalResult decompose(AttentionLogSumExpOp op) {
                       op.getCausal(), op.getScale());
   if (failed(r.checkStatic(op)))
     return failure();
+  if (r.empty()) { // a row that sees no key: +inf
+    op.getResult().replaceAllUsesWith(
+        r.filled(op.getType(), std::numeric_limits<double>::infinity()));
+    op.erase();
+    return success();
+  }
   Value s = r.scores(r.headsFirst(op.getQuery()), r.expandKv(op.getKey()));
   op.getResult().replaceAllUsesWith(r.logSumExp(s));
   op.erase();
@@ -202,6 +230,12 @@ LogicalResult decompose(AttentionBackwardOp op) {
                       op.getCausal(), op.getScale());
   if (failed(r.checkStatic(op)))
     return failure();
+  if (r.empty()) { // no (query, key) pair: every gradient is 0
+    for (Value g : op->getResults())
+      g.replaceAllUsesWith(r.filled(cast<RankedTensorType>(g.getType()), 0.0));
+    op.erase();
+    return success();
+  }
   OpBuilder &b = r.b;
   Location loc = op.getLoc();
   Type f32 = r.f32, et = r.element;
@@ -227,10 +261,15 @@ LogicalResult decompose(AttentionBackwardOp op) {
       /*keepdim=*/false);
   Value dP = MatmulOp::create(b, loc, st, dO, vE, Value(),
                               /*transpose_lhs=*/false, /*transpose_rhs=*/true);
-  Value dS = MulOp::create(
-      b, loc, st, MulOp::create(b, loc, st, p,
-                                SubOp::create(b, loc, st, dP, r.alongKeys(rowDot))),
-      r.splat(r.scale, st));
+  // Pairs with P = 0 (keys the row does not see) contribute nothing, even
+  // when the key's value holds NaN or inf.
+  Value unseen = CompareOp::create(b, loc, CmpPredicate::eq, p, r.splat(0.0, st));
+  Value dS = SelectOp::create(
+      b, loc, st, unseen, r.splat(0.0, st),
+      MulOp::create(b, loc, st,
+                    MulOp::create(b, loc, st, p,
+                                  SubOp::create(b, loc, st, dP, r.alongKeys(rowDot))),
+                    r.splat(r.scale, st)));
   // The GEMM inputs in the query's type, as FlashAttention-2 rounds P and dS.
   Value pc = r.castTo(p, et), dSc = r.castTo(dS, et);
   Value dV = MatmulOp::create(b, loc, kvt, pc, dO, Value(),
@@ -263,6 +302,20 @@ struct DecomposeAttentionPass
       if (failed(r))
         return signalPassFailure();
     }
+    if (ops.empty())
+      return;
+    // The decompositions repeat transposes, expansions and constants (and
+    // a forward's statistics and its backward, in one graph, the scores):
+    // canonicalize and CSE what was written.
+    RewritePatternSet patterns(&getContext());
+    for (RegisteredOperationName name :
+         getContext().getRegisteredOperations())
+      name.getCanonicalizationPatterns(patterns, &getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+    IRRewriter rewriter(&getContext());
+    DominanceInfo dominance(getOperation());
+    eliminateCommonSubExpressions(rewriter, dominance, getOperation());
   }
 };
 

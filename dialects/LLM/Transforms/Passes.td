@@ -48,8 +48,12 @@ def DecomposeAttentionPass : Pass<"llmc-decompose-attention", "::mlir::func::Fun
     dS = P * (dO v^T - D) * scale, dV = P^T dO, dK = dS^T q, dQ = dS k,
     GQA heads repeated for the products and summed for dK and dV. The
     matmuls accumulate in f32 and take P and dS in the query's element
-    type, as FlashAttention-2 does. Memory is O(Sq * Skv) per head. Needs
-    static shapes: the pipeline runs it after shape specialization.
+    type, as FlashAttention-2 does; a pair with P = 0 adds nothing to dS
+    (NaN in a key the row does not see stays out); with no (query, key)
+    pair the results are constants. Memory is O(Sq * Skv) per head. Needs
+    static shapes: the pipeline runs it after shape specialization and
+    after llmc-precision, which gives these ops the attention's type (bf16
+    under the fp8 policy too), then canonicalizes and CSEs what it wrote.
 
     ```mlir
     %lse = llm.attention_logsumexp %q, %k {causal} : tensor<1x4x2x64xbf16>, tensor<1x4x2x64xbf16> -> tensor<1x2x4xf32>

@@ -103,6 +103,24 @@ public:
     r.replaceAllUsesExcept(back, back.getDefiningOp());
   }
 
+  // attention_logsumexp / attention_backward(q, k, [v, o, do] : f32) =>
+  // the op on cast(...) : low, its gradients cast back to f32; the
+  // statistics (f32) and the mask keep their types.
+  void lowAttentionTraining(Operation *op, Type low) {
+    unsigned tensors = isa<AttentionBackwardOp>(op) ? 5 : 2;
+    for (unsigned i = 0; i < tensors; ++i)
+      op->setOperand(i, castTo(op->getOperand(i), low));
+    if (!isa<AttentionBackwardOp>(op))
+      return;
+    b.setInsertionPointAfter(op);
+    for (Value r : op->getResults()) {
+      Type orig = elementOf(r);
+      r.setType(withElement(r, low));
+      Value back = CastOp::create(b, op->getLoc(), withElement(r, orig), r);
+      r.replaceAllUsesExcept(back, back.getDefiningOp());
+    }
+  }
+
   // matmul(a, b) => cast(cast(matmul(q(a), q(b)) * (s_a * s_b) + bias) : bf16)
   void fp8Matmul(MatmulOp mm) {
     auto [qa, sa] = quantizeE4M3(mm.getLhs());
@@ -227,7 +245,7 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
                                 : Type(BFloat16Type::get(ctx));
     SmallVector<Operation *> targets;
     fn.walk([&](Operation *op) {
-      if (isa<MatmulOp, AttentionOp>(op))
+      if (isa<MatmulOp, AttentionOp, AttentionLogSumExpOp, AttentionBackwardOp>(op))
         targets.push_back(op);
     });
     Rewriter rw(fn);
@@ -235,6 +253,14 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
       if (auto attn = dyn_cast<AttentionOp>(op)) {
         if (elementOf(attn.getQuery()).isF32())
           rw.lowAttention(attn, low);
+        continue;
+      }
+      // Attention's training ops take the attention's type (bf16 under the
+      // fp8 policy too: the scores and probabilities stay out of fp8, as
+      // the forward's kernel keeps them).
+      if (isa<AttentionLogSumExpOp, AttentionBackwardOp>(op)) {
+        if (elementOf(op->getOperand(0)).isF32())
+          rw.lowAttentionTraining(op, low);
         continue;
       }
       auto mm = cast<MatmulOp>(op);

@@ -23,16 +23,17 @@ func.func @backward(%q: tensor<2x5x4x64xbf16>, %k: tensor<2x5x2x64xbf16>, %v: te
 
 // CHECK-LABEL: func.func @lse
 // CHECK-NOT: llm.attention_logsumexp
+// CHECK-DAG: llm.constant dense<[0, 1, 2, 3, 4]> : tensor<5xi64>
 // CHECK-DAG: %[[QT:.+]] = llm.transpose %arg0 [0, 2, 1, 3] : tensor<2x5x4x64xbf16>
 // CHECK-DAG: llm.broadcast %{{.*}} : tensor<2x2x1x5x64xbf16> to tensor<2x2x2x5x64xbf16>
 // CHECK: %[[S:.+]] = llm.matmul %[[QT]], %{{.*}} {transpose_rhs} : tensor<2x4x5x64xbf16>, tensor<2x4x5x64xbf16> -> tensor<2x4x5x5xf32>
-// CHECK: llm.constant dense<[0, 1, 2, 3, 4]> : tensor<5xi64>
 // CHECK: llm.compare le
 // CHECK: llm.select
 // CHECK: llm.reduce_max %{{.*}} [3] keepdim
 // CHECK: llm.exp
 // CHECK: llm.reduce_sum %{{.*}} [3] keepdim
 // CHECK: llm.log
+// CHECK: llm.select
 // CHECK: return %{{.*}} : tensor<2x4x5xf32>
 func.func @lse(%q: tensor<2x5x4x64xbf16>, %k: tensor<2x5x2x64xbf16>) -> tensor<2x4x5xf32> {
   %lse = llm.attention_logsumexp %q, %k {causal} : tensor<2x5x4x64xbf16>, tensor<2x5x2x64xbf16> -> tensor<2x4x5xf32>
