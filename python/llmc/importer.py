@@ -1756,6 +1756,146 @@ def _h_sdpa_cudnn_backward(imp, node):
                                a["is_causal"], a["scale"], 3)
 
 
+# -- optimizer steps: _foreach_* (multi-tensor) ops ---------------------------------
+#
+# torch.optim's foreach implementations (AdamW, Adam, SGD with momentum, ...)
+# apply one elementwise op to every tensor of a list. Each becomes one
+# elementwise llm op per tensor; codegen fuses each parameter's chain into
+# its kernels. A list result is read through getitem, as split's.
+
+def _item_metas(node):
+    metas = _meta(node)
+    if not isinstance(metas, (tuple, list)) or not all(isinstance(m, torch.Tensor) for m in metas):
+        raise Unsupported("foreach result is not a list of tensors")
+    return metas
+
+
+def _ew(imp, op: str, m, *operands) -> Val:
+    """The elementwise `op` of `operands` (Vals or Python numbers) at the
+    shape and dtype of the tensor meta `m`."""
+    shape, dtype = imp.dims(m), m.dtype
+    _dtype_str(dtype)
+    if dtype not in FLOAT_DTYPES:
+        raise Unsupported(f"foreach {op} on {dtype}")
+    vals = [imp.operand(a, dtype, shape) for a in operands]
+    ty = tensor_type(shape, dtype)
+    return imp.new(shape, dtype, op,
+                   lambda: ", ".join(imp.ref(v) for v in vals) + f" : {ty}")
+
+
+def _foreach_list(imp, a, n: int, what: str) -> list:
+    """A foreach operand as n items: a list of tensors, or one scalar, one
+    0-dim tensor or a list of scalars broadcast to every item."""
+    if isinstance(a, (list, tuple)):
+        if len(a) != n:
+            raise Unsupported(f"foreach {what} of {len(a)} items for {n} tensors")
+        return [imp.val(x) if isinstance(x, torch.fx.Node) else _number(x, what) for x in a]
+    if isinstance(a, torch.fx.Node):
+        return [imp.val(a)] * n
+    return [_number(a, what)] * n
+
+
+def _number(x, what):
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise Unsupported(f"foreach {what}: {type(x).__name__} (numbers and tensors are supported)")
+    return x
+
+
+_FOREACH_BINARY = {aten._foreach_add: "llm.add", aten._foreach_sub: "llm.sub",
+                   aten._foreach_mul: "llm.mul", aten._foreach_div: "llm.div",
+                   aten._foreach_maximum: "llm.maximum", aten._foreach_minimum: "llm.minimum",
+                   aten._foreach_pow: "llm.pow"}
+_FOREACH_UNARY = {aten._foreach_neg: "llm.neg", aten._foreach_sqrt: "llm.sqrt",
+                  aten._foreach_exp: "llm.exp", aten._foreach_log: "llm.log",
+                  aten._foreach_abs: "llm.abs", aten._foreach_rsqrt: "llm.rsqrt",
+                  aten._foreach_sigmoid: "llm.sigmoid", aten._foreach_tanh: "llm.tanh"}
+
+
+def _foreach_targets(packets):
+    return [getattr(p, o) for p in packets for o in p.overloads()
+            if not o.endswith("_") and "out" not in o]
+
+
+@handles(*_foreach_targets(_FOREACH_BINARY))
+def _h_foreach_binary(imp, node):
+    """_foreach_<op>.Scalar/.List/.Tensor/.ScalarList(self, other[, alpha])
+    and _foreach_pow.ScalarAndTensor(scalar, exponents)."""
+    op = _FOREACH_BINARY[node.target.overloadpacket]
+    metas = _item_metas(node)
+    args = bind_args(node)
+    n = len(metas)
+    if node.target is aten._foreach_pow.ScalarAndTensor:
+        base = [_number(args["self"], "base")] * n
+        other = _foreach_list(imp, args["exponent"], n, "exponent")
+        return [_ew(imp, op, m, a, b) for m, a, b in zip(metas, base, other)]
+    names = list(args)
+    selfs = _foreach_list(imp, args[names[0]], n, "self")
+    other = _foreach_list(imp, args[names[1]], n, "operand")
+    alpha = args.get("alpha", 1)
+    if alpha is not None and alpha != 1:
+        other = [_ew(imp, "llm.mul", m, b, _number(alpha, "alpha")) for m, b in zip(metas, other)]
+    return [_ew(imp, op, m, a, b) for m, a, b in zip(metas, selfs, other)]
+
+
+@handles(*_foreach_targets(_FOREACH_UNARY), *_foreach_targets([aten._foreach_reciprocal]))
+def _h_foreach_unary(imp, node):
+    metas = _item_metas(node)
+    xs = _foreach_list(imp, node.args[0], len(metas), "self")
+    if node.target.overloadpacket is aten._foreach_reciprocal:
+        return [_ew(imp, "llm.div", m, 1.0, x) for m, x in zip(metas, xs)]
+    op = _FOREACH_UNARY[node.target.overloadpacket]
+    return [_ew(imp, op, m, x) for m, x in zip(metas, xs)]
+
+
+@handles(*_foreach_targets([aten._foreach_lerp]))
+def _h_foreach_lerp(imp, node):
+    """self + weight * (end - self) per item (torch.lerp)."""
+    metas = _item_metas(node)
+    args = bind_args(node)
+    n = len(metas)
+    selfs = _foreach_list(imp, args["self"], n, "self")
+    ends = _foreach_list(imp, args["tensors1"], n, "end")
+    ws = _foreach_list(imp, args["weight"] if "weight" in args else args["weights"], n, "weight")
+    out = []
+    for m, s, e, w in zip(metas, selfs, ends, ws):
+        d = _ew(imp, "llm.sub", m, e, s)
+        out.append(_ew(imp, "llm.add", m, s, _ew(imp, "llm.mul", m, d, w)))
+    return out
+
+
+@handles(*_foreach_targets([aten._foreach_addcmul, aten._foreach_addcdiv]))
+def _h_foreach_addc(imp, node):
+    """self + value * t1 * t2 (addcmul) or self + value * t1 / t2 (addcdiv)."""
+    metas = _item_metas(node)
+    args = bind_args(node)
+    n = len(metas)
+    selfs = _foreach_list(imp, args["self"], n, "self")
+    t1 = _foreach_list(imp, args["tensor1"], n, "tensor1")
+    t2 = _foreach_list(imp, args["tensor2"], n, "tensor2")
+    value = args.get("value", args.get("scalars", 1))
+    if isinstance(value, torch.fx.Node):
+        # .Tensor: a 1-D tensor with one value per item.
+        sv = imp.val(value)
+        if sv.rank != 1 or not _same_dim(sv.shape[0], n):
+            raise Unsupported(f"foreach scalars of shape {list(sv.shape)} for {n} tensors")
+        vs = [imp.reshape(_slice(imp, sv, 0, i, i + 1, 1), ()) for i in range(n)]
+    else:
+        vs = _foreach_list(imp, value, n, "value")
+    op = "llm.mul" if node.target.overloadpacket is aten._foreach_addcmul else "llm.div"
+    out = []
+    for m, s, a, b, v in zip(metas, selfs, t1, t2, vs):
+        prod = _ew(imp, op, m, a, b)
+        if not (isinstance(v, (int, float)) and v == 1):
+            prod = _ew(imp, "llm.mul", m, prod, v)
+        out.append(_ew(imp, "llm.add", m, s, prod))
+    return out
+
+
+FOREACH_OPS = set(_foreach_targets([*_FOREACH_BINARY, *_FOREACH_UNARY, aten._foreach_reciprocal,
+                                    aten._foreach_lerp, aten._foreach_addcmul,
+                                    aten._foreach_addcdiv]))
+
+
 MULTI_OUTPUT = {
     aten.native_layer_norm.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
@@ -1786,7 +1926,8 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
         src = node.args[0]
         if isinstance(src, torch.fx.Node) and src.target in MULTI_OUTPUT:
             return check_node(src)
-        if isinstance(src, torch.fx.Node) and src.target in SPLIT_OPS:
+        if isinstance(src, torch.fx.Node) and (src.target in SPLIT_OPS
+                                               or src.target in FOREACH_OPS):
             return check_node(src)
         return "getitem"
     imp = Importer()
@@ -1816,7 +1957,8 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
                 if u.users and (not isinstance(results, (list, tuple)) or i >= len(results)
                                 or results[i] is None):
                     return f"{op_name(node)}: auxiliary output {i} is used (training)"
-        if node.target not in MULTI_OUTPUT and node.target not in SPLIT_OPS:
+        if (node.target not in MULTI_OUTPUT and node.target not in SPLIT_OPS
+                and node.target not in FOREACH_OPS):
             m = _meta(node)
             if not isinstance(m, torch.Tensor):
                 return "result is not a tensor"
