@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""A LLaMA training step through eager, Inductor and llmc, one command, same run
+(issue 16's training benchmark):
+
+    python3 bench/train_llama.py --out DIR                  # 1B-shaped LLaMA on the GPU
+    python3 bench/train_llama.py --out DIR --dtype f32 --batch 1 --seq 512
+    python3 bench/train_llama.py --smoke --out DIR          # tiny, on the CPU (CI)
+
+The model is Hugging Face's `LlamaForCausalLM` with random weights (no
+download): 16 layers, hidden 2048, 16 heads, FFN 5632, vocab 32000, weights
+in --dtype (bf16 by default), batch 4 x 2048 tokens, the loss taken outside
+the compiled model in float32 (cross-entropy of logits.float()). Per
+backend (eager, Inductor `torch.compile(model)`, llmc
+`torch.compile(model, backend="llmc")`) and mode:
+
+  fwdbwd   forward + backward, gradients cleared between steps
+  adamw    the same plus an AdamW step (foreach), compiled with the same
+           backend (eager's stays eager)
+
+Reported: the first step's time (compiles included) in seconds; the
+median steady-state step time over --steps steps (CUDA-synchronized);
+tokens/s = batch * seq / step time; MFU = model FLOPs / step time / the
+bf16 (or f32) GEMM ceiling measured in this run (torch.mm of 8192^3), with
+model FLOPs = 6 * N * tokens (N: parameters of the matmuls, the LM head
+included, the embedding not) + 6 * layers * seq * hidden * tokens (causal
+attention's score and value products, forward and backward); the first
+step's loss relative to eager's; and llmc's partition report (subgraphs and
+ops kept in PyTorch for each graph). Each measurement is appended to
+DIR/train.json as soon as it is made; DIR/train.md gets the table.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+BACKENDS = ("eager", "inductor", "llmc")
+MODES = ("fwdbwd", "adamw")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="directory for train.json and train.md")
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--dim", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--kv-heads", type=int, default=16)
+    ap.add_argument("--ffn", type=int, default=5632)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--dtype", choices=("bf16", "f32"), default="bf16",
+                    help="weights and activations (the loss is always float32)")
+    ap.add_argument("--steps", type=int, default=10, help="steady-state steps; median")
+    ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--smoke", action="store_true",
+                    help="a 2-layer, 64-wide model on the CPU: checks this script, not speed")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.layers, args.dim, args.heads, args.kv_heads, args.ffn = 2, 64, 4, 2, 176
+        args.vocab, args.batch, args.seq, args.steps, args.dtype = 1000, 2, 16, 2, "f32"
+    args.backends = args.backends.split(",")
+    args.modes = args.modes.split(",")
+    for got, allowed, what in ((args.backends, BACKENDS, "backend"), (args.modes, MODES, "mode")):
+        bad = [x for x in got if x not in allowed]
+        if bad:
+            ap.error(f"unknown {what}(s) {bad}; choose from {', '.join(allowed)}")
+    return args
+
+
+def build_model(args, device, dtype):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.dim, intermediate_size=args.ffn,
+                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                      num_key_value_heads=args.kv_heads, max_position_embeddings=args.seq,
+                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg)
+    return model.to(dtype).train()
+
+
+def model_flops(model, args, tokens):
+    """6 * N * tokens + causal attention (forward and backward)."""
+    n = sum(p.numel() for name, p in model.named_parameters()
+            if p.dim() == 2 and "embed_tokens" not in name)
+    return 6 * n * tokens + 6 * args.layers * args.seq * args.dim * tokens
+
+
+def gemm_ceiling(device, dtype):
+    """FLOP/s of torch.mm at 8192^3 in `dtype`, best of 5 (None on the CPU)."""
+    if device.type != "cuda":
+        return None
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            a @ b
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / 5)
+    return 2 * n ** 3 / best
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def make_step(model, backend, mode):
+    """step(ids, labels) -> loss (float) for one backend and mode."""
+    if backend == "eager":
+        fwd = model
+    elif backend == "inductor":
+        fwd = torch.compile(model)
+    else:
+        fwd = torch.compile(model, backend="llmc")
+    opt = None
+    if mode == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        opt_step = opt.step if backend == "eager" else torch.compile(
+            opt.step, backend=None if backend == "inductor" else "llmc")
+
+    def step(ids, labels):
+        logits = fwd(ids).logits
+        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+        loss.backward()
+        if opt is not None:
+            opt_step()
+            opt.zero_grad(set_to_none=True)
+        else:
+            model.zero_grad(set_to_none=True)
+        return float(loss)
+    return step
+
+
+def llmc_report():
+    import llmc.backend
+    out = []
+    for r in llmc.backend.reports():
+        out.append({"graph": r.graph, "subgraphs": r.num_partitions,
+                    "kept_in_pytorch": dict(r.unsupported),
+                    "compile_failures": len(r.compile_failures)})
+    return out
+
+
+def run_one(args, device, dtype, backend, mode, eager_loss, ceiling):
+    model = build_model(args, device, dtype)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g).to(device)
+    labels = torch.roll(ids, -1, dims=1)
+    # Every run compiles afresh: its first step includes its compiles, and
+    # llmc's report covers its own graphs.
+    torch._dynamo.reset()
+    if backend == "llmc":
+        import llmc.backend
+        llmc.backend.reset()
+    step = make_step(model, backend, mode)
+    sync(device)
+    t0 = time.perf_counter()
+    first_loss = step(ids, labels)
+    sync(device)
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step(ids, labels)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    t = statistics.median(times)
+    tokens = args.batch * args.seq
+    flops = model_flops(model, args, tokens)
+    rec = {"backend": backend, "mode": mode, "dtype": args.dtype, "first_step_s": first,
+           "step_ms": t * 1e3, "tokens_s": tokens / t, "first_loss": first_loss,
+           "mfu": flops / t / ceiling if ceiling else None}
+    if eager_loss is not None:
+        rec["loss_rel_to_eager"] = abs(first_loss - eager_loss) / max(abs(eager_loss), 1e-30)
+    if backend == "llmc":
+        rec["partitions"] = llmc_report()
+    return rec
+
+
+def table(args, runs, ceiling):
+    lines = [f"LLaMA {args.layers} layers, hidden {args.dim}, {args.heads} heads "
+             f"({args.kv_heads} KV), FFN {args.ffn}, vocab {args.vocab}; {args.dtype}; "
+             f"batch {args.batch} x {args.seq}; GEMM ceiling "
+             + (f"{ceiling / 1e12:.0f} TFLOP/s" if ceiling else "not measured (CPU)"), "",
+             "| mode | backend | first step s | step ms | tokens/s | MFU | loss vs eager | llmc subgraphs (kept in PyTorch) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if "error" in r:
+            lines.append(f"| {r['mode']} | {r['backend']} | error: {r['error']} | | | | | |")
+            continue
+        parts = "; ".join(f"{p['graph']}: {p['subgraphs']}"
+                          + (f" ({', '.join(p['kept_in_pytorch'])})" if p["kept_in_pytorch"] else "")
+                          for p in r.get("partitions", []))
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
+        rel = f"{r['loss_rel_to_eager']:.1e}" if "loss_rel_to_eager" in r else "-"
+        lines.append(f"| {r['mode']} | {r['backend']} | {r['first_step_s']:.2f} | {r['step_ms']:.1f} | "
+                     f"{r['tokens_s']:.0f} | {mfu} | {rel} | {parts or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    from pathlib import Path
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    ceiling = gemm_ceiling(device, dtype)
+    result = {"args": {k: v for k, v in vars(args).items()}, "device": str(device),
+              "gemm_flops": ceiling, "runs": []}
+    path = out / "train.json"
+    warnings.simplefilter("ignore")
+    for mode in args.modes:
+        eager_loss = None
+        for backend in args.backends:
+            try:
+                rec = run_one(args, device, dtype, backend, mode, eager_loss, ceiling)
+                if backend == "eager":
+                    eager_loss = rec["first_loss"]
+            except Exception as e:  # one backend failing must not lose the others
+                traceback.print_exc()
+                rec = {"backend": backend, "mode": mode, "error": f"{type(e).__name__}: {e}"[:300]}
+            result["runs"].append(rec)
+            path.write_text(json.dumps(result, indent=1))
+            print(json.dumps(rec), flush=True)
+    (out / "train.md").write_text(table(args, result["runs"], ceiling))
+    print(table(args, result["runs"], ceiling))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

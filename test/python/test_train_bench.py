@@ -1,0 +1,38 @@
+"""bench/train_llama.py (issue 16's training benchmark) runs end to end in
+its --smoke form on the CPU: eager and llmc, forward+backward and with a
+compiled AdamW step, every run measured without error, llmc's first loss
+equal to eager's, the partition report in the record and the table
+written. The speed figures of this mode mean nothing (llmc runs in PyTorch
+without a GPU)."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import train_llama  # noqa: E402
+from conftest import capi_or_skip  # noqa: E402
+
+
+def test_smoke_run_measures_every_mode(tmp_path):
+    capi_or_skip()
+    train_llama.main(["--smoke", "--out", str(tmp_path), "--backends", "eager,llmc"])
+    result = json.loads((tmp_path / "train.json").read_text())
+    runs = result["runs"]
+    assert [(r["mode"], r["backend"]) for r in runs] == [
+        (m, b) for m in ("fwdbwd", "adamw") for b in ("eager", "llmc")]
+    for r in runs:
+        assert "error" not in r, r
+        assert r["step_ms"] > 0 and r["tokens_s"] > 0, r
+    for r in runs:
+        if r["backend"] == "llmc":
+            assert r["loss_rel_to_eager"] <= 1e-5, r
+            graphs = {p["graph"].split("_", 1)[1]: p for p in r["partitions"]}
+            assert {"forward", "backward"} <= set(graphs), r["partitions"]
+            for p in r["partitions"]:
+                assert p["subgraphs"] == 1 and not p["kept_in_pytorch"], r["partitions"]
+                assert not p["compile_failures"], r["partitions"]
+            if r["mode"] == "adamw":
+                assert "inference" in graphs, r["partitions"]  # the optimizer step
+    table = (tmp_path / "train.md").read_text()
+    assert "| adamw | llmc |" in table, table
