@@ -31,13 +31,32 @@
 extern "C" {
 #endif
 
-#define LLMC_C_API_VERSION 4 /* 2: NCCL communicators; 3: llmc_version; 4: llmc_executable_stats */
+#define LLMC_C_API_VERSION 5 /* 2: NCCL communicators; 3: llmc_version; 4: llmc_executable_stats; 5: llmc_set_log_callback */
 #define LLMC_MAX_RANK 8
 
 /* llmc's version, "MAJOR.MINOR.PATCH" (semantic versioning): a static,
  * NUL-terminated string the caller must not free. The same as the tools'
  * --version and the Python package's llmc.__version__. */
 const char *llmc_version(void);
+
+/*--- messages ---------------------------------------------------------------*/
+/* What llmc reports on its own, apart from returned errors: a session that
+ * turned CUDA graphs off (warning), warnings and remarks of a compile that
+ * succeeded (warning / info, "loc: severity: message"). */
+typedef enum llmc_log_level {
+  LLMC_LOG_DEBUG = 0,
+  LLMC_LOG_INFO = 1,
+  LLMC_LOG_WARNING = 2,
+  LLMC_LOG_ERROR = 3
+} llmc_log_level;
+/* `message` is NUL-terminated and valid only during the call. */
+typedef void (*llmc_log_callback)(int level, const char *message, void *user_data);
+/* Routes every later message to `callback` (with `user_data`); NULL restores
+ * the default, stderr as "llmc: <level>: <message>". Thread-safe: messages
+ * are delivered one at a time from the thread that logs them, and once this
+ * returns no message goes to the previous callback. The callback must not
+ * call llmc_set_log_callback. */
+void llmc_set_log_callback(llmc_log_callback callback, void *user_data);
 
 /*--- status -----------------------------------------------------------------*/
 typedef struct llmc_status_t llmc_status_t;

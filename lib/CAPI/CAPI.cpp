@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmc/llmc_c.h"
+#include "llmc/runtime/Log.h"
 
 #include "llmc/Compiler.h"
 #include "llmc/Support/Version.h"
@@ -256,6 +257,11 @@ absl::Status signatureInfo(const llmc_executable_t *executable, int32_t index,
 extern "C" {
 
 LLMC_EXPORT const char *llmc_version(void) { return llmc::versionString(); }
+
+LLMC_EXPORT void llmc_set_log_callback(llmc_log_callback callback,
+                                       void *user_data) {
+  llmc::rt::SetLogSink(callback, user_data);
+}
 
 /*--- status -----------------------------------------------------------------*/
 LLMC_EXPORT int llmc_status_code(const llmc_status_t *status) {

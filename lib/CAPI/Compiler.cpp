@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
+#include "llmc/runtime/Log.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -64,14 +65,35 @@ public:
     return absl::InvalidArgumentError(absl::StrCat(std::string(what), ":\n", text));
   }
 
+  /// `st` (its code kept) with the diagnostics emitted so far appended.
+  absl::Status annotate(const absl::Status &st) const {
+    if (lines_.empty())
+      return st;
+    return absl::Status(st.code(), absl::StrCat(st.message(), "\n",
+                                                absl::StrJoin(lines_, "\n")));
+  }
+
+  /// After a success: the warnings and remarks go to llmc's log (the C
+  /// API's llmc_set_log_callback), not nowhere.
+  void logWarnings() const {
+    for (const auto &[severity, line] : logged_)
+      rt::Log(severity == DiagnosticSeverity::Remark ? rt::LogLevel::info
+                                                     : rt::LogLevel::warning,
+              line);
+  }
+
 private:
   void add(Diagnostic &d, const char *indent) {
     lines_.push_back(absl::StrCat(indent, locationString(d.getLocation()), ": ",
                                   severityString(d.getSeverity()), ": ",
                                   d.str()));
+    if (d.getSeverity() == DiagnosticSeverity::Warning ||
+        d.getSeverity() == DiagnosticSeverity::Remark)
+      logged_.emplace_back(d.getSeverity(), lines_.back());
   }
 
   std::vector<std::string> lines_;
+  std::vector<std::pair<DiagnosticSeverity, std::string>> logged_;
   ScopedDiagnosticHandler handler_;
 };
 
@@ -187,14 +209,13 @@ Compiler::Compile(std::string_view mlirText, std::string_view function,
       return fn.status();
     PipelineOptions pipeline = *pipeline_;
     pipeline.shape_bindings = shapeBindings;
-    {
-      DiagnosticCollector diags(context_.get());
-      if (absl::Status st = RunPipeline(*fn, pipeline); !st.ok())
-        return diags.error(std::string(st.message()));
-    }
+    DiagnosticCollector diags(context_.get());
+    if (absl::Status st = RunPipeline(*fn, pipeline); !st.ok())
+      return diags.error(std::string(st.message()));
     auto lowered = LowerToExecutable(*fn, lowerOptions(pipeline));
     if (!lowered.ok())
-      return lowered.status();
+      return diags.annotate(lowered.status());
+    diags.logWarnings();
     *exe = std::move(*lowered);
   }
   if (exe->symbol_bindings.empty())

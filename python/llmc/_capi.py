@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import logging
 import os
 import threading
 import weakref
@@ -128,6 +129,7 @@ _PP = ctypes.POINTER(ctypes.c_void_p)
 # name: (restype, argtypes)
 _SIGNATURES = {
     "llmc_version": (ctypes.c_char_p, []),
+    "llmc_set_log_callback": (None, [ctypes.c_void_p, ctypes.c_void_p]),
     "llmc_status_code": (ctypes.c_int, [_P]),
     "llmc_status_message": (ctypes.c_char_p, [_P]),
     "llmc_status_free": (None, [_P]),
@@ -173,6 +175,24 @@ _OPTIONAL_SIGNATURES = {
 NCCL_UNIQUE_ID_BYTES = 128
 
 
+# llmc's own messages (llmc_set_log_callback) go to logging.getLogger("llmc"):
+# a session that turned CUDA graphs off, warnings of a compile that succeeded.
+_LOG_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
+_LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+def _log_message(level, message, _user_data):
+    try:
+        logging.getLogger("llmc").log(_LOG_LEVELS.get(level, logging.WARNING),
+                                      "%s", message.decode(errors="replace"))
+    except Exception:  # an exception must not unwind into C
+        pass
+
+
+# Kept alive for the process: the library holds the pointer.
+_LOG_CALLBACK = _LOG_FN(_log_message)
+
+
 def load():
     """Returns the loaded library; raises LibraryNotFound (with the reason)."""
     global _lib, _lib_error
@@ -209,6 +229,7 @@ def load():
                     fn.restype = res
                     fn.argtypes = args
             lib._llmc_path = str(path)
+            lib.llmc_set_log_callback(ctypes.cast(_LOG_CALLBACK, ctypes.c_void_p), None)
             _lib = lib
             return lib
         _lib_error = ("libllmc.so with the C API not found; set LLMC_LIB or build "

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "SessionImpl.h"
+#include "llmc/runtime/Log.h"
 #include "absl/strings/str_cat.h"
 #include "llmc/runtime/Status.h"
 
@@ -71,10 +72,10 @@ absl::Status Session::RunGraph(const std::vector<uint64_t>& key,
   // caller's stream; the private one, if forked, is joined empty).
   auto give_up = [&](const absl::Status& why) -> absl::Status {
     stats.disabled_reason = std::string(why.message());
-    std::fprintf(stderr,
-                 "llmc: CUDA graphs turned off for this session, launches are "
-                 "enqueued one by one: %s\n",
-                 stats.disabled_reason.c_str());
+    Log(LogLevel::warning,
+        absl::StrCat("CUDA graphs turned off for this session, launches are "
+                     "enqueued one by one: ",
+                     stats.disabled_reason));
     for (Impl::CachedGraph& g : im.graphs)
       if (g.exec) driver_->cuGraphExecDestroy(g.exec);
     im.graphs.clear();

@@ -20,6 +20,7 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cstdio>
 #include <limits>
 #include <numeric>
 
@@ -168,6 +169,22 @@ public:
     return ReshapeOp::create(b, loc, type({B, Hq, Sq}, f32), lse);
   }
 
+  /// Says what the decomposition costs in memory: `tensors` f32
+  /// [B, Hq, Sq, Skv] score-sized values live at once (a remark, reaching
+  /// llmc's log as info; a warning from 1 GiB on).
+  void reportScores(Operation *op, int tensors) {
+    double mib = double(B) * double(Hq) * double(Sq) * double(Skv) * 4.0 *
+                 tensors / double(1 << 20);
+    constexpr double kWarnMiB = 1024.0;
+    InFlightDiagnostic d = mib >= kWarnMiB ? op->emitWarning() : op->emitRemark();
+    char amount[32];
+    std::snprintf(amount, sizeof(amount), "%.1f", mib);
+    d << "decomposed with the attention scores materialized: about "
+      << std::string(amount) << " MiB for [" << B << ", " << Hq << ", "
+      << Sq << ", " << Skv
+      << "] f32 scores (no fused FlashAttention-2 backward kernel yet)";
+  }
+
   /// Whether the scores are empty (B, Hq, Sq or Skv is 0): the results are
   /// then constants, as matmuls and reductions over nothing are not ops.
   bool empty() const { return B == 0 || Hq == 0 || Sq == 0 || Skv == 0; }
@@ -219,6 +236,7 @@ LogicalResult decompose(AttentionLogSumExpOp op) {
     op.erase();
     return success();
   }
+  r.reportScores(op, /*tensors=*/1);
   Value s = r.scores(r.headsFirst(op.getQuery()), r.expandKv(op.getKey()));
   op.getResult().replaceAllUsesWith(r.logSumExp(s));
   op.erase();
@@ -236,6 +254,7 @@ LogicalResult decompose(AttentionBackwardOp op) {
     op.erase();
     return success();
   }
+  r.reportScores(op, /*tensors=*/3);
   OpBuilder &b = r.b;
   Location loc = op.getLoc();
   Type f32 = r.f32, et = r.element;

@@ -21,6 +21,8 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <utility>
+#include <vector>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -141,6 +143,49 @@ TEST(CapiCompile, MalformedMlirCarriesDiagnostic) {
   EXPECT_TRUE(Contains(msg, "could not parse")) << msg;
   EXPECT_TRUE(Contains(msg, "<mlir>:2:")) << msg;
   EXPECT_TRUE(Contains(msg, "llm.no_such_op")) << msg;
+}
+
+// llmc_set_log_callback: a successful compile's remarks and warnings reach
+// the host's callback with their level and location, in order; NULL
+// restores stderr and the old callback hears nothing more.
+struct LogRecords {
+  std::vector<std::pair<int, std::string>> messages;
+};
+
+extern "C" void RecordLog(int level, const char *message, void *user_data) {
+  static_cast<LogRecords *>(user_data)->messages.emplace_back(level, message);
+}
+
+TEST(CapiLog, CompileRemarksReachTheCallback) {
+  const std::string text =
+      "func.func @grads(%q: tensor<1x8x4x32xbf16>, %k: tensor<1x8x2x32xbf16>, "
+      "%lse: tensor<1x4x8xf32>) -> tensor<1x8x4x32xbf16> {\n"
+      "  %g:3 = llm.attention_backward %q, %k, %k, %q, %q, %lse {causal} : "
+      "tensor<1x8x4x32xbf16>, tensor<1x8x2x32xbf16>, tensor<1x8x2x32xbf16>, "
+      "tensor<1x8x4x32xbf16>, tensor<1x8x4x32xbf16>, tensor<1x4x8xf32>\n"
+      "  return %g#0 : tensor<1x8x4x32xbf16>\n"
+      "}\n";
+  LogRecords records;
+  llmc_set_log_callback(RecordLog, &records);
+  {
+    CompilerHandle c;
+    ExeHandle exe;
+    EXPECT_LLMC_OK(llmc_compile(c.c, text.data(), text.size(), nullptr, nullptr, &exe.e));
+  }
+  llmc_set_log_callback(nullptr, nullptr);
+  ASSERT_EQ(records.messages.size(), 1u);
+  EXPECT_EQ(records.messages[0].first, LLMC_LOG_INFO);
+  const std::string &m = records.messages[0].second;
+  EXPECT_TRUE(Contains(m, "<mlir>:2:")) << m;
+  EXPECT_TRUE(Contains(m, "remark: decomposed with the attention scores materialized")) << m;
+  EXPECT_TRUE(Contains(m, "[1, 4, 8, 8]")) << m;
+  // Back on stderr: the records stay as they were.
+  {
+    CompilerHandle c;
+    ExeHandle exe;
+    EXPECT_LLMC_OK(llmc_compile(c.c, text.data(), text.size(), nullptr, nullptr, &exe.e));
+  }
+  EXPECT_EQ(records.messages.size(), 1u);
 }
 
 TEST(CapiCompile, UnknownFunctionListsFunctions) {
