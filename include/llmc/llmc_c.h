@@ -54,8 +54,9 @@ typedef void (*llmc_log_callback)(int level, const char *message, void *user_dat
 /* Routes every later message to `callback` (with `user_data`); NULL restores
  * the default, stderr as "llmc: <level>: <message>". Thread-safe: messages
  * are delivered one at a time from the thread that logs them, and once this
- * returns no message goes to the previous callback. The callback must not
- * call llmc_set_log_callback. */
+ * returns no message goes to the previous callback. The callback may call
+ * llmc on its own thread (a message that causes is delivered to it, nested)
+ * but must not wait for another thread that calls llmc. */
 void llmc_set_log_callback(llmc_log_callback callback, void *user_data);
 
 /*--- status -----------------------------------------------------------------*/

@@ -73,13 +73,16 @@ public:
                                                 absl::StrJoin(lines_, "\n")));
   }
 
-  /// After a success: the warnings and remarks go to llmc's log (the C
+  /// The warnings and remarks, for llmc's log after a success (the C
   /// API's llmc_set_log_callback), not nowhere.
-  void logWarnings() const {
+  std::vector<std::pair<rt::LogLevel, std::string>> warnings() const {
+    std::vector<std::pair<rt::LogLevel, std::string>> out;
     for (const auto &[severity, line] : logged_)
-      rt::Log(severity == DiagnosticSeverity::Remark ? rt::LogLevel::info
-                                                     : rt::LogLevel::warning,
-              line);
+      out.emplace_back(severity == DiagnosticSeverity::Remark
+                           ? rt::LogLevel::info
+                           : rt::LogLevel::warning,
+                       line);
+    return out;
   }
 
 private:
@@ -201,6 +204,7 @@ absl::StatusOr<std::shared_ptr<rt::Executable>>
 Compiler::Compile(std::string_view mlirText, std::string_view function,
                   const std::map<std::string, int64_t> &shapeBindings) {
   auto exe = std::make_shared<rt::Executable>();
+  std::vector<std::pair<rt::LogLevel, std::string>> messages;
   {
     std::lock_guard<std::mutex> lock(mu_);
     OwningOpRef<ModuleOp> module;
@@ -215,9 +219,12 @@ Compiler::Compile(std::string_view mlirText, std::string_view function,
     auto lowered = LowerToExecutable(*fn, lowerOptions(pipeline));
     if (!lowered.ok())
       return diags.annotate(lowered.status());
-    diags.logWarnings();
+    messages = diags.warnings();
     *exe = std::move(*lowered);
   }
+  // Outside the lock: a log handler may compile again.
+  for (const auto &[level, line] : messages)
+    rt::Log(level, line);
   if (exe->symbol_bindings.empty())
     exe->symbol_bindings = shapeBindings;
   if (!options_.compile_kernels)

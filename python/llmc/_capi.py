@@ -11,6 +11,7 @@ Status returns become `LlmcError(code, message)`; codes are absl's.
 from __future__ import annotations
 
 import array
+import atexit
 import ctypes
 import logging
 import os
@@ -191,6 +192,15 @@ def _log_message(level, message, _user_data):
 
 # Kept alive for the process: the library holds the pointer.
 _LOG_CALLBACK = _LOG_FN(_log_message)
+
+
+def _restore_stderr_log():
+    """At interpreter exit: messages after it go to stderr, not into Python."""
+    if _lib is not None:
+        _lib.llmc_set_log_callback(None, None)
+
+
+atexit.register(_restore_stderr_log)
 
 
 def load():

@@ -944,6 +944,8 @@ def _h_any(imp, node):
         dims = [dims]
     dims = sorted({_norm_dim(d, x.rank) for d in dims})
     keep = bool(args.get("keepdim", False))
+    if any(not _is_static(x.shape[d]) or int(x.shape[d]) == 0 for d in dims):
+        raise Unsupported("any over an empty or dynamic dimension")
     f32 = torch.float32
     if x.dtype == torch.bool:
         nz = x
@@ -953,9 +955,9 @@ def _h_any(imp, node):
                      lambda: f"ne, {imp.ref(x)}, {imp.ref(zero)} : {x.type}")
     one = imp.operand(1.0, f32, x.shape)
     zero_f = imp.operand(0.0, f32, x.shape)
+    if x.rank == 0 or not dims:  # nothing reduced: the elementwise test
+        return imp.reshape(imp.cast(nz, dtype), shape)
     flags = _select(imp, x.shape, f32, nz, one, zero_f)
-    if x.rank == 0:
-        return imp.cast(flags, dtype)
     rshape = tuple(d for i, d in enumerate(x.shape) if i not in dims or keep) if not keep else \
         tuple(1 if i in dims else d for i, d in enumerate(x.shape))
     dl = ", ".join(str(d) for d in dims)
@@ -1204,8 +1206,21 @@ def _h_index_tensor(imp, node):
         bshape = _broadcast_shapes([r.shape for r in raws])
         i64 = torch.int64
         ty = tensor_type(bshape, i64)
-        idx = None
+        idx, valid = None, None
         for d, raw in enumerate(raws):
+            # In [-size, size) (PyTorch raises otherwise): else the linear
+            # index would alias another row; an invalid one is sent out of
+            # range below so the gather refuses it.
+            r64 = imp.operand(imp.cast(raw, i64), i64, bshape)
+            lo = imp.operand(-int(sizes[d]), i64, bshape)
+            hi = imp.operand(int(sizes[d]), i64, bshape)
+            ge = imp.new(bshape, torch.bool, "llm.compare",
+                         lambda r=r64, lo=lo: f"ge, {imp.ref(r)}, {imp.ref(lo)} : {ty}")
+            lt = imp.new(bshape, torch.bool, "llm.compare",
+                         lambda r=r64, hi=hi: f"lt, {imp.ref(r)}, {imp.ref(hi)} : {ty}")
+            for c in (ge, lt):
+                valid = c if valid is None else _select(
+                    imp, bshape, torch.bool, valid, c, imp.operand(False, torch.bool, bshape))
             term = imp.operand(imp.cast(_wrapped_index(imp, raw, sizes[d]), i64), i64, bshape)
             stride = _prod(sizes[d + 1:])
             if stride != 1:
@@ -1214,6 +1229,7 @@ def _h_index_tensor(imp, node):
                                lambda t=term, c=c: f"{imp.ref(t)}, {imp.ref(c)} : {ty}")
             idx = term if idx is None else imp.new(
                 bshape, i64, "llm.add", lambda a=idx, t=term: f"{imp.ref(a)}, {imp.ref(t)} : {ty}")
+        idx = _select(imp, bshape, i64, valid, idx, imp.operand(int(_prod(sizes)), i64, bshape))
         x = imp.reshape(x, tuple(x.shape[:axis]) + (_prod(sizes),) + tuple(x.shape[axis + k:]))
     if axis + 1 == x.rank:
         # Single elements: gathered as rows of one (what codegen lowers).
@@ -1760,8 +1776,10 @@ def _h_sdpa_cudnn_backward(imp, node):
 #
 # torch.optim's foreach implementations (AdamW, Adam, SGD with momentum, ...)
 # apply one elementwise op to every tensor of a list. Each becomes one
-# elementwise llm op per tensor; codegen fuses each parameter's chain into
-# its kernels. A list result is read through getitem, as split's.
+# elementwise llm op per tensor, computed in float32 and rounded once to the
+# tensor's type as PyTorch's foreach kernels do (opmath); codegen fuses each
+# parameter's chain into its kernels. A list result is read through
+# getitem, as split's.
 
 def _item_metas(node):
     metas = _meta(node)
@@ -1771,16 +1789,22 @@ def _item_metas(node):
 
 
 def _ew(imp, op: str, m, *operands) -> Val:
-    """The elementwise `op` of `operands` (Vals or Python numbers) at the
-    shape and dtype of the tensor meta `m`."""
+    """The elementwise `op` of `operands` (Vals or Python numbers) in
+    float32 at the shape of the tensor meta `m`."""
     shape, dtype = imp.dims(m), m.dtype
     _dtype_str(dtype)
     if dtype not in FLOAT_DTYPES:
         raise Unsupported(f"foreach {op} on {dtype}")
-    vals = [imp.operand(a, dtype, shape) for a in operands]
-    ty = tensor_type(shape, dtype)
-    return imp.new(shape, dtype, op,
+    f32 = torch.float32
+    vals = [imp.operand(a, f32, shape) for a in operands]
+    ty = tensor_type(shape, f32)
+    return imp.new(shape, f32, op,
                    lambda: ", ".join(imp.ref(v) for v in vals) + f" : {ty}")
+
+
+def _item(imp, v: Val, m) -> Val:
+    """A foreach result, rounded once to its tensor's type."""
+    return imp.cast(v, m.dtype)
 
 
 def _foreach_list(imp, a, n: int, what: str) -> list:
@@ -1827,14 +1851,14 @@ def _h_foreach_binary(imp, node):
     if node.target is aten._foreach_pow.ScalarAndTensor:
         base = [_number(args["self"], "base")] * n
         other = _foreach_list(imp, args["exponent"], n, "exponent")
-        return [_ew(imp, op, m, a, b) for m, a, b in zip(metas, base, other)]
+        return [_item(imp, _ew(imp, op, m, a, b), m) for m, a, b in zip(metas, base, other)]
     names = list(args)
     selfs = _foreach_list(imp, args[names[0]], n, "self")
     other = _foreach_list(imp, args[names[1]], n, "operand")
     alpha = args.get("alpha", 1)
     if alpha is not None and alpha != 1:
         other = [_ew(imp, "llm.mul", m, b, _number(alpha, "alpha")) for m, b in zip(metas, other)]
-    return [_ew(imp, op, m, a, b) for m, a, b in zip(metas, selfs, other)]
+    return [_item(imp, _ew(imp, op, m, a, b), m) for m, a, b in zip(metas, selfs, other)]
 
 
 @handles(*_foreach_targets(_FOREACH_UNARY), *_foreach_targets([aten._foreach_reciprocal]))
@@ -1842,14 +1866,16 @@ def _h_foreach_unary(imp, node):
     metas = _item_metas(node)
     xs = _foreach_list(imp, node.args[0], len(metas), "self")
     if node.target.overloadpacket is aten._foreach_reciprocal:
-        return [_ew(imp, "llm.div", m, 1.0, x) for m, x in zip(metas, xs)]
+        return [_item(imp, _ew(imp, "llm.div", m, 1.0, x), m) for m, x in zip(metas, xs)]
     op = _FOREACH_UNARY[node.target.overloadpacket]
-    return [_ew(imp, op, m, x) for m, x in zip(metas, xs)]
+    return [_item(imp, _ew(imp, op, m, x), m) for m, x in zip(metas, xs)]
 
 
 @handles(*_foreach_targets([aten._foreach_lerp]))
 def _h_foreach_lerp(imp, node):
-    """self + weight * (end - self) per item (torch.lerp)."""
+    """torch.lerp per item with PyTorch's two formulas: self + w * (end -
+    self) for |w| < 0.5, end - (end - self) * (1 - w) otherwise (so w = 1
+    gives end exactly); a tensor weight chooses per element."""
     metas = _item_metas(node)
     args = bind_args(node)
     n = len(metas)
@@ -1859,7 +1885,18 @@ def _h_foreach_lerp(imp, node):
     out = []
     for m, s, e, w in zip(metas, selfs, ends, ws):
         d = _ew(imp, "llm.sub", m, e, s)
-        out.append(_ew(imp, "llm.add", m, s, _ew(imp, "llm.mul", m, d, w)))
+        low = _ew(imp, "llm.add", m, s, _ew(imp, "llm.mul", m, d, w))
+        high = _ew(imp, "llm.sub", m, e, _ew(imp, "llm.mul", m, d, _ew(imp, "llm.sub", m, 1.0, w)))
+        if isinstance(w, (int, float)):
+            r = low if abs(w) < 0.5 else high
+        else:
+            shape = imp.dims(m)
+            aw = _ew(imp, "llm.abs", m, w)
+            half = imp.operand(0.5, torch.float32, shape)
+            small = imp.new(shape, torch.bool, "llm.compare",
+                            lambda aw=aw, half=half: f"lt, {imp.ref(aw)}, {imp.ref(half)} : {aw.type}")
+            r = _select(imp, shape, torch.float32, small, low, high)
+        out.append(_item(imp, r, m))
     return out
 
 
@@ -1887,7 +1924,7 @@ def _h_foreach_addc(imp, node):
         prod = _ew(imp, op, m, a, b)
         if not (isinstance(v, (int, float)) and v == 1):
             prod = _ew(imp, "llm.mul", m, prod, v)
-        out.append(_ew(imp, "llm.add", m, s, prod))
+        out.append(_item(imp, _ew(imp, "llm.add", m, s, prod), m))
     return out
 
 

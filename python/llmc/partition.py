@@ -117,9 +117,12 @@ def _codegen_limit(node: torch.fx.Node) -> Optional[str]:
     """Forms the importer translates but llmc's CUDA codegen does not lower."""
     t = node.target
     m = importer._meta(node)
-    if t in (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default):
+    if t in (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default,
+             aten.any.dims, aten.any.dim):
         x = importer._meta(node.args[0])
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if isinstance(dims, int):  # any.dim
+            dims = [dims]
         if dims and isinstance(x, torch.Tensor):
             r = x.dim()
             dims = {d + r if d < 0 else d for d in dims}

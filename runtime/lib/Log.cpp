@@ -9,7 +9,9 @@
 namespace llmc::rt {
 namespace {
 struct SinkState {
-  std::mutex mu;
+  // Recursive: a callback may log again (a Python logging handler that
+  // compiles) on its own thread; other threads wait for it.
+  std::recursive_mutex mu;
   LogSink sink = nullptr;
   void *user_data = nullptr;
 };
@@ -32,14 +34,14 @@ const char *LevelName(LogLevel level) {
 
 void SetLogSink(LogSink sink, void *user_data) {
   SinkState &s = State();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<std::recursive_mutex> lock(s.mu);
   s.sink = sink;
   s.user_data = user_data;
 }
 
 void Log(LogLevel level, std::string_view message) {
   SinkState &s = State();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<std::recursive_mutex> lock(s.mu);
   std::string text(message);
   if (s.sink) {
     s.sink(static_cast<int>(level), text.c_str(), s.user_data);

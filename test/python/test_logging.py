@@ -25,3 +25,30 @@ def test_compile_remarks_go_to_the_llmc_logger(caplog, capfd):
     assert "remark: decomposed with the attention scores materialized" in rec.getMessage()
     assert "[1, 4, 8, 8]" in rec.getMessage()
     assert "materialized" not in capfd.readouterr().err  # not on stderr too
+
+
+def test_a_handler_that_compiles_again_does_not_deadlock():
+    """A logging handler may call llmc (here: compile again, which logs a
+    remark of its own): the nested message is delivered and both compiles
+    return (the sink lock is re-entrant; the compiler's lock is not held
+    while logging)."""
+    capi = capi_or_skip()
+    seen = []
+
+    class Recompile(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+            if len(seen) == 1:
+                capi.Compiler({"arch": "sm_90a"}).compile(GRADS)
+
+    log = logging.getLogger("llmc")
+    handler = Recompile(level=logging.INFO)
+    old = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        capi.Compiler({"arch": "sm_90a"}).compile(GRADS)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old)
+    assert len(seen) == 2 and all("materialized" in m for m in seen), seen

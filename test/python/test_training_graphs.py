@@ -518,3 +518,78 @@ def test_compiled_optimizer_step_matches_torch(name):
     targets = {str(n.target) for rec in sink for n in rec.eager.graph.nodes}
     assert any("_foreach_" in t for t in targets), targets
     _check_partitions(sink)
+
+
+def _ref_of(fn, args):
+    gm = trace(fn, *args)
+    res = importer.import_graph(gm)
+    got = run_ref(res, args)
+    return [got[i] for kind, i in res.outputs if kind == "out"]
+
+
+def test_foreach_bf16_rounds_once_like_pytorch():
+    """PyTorch's foreach kernels compute in float32 and round once to bf16;
+    so does the import (rounding every step in bf16 made a fifth of a bf16
+    AdamW step's values differ): lerp, mul, addcmul and addcdiv are
+    bit-identical to PyTorch's bf16 results."""
+    _need_llmc_run()
+    torch.manual_seed(7)
+    bf = torch.bfloat16
+    a, b, c = (torch.randn(4, 1024).to(bf) for _ in range(3))
+    c = c.abs() + 0.5
+    cases = {
+        "lerp": (lambda x, y: torch._foreach_lerp([x], [y], 0.1), (a, b)),
+        "mul": (lambda x: torch._foreach_mul([x], 0.999), (a,)),
+        "addcmul": (lambda x, y, z: torch._foreach_addcmul([x], [y], [z], 1e-3), (a, b, c)),
+        "addcdiv": (lambda x, y, z: torch._foreach_addcdiv([x], [y], [z], -1e-3), (a, b, c)),
+    }
+    for name, (fn, args) in cases.items():
+        want = fn(*args)[0]
+        got = _ref_of(fn, list(args))[0].reshape(want.shape).to(bf)
+        mismatches = int((got.float() != want.float()).sum())
+        assert mismatches == 0, f"{name}: {mismatches} of {want.numel()} bf16 values differ"
+
+
+def test_foreach_lerp_uses_pytorchs_formula_for_large_weights():
+    """w >= 0.5: end - (end - self) * (1 - w), so w = 1 gives end exactly
+    (Adam with beta1 = 0), as torch.lerp."""
+    _need_llmc_run()
+    torch.manual_seed(8)
+    start, end = torch.randn(4096) * 1e3, torch.randn(4096) * 1e-3
+    for w in (1.0, 0.9):
+        got = _ref_of(lambda x, y: torch._foreach_lerp([x], [y], w), [start, end])[0]
+        want = torch.lerp(start.double(), end.double(), w)
+        if w == 1.0:
+            assert torch.equal(got.double(), end.double())
+        compare(got, want, torch.float32, f"lerp w={w}")
+
+
+def test_two_index_lookup_out_of_range_is_an_error_not_another_row():
+    """P[[0, 1], [2, 7]] on a 4x6 tensor: PyTorch raises; the linearized
+    gather must not read P[2, 1] instead."""
+    _need_llmc_run()
+    from test_importer_numerics import RefRunError
+    p = torch.arange(24.0).view(4, 6)
+    rows, cols = torch.tensor([0, 1]), torch.tensor([2, 7])
+    with pytest.raises(RefRunError, match="out of range"):
+        _ref_of(lambda t, i, j: t[i, j], [p, rows, cols])
+    ok = _ref_of(lambda t, i, j: t[i, j], [p, rows, torch.tensor([2, -6])])[0]
+    assert ok.tolist() == [2.0, 6.0]
+
+
+def test_any_forms_that_codegen_refuses_stay_in_pytorch():
+    """any over no dimension is the elementwise test; over an empty one or
+    over dimensions that are not adjacent it is refused per node (not a
+    compile failure of the whole subgraph)."""
+    from llmc import partition
+    x = torch.randn(3, 4, 5)
+    gm = trace(lambda t: torch.any(t, dim=()), x)
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    assert importer.check_node(node) is None and partition._codegen_limit(node) is None
+    res = importer.import_graph(gm)
+    assert "llm.reduce_max" not in res.text, res.text
+    for fn, arg, why in ((lambda t: t.any(-1), torch.randn(3, 0), "empty"),
+                         (lambda t: torch.any(t, dim=(0, 2)), x, "not adjacent")):
+        node = next(n for n in trace(fn, arg).graph.nodes if n.op == "call_function")
+        reason = importer.check_node(node) or partition._codegen_limit(node)
+        assert reason and why in reason, reason

@@ -48,9 +48,9 @@ absl::StatusOr<KernelCode> EmitCumsum(const CumsumConfig &c) {
   cfg << "typedef " << CTypeName(c.in) << " InT;\n"
       << "typedef " << CTypeName(c.out) << " OutT;\n"
       << "typedef " << (floatIn ? "float" : "long long") << " AccT;\n"
-      << "static constexpr int kN = " << c.n << ";\n"
+      << "static constexpr long long kN = " << c.n << "LL;\n"
       << "static constexpr int kThreads = " << threads << ";\n"
-      << "static constexpr int kChunk = (kN + kThreads - 1) / kThreads;\n";
+      << "static constexpr long long kChunk = (kN + kThreads - 1) / kThreads;\n";
   const char *load = floatIn ? "toF(xr[i])" : "(AccT)toI(xr[i])";
   const char *store = floatIn ? "fromF<OutT>(run)" : "fromI<OutT>((int64_t)run)";
   std::ostringstream b;
@@ -61,10 +61,11 @@ absl::StatusOr<KernelCode> EmitCumsum(const CumsumConfig &c) {
     << "  if (row >= rows) return;\n"
     << "  const InT* xr = x + row * (long long)kN;\n"
     << "  OutT* yr = out + row * (long long)kN;\n"
-    << "  const int begin = (int)threadIdx.x * kChunk;\n"
-    << "  const int end = begin + kChunk < kN ? begin + kChunk : kN;\n"
+    << "  // 64-bit positions: kChunk * kThreads may pass 2^31 for long rows.\n"
+    << "  const long long begin = (long long)threadIdx.x * kChunk;\n"
+    << "  const long long end = begin + kChunk < kN ? begin + kChunk : kN;\n"
     << "  AccT local = 0;\n"
-    << "  for (int i = begin; i < end; ++i) local += " << load << ";\n"
+    << "  for (long long i = begin; i < end; ++i) local += " << load << ";\n"
     << "  s_run[threadIdx.x] = local;\n"
     << "  __syncthreads();\n"
     << "  // Inclusive scan of the run totals.\n"
@@ -75,7 +76,7 @@ absl::StatusOr<KernelCode> EmitCumsum(const CumsumConfig &c) {
     << "    __syncthreads();\n"
     << "  }\n"
     << "  AccT run = threadIdx.x > 0 ? s_run[threadIdx.x - 1] : (AccT)0;\n"
-    << "  for (int i = begin; i < end; ++i) {\n"
+    << "  for (long long i = begin; i < end; ++i) {\n"
     << "    run += " << load << ";\n"
     << "    yr[i] = " << store << ";\n"
     << "  }\n"

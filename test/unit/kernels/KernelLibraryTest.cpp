@@ -753,13 +753,22 @@ TEST(Cumsum, CompileGridAndLaunch) {
       {ScalarType::f32, ScalarType::f32}, {ScalarType::bf16, ScalarType::bf16},
       {ScalarType::f16, ScalarType::f16}};
   for (auto [in, out] : types)
-    for (int64_t n : {1, 9, 2048, 4099}) {
+    for (int64_t n : {int64_t{1}, int64_t{9}, int64_t{2048}, int64_t{4099}}) {
       CumsumConfig c;
       c.in = in;
       c.out = out;
       c.n = n;
       ExpectCompiles(Unwrap(EmitCumsum(c)));
     }
+  {
+    // Rows near 2^31: the per-thread runs and positions are 64-bit (an
+    // int kChunk overflowed to a negative value and wrote nothing).
+    CumsumConfig big;
+    big.n = 2147483647;
+    KernelCode k = Unwrap(EmitCumsum(big));
+    EXPECT_NE(k.source.find("static constexpr long long kChunk"), std::string::npos);
+    ExpectCompiles(k);
+  }
   CumsumConfig c;
   c.in = ScalarType::bf16;
   c.out = ScalarType::f32;  // a float input keeps its type

@@ -19,7 +19,9 @@ namespace llmc::rt {
 enum class LogLevel : int { debug = 0, info = 1, warning = 2, error = 3 };
 
 /// A host's receiver of messages: `message` is NUL-terminated and valid only
-/// during the call. Called from whichever thread logs, one call at a time.
+/// during the call. Called from whichever thread logs, one call at a time;
+/// it may call into llmc again on its thread (a message it causes is
+/// delivered to it, nested), but must not wait for another thread that logs.
 using LogSink = void (*)(int level, const char *message, void *user_data);
 
 /// Routes every later message to `sink` with `user_data`; nullptr restores
