@@ -130,17 +130,27 @@ static absl::Status lowerReduction(Operation *o, Lowering &l) {
   return absl::OkStatus();
 }
 
+/// Ops over the last dim of `input` (argmax, cumsum): its length n, the
+/// rows (0: nothing to launch), or Unimplemented for another dim.
+static absl::StatusOr<std::pair<int64_t, int64_t>>
+lastDimRows(Operation *op, Value input, int64_t dim, const char *what) {
+  auto x = tensorType(input);
+  if (dim != x.getRank() - 1)
+    return unsupported(op, absl::StrCat(what, " over a dimension other than the last"));
+  int64_t n = x.getDimSize(x.getRank() - 1);
+  return std::make_pair(n, n > 0 ? x.getNumElements() / n : 0);
+}
+
 /// argmax(x) over the last dim => one block per row.
 static absl::Status lowerArgMax(ArgMaxOp op, Lowering &l) {
-  auto x = tensorType(op.getInput());
-  if (op.getDim() != x.getRank() - 1)
-    return unsupported(op, "argmax over a dimension other than the last");
-  cu::ArgMaxConfig cfg;
-  cfg.in = scalarOf(op.getInput());
-  cfg.n = x.getDimSize(x.getRank() - 1);
-  int64_t rows = cfg.n > 0 ? x.getNumElements() / cfg.n : 0;
+  LLMC_ASSIGN_OR_RETURN(auto shape, lastDimRows(op, op.getInput(),
+                                                static_cast<int64_t>(op.getDim()), "argmax"));
+  auto [n, rows] = shape;
   if (rows == 0)
     return absl::OkStatus();
+  cu::ArgMaxConfig cfg;
+  cfg.in = scalarOf(op.getInput());
+  cfg.n = n;
   std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.ptrArg(op.getInput()),
                                  i64Arg(rows)};
   return l.launchGenerated(cu::EmitArgMax(cfg), cu::ArgMaxLaunch(cfg, rows), args, op);
@@ -148,16 +158,15 @@ static absl::Status lowerArgMax(ArgMaxOp op, Lowering &l) {
 
 /// cumsum(x) over the last dim => one block per row.
 static absl::Status lowerCumsum(CumsumOp op, Lowering &l) {
-  auto x = tensorType(op.getInput());
-  if (static_cast<int64_t>(op.getDim()) != x.getRank() - 1)
-    return unsupported(op, "cumsum over a dimension other than the last");
+  LLMC_ASSIGN_OR_RETURN(auto shape, lastDimRows(op, op.getInput(),
+                                                static_cast<int64_t>(op.getDim()), "cumsum"));
+  auto [n, rows] = shape;
+  if (rows == 0)
+    return absl::OkStatus();
   cu::CumsumConfig cfg;
   cfg.in = scalarOf(op.getInput());
   cfg.out = scalarOf(op.getResult());
-  cfg.n = x.getDimSize(x.getRank() - 1);
-  int64_t rows = cfg.n > 0 ? x.getNumElements() / cfg.n : 0;
-  if (rows == 0)
-    return absl::OkStatus();
+  cfg.n = n;
   std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.ptrArg(op.getInput()),
                                  i64Arg(rows)};
   return l.launchGenerated(cu::EmitCumsum(cfg), cu::CumsumLaunch(cfg, rows), args, op);

@@ -227,6 +227,15 @@ struct Scores {
   /// Keys j < end(i) are seen: j < L, and with `causal` j <= i + L - Sq
   /// (bottom right).
   int64_t end(int64_t i) const { return causal ? std::min(L, i + L - Sq + 1) : L; }
+  /// The scores of row i (p[0, end(i))) and their maximum (NaN-aware).
+  double rowScores(int64_t b, int64_t h, int64_t i, std::vector<double> &p) const {
+    double mx = -kInf;
+    for (int64_t j = 0, e = end(i); j < e; ++j) {
+      p[j] = score(b, h, i, j);
+      mx = nanMax(mx, p[j]);
+    }
+    return mx;
+  }
   double score(int64_t b, int64_t h, int64_t i, int64_t j) const {
     double s = dot(q->data.data() + qRow(b, h, i),
                    k->data.data() + kvRow(b, h / group, j), D) *
@@ -314,11 +323,7 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
       int64_t hk = h / g.group;
       for (int64_t i = 0; i < g.Sq; ++i) {
         int64_t end = g.end(i);
-        double mx = -kInf;
-        for (int64_t j = 0; j < end; ++j) {
-          p[j] = g.score(b, h, i, j);
-          mx = nanMax(mx, p[j]);
-        }
+        double mx = g.rowScores(b, h, i, p);
         double *oi = out.data.data() + g.qRow(b, h, i);
         // A row with no visible key (or every score -inf) gives zeros, as
         // FlashAttention; NaN scores propagate.
@@ -359,11 +364,7 @@ RankState::attentionLogSumExp(llm::AttentionLogSumExpOp op) {
     for (int64_t h = 0; h < g.Hq; ++h)
       for (int64_t i = 0; i < g.Sq; ++i) {
         int64_t end = g.end(i);
-        double mx = -kInf;
-        for (int64_t j = 0; j < end; ++j) {
-          p[j] = g.score(b, h, i, j);
-          mx = nanMax(mx, p[j]);
-        }
+        double mx = g.rowScores(b, h, i, p);
         double &lse = out.data[(b * g.Hq + h) * g.Sq + i];
         // No visible key or every score -inf: +inf, so that exp(s - lse) is
         // 0 for the row in any backward (FlashAttention's CUDA convention;

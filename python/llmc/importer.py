@@ -1740,36 +1740,23 @@ def _attention_backward(imp, node, grad_out, q, k, v, out, lse, mask, dropout_p,
     return [imp.transpose(g, perm) for g in grads] + [None] * (nouts - 3)
 
 
-@handles(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def _h_sdpa_flash_cpu_backward(imp, node):
+# SDPA backward kernels: (grad_output argument, mask argument or None,
+# number of outputs); the efficient kernel's 4th output is the mask's grad.
+_SDPA_BACKWARDS = {
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: ("grad_out", "attn_mask", 3),
+    aten._scaled_dot_product_flash_attention_backward.default: ("grad_out", None, 3),
+    aten._scaled_dot_product_efficient_attention_backward.default: ("grad_out_", "attn_bias", 4),
+    aten._scaled_dot_product_cudnn_attention_backward.default: ("grad_out", "attn_bias", 3),
+}
+
+
+@handles(*_SDPA_BACKWARDS)
+def _h_sdpa_backward(imp, node):
+    grad_name, mask_name, nouts = _SDPA_BACKWARDS[node.target]
     a = bind_args(node)
-    return _attention_backward(imp, node, a["grad_out"], a["query"], a["key"], a["value"],
-                               a["out"], a["logsumexp"], a["attn_mask"], a["dropout_p"],
-                               a["is_causal"], a["scale"], 3)
-
-
-@handles(aten._scaled_dot_product_flash_attention_backward.default)
-def _h_sdpa_flash_backward(imp, node):
-    a = bind_args(node)
-    return _attention_backward(imp, node, a["grad_out"], a["query"], a["key"], a["value"],
-                               a["out"], a["logsumexp"], None, a["dropout_p"],
-                               a["is_causal"], a["scale"], 3)
-
-
-@handles(aten._scaled_dot_product_efficient_attention_backward.default)
-def _h_sdpa_efficient_backward(imp, node):
-    a = bind_args(node)
-    return _attention_backward(imp, node, a["grad_out_"], a["query"], a["key"], a["value"],
-                               a["out"], a["logsumexp"], a["attn_bias"], a["dropout_p"],
-                               a["is_causal"], a["scale"], 4)
-
-
-@handles(aten._scaled_dot_product_cudnn_attention_backward.default)
-def _h_sdpa_cudnn_backward(imp, node):
-    a = bind_args(node)
-    return _attention_backward(imp, node, a["grad_out"], a["query"], a["key"], a["value"],
-                               a["out"], a["logsumexp"], a["attn_bias"], a["dropout_p"],
-                               a["is_causal"], a["scale"], 3)
+    return _attention_backward(imp, node, a[grad_name], a["query"], a["key"], a["value"],
+                               a["out"], a["logsumexp"], a[mask_name] if mask_name else None,
+                               a["dropout_p"], a["is_causal"], a["scale"], nouts)
 
 
 # -- optimizer steps: _foreach_* (multi-tensor) ops ---------------------------------
