@@ -286,6 +286,7 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
   populateKVCacheLowerings(patterns);
   populateMatmulLowerings(patterns);
   populateNormLowerings(patterns);
+  populateRandomLowerings(patterns);
   populateReductionLowerings(patterns);
   populateRoPELowerings(patterns);
   populateWeightOnlyLowerings(patterns);

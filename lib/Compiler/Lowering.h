@@ -324,6 +324,7 @@ void populateDataMovementLowerings(OpLoweringSet &set); // gather, concat, pad
 void populateKVCacheLowerings(OpLoweringSet &set);
 void populateMatmulLowerings(OpLoweringSet &set);
 void populateNormLowerings(OpLoweringSet &set); // RMSNorm, LayerNorm, softmax
+void populateRandomLowerings(OpLoweringSet &set); // dropout masks
 void populateReductionLowerings(OpLoweringSet &set);
 void populateRoPELowerings(OpLoweringSet &set);
 void populateWeightOnlyLowerings(OpLoweringSet &set);

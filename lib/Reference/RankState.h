@@ -366,6 +366,7 @@ private:
   absl::StatusOr<HostTensor> rope(llm::RoPEOp op);
   absl::StatusOr<HostTensor> matmul(llm::MatmulOp op);
   absl::StatusOr<HostTensor> cumsum(llm::CumsumOp op);
+  absl::StatusOr<HostTensor> dropoutMask(llm::DropoutMaskOp op);
   absl::StatusOr<HostTensor> attention(llm::AttentionOp op);
   absl::StatusOr<HostTensor> attentionLogSumExp(llm::AttentionLogSumExpOp op);
   absl::Status attentionBackward(llm::AttentionBackwardOp op);

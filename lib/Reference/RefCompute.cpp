@@ -105,6 +105,7 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::IndexPutOp>([&](auto p) { return indexPut(p); })
       .Case<llm::ArgMaxOp>([&](auto a) { return argmax(a); })
       .Case<llm::CumsumOp>([&](auto c) { return cumsum(c); })
+      .Case<llm::DropoutMaskOp>([&](auto d) { return dropoutMask(d); })
       .Case<llm::ReduceSumOp>([&](auto r) {
         return reduce(op, r.getDims(), r.getKeepdim(), 0);
       })

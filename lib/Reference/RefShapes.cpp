@@ -273,6 +273,47 @@ absl::StatusOr<HostTensor> RankState::argmax(llm::ArgMaxOp op) {
   return out;
 }
 
+namespace {
+/// Philox4x32-10 (Salmon et al. 2011), the first output word for `counter`
+/// under `key`: the same integer arithmetic as the CUDA kernel
+/// (lib/Target/CUDA/Random.cpp).
+uint32_t philoxFirstWord(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                         uint32_t k0, uint32_t k1) {
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t{0xD2511F53u} * c0, p1 = uint64_t{0xCD9E8D57u} * c2;
+    uint32_t hi0 = uint32_t(p0 >> 32), lo0 = uint32_t(p0);
+    uint32_t hi1 = uint32_t(p1 >> 32), lo1 = uint32_t(p1);
+    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c0;
+}
+} // namespace
+
+absl::StatusOr<HostTensor> RankState::dropoutMask(llm::DropoutMaskOp op) {
+  const HostTensor &seed = in(op, 0);
+  if (!seed.shape.empty())
+    return opError(op, absl::StrCat("seed must be a scalar, found shape ",
+                                    shapeStr(seed.shape)));
+  auto rt = op.getType();
+  if (!rt.hasStaticShape())
+    return opError(op, "the result shape must be static (specialize the shapes first)");
+  Shape shape(rt.getShape().begin(), rt.getShape().end());
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, rt.getElementType(), shape));
+  const uint64_t s = static_cast<uint64_t>(static_cast<int64_t>(seed.data[0]));
+  const uint32_t k0 = uint32_t(s), k1 = uint32_t(s >> 32);
+  const uint32_t stream = static_cast<uint32_t>(op.getStream());
+  const uint32_t threshold = op.keepThreshold();
+  for (size_t i = 0; i < out.data.size(); ++i) {
+    uint64_t n = i;
+    uint32_t x = philoxFirstWord(uint32_t(n), uint32_t(n >> 32), stream, 0, k0, k1);
+    out.data[i] = (x >> 8) >= threshold ? 1.0 : 0.0;
+  }
+  return out;
+}
+
 absl::StatusOr<HostTensor> RankState::cumsum(llm::CumsumOp op) {
   const HostTensor &x = in(op, 0);
   int64_t dim = static_cast<int64_t>(op.getDim());

@@ -646,6 +646,8 @@ class LlmcSubgraph(torch.nn.Module):
             tensors = [run_args[i] for i in entry.args]
             for j in entry.lifted:
                 tensors[j] = tensors[j].to(entry.session.device, non_blocking=True)
+            if entry.imp.rng_seed:
+                tensors.append(_random_seed(entry.session.device))
             if not entry.imp.outputs:
                 if self._matches(entry, tensors):
                     return self._finish(entry, [], sizes, args)
@@ -721,6 +723,8 @@ class LlmcSubgraph(torch.nn.Module):
             for j in lifted:
                 tensors[j] = tensors[j].to(dev, non_blocking=True)
         on_gpu = bool(tensors) and all(t.is_cuda for t in tensors)
+        if on_gpu and imp.rng_seed:
+            tensors.append(_random_seed(dev))
         if not on_gpu or not torch.cuda.is_available():
             warn_once("nogpu", "llmc: inputs are not on a CUDA GPU (or none is present): "
                                "llmc subgraphs are compiled but run in PyTorch.")
@@ -760,10 +764,18 @@ class LlmcSubgraph(torch.nn.Module):
             if (p not in self.static and p not in self.donate and not info.parameter
                     and nbytes <= STAGE_BYTES):
                 staged.append(k)
+        if imp.rng_seed:
+            staged.append(len(imp.arg_placeholders))  # a fresh seed every call
         return staged
 
     # -- debug check ----------------------------------------------------------------
     def _check(self, args, result, imp):
+        if imp.rng_seed:
+            # Dropout: llmc's masks are not PyTorch's (another generator).
+            warn_once(f"check-rng:{self.report.graph}:{self.name}",
+                      f"llmc check: {self.report.graph} subgraph {self.name} draws random "
+                      "numbers (dropout); its results are not compared with PyTorch's")
+            return
         want = self.eager(*args)
         want = list(want) if isinstance(want, (tuple, list)) else [want]
         floats = [a.dtype for a in args if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
@@ -836,6 +848,12 @@ def _apply_restride(res: list, plan) -> None:
             t = torch.empty_strided(tuple(o.shape), want, dtype=o.dtype, device=o.device)
             t.copy_(o)
             res[i] = t
+
+
+def _random_seed(device) -> torch.Tensor:
+    """A rank-0 int64 seed for the subgraph's dropout masks, drawn from
+    PyTorch's generator of `device` (so torch.manual_seed governs it)."""
+    return torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64, device=device)
 
 
 def assemble_outputs(imp: importer.ImportResult, outs, args) -> list:

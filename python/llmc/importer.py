@@ -197,6 +197,9 @@ class ImportResult:
     # The FX graph returns one value, not a tuple: the compiled callable must
     # return the same structure as the eager subgraph.
     single_output: bool = False
+    # The function takes a last argument `%rng_seed` (rank-0 i64, dropout)
+    # that no placeholder feeds: a fresh random value per call.
+    rng_seed: bool = False
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,18 @@ class Importer:
         self.counter = 0
         self.loc = ""
         self.ops: Dict[str, int] = {}
+        # The random seed argument (dropout), made on first use; one stream
+        # per dropout site.
+        self.seed: Optional[Val] = None
+        self.rng_streams = 0
+
+    def rng_seed(self) -> Val:
+        """The function's rank-0 i64 `%rng_seed` argument, after the
+        placeholders' (ImportResult.rng_seed): the backend passes a fresh
+        seed from PyTorch's generator on every call."""
+        if self.seed is None:
+            self.seed = Val((), torch.int64, name="%rng_seed")
+        return self.seed
 
     # -- emission helpers ---------------------------------------------------
     def fresh(self) -> str:
@@ -1263,6 +1278,43 @@ def _h_cumsum(imp, node):
                    lambda: f"{imp.ref(x)} dim = {dim} : {x.type} -> {rty}")
 
 
+@handles(aten.native_dropout.default)
+def _h_native_dropout(imp, node):
+    """native_dropout(x, p, train) -> (x * keep * 1/(1 - p), keep): keep from
+    llm.dropout_mask on the function's `%rng_seed` (one stream per site), so
+    a training step's masks change per call and follow torch.manual_seed,
+    though they are not PyTorch's (another generator). Without training or
+    with p = 0 every element is kept, as PyTorch does."""
+    args = bind_args(node)
+    x = imp.val(args["input"])
+    p, train = args["p"], args["train"]
+    if not isinstance(p, (int, float)) or isinstance(p, bool):
+        raise Unsupported("dropout with a symbolic probability")
+    p = float(p)
+    if x.dtype not in FLOAT_DTYPES:
+        raise Unsupported(f"dropout of {x.dtype}")
+    if not all(_is_static(d) for d in x.shape):
+        raise Unsupported("dropout of a dynamic shape")
+    if not 0.0 <= p < 1.0:
+        raise Unsupported(f"dropout with p = {p} (0 <= p < 1 is supported)")
+    bty = tensor_type(x.shape, torch.bool)
+    if train is False or p == 0.0:
+        return [x, imp.constant(True, torch.bool, x.shape)]
+    seed = imp.rng_seed()
+    stream = imp.rng_streams
+    imp.rng_streams += 1
+    keep = imp.new(x.shape, torch.bool, "llm.dropout_mask",
+                   lambda: f"{imp.ref(seed)} {{p = {f64_literal(p)} : f64, stream = {stream} : i64}}"
+                           f" : tensor<i64> -> {bty}")
+    keepf = imp.cast(keep, x.dtype)
+    kept = imp.new(x.shape, x.dtype, "llm.mul",
+                   lambda: f"{imp.ref(x)}, {imp.ref(keepf)} : {x.type}")
+    scale = imp.operand(1.0 / (1.0 - p), x.dtype, x.shape)
+    out = imp.new(x.shape, x.dtype, "llm.mul",
+                  lambda: f"{imp.ref(kept)}, {imp.ref(scale)} : {x.type}")
+    return [out, keep]
+
+
 @handles(aten.argmax.default)
 def _h_argmax(imp, node):
     """torch.argmax(x, dim=None, keepdim=False): llm.argmax (first maximum,
@@ -1922,6 +1974,7 @@ FOREACH_OPS = set(_foreach_targets([*_FOREACH_BINARY, *_FOREACH_UNARY, aten._for
 
 MULTI_OUTPUT = {
     aten.native_layer_norm.default,
+    aten.native_dropout.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
     aten._scaled_dot_product_flash_attention_backward.default,
     aten._scaled_dot_product_efficient_attention_backward.default,
@@ -2084,6 +2137,8 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
         raise Unsupported("subgraph computes nothing")
     names = [imp.ref(v) for v in results]
     ret_types = ", ".join(v.type for v in results)
+    if imp.seed is not None:
+        args_sig.append("%rng_seed: tensor<i64>")
     body = "\n".join(imp.lines)
     sig = ",\n    ".join(args_sig)
     rt = ret_types if len(results) == 1 else f"({ret_types})"
@@ -2092,7 +2147,7 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
     return ImportResult(text=text, func_name=func_name, arg_placeholders=arg_placeholders,
                         dim_bindings=dim_bindings, outputs=out_map,
                         dynamic=bindings is None and bool(dim_bindings), ops=imp.ops,
-                        single_output=single)
+                        single_output=single, rng_seed=imp.seed is not None)
 
 
 def supported_aten_ops() -> List[str]:

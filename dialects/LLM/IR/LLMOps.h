@@ -18,6 +18,8 @@
 
 #include "LLM/IR/LLMEnums.h.inc"
 
+#include <cmath>
+#include <cstdint>
 #include <optional>
 #include <string>
 

@@ -287,6 +287,40 @@ def LLM_CumsumOp : LLM_Op<"cumsum", [Pure]> {
   let hasVerifier = 1;
 }
 
+def LLM_DropoutMaskOp : LLM_Op<"dropout_mask", [Pure]> {
+  let summary = "Dropout's keep mask from counter-based random numbers (Philox4x32-10).";
+  let description = [{
+    result[i] (i1; i the row-major linear index of the result) is true,
+    "keep", iff (x_i >> 8) >= ceil(p * 2^24), where x_i is the first 32-bit
+    word of Philox4x32-10 (Salmon et al. 2011, "Parallel random numbers: as
+    easy as 1, 2, 3") with key (low and high 32 bits of the rank-0 i64
+    `seed`) and counter (low and high 32 bits of i, `stream`, 0): each
+    element is kept with probability 1 - ceil(p * 2^24) / 2^24, about
+    1 - p. `stream` separates dropout sites that share a seed. A function
+    of its operands: the same seed, stream and shape give the same mask,
+    and the reference executor and the CUDA kernel agree bit for bit. p is
+    in [0, 1]; p = 1 drops every element.
+
+    The torch.compile backend passes a fresh seed drawn from PyTorch's
+    generator on every call, so masks change per step and follow
+    torch.manual_seed (not PyTorch's own masks: the generators differ).
+
+    ```mlir
+    %keep = llm.dropout_mask %seed {p = 1.000000e-01 : f64, stream = 3 : i64} : tensor<i64> -> tensor<2x9x768xi1>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[I64]>:$seed, F64Attr:$p, I64Attr:$stream);
+  let results = (outs LLM_BoolTensor:$result);
+  let assemblyFormat = "$seed attr-dict `:` type($seed) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Elements are kept iff (x >> 8) >= this threshold (0 ... 2^24).
+    uint32_t keepThreshold() {
+      return static_cast<uint32_t>(std::ceil(getP().convertToDouble() * 16777216.0));
+    }
+  }];
+}
+
 def LLM_ArgMaxOp : LLM_Op<"argmax", [Pure, InferTypeOpAdaptor]> {
   let summary = "Index (i64) of the largest element along `dim`.";
   let description = [{

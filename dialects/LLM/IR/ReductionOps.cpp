@@ -199,3 +199,20 @@ LogicalResult CumsumOp::verify() {
                          << typeStr(ot);
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// DropoutMaskOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult DropoutMaskOp::verify() {
+  auto seed = cast<RankedTensorType>(getSeed().getType());
+  if (seed.getRank() != 0)
+    return emitOpError() << "seed must be a scalar (rank 0) i64, found "
+                         << typeStr(seed);
+  double p = getP().convertToDouble();
+  if (!(p >= 0.0 && p <= 1.0))
+    return emitOpError() << "p must be in [0, 1], found " << p;
+  if (static_cast<int64_t>(getStream()) < 0 || getStream() > uint64_t{0xFFFFFFFF})
+    return emitOpError() << "stream must be in [0, 2^32), found " << getStream();
+  return success();
+}

@@ -1145,3 +1145,19 @@ func.func @cumsum_shape(%x: tensor<2x9xi1>) {
   %0 = llm.cumsum %x dim = 1 : tensor<2x9xi1> -> tensor<2x8xi64>
   return
 }
+
+// -----
+
+func.func @dropout_mask_p(%seed: tensor<i64>) {
+  // expected-error @+1 {{'llm.dropout_mask' op p must be in [0, 1], found 1.5}}
+  %0 = llm.dropout_mask %seed {p = 1.5 : f64, stream = 0 : i64} : tensor<i64> -> tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @dropout_mask_seed(%seed: tensor<2xi64>) {
+  // expected-error @+1 {{'llm.dropout_mask' op seed must be a scalar (rank 0) i64, found tensor<2xi64>}}
+  %0 = llm.dropout_mask %seed {p = 0.5 : f64, stream = 0 : i64} : tensor<2xi64> -> tensor<4xi1>
+  return
+}

@@ -238,3 +238,10 @@ func.func @cumsum(%m: tensor<2x?xi1>, %x: tensor<3x5xbf16>) {
   %1 = llm.cumsum %x dim = 0 : tensor<3x5xbf16> -> tensor<3x5xbf16>
   return
 }
+
+// CHECK-LABEL: func.func @dropout_mask
+func.func @dropout_mask(%seed: tensor<i64>) -> tensor<2x9x64xi1> {
+  // CHECK: llm.dropout_mask %{{.*}} {p = 1.000000e-01 : f64, stream = 3 : i64} : tensor<i64> -> tensor<2x9x64xi1>
+  %0 = llm.dropout_mask %seed {p = 0.1 : f64, stream = 3 : i64} : tensor<i64> -> tensor<2x9x64xi1>
+  return %0 : tensor<2x9x64xi1>
+}

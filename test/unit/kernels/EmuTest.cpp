@@ -958,6 +958,61 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, void* out, const void* 
   }
 }
 
+// llm.dropout_mask: Philox4x32-10, checked first against Random123's known
+// answers (host copy), then the kernel's keep flags against the host's for
+// two thresholds, two streams and a count that is not a block multiple.
+namespace {
+uint32_t HostPhiloxX(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                     uint32_t k1) {
+  for (int r = 0; r < 10; ++r) {
+    uint64_t p0 = uint64_t{0xD2511F53u} * c0, p1 = uint64_t{0xCD9E8D57u} * c2;
+    uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0, n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
+    c1 = uint32_t(p1), c3 = uint32_t(p0), c0 = n0, c2 = n2;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  return c0;
+}
+} // namespace
+
+TEST(Emu, DropoutMaskIsPhilox4x32_10) {
+  // Random123's kat_vectors for philox4x32_10 (first output word).
+  EXPECT_EQ(HostPhiloxX(0, 0, 0, 0, 0, 0), 0x6627e8d5u);
+  EXPECT_EQ(HostPhiloxX(~0u, ~0u, ~0u, ~0u, ~0u, ~0u), 0x408f276du);
+  EXPECT_EQ(HostPhiloxX(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u,
+                        0x299f31d0u),
+            0xd16cfe09u);
+  if (!HaveCompiler()) GTEST_SKIP();
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, uint8_t* out, const long long* seed,
+                          long long n, unsigned threshold, unsigned stream) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, seed, n, threshold, stream); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, uint8_t *, const long long *, long long, unsigned,
+                      unsigned);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(Unwrap(EmitDropoutMask()), stub));
+  ASSERT_NE(fn, nullptr);
+  const long long seed = 0x0123456789abcdefLL;
+  const int64_t n = 3001;
+  for (double p : {0.1, 0.5})
+    for (unsigned stream : {0u, 7u}) {
+      const unsigned threshold = static_cast<unsigned>(std::ceil(p * 16777216.0));
+      std::vector<uint8_t> out(n, 9);
+      LaunchDims d = Unwrap(DropoutMaskLaunch(n));
+      fn(G(d), B(d), d.smem, out.data(), &seed, n, threshold, stream);
+      int64_t kept = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t x = HostPhiloxX(uint32_t(i), 0, stream, 0, uint32_t(uint64_t(seed)),
+                                 uint32_t(uint64_t(seed) >> 32));
+        ASSERT_EQ(out[i], (x >> 8) >= threshold ? 1 : 0) << "p=" << p << " stream " << stream
+                                                          << " at " << i;
+        kept += out[i];
+      }
+      // Binomial(n, 1 - p): within 5 standard deviations.
+      const double mean = n * (1 - p), sd = std::sqrt(n * p * (1 - p));
+      EXPECT_NEAR(double(kept), mean, 5 * sd) << "p=" << p;
+    }
+}
+
 TEST(Emu, ReductionsAndLayerNorm) {
   if (!HaveCompiler()) GTEST_SKIP();
   {

@@ -789,6 +789,14 @@ TEST(Cumsum, CompileGridAndLaunch) {
   EXPECT_EQ(Unwrap(CumsumLaunch(c, 3)).block[0], 256u);
 }
 
+TEST(DropoutMask, CompileGridAndLaunch) {
+  ExpectCompiles(Unwrap(EmitDropoutMask()));
+  EXPECT_EQ(Unwrap(DropoutMaskLaunch(0)).grid[0], 1u);
+  EXPECT_EQ(Unwrap(DropoutMaskLaunch(1000)).grid[0], 4u);
+  EXPECT_EQ(Unwrap(DropoutMaskLaunch(int64_t{1} << 40)).grid[0], 65535u);  // grid-stride
+  EXPECT_EQ(DropoutMaskLaunch(-1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ArgMax, CompileGridAndLaunch) {
   for (ScalarType t : {ScalarType::bf16, ScalarType::f16, ScalarType::f32})
     for (int64_t n : {1, 7, 4096, 32000, 50257}) {

@@ -588,6 +588,14 @@ struct CumsumConfig {
 absl::StatusOr<KernelCode> EmitCumsum(const CumsumConfig &cfg);
 absl::StatusOr<LaunchDims> CumsumLaunch(const CumsumConfig &cfg, int64_t rows);
 
+/// llm.dropout_mask: out [n] (i1, one byte each) = keep flags,
+/// (Philox4x32-10(key = seed, counter = (i_lo, i_hi, stream, 0)).x >> 8)
+/// >= threshold (Salmon et al. 2011), one thread per element, grid-stride.
+/// Kernel arguments: (uint8_t* out, const long long* seed, long long n,
+/// unsigned threshold, unsigned stream). InvalidArgument: n < 0.
+absl::StatusOr<KernelCode> EmitDropoutMask();
+absl::StatusOr<LaunchDims> DropoutMaskLaunch(int64_t n);
+
 enum class ReduceKind { sum, mean, max, min };
 
 struct RowReduceConfig {
