@@ -851,9 +851,10 @@ def _apply_restride(res: list, plan) -> None:
 
 
 def _random_seed(device) -> torch.Tensor:
-    """A rank-0 int64 seed for the subgraph's dropout masks, drawn from
-    PyTorch's generator of `device` (so torch.manual_seed governs it)."""
-    return torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64, device=device)
+    """A rank-0 int64 seed in [0, 2^53) for the subgraph's dropout masks,
+    drawn from PyTorch's generator of `device` (so torch.manual_seed governs
+    it); below 2^53 so that `llmc-run --value` replays it exactly."""
+    return torch.randint(0, 2 ** 53, (), dtype=torch.int64, device=device)
 
 
 def assemble_outputs(imp: importer.ImportResult, outs, args) -> list:

@@ -1295,8 +1295,10 @@ def _h_native_dropout(imp, node):
         raise Unsupported(f"dropout of {x.dtype}")
     if not all(_is_static(d) for d in x.shape):
         raise Unsupported("dropout of a dynamic shape")
-    if not 0.0 <= p < 1.0:
-        raise Unsupported(f"dropout with p = {p} (0 <= p < 1 is supported)")
+    if not 0.0 <= p <= 1.0 - 2.0 ** -24:
+        # Beyond 1 - 2^-24 the 24-bit keep threshold drops everything while
+        # the scale 1/(1 - p) stays finite: refused.
+        raise Unsupported(f"dropout with p = {p} (0 <= p <= 1 - 2^-24 is supported)")
     bty = tensor_type(x.shape, torch.bool)
     if train is False or p == 0.0:
         return [x, imp.constant(True, torch.bool, x.shape)]
@@ -1306,13 +1308,17 @@ def _h_native_dropout(imp, node):
     keep = imp.new(x.shape, torch.bool, "llm.dropout_mask",
                    lambda: f"{imp.ref(seed)} {{p = {f64_literal(p)} : f64, stream = {stream} : i64}}"
                            f" : tensor<i64> -> {bty}")
-    keepf = imp.cast(keep, x.dtype)
-    kept = imp.new(x.shape, x.dtype, "llm.mul",
-                   lambda: f"{imp.ref(x)}, {imp.ref(keepf)} : {x.type}")
-    scale = imp.operand(1.0 / (1.0 - p), x.dtype, x.shape)
-    out = imp.new(x.shape, x.dtype, "llm.mul",
-                  lambda: f"{imp.ref(kept)}, {imp.ref(scale)} : {x.type}")
-    return [out, keep]
+    # In float32 with a float32 scale, rounded once, as PyTorch's CUDA
+    # dropout kernel (a bf16 scale, 1.109375 for p = 0.1, would bias the
+    # expectation by 0.15%; an f16 one overflows for p near 1).
+    f32 = torch.float32
+    xf = imp.cast(x, f32)
+    keepf = imp.cast(keep, f32)
+    fty = tensor_type(x.shape, f32)
+    kept = imp.new(x.shape, f32, "llm.mul", lambda: f"{imp.ref(xf)}, {imp.ref(keepf)} : {fty}")
+    scale = imp.operand(1.0 / (1.0 - p), f32, x.shape)
+    out = imp.new(x.shape, f32, "llm.mul", lambda: f"{imp.ref(kept)}, {imp.ref(scale)} : {fty}")
+    return [imp.cast(out, x.dtype), keep]
 
 
 @handles(aten.argmax.default)

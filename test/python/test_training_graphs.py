@@ -446,9 +446,10 @@ def test_hf_training_step_is_one_subgraph_each_way(name):
 
 def test_gpt2_training_graphs_are_whole_dropout_included():
     """GPT-2 trains with dropout (p = 0.1 by default): native_dropout is
-    llm.dropout_mask on a per-call seed, so nothing stays in PyTorch. (HF's
-    GPT-2 loss makes Dynamo break the graph: two graphs each way, one llmc
-    subgraph each.)"""
+    llm.dropout_mask on a per-call seed, so on the CPU trace nothing stays
+    in PyTorch. (HF's GPT-2 loss makes Dynamo break the graph: two graphs
+    each way, one llmc subgraph each. On a GPU the attention dropout goes
+    into PyTorch's SDPA kernels instead, which llmc does not take yet.)"""
     torch.manual_seed(0)
     m = MODELS["gpt2"]()
     x = torch.randint(0, 1000, (2, 9))
@@ -505,6 +506,23 @@ def test_dropout_is_a_philox_keep_mask_scaled_by_one_over_keep():
                                rtol=1e-6, atol=0)
     off = importer.import_graph(trace(lambda t: aten.native_dropout(t, 0.3, False), x))
     assert not off.rng_seed and "llm.dropout_mask" not in off.text
+
+
+def test_dropout_scales_in_float32_like_pytorchs_cuda_kernel():
+    """bf16 dropout: out = bf16(x * keep * float32(1/0.9)), one rounding (a
+    bf16 scale would be 1.109375 and bias the mean by 0.15%); p beyond
+    1 - 2^-24, where the 24-bit threshold keeps nothing, is refused."""
+    _need_llmc_run()
+    torch.manual_seed(4)
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    res = importer.import_graph(trace(lambda t: aten.native_dropout(t, 0.1, True), x))
+    out, keep = (run_ref(res, [x])[i] for _, i in res.outputs)
+    keep = keep.reshape(x.shape).bool()
+    want = (x.float() * keep * torch.tensor(1 / 0.9, dtype=torch.float32)).to(torch.bfloat16)
+    assert torch.equal(out.reshape(x.shape).to(torch.bfloat16), want)
+    node = next(n for n in trace(lambda t: aten.native_dropout(t, 1 - 2 ** -30, True), x).graph.nodes
+                if n.op == "call_function")
+    assert "p =" in (importer.check_node(node) or "")
 
 
 # ---------------------------------------------------------------------------
