@@ -296,7 +296,8 @@ def LLM_DropoutMaskOp : LLM_Op<"dropout_mask", [Pure]> {
     easy as 1, 2, 3") with key (low and high 32 bits of the rank-0 i64
     `seed`) and counter (low and high 32 bits of i, `stream`, 0): each
     element is kept with probability 1 - ceil(p * 2^24) / 2^24, about
-    1 - p. `stream` separates dropout sites that share a seed. A function
+    1 - p. `stream` (in [0, 2^31)) separates dropout sites that share a
+    seed. A function
     of its operands: the same seed, stream and shape give the same mask,
     and the reference executor and the CUDA kernel agree bit for bit. p is
     in [0, 1]; p = 1 drops every element.

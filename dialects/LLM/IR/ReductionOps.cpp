@@ -212,7 +212,9 @@ LogicalResult DropoutMaskOp::verify() {
   double p = getP().convertToDouble();
   if (!(p >= 0.0 && p <= 1.0))
     return emitOpError() << "p must be in [0, 1], found " << p;
-  if (static_cast<int64_t>(getStream()) < 0 || getStream() > uint64_t{0xFFFFFFFF})
-    return emitOpError() << "stream must be in [0, 2^32), found " << getStream();
+  // The kernel takes the stream as a 32-bit launch argument.
+  if (static_cast<int64_t>(getStream()) < 0 || getStream() > uint64_t{0x7FFFFFFF})
+    return emitOpError() << "stream must be in [0, 2^31), found "
+                         << static_cast<int64_t>(getStream());
   return success();
 }

@@ -1161,3 +1161,11 @@ func.func @dropout_mask_seed(%seed: tensor<2xi64>) {
   %0 = llm.dropout_mask %seed {p = 0.5 : f64, stream = 0 : i64} : tensor<2xi64> -> tensor<4xi1>
   return
 }
+
+// -----
+
+func.func @dropout_mask_stream(%seed: tensor<i64>) {
+  // expected-error @+1 {{'llm.dropout_mask' op stream must be in [0, 2^31), found 3000000000}}
+  %0 = llm.dropout_mask %seed {p = 0.5 : f64, stream = 3000000000 : i64} : tensor<i64> -> tensor<4xi1>
+  return
+}
