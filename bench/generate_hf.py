@@ -149,7 +149,21 @@ def set_backend(model, base_forward, name):
         kw["options"] = {"weight_only": name.split("-")[1], "cuda_graphs": True}
     elif name.endswith("-graphs"):
         kw["mode"] = "reduce-overhead"
-    model.forward = torch.compile(base_forward, dynamic=False, **kw)
+    fwd = torch.compile(base_forward, dynamic=False, **kw)
+    if name == "inductor-graphs":
+        # generate() keeps each step's logits while the next step replays the
+        # graph, which overwrites Inductor's CUDA-graph outputs ("accessing
+        # tensor output of CUDAGraphs that has been overwritten", seen on the
+        # H200): a new step is marked and the logits are copied out, as
+        # PyTorch's CUDA-graph trees documentation advises.
+        def forward(*a, **k):
+            torch.compiler.cudagraph_mark_step_begin()
+            out = fwd(*a, **k)
+            out.logits = out.logits.clone()
+            return out
+        model.forward = forward
+        return
+    model.forward = fwd
 
 
 def compiles(name):

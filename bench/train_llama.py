@@ -59,6 +59,10 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=10, help="steady-state steps; median")
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one steady-state step per run (torch.profiler): "
+                         "DIR/profile-MODE-BACKEND.txt lists the 30 kernels with the most "
+                         "GPU time")
     ap.add_argument("--smoke", action="store_true",
                     help="a 2-layer, 64-wide model on the CPU: checks this script, not speed")
     args = ap.parse_args(argv)
@@ -153,6 +157,18 @@ def llmc_report():
     return out
 
 
+def profile_step(step, ids, labels, device, path):
+    """One step under torch.profiler; the kernels with the most device time
+    (CPU ops when there is no GPU) written to `path`."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        step(ids, labels)
+        sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    path.write_text(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=90))
+
+
 def run_one(args, device, dtype, backend, mode, eager_loss, ceiling):
     model = build_model(args, device, dtype)
     g = torch.Generator(device="cpu").manual_seed(1)
@@ -186,6 +202,9 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling):
         rec["loss_rel_to_eager"] = abs(first_loss - eager_loss) / max(abs(eager_loss), 1e-30)
     if backend == "llmc":
         rec["partitions"] = llmc_report()
+    if args.profile:
+        from pathlib import Path
+        profile_step(step, ids, labels, device, Path(args.out) / f"profile-{mode}-{backend}.txt")
     return rec
 
 

@@ -1621,8 +1621,8 @@ def _logsumexp(imp, node, qt, kt, mval, attr):
     """The attention statistics PyTorch's SDPA forward `node` returns as
     output 1, from llm.attention_logsumexp ([B, H, Sq] f32): as is for the
     flash kernels, [B, H, Sq, 1] for cuDNN's, [B, H, Sq'] with Sq' >= Sq
-    for the efficient kernel's (padded to a multiple of 32; the padding is
-    0 and never read)."""
+    for the efficient kernel's (padded to a multiple of 32 with +inf, as
+    PyTorch's kernel pads; the backward never reads the padding)."""
     metas = _meta(node)
     want = metas[1] if isinstance(metas, (tuple, list)) and len(metas) > 1 else None
     if not isinstance(want, torch.Tensor) or want.dtype != torch.float32:
@@ -1647,11 +1647,11 @@ def _logsumexp(imp, node, qt, kt, mval, attr):
                           + (f" mask({imp.ref(mval)} : {mval.type})" if mval is not None else "")
                           + f"{attr} : {qt.type}, {kt.type} -> {tensor_type(shape, torch.float32)}")
     if pad:
-        # Rows past Sq are never read (the backward takes the first Sq).
-        pshape = (b, h, sq + pad)
-        return imp.new(pshape, torch.float32, "llm.pad",
-                       lambda: f"{imp.ref(lse)} high [0, 0, {pad}] : {lse.type} to "
-                               f"{tensor_type(pshape, torch.float32)}")
+        # Rows past Sq are never read (the backward takes the first Sq); the
+        # efficient kernel writes +inf there (PyTorch's kernel_forward.h), and
+        # so does llmc, so the statistics equal PyTorch's everywhere.
+        inf = imp.broadcast(imp.constant(math.inf, torch.float32, (1, 1, 1)), (b, h, pad))
+        return _concat(imp, [lse, inf], 2, (b, h, sq + pad), torch.float32)
     return imp.reshape(lse, target) if target is not None else lse
 
 

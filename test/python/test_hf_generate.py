@@ -105,26 +105,62 @@ def _cache_tensors(cache):
     return [t for pair in zip(cache.key_cache, cache.value_cache) for t in pair]
 
 
+def _assert_greedy_under_f32(ref, seqs, prompt_len, rel, what):
+    """Each token of `seqs` after the prompt is a greedy choice of the
+    float32 model `ref` run on the same prefix (teacher forcing), up to
+    rounding: its logit is within `rel` * max|logit| of the row's maximum.
+    A wrong KV-cache write or position gives tokens far from the argmax."""
+    with torch.no_grad():
+        logits = ref(seqs).logits.float()
+    for t in range(prompt_len - 1, seqs.shape[1] - 1):
+        row = logits[:, t]
+        chosen = row.gather(1, seqs[:, t + 1:t + 2]).squeeze(1)
+        best, tol = row.max(1).values, rel * row.abs().max(1).values
+        bad = (chosen < best - tol).nonzero().flatten().tolist()
+        assert not bad, (f"{what}: token {t + 1} of row(s) {bad} is not a greedy choice: logit "
+                         f"{chosen[bad].tolist()} vs max {best[bad].tolist()} (tolerance "
+                         f"{tol[bad].tolist()}); tokens {seqs[bad].tolist()}")
+
+
 @gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_gpu_static_cache_written_in_place_tokens_equal_eager(family, donated_outputs):
-    """bf16 on the GPU: tokens equal eager's, the subgraphs run in llmc and
-    return every donated cache tensor itself (written in place, no copy),
-    and the static cache's tensors hold eager's values."""
+def test_gpu_static_cache_written_in_place(family, dtype, donated_outputs):
+    """On the GPU, the subgraphs run in llmc and return every donated cache
+    tensor itself (written in place, no copy). float32: the tokens equal
+    eager's and the caches hold eager's values (1e-5). bfloat16: 48 greedy
+    tokens of a random model differ from eager's once a near-tie flips (seen
+    on the H200: row 0 of 2 after 19 tokens), so every token must instead
+    be a greedy choice of the float32 model on its own prefix within bf16's
+    1e-2 (eager's tokens are held to the same check), and the caches equal
+    eager's (1e-2) at the positions before the rows' tokens differ."""
     capi_or_skip()
     torch.manual_seed(0)
-    model = FAMILIES[family]().eval().to("cuda", torch.bfloat16)
+    model = FAMILIES[family]().eval().to("cuda", dtype)
+    ref = copy.deepcopy(model).float()
     compiled = _compiled(model, dynamic=False)
     ids = torch.randint(1, 1000, (2, 11), device="cuda")
     want = _generate(model, ids, cache_implementation="static", return_dict_in_generate=True)
     llmc.backend.reset()
     _generate(compiled, ids, cache_implementation="static")  # compiles
     got = _generate(compiled, ids, cache_implementation="static", return_dict_in_generate=True)
-    assert torch.equal(got.sequences, want.sequences), \
-        f"{got.sequences.tolist()} vs {want.sequences.tolist()}"
     assert all(r.llmc_runs > 0 for r in llmc.backend.reports()), \
         [str(r) for r in llmc.backend.reports()]
-    for g, e in zip(_cache_tensors(got.past_key_values), _cache_tensors(want.past_key_values)):
-        err = float((g.float() - e.float()).norm() / e.float().norm())
-        assert err <= 1e-2, f"cache: relative error {err:.3e}"
     assert donated_outputs and all(donated_outputs), donated_outputs
+    gs, ws = got.sequences, want.sequences
+    if dtype == torch.float32:
+        assert torch.equal(gs, ws), f"{gs.tolist()} vs {ws.tolist()}"
+        same = [gs.shape[1]] * gs.shape[0]
+    else:
+        _assert_greedy_under_f32(ref, gs, ids.shape[1], 2e-2, "llmc")
+        _assert_greedy_under_f32(ref, ws, ids.shape[1], 2e-2, "eager")
+        # Cache slot p holds token p's K/V: equal inputs up to the first
+        # differing token of each row.
+        same = [int((g != w).nonzero()[0]) if (g != w).any() else gs.shape[1]
+                for g, w in zip(gs, ws)]
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    for g, e in zip(_cache_tensors(got.past_key_values), _cache_tensors(want.past_key_values)):
+        for b, n in enumerate(same):
+            gb, eb = g[b, :, :n].float(), e[b, :, :n].float()
+            err = float((gb - eb).norm() / eb.norm())
+            assert err <= tol, f"cache row {b} (first {n} positions): relative error {err:.3e}"
