@@ -174,8 +174,120 @@ static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lower
   return a;
 }
 
+/// The softmax scale of an attention training op: its `scale` or
+/// 1/sqrt(head dim).
+static float softmaxScale(std::optional<APFloat> scale, int64_t d) {
+  return scale ? static_cast<float>(scale->convertToDouble())
+               : static_cast<float>(1.0 / std::sqrt(double(d)));
+}
+
+/// attention_logsumexp(q, k) => the FlashAttention-2 forward kernel's
+/// statistics variant (write_lse) with no output (out = null; the key
+/// stands in for the value it does not read). llmc-decompose-attention
+/// kept the op because the fused kernels take it (no mask, bf16/f16, head
+/// dim a multiple of 16 up to 128).
+static absl::Status lowerAttentionLogSumExp(AttentionLogSumExpOp op, Lowering &l) {
+  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+  int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
+          d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
+  if (op.getMask())
+    return unsupported(op, "a mask (llmc-decompose-attention decomposes masked "
+                           "attention training ops; run it first)");
+  cu::AttentionConfig cfg;
+  cfg.dtype = scalarOf(op.getQuery());
+  cfg.head_dim = d;
+  cfg.causal = op.getCausal();
+  cfg.write_lse = true;
+  if (!cu::AttentionUsesTensorCores(cfg) || scalarOf(op.getKey()) != cfg.dtype)
+    return unsupported(op, "the training forward kernel takes bf16/f16 query and "
+                           "key of one type with a head dim that is a multiple "
+                           "of 16 (llmc-decompose-attention decomposes the rest)");
+  if (absl::Status st = checkAttentionTile(op, cfg); !st.ok())
+    return st;
+  if (b * hq * sq == 0)
+    return absl::OkStatus();
+  std::vector<KernelArg> args = {nullArg(),
+                                 l.ptrArg(op.getQuery()),
+                                 l.ptrArg(op.getKey()),
+                                 l.ptrArg(op.getKey()),
+                                 nullArg(),
+                                 i64Arg(b),
+                                 i64Arg(sq),
+                                 i64Arg(skv),
+                                 i32Arg(hq),
+                                 i32Arg(hkv),
+                                 f32Arg(softmaxScale(op.getScale(), d)),
+                                 i64Arg(0),
+                                 i64Arg(0),
+                                 i64Arg(0),
+                                 l.ptrArg(op.getResult())};
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::AttentionLaunch(cfg, b, sq, hq), op));
+  return l.launchGenerated(cu::EmitAttention(cfg), dims, args, op);
+}
+
+/// attention_backward(q, k, v, o, dO, lse) => FlashAttention-2's backward
+/// (Dao 2023, Algorithm 2): D = rowsum(dO * o) and dQacc = 0, the main
+/// kernel (dK, dV per key tile; dQacc by fp32 atomics), dQ = scale * dQacc.
+/// D and dQacc are arena buffers of this step.
+static absl::Status lowerAttentionBackward(AttentionBackwardOp op, Lowering &l) {
+  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+  int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
+          d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
+  if (op.getMask())
+    return unsupported(op, "a mask (llmc-decompose-attention decomposes masked "
+                           "attention training ops; run it first)");
+  cu::AttentionBackwardConfig cfg;
+  cfg.dtype = scalarOf(op.getQuery());
+  cfg.head_dim = d;
+  cfg.causal = op.getCausal();
+  std::string why;
+  if (!cu::AttentionBackwardSupported(cfg, &why))
+    return unsupported(op, why + " (llmc-decompose-attention decomposes the rest)");
+  for (Value v : {op.getKey(), op.getValue(), op.getOutput(), op.getGradOutput(),
+                  op.getGradQuery(), op.getGradKey(), op.getGradValue()})
+    if (scalarOf(v) != cfg.dtype)
+      return unsupported(op, "operands and results of more than one element type "
+                             "(the fused backward takes one; llmc-decompose-"
+                             "attention decomposes the rest)");
+  LLMC_ASSIGN_OR_RETURN(cu::AttentionBackwardKernels kernels,
+                        generated(cu::EmitAttentionBackward(cfg), op));
+  const int64_t rows = b * sq * hq, n = rows * d;
+  const float scale = softmaxScale(op.getScale(), d);
+  const int step = l.getStep();
+  int dsum = l.newArenaBuffer(std::max<int64_t>(rows, 1) * 4, step, step);
+  int dqAcc = l.newArenaBuffer(std::max<int64_t>(n, 1) * 4, step, step);
+  if (rows > 0) {
+    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims prep,
+                          generated(cu::AttentionBackwardPrepLaunch(b, sq, hq), op));
+    l.launch(l.addKernel(kernels.prep), prep,
+             {l.bufArg(dsum), l.bufArg(dqAcc), l.ptrArg(op.getOutput()),
+              l.ptrArg(op.getGradOutput()), i64Arg(rows), i64Arg(sq), i32Arg(hq)},
+             op);
+  }
+  if (b * skv * hkv > 0) {
+    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims main,
+                          generated(cu::AttentionBackwardLaunch(cfg, b, skv, hkv), op));
+    l.launch(l.addKernel(kernels.main), main,
+             {l.ptrArg(op.getGradKey()), l.ptrArg(op.getGradValue()), l.bufArg(dqAcc),
+              l.ptrArg(op.getQuery()), l.ptrArg(op.getKey()), l.ptrArg(op.getValue()),
+              l.ptrArg(op.getGradOutput()), l.ptrArg(op.getLogsumexp()), l.bufArg(dsum),
+              i64Arg(b), i64Arg(sq), i64Arg(skv), i32Arg(hq), i32Arg(hkv), f32Arg(scale)},
+             op);
+  }
+  if (n > 0) {
+    LLMC_ASSIGN_OR_RETURN(cu::LaunchDims fin,
+                          generated(cu::AttentionBackwardDqLaunch(n), op));
+    l.launch(l.addKernel(kernels.dq), fin,
+             {l.ptrArg(op.getGradQuery()), l.bufArg(dqAcc), i64Arg(n), f32Arg(scale)}, op);
+  }
+  return absl::OkStatus();
+}
+
 void populateAttentionLowerings(OpLoweringSet &set) {
   set.add<AttentionOp>(lowerAttention);
+  set.add<AttentionLogSumExpOp>(lowerAttentionLogSumExp);
+  set.add<AttentionBackwardOp>(lowerAttentionBackward);
 }
 
 } // namespace llmc::codegen

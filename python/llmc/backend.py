@@ -1042,11 +1042,11 @@ def _donations(fused: torch.fx.GraphModule, names,
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options,
-                   kind: str):
+                   kind: str, causal_saved: Optional[Dict[str, tuple]] = None):
     from torch._functorch.aot_autograd import make_boxed_func
     name = f"g{next(_graph_ids)}_{kind}"
     mask_notes: List[str] = []
-    folded = fold.fold_causal_masks(gm, mask_notes)
+    folded = fold.fold_causal_masks(gm, mask_notes, causal_saved)
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
     donations = _donations(fused, names, _mutated_inputs(kind))
@@ -1079,8 +1079,14 @@ def llmc_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
                          "(CUDA graphs; options={'cuda_graphs': True} says the same)")
     if mode == "reduce-overhead":  # torch.compile allows mode or options, not both
         options.cuda_graphs = True
-    fw = functools.partial(_compile_graph, options=options, kind="forward")
-    bw = functools.partial(_compile_graph, options=options, kind="backward")
+    # The forward records the constant masks it proved causal; a mask it
+    # saves for the backward reaches the backward as an input of the same
+    # name (AOTAutograd's partitioner keeps node names), folded there too.
+    causal_saved: Dict[str, tuple] = {}
+    fw = functools.partial(_compile_graph, options=options, kind="forward",
+                           causal_saved=causal_saved)
+    bw = functools.partial(_compile_graph, options=options, kind="backward",
+                           causal_saved=causal_saved)
     inf = functools.partial(_compile_graph, options=options, kind="inference")
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
                         decompositions=_decompositions())(gm, example_inputs)

@@ -40,6 +40,11 @@ MASKED_ATTENTION = {
     aten._scaled_dot_product_cudnn_attention.default: ("attn_bias", "is_causal"),
     aten._scaled_dot_product_flash_attention_for_cpu.default: ("attn_mask", "is_causal"),
     aten.scaled_dot_product_attention.default: ("attn_mask", "is_causal"),
+    # Backward graphs: the mask the forward used, rebuilt from constants when
+    # the partitioner recomputes it (min-cut rematerialization).
+    aten._scaled_dot_product_efficient_attention_backward.default: ("attn_bias", "is_causal"),
+    aten._scaled_dot_product_cudnn_attention_backward.default: ("attn_bias", "is_causal"),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: ("attn_mask", "is_causal"),
 }
 
 # Additive mask values at or below this count as masked (see is_causal_mask).
@@ -176,11 +181,18 @@ def _get_arg(node: torch.fx.Node, name: str):
     return None
 
 
-def fold_causal_masks(gm: torch.fx.GraphModule, notes: Optional[List[str]] = None) -> int:
+def fold_causal_masks(gm: torch.fx.GraphModule, notes: Optional[List[str]] = None,
+                      proven: Optional[Dict[str, tuple]] = None) -> int:
     """Replaces constant causal attention masks with is_causal=True (see the
     module doc). Returns how many attention ops were rewritten; a constant
     mask that was evaluated but kept (not causal, or its evaluation failed)
-    is explained in `notes`, for the partition report."""
+    is explained in `notes`, for the partition report.
+
+    `proven` links a training step's forward and backward graphs: each mask
+    proved causal is recorded under its node's name with (shape, Sq, Skv);
+    a graph input of a recorded name, shape and attention shape (the mask
+    the forward saved for the backward, which AOTAutograd's partitioner
+    passes under the forward node's name) counts as proved."""
     folded = 0
     cache: Dict[torch.fx.Node, bool] = {}
     for node in list(gm.graph.nodes):
@@ -192,7 +204,17 @@ def fold_causal_masks(gm: torch.fx.GraphModule, notes: Optional[List[str]] = Non
             continue
         if mask not in cache:
             ok = False
-            q, k = node.args[0].meta.get("val"), node.args[1].meta.get("val")
+            q, k = _get_arg(node, "query").meta.get("val"), _get_arg(node, "key").meta.get("val")
+            mval = mask.meta.get("val")
+            if (mask.op == "placeholder" and proven is not None and mask.name in proven
+                    and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+                    and isinstance(mval, torch.Tensor)):
+                cache[mask] = proven[mask.name] == (tuple(mval.shape), q.shape[-2], k.shape[-2])
+                if cache[mask]:
+                    _set_arg(node, mask_name, None)
+                    _set_arg(node, causal_name, True)
+                    folded += 1
+                continue
             nodes = _constant_subgraph(mask)
             if nodes is not None and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor):
                 sq, skv = q.shape[-2], k.shape[-2]
@@ -216,6 +238,8 @@ def fold_causal_masks(gm: torch.fx.GraphModule, notes: Optional[List[str]] = Non
                             notes.append(f"constant attention mask {mask.name} kept: "
                                          f"evaluating it failed ({type(e).__name__}: {e})")
             cache[mask] = ok
+            if ok and proven is not None and isinstance(mask.meta.get("val"), torch.Tensor):
+                proven[mask.name] = (tuple(mask.meta["val"].shape), sq, skv)
         if cache[mask]:
             _set_arg(node, mask_name, None)
             _set_arg(node, causal_name, True)

@@ -7,9 +7,9 @@ import logging
 
 from conftest import capi_or_skip
 
-GRADS = """func.func @grads(%q: tensor<1x8x4x32xbf16>, %k: tensor<1x8x2x32xbf16>, %lse: tensor<1x4x8xf32>) -> tensor<1x8x4x32xbf16> {
-  %g:3 = llm.attention_backward %q, %k, %k, %q, %q, %lse {causal} : tensor<1x8x4x32xbf16>, tensor<1x8x2x32xbf16>, tensor<1x8x2x32xbf16>, tensor<1x8x4x32xbf16>, tensor<1x8x4x32xbf16>, tensor<1x4x8xf32>
-  return %g#0 : tensor<1x8x4x32xbf16>
+GRADS = """func.func @grads(%q: tensor<1x8x4x24xbf16>, %k: tensor<1x8x2x24xbf16>, %lse: tensor<1x4x8xf32>) -> tensor<1x8x4x24xbf16> {
+  %g:3 = llm.attention_backward %q, %k, %k, %q, %q, %lse {causal} : tensor<1x8x4x24xbf16>, tensor<1x8x2x24xbf16>, tensor<1x8x2x24xbf16>, tensor<1x8x4x24xbf16>, tensor<1x8x4x24xbf16>, tensor<1x4x8xf32>
+  return %g#0 : tensor<1x8x4x24xbf16>
 }
 """
 

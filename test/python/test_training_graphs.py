@@ -429,6 +429,32 @@ def test_hf_training_partitions_match_torch(name):
     _check_partitions(sink)
 
 
+def test_hf_backward_takes_the_forwards_causal_mask_as_causal():
+    """HF LLaMA under torch.compile builds its causal mask in the forward
+    graph and saves it for the backward, where it arrives as an input. The
+    forward proves it causal (a constant subgraph) and the backward's
+    attention reads the same tensor (same node name, shape and attention
+    shape), so both become is_causal (the fused backward kernel's causal
+    path instead of a masked one). The gradients (run by PyTorch on the
+    rewritten graphs here, on the CPU) equal eager's."""
+    torch.manual_seed(0)
+    m = MODELS["llama"]()
+    ref = copy.deepcopy(m)
+    x = torch.randint(0, 1000, (2, 9))
+    llmc.backend.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(m, backend="llmc")(x, labels=x, use_cache=False).loss.backward()
+        ref(x, labels=x, use_cache=False).loss.backward()
+    reports = {r.graph.split("_", 1)[1]: r for r in llmc.backend.reports()}
+    for kind in ("forward", "backward"):
+        assert "2 constant causal attention mask(s) folded into is_causal" in reports[kind].notes, \
+            f"{kind}: {reports[kind]}"
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        err = float((p.grad - q.grad).norm() / q.grad.norm())
+        assert err <= 1e-5, f"{name}: relative error {err:.3e}"
+
+
 @pytest.mark.parametrize("name", ["llama", "mistral"])
 def test_hf_training_step_is_one_subgraph_each_way(name):
     """HF LLaMA and Mistral with the loss in the model (label shift by

@@ -306,13 +306,42 @@ LogicalResult decompose(AttentionBackwardOp op) {
   return success();
 }
 
+/// Whether codegen's fused kernels take `op` (the training forward with
+/// statistics and the FlashAttention-2 backward): no mask, every tensor
+/// operand of one element type, bf16 or f16, a head dim that is a multiple
+/// of 16 in 16..128 (lib/Target/CUDA AttentionBackwardSupported).
+bool fusedKernelTakes(Operation *op, Value mask, Value query) {
+  if (mask)
+    return false;
+  Type et = cast<RankedTensorType>(query.getType()).getElementType();
+  if (!et.isBF16() && !et.isF16())
+    return false;
+  for (Value v : op->getOperands())
+    if (auto t = cast<RankedTensorType>(v.getType());
+        !t.getElementType().isF32() && t.getElementType() != et)
+      return false;
+  for (Value v : op->getResults())
+    if (auto t = cast<RankedTensorType>(v.getType());
+        !t.getElementType().isF32() && t.getElementType() != et)
+      return false;
+  int64_t d = cast<RankedTensorType>(query.getType()).getDimSize(3);
+  return !ShapedType::isDynamic(d) && d >= 16 && d <= 128 && d % 16 == 0;
+}
+
 struct DecomposeAttentionPass
     : llmc::llm::impl::DecomposeAttentionPassBase<DecomposeAttentionPass> {
+  using DecomposeAttentionPassBase::DecomposeAttentionPassBase;
+
   void runOnOperation() override {
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<AttentionLogSumExpOp, AttentionBackwardOp>(op))
-        ops.push_back(op);
+      if (auto o = dyn_cast<AttentionLogSumExpOp>(op)) {
+        if (!fusedKernels || !fusedKernelTakes(op, o.getMask(), o.getQuery()))
+          ops.push_back(op);
+      } else if (auto o = dyn_cast<AttentionBackwardOp>(op)) {
+        if (!fusedKernels || !fusedKernelTakes(op, o.getMask(), o.getQuery()))
+          ops.push_back(op);
+      }
     });
     for (Operation *op : ops) {
       LogicalResult r = llvm::TypeSwitch<Operation *, LogicalResult>(op)

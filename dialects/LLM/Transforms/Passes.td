@@ -38,11 +38,16 @@ def SpecializeShapesPass : Pass<"llmc-specialize-shapes", "::mlir::func::FuncOp"
 }
 
 def DecomposeAttentionPass : Pass<"llmc-decompose-attention", "::mlir::func::FuncOp"> {
-  let summary = "Rewrites attention's training ops (logsumexp, backward) into matmuls and fused elementwise ops.";
+  let summary = "Rewrites the attention training ops that no fused kernel takes into matmuls and fused elementwise ops.";
   let description = [{
-    `llm.attention_logsumexp` and `llm.attention_backward` have no kernel
-    of their own yet. This pass writes them as what FlashAttention-2's
-    backward (Dao 2023, Algorithm 2) computes, with the scores
+    `llm.attention_logsumexp` and `llm.attention_backward` have fused
+    kernels (FlashAttention-2's training forward and backward, Dao 2023,
+    Algorithm 2) for bf16/f16 without a mask, with every operand of one
+    element type and a head dim that is a multiple of 16 in 16..128: with
+    `fused-kernels` (the default) such ops are kept for codegen. Every
+    other one (f32, f64, masks, other head dims; all of them without
+    `fused-kernels`) this pass writes as what FlashAttention-2's
+    backward computes, with the scores
     materialized: per head s = q k^T * scale + mask (causal keys -inf,
     from index constants), P = exp(s - lse), D = rowsum(dO * o),
     dS = P * (dO v^T - D) * scale, dV = P^T dO, dK = dS^T q, dQ = dS k,
@@ -62,6 +67,11 @@ def DecomposeAttentionPass : Pass<"llmc-decompose-attention", "::mlir::func::Fun
     `llm.compare le` of two i64 index constants, `llm.reduce_max`,
     `llm.exp`, `llm.reduce_sum`, `llm.log` and reshapes.
   }];
+  let options = [
+    Option<"fusedKernels", "fused-kernels", "bool", "true",
+           "Keep the ops the fused FlashAttention-2 kernels take (bf16/f16, no mask, "
+           "head dim a multiple of 16 in 16..128); false decomposes every op">,
+  ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
 

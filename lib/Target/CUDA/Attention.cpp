@@ -172,13 +172,11 @@ bool AttentionTileSupported(const AttentionConfig &cfg, std::string *why) {
 
 int64_t AttentionSmemBytes(const AttentionConfig &cfg) { return Geom(cfg).smem_bytes; }
 
-namespace {
-
 //===----------------------------------------------------------------------===//
 // Tensor-core FlashAttention-2
 //===----------------------------------------------------------------------===//
 
-constexpr const char *kFaHelpers = R"CUDA(
+const char *const detail::kFlashPtxHelpers = R"CUDA(
 // ---- PTX wrappers (sm_80+) ----
 LLMC_DEV uint32_t smemAddr(const void* p) {  // generic -> shared window address
   uint32_t r;
@@ -221,6 +219,8 @@ LLMC_DEV uint32_t pack2(float lo, float hi) {
   return r;
 }
 )CUDA";
+
+namespace {
 
 constexpr const char *kFaBody = R"CUDA(
   // ---------------------------------------------------------------------
@@ -510,7 +510,8 @@ absl::StatusOr<KernelCode> EmitFlashAttention(const AttentionConfig &c) {
   const AttentionTile tile = ResolvedAttentionTile(c);
   KernelCode kc;
   kc.name = std::string("llmc_flash_attn_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
-            (c.causal ? "_causal" : "") + MaskTag(c) + KvLayoutTag(c) + "_" + AttentionTileName(tile);
+            (c.causal ? "_causal" : "") + MaskTag(c) + KvLayoutTag(c) + (c.write_lse ? "_lse" : "") +
+            "_" + AttentionTileName(tile);
   std::ostringstream hdr;
   hdr << "// llmc FlashAttention-2 forward (Dao 2023, arXiv:2307.08691), tensor cores.\n"
          "// q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D], out [B,Sq,Hq,D]; GQA kv head = h / (Hq/Hkv).\n"
@@ -539,8 +540,27 @@ absl::StatusOr<KernelCode> EmitFlashAttention(const AttentionConfig &c) {
       << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n"
       << "static constexpr int kSmemBytes = " << geo.smem_bytes << ";\n";
   LLMC_ASSIGN_OR_RETURN(std::string fa, KvHndVariant(c, kFaBody, "const T* kg = k + ", "const T* vg = v + "));
-  std::string body = kFaHelpers;
-  body += "\n" + AttentionSignature(kc.name, geo.threads) + fa;
+  std::string signature = AttentionSignature(kc.name, geo.threads);
+  if (c.write_lse) {
+    // The statistics variant: one more argument, lse [B, Hq, Sq] f32 in the
+    // natural log (+inf for a row with no visible key), and O written only
+    // when out is not null.
+    LLMC_ASSIGN_OR_RETURN(
+        fa, SourceVariant(fa, "attention write_lse",
+                          {{"      if (row < seq_q) {\n",
+                            "      if (row < seq_q && (lane & 3) == 0)  // natural log; no visible key -> +inf\n"
+                            "        lse[(b * heads_q + h) * seq_q + row] =\n"
+                            "            l > 0.0f ? (m_run[mt][r] + log2f(l)) * 0.6931471805599453f : LLMC_INF;\n"
+                            "      if (row < seq_q && out != nullptr) {\n"},
+                           {"    if (active) {\n      // ---- O += P V",
+                            "    if (active && out != nullptr) {  // statistics only: no P V\n      // ---- O += P V"}}));
+    LLMC_ASSIGN_OR_RETURN(
+        signature, SourceVariant(signature, "attention write_lse signature",
+                                 {{"long long mask_stride_q) {",
+                                   "long long mask_stride_q, float* __restrict__ lse) {"}}));
+  }
+  std::string body = kFlashPtxHelpers;
+  body += "\n" + signature + fa;
   LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(hdr.str(), cfg.str(), body));
   return kc;
 }
@@ -643,6 +663,9 @@ bool AttentionUsesTensorCores(const AttentionConfig &c) {
 absl::StatusOr<KernelCode> EmitAttention(const AttentionConfig &c) {
   if (c.dtype != ScalarType::bf16 && c.dtype != ScalarType::f16 && c.dtype != ScalarType::f32)
     return Invalid("attention: dtype must be bf16, f16 or f32");
+  if (c.write_lse && !AttentionUsesTensorCores(c))
+    return Unsupported("attention: write_lse needs the tensor-core kernel (bf16/f16, head dim a "
+                       "multiple of 16 in 16..256)");
   if (c.head_dim < 1 || c.head_dim > 1024) return Invalid("attention: head_dim must be 1..1024");
   if (c.has_mask && !IsFloatType(c.mask)) return Invalid("attention: mask must be a float type");
   return AttentionUsesTensorCores(c) ? EmitFlashAttention(c) : EmitSimpleAttention(c);

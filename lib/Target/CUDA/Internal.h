@@ -22,6 +22,10 @@ std::string FloatLit(float v);
 std::string FloatTag(float v);
 /// 64-bit FNV-1a, printed as 16 hex digits.
 std::string HashHex(const std::string &s);
+/// The PTX wrappers of the tensor-core attention kernels (cp.async,
+/// ldmatrix, mma.sync m16n8k16, pack2), from "// ---- PTX wrappers (sm_80+)
+/// ----"; the kernel emulator replaces this block (test/unit/kernels).
+extern const char *const kFlashPtxHelpers;
 /// ceil(a / b) for positive b.
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }

@@ -158,12 +158,12 @@ extern "C" void RecordLog(int level, const char *message, void *user_data) {
 
 TEST(CapiLog, CompileRemarksReachTheCallback) {
   const std::string text =
-      "func.func @grads(%q: tensor<1x8x4x32xbf16>, %k: tensor<1x8x2x32xbf16>, "
-      "%lse: tensor<1x4x8xf32>) -> tensor<1x8x4x32xbf16> {\n"
+      "func.func @grads(%q: tensor<1x8x4x24xbf16>, %k: tensor<1x8x2x24xbf16>, "
+      "%lse: tensor<1x4x8xf32>) -> tensor<1x8x4x24xbf16> {\n"
       "  %g:3 = llm.attention_backward %q, %k, %k, %q, %q, %lse {causal} : "
-      "tensor<1x8x4x32xbf16>, tensor<1x8x2x32xbf16>, tensor<1x8x2x32xbf16>, "
-      "tensor<1x8x4x32xbf16>, tensor<1x8x4x32xbf16>, tensor<1x4x8xf32>\n"
-      "  return %g#0 : tensor<1x8x4x32xbf16>\n"
+      "tensor<1x8x4x24xbf16>, tensor<1x8x2x24xbf16>, tensor<1x8x2x24xbf16>, "
+      "tensor<1x8x4x24xbf16>, tensor<1x8x4x24xbf16>, tensor<1x4x8xf32>\n"
+      "  return %g#0 : tensor<1x8x4x24xbf16>\n"
       "}\n";
   LogRecords records;
   llmc_set_log_callback(RecordLog, &records);

@@ -668,6 +668,44 @@ TEST(Attention, AllTilesCompileWithoutSpills) {
     }
 }
 
+// The training forward (write_lse) and the FlashAttention-2 backward
+// kernels: compile for sm_90a and sm_80 (bf16 and f16, causal and not) for
+// every supported head dim; the main kernel's ptxas figures are printed
+// (spills are reported, not failed: d = 128 keeps dK, dV, S and dP in
+// registers).
+TEST(AttentionBackward, CompilesForSm90aAndSm80) {
+  if (!llmc::test::NvrtcAvailable()) GTEST_SKIP() << "libnvrtc not available";
+  for (int64_t d : {32, 64, 80, 128})
+    for (ScalarType t : {ScalarType::bf16, ScalarType::f16}) {
+      AttentionBackwardConfig c;
+      c.dtype = t;
+      c.head_dim = d;
+      c.causal = t == ScalarType::bf16;
+      const AttentionBackwardKernels k = Unwrap(EmitAttentionBackward(c));
+      AttentionConfig f;
+      f.dtype = t;
+      f.head_dim = d;
+      f.causal = c.causal;
+      f.write_lse = true;
+      const KernelCode fk = Unwrap(EmitAttention(f));
+      for (const KernelCode *kc : {&k.prep, &k.main, &k.dq, &fk}) {
+        Dump(*kc);
+        for (const char *arch : {"sm_90a", "sm_80"}) {
+          std::string log;
+          if (kc == &k.main && std::string(arch) == "sm_90a") {
+            const PtxasInfo p = Ptxas(*kc, arch, &log);
+            ASSERT_GT(p.registers, 0) << kc->name << ":\n" << log;
+            std::printf("ptxas sm_90a %-40s %3d registers, %d/%d bytes spill stores/loads\n",
+                        kc->name.c_str(), p.registers, p.spill_stores, p.spill_loads);
+            continue;
+          }
+          EXPECT_TRUE(llmc::test::NvrtcCompile(kc->source, kc->name, arch, &log)) << kc->name << " " << arch
+                                                                                  << ":\n" << log;
+        }
+      }
+    }
+}
+
 //===----------------------------------------------------------------------===//
 // KV append, gather, reductions
 //===----------------------------------------------------------------------===//

@@ -395,6 +395,12 @@ struct AttentionConfig {
   /// k/v in HND layout [B, Hkv, Skv, D] (row stride D) instead of NHD
   /// [B, Skv, Hkv, D]; q and out stay [B, Sq, Hq, D].
   bool kv_hnd = false;
+  /// The training forward (tensor-core kernel only): one more kernel
+  /// argument `float* lse` after mask_stride_q, [B, Hq, Sq] f32, the natural
+  /// log of each row's softmax denominator, log(sum_j exp(scale * q.k_j +
+  /// mask)) (+inf for a row with no visible key); O is written only when
+  /// `out` is not null.
+  bool write_lse = false;
 };
 
 /// True when EmitAttention produces the mma.sync FlashAttention-2 kernel.
@@ -441,6 +447,42 @@ absl::StatusOr<KernelCode> EmitAttention(const AttentionConfig &cfg);
 /// over 65535.
 absl::StatusOr<LaunchDims> AttentionLaunch(const AttentionConfig &cfg, int64_t batch,
                            int64_t seq_q, int64_t heads_q);
+
+/// FlashAttention-2 backward (Dao 2023, arXiv:2307.08691, Algorithm 2)
+/// for llm.attention_backward without a mask: three kernels, launched in
+/// order on one stream.
+///   prep (float* dsum, float* dq_acc, const T* out, const T* dout,
+///         long long rows = B*Sq*Hq, long long seq_q, int heads_q):
+///     dsum [B,Hq,Sq] = rowsum(dout * out) in f32; dq_acc [B,Sq,Hq,D] = 0.
+///   main (T* dk, T* dv, float* dq_acc, const T* q, const T* k, const T* v,
+///         const T* dout, const float* lse, const float* dsum,
+///         long long batch, long long seq_q, long long seq_kv,
+///         int heads_q, int heads_kv, float scale):
+///     dk, dv [B,Skv,Hkv,D] (GQA: summed over the group's query heads);
+///     dq_acc += dS K (unscaled, fp32 atomics); lse [B,Hq,Sq] f32 natural
+///     log as the forward wrote it (+inf: a row with no visible key).
+///   dq   (T* dq, const float* dq_acc, long long n = B*Sq*Hq*D, float scale).
+/// q/out/dout/dq [B,Sq,Hq,D]; causal is bottom-right aligned as in the
+/// forward. A pair with P = 0 contributes nothing. 16-byte aligned pointers.
+struct AttentionBackwardConfig {
+  ScalarType dtype = ScalarType::bf16;  // q, k, v, out, dout and the gradients
+  int64_t head_dim = 128;
+  bool causal = false;
+};
+struct AttentionBackwardKernels {
+  KernelCode prep, main, dq;
+};
+/// bf16/f16 and head dims that are multiples of 16 in 16..128; *why says
+/// what fails.
+bool AttentionBackwardSupported(const AttentionBackwardConfig &cfg, std::string *why);
+int64_t AttentionBackwardSmemBytes(const AttentionBackwardConfig &cfg);
+/// InvalidArgument when !AttentionBackwardSupported (its *why).
+absl::StatusOr<AttentionBackwardKernels> EmitAttentionBackward(const AttentionBackwardConfig &cfg);
+absl::StatusOr<LaunchDims> AttentionBackwardPrepLaunch(int64_t batch, int64_t seq_q, int64_t heads_q);
+/// Grid (Skv / 64 key tiles, B * Hkv).
+absl::StatusOr<LaunchDims> AttentionBackwardLaunch(const AttentionBackwardConfig &cfg, int64_t batch,
+                                                   int64_t seq_kv, int64_t heads_kv);
+absl::StatusOr<LaunchDims> AttentionBackwardDqLaunch(int64_t n);
 
 //===----------------------------------------------------------------------===//
 // 7. Flash decoding (split-KV)
