@@ -53,6 +53,9 @@ if has examples; then
   run llama7b.seq2048.f32.bench llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --check=gpu-f32 --bench
   run mistral.seq512.f32 llmc-run $S/mistral_gqa_block.mlir --shape seq=512 --check=gpu-f32 --bench --iters=20
   run decode.b1.pos2047 llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=2047 --check=gpu-f32 --bench
+  # Attention's training forward statistics and the fused FlashAttention-2
+  # backward (causal, GQA, partial tiles) against the reference executor.
+  run attn.training.fused llmc-run test/Dialect/LLM/Transforms/llmc-attention-training-fused.mlir --check=ref
   [ "${QUICK:-0}" = 1 ] || run decode.b1.pos300.ref llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=300 --check
 fi
 

@@ -210,6 +210,9 @@ def fold_causal_masks(gm: torch.fx.GraphModule, notes: Optional[List[str]] = Non
                     and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
                     and isinstance(mval, torch.Tensor)):
                 cache[mask] = proven[mask.name] == (tuple(mval.shape), q.shape[-2], k.shape[-2])
+                if cache[mask] and notes is not None:
+                    notes.append(f"attention mask {mask.name} (an input): the causal mask the "
+                                 "forward proved, folded into is_causal")
                 if cache[mask]:
                     _set_arg(node, mask_name, None)
                     _set_arg(node, causal_name, True)

@@ -3,11 +3,11 @@
 // llmc-decompose-attention: llm.attention_logsumexp and llm.attention_backward
 // become batched matmuls over [B, Hq, Sq, Skv] scores, row reductions and
 // elementwise ops that codegen fuses (FlashAttention-2's backward, Dao 2023,
-// Algorithm 2, without the tiling: the scores are materialized). This is
-// the path that keeps a training step's attention in llmc until a fused
-// backward kernel exists; the rewrite is exact up to the rounding of the
-// matmul inputs (P and dS in the element type of the query, as in
-// FlashAttention-2).
+// Algorithm 2, without the tiling: the scores are materialized), for the
+// ops the fused kernels (lib/Target/CUDA/AttentionBackward.cpp, the
+// forward's write_lse variant) do not take: f32, masks, head dims other than
+// 16..128 by 16. The rewrite is exact up to the rounding of the matmul
+// inputs (P and dS in the element type of the query, as in FlashAttention-2).
 //
 //===----------------------------------------------------------------------===//
 
@@ -182,7 +182,8 @@ public:
     d << "decomposed with the attention scores materialized: about "
       << std::string(amount) << " MiB for [" << B << ", " << Hq << ", "
       << Sq << ", " << Skv
-      << "] f32 scores (no fused FlashAttention-2 backward kernel yet)";
+      << "] f32 scores (the fused FlashAttention-2 kernels take bf16/f16 "
+         "without a mask, head dim 16..128 by 16)";
   }
 
   /// Whether the scores are empty (B, Hq, Sq or Skv is 0): the results are

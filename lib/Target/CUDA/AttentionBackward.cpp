@@ -92,9 +92,9 @@ extern "C" __global__ void __launch_bounds__(kThreads) KERNEL_NAME(
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c2 = 2 * (lane & 3);  // fragment row / column pair
-  const int64_t kv0 = (int64_t)blockIdx.x * kBlockN;
-  const int64_t b = (int64_t)blockIdx.y / heads_kv;
-  const int hk = (int)((int64_t)blockIdx.y % heads_kv);
+  const int64_t kv0 = (int64_t)blockIdx.y * kBlockN;  // grid (B*Hkv, key tiles)
+  const int64_t b = (int64_t)blockIdx.x / heads_kv;
+  const int hk = (int)((int64_t)blockIdx.x % heads_kv);
   const int group = heads_q / heads_kv;
   const int64_t diag = seq_kv - seq_q;          // causal: key j visible to row i iff j <= i + diag
   const float scale_log2 = scale * LLMC_LOG2E;  // P in the exp2 domain
@@ -145,8 +145,11 @@ extern "C" __global__ void __launch_bounds__(kThreads) KERNEL_NAME(
       loadTile(sdO, dog, q_row_stride, q0, seq_q, kBlockM);
       cpAsyncCommit();
       for (int i = tid; i < kBlockM; i += kThreads) {
-        const bool valid = q0 + i < seq_q;  // rows past Sq: P = exp2(-inf) = 0
-        sLse[i] = valid ? lseg[q0 + i] * LLMC_LOG2E : LLMC_INF;
+        // Rows past Sq, and rows whose lse is -inf (no visible key, the op's
+        // convention besides +inf): P = exp2(-inf) = 0.
+        const float l = q0 + i < seq_q ? lseg[q0 + i] : LLMC_INF;
+        const bool valid = q0 + i < seq_q;
+        sLse[i] = l == -LLMC_INF ? LLMC_INF : l * LLMC_LOG2E;
         sD[i] = valid ? dg[q0 + i] : 0.0f;
       }
       cpAsyncWaitAll();
@@ -364,7 +367,7 @@ absl::StatusOr<LaunchDims> AttentionBackwardPrepLaunch(int64_t batch, int64_t se
 
 absl::StatusOr<LaunchDims> AttentionBackwardLaunch(const AttentionBackwardConfig &c, int64_t batch,
                                                    int64_t seq_kv, int64_t heads_kv) {
-  return Dims(CeilDiv(std::max<int64_t>(seq_kv, 1), kBwdBlockN), std::max<int64_t>(batch * heads_kv, 1),
+  return Dims(std::max<int64_t>(batch * heads_kv, 1), CeilDiv(std::max<int64_t>(seq_kv, 1), kBwdBlockN),
               1, 32 * kBwdWarps, BwdSmemBytes(c.head_dim));
 }
 

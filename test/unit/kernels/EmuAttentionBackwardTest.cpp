@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 using namespace llmc::cuda;
@@ -56,6 +57,9 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* dq, const float* dq_
 struct BwdCase {
   int64_t d, batch, sq, skv, hq, hkv;
   bool causal;
+  // The backward's lse of (b 0, h 0, row 1) set to -inf (no visible key in
+  // the op's other convention): that row contributes no gradient.
+  bool neg_inf_lse = false;
 };
 
 std::vector<uint16_t> Bf16(std::vector<float> &v) {  // rounds v in place too
@@ -111,6 +115,14 @@ void RunBackward(const BwdCase &c) {
   fwd(G(fd), llmc::test::B(fd), fd.smem, ob.data(), qb.data(), kb.data(), vb.data(), B, Sq, Skv, Hq, Hkv, scale,
       lse.data());
   const std::vector<float> o = FromBf16Vec(ob);
+  // The statistics alone, as llm.attention_logsumexp lowers (out = null, the
+  // key standing in for the value): the same lse, bit for bit.
+  std::vector<float> lse_only(lse.size(), -1.0f);
+  fwd(G(fd), llmc::test::B(fd), fd.smem, nullptr, qb.data(), kb.data(), kb.data(), B, Sq, Skv, Hq, Hkv, scale,
+      lse_only.data());
+  for (size_t i = 0; i < lse.size(); ++i)
+    ASSERT_EQ(std::memcmp(&lse[i], &lse_only[i], 4), 0) << fk.name << " lse-only row " << i << ": "
+                                                       << lse_only[i] << " vs " << lse[i];
 
   // ---- float64 reference: P, lse, then the gradients (O as the kernel rounded it) ----
   std::vector<double> rdq(q.size(), 0.0), rdk(k.size(), 0.0), rdv(v.size(), 0.0);
@@ -134,7 +146,7 @@ void RunBackward(const BwdCase &c) {
           EXPECT_TRUE(std::isinf(got_lse) && got_lse > 0) << fk.name << " lse row " << i << ": " << got_lse;
         else
           EXPECT_NEAR(got_lse, want_lse, 1e-5 * std::max(1.0, std::fabs(want_lse))) << fk.name << " lse row " << i;
-        if (sum == 0) continue;
+        if (sum == 0 || (c.neg_inf_lse && b == 0 && h == 0 && i == 1)) continue;
         double dsum = 0;
         for (int64_t e = 0; e < D; ++e) dsum += (double)dout[qi(b, i, h) + e] * o[qi(b, i, h) + e];
         for (int64_t j = 0; j < Skv; ++j) {
@@ -168,6 +180,7 @@ void RunBackward(const BwdCase &c) {
   auto mainK = reinterpret_cast<MainFn>(BuildEmu(bk.main, kMainStub));
   auto dqk = reinterpret_cast<DqFn>(BuildEmu(bk.dq, kDqStub));
   ASSERT_TRUE(prep && mainK && dqk);
+  if (c.neg_inf_lse) lse[1] = -INFINITY;
   std::vector<float> dsum(B * Hq * Sq, -7.0f), dq_acc(q.size(), 123.0f);  // garbage: prep must set them
   std::vector<uint16_t> dqb(q.size()), dkb(k.size()), dvb(v.size());
   const LaunchDims pd = Unwrap(AttentionBackwardPrepLaunch(B, Sq, Hq));
@@ -193,6 +206,7 @@ TEST(EmuAttentionBackward, D128NonCausalSqNeSkv) { RunBackward({128, 1, 17, 70, 
 // Sq > Skv causal: the first Sq - Skv rows see no key (lse +inf, no gradient).
 TEST(EmuAttentionBackward, D32CausalRowsWithoutKeysGqa3) { RunBackward({32, 2, 40, 23, 3, 1, true}); }
 TEST(EmuAttentionBackward, D64CausalSqLtSkv) { RunBackward({64, 1, 9, 130, 1, 1, true}); }
+TEST(EmuAttentionBackward, D64NegInfLogSumExpRowHasNoGradient) { RunBackward({64, 1, 20, 20, 2, 1, false, true}); }
 
 TEST(AttentionBackward, SupportedShapesAndErrors) {
   AttentionBackwardConfig c;
@@ -212,6 +226,12 @@ TEST(AttentionBackward, SupportedShapesAndErrors) {
   f.dtype = ScalarType::f32;
   f.write_lse = true;
   EXPECT_FALSE(EmitAttention(f).ok());
+  // Short-sequence fine-tuning at a large batch: B * Hkv on grid x (up to
+  // 2^31 - 1), key tiles on y.
+  c.dtype = ScalarType::bf16;
+  const LaunchDims big = Unwrap(AttentionBackwardLaunch(c, 8192, 64, 8));
+  EXPECT_EQ(big.grid[0], 8192u * 8u);
+  EXPECT_EQ(big.grid[1], 1u);
 }
 
 } // namespace

@@ -460,7 +460,8 @@ absl::StatusOr<LaunchDims> AttentionLaunch(const AttentionConfig &cfg, int64_t b
 ///         int heads_q, int heads_kv, float scale):
 ///     dk, dv [B,Skv,Hkv,D] (GQA: summed over the group's query heads);
 ///     dq_acc += dS K (unscaled, fp32 atomics); lse [B,Hq,Sq] f32 natural
-///     log as the forward wrote it (+inf: a row with no visible key).
+///     log as the forward wrote it (+inf or -inf: a row with no visible
+///     key, no gradient).
 ///   dq   (T* dq, const float* dq_acc, long long n = B*Sq*Hq*D, float scale).
 /// q/out/dout/dq [B,Sq,Hq,D]; causal is bottom-right aligned as in the
 /// forward. A pair with P = 0 contributes nothing. 16-byte aligned pointers.
@@ -479,7 +480,7 @@ int64_t AttentionBackwardSmemBytes(const AttentionBackwardConfig &cfg);
 /// InvalidArgument when !AttentionBackwardSupported (its *why).
 absl::StatusOr<AttentionBackwardKernels> EmitAttentionBackward(const AttentionBackwardConfig &cfg);
 absl::StatusOr<LaunchDims> AttentionBackwardPrepLaunch(int64_t batch, int64_t seq_q, int64_t heads_q);
-/// Grid (Skv / 64 key tiles, B * Hkv).
+/// Grid (B * Hkv, Skv / 64 key tiles): Skv up to 64 * 65535.
 absl::StatusOr<LaunchDims> AttentionBackwardLaunch(const AttentionBackwardConfig &cfg, int64_t batch,
                                                    int64_t seq_kv, int64_t heads_kv);
 absl::StatusOr<LaunchDims> AttentionBackwardDqLaunch(int64_t n);
