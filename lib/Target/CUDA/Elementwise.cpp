@@ -225,6 +225,11 @@ struct Emitter {
     }
     for (int i = 0; i < nout; ++i)
       s << "//   out" << i << ": " << ScalarTypeTag(p.outputs[i].type) << " = n" << p.outputs[i].node << "\n";
+    for (const EwInput &in : p.inputs)
+      if (in.layout == InputLayout::kStrided) {
+        s << "// Strided inputs: a vector path for rows of stride 1 (StridedRows), then scalar.\n";
+        break;
+      }
     s << "static constexpr int kNumInputs = " << nin << ";\n";
     s << "static constexpr int kVec = " << VecElems() << ";  // elements per 16-byte access of the widest type\n";
     s << "static constexpr int kThreads = " << kElementwiseThreads << ";\n";
@@ -280,6 +285,89 @@ struct Emitter {
     }
     s << "}\n\n";
     return s.str();
+  }
+
+  /// The vector path of a kernel with strided inputs (a transpose that
+  /// keeps the innermost dimension, e.g. [B, H, S, D] <-> [B, S, H, D]):
+  /// when, at run time, every strided input reads its innermost dimension
+  /// with stride 1 and every outer stride, the row length and numel are
+  /// multiples of kVec, and the pointers are 16-byte aligned, each thread
+  /// moves kVec elements per step with one index decomposition and 16-byte
+  /// loads and stores instead of kVec of each. Otherwise the scalar path
+  /// below does all of it.
+  void StridedRows(std::ostringstream &s) const {
+    const int nin = static_cast<int>(p.inputs.size());
+    const int nout = static_cast<int>(p.outputs.size());
+    s << "  // ---- strided rows: innermost dim of stride 1, sizes and outer strides multiples of\n"
+         "  // kVec, 16-byte aligned: kVec elements per step, one index decomposition ----\n"
+         "  {\n"
+         "    const int64_t row_v = shape.sizes[shape.rank - 1];\n"
+         "    uint64_t addr_bits = 0";
+    for (int i = 0; i < nout; ++i) s << " | (uint64_t)out" << i;
+    for (int i = 0; i < nin; ++i)
+      if (p.inputs[i].layout != InputLayout::kScalar) s << " | (uint64_t)in" << i;
+    s << ";\n"
+         "    bool rows_ok = row_v % kVec == 0 && numel % kVec == 0 && (addr_bits & 15) == 0;\n";
+    for (int i = 0; i < nin; ++i)
+      if (p.inputs[i].layout == InputLayout::kStrided)
+        s << "    rows_ok = rows_ok && shape.strides[" << i << "][shape.rank - 1] == 1;\n"
+          << "    for (int d = 0; d + 1 < (int)shape.rank; ++d) rows_ok = rows_ok && shape.strides[" << i
+          << "][d] % kVec == 0;\n";
+    s << "    if (rows_ok) {\n";
+    for (int i = 0; i < nin; ++i)
+      if (p.inputs[i].layout == InputLayout::kScalar)
+        s << "      const " << CTypeName(p.inputs[i].type) << " s" << i << " = in" << i << "[0];\n";
+    s << "      for (int64_t v = tid; v < numel / kVec; v += nthreads) {\n"
+         "        const int64_t i = v * kVec;\n"
+         "        int64_t off[kNumInputs];\n"
+         "#pragma unroll\n"
+         "        for (int k = 0; k < kNumInputs; ++k) off[k] = 0;\n"
+         "        int64_t rem = i;\n"
+         "        for (int d = (int)shape.rank - 1; d >= 0; --d) {\n"
+         "          const int64_t sz = shape.sizes[d];\n"
+         "          const int64_t idx = rem % sz;\n"
+         "          rem /= sz;\n";
+    for (int i = 0; i < nin; ++i)
+      if (p.inputs[i].layout == InputLayout::kStrided)
+        s << "          off[" << i << "] += idx * shape.strides[" << i << "][d];\n";
+    s << "        }\n";
+    for (int i = 0; i < nin; ++i) {
+      const std::string vt = "LlmcVec<" + std::string(CTypeName(p.inputs[i].type)) + ", kVec>";
+      switch (p.inputs[i].layout) {
+      case InputLayout::kContiguous:
+        s << "        const " << vt << " l" << i << " = reinterpret_cast<const " << vt << "*>(in" << i << ")[v];\n";
+        break;
+      case InputLayout::kRowBroadcast:
+        s << "        const " << vt << " l" << i << " = *reinterpret_cast<const " << vt << "*>(in" << i
+          << " + i % row_v);\n";
+        break;
+      case InputLayout::kStrided:
+        s << "        const " << vt << " l" << i << " = *reinterpret_cast<const " << vt << "*>(in" << i
+          << " + off[" << i << "]);\n";
+        break;
+      case InputLayout::kScalar:
+        break;
+      }
+    }
+    for (int i = 0; i < nout; ++i)
+      s << "        LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec> o" << i << ";\n";
+    s << "#pragma unroll\n        for (int e = 0; e < kVec; ++e) ew_body(";
+    bool first = true;
+    for (int i = 0; i < nin; ++i) {
+      s << (first ? "" : ", ");
+      first = false;
+      if (p.inputs[i].layout == InputLayout::kScalar) s << "s" << i;
+      else s << "l" << i << ".v[e]";
+    }
+    for (int i = 0; i < nout; ++i) {
+      s << (first ? "" : ", ") << "o" << i << ".v[e]";
+      first = false;
+    }
+    s << ");\n";
+    for (int i = 0; i < nout; ++i)
+      s << "        reinterpret_cast<LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec>*>(out" << i
+        << ")[v] = o" << i << ";\n";
+    s << "      }\n      scalar_begin = numel;\n    }\n  }\n";
   }
 
   std::string Kernel(const std::string &name) const {
@@ -357,9 +445,10 @@ struct Emitter {
       bodyAndStore("      ", "v", "");
       s << "    }\n    scalar_begin = nvec * kVec;\n  }\n";
     }
-    s << "  // ---- scalar path (tail, unaligned pointers, broadcasting) ----\n";
     bool strided = false;
     for (const EwInput &in : p.inputs) strided = strided || in.layout == InputLayout::kStrided;
+    if (strided) StridedRows(s);
+    s << "  // ---- scalar path (tail, unaligned pointers, broadcasting) ----\n";
     if (NeedsShape()) s << "  const int64_t row_n = shape.sizes[shape.rank - 1];\n";
     s << "  for (int64_t i = scalar_begin + tid; i < numel; i += nthreads) {\n";
     if (strided) {

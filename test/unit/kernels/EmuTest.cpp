@@ -606,6 +606,66 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
   }
 }
 
+// A transpose that keeps the innermost dimension ([B, S, H, D] -> [B, H, S, D],
+// the attention head split and merge) takes the strided-rows vector path when
+// rows and outer strides are multiples of kVec, and the scalar path when not
+// (row of 12 bf16 elements, or a key dim read with stride 0); with a
+// row-broadcast f32 bias and a bf16 output (kVec 4) too. Bit-exact.
+TEST(Emu, ElementwiseStridedRowsVectorPath) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool bias = variant == 1, short_rows = variant == 2, bcast_last = variant == 3;
+    const int64_t Bn = 2, S = 5, H = 3, D = short_rows ? 12 : 16, n = Bn * S * H * D;
+    ElementwiseProgram p;
+    p.inputs = {{ScalarType::bf16, InputLayout::kStrided}};
+    if (bias) {
+      p.inputs.push_back({ScalarType::f32, InputLayout::kRowBroadcast});
+      p.nodes = {{EwOp::add, {-1, -2}, ScalarType::f32}};
+    } else {
+      p.nodes = {{EwOp::cast, {-1}, ScalarType::bf16}};
+    }
+    p.outputs = {{0, ScalarType::bf16}};
+    auto k = Unwrap(EmitElementwise(p));
+    EXPECT_NE(k.source.find("strided rows"), std::string::npos);
+    const std::string stub = bias ? R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x, const float* c,
+                          long long n, const EwShape* sh) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o, x, c, n, *sh); });
+})"
+                                  : R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x, const float*,
+                          long long n, const EwShape* sh) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o, x, n, *sh); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, const uint16_t *, const float *, long long,
+                        const void *);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+    ASSERT_NE(fn, nullptr);
+    auto xf = Randn(n, 21);
+    auto x = ToBf16Vec(xf);
+    auto c = Randn(D, 22);
+    // Output [B, H, S, D] reads input [B, S, H, D]: strides (S*H*D, D, H*D, 1);
+    // bcast_last reads element d = 0 of every row (stride 0).
+    std::vector<int64_t> strides = {S * H * D, D, H * D, bcast_last ? 0 : 1};
+    std::vector<std::vector<int64_t>> in_strides = {strides};
+    if (bias) in_strides.push_back({});
+    std::vector<int64_t> packed = Unwrap(PackElementwiseShape(p, {Bn, H, S, D}, in_strides));
+    LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
+    d.grid[0] = 3;  // grid-stride loop
+    std::vector<uint16_t> o(n, 0xffff);
+    fn(G(d), B(d), d.smem, o.data(), x.data(), c.data(), n, packed.data());
+    for (int64_t b = 0; b < Bn; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t s2 = 0; s2 < S; ++s2)
+          for (int64_t e = 0; e < D; ++e) {
+            const int64_t at = ((b * H + h) * S + s2) * D + e;
+            const int64_t src = ((b * S + s2) * H + h) * D + (bcast_last ? 0 : e);
+            const uint16_t want = bias ? ToBf16(xf[src] + c[e]) : x[src];
+            ASSERT_EQ(o[at], want) << "variant " << variant << " element " << at;
+          }
+  }
+}
+
 // sin/cos as RoPE tables use them: f32 angles up to |x| = 1e4 radians. The
 // kernel must call the accurate sinf/cosf (the __sinf/__cosf intrinsics are
 // off by ~1e-3 there); compared per element with float64 sin/cos.
