@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <random>
 
@@ -608,14 +609,18 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
 
 // A transpose that keeps the innermost dimension ([B, S, H, D] -> [B, H, S, D],
 // the attention head split and merge) takes the strided-rows vector path when
-// rows and outer strides are multiples of kVec, and the scalar path when not
-// (row of 12 bf16 elements, or a key dim read with stride 0); with a
-// row-broadcast f32 bias and a bf16 output (kVec 4) too. Bit-exact.
+// rows and outer strides are multiples of kVec (also with an outer stride of
+// 0, a broadcast over heads), and the scalar path when not (a row of 12 bf16
+// elements, or a key dim read with stride 0); with a row-broadcast f32 bias
+// and a bf16 output (kVec 4) too. Bit-exact; which path ran is recorded by a
+// flag the test adds to the kernel's vector block.
 TEST(Emu, ElementwiseStridedRowsVectorPath) {
   if (!HaveCompiler()) GTEST_SKIP();
-  for (int variant = 0; variant < 4; ++variant) {
-    const bool bias = variant == 1, short_rows = variant == 2, bcast_last = variant == 3;
-    const int64_t Bn = 2, S = 5, H = 3, D = short_rows ? 12 : 16, n = Bn * S * H * D;
+  for (int variant = 0; variant < 5; ++variant) {
+    const bool bias = variant == 1, short_rows = variant == 2, bcast_last = variant == 3,
+               bcast_heads = variant == 4;
+    const bool want_vector = !short_rows && !bcast_last;
+    const int64_t Bn = 2, S = 8, H = 4, D = short_rows ? 12 : 64, n = Bn * S * H * D;
     ElementwiseProgram p;
     p.inputs = {{ScalarType::bf16, InputLayout::kStrided}};
     if (bias) {
@@ -625,41 +630,51 @@ TEST(Emu, ElementwiseStridedRowsVectorPath) {
       p.nodes = {{EwOp::cast, {-1}, ScalarType::bf16}};
     }
     p.outputs = {{0, ScalarType::bf16}};
-    auto k = Unwrap(EmitElementwise(p));
-    EXPECT_NE(k.source.find("strided rows"), std::string::npos);
+    KernelCode k = Unwrap(EmitElementwise(p));
+    const std::string marker = "// ===== end of llmc preamble =====\n";
+    const size_t m = k.source.find(marker), hit = k.source.find("scalar_begin = numel;");
+    ASSERT_NE(m, std::string::npos);
+    ASSERT_NE(hit, std::string::npos) << "no strided-rows vector block";
+    k.source.replace(hit, std::strlen("scalar_begin = numel;"), "scalar_begin = numel; emu_vec_hit = 1;");
+    k.source.insert(m + marker.size(), "static int emu_vec_hit = 0;\n");
     const std::string stub = bias ? R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x, const float* c,
-                          long long n, const EwShape* sh) {
+                          long long n, const EwShape* sh, int* hit) {
   emu::Launch(g, b, smem, [&] { KERNEL(o, x, c, n, *sh); });
+  *hit = emu_vec_hit;
 })"
                                   : R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x, const float*,
-                          long long n, const EwShape* sh) {
+                          long long n, const EwShape* sh, int* hit) {
   emu::Launch(g, b, smem, [&] { KERNEL(o, x, n, *sh); });
+  *hit = emu_vec_hit;
 })";
     using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, const uint16_t *, const float *, long long,
-                        const void *);
+                        const void *, int *);
     auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
     ASSERT_NE(fn, nullptr);
     auto xf = Randn(n, 21);
     auto x = ToBf16Vec(xf);
     auto c = Randn(D, 22);
     // Output [B, H, S, D] reads input [B, S, H, D]: strides (S*H*D, D, H*D, 1);
-    // bcast_last reads element d = 0 of every row (stride 0).
-    std::vector<int64_t> strides = {S * H * D, D, H * D, bcast_last ? 0 : 1};
+    // bcast_last reads element d = 0 of every row (stride 0); bcast_heads
+    // reads head 0 for every h (stride 0 over H).
+    std::vector<int64_t> strides = {S * H * D, bcast_heads ? 0 : D, H * D, bcast_last ? 0 : 1};
     std::vector<std::vector<int64_t>> in_strides = {strides};
     if (bias) in_strides.push_back({});
     std::vector<int64_t> packed = Unwrap(PackElementwiseShape(p, {Bn, H, S, D}, in_strides));
     LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
-    d.grid[0] = 3;  // grid-stride loop
+    d.grid[0] = 1;  // 256 threads: each loops over several vectors
     std::vector<uint16_t> o(n, 0xffff);
-    fn(G(d), B(d), d.smem, o.data(), x.data(), c.data(), n, packed.data());
+    int vec_hit = -1;
+    fn(G(d), B(d), d.smem, o.data(), x.data(), c.data(), n, packed.data(), &vec_hit);
+    EXPECT_EQ(vec_hit, want_vector ? 1 : 0) << "variant " << variant;
     for (int64_t b = 0; b < Bn; ++b)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t s2 = 0; s2 < S; ++s2)
           for (int64_t e = 0; e < D; ++e) {
             const int64_t at = ((b * H + h) * S + s2) * D + e;
-            const int64_t src = ((b * S + s2) * H + h) * D + (bcast_last ? 0 : e);
+            const int64_t src = ((b * S + s2) * H + (bcast_heads ? 0 : h)) * D + (bcast_last ? 0 : e);
             const uint16_t want = bias ? ToBf16(xf[src] + c[e]) : x[src];
             ASSERT_EQ(o[at], want) << "variant " << variant << " element " << at;
           }
