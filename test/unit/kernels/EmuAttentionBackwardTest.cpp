@@ -60,20 +60,34 @@ struct BwdCase {
   // The backward's lse of (b 0, h 0, row 1) set to -inf (no visible key in
   // the op's other convention): that row contributes no gradient.
   bool neg_inf_lse = false;
+  bool f16 = false;  // f16 instead of bf16 (the kernels' other mma type)
 };
 
-std::vector<uint16_t> Bf16(std::vector<float> &v) {  // rounds v in place too
+uint16_t ToF16(float f) {
+  const _Float16 h = static_cast<_Float16>(f);  // round to nearest even
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+float FromF16(uint16_t b) {
+  _Float16 h;
+  std::memcpy(&h, &b, 2);
+  return static_cast<float>(h);
+}
+
+// The 16-bit storage (bf16, or f16 when `f16`) of v; rounds v in place too.
+std::vector<uint16_t> Round16(std::vector<float> &v, bool f16) {
   std::vector<uint16_t> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
-    r[i] = ToBf16(v[i]);
-    v[i] = FromBf16(r[i]);
+    r[i] = f16 ? ToF16(v[i]) : ToBf16(v[i]);
+    v[i] = f16 ? FromF16(r[i]) : FromBf16(r[i]);
   }
   return r;
 }
 
-std::vector<float> FromBf16Vec(const std::vector<uint16_t> &v) {
+std::vector<float> From16(const std::vector<uint16_t> &v, bool f16) {
   std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = FromBf16(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) r[i] = f16 ? FromF16(v[i]) : FromBf16(v[i]);
   return r;
 }
 
@@ -93,14 +107,15 @@ void RunBackward(const BwdCase &c) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   auto q = Randn(B * Sq * Hq * D, 11), k = Randn(B * Skv * Hkv * D, 12), v = Randn(B * Skv * Hkv * D, 13),
        dout = Randn(B * Sq * Hq * D, 14);
-  auto qb = Bf16(q), kb = Bf16(k), vb = Bf16(v), dob = Bf16(dout);
+  auto qb = Round16(q, c.f16), kb = Round16(k, c.f16), vb = Round16(v, c.f16), dob = Round16(dout, c.f16);
+  const ScalarType dtype = c.f16 ? ScalarType::f16 : ScalarType::bf16;
   auto qi = [&](int64_t b, int64_t i, int64_t h) { return ((b * Sq + i) * Hq + h) * D; };
   auto ki = [&](int64_t b, int64_t j, int64_t h) { return ((b * Skv + j) * Hkv + h) * D; };
   auto visible = [&](int64_t i, int64_t j) { return !c.causal || j <= i + diag; };
 
   // ---- training forward (write_lse) on the emulator ----
   AttentionConfig fc;
-  fc.dtype = ScalarType::bf16;
+  fc.dtype = dtype;
   fc.head_dim = D;
   fc.causal = c.causal;
   fc.write_lse = true;
@@ -114,7 +129,7 @@ void RunBackward(const BwdCase &c) {
   const LaunchDims fd = Unwrap(AttentionLaunch(fc, B, Sq, Hq));
   fwd(G(fd), llmc::test::B(fd), fd.smem, ob.data(), qb.data(), kb.data(), vb.data(), B, Sq, Skv, Hq, Hkv, scale,
       lse.data());
-  const std::vector<float> o = FromBf16Vec(ob);
+  const std::vector<float> o = From16(ob, c.f16);
   // The statistics alone, as llm.attention_logsumexp lowers (out = null, the
   // key standing in for the value): the same lse, bit for bit.
   std::vector<float> lse_only(lse.size(), -1.0f);
@@ -166,7 +181,7 @@ void RunBackward(const BwdCase &c) {
 
   // ---- the three backward kernels ----
   AttentionBackwardConfig bc;
-  bc.dtype = ScalarType::bf16;
+  bc.dtype = dtype;
   bc.head_dim = D;
   bc.causal = c.causal;
   const AttentionBackwardKernels bk = Unwrap(EmitAttentionBackward(bc));
@@ -192,7 +207,7 @@ void RunBackward(const BwdCase &c) {
   const LaunchDims dd = Unwrap(AttentionBackwardDqLaunch((int64_t)q.size()));
   dqk(G(dd), llmc::test::B(dd), dd.smem, dqb.data(), dq_acc.data(), (long long)q.size(), scale);
 
-  const auto dq = FromBf16Vec(dqb), dk = FromBf16Vec(dkb), dv = FromBf16Vec(dvb);
+  const auto dq = From16(dqb, c.f16), dk = From16(dkb, c.f16), dv = From16(dvb, c.f16);
   for (const auto *t : {&dq, &dk, &dv})
     for (float x : *t) ASSERT_TRUE(std::isfinite(x)) << bk.main.name;
   EXPECT_LT(RelL2(dq, rdq), 1e-2) << bk.main.name << " dq";
@@ -207,6 +222,7 @@ TEST(EmuAttentionBackward, D128NonCausalSqNeSkv) { RunBackward({128, 1, 17, 70, 
 TEST(EmuAttentionBackward, D32CausalRowsWithoutKeysGqa3) { RunBackward({32, 2, 40, 23, 3, 1, true}); }
 TEST(EmuAttentionBackward, D64CausalSqLtSkv) { RunBackward({64, 1, 9, 130, 1, 1, true}); }
 TEST(EmuAttentionBackward, D64NegInfLogSumExpRowHasNoGradient) { RunBackward({64, 1, 20, 20, 2, 1, false, true}); }
+TEST(EmuAttentionBackward, D64F16CausalGqa2) { RunBackward({64, 1, 70, 70, 2, 1, true, false, true}); }
 
 TEST(AttentionBackward, SupportedShapesAndErrors) {
   AttentionBackwardConfig c;
