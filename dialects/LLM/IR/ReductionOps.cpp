@@ -193,9 +193,9 @@ LogicalResult CumsumOp::verify() {
                            << " (f32, f16, bf16 and integers are supported)";
     return success();
   }
-  if (ot.isInteger(1) || ot.isInteger(8))
-    return emitOpError() << "an integer or boolean input gives i64, i32 or a "
-                            "float result, found "
+  if (ot.isInteger(1) || ot.isInteger(8) || isa<Float8E4M3FNType, Float8E5M2Type>(ot))
+    return emitOpError() << "an integer or boolean input gives an i64, i32 or "
+                            "float (not fp8) result, found "
                          << typeStr(ot);
   return success();
 }

@@ -1133,8 +1133,17 @@ func.func @cumsum_float_type(%x: tensor<2x9xbf16>) {
 // -----
 
 func.func @cumsum_i8_result(%x: tensor<2x9xi1>) {
-  // expected-error @+1 {{'llm.cumsum' op an integer or boolean input gives i64, i32 or a float result, found i8}}
+  // expected-error @+1 {{'llm.cumsum' op an integer or boolean input gives an i64, i32 or float (not fp8) result, found i8}}
   %0 = llm.cumsum %x dim = 1 : tensor<2x9xi1> -> tensor<2x9xi8>
+  return
+}
+
+// -----
+
+// The kernel has no fp8 accumulator: refused here, not at lowering.
+func.func @cumsum_fp8_result(%x: tensor<2x9xi64>) {
+  // expected-error @+1 {{'llm.cumsum' op an integer or boolean input gives an i64, i32 or float (not fp8) result, found f8E4M3FN}}
+  %0 = llm.cumsum %x dim = 1 : tensor<2x9xi64> -> tensor<2x9xf8E4M3FN>
   return
 }
 
