@@ -36,3 +36,13 @@ def test_smoke_run_measures_every_mode(tmp_path):
                 assert "inference" in graphs, r["partitions"]  # the optimizer step
     table = (tmp_path / "train.md").read_text()
     assert "| adamw | llmc |" in table, table
+
+
+def test_profile_writes_the_top_kernels_of_each_run(tmp_path):
+    """--profile: one profiled step per run, its top operators (CPU time
+    here; GPU kernels on a GPU) written to profile-MODE-BACKEND.txt."""
+    capi_or_skip()
+    train_llama.main(["--smoke", "--out", str(tmp_path), "--backends", "eager",
+                      "--modes", "fwdbwd", "--profile"])
+    text = (tmp_path / "profile-fwdbwd-eager.txt").read_text()
+    assert "aten::mm" in text and "Self CPU" in text, text[:2000]
