@@ -22,6 +22,30 @@ static absl::Status checkAttentionTile(Operation *op, const cu::AttentionConfig 
                              why);
 }
 
+/// The softmax scale of an attention op: its `scale` or 1/sqrt(head dim).
+static float softmaxScale(std::optional<APFloat> scale, int64_t d) {
+  return scale ? static_cast<float>(scale->convertToDouble())
+               : static_cast<float>(1.0 / std::sqrt(double(d)));
+}
+
+/// Shapes of an attention training op: q [b, sq, hq, d], k [b, skv, hkv, d].
+struct TrainingDims {
+  int64_t b, sq, hq, d, skv, hkv;
+};
+
+/// The dims of a training op (attention_logsumexp, attention_backward), or
+/// an error when it has a mask: llmc-decompose-attention decomposes masked
+/// ones, so the fused kernels never take one.
+template <typename OpT>
+static absl::StatusOr<TrainingDims> trainingDims(OpT op) {
+  if (op.getMask())
+    return unsupported(op, "a mask (llmc-decompose-attention decomposes masked "
+                           "attention training ops; run it first)");
+  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+  return TrainingDims{q.getDimSize(0), q.getDimSize(1), q.getDimSize(2),
+                      q.getDimSize(3), k.getDimSize(1), k.getDimSize(2)};
+}
+
 static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lowering &l);
 
 /// attention(q, k, v [, mask, kv_len]) => flash-decoding (split + combine) or
@@ -32,8 +56,7 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
   int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
           d = q.getDimSize(3), skv = k.getDimSize(op.kvSeqDim()),
           hkv = k.getDimSize(op.kvHeadsDim());
-  float scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
-                              : static_cast<float>(1.0 / std::sqrt(double(d)));
+  float scale = softmaxScale(op.getScale(), d);
   cu::ScalarType dtype = scalarOf(op.getQuery());
   Value kvLen = op.getKvLen();
   auto choice = l.getKernelConfigs().attention.find(op);
@@ -174,25 +197,14 @@ static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lower
   return a;
 }
 
-/// The softmax scale of an attention training op: its `scale` or
-/// 1/sqrt(head dim).
-static float softmaxScale(std::optional<APFloat> scale, int64_t d) {
-  return scale ? static_cast<float>(scale->convertToDouble())
-               : static_cast<float>(1.0 / std::sqrt(double(d)));
-}
-
 /// attention_logsumexp(q, k) => the FlashAttention-2 forward kernel's
 /// statistics variant (write_lse) with no output (out = null; the key
 /// stands in for the value it does not read). llmc-decompose-attention
 /// kept the op because the fused kernels take it (no mask, bf16/f16, head
 /// dim a multiple of 16 up to 128).
 static absl::Status lowerAttentionLogSumExp(AttentionLogSumExpOp op, Lowering &l) {
-  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
-  int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
-          d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
-  if (op.getMask())
-    return unsupported(op, "a mask (llmc-decompose-attention decomposes masked "
-                           "attention training ops; run it first)");
+  LLMC_ASSIGN_OR_RETURN(TrainingDims dims, trainingDims(op));
+  auto [b, sq, hq, d, skv, hkv] = dims;
   cu::AttentionConfig cfg;
   cfg.dtype = scalarOf(op.getQuery());
   cfg.head_dim = d;
@@ -221,9 +233,9 @@ static absl::Status lowerAttentionLogSumExp(AttentionLogSumExpOp op, Lowering &l
                                  i64Arg(0),
                                  i64Arg(0),
                                  l.ptrArg(op.getResult())};
-  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims launch,
                         generated(cu::AttentionLaunch(cfg, b, sq, hq), op));
-  return l.launchGenerated(cu::EmitAttention(cfg), dims, args, op);
+  return l.launchGenerated(cu::EmitAttention(cfg), launch, args, op);
 }
 
 /// attention_backward(q, k, v, o, dO, lse) => FlashAttention-2's backward
@@ -231,12 +243,8 @@ static absl::Status lowerAttentionLogSumExp(AttentionLogSumExpOp op, Lowering &l
 /// kernel (dK, dV per key tile; dQacc by fp32 atomics), dQ = scale * dQacc.
 /// D and dQacc are arena buffers of this step.
 static absl::Status lowerAttentionBackward(AttentionBackwardOp op, Lowering &l) {
-  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
-  int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
-          d = q.getDimSize(3), skv = k.getDimSize(1), hkv = k.getDimSize(2);
-  if (op.getMask())
-    return unsupported(op, "a mask (llmc-decompose-attention decomposes masked "
-                           "attention training ops; run it first)");
+  LLMC_ASSIGN_OR_RETURN(TrainingDims dims, trainingDims(op));
+  auto [b, sq, hq, d, skv, hkv] = dims;
   cu::AttentionBackwardConfig cfg;
   cfg.dtype = scalarOf(op.getQuery());
   cfg.head_dim = d;
