@@ -132,7 +132,7 @@ def make_step(model, backend, mode):
     if mode == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         opt_step = opt.step if backend == "eager" else torch.compile(
-            opt.step, backend=None if backend == "inductor" else "llmc")
+            opt.step, backend="inductor" if backend == "inductor" else "llmc")
 
     def step(ids, labels):
         logits = fwd(ids).logits

@@ -556,18 +556,23 @@ class LlmcSubgraph(torch.nn.Module):
                              [bucketing.padded_axes_of(m, syms) for m in self.out_metas])
         return self._axes_of[1], self._axes_of[2]
 
-    def _slice_outputs(self, outs, sizes) -> list:
+    def _slice_outputs(self, outs, imp, sizes) -> list:
+        """The function's results sliced back to the real sizes of the padded
+        symbols (the padded axes of the FX output each result is)."""
         if not sizes:
             return list(outs)
-        res = []
+        res = list(outs)
         out_axes = self._padded_axes()[1]
-        for k, (o, m) in enumerate(zip(outs, self.out_metas)):
-            if isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor):
-                for ax, sym, c in out_axes[k]:
-                    if sym not in sizes:
-                        continue
+        done = set()
+        for k, ((kind, i), m) in enumerate(zip(imp.outputs, self.out_metas)):
+            if kind != "out" or i in done or not isinstance(m, torch.Tensor):
+                continue
+            done.add(i)
+            o = res[i]
+            for ax, sym, c in out_axes[k]:
+                if sym in sizes:
                     o = o.narrow(ax, 0, sizes[sym][0] + c)
-            res.append(o)
+            res[i] = o
         return res
 
     def _restride(self, outs, imp, args) -> list:
@@ -646,6 +651,8 @@ class LlmcSubgraph(torch.nn.Module):
             tensors = [run_args[i] for i in entry.args]
             for j in entry.lifted:
                 tensors[j] = tensors[j].to(entry.session.device, non_blocking=True)
+            for j, perm in entry.imp.arg_perms.items():
+                tensors[j] = tensors[j].permute(perm)
             if entry.imp.rng_seed:
                 tensors.append(_random_seed(entry.session.device))
             if not entry.imp.outputs:
@@ -670,8 +677,13 @@ class LlmcSubgraph(torch.nn.Module):
         """The subgraph's outputs from the session's results (sliced back,
         restrided, assembled)."""
         imp = entry.imp
+        if imp.out_perms:
+            # Results returned in memory order: PyTorch's strides as views.
+            outs = list(outs)
+            for i, perm in imp.out_perms.items():
+                outs[i] = outs[i].permute(perm)
         if sizes:
-            outs = self._slice_outputs(outs, sizes)
+            outs = self._slice_outputs(outs, imp, sizes)
             skey = tuple([n for n, _ in sizes.values()])
         else:
             skey = ()
@@ -722,6 +734,11 @@ class LlmcSubgraph(torch.nn.Module):
             lifted = [j for j, t in enumerate(tensors) if not t.is_cuda and t.dim() == 0]
             for j in lifted:
                 tensors[j] = tensors[j].to(dev, non_blocking=True)
+        # Permuted dense inputs in memory order (ImportResult.arg_perms):
+        # contiguous views, unless this call's tensor is laid out otherwise
+        # (then the session copies it).
+        for j, perm in imp.arg_perms.items():
+            tensors[j] = tensors[j].permute(perm)
         on_gpu = bool(tensors) and all(t.is_cuda for t in tensors)
         if on_gpu and imp.rng_seed:
             tensors.append(_random_seed(dev))
@@ -815,7 +832,10 @@ class LlmcSubgraph(torch.nn.Module):
         (d / "f.mlir").write_text(text)
         cmd = ["llmc-run", str(d / "f.mlir"), "--check=ref"]
         for ai, pi in enumerate(imp.arg_placeholders):
-            t = args[pi].detach().cpu().contiguous()
+            t = args[pi].detach()
+            if ai in imp.arg_perms:
+                t = t.permute(imp.arg_perms[ai])  # the argument in memory order
+            t = t.cpu().contiguous()
             if t.dtype.is_floating_point:
                 p = d / f"arg{ai}.f32"
                 p.write_bytes(t.to(torch.float32).numpy().tobytes())
@@ -881,6 +901,10 @@ def assemble_outputs(imp: importer.ImportResult, outs, args) -> list:
             result.append(t)
         elif kind == "arg":
             result.append(args[i].clone())
+        elif kind == "argview":
+            # A permuting view of an input, as PyTorch returns it (no copy).
+            j, perm = i
+            result.append(args[j].permute(perm))
         else:
             result.append(None)
     return result

@@ -189,7 +189,9 @@ class ImportResult:
     # dim name -> (argument index, dimension) to bind it from the inputs.
     dim_bindings: Dict[str, Tuple[int, int]]
     # For each FX output: ("out", i) = the i-th function result,
-    # ("arg", j) = placeholder j passed through, ("none", None),
+    # ("arg", j) = placeholder j passed through, ("argview", (j, perm)) =
+    # placeholder j's view `permute(perm)` (a transposed weight saved for the
+    # backward: PyTorch's view, not a copy), ("none", None),
     # ("empty", Uninitialized) = a torch.empty the backend allocates.
     outputs: List[Tuple[str, Optional[int]]]
     dynamic: bool
@@ -200,6 +202,14 @@ class ImportResult:
     # The function takes a last argument `%rng_seed` (rank-0 i64, dropout)
     # that no placeholder feeds: a fresh random value per call.
     rng_seed: bool = False
+    # Argument index -> perm for the arguments whose placeholder is laid out
+    # in another dimension order (dense_permutation): the function takes
+    # the tensor in memory order, `input.permute(perm)`, so no copy is made.
+    arg_perms: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
+    # Result index -> perm for the results PyTorch lays out in another
+    # dimension order: the function returns them in memory order and the
+    # FX output is `result.permute(perm)`, a view with PyTorch's strides.
+    out_perms: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -1996,6 +2006,78 @@ MULTI_OUTPUT = {
 # Support check and whole-graph import
 
 
+def _hint(x) -> Optional[int]:
+    """An int, or a SymInt's example value (None without one)."""
+    if isinstance(x, torch.SymInt):
+        h = x.node.hint
+        return None if h is None else int(h)
+    return int(x)
+
+
+def dense_permutation(m: torch.Tensor) -> Optional[Tuple[int, ...]]:
+    """The dimension order, outermost first, of a tensor laid out densely in
+    another order than its own: a transposed weight ([k, n] strides (1, k)),
+    a [B, S, H, D] buffer read as [B, H, S, D]. `m.permute(perm)` is then
+    contiguous. None for a contiguous tensor and for one that is not a
+    permuted dense tensor (a broadcast, a slice, overlapping); decided on the
+    example sizes of symbolic dimensions (the backend checks every call's
+    tensors and copies what does not match)."""
+    if m.dim() < 2:
+        return None
+    sizes = [_hint(d) for d in m.shape]
+    strides = [_hint(d) for d in m.stride()]
+    if None in sizes or None in strides:
+        return None
+    perm = tuple(sorted(range(m.dim()), key=lambda d: (-strides[d], d)))
+    expect = 1
+    for d in reversed(perm):
+        if sizes[d] > 1 and strides[d] != expect:
+            return None
+        expect *= sizes[d]
+    if all(sizes[d] <= 1 or (perm.index(d) == d) for d in range(m.dim())):
+        return None  # contiguous up to size-1 dimensions
+    return perm
+
+
+def inverse_permutation(perm: Sequence[int]) -> Tuple[int, ...]:
+    inv = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return tuple(inv)
+
+
+# Views that only reorder dimensions: an output made of them over a
+# placeholder is returned as PyTorch's view of the input.
+_PERMUTING_VIEWS = (aten.permute.default, aten.t.default, aten.transpose.int,
+                    aten.alias.default)
+
+
+def _placeholder_view(node) -> Optional[Tuple[torch.fx.Node, Tuple[int, ...]]]:
+    """(placeholder, perm) when `node` is `placeholder.permute(perm)` through
+    one or more permuting views (permute, t, transpose, alias); else None."""
+    chain = []
+    while (isinstance(node, torch.fx.Node) and node.op == "call_function"
+           and node.target in _PERMUTING_VIEWS):
+        chain.append(node)
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+        return None
+    m = _meta(node)
+    if not isinstance(m, torch.Tensor):
+        return None
+    perm = list(range(m.dim()))
+    for v in reversed(chain):
+        if v.target is aten.permute.default:
+            perm = [perm[_norm_dim(d, len(perm))] for d in v.args[1]]
+        elif v.target is aten.t.default:
+            perm = perm[::-1] if len(perm) == 2 else perm
+        elif v.target is aten.transpose.int:
+            a, b = (_norm_dim(d, max(len(perm), 1)) for d in v.args[1:3])
+            if len(perm):
+                perm[a], perm[b] = perm[b], perm[a]
+    return node, tuple(perm)
+
+
 def _arg_tensor_meta(n: torch.fx.Node):
     m = _meta(n)
     return m if isinstance(m, torch.Tensor) else None
@@ -2067,6 +2149,7 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
     args_sig: List[str] = []
     arg_placeholders: List[int] = []
     dim_bindings: Dict[str, Tuple[int, int]] = {}
+    arg_perms: Dict[int, Tuple[int, ...]] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for pi, ph in enumerate(placeholders):
         m = _arg_tensor_meta(ph)
@@ -2079,15 +2162,25 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
             continue
         dims = imp.dims(m)
         ai = len(args_sig)
-        v = Val(dims, m.dtype, name=f"%arg{ai}", is_arg=True)
-        imp.env[ph] = v
+        # A permuted dense input (a transposed weight saved by the forward)
+        # is taken in memory order and transposed back inside the function,
+        # where the transpose folds into its consumer (a GEMM's transpose
+        # flag, another transpose) instead of PyTorch copying it every call.
+        perm = dense_permutation(m) if pi not in donate else None
+        if perm is not None:
+            arg_perms[ai] = perm
+            dims = [dims[d] for d in perm]
+        else:
+            perm = tuple(range(len(dims)))
+        v = Val(tuple(dims), m.dtype, name=f"%arg{ai}", is_arg=True)
+        imp.env[ph] = imp.transpose(v, inverse_permutation(perm))
         names = []
         for di, d in enumerate(dims):
             if _is_static(d):
                 continue
             nm = str(d) if isinstance(d, sympy.Symbol) else f"a{ai}_d{di}"
             names.append(nm)
-            dim_bindings.setdefault(nm, (ai, di))
+            dim_bindings.setdefault(nm, (ai, perm[di]))
         attrs = []
         if names:
             attrs.append("llm.dim_names = [" + ", ".join(f'"{n}"' for n in names) + "]")
@@ -2118,11 +2211,22 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
     if single:
         outs = [outs]
     results: List[Val] = []
+    returned: List[Val] = []   # results[i] in memory order (out_perms)
+    out_perms: Dict[int, Tuple[int, ...]] = {}
     out_map: List[Tuple[str, Optional[int]]] = []
     ph_index = {ph: i for i, ph in enumerate(placeholders)}
     for o in outs:
         if o is None:
             out_map.append(("none", None))
+            continue
+        if isinstance(o, torch.fx.Node) and o.op == "placeholder" and o in ph_index \
+                and isinstance(imp.env.get(o), Val):
+            out_map.append(("arg", ph_index[o]))
+            continue
+        view = _placeholder_view(o)
+        if view is not None and ph_index[view[0]] not in donate \
+                and isinstance(imp.env.get(view[0]), Val):
+            out_map.append(("argview", (ph_index[view[0]], view[1])))
             continue
         v = imp.env.get(o)
         if isinstance(v, Uninitialized):
@@ -2130,19 +2234,26 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
             continue
         if not isinstance(v, Val):
             raise Unsupported(f"output {o} is not a tensor")
-        if v.is_arg:
-            j = int(v.name[len("%arg"):])
-            out_map.append(("arg", arg_placeholders[j]))
-            continue
         if v in results:
             out_map.append(("out", results.index(v)))
             continue
+        m = _meta(o)
+        perm = dense_permutation(m) if isinstance(m, torch.Tensor) else None
+        r = imp.transpose(v, perm) if perm is not None and v.rank == len(perm) else v
+        if r.is_arg:
+            # An input returned unchanged (through a clone or views that
+            # cancel): PyTorch's copy of the input.
+            out_map.append(("arg", arg_placeholders[int(r.name[len("%arg"):])]))
+            continue
+        if r is not v:
+            out_perms[len(results)] = inverse_permutation(perm)
         results.append(v)
+        returned.append(r)
         out_map.append(("out", len(results) - 1))
     if not results:
         raise Unsupported("subgraph computes nothing")
-    names = [imp.ref(v) for v in results]
-    ret_types = ", ".join(v.type for v in results)
+    names = [imp.ref(v) for v in returned]
+    ret_types = ", ".join(v.type for v in returned)
     if imp.seed is not None:
         args_sig.append("%rng_seed: tensor<i64>")
     body = "\n".join(imp.lines)
@@ -2153,7 +2264,8 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
     return ImportResult(text=text, func_name=func_name, arg_placeholders=arg_placeholders,
                         dim_bindings=dim_bindings, outputs=out_map,
                         dynamic=bindings is None and bool(dim_bindings), ops=imp.ops,
-                        single_output=single, rng_seed=imp.seed is not None)
+                        single_output=single, rng_seed=imp.seed is not None,
+                        arg_perms=arg_perms, out_perms=out_perms)
 
 
 def supported_aten_ops() -> List[str]:

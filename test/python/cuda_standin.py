@@ -18,6 +18,11 @@ class FakeCuda(torch.Tensor):
     def is_cuda(self):
         return True
 
+    def permute(self, *dims):
+        # The backend permutes inputs into memory order (arg_perms): the
+        # view of a GPU tensor is on the GPU too.
+        return fake_cuda(torch.Tensor.permute(self, *dims))
+
 
 def fake_cuda(a):
     """`a` as a FakeCuda (same storage); anything else unchanged."""

@@ -25,7 +25,7 @@ from llmc import bucketing, partition
 from llmc.backend import LlmcSubgraph, Options
 from test_importer import trace
 from test_importer_numerics import (RefRunError, _capture_backend, _need_llmc_run, compare,
-                                    run_ref)
+                                    logical_result, run_ref)
 
 
 def _seq_sym(gm, arg=0, dim=1):
@@ -185,10 +185,10 @@ def _padded_ref(sub: LlmcSubgraph, args):
             shape = [int(sympy.sympify(d.node.expr).xreplace(
                 {s: vals[s] for s in d.node.expr.free_symbols if s in vals}))
                      if isinstance(d, torch.SymInt) else int(d) for d in m.shape]
-            results[i] = outs[i].reshape(shape).to(m.dtype)
-    sliced = sub._slice_outputs([results[i] if k == "out" else None
-                                 for k, i in imp.outputs], sizes)
-    return imp, sliced
+            results[i] = logical_result(imp, i, outs[i], shape).to(m.dtype)
+    # Sliced as the backend slices the function's results; then per FX output.
+    sliced = sub._slice_outputs(results, imp, sizes)
+    return imp, [sliced[i] if k == "out" else None for k, i in imp.outputs]
 
 
 def _flat(x):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import llmc.backend as B
-from llmc import _capi, bucketing
+from llmc import _capi, bucketing, importer
 from conftest import capi_or_skip, tiny_llama
 from cuda_standin import StandInLib, fake_cuda, record_subgraphs, stand_in_session
 
@@ -77,6 +77,8 @@ def _llmc_results(sub, imp, want):
     res = {}
     for (kind, i), w in zip(imp.outputs, want):
         if kind == "out":
+            if i in imp.out_perms:  # returned in memory order
+                w = w.permute(importer.inverse_permutation(imp.out_perms[i]))
             res[i] = w.contiguous()
     return [res[i] for i in range(len(res))]
 
@@ -432,3 +434,41 @@ def test_kept_inputs_are_reused_until_their_address_changes(fake_gpu):
     bad = list(fargs)
     bad[p] = fake_cuda(torch.zeros(3, 3, dtype=fargs[p].dtype))
     assert entry.session.run_fast([bad[i] for i in entry.imp.arg_placeholders]) is None
+
+
+def test_permuted_inputs_and_results_cross_without_copies(fake_gpu):
+    """A backward-style subgraph: a weight saved transposed (strides (1, k))
+    and a [B, H, S, D] view of a [B, S, H, D] buffer come in, a result PyTorch
+    lays out [B, S, H, D] goes out. The runtime gets the inputs' own memory
+    (their data pointers, in memory order: no copy), and the result is a view
+    of llmc's buffer with PyTorch's strides (no restride copy); the fast path
+    and the general path agree."""
+    def f(x, wt, q):
+        return torch.mm(x, wt) * 2, (q * 3).transpose(1, 2).transpose(1, 2) + 1
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    wt = torch.randn(16, 8).t()
+    q = torch.randn(2, 5, 3, 4).transpose(1, 2)
+    subs = record_subgraphs(f, [(x, wt, q)], call=lambda cm, a: cm(*a),
+                            options={"dynamic_buckets": "none"})
+    (sub, recorded), = subs
+    args = list(recorded[0])
+    assert not args[1].is_contiguous() and not args[2].is_contiguous()
+    fake_gpu()
+    _prime(sub, args)
+    entry = next(iter(sub.sessions.values()))
+    imp, lib = entry.imp, entry.session._lib
+    assert set(imp.arg_perms) == {imp.arg_placeholders.index(1), imp.arg_placeholders.index(2)}
+    assert imp.out_perms, imp.text
+    for n in range(3):  # the general path, then the fast path
+        lib.calls.clear()
+        got, want = _call(sub, fake_gpu, args)
+        _assert_same(got, want)
+        (ins, outs), = lib.calls
+        for k in (1, 2):
+            ptr, _, shape = ins[imp.arg_placeholders.index(k)]
+            assert ptr == args[k].data_ptr(), f"call {n}: input {k} was copied"
+            assert shape == tuple(args[k].permute(imp.arg_perms[imp.arg_placeholders.index(k)]).shape)
+        out_ptrs = {p for p, _, _ in outs}
+        assert got[1].data_ptr() in out_ptrs, f"call {n}: the permuted result was copied"

@@ -95,6 +95,8 @@ def run_ref(res: importer.ImportResult, args) -> list:
         for ai, pi in enumerate(res.arg_placeholders):
             t = args[pi]
             tensors.append(t)
+            if ai in res.arg_perms:
+                t = t.permute(res.arg_perms[ai])  # the argument in memory order
             p = _write_input(t, d / f"in{ai}")
             cmd.append(f"--input=arg{ai}={p}")
         for nm, (ai, di) in sorted(res.dim_bindings.items()):
@@ -190,6 +192,18 @@ def compare(got: torch.Tensor, want: torch.Tensor, out_dtype: torch.dtype, what:
     return err
 
 
+def logical_result(res: importer.ImportResult, i: int, flat: torch.Tensor, shape) -> torch.Tensor:
+    """Result `i` of run_ref (flat, in the function's result order) in the
+    FX output's shape: a result returned in memory order (res.out_perms) is
+    viewed back, as the backend does."""
+    shape = [int(d) for d in shape]
+    if i not in res.out_perms:
+        return flat.reshape(shape)
+    inv = res.out_perms[i]
+    fwd = importer.inverse_permutation(inv)
+    return flat.reshape([shape[p] for p in fwd]).permute(inv)
+
+
 def check_graph(gm, args, name="main"):
     """Imports `gm`, evaluates it on `args` with the reference executor and
     compares every result with PyTorch. Returns {output index: error}."""
@@ -208,10 +222,20 @@ def check_graph(gm, args, name="main"):
     metas = [importer._meta(o) for o in _flat(out_node.args[0])]
     errs = {}
     for j, (kind, i) in enumerate(res.outputs):
+        if kind == "argview":
+            # PyTorch's own view of the input: exactly eager's tensor.
+            k, perm = i
+            view = args[k].permute(perm)
+            assert view.shape == want[j].shape and view.stride() == want[j].stride()
+            errs[j] = compare(view.reshape(-1), want[j], metas[j].dtype, f"{name} output {j}")
+            continue
         if kind != "out":
             continue
         m = metas[j]
-        errs[j] = compare(got[i], want[j], m.dtype, f"{name} output {j}")
+        g = logical_result(res, i, got[i], want[j].shape)
+        if i in res.out_perms:
+            assert g.stride() == want[j].stride(), (g.stride(), want[j].stride())
+        errs[j] = compare(g.reshape(-1), want[j], m.dtype, f"{name} output {j}")
     return errs
 
 
@@ -429,3 +453,55 @@ def test_llama_training_partitions_match_torch(kind):
     _need_llmc_run()
     sink = [r for r in capture_training() if r.name.startswith(kind + ".")]
     _check_partitions(sink)
+
+
+# ---------------------------------------------------------------------------
+# Permuted layouts: a training step's forward saves transposed weights and
+# [B, H, S, D] views of [B, S, H, D] buffers for its backward. The importer
+# takes such inputs in memory order (arg_perms), returns such results in
+# memory order (out_perms) and returns permuting views of inputs as views
+# (argview), so no copy is made on either side of the subgraph.
+
+def _bshd_view(b, s, h, d):
+    return torch.randn(b, s, h, d).transpose(1, 2)  # [B, H, S, D], strides of [B, S, H, D]
+
+
+PERMUTED = {
+    # x @ W^T with W^T given as a transposed [n, k] weight: memory order [n, k].
+    "input_transposed_weight": (lambda x, wt: torch.mm(x, wt),
+                                (torch.randn(4, 8), torch.randn(16, 8).t()),
+                                {"arg_perms": {1: (1, 0)}}),
+    "input_bshd": (lambda q, k: q * k + q.sum(-1, keepdim=True),
+                   (_bshd_view(2, 5, 3, 4), _bshd_view(2, 5, 3, 4)),
+                   {"arg_perms": {0: (0, 2, 1, 3), 1: (0, 2, 1, 3)}}),
+    # A result PyTorch lays out [B, S, H, D] while its shape is [B, H, S, D].
+    "output_bshd": (lambda x: (x.view(2, 5, 3, 4) * 2).transpose(1, 2) + 1,
+                    (torch.randn(2, 5, 12),),
+                    {"out_perms": {0: (0, 2, 1, 3)}}),
+    # The forward returning a weight and its transpose for the backward:
+    # PyTorch's views of the input, not results.
+    "output_weight_views": (lambda x, w: (torch.mm(x, w.t()), w.t(), w.permute(1, 0).t()),
+                            (torch.randn(4, 8), torch.randn(16, 8)),
+                            {"kinds": ["out", "argview", "argview"]}),
+    # A permuted input returned transposed back is the input itself
+    # (PyTorch's copy of it); the other result is computed in memory order.
+    "input_roundtrip": (lambda wt: (wt.t().clone(), wt * 2), (torch.randn(16, 8).t(),),
+                        {"kinds": ["arg", "out"], "arg_perms": {0: (1, 0)},
+                         "out_perms": {0: (1, 0)}}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PERMUTED))
+def test_permuted_layouts_are_taken_and_returned_in_memory_order(name):
+    _need_llmc_run()
+    torch.manual_seed(0)
+    fn, args, expect = PERMUTED[name]
+    gm = trace(fn, *args)
+    res = import_for(gm, args, name)
+    if "arg_perms" in expect:
+        assert res.arg_perms == expect["arg_perms"], res.text
+    if "out_perms" in expect:
+        assert res.out_perms == expect["out_perms"], res.text
+    if "kinds" in expect:
+        assert [k for k, _ in res.outputs] == expect["kinds"], res.outputs
+    check_graph(gm, list(args), name)

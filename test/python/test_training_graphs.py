@@ -33,7 +33,7 @@ from conftest import MODELS, capi_or_skip, gpu
 from llmc import importer
 from test_importer import trace
 from test_importer_numerics import LLMC_RUN, TOL, _capture_backend, _check_partitions, \
-    _need_llmc_run, check_graph, compare, run_ref
+    _need_llmc_run, check_graph, compare, logical_result, run_ref
 
 aten = torch.ops.aten
 LLMC_OPT = LLMC_RUN.parent / "llmc-opt"
@@ -166,7 +166,10 @@ def test_cuda_sdpa_training_ops_import_and_match_torch(kernel):
     assert torch.all(lse_all[:, :, 13:] == math.inf), lse_all[:, :, 13:]
     for (kind, i), want, what in zip([res.outputs[j] for j in (0, 4, 5, 6)], (out, dq, dk, dv),
                                      ("out", "dq", "dk", "dv")):
-        compare(got[i], want, torch.bfloat16, f"{kernel} {what}")
+        # (The efficient kernel's out is laid out [B, S, H, D]: returned in
+        # memory order, viewed back.)
+        compare(logical_result(res, i, got[i], want.shape), want, torch.bfloat16,
+                f"{kernel} {what}")
 
 
 # ---------------------------------------------------------------------------
