@@ -1,9 +1,5 @@
 #include "llmc/runtime/CudnnAttention.h"
 
-#include <dlfcn.h>
-#include <glob.h>
-
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -36,61 +32,6 @@ std::string CudnnAttentionUnsupportedReason(const AttentionSpec& s) {
   if (s.b <= 0 || s.sq <= 0 || s.skv <= 0)
     return "an empty dimension";
   return "";
-}
-
-namespace {
-
-void AddGlob(const std::string& pattern, std::vector<std::string>* out) {
-  glob_t g;
-  std::memset(&g, 0, sizeof(g));
-  if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
-    for (size_t i = 0; i < g.gl_pathc; ++i) out->push_back(g.gl_pathv[i]);
-  globfree(&g);
-}
-
-/// Directory of the file that holds `symbol` of an already loaded library
-/// (e.g. the cuBLASLt of a torch venv), or "".
-std::string LoadedLibraryDir(void* symbol) {
-  Dl_info info;
-  if (!symbol || dladdr(symbol, &info) == 0 || !info.dli_fname) return "";
-  std::string path = info.dli_fname;
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash);
-}
-
-}  // namespace
-
-std::vector<std::string> CudnnLibraryCandidates() {
-  const std::string so = "libcudnn.so.9";
-  std::vector<std::string> out = {so};
-  for (const char* var : {"CUDNN_HOME", "CUDNN_PATH", "CUDA_HOME", "CUDA_PATH"})
-    if (const char* home = std::getenv(var); home && *home) {
-      out.push_back(absl::StrCat(home, "/lib64/", so));
-      out.push_back(absl::StrCat(home, "/lib/", so));
-    }
-  out.push_back("/usr/local/cuda/lib64/" + so);
-  out.push_back("/usr/local/cuda/lib/" + so);
-  out.push_back("/usr/lib/x86_64-linux-gnu/" + so);
-  out.push_back("/usr/lib/aarch64-linux-gnu/" + so);
-  out.push_back("/usr/lib64/" + so);
-  // The NVIDIA pip wheels keep each library in <site-packages>/nvidia/<lib>/lib:
-  // a cuBLASLt loaded from nvidia/cublas/lib has cuDNN in ../../cudnn/lib.
-  // (RTLD_NOLOAD: only a cuBLASLt that is loaded already, e.g. by the session.)
-  if (void* lt = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_NOLOAD)) {
-    std::string dir = LoadedLibraryDir(dlsym(lt, "cublasLtCreate"));
-    dlclose(lt);  // drops only the reference RTLD_NOLOAD added
-    if (!dir.empty()) {
-      out.push_back(absl::StrCat(dir, "/", so));
-      out.push_back(absl::StrCat(dir, "/../../cudnn/lib/", so));
-    }
-  }
-  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
-    if (const char* env = std::getenv(var); env && *env)
-      AddGlob(absl::StrCat(env, "/lib/python3*/site-packages/nvidia/cudnn/lib/", so), &out);
-  AddGlob("/opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib/" + so, &out);
-  AddGlob("/usr/local/lib/python3*/dist-packages/nvidia/cudnn/lib/" + so, &out);
-  AddGlob("/usr/lib/python3/dist-packages/nvidia/cudnn/lib/" + so, &out);
-  return out;
 }
 
 #if !LLMC_HAVE_CUDNN
@@ -172,7 +113,7 @@ absl::StatusOr<std::shared_ptr<const Cudnn>> LoadCudnn() {
   auto t = std::make_shared<Cudnn>();
   LLMC_RT_ASSIGN_OR_RETURN(
       t->library, DynamicLibrary::Open("libcudnn.so.9", "LLMC_LIBCUDNN",
-                                       CudnnLibraryCandidates(),
+                                       CudaLibraryCandidates("libcudnn.so.9"),
                                        "cuDNN fused attention (optional: without it "
                                        "attention runs llmc's own kernel)"));
 #define LLMC_CUDNN_RESOLVE(name)                                               \

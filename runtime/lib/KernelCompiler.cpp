@@ -37,23 +37,14 @@ std::string FindCudaInclude() {
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
     if (!Env(var).empty()) cands.push_back(Env(var) + "/include");
   cands.push_back("/usr/local/cuda/include");
-  // NVIDIA pip wheels: site-packages/nvidia/{cuda_runtime,cu13,...}/include.
-  std::vector<std::string> prefixes;
-  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
-    if (!Env(var).empty()) prefixes.push_back(Env(var));
-  if (!Env("HOME").empty()) prefixes.push_back(Env("HOME") + "/.local");
-  prefixes.push_back("/usr/local");
-  prefixes.push_back("/usr");
-  for (const std::string& prefix : prefixes) {
-    for (const char* site : {"site-packages", "dist-packages"}) {
-      std::string pattern =
-          absl::StrCat(prefix, "/lib/python3*/", site, "/nvidia/*/include");
-      glob_t g;
-      if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-        for (size_t i = 0; i < g.gl_pathc; ++i) cands.push_back(g.gl_pathv[i]);
-      }
-      ::globfree(&g);
+  // NVIDIA pip wheels: <site-packages>/nvidia/{cu13,cuda_runtime,...}/include
+  // in the same environments the libraries are searched in (DynamicLibs.h).
+  for (const std::string& root : NvidiaWheelRoots()) {
+    glob_t g;
+    if (::glob((root + "/*/include").c_str(), 0, nullptr, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) cands.push_back(g.gl_pathv[i]);
     }
+    ::globfree(&g);
   }
   for (const std::string& c : cands)
     if (FileExists(c + "/cuda_fp16.h") || FileExists(c + "/cuda_runtime.h"))

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "llmc/runtime/DynamicLibs.h"
 #include "llmc/runtime/Executable.h"
 
 namespace llmc::rt {
@@ -169,14 +170,22 @@ TEST(CudnnLibraryTest, CandidatesIncludeToolkitAndWheelDirectories) {
   std::ofstream(lib + "/libcudnn.so.9") << "not a library";
   ScopedEnv env("VIRTUAL_ENV", venv.c_str());
   ScopedEnv home("CUDA_HOME", "/opt/cuda-x");
-  std::vector<std::string> c = CudnnLibraryCandidates();
-  ASSERT_FALSE(c.empty());
-  EXPECT_EQ(c.front(), "libcudnn.so.9");
+  ScopedEnv cudnn_home("CUDNN_HOME", "/opt/cudnn-x");
+  ScopedEnv cudnn_path("CUDNN_PATH", nullptr);
+  ScopedEnv cuda_path("CUDA_PATH", nullptr);
+  std::vector<std::string> c = CudaLibraryCandidates("libcudnn.so.9");
+  ASSERT_GE(c.size(), 5u);
+  EXPECT_EQ(c[0], "libcudnn.so.9");
+  EXPECT_EQ(c[1], "/opt/cudnn-x/lib64/libcudnn.so.9");  // CUDNN_HOME before CUDA_HOME
+  EXPECT_EQ(c[3], "/opt/cuda-x/lib64/libcudnn.so.9");
   auto has = [&](const std::string& p) { return std::find(c.begin(), c.end(), p) != c.end(); };
-  EXPECT_TRUE(has("/opt/cuda-x/lib64/libcudnn.so.9"));
   EXPECT_TRUE(has("/usr/local/cuda/lib64/libcudnn.so.9"));
   EXPECT_TRUE(has("/usr/lib/x86_64-linux-gnu/libcudnn.so.9"));
-  EXPECT_TRUE(has(lib + "/libcudnn.so.9"));
+  // The wheel directories are canonical paths (TempDir() may end in '/').
+  char* real = realpath(lib.c_str(), nullptr);
+  ASSERT_NE(real, nullptr);
+  EXPECT_TRUE(has(std::string(real) + "/libcudnn.so.9"));
+  free(real);
 }
 
 TEST(CudnnLibraryTest, MissingLibraryMeansKernelFallback) {

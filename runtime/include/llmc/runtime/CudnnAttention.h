@@ -3,10 +3,12 @@
 // (Launch::attention, AttentionSpec in Executable.h).
 //
 // libcudnn.so.9 is dlopen'ed like every NVIDIA library (DynamicLibs.h):
-// LLMC_LIBCUDNN names the file explicitly, else CudnnLibraryCandidates() are
-// tried. Only cuDNN's C backend API is used (cudnnBackend*Descriptor,
-// SetAttribute, Finalize, GetAttribute, Execute): the operation graph is the
-// one cudnn-frontend builds for SDPA forward (NVIDIA/cudnn-frontend,
+// LLMC_LIBCUDNN names the file explicitly, else
+// CudaLibraryCandidates("libcudnn.so.9") are tried (the toolkit, the
+// distribution's directories, the nvidia-cudnn-cu13 wheel). Only cuDNN's C
+// backend API is used (cudnnBackend*Descriptor, SetAttribute, Finalize,
+// GetAttribute, Execute): the operation graph is the one cudnn-frontend
+// builds for SDPA forward (NVIDIA/cudnn-frontend,
 // include/cudnn_frontend/node/scaled_dot_product_flash_attention.h and
 // softmax.h), which cuDNN's fused flash attention engine matches:
 //
@@ -51,14 +53,6 @@ bool CudnnAttentionCompiledIn();
 /// Hkv divides Hq, causal only with sq == skv), else the reason it cannot.
 /// cuDNN's heuristics have the last word at plan time.
 std::string CudnnAttentionUnsupportedReason(const AttentionSpec& spec);
-
-/// Files tried for libcudnn.so.9 when LLMC_LIBCUDNN is unset, in order: the
-/// loader's search (bare soname), $CUDNN_HOME, $CUDA_HOME / $CUDA_PATH,
-/// /usr/local/cuda, the distribution's library directory, the directory of
-/// the NVIDIA pip wheels next to a loaded libcublasLt
-/// (<site-packages>/nvidia/cudnn/lib), $VIRTUAL_ENV's and /opt/torch/.venv's
-/// site-packages.
-std::vector<std::string> CudnnLibraryCandidates();
 
 /// The loaded cuDNN library (opaque; see CudnnAttention.cpp).
 struct Cudnn;

@@ -4,7 +4,11 @@
 // are dlopen'ed on first use (modelled on IREE hal/drivers/cuda/
 // dynamic_symbols.h); the CUDA headers are included for types only. Each
 // library can be pointed at an explicit file with an environment variable:
-//   LLMC_LIBCUDA, LLMC_LIBNVRTC, LLMC_LIBCUBLASLT, LLMC_LIBNCCL.
+//   LLMC_LIBCUDA, LLMC_LIBNVRTC, LLMC_LIBCUBLASLT, LLMC_LIBNCCL (and
+//   LLMC_LIBCUDNN, CudnnAttention.h);
+// else NVRTC, cuBLASLt, NCCL and cuDNN are searched in a CUDA toolkit and in
+// the NVIDIA pip wheels (CudaLibraryCandidates below), libcuda in the
+// driver's directories.
 // Every vendor result code is turned into an absl::Status naming the call
 // and the library's error string.
 #ifndef LLMC_RUNTIME_DYNAMICLIBS_H
@@ -51,6 +55,55 @@ class DynamicLibrary {
   std::string name_;
   std::string path_;
 };
+
+// Where the NVIDIA libraries are searched. A CUDA toolkit keeps them in
+// <toolkit>/lib64; the NVIDIA pip wheels (those torch depends on) in
+// <site-packages>/nvidia/<package>/lib: cu13 for CUDA 13's libraries
+// (nvidia-cuda-runtime, -cuda-nvrtc, -cublas), nccl and cudnn for
+// nvidia-nccl-cu13 and nvidia-cudnn-cu13, and one package per library in the
+// CUDA 12 wheels (cuda_runtime, cuda_nvrtc, cublas).
+
+/// The site-packages directory of the Python the build was configured with
+/// (sysconfig purelib, recorded by runtime/CMakeLists.txt as
+/// LLMC_PYTHON_SITE_PACKAGES); "" when CMake found no Python.
+const char* ConfiguredPythonSitePackages();
+
+/// Canonical directories of the CUDA libraries this process has loaded
+/// already (e.g. torch's), probed with dlopen(RTLD_NOLOAD) in the order
+/// libcudart.so.13, libcublasLt.so.13, libnvrtc.so.13; no duplicates.
+std::vector<std::string> LoadedCudaLibraryDirs();
+
+/// Existing <site-packages>/nvidia directories of NVIDIA pip wheels,
+/// canonical and without duplicates, in order:
+///  1. those holding a library of LoadedCudaLibraryDirs() (its dir/../..);
+///  2. the site-packages holding this code (the llmc wheel's layout:
+///     llmc/lib/libllmc.so or llmc/bin/llmc-*, so <dir>/../../nvidia);
+///  3. $VIRTUAL_ENV, then $CONDA_PREFIX: lib/python3*/site-packages/nvidia;
+///  4. ConfiguredPythonSitePackages()/nvidia;
+///  5. $HOME/.local/lib/python3*/site-packages/nvidia (pip install --user);
+///  6. /usr/local/lib/python3*/{dist,site}-packages/nvidia,
+///     /usr/lib/python3*/{dist,site}-packages/nvidia.
+std::vector<std::string> NvidiaWheelRoots();
+
+/// The files tried for the NVIDIA library `soname` (libnvrtc.so.13,
+/// libcublasLt.so.13, libnccl.so.2, libcudnn.so.9, ...) when its LLMC_LIB*
+/// variable is unset, in order, without duplicates:
+///  1. the bare soname: the loader's search (a copy already loaded, e.g. by
+///     torch; LD_LIBRARY_PATH; the ldconfig cache);
+///  2. $CUDNN_HOME and $CUDNN_PATH (libcudnn only), $CUDA_HOME, $CUDA_PATH:
+///     each's lib64/ then lib/;
+///  3. /usr/local/cuda/lib64/, /usr/local/cuda/lib/;
+///  4. /usr/lib/x86_64-linux-gnu/, /usr/lib/aarch64-linux-gnu/, /usr/lib64/;
+///  5. each of `loaded_dirs`;
+///  6. for each of `wheel_roots`, <root>/<package>/lib/ for the library's
+///     wheel packages (cu13 and then the CUDA 12 package, or nccl, cudnn)
+///     where that directory exists.
+std::vector<std::string> CudaLibraryCandidates(
+    const std::string& soname, const std::vector<std::string>& loaded_dirs,
+    const std::vector<std::string>& wheel_roots);
+/// The same with this process's LoadedCudaLibraryDirs() and
+/// NvidiaWheelRoots(); what NVRTC, cuBLASLt, NCCL and cuDNN are loaded from.
+std::vector<std::string> CudaLibraryCandidates(const std::string& soname);
 
 // X-macro lists of the entry points we use. Names go through cuda.h's
 // versioning macros (cuMemAlloc -> cuMemAlloc_v2, cuGraphInstantiate ->

@@ -50,7 +50,8 @@ struct KernelCompilerOptions {
   int max_threads = 0;
   /// Extra -I directories (searched before the auto-detected CUDA include).
   std::vector<std::string> include_dirs;
-  /// Search CUDA_HOME, /usr/local/cuda and NVIDIA pip wheels for headers.
+  /// Search $CUDA_HOME, $CUDA_PATH, /usr/local/cuda and the NVIDIA pip
+  /// wheels (NvidiaWheelRoots() in DynamicLibs.h) for headers.
   bool auto_cuda_include = true;
 };
 
