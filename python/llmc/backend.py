@@ -362,6 +362,32 @@ class LlmcSubgraph(torch.nn.Module):
             self._disable(f"import failed: {e}")
         if self.disabled is None and options.dynamic_buckets != "none":
             self._plan_buckets()
+        if options.strict and self.disabled is None:
+            self._compile_ahead()
+
+    def _compile_ahead(self):
+        """strict: compiles the traced shape now, inside the backend call, so
+        that a compile failure (or a missing libllmc.so) comes out of
+        torch.compile as BackendCompilerFailed carrying llmc's diagnostic,
+        as Inductor's failures do. Only for subgraphs whose inputs are all
+        tensors of static shapes and that are not bucketed; the others
+        compile on their first call (a failure then raises FallbackRefused
+        from the call)."""
+        args = [ph.meta.get("val") for ph in self.placeholders]
+        if self.plan or not all(
+                isinstance(a, torch.Tensor) and all(isinstance(d, int) for d in a.shape)
+                for a in args):
+            return
+        ok, why = _capi.available()
+        if not ok:
+            self._disable(why)  # raises (strict)
+        try:
+            exe, imp = self._compile(args)
+        except _capi.LlmcError as e:
+            self._disable(f"{e}\n  ops: {self._ops_summary()}\n  inputs: {_shape_str(args)}")
+        except importer.Unsupported as e:
+            self._disable(f"import failed: {e}")
+        self.sessions[self._key(args)] = _Entry(exe, imp)
 
     # -- helpers ----------------------------------------------------------------
     def _plan_buckets(self):

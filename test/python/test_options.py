@@ -146,8 +146,33 @@ def test_strict_raises_where_llmc_would_fall_back(monkeypatch):
             with pytest.warns(RuntimeWarning, match="runs in PyTorch: .*llm.frobnicate"):
                 torch.testing.assert_close(f(x), torch.relu(x) * 2.0)
             continue
+        # Static shapes: compiled inside the backend call, so the failure
+        # comes out of torch.compile as BackendCompilerFailed (as an
+        # Inductor failure does), with llmc's diagnostic.
         for _ in range(2):  # every call, not only the first
-            with pytest.raises(backend.FallbackRefused,
+            with pytest.raises(torch._dynamo.exc.BackendCompilerFailed,
                                match=r"llmc \(strict\): subgraph llmc_0 of .* cannot run in llmc: "
-                                     r".*llm.frobnicate"):
+                                     r"(.|\n)*llm.frobnicate") as info:
                 f(x)
+            assert isinstance(info.value.inner_exception, backend.FallbackRefused)
+
+
+def test_strict_dynamic_shapes_raise_from_the_call(monkeypatch):
+    """A subgraph traced with dynamic shapes compiles on its first call: with
+    strict=True a compile failure raises FallbackRefused from that call (and
+    every later one) rather than from torch.compile's backend call."""
+    from conftest import capi_or_skip
+    import llmc.backend as backend
+    capi = capi_or_skip()
+
+    def failing_compile(self, run_args):
+        raise capi.LlmcError(12, "codegen: no lowering for 'llm.frobnicate' (test)")
+
+    monkeypatch.setattr(backend.LlmcSubgraph, "_compile", failing_compile)
+    torch._dynamo.reset()
+    backend.reset()
+    f = torch.compile(lambda t: torch.relu(t) * 2.0, backend="llmc", dynamic=True,
+                      options={"strict": True, "dynamic_buckets": "none"})
+    for n in (5, 7):
+        with pytest.raises(backend.FallbackRefused, match=r"llmc \(strict\): .*llm.frobnicate"):
+            f(torch.randn(n, 8))
