@@ -172,13 +172,15 @@ absl::StatusOr<GpuRun> runOnGpu(func::FuncOp fn,
   if (st.ok())
     st = waitFor(stream, "the first run");
   if (st.ok() && bench) {
-    auto timed = session->RunTimed(din, dout, stream);
+    auto timed = session->RunTimeline(din, dout, stream);
     if (!timed.ok())
       st = timed.status();
     else
-      result.per_launch_ms = *timed;
+      for (const llmc::rt::LaunchTiming& t : *timed)
+        result.per_launch_ms.push_back(t.since_previous_ms);
     if (st.ok() && !opts.profile.empty()) {
-      auto trace = llmc::rt::ChromeTraceJson(*exe, result.per_launch_ms);
+      // The launches where the GPU ran them (events around each launch).
+      auto trace = llmc::rt::ChromeTraceJson(*exe, *timed);
       st = trace.ok() ? llmc::rt::AtomicWriteFile(opts.profile, *trace)
                       : trace.status();
       if (st.ok())

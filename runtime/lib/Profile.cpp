@@ -1,5 +1,7 @@
 #include "llmc/runtime/Profile.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -9,20 +11,24 @@
 namespace llmc::rt {
 
 absl::StatusOr<std::string> ChromeTraceJson(const Executable& exe,
-                                            const std::vector<float>& launch_ms) {
-  if (launch_ms.size() != exe.launches.size())
+                                            const std::vector<LaunchTiming>& timeline) {
+  if (timeline.size() != exe.launches.size())
     return absl::InvalidArgumentError(absl::StrCat(
-        "profile: ", launch_ms.size(), " launch times for ", exe.launches.size(),
+        "profile: ", timeline.size(), " launch times for ", exe.launches.size(),
         " launches"));
   nlohmann::json events = nlohmann::json::array();
-  double ts_us = 0;
+  double previous_end_ms = 0;
   for (size_t i = 0; i < exe.launches.size(); ++i) {
     const Launch& l = exe.launches[i];
-    const float ms = launch_ms[i];
-    if (!std::isfinite(ms) || ms < 0)
-      return absl::InvalidArgumentError(
-          absl::StrCat("profile: launch ", i, " has time ", ms, " ms"));
+    const float ms = timeline[i].ms;
+    const double start_ms = timeline[i].start_ms;
+    if (!std::isfinite(ms) || ms < 0 || !std::isfinite(start_ms) || start_ms < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "profile: launch ", i, " has start ", start_ms, " ms and time ", ms, " ms"));
     nlohmann::json args = {{"index", i}};
+    // The GPU idle before the launch (launch overhead, a host-side wait).
+    args["gap_us"] = std::max(0.0, start_ms - previous_end_ms) * 1e3;
+    previous_end_ms = std::max(previous_end_ms, start_ms + ms);
     switch (l.kind) {
       case Launch::Kernel:
         args["kind"] = "kernel";
@@ -46,16 +52,14 @@ absl::StatusOr<std::string> ChromeTraceJson(const Executable& exe,
         args["bytes"] = l.copy_bytes;
         break;
     }
-    const double dur_us = ms * 1e3;
     events.push_back({{"name", l.label.empty() ? "launch" : l.label},
                       {"cat", args["kind"]},
                       {"ph", "X"},
                       {"pid", 0},
                       {"tid", 0},
-                      {"ts", ts_us},
-                      {"dur", dur_us},
+                      {"ts", start_ms * 1e3},
+                      {"dur", ms * 1e3},
                       {"args", args}});
-    ts_us += dur_us;
   }
   nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   // Labels are for display: a byte that is not UTF-8 becomes U+FFFD rather

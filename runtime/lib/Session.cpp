@@ -292,15 +292,26 @@ absl::Status Session::Run(const std::vector<DeviceTensor>& inputs,
 absl::StatusOr<std::vector<float>> Session::RunTimed(
     const std::vector<DeviceTensor>& inputs,
     const std::vector<DeviceTensor>& outputs, CUstream stream) {
-  absl::MutexLock lock(&mu_);
+  LLMC_RT_ASSIGN_OR_RETURN(std::vector<LaunchTiming> timeline,
+                           RunTimeline(inputs, outputs, stream));
   std::vector<float> ms;
-  LLMC_RT_RETURN_IF_ERROR(RunLocked(inputs, outputs, stream, &ms));
+  ms.reserve(timeline.size());
+  for (const LaunchTiming& t : timeline) ms.push_back(t.since_previous_ms);
   return ms;
+}
+
+absl::StatusOr<std::vector<LaunchTiming>> Session::RunTimeline(
+    const std::vector<DeviceTensor>& inputs,
+    const std::vector<DeviceTensor>& outputs, CUstream stream) {
+  absl::MutexLock lock(&mu_);
+  std::vector<LaunchTiming> timeline;
+  LLMC_RT_RETURN_IF_ERROR(RunLocked(inputs, outputs, stream, &timeline));
+  return timeline;
 }
 
 absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
                                 const std::vector<DeviceTensor>& outputs,
-                                CUstream stream, std::vector<float>* timings) {
+                                CUstream stream, std::vector<LaunchTiming>* timings) {
   LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->inputs, inputs, "input"));
   LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->outputs, outputs, "output"));
   LLMC_RT_RETURN_IF_ERROR(device_->MakeCurrent());
@@ -367,34 +378,35 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
     }
   }
   if (timings) {
+    // Two events per launch, recorded just before and just after it:
+    // begin[i], end[i]. A preparation launch that did not run gets neither.
     size_t n = exe_->launches.size();
-    std::vector<CUevent> events(n + 1, nullptr);
+    std::vector<CUevent> events(2 * n, nullptr);
     absl::Status st;
-    for (auto& e : events) {
-      st = CU_CALL(cuEventCreate, &e, CU_EVENT_DEFAULT);
-      if (!st.ok()) break;
-    }
-    // Preparation launches (already run above when needed) read as 0 ms.
-    for (size_t i = 0; st.ok() && i < n; ++i) {
-      if (i < first) {
-        if (st.ok()) st = CU_CALL(cuEventRecord, events[i + 1], stream);
-        continue;
-      }
-      if (i == first) st = CU_CALL(cuEventRecord, events[i], stream);
+    for (size_t i = first; i < n && st.ok(); ++i)
+      for (size_t j : {2 * i, 2 * i + 1})
+        st = CU_CALL(cuEventCreate, &events[j], CU_EVENT_DEFAULT);
+    for (size_t i = first; st.ok() && i < n; ++i) {
       NvtxRange range(LaunchRangeName(exe_->launches[i], i));
+      st = CU_CALL(cuEventRecord, events[2 * i], stream);
       if (st.ok()) st = im.EnqueueAt(*exe_, i, stream, /*join_now=*/true);
-      if (st.ok()) st = CU_CALL(cuEventRecord, events[i + 1], stream);
+      if (st.ok()) st = CU_CALL(cuEventRecord, events[2 * i + 1], stream);
     }
-    if (st.ok() && n > 0) st = CU_CALL(cuEventSynchronize, events[n]);
-    if (st.ok() && first > 0) st = CU_CALL(cuEventRecord, events[0], stream);
+    if (st.ok() && n > first) st = CU_CALL(cuEventSynchronize, events[2 * n - 1]);
     for (size_t i = 0; st.ok() && i < n; ++i) {
-      float ms = 0;
-      if (i < first) {
-        timings->push_back(0.f);
-        continue;
+      LaunchTiming t;
+      if (i >= first) {
+        float start = 0, ms = 0, since = 0;
+        st = CU_CALL(cuEventElapsedTime, &start, events[2 * first], events[2 * i]);
+        if (st.ok()) st = CU_CALL(cuEventElapsedTime, &ms, events[2 * i], events[2 * i + 1]);
+        if (st.ok())
+          st = CU_CALL(cuEventElapsedTime, &since,
+                       events[i == first ? 2 * i : 2 * i - 1], events[2 * i + 1]);
+        t.start_ms = start;
+        t.ms = ms;
+        t.since_previous_ms = since;
       }
-      st = CU_CALL(cuEventElapsedTime, &ms, events[i], events[i + 1]);
-      timings->push_back(ms);
+      timings->push_back(t);
     }
     for (auto e : events)
       if (e) driver_->cuEventDestroy(e);

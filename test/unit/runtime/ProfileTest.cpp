@@ -28,8 +28,16 @@ Executable TwoLaunches() {
   return exe;
 }
 
-TEST(ProfileTest, ChromeTraceHasOneCompleteEventPerLaunchBackToBack) {
-  auto json = ChromeTraceJson(TwoLaunches(), {0.025f, 0.1f});
+LaunchTiming At(double start_ms, float ms) {
+  LaunchTiming t;
+  t.start_ms = start_ms;
+  t.ms = ms;
+  return t;
+}
+
+TEST(ProfileTest, ChromeTraceEventsSitAtTheirGpuStartTimes) {
+  // The GEMM starts 5 us after the kernel ends: the gap shows, not hidden.
+  auto json = ChromeTraceJson(TwoLaunches(), {At(0.0, 0.025f), At(0.030, 0.1f)});
   ASSERT_TRUE(json.ok()) << json.status();
   auto trace = nlohmann::json::parse(*json);
   const auto& ev = trace.at("traceEvents");
@@ -39,7 +47,9 @@ TEST(ProfileTest, ChromeTraceHasOneCompleteEventPerLaunchBackToBack) {
   EXPECT_EQ(ev[0]["args"]["kernel"], "llmc_rmsnorm_test");
   EXPECT_DOUBLE_EQ(ev[0]["ts"].get<double>(), 0.0);
   EXPECT_NEAR(ev[0]["dur"].get<double>(), 25.0, 1e-3);  // microseconds
-  EXPECT_NEAR(ev[1]["ts"].get<double>(), 25.0, 1e-3);    // starts when the first ends
+  EXPECT_NEAR(ev[0]["args"]["gap_us"].get<double>(), 0.0, 1e-6);
+  EXPECT_NEAR(ev[1]["ts"].get<double>(), 30.0, 1e-3);    // its own start, not 25
+  EXPECT_NEAR(ev[1]["args"]["gap_us"].get<double>(), 5.0, 1e-3);
   EXPECT_EQ(ev[1]["args"]["kind"], "gemm");
   // 2*2048*4096*4096 FLOP in 0.1 ms = 687 TFLOP/s
   EXPECT_NEAR(ev[1]["args"]["tflops"].get<double>(), 687.19, 0.05);
@@ -49,19 +59,21 @@ TEST(ProfileTest, ChromeTraceHasOneCompleteEventPerLaunchBackToBack) {
 TEST(ProfileTest, LabelThatIsNotUtf8IsReplacedNotThrown) {
   Executable exe = TwoLaunches();
   exe.launches[0].label = "norm\xff";
-  auto json = ChromeTraceJson(exe, {0.025f, 0.1f});
+  auto json = ChromeTraceJson(exe, {At(0.0, 0.025f), At(0.025, 0.1f)});
   ASSERT_TRUE(json.ok()) << json.status();
   auto trace = nlohmann::json::parse(*json);
   EXPECT_EQ(trace["traceEvents"][0]["name"], "norm\xef\xbf\xbd");  // U+FFFD
 }
 
 TEST(ProfileTest, MismatchedOrInvalidTimesAreErrors) {
-  auto few = ChromeTraceJson(TwoLaunches(), {0.1f});
+  auto few = ChromeTraceJson(TwoLaunches(), {At(0.0, 0.1f)});
   ASSERT_FALSE(few.ok());
   EXPECT_NE(std::string(few.status().message()).find("1 launch times for 2 launches"),
             std::string::npos);
-  EXPECT_FALSE(ChromeTraceJson(TwoLaunches(), {0.1f, -1.f}).ok());
-  EXPECT_FALSE(ChromeTraceJson(TwoLaunches(), {0.1f, NAN}).ok());
+  EXPECT_FALSE(ChromeTraceJson(TwoLaunches(), {At(0.0, 0.1f), At(0.1, -1.f)}).ok());
+  EXPECT_FALSE(ChromeTraceJson(TwoLaunches(), {At(0.0, 0.1f), At(0.1, NAN)}).ok());
+  EXPECT_FALSE(ChromeTraceJson(TwoLaunches(), {At(0.0, 0.1f), At(-0.5, 0.1f)}).ok());
+  EXPECT_FALSE(ChromeTraceJson(TwoLaunches(), {At(0.0, 0.1f), At(INFINITY, 0.1f)}).ok());
 }
 
 }  // namespace

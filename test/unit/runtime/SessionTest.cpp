@@ -140,6 +140,22 @@ TEST(SessionGpuTest, KernelsCopiesConstantsAndGraphReplay) {
                                  *stream);
   ASSERT_TRUE(ms.ok()) << ms.status();
   EXPECT_EQ(ms->size(), 3u);
+  // The timeline: launches in order on the GPU's clock, none overlapping
+  // the previous one (one stream), each within its RunTimed figure.
+  auto timeline = (*session)->RunTimeline({{*x, DType::f32, {n}}},
+                                          {{*y1, DType::f32, {n}}}, *stream);
+  ASSERT_TRUE(timeline.ok()) << timeline.status();
+  ASSERT_EQ(timeline->size(), 3u);
+  EXPECT_EQ((*timeline)[0].start_ms, 0.0);
+  for (size_t i = 0; i < timeline->size(); ++i) {
+    const LaunchTiming& t = (*timeline)[i];
+    EXPECT_GT(t.ms, 0.f) << i;
+    EXPECT_LE(t.ms, t.since_previous_ms + 1e-3f) << i;
+    if (i > 0) {
+      const LaunchTiming& p = (*timeline)[i - 1];
+      EXPECT_GE(t.start_ms + 1e-3, p.start_ms + p.ms) << i;
+    }
+  }
   absl::Status bad = (*session)->Run({{*x, DType::f16, {n}}},
                                      {{*y1, DType::f32, {n}}}, *stream);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);

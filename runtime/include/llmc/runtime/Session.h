@@ -13,6 +13,7 @@
 #include "llmc/runtime/CudaTypes.h"
 #include "llmc/runtime/Device.h"
 #include "llmc/runtime/Executable.h"
+#include "llmc/runtime/Profile.h"
 #include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/MemoryPool.h"
 
@@ -152,8 +153,16 @@ class Session {
   absl::Status Run(const std::vector<DeviceTensor>& inputs,
                    const std::vector<DeviceTensor>& outputs, CUstream stream);
   /// Like Run but without graphs, timing each launch with events; returns
-  /// milliseconds per launch (synchronizes `stream`).
+  /// milliseconds per launch, from the end of the previous launch to the end
+  /// of this one (so they add up to the run; synchronizes `stream`).
   absl::StatusOr<std::vector<float>> RunTimed(
+      const std::vector<DeviceTensor>& inputs,
+      const std::vector<DeviceTensor>& outputs, CUstream stream);
+  /// Like RunTimed, with where each launch lies on the GPU's clock: CUDA
+  /// events recorded on `stream` just before and just after every launch
+  /// (LaunchTiming; synchronizes `stream`). Parameter-preparation launches
+  /// that did not run read as zero-length at the first timed launch's start.
+  absl::StatusOr<std::vector<LaunchTiming>> RunTimeline(
       const std::vector<DeviceTensor>& inputs,
       const std::vector<DeviceTensor>& outputs, CUstream stream);
 
@@ -189,7 +198,7 @@ class Session {
   Session() = default;
   absl::Status RunLocked(const std::vector<DeviceTensor>& inputs,
                          const std::vector<DeviceTensor>& outputs,
-                         CUstream stream, std::vector<float>* timings)
+                         CUstream stream, std::vector<LaunchTiming>* timings)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<Device> device_;
