@@ -15,12 +15,35 @@ ROOT="$PWD"
 BUILD_DIR="$(realpath "${BUILD_DIR:-build}")"
 PYTHON="${PYTHON:-python3}"
 WHEELHOUSE="$BUILD_DIR/wheelhouse"
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  echo "test-wheel: $BUILD_DIR is not a configured build (run bash scripts/setup.sh --build first)" >&2
+  exit 1
+fi
 rm -rf "$WHEELHOUSE"
 mkdir -p "$WHEELHOUSE/raw"
 
+# scikit-build-core configures BUILD_DIR with its own cache entries (the
+# install prefix of a temporary wheel directory, its Python, SKBUILD_*):
+# the developer's configuration is put back afterwards and CMake re-run, so
+# the next build is what it was (nothing recompiles). Under the build
+# directory's lock, as scripts/ninja-locked.sh takes it.
 t0=$(date +%s)
+exec 9>"$BUILD_DIR/.ninja.lock"
+flock 9
+cp "$BUILD_DIR/CMakeCache.txt" "$WHEELHOUSE/CMakeCache.txt.saved"
+restore() {
+  cp "$WHEELHOUSE/CMakeCache.txt.saved" "$BUILD_DIR/CMakeCache.txt"
+  cmake "$BUILD_DIR" > "$WHEELHOUSE/reconfigure.log" 2>&1 ||
+    { echo "test-wheel: re-running CMake on $BUILD_DIR failed (see $WHEELHOUSE/reconfigure.log)" >&2; return 1; }
+}
+set +e
 "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELHOUSE/raw" \
   -Cbuild-dir="$BUILD_DIR" "$ROOT"
+rc=$?
+set -e
+restore
+flock -u 9
+[ "$rc" -eq 0 ] || exit "$rc"
 "$PYTHON" -m auditwheel repair -w "$WHEELHOUSE" "$WHEELHOUSE"/raw/llmc-*.whl
 WHEEL="$(ls "$WHEELHOUSE"/llmc-*.whl)"
 echo "llmc wheel: $WHEEL ($(du -h "$WHEEL" | cut -f1), built in $(( $(date +%s) - t0 )) s)"

@@ -852,7 +852,8 @@ class LlmcSubgraph(torch.nn.Module):
         d.mkdir(parents=True, exist_ok=True)
         syms = self._symbol_values(args)
         try:
-            text = importer.import_graph(self.eager, func_name=self.name, bindings=syms).text
+            text = importer.import_graph(self.eager, func_name=self.name, bindings=syms,
+                                         donate=self.donate).text
         except Exception:
             text = imp.text
         (d / "f.mlir").write_text(text)
@@ -931,6 +932,10 @@ def assemble_outputs(imp: importer.ImportResult, outs, args) -> list:
             # A permuting view of an input, as PyTorch returns it (no copy).
             j, perm = i
             result.append(args[j].permute(perm))
+        elif kind == "argcopy":
+            # A copy of an input's permuting view (clone keeps its strides).
+            j, perm = i
+            result.append(args[j].permute(perm).clone())
         else:
             result.append(None)
     return result

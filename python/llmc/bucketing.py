@@ -789,7 +789,11 @@ def pad_tensor(t: torch.Tensor, axes: Sequence[Tuple[int, int]], mode: str = "ed
         shape[a] = b
     if list(t.shape) == shape:
         return t
-    out = torch.empty(shape, dtype=t.dtype, device=t.device)
+    # In t's own dimension order (a permuted dense input stays one: the
+    # backend hands it to llmc in memory order without a copy).
+    order = importer.dense_permutation(t) or tuple(range(t.dim()))
+    out = torch.empty([shape[d] for d in order], dtype=t.dtype,
+                      device=t.device).permute(importer.inverse_permutation(order))
     if mode == "position":
         (a, b), = axes
         view = [1] * t.dim()

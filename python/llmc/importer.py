@@ -189,9 +189,10 @@ class ImportResult:
     # dim name -> (argument index, dimension) to bind it from the inputs.
     dim_bindings: Dict[str, Tuple[int, int]]
     # For each FX output: ("out", i) = the i-th function result,
-    # ("arg", j) = placeholder j passed through, ("argview", (j, perm)) =
-    # placeholder j's view `permute(perm)` (a transposed weight saved for the
-    # backward: PyTorch's view, not a copy), ("none", None),
+    # ("arg", j) = placeholder j passed through (a copy), ("argcopy",
+    # (j, perm)) = a copy of placeholder j's `permute(perm)`, ("argview",
+    # (j, perm)) = placeholder j's view `permute(perm)` (a transposed weight
+    # saved for the backward: PyTorch's view, not a copy), ("none", None),
     # ("empty", Uninitialized) = a torch.empty the backend allocates.
     outputs: List[Tuple[str, Optional[int]]]
     dynamic: bool
@@ -2241,9 +2242,18 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
         perm = dense_permutation(m) if isinstance(m, torch.Tensor) else None
         r = imp.transpose(v, perm) if perm is not None and v.rank == len(perm) else v
         if r.is_arg:
-            # An input returned unchanged (through a clone or views that
-            # cancel): PyTorch's copy of the input.
-            out_map.append(("arg", arg_placeholders[int(r.name[len("%arg"):])]))
+            # An input returned through a clone (and views that only reorder
+            # its dims): a copy of the input, in the FX output's dim order
+            # `input.permute(q)`; r is the argument in memory order, so
+            # output.permute(perm) == input.permute(arg_perm).
+            ai = int(r.name[len("%arg"):])
+            arg_perm = arg_perms.get(ai, tuple(range(r.rank)))
+            inv_out = inverse_permutation(perm) if r is not v else tuple(range(r.rank))
+            q = tuple(arg_perm[i] for i in inv_out)
+            if q == tuple(range(r.rank)):
+                out_map.append(("arg", arg_placeholders[ai]))
+            else:
+                out_map.append(("argcopy", (arg_placeholders[ai], q)))
             continue
         if r is not v:
             out_perms[len(results)] = inverse_permutation(perm)

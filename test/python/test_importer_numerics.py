@@ -220,22 +220,27 @@ def check_graph(gm, args, name="main"):
     want, _ = eager_reference(gm, args)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     metas = [importer._meta(o) for o in _flat(out_node.args[0])]
+    # The FX outputs as the backend assembles them (results viewed back from
+    # memory order, inputs passed through, copied or viewed), so that every
+    # output kind is compared, not only the function's results.
+    results = [None] * (1 + max([i for k, i in res.outputs if k == "out"], default=-1))
+    for j, (kind, i) in enumerate(res.outputs):
+        if kind == "out" and results[i] is None:
+            results[i] = logical_result(res, i, got[i], want[j].shape)
+    from llmc.backend import assemble_outputs
+    outs = assemble_outputs(res, results, list(args))
     errs = {}
     for j, (kind, i) in enumerate(res.outputs):
-        if kind == "argview":
-            # PyTorch's own view of the input: exactly eager's tensor.
-            k, perm = i
-            view = args[k].permute(perm)
-            assert view.shape == want[j].shape and view.stride() == want[j].stride()
-            errs[j] = compare(view.reshape(-1), want[j], metas[j].dtype, f"{name} output {j}")
+        if kind in ("none", "empty"):
             continue
-        if kind != "out":
-            continue
-        m = metas[j]
-        g = logical_result(res, i, got[i], want[j].shape)
-        if i in res.out_perms:
-            assert g.stride() == want[j].stride(), (g.stride(), want[j].stride())
-        errs[j] = compare(g.reshape(-1), want[j], m.dtype, f"{name} output {j}")
+        g, w = outs[j], want[j]
+        assert tuple(g.shape) == tuple(w.shape), f"{name} output {j} ({kind}): shape " \
+            f"{tuple(g.shape)}, want {tuple(w.shape)}"
+        if kind != "out" or i in res.out_perms:
+            # PyTorch's strides (size-1 dims have any stride).
+            assert all(sz <= 1 or a == b for sz, a, b in zip(w.shape, g.stride(), w.stride())), \
+                (kind, g.stride(), w.stride())
+        errs[j] = compare(g.reshape(-1), w, metas[j].dtype, f"{name} output {j} ({kind})")
     return errs
 
 
@@ -483,11 +488,24 @@ PERMUTED = {
     "output_weight_views": (lambda x, w: (torch.mm(x, w.t()), w.t(), w.permute(1, 0).t()),
                             (torch.randn(4, 8), torch.randn(16, 8)),
                             {"kinds": ["out", "argview", "argview"]}),
-    # A permuted input returned transposed back is the input itself
-    # (PyTorch's copy of it); the other result is computed in memory order.
+    # A permuted input returned transposed back is a copy of the input's
+    # view in that order; the other result is computed in memory order.
     "input_roundtrip": (lambda wt: (wt.t().clone(), wt * 2), (torch.randn(16, 8).t(),),
-                        {"kinds": ["arg", "out"], "arg_perms": {0: (1, 0)},
+                        {"kinds": ["argcopy", "out"], "arg_perms": {0: (1, 0)},
                          "out_perms": {0: (1, 0)}}),
+    # A contiguous input returned through views and a clone (the review's
+    # reproducer: it came back untransposed): a copy in the output's order.
+    "input_transposed_clone": (lambda x: (x.t().clone(), x * 2), (torch.randn(4, 8),),
+                               {"kinds": ["argcopy", "out"]}),
+    "input_square_transposed_clone": (lambda x: (x.t().clone(), x * 2), (torch.randn(8, 8),),
+                                      {"kinds": ["argcopy", "out"]}),
+    "input_bshd_clone": (lambda q: (q.transpose(1, 2).clone(), q + 1),
+                         (torch.randn(2, 3, 5, 4),), {"kinds": ["argcopy", "out"]}),
+    # Returned through a clone in its own order: the plain pass-through.
+    "input_clone": (lambda x: (x.clone(), x * 2), (torch.randn(4, 8).t(),),
+                    {"kinds": ["arg", "out"]}),
+    # Size-1 dims: any stride there is PyTorch's.
+    "size_one_dims": (lambda x: x * 2, (torch.randn(4, 1, 8).permute(2, 1, 0),), {}),
 }
 
 
