@@ -385,7 +385,7 @@ class _Recorder(torch.nn.Module):
 def _capture_backend(sink, kinds):
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
-    from llmc.backend import _decompositions
+    from llmc.backend import _decompositions, _partition_fn
 
     def compiler(kind):
         def comp(gm, example_inputs):
@@ -399,6 +399,7 @@ def _capture_backend(sink, kinds):
 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"),
+                        partition_fn=_partition_fn(),  # the backend's (LLMC_PARTITION)
                         decompositions=_decompositions())
 
 

@@ -432,6 +432,39 @@ def test_hf_training_partitions_match_torch(name):
     _check_partitions(sink)
 
 
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_mincut_partition_saves_less_and_matches_torch(name, monkeypatch):
+    """LLMC_PARTITION=mincut (Inductor's min-cut rematerialization): the
+    forward hands the backward fewer saved values than with the default
+    partition, and every llmc partition of both graphs still matches
+    PyTorch in float64. An unknown value is an error naming the choices."""
+    _need_llmc_run()
+    saved = {}
+    for how in ("default", "mincut"):
+        monkeypatch.setenv("LLMC_PARTITION", how)
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = MODELS[name](**({"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+                            if name == "gpt2" else {}))
+        x = torch.randint(0, 1000, (2, 11))
+        sink, kinds = [], []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.compile(m, backend=_capture_backend(sink, kinds))(
+                x, labels=x, use_cache=False).loss.backward()
+        assert {"forward", "backward"} <= set(kinds), kinds
+        bw = [rec for rec in sink if rec.name.startswith("backward")]
+        saved[how] = sum(len([n for n in rec.eager.graph.nodes if n.op == "placeholder"])
+                         for rec in bw)
+        if how == "mincut":
+            _check_partitions(sink)
+    assert saved["mincut"] < saved["default"], saved
+    monkeypatch.setenv("LLMC_PARTITION", "sometimes")
+    from llmc.backend import _partition_fn
+    with pytest.raises(ValueError, match="LLMC_PARTITION='sometimes': expected 'default' or 'mincut'"):
+        _partition_fn()
+
+
 def test_hf_backward_takes_the_forwards_causal_mask_as_causal():
     """HF LLaMA under torch.compile builds its causal mask in the forward
     graph and saves it for the backward, where it arrives as an input. The
