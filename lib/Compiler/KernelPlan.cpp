@@ -323,6 +323,28 @@ void Planner::planFusion() {
         plan.fusedIntoNorm.insert(add);
     }
   }
+  // `op` may join the kernel of `def` when the kernel can then run where
+  // `op` is: every use outside the kernel of any member's result (an output
+  // the kernel writes: a producer with other uses too, multi-output as the
+  // plan allows it) comes after `op`; and such a result has the kernel's
+  // shape.
+  auto canRunAt = [&](Operation *def, Operation *op) {
+    if (cast<ShapedType>(def->getResult(0).getType()).getShape() !=
+        cast<ShapedType>(op->getResult(0).getType()).getShape())
+      return false;
+    const SmallVector<Operation *> &members = plan.groups[plan.groupOf[def]];
+    llvm::SmallPtrSet<Operation *, 16> in(members.begin(), members.end());
+    in.insert(op);
+    for (Operation *m : members)
+      for (Operation *user : m->getUsers()) {
+        if (in.contains(user))
+          continue;
+        Operation *top = body.findAncestorOpInBlock(*user);
+        if (!top || !op->isBeforeInBlock(top))
+          return false;
+      }
+    return true;
+  };
   for (Operation &op : body) {
     if (!isElementwise(&op) || plan.fusedIntoNorm.contains(&op))
       continue;
@@ -330,8 +352,9 @@ void Planner::planFusion() {
     if (options.fuse_elementwise) {
       for (Value operand : op.getOperands()) {
         Operation *def = operand.getDefiningOp();
-        if (!def || !plan.groupOf.count(def) || !operand.hasOneUse() ||
-            !samePlanGroup(def, &op) || prepared.contains(def) != prepared.contains(&op))
+        if (!def || !plan.groupOf.count(def) || !samePlanGroup(def, &op) ||
+            prepared.contains(def) != prepared.contains(&op) ||
+            !canRunAt(def, &op))
           continue;
         group = plan.groupOf[def];
         break;

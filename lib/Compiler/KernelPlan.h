@@ -11,7 +11,9 @@
 //
 // Built on llm::planFusionGroups (the cost model and bounds of FusionPlan.h):
 // an elementwise op joins its producer's kernel only when the plan put both
-// in one group, the producer is used once, and both are on the same side of
+// in one group, the producer is used once (or its other uses all come after
+// the op, and the kernel writes its result as another output), and both
+// are on the same side of
 // the parameter-preparation boundary (llmc-hoist-parameter-work); a residual
 // add is computed by the norm only when the plan grouped them, its summands
 // are dense and it is not prepared apart from the norm. Plan groups that are

@@ -126,13 +126,20 @@ absl::Status Reader::elementwise(const Annotated &k) {
       return bad(op, k, "only elementwise ops form an elementwise kernel");
     if (cast<RankedTensorType>(op->getResult(0).getType()).getShape() != shape)
       return bad(op, k, "its result's shape differs from the kernel's output shape");
+    // A member's result used outside the kernel is one of its outputs,
+    // written when the kernel runs (at its last member): the use must come
+    // after that.
     if (op != last)
-      for (Operation *user : op->getUsers())
-        if (!members.contains(user))
+      for (Operation *user : op->getUsers()) {
+        if (members.contains(user))
+          continue;
+        Operation *top = last->getBlock()->findAncestorOpInBlock(*user);
+        if (!top || !last->isBeforeInBlock(top))
           return bad(op, k,
                      absl::StrCat("its result is used by ", describeOp(user),
-                                  " outside the kernel, which writes only "
-                                  "its last member's result"));
+                                  " before the kernel's last member, where the "
+                                  "kernel runs and writes it"));
+      }
     cost += fusedOpCost(op);
     for (Value v : op->getOperands()) {
       Operation *def = v.getDefiningOp();

@@ -174,7 +174,12 @@ struct GroupBuilder {
       int g = newGroup(FusionKind::Elementwise, {&op});
       for (Value operand : op.getOperands()) {
         Operation *def = operand.getDefiningOp();
-        if (!inBody(def) || !operand.hasOneUse() || claimed.contains(def))
+        if (!inBody(def) || claimed.contains(def))
+          continue;
+        // A value with other uses still joins when its producer's kernel
+        // can also write it out (multi-output; see sharesProducer).
+        bool multiUse = !operand.hasOneUse();
+        if (multiUse && !sharesProducer(def, &op, g))
           continue;
         if (auto mm = dyn_cast<MatmulOp>(def)) {
           if (!options.gemmEpilogue || groups[g].hasMatmul ||
@@ -208,14 +213,44 @@ struct GroupBuilder {
         } else if (!options.elementwise) {
           continue;
         }
-        // A chain beyond one kernel's bounds continues in a new kernel.
-        if (!fitsOneKernel(groups[g].ops, groups[d].ops))
+        // A chain beyond one kernel's bounds continues in a new kernel; so
+        // does one whose outputs would be used before the merged kernel
+        // runs (a member written out as well, used before this op).
+        if (!fitsOneKernel(groups[g].ops, groups[d].ops) || !placeableMerged(g, d))
           continue;
         merge(g, d);
         if (groups[g].hasMatmul)
           groups[g].kind = FusionKind::GemmEpilogue;
       }
     }
+  }
+
+  /// Whether `op` may join the group of `def`, whose result it reads and
+  /// which has other uses too: the kernel then writes `def`'s result as a
+  /// second output instead of a kernel of its own writing it and `op`'s
+  /// kernel reading it back (a training forward's saved activations: an
+  /// RMSNorm's float32 input, SwiGLU's gate). Only between elementwise-only
+  /// groups (a GEMM epilogue writes one result), of one shape (the kernel's
+  /// outputs have its shape), and when the merged group can still run where
+  /// its last op is (`placeable`).
+  bool sharesProducer(Operation *def, Operation *op, int g) {
+    if (!options.elementwise || !isElementwise(def) || isa<MatmulOp>(def))
+      return false;
+    auto it = groupOf.find(def);
+    if (it == groupOf.end() || it->second == g || groups[it->second].hasMatmul ||
+        groups[g].hasMatmul || groups[it->second].kind != FusionKind::Elementwise)
+      return false;
+    if (cast<ShapedType>(def->getResult(0).getType()).getShape() !=
+        cast<ShapedType>(op->getResult(0).getType()).getShape())
+      return false;
+    return placeableMerged(g, it->second);
+  }
+
+  bool placeableMerged(int g, int d) {
+    SmallVector<Operation *> merged(groups[d].ops);
+    merged.append(groups[g].ops.begin(), groups[g].ops.end());
+    llvm::sort(merged, [&](Operation *a, Operation *b) { return index[a] < index[b]; });
+    return placeable(merged);
   }
 
   /// Values a group defines that are used outside it must be used after its

@@ -5,10 +5,13 @@
 // the kernels it decides from these groups.
 //
 // Cost model:
-//  - a producer joins its consumer's group only when the consumer is its
-//    single user: no op is ever duplicated into two kernels, and every group
-//    is a tree whose only escaping value is its root (residual-norm groups
-//    also return the sum, used again after the norm);
+//  - no op is ever duplicated into two kernels; a producer joins its
+//    consumer's group when the consumer is its single user, or, between
+//    elementwise ops of one shape, when the kernel can write the producer's
+//    result as another output (multi-output: every use outside the group
+//    comes after the group's last op, where the kernel runs; a training
+//    forward's saved activations); residual-norm groups also return the
+//    sum, used again after the norm;
 //  - a GEMM main loop is never fused into: a matmul's operands are computed
 //    outside its group; a group holds at most one matmul, and the matmul is
 //    a leaf (bias add, activation, output cast follow it as an epilogue);
@@ -57,7 +60,8 @@ inline constexpr int kMaxFusedInputs = 32;
 int fusedOpCost(mlir::Operation *op);
 
 struct FusionPlanOptions {
-  /// Chains of elementwise ops (producer used once).
+  /// Chains of elementwise ops (a producer used once, or with its result
+  /// written out too).
   bool elementwise = true;
   /// A residual llm.add into the following rms_norm / layer_norm.
   bool residualNorm = true;

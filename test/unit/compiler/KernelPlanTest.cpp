@@ -139,17 +139,31 @@ std::string LowerError(const std::string &src) {
 #define EXPECT_CONTAINS(haystack, needle)                                      \
   EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
-TEST(KernelPlan, AnIntermediateUsedOutsideTheKernelIsAnError) {
-  // %e escapes: the kernel writes only %n.
-  std::string msg = LowerError(R"(
+TEST(KernelPlan, AnIntermediateUsedAfterTheKernelIsAnotherOutput) {
+  // %e is returned too: the one kernel writes %e and %n (multi-output).
+  auto exe = Lower(R"(
 func.func @f(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) attributes {llm.kernels_formed} {
   %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
   %n = llm.neg %e {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
   return %e, %n : tensor<4x8xf32>, tensor<4x8xf32>
 })");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  EXPECT_EQ(KernelLaunches(*exe), 1);
+}
+
+TEST(KernelPlan, AnIntermediateUsedBeforeTheKernelRunsIsAnError) {
+  // %e is read by %m before %n, the kernel's last member, where it runs.
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
+  %m = llm.reduce_sum %e [1] keepdim : tensor<4x8xf32>
+  %n = llm.neg %e {llm.kernel = {group = 0 : i64, kind = "elementwise"}} : tensor<4x8xf32>
+  %b = llm.broadcast %m : tensor<4x1xf32> to tensor<4x8xf32>
+  return %b, %n : tensor<4x8xf32>, tensor<4x8xf32>
+})");
   EXPECT_CONTAINS(msg, "'llm.exp' at ");
   EXPECT_CONTAINS(msg, "is in llm.kernel group 0 (kind \"elementwise\")");
-  EXPECT_CONTAINS(msg, "outside the kernel, which writes only its last member's result");
+  EXPECT_CONTAINS(msg, "before the kernel's last member, where the kernel runs and writes it");
 }
 
 TEST(KernelPlan, AnElementwiseKernelOfANonElementwiseOpIsAnError) {
