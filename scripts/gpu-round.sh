@@ -56,6 +56,17 @@ if has examples; then
   # Attention's training forward statistics and the fused FlashAttention-2
   # backward (causal, GQA, partial tiles) against the reference executor.
   run attn.training.fused llmc-run test/Dialect/LLM/Transforms/llmc-attention-training-fused.mlir --check=ref
+  # --profile: every launch at its GPU start time, in order, none overlapping
+  # the previous one, the idle gaps in args.gap_us.
+  run llama7b.profile bash -c "llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --bench \
+    --profile=$OUT/llama7b.trace.json && python3 -c '
+import json, sys
+ev = json.load(open(sys.argv[1]))[\"traceEvents\"]
+assert ev and ev[0][\"ts\"] == 0, ev[:1]
+for a, b in zip(ev, ev[1:]):
+    assert b[\"ts\"] + 0.01 >= a[\"ts\"] + a[\"dur\"], (a, b)
+print(\"profile:\", len(ev), \"launches over\", round(ev[-1][\"ts\"] + ev[-1][\"dur\"], 1), \"us, gaps\",
+      round(sum(e[\"args\"][\"gap_us\"] for e in ev), 1), \"us\")' $OUT/llama7b.trace.json"
   [ "${QUICK:-0}" = 1 ] || run decode.b1.pos300.ref llmc-run $S/llama2_7b_decode_step.mlir --shape batch=1 --value arg3=300 --check
 fi
 
