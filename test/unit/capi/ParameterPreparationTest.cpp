@@ -425,9 +425,11 @@ TEST(ParameterPreparation, LlamaBlockLaunchCounts) {
   rt::Executable before = Lower(text, {{"seq", 2048}}, "fp8", false);
   rt::Executable after = Lower(text, {{"seq", 2048}}, "fp8", true);
   ExpectWellFormed(after);
-  EXPECT_EQ(PerCallLaunches(before), 91);
-  EXPECT_EQ(after.num_prepare_launches, 42);
-  EXPECT_EQ(PerCallLaunches(after), 49);
+  // (91, 42 and 49 before multi-output elementwise fusion: an activation's
+  // scaling kernel also writes the value it scales.)
+  EXPECT_EQ(PerCallLaunches(before), 81);
+  EXPECT_EQ(after.num_prepare_launches, 35);
+  EXPECT_EQ(PerCallLaunches(after), 46);
   EXPECT_LT(after.arena_bytes, before.arena_bytes);
 }
 
