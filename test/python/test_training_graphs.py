@@ -411,15 +411,13 @@ def test_plain_llama_training_partitions_match_torch():
     _check_partitions(sink)
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_hf_training_partitions_match_torch(name):
-    """Every llmc partition of the HF models' training forward and backward
-    graphs (attention forward statistics and backward, LayerNorm statistics,
-    the label shift, mask lookups) against PyTorch in float64."""
-    _need_llmc_run()
+def _capture_hf_training_step(name):
+    """The llmc partitions ([_Recorder]) of one training step of the HF model
+    `name` (loss in the graph) through the capture backend. GPT-2 without
+    dropout: llmc's masks are not PyTorch's (its dropout is checked on its
+    own below)."""
+    torch._dynamo.reset()
     torch.manual_seed(0)
-    # GPT-2 without dropout here: llmc's masks are not PyTorch's (its dropout
-    # is checked on its own below).
     m = MODELS[name](**({"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
                         if name == "gpt2" else {}))
     x = torch.randint(0, 1000, (2, 11))
@@ -429,7 +427,16 @@ def test_hf_training_partitions_match_torch(name):
         torch.compile(m, backend=_capture_backend(sink, kinds))(
             x, labels=x, use_cache=False).loss.backward()
     assert {"forward", "backward"} <= set(kinds), kinds
-    _check_partitions(sink)
+    return sink
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_hf_training_partitions_match_torch(name):
+    """Every llmc partition of the HF models' training forward and backward
+    graphs (attention forward statistics and backward, LayerNorm statistics,
+    the label shift, mask lookups) against PyTorch in float64."""
+    _need_llmc_run()
+    _check_partitions(_capture_hf_training_step(name))
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
@@ -442,17 +449,7 @@ def test_mincut_partition_saves_less_and_matches_torch(name, monkeypatch):
     saved = {}
     for how in ("default", "mincut"):
         monkeypatch.setenv("LLMC_PARTITION", how)
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        m = MODELS[name](**({"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-                            if name == "gpt2" else {}))
-        x = torch.randint(0, 1000, (2, 11))
-        sink, kinds = [], []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.compile(m, backend=_capture_backend(sink, kinds))(
-                x, labels=x, use_cache=False).loss.backward()
-        assert {"forward", "backward"} <= set(kinds), kinds
+        sink = _capture_hf_training_step(name)
         bw = [rec for rec in sink if rec.name.startswith("backward")]
         saved[how] = sum(len([n for n in rec.eager.graph.nodes if n.op == "placeholder"])
                          for rec in bw)
