@@ -178,8 +178,7 @@ struct GroupBuilder {
           continue;
         // A value with other uses still joins when its producer's kernel
         // can also write it out (multi-output; see sharesProducer).
-        bool multiUse = !operand.hasOneUse();
-        if (multiUse && !sharesProducer(def, &op, g))
+        if (!operand.hasOneUse() && !sharesProducer(def, g))
           continue;
         if (auto mm = dyn_cast<MatmulOp>(def)) {
           if (!options.gemmEpilogue || groups[g].hasMatmul ||
@@ -229,21 +228,19 @@ struct GroupBuilder {
   /// which has other uses too: the kernel then writes `def`'s result as a
   /// second output instead of a kernel of its own writing it and `op`'s
   /// kernel reading it back (a training forward's saved activations: an
-  /// RMSNorm's float32 input, SwiGLU's gate). Only between elementwise-only
-  /// groups (a GEMM epilogue writes one result), of one shape (the kernel's
-  /// outputs have its shape), and when the merged group can still run where
-  /// its last op is (`placeable`).
-  bool sharesProducer(Operation *def, Operation *op, int g) {
-    if (!options.elementwise || !isElementwise(def) || isa<MatmulOp>(def))
+  /// RMSNorm's float32 input, SwiGLU's gate). Only between groups without a
+  /// GEMM so far (kept simple: codegen never puts the matmul itself in an
+  /// elementwise kernel, so this refuses some fusions it could take, e.g.
+  /// an fp8 scaling right after a GEMM epilogue), and of one shape (the
+  /// kernel's outputs have its shape; the elementwise verifiers keep shapes
+  /// equal already). The caller also checks the merged group's bounds and
+  /// that it can run where its last op is (placeableMerged).
+  bool sharesProducer(Operation *def, int g) {
+    if (!options.elementwise || !isElementwise(def))
       return false;
     auto it = groupOf.find(def);
-    if (it == groupOf.end() || it->second == g || groups[it->second].hasMatmul ||
-        groups[g].hasMatmul || groups[it->second].kind != FusionKind::Elementwise)
-      return false;
-    if (cast<ShapedType>(def->getResult(0).getType()).getShape() !=
-        cast<ShapedType>(op->getResult(0).getType()).getShape())
-      return false;
-    return placeableMerged(g, it->second);
+    return it != groupOf.end() && it->second != g && !groups[it->second].hasMatmul &&
+           !groups[g].hasMatmul && groups[it->second].kind == FusionKind::Elementwise;
   }
 
   bool placeableMerged(int g, int d) {
