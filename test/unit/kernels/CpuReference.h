@@ -29,6 +29,19 @@ inline uint16_t ToBf16(float f) {
 }
 inline float FromBf16(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
 inline float RoundBf16(float f) { return FromBf16(ToBf16(f)); }
+// f16 through the compiler's _Float16 (round to nearest even), as the
+// emulator's fromF<f16> does.
+inline uint16_t ToF16(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+inline float FromF16(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
 
 // fp8 decode (e4m3fn: bias 7, no inf, 0x7f = NaN; e5m2: bias 15, IEEE-like).
 inline float FromE4M3(uint8_t v) {

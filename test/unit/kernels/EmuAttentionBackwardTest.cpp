@@ -23,7 +23,9 @@
 using namespace llmc::cuda;
 using namespace llmc::test;
 using llmc::ref::FromBf16;
+using llmc::ref::FromF16;
 using llmc::ref::ToBf16;
+using llmc::ref::ToF16;
 
 namespace {
 
@@ -62,18 +64,6 @@ struct BwdCase {
   bool neg_inf_lse = false;
   bool f16 = false;  // f16 instead of bf16 (the kernels' other mma type)
 };
-
-uint16_t ToF16(float f) {
-  const _Float16 h = static_cast<_Float16>(f);  // round to nearest even
-  uint16_t b;
-  std::memcpy(&b, &h, 2);
-  return b;
-}
-float FromF16(uint16_t b) {
-  _Float16 h;
-  std::memcpy(&h, &b, 2);
-  return static_cast<float>(h);
-}
 
 // The 16-bit storage (bf16, or f16 when `f16`) of v; rounds v in place too.
 std::vector<uint16_t> Round16(std::vector<float> &v, bool f16) {

@@ -30,25 +30,13 @@
 using namespace llmc::cuda;
 using namespace llmc::test;
 using llmc::ref::FromBf16;
+using llmc::ref::FromF16;
 using llmc::ref::ToBf16;
+using llmc::ref::ToF16;
 
 namespace {
 
 // ---- host storage of bf16 / f16 / f32 values ----
-// f16 through the compiler's _Float16 (round to nearest even), as the
-// emulator's fromF<f16> does.
-uint16_t ToF16(float f) {
-  _Float16 h = static_cast<_Float16>(f);
-  uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
-float FromF16(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return static_cast<float>(h);
-}
-
 size_t Size(ScalarType t) { return t == ScalarType::f32 ? 4 : 2; }
 float Round(ScalarType t, float v) {
   if (t == ScalarType::bf16) return FromBf16(ToBf16(v));
