@@ -381,13 +381,24 @@ class LlmcSubgraph(torch.nn.Module):
         ok, why = _capi.available()
         if not ok:
             self._disable(why)  # raises (strict)
+        self._compile_entry(args)  # raises on failure (strict)
+
+    def _compile_entry(self, args) -> Optional["_Entry"]:
+        """Compiles the shapes of `args` and keeps the executable in
+        self.sessions; on a compile or import failure, _disable (which
+        raises under strict) and None."""
         try:
             exe, imp = self._compile(args)
         except _capi.LlmcError as e:
-            self._disable(f"{e}\n  ops: {self._ops_summary()}\n  inputs: {_shape_str(args)}")
+            self._disable(f"{e}\n  ops: {self._ops_summary()}\n  inputs: "
+                          f"{_shape_str(args)}\n  hint: set LLMC_DUMP_DIR to see the "
+                          "imported IR; the subgraph's output is PyTorch's")
+            return None
         except importer.Unsupported as e:
             self._disable(f"import failed: {e}")
-        self.sessions[self._key(args)] = _Entry(exe, imp)
+            return None
+        entry = self.sessions[self._key(args)] = _Entry(exe, imp)
+        return entry
 
     # -- helpers ----------------------------------------------------------------
     def _plan_buckets(self):
@@ -738,18 +749,9 @@ class LlmcSubgraph(torch.nn.Module):
                     raise FallbackRefused(f"llmc (strict): {why}")
                 warn_once("nolib", f"llmc: {why}. Every llmc subgraph runs in PyTorch.")
                 return self._eager(args)
-            try:
-                exe, imp = self._compile(run_args)
-            except _capi.LlmcError as e:
-                self._disable(f"{e}\n  ops: {self._ops_summary()}\n  inputs: "
-                              f"{_shape_str(run_args)}\n  hint: set LLMC_DUMP_DIR to see the "
-                              "imported IR; the subgraph's output is PyTorch's")
+            entry = self._compile_entry(run_args)
+            if entry is None:
                 return self._eager(args)
-            except importer.Unsupported as e:
-                self._disable(f"import failed: {e}")
-                return self._eager(args)
-            entry = _Entry(exe, imp)
-            self.sessions[key] = entry
         exe, imp, session = entry.exe, entry.imp, entry.session
         tensors = [run_args[i] for i in imp.arg_placeholders]
         dev = next((t.device for t in tensors if t.is_cuda), None)

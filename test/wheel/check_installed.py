@@ -14,7 +14,6 @@ runs it with a fresh virtual environment's Python, in an empty directory).
 Exits non-zero with the failed check's message.
 """
 
-import os
 import re
 import shutil
 import subprocess
