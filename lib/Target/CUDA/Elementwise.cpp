@@ -206,6 +206,11 @@ struct Emitter {
     return false;
   }
   bool Vectorizable() const { return !NeedsShape(); }
+  bool HasStrided() const {
+    for (const EwInput &in : p.inputs)
+      if (in.layout == InputLayout::kStrided) return true;
+    return false;
+  }
   int VecElems() const {
     int maxsz = 1;
     for (const EwInput &in : p.inputs) maxsz = std::max(maxsz, ScalarSize(in.type));
@@ -225,11 +230,9 @@ struct Emitter {
     }
     for (int i = 0; i < nout; ++i)
       s << "//   out" << i << ": " << ScalarTypeTag(p.outputs[i].type) << " = n" << p.outputs[i].node << "\n";
-    for (const EwInput &in : p.inputs)
-      if (in.layout == InputLayout::kStrided) {
-        s << "// Strided inputs: a vector path for rows of stride 1 (StridedRows), then scalar.\n";
-        break;
-      }
+    if (HasStrided())
+      s << "// Strided inputs: a vector path for rows of stride 1 or 0 (StridedRows), then scalar;\n"
+           "// 32-bit index math below 2^31 elements.\n";
     s << "static constexpr int kNumInputs = " << nin << ";\n";
     s << "static constexpr int kVec = " << VecElems() << ";  // elements per 16-byte access of the widest type\n";
     s << "static constexpr int kThreads = " << kElementwiseThreads << ";\n";
@@ -248,6 +251,7 @@ struct Emitter {
            "struct EwShape {\n  long long rank;\n  long long sizes[8];  // output dims, outermost first\n"
            "  long long strides[kNumInputs][8];  // per input, in elements, 0 = broadcast\n};\n\n";
     }
+    if (HasStrided()) StridedHelpers(s);
 
     // ---- the DAG as a straight-line function ----
     s << "// One output element from one element of each input. fp32 math for float\n"
@@ -287,87 +291,164 @@ struct Emitter {
     return s.str();
   }
 
+  /// Device helpers of kernels with strided inputs: division by a run-time
+  /// constant as a multiply-high and a shift (Granlund and Montgomery,
+  /// "Division by Invariant Integers using Multiplication", PLDI 1994; the
+  /// form of PyTorch's IntDivider), exact for every 32-bit dividend, so an
+  /// output index below 2^31 is split into per-dimension indices without a
+  /// 64-bit division (~100 instructions each on the GPU, which made these
+  /// kernels compute bound). LLMC_EW_INDEX32_LIMIT (2^31) is the numel below
+  /// which it is used; a test defines it lower to run the 64-bit loops.
+  static void StridedHelpers(std::ostringstream &s) {
+    s << "#ifndef LLMC_EW_INDEX32_LIMIT\n"
+         "#define LLMC_EW_INDEX32_LIMIT 2147483648LL\n"
+         "#endif\n"
+         "struct EwDivider { unsigned d, m, shift; };\n"
+         "LLMC_DEV EwDivider ewDivider(unsigned d) {  // d >= 1\n"
+         "  EwDivider r;\n"
+         "  r.d = d;\n"
+         "  r.shift = 0;\n"
+         "  while (r.shift < 32 && (1ull << r.shift) < d) ++r.shift;\n"
+         "  r.m = (unsigned)(((1ull << 32) * ((1ull << r.shift) - d)) / d + 1);\n"
+         "  return r;\n"
+         "}\n"
+         "LLMC_DEV unsigned ewDiv(unsigned n, const EwDivider &v) {\n"
+         "  const unsigned t = __umulhi(n, v.m);\n"
+         "  return (unsigned)(((unsigned long long)t + n) >> v.shift);\n"
+         "}\n\n";
+  }
+
+  /// Per-input element offsets of the output element `i` (row-major over
+  /// shape.sizes) into off[], with 32-bit dividers `dv` when `idx32`, else
+  /// 64-bit division.
+  void Decompose(std::ostringstream &s, const std::string &ind, bool idx32) const {
+    const int nin = static_cast<int>(p.inputs.size());
+    s << ind << "int64_t off[kNumInputs];\n#pragma unroll\n"
+      << ind << "for (int k = 0; k < kNumInputs; ++k) off[k] = 0;\n";
+    if (idx32) {
+      s << ind << "unsigned rem = (unsigned)i;\n"
+        << ind << "for (int d = (int)shape.rank - 1; d >= 0; --d) {\n"
+        << ind << "  const unsigned q = ewDiv(rem, dv[d]);\n"
+        << ind << "  const int64_t idx = rem - q * dv[d].d;\n"
+        << ind << "  rem = q;\n";
+    } else {
+      s << ind << "int64_t rem = i;\n"
+        << ind << "for (int d = (int)shape.rank - 1; d >= 0; --d) {\n"
+        << ind << "  const int64_t sz = shape.sizes[d];\n"
+        << ind << "  const int64_t idx = rem % sz;\n"
+        << ind << "  rem /= sz;\n";
+    }
+    for (int i = 0; i < nin; ++i)
+      if (p.inputs[i].layout == InputLayout::kStrided)
+        s << ind << "  off[" << i << "] += idx * shape.strides[" << i << "][d];\n";
+    s << ind << "}\n";
+  }
+
+  /// Emits `if (numel < LLMC_EW_INDEX32_LIMIT) { <32-bit dividers> loop }
+  /// else { loop }` with `loop(idx32)` emitting the loop.
+  template <typename LoopFn>
+  static void IndexWidthSplit(std::ostringstream &s, const std::string &ind, LoopFn loop) {
+    s << ind << "if (numel < LLMC_EW_INDEX32_LIMIT) {\n"
+      << ind << "  EwDivider dv[8];\n"
+      << ind << "  for (int d = 0; d < (int)shape.rank; ++d) dv[d] = ewDivider((unsigned)shape.sizes[d]);\n";
+    loop(true);
+    s << ind << "} else {\n";
+    loop(false);
+    s << ind << "}\n";
+  }
+
   /// The vector path of a kernel with strided inputs (a transpose that
-  /// keeps the innermost dimension, e.g. [B, H, S, D] <-> [B, S, H, D]):
-  /// when, at run time, every strided input reads its innermost dimension
-  /// with stride 1 and every outer stride, the row length and numel are
-  /// multiples of kVec, and the pointers are 16-byte aligned, each thread
-  /// moves kVec elements per step with one index decomposition and 16-byte
-  /// loads and stores instead of kVec of each. Otherwise the scalar path
-  /// below does all of it.
+  /// keeps the innermost dimension, e.g. [B, H, S, D] <-> [B, S, H, D], or
+  /// a value per row broadcast along it, e.g. RMSNorm's [B, S, 1] inverse
+  /// RMS against [B, S, N]): when, at run time, every strided input reads
+  /// its innermost dimension with stride 1 (then every outer stride must be
+  /// a multiple of kVec and its pointer 16-byte aligned) or with stride 0
+  /// (one element per row, loaded once and repeated), the row length and
+  /// numel are multiples of kVec, and the other pointers are 16-byte
+  /// aligned, each thread moves kVec elements per step with one index
+  /// decomposition and 16-byte loads and stores instead of kVec of each.
+  /// Otherwise the scalar path below does all of it.
   void StridedRows(std::ostringstream &s) const {
     const int nin = static_cast<int>(p.inputs.size());
     const int nout = static_cast<int>(p.outputs.size());
-    s << "  // ---- strided rows: innermost dim of stride 1, sizes and outer strides multiples of\n"
-         "  // kVec, 16-byte aligned: kVec elements per step, one index decomposition ----\n"
+    s << "  // ---- strided rows: innermost dim of stride 1 (sizes and outer strides multiples\n"
+         "  // of kVec, 16-byte aligned) or 0 (a value per row): kVec elements per step ----\n"
          "  {\n"
          "    const int64_t row_v = shape.sizes[shape.rank - 1];\n"
          "    uint64_t addr_bits = 0";
     for (int i = 0; i < nout; ++i) s << " | (uint64_t)out" << i;
     for (int i = 0; i < nin; ++i)
-      if (p.inputs[i].layout != InputLayout::kScalar) s << " | (uint64_t)in" << i;
+      if (p.inputs[i].layout == InputLayout::kContiguous || p.inputs[i].layout == InputLayout::kRowBroadcast)
+        s << " | (uint64_t)in" << i;
     s << ";\n"
-         "    bool rows_ok = row_v % kVec == 0 && numel % kVec == 0 && (addr_bits & 15) == 0;\n";
+         "    bool rows_ok = row_v % kVec == 0 && numel % kVec == 0;\n";
     for (int i = 0; i < nin; ++i)
       if (p.inputs[i].layout == InputLayout::kStrided)
-        s << "    rows_ok = rows_ok && shape.strides[" << i << "][shape.rank - 1] == 1;\n"
-          << "    for (int d = 0; d + 1 < (int)shape.rank; ++d) rows_ok = rows_ok && shape.strides[" << i
-          << "][d] % kVec == 0;\n";
-    s << "    if (rows_ok) {\n";
+        s << "    const bool col" << i << " = shape.strides[" << i << "][shape.rank - 1] == 0;\n"
+          << "    if (!col" << i << ") {\n"
+          << "      addr_bits |= (uint64_t)in" << i << ";\n"
+          << "      rows_ok = rows_ok && shape.strides[" << i << "][shape.rank - 1] == 1;\n"
+          << "      for (int d = 0; d + 1 < (int)shape.rank; ++d) rows_ok = rows_ok && shape.strides[" << i
+          << "][d] % kVec == 0;\n"
+          << "    }\n";
+    s << "    rows_ok = rows_ok && (addr_bits & 15) == 0;\n"
+         "    if (rows_ok) {\n";
     for (int i = 0; i < nin; ++i)
       if (p.inputs[i].layout == InputLayout::kScalar)
         s << "      const " << CTypeName(p.inputs[i].type) << " s" << i << " = in" << i << "[0];\n";
-    s << "      for (int64_t v = tid; v < numel / kVec; v += nthreads) {\n"
-         "        const int64_t i = v * kVec;\n"
-         "        int64_t off[kNumInputs];\n"
-         "#pragma unroll\n"
-         "        for (int k = 0; k < kNumInputs; ++k) off[k] = 0;\n"
-         "        int64_t rem = i;\n"
-         "        for (int d = (int)shape.rank - 1; d >= 0; --d) {\n"
-         "          const int64_t sz = shape.sizes[d];\n"
-         "          const int64_t idx = rem % sz;\n"
-         "          rem /= sz;\n";
-    for (int i = 0; i < nin; ++i)
-      if (p.inputs[i].layout == InputLayout::kStrided)
-        s << "          off[" << i << "] += idx * shape.strides[" << i << "][d];\n";
-    s << "        }\n";
-    for (int i = 0; i < nin; ++i) {
-      const std::string vt = "LlmcVec<" + std::string(CTypeName(p.inputs[i].type)) + ", kVec>";
-      switch (p.inputs[i].layout) {
-      case InputLayout::kContiguous:
-        s << "        const " << vt << " l" << i << " = reinterpret_cast<const " << vt << "*>(in" << i << ")[v];\n";
-        break;
-      case InputLayout::kRowBroadcast:
-        s << "        const " << vt << " l" << i << " = *reinterpret_cast<const " << vt << "*>(in" << i
-          << " + i % row_v);\n";
-        break;
-      case InputLayout::kStrided:
-        s << "        const " << vt << " l" << i << " = *reinterpret_cast<const " << vt << "*>(in" << i
-          << " + off[" << i << "]);\n";
-        break;
-      case InputLayout::kScalar:
-        break;
+    auto loop = [&](bool idx32) {
+      const std::string ind = "        ";
+      s << "        for (int64_t v = tid; v < numel / kVec; v += nthreads) {\n"
+           "          const int64_t i = v * kVec;\n";
+      Decompose(s, "          ", idx32);
+      for (int i = 0; i < nin; ++i) {
+        const std::string vt = "LlmcVec<" + std::string(CTypeName(p.inputs[i].type)) + ", kVec>";
+        switch (p.inputs[i].layout) {
+        case InputLayout::kContiguous:
+          s << ind << "  const " << vt << " l" << i << " = reinterpret_cast<const " << vt << "*>(in" << i
+            << ")[v];\n";
+          break;
+        case InputLayout::kRowBroadcast:
+          s << ind << "  const " << vt << " l" << i << " = *reinterpret_cast<const " << vt << "*>(in" << i
+            << " + i % row_v);\n";
+          break;
+        case InputLayout::kStrided:
+          s << ind << "  " << vt << " l" << i << ";\n"
+            << ind << "  if (col" << i << ") {\n"
+            << ind << "    const " << CTypeName(p.inputs[i].type) << " c = in" << i << "[off[" << i << "]];\n"
+            << "#pragma unroll\n"
+            << ind << "    for (int e = 0; e < kVec; ++e) l" << i << ".v[e] = c;\n"
+            << ind << "  } else {\n"
+            << ind << "    l" << i << " = *reinterpret_cast<const " << vt << "*>(in" << i << " + off[" << i
+            << "]);\n"
+            << ind << "  }\n";
+          break;
+        case InputLayout::kScalar:
+          break;
+        }
       }
-    }
-    for (int i = 0; i < nout; ++i)
-      s << "        LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec> o" << i << ";\n";
-    s << "#pragma unroll\n        for (int e = 0; e < kVec; ++e) ew_body(";
-    bool first = true;
-    for (int i = 0; i < nin; ++i) {
-      s << (first ? "" : ", ");
-      first = false;
-      if (p.inputs[i].layout == InputLayout::kScalar) s << "s" << i;
-      else s << "l" << i << ".v[e]";
-    }
-    for (int i = 0; i < nout; ++i) {
-      s << (first ? "" : ", ") << "o" << i << ".v[e]";
-      first = false;
-    }
-    s << ");\n";
-    for (int i = 0; i < nout; ++i)
-      s << "        reinterpret_cast<LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec>*>(out" << i
-        << ")[v] = o" << i << ";\n";
-    s << "      }\n      scalar_begin = numel;\n    }\n  }\n";
+      for (int i = 0; i < nout; ++i)
+        s << ind << "  LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec> o" << i << ";\n";
+      s << "#pragma unroll\n" << ind << "  for (int e = 0; e < kVec; ++e) ew_body(";
+      bool first = true;
+      for (int i = 0; i < nin; ++i) {
+        s << (first ? "" : ", ");
+        first = false;
+        if (p.inputs[i].layout == InputLayout::kScalar) s << "s" << i;
+        else s << "l" << i << ".v[e]";
+      }
+      for (int i = 0; i < nout; ++i) {
+        s << (first ? "" : ", ") << "o" << i << ".v[e]";
+        first = false;
+      }
+      s << ");\n";
+      for (int i = 0; i < nout; ++i)
+        s << ind << "  reinterpret_cast<LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec>*>(out" << i
+          << ")[v] = o" << i << ";\n";
+      s << "        }\n";
+    };
+    IndexWidthSplit(s, "      ", loop);
+    s << "      scalar_begin = numel;\n    }\n  }\n";
   }
 
   std::string Kernel(const std::string &name) const {
@@ -445,41 +526,38 @@ struct Emitter {
       bodyAndStore("      ", "v", "");
       s << "    }\n    scalar_begin = nvec * kVec;\n  }\n";
     }
-    bool strided = false;
-    for (const EwInput &in : p.inputs) strided = strided || in.layout == InputLayout::kStrided;
+    const bool strided = HasStrided();
     if (strided) StridedRows(s);
     s << "  // ---- scalar path (tail, unaligned pointers, broadcasting) ----\n";
     if (NeedsShape()) s << "  const int64_t row_n = shape.sizes[shape.rank - 1];\n";
-    s << "  for (int64_t i = scalar_begin + tid; i < numel; i += nthreads) {\n";
-    if (strided) {
-      s << "    // decompose the output index (row-major) into per-input offsets\n";
-      s << "    int64_t off[kNumInputs];\n#pragma unroll\n    for (int k = 0; k < kNumInputs; ++k) off[k] = 0;\n";
-      s << "    int64_t rem = i;\n"
-           "    for (int d = (int)shape.rank - 1; d >= 0; --d) {\n"
-           "      const int64_t sz = shape.sizes[d];\n"
-           "      const int64_t idx = rem % sz;\n"
-           "      rem /= sz;\n";
-      for (int i = 0; i < nin; ++i)
-        if (p.inputs[i].layout == InputLayout::kStrided) s << "      off[" << i << "] += idx * shape.strides[" << i << "][d];\n";
-      s << "    }\n";
-    }
-    s << "    ew_body(";
-    bool first = true;
-    for (int i = 0; i < nin; ++i) {
-      s << (first ? "" : ", ");
-      first = false;
-      switch (p.inputs[i].layout) {
-      case InputLayout::kContiguous: s << "in" << i << "[i]"; break;
-      case InputLayout::kScalar: s << "in" << i << "[0]"; break;
-      case InputLayout::kRowBroadcast: s << "in" << i << "[i % row_n]"; break;
-      case InputLayout::kStrided: s << "in" << i << "[off[" << i << "]]"; break;
+    auto loop = [&](bool idx32) {
+      const std::string ind = strided ? "    " : "  ";
+      s << ind << "for (int64_t i = scalar_begin + tid; i < numel; i += nthreads) {\n";
+      if (strided) {
+        s << ind << "  // decompose the output index (row-major) into per-input offsets\n";
+        Decompose(s, ind + "  ", idx32);
       }
-    }
-    for (int i = 0; i < nout; ++i) {
-      s << (first ? "" : ", ") << "out" << i << "[i]";
-      first = false;
-    }
-    s << ");\n  }\n}\n";
+      s << ind << "  ew_body(";
+      bool first = true;
+      for (int i = 0; i < nin; ++i) {
+        s << (first ? "" : ", ");
+        first = false;
+        switch (p.inputs[i].layout) {
+        case InputLayout::kContiguous: s << "in" << i << "[i]"; break;
+        case InputLayout::kScalar: s << "in" << i << "[0]"; break;
+        case InputLayout::kRowBroadcast: s << "in" << i << "[i % row_n]"; break;
+        case InputLayout::kStrided: s << "in" << i << "[off[" << i << "]]"; break;
+        }
+      }
+      for (int i = 0; i < nout; ++i) {
+        s << (first ? "" : ", ") << "out" << i << "[i]";
+        first = false;
+      }
+      s << ");\n" << ind << "}\n";
+    };
+    if (strided) IndexWidthSplit(s, "  ", loop);
+    else loop(false);
+    s << "}\n";
     return s.str();
   }
 };

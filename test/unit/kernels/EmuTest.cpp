@@ -610,16 +610,19 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
 // A transpose that keeps the innermost dimension ([B, S, H, D] -> [B, H, S, D],
 // the attention head split and merge) takes the strided-rows vector path when
 // rows and outer strides are multiples of kVec (also with an outer stride of
-// 0, a broadcast over heads), and the scalar path when not (a row of 12 bf16
-// elements, or a key dim read with stride 0); with a row-broadcast f32 bias
-// and a bf16 output (kVec 4) too. Bit-exact; which path ran is recorded by a
-// flag the test adds to the kernel's vector block.
+// 0, a broadcast over heads, and with the key dim read with stride 0: one
+// value per row, repeated), and the scalar path when not (a row of 12 bf16
+// elements); with a row-broadcast f32 bias and a bf16 output (kVec 4) too.
+// Each variant runs with the 32-bit index math and, with
+// LLMC_EW_INDEX32_LIMIT defined to 0, the 64-bit one. Bit-exact; which path
+// ran is recorded by a flag the test adds to the kernel's vector block.
 TEST(Emu, ElementwiseStridedRowsVectorPath) {
   if (!HaveCompiler()) GTEST_SKIP();
-  for (int variant = 0; variant < 5; ++variant) {
-    const bool bias = variant == 1, short_rows = variant == 2, bcast_last = variant == 3,
-               bcast_heads = variant == 4;
-    const bool want_vector = !short_rows && !bcast_last;
+  for (int variant = 0; variant < 10; ++variant) {
+    const bool idx64 = variant >= 5;
+    const int v = variant % 5;
+    const bool bias = v == 1, short_rows = v == 2, bcast_last = v == 3, bcast_heads = v == 4;
+    const bool want_vector = !short_rows;
     const int64_t Bn = 2, S = 8, H = 4, D = short_rows ? 12 : 64, n = Bn * S * H * D;
     ElementwiseProgram p;
     p.inputs = {{ScalarType::bf16, InputLayout::kStrided}};
@@ -636,7 +639,8 @@ TEST(Emu, ElementwiseStridedRowsVectorPath) {
     ASSERT_NE(m, std::string::npos);
     ASSERT_NE(hit, std::string::npos) << "no strided-rows vector block";
     k.source.replace(hit, std::strlen("scalar_begin = numel;"), "scalar_begin = numel; emu_vec_hit = 1;");
-    k.source.insert(m + marker.size(), "static int emu_vec_hit = 0;\n");
+    k.source.insert(m + marker.size(), std::string("static int emu_vec_hit = 0;\n") +
+                                           (idx64 ? "#define LLMC_EW_INDEX32_LIMIT 0\n" : ""));
     const std::string stub = bias ? R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x, const float* c,
                           long long n, const EwShape* sh, int* hit) {
@@ -679,6 +683,96 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x,
             ASSERT_EQ(o[at], want) << "variant " << variant << " element " << at;
           }
   }
+}
+
+// RMSNorm's forward and backward read the per-row inverse RMS, [R, 1] f32,
+// against [R, N] rows: an input of innermost stride 0 whose row stride (1)
+// is no multiple of kVec. It takes the vector path (one load per vector,
+// repeated) next to a contiguous bf16 input and output; odd R and N = 40
+// (a multiple of kVec 8 but not of 16), with the 32-bit and the 64-bit index
+// math. Bit-exact against the host.
+TEST(Emu, ElementwiseValuePerRowVectorPath) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  for (bool idx64 : {false, true}) {
+    ElementwiseProgram p;
+    p.inputs = {{ScalarType::bf16, InputLayout::kContiguous}, {ScalarType::f32, InputLayout::kStrided}};
+    p.nodes = {{EwOp::mul, {-1, -2}, ScalarType::f32}, {EwOp::cast, {0}, ScalarType::bf16}};
+    p.outputs = {{1, ScalarType::bf16}};
+    KernelCode k = Unwrap(EmitElementwise(p));
+    const std::string marker = "// ===== end of llmc preamble =====\n";
+    const size_t m = k.source.find(marker), hit = k.source.find("scalar_begin = numel;");
+    ASSERT_NE(m, std::string::npos);
+    ASSERT_NE(hit, std::string::npos);
+    k.source.replace(hit, std::strlen("scalar_begin = numel;"), "scalar_begin = numel; emu_vec_hit = 1;");
+    k.source.insert(m + marker.size(), std::string("static int emu_vec_hit = 0;\n") +
+                                           (idx64 ? "#define LLMC_EW_INDEX32_LIMIT 0\n" : ""));
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x, const float* r,
+                          long long n, const EwShape* sh, int* hit) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o, x, r, n, *sh); });
+  *hit = emu_vec_hit;
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, const uint16_t *, const float *, long long,
+                        const void *, int *);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+    ASSERT_NE(fn, nullptr);
+    const int64_t R = 13, N = 40, n = R * N;
+    auto xf = Randn(n, 31);
+    auto x = ToBf16Vec(xf);
+    auto r = Randn(R, 32);
+    std::vector<int64_t> packed = Unwrap(PackElementwiseShape(p, {R, N}, {{}, {1, 0}}));
+    LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
+    d.grid[0] = 1;
+    std::vector<uint16_t> o(n, 0xffff);
+    int vec_hit = -1;
+    fn(G(d), B(d), d.smem, o.data(), x.data(), r.data(), n, packed.data(), &vec_hit);
+    EXPECT_EQ(vec_hit, 1) << (idx64 ? "64-bit" : "32-bit") << " index math";
+    for (int64_t row = 0; row < R; ++row)
+      for (int64_t e = 0; e < N; ++e)
+        ASSERT_EQ(o[row * N + e], ToBf16(FromBf16(x[row * N + e]) * r[row])) << row << "," << e;
+  }
+}
+
+// The strided kernels' 32-bit division by a run-time divisor (ewDiv, a
+// multiply-high and a shift) equals n / d for the edge dividends (0, d - 1,
+// d, 2^31 - 1, 2^32 - 1, multiples of d and their neighbours) and 2^16
+// random ones, for divisors 1 .. 70, powers of two and their neighbours,
+// the model sizes (2048, 5632, 32000) and 2^31 - 1.
+TEST(Emu, ElementwiseDividerIsExact) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  ElementwiseProgram p;
+  p.inputs = {{ScalarType::f32, InputLayout::kStrided}};
+  p.nodes = {{EwOp::neg, {-1}, ScalarType::f32}};
+  p.outputs = {{0, ScalarType::f32}};
+  KernelCode k = Unwrap(EmitElementwise(p));
+  const char *stub = R"(
+extern "C" void emu_entry(const unsigned* n, const unsigned* d, long long count, unsigned* q) {
+  for (long long i = 0; i < count; ++i) q[i] = ewDiv(n[i], ewDivider(d[i]));
+})";
+  using Fn = void (*)(const unsigned *, const unsigned *, long long, unsigned *);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+  ASSERT_NE(fn, nullptr);
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 70; ++d) divisors.push_back(d);
+  for (int b = 7; b <= 31; ++b)
+    for (int64_t dd : {int64_t{-1}, int64_t{0}, int64_t{1}}) divisors.push_back(uint32_t((int64_t{1} << b) + dd));
+  for (uint32_t d : {2048u, 5632u, 32000u, 2147483647u}) divisors.push_back(d);
+  std::mt19937 rng(7);
+  std::vector<uint32_t> ns, ds;
+  for (uint32_t d : divisors) {
+    for (uint64_t n : {uint64_t{0}, uint64_t{d} - 1, uint64_t{d}, uint64_t{d} + 1, uint64_t{2147483647},
+                       uint64_t{4294967295}, uint64_t{4294967295} / d * d, uint64_t{4294967295} / d * d - 1}) {
+      ns.push_back(uint32_t(n));
+      ds.push_back(d);
+    }
+    for (int r = 0; r < 256; ++r) {
+      ns.push_back(rng());
+      ds.push_back(d);
+    }
+  }
+  std::vector<uint32_t> q(ns.size());
+  fn(ns.data(), ds.data(), static_cast<long long>(ns.size()), q.data());
+  for (size_t i = 0; i < ns.size(); ++i) ASSERT_EQ(q[i], ns[i] / ds[i]) << ns[i] << " / " << ds[i];
 }
 
 // sin/cos as RoPE tables use them: f32 angles up to |x| = 1e4 radians. The

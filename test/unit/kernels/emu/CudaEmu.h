@@ -105,6 +105,7 @@ inline float atomicAdd(float *p, float v) {
   *p = old + v;
   return old;
 }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline float __uint_as_float(uint32_t v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t v; std::memcpy(&v, &f, 4); return v; }
