@@ -126,6 +126,12 @@ def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
     on the tables reshaped to [Bt, S, D] (and the transpose back), any
     operand order. Every product and the rotated halves must have one use.
     HF rounds q*cos, rotate_half(q)*sin and the sum; llm.rope rounds once.
+    Its backward as AOTAutograd writes it, `G*cos + rotate_half^T(G*sin)`
+    with `rotate_half^T(m) = cat(m[..., D/2:], -m[..., :D/2])` spelled as
+    the sum of two slice_scatter's into zeros, becomes `llm.rope` on G
+    (transposed to [B, S, H, D]) with cos and the sine table's halves
+    swapped and negated (computed on the [Bt, S, D] table; exact for any
+    tables).
 
     Casts around a norm: `cast(rms_norm(cast(x : T -> f32), w) -> T)` for
     T = bf16/f16 (the weight multiplied in f32, as gpt-fast's RMSNorm)

@@ -22,10 +22,24 @@
 // type; llm.rope computes in fp32 and rounds once (at most as far from the
 // exact value as HF's result).
 //
+// The backward of the same function, as AOTAutograd writes it for the
+// gradient G [B, H, S, D] of q_embed, is
+//   G*cos + rotate_half^T(G*sin),  rotate_half^T(g) = cat(g[..., D/2:], -g[..., :D/2])
+// with the transposed rotation spelled as the sum of two slice_scatter's
+// into zeros (cat(0, -g_lo) + cat(g_hi, 0)). Per pair (i, i + D/2) that is
+//   dq[i]       = G[i] c[i] + G[i + D/2] s[i + D/2]
+//   dq[i + D/2] = G[i + D/2] c[i + D/2] - G[i] s[i]
+// = llm.rope G cos(C) sin(S') with S'[i] = -S[(i + D/2) mod D]: the table
+// form with the sine table's halves swapped and negated (on the [Bt, S, D]
+// table, not on G; exact for any tables, not only HF's duplicated ones).
+// That replaces a multiply, slices, a negation, two zero-padded concats
+// (transposes and block copies) and two adds over G with one kernel.
+//
 //===----------------------------------------------------------------------===//
 
 #include "LLM/Transforms/Passes.h"
 
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 
 #include <optional>
@@ -39,10 +53,24 @@ RankedTensorType tensorOf(Value v) {
   return dyn_cast<RankedTensorType>(v.getType());
 }
 
+/// `v` is all zeros: a float zero constant (splat), possibly sliced,
+/// transposed, reshaped, broadcast or cast.
+bool isZeroFill(Value v) {
+  while (Operation *op = v.getDefiningOp()) {
+    if (isa<SliceOp, TransposeOp, ReshapeOp, BroadcastOp, CastOp>(op)) {
+      v = op->getOperand(0);
+      continue;
+    }
+    return matchPattern(v, m_AnyZeroFloat());
+  }
+  return false;
+}
+
 /// The two halves of `r` = concat(a, b) along its last dimension: a direct
 /// llm.concat, or the importer's spelling of an inner concat,
 /// transpose(concat(transpose(a, P), transpose(b, P), dim = d), Q) where Q
-/// undoes P and maps the concat dimension d to the last one.
+/// undoes P and maps the concat dimension d to the last one. A half that is
+/// zeros (isZeroFill) may be in any layout and is returned as it is.
 std::optional<std::pair<Value, Value>> matchLastDimConcat(Value r) {
   RankedTensorType type = tensorOf(r);
   if (!type || type.getRank() < 1)
@@ -66,6 +94,10 @@ std::optional<std::pair<Value, Value>> matchLastDimConcat(Value r) {
   SmallVector<Value, 2> halves;
   for (Value in : c.getInputs()) {
     auto t = in.getDefiningOp<TransposeOp>();
+    if (!t && isZeroFill(in)) {  // zeros in any layout (a folded transpose)
+      halves.push_back(in);
+      continue;
+    }
     if (!t || !in.hasOneUse())
       return std::nullopt;
     // r.dim(i) = concat.dim(q[i]) = a.dim(p[q[i]]): identity needed.
@@ -217,8 +249,148 @@ struct RaiseRotaryEmbedding : OpRewritePattern<AddOp> {
   }
 };
 
+
+/// The m of `r` = rotate_half^T(m) = cat(m[..., D/2:], -m[..., :D/2])
+/// spelled as add(cat(0, -m_lo), cat(m_hi, 0)) (AOTAutograd's
+/// slice_scatter's into zeros), either operand order; null if `r` is not.
+Value matchRotateHalfTransposed(Value r) {
+  auto add = r.getDefiningOp<AddOp>();
+  RankedTensorType rt = tensorOf(r);
+  if (!add || !r.hasOneUse() || !rt || rt.getRank() < 1)
+    return {};
+  int64_t d = rt.getDimSize(rt.getRank() - 1);
+  if (ShapedType::isDynamic(d) || d % 2 != 0 || d < 2)
+    return {};
+  for (int i = 0; i < 2; ++i) {
+    auto negHalf = matchLastDimConcat(add->getOperand(i));
+    auto hiHalf = matchLastDimConcat(add->getOperand(1 - i));
+    if (!negHalf || !hiHalf || !isZeroFill(negHalf->first) ||
+        !isZeroFill(hiHalf->second))
+      continue;
+    auto neg = negHalf->second.getDefiningOp<NegOp>();
+    auto hi = hiHalf->first.getDefiningOp<SliceOp>();
+    if (!neg || !hi || !negHalf->second.hasOneUse())
+      continue;
+    Value m = hi.getInput();
+    if (m.getType() == rt && isLastDimSlice(neg.getInput(), m, 0, d / 2) &&
+        isLastDimSlice(hiHalf->first, m, d / 2, d))
+      return m;
+  }
+  return {};
+}
+
+/// -roll(t, D/2) on the last dimension of the [Bt, S, D] table `t`:
+/// cat(-t[..., D/2:], -t[..., :D/2]) in the spelling the lowering takes
+/// (transpose / outer concat / transpose).
+Value swappedNegatedHalves(PatternRewriter &rewriter, Location loc, Value t) {
+  RankedTensorType tt = tensorOf(t);
+  const int64_t rank = tt.getRank(), d = tt.getDimSize(rank - 1);
+  SmallVector<int64_t> toFront = {rank - 1}, toBack;
+  for (int64_t i = 0; i + 1 < rank; ++i) {
+    toFront.push_back(i);
+    toBack.push_back(i + 1);
+  }
+  toBack.push_back(0);
+  SmallVector<int64_t> halfShape(tt.getShape()), starts(rank, 0),
+      limits(rank, -1), steps(rank, 1);
+  halfShape.back() = d / 2;
+  RankedTensorType half = tt.clone(halfShape);
+  SmallVector<int64_t> frontShape = {d / 2};
+  llvm::append_range(frontShape, ArrayRef<int64_t>(tt.getShape()).drop_back());
+  SmallVector<Value, 2> parts;
+  for (int64_t lo : {d / 2, int64_t{0}}) {
+    starts.back() = lo;
+    limits.back() = lo + d / 2;
+    Value s = SliceOp::create(rewriter, loc, half, t, starts, limits, steps);
+    parts.push_back(TransposeOp::create(rewriter, loc, tt.clone(frontShape), s, toFront));
+  }
+  SmallVector<int64_t> catShape = frontShape;
+  catShape[0] = d;
+  Value cat = ConcatOp::create(rewriter, loc, tt.clone(catShape), parts, /*dim=*/0);
+  Value back = TransposeOp::create(rewriter, loc, tt, cat, toBack);
+  return NegOp::create(rewriter, loc, tt, back);
+}
+
+struct RaiseRotaryEmbeddingBackward : OpRewritePattern<AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(AddOp root,
+                                PatternRewriter &rewriter) const override {
+    RankedTensorType gt = root.getResult().getType();
+    if (gt.getRank() != 4 || !gt.hasStaticShape() ||
+        !isa<FloatType>(gt.getElementType()))
+      return rewriter.notifyMatchFailure(root, "not a static 4-d float add");
+    for (int i = 0; i < 2; ++i) {
+      auto cosMul = root->getOperand(i).getDefiningOp<MulOp>();
+      Value rot = root->getOperand(1 - i);
+      if (!cosMul || !cosMul.getResult().hasOneUse())
+        continue;
+      // m = G * sin: the operand of the rotated halves' slices.
+      Value m = matchRotateHalfTransposed(rot);
+      auto sinMul = m ? m.getDefiningOp<MulOp>() : MulOp();
+      if (!sinMul)
+        continue;
+      for (int j = 0; j < 2; ++j) {
+        Value g = cosMul->getOperand(j), c = cosMul->getOperand(1 - j);
+        for (int k = 0; k < 2; ++k) {
+          if (sinMul->getOperand(k) != g || g.getType() != gt)
+            continue;
+          Value s = sinMul->getOperand(1 - k);
+          // G is [B, H, S, D] (the gradient of q after the HF head
+          // transpose; tables over dim 1) when it is transpose(y) or when
+          // the tables say so; else [B, S, H, D] (tables over dim 2).
+          auto tr = g.getDefiningOp<TransposeOp>();
+          bool headTranspose =
+              tr && tr.getPermutation() == ArrayRef<int64_t>{0, 2, 1, 3};
+          int headDim = 1;
+          Value cosT = matchTable(c, gt, headDim);
+          Value sinT = matchTable(s, gt, headDim);
+          if (!cosT || !sinT) {
+            headDim = 2;
+            cosT = matchTable(c, gt, headDim);
+            sinT = matchTable(s, gt, headDim);
+          }
+          if (!cosT || !sinT ||
+              ropeTableType(cosT, headDim) != ropeTableType(sinT, headDim) ||
+              (headTranspose && headDim != 1))
+            continue;
+          Location loc = root.getLoc();
+          Value cosR = asRopeTable(rewriter, loc, cosT, headDim);
+          Value sinR = swappedNegatedHalves(
+              rewriter, loc, asRopeTable(rewriter, loc, sinT, headDim));
+          // llm.rope runs on [B, S, H, D]: G itself (tables over dim 2), the
+          // transpose's input, or G transposed (the pair around it cancels
+          // or fuses into the producer's kernel).
+          Value y = g;
+          if (headDim == 1)
+            y = headTranspose
+                    ? tr.getInput()
+                    : TransposeOp::create(
+                          rewriter, loc,
+                          gt.clone({gt.getDimSize(0), gt.getDimSize(2),
+                                    gt.getDimSize(1), gt.getDimSize(3)}),
+                          g, ArrayRef<int64_t>{0, 2, 1, 3})
+                          .getResult();
+          Value rope = RoPEOp::create(rewriter, loc, y.getType(), y,
+                                      /*offset=*/Value(), cosR, sinR,
+                                      RopeMode::half_split,
+                                      APFloat(10000.0));
+          if (headDim == 1)
+            rope = TransposeOp::create(rewriter, loc, gt, rope,
+                                       ArrayRef<int64_t>{0, 2, 1, 3});
+          rewriter.replaceOp(root, rope);
+          return success();
+        }
+      }
+    }
+    return rewriter.notifyMatchFailure(
+        root, "not G*cos + rotate_half^T(G*sin) (RoPE's backward)");
+  }
+};
+
 } // namespace
 
 void llmc::llm::populateRaiseRoPEPatterns(RewritePatternSet &patterns) {
-  patterns.add<RaiseRotaryEmbedding>(patterns.getContext());
+  patterns.add<RaiseRotaryEmbedding, RaiseRotaryEmbeddingBackward>(
+      patterns.getContext());
 }

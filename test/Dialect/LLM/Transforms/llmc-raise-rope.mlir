@@ -165,3 +165,74 @@ func.func @tables_of_different_batch(%y: tensor<2x8x4x16xf32>, %cos: tensor<2x8x
   %out = llm.add %qc, %rs : tensor<2x4x8x16xf32>
   return %out : tensor<2x4x8x16xf32>
 }
+
+// -----
+
+// RoPE's backward as AOTAutograd writes it for the gradient %g of q_embed
+// [B, H, S, D]: g*cos + rotate_half^T(g*sin), the transposed rotation
+// spelled as two slice_scatter's into zeros (a zero half concatenated, in
+// the transpose / outer concat / transpose spelling, with -m[..., :D/2] and
+// with m[..., D/2:]). It becomes llm.rope on g transposed to [B, S, H, D]
+// with the cosine table and the sine table's halves swapped and negated.
+// CHECK-LABEL: func.func @hf_backward
+// CHECK-SAME: (%[[G:.+]]: tensor<2x4x8x16xf32>, %[[C:.+]]: tensor<1x8x16xf32>, %[[S:.+]]: tensor<1x8x16xf32>)
+// CHECK-DAG: %[[SHI:.+]] = llm.slice %[[S]] [0, 0, 8] to [-1, -1, 16] step [1, 1, 1] : tensor<1x8x16xf32>
+// CHECK-DAG: %[[THI:.+]] = llm.transpose %[[SHI]] [2, 0, 1] : tensor<1x8x8xf32>
+// CHECK-DAG: %[[SLO:.+]] = llm.slice %[[S]] [0, 0, 0] to [-1, -1, 8] step [1, 1, 1] : tensor<1x8x16xf32>
+// CHECK-DAG: %[[TLO:.+]] = llm.transpose %[[SLO]] [2, 0, 1] : tensor<1x8x8xf32>
+// CHECK: %[[CAT:.+]] = llm.concat %[[THI]], %[[TLO]] dim = 0 : tensor<8x1x8xf32>, tensor<8x1x8xf32>
+// CHECK: %[[SW:.+]] = llm.transpose %[[CAT]] [1, 2, 0] : tensor<16x1x8xf32>
+// CHECK: %[[NS:.+]] = llm.neg %[[SW]] : tensor<1x8x16xf32>
+// CHECK: %[[GT:.+]] = llm.transpose %[[G]] [0, 2, 1, 3] : tensor<2x4x8x16xf32>
+// CHECK: %[[R:.+]] = llm.rope %[[GT]] cos(%{{.+}} : tensor<1x8x16xf32>) sin(%[[NS]] : tensor<1x8x16xf32>) half_split : tensor<2x8x4x16xf32>
+// CHECK: %[[OUT:.+]] = llm.transpose %[[R]] [0, 2, 1, 3] : tensor<2x8x4x16xf32>
+// CHECK: return %[[OUT]]
+func.func @hf_backward(%g: tensor<2x4x8x16xf32>, %cos: tensor<1x8x16xf32>, %sin: tensor<1x8x16xf32>) -> tensor<2x4x8x16xf32> {
+  %c4 = llm.reshape %cos : tensor<1x8x16xf32> to tensor<1x1x8x16xf32>
+  %cb = llm.broadcast %c4 : tensor<1x1x8x16xf32> to tensor<2x4x8x16xf32>
+  %s4 = llm.reshape %sin : tensor<1x8x16xf32> to tensor<1x1x8x16xf32>
+  %sb = llm.broadcast %s4 : tensor<1x1x8x16xf32> to tensor<2x4x8x16xf32>
+  %m = llm.mul %g, %sb : tensor<2x4x8x16xf32>
+  %z0 = llm.constant dense<0.0> : tensor<2x4x8x16xf32>
+  %z0lo = llm.slice %z0 [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x4x8x16xf32>
+  %tz0 = llm.transpose %z0lo [3, 0, 1, 2] : tensor<2x4x8x8xf32>
+  %mlo = llm.slice %m [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x4x8x16xf32>
+  %nlo = llm.neg %mlo : tensor<2x4x8x8xf32>
+  %tn = llm.transpose %nlo [3, 0, 1, 2] : tensor<2x4x8x8xf32>
+  %cata = llm.concat %tz0, %tn dim = 0 : tensor<8x2x4x8xf32>, tensor<8x2x4x8xf32>
+  %a = llm.transpose %cata [1, 2, 3, 0] : tensor<16x2x4x8xf32>
+  %mhi = llm.slice %m [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x4x8x16xf32>
+  %tm = llm.transpose %mhi [3, 0, 1, 2] : tensor<2x4x8x8xf32>
+  %z1 = llm.constant dense<0.0> : tensor<2x4x8x16xf32>
+  %z1hi = llm.slice %z1 [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x4x8x16xf32>
+  %tz1 = llm.transpose %z1hi [3, 0, 1, 2] : tensor<2x4x8x8xf32>
+  %catb = llm.concat %tm, %tz1 dim = 0 : tensor<8x2x4x8xf32>, tensor<8x2x4x8xf32>
+  %bb = llm.transpose %catb [1, 2, 3, 0] : tensor<16x2x4x8xf32>
+  %rot = llm.add %a, %bb : tensor<2x4x8x16xf32>
+  %gc = llm.mul %g, %cb : tensor<2x4x8x16xf32>
+  %out = llm.add %gc, %rot : tensor<2x4x8x16xf32>
+  return %out : tensor<2x4x8x16xf32>
+}
+
+// -----
+
+// Not the backward: the halves filled with ones, not zeros (cat(1, -m_lo) +
+// cat(m_hi, 1)), and a direct last-dim concat; nothing is raised.
+// CHECK-LABEL: func.func @backward_not_zero_fill
+// CHECK-NOT: llm.rope
+func.func @backward_not_zero_fill(%g: tensor<2x8x4x16xf32>, %cos: tensor<8x1x16xf32>, %sin: tensor<8x1x16xf32>) -> tensor<2x8x4x16xf32> {
+  %cb = llm.broadcast %cos : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %sb = llm.broadcast %sin : tensor<8x1x16xf32> to tensor<2x8x4x16xf32>
+  %m = llm.mul %g, %sb : tensor<2x8x4x16xf32>
+  %one = llm.constant dense<1.0> : tensor<2x8x4x8xf32>
+  %mlo = llm.slice %m [0, 0, 0, 0] to [-1, -1, -1, 8] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %nlo = llm.neg %mlo : tensor<2x8x4x8xf32>
+  %a = llm.concat %one, %nlo dim = 3 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+  %mhi = llm.slice %m [0, 0, 0, 8] to [-1, -1, -1, 16] step [1, 1, 1, 1] : tensor<2x8x4x16xf32>
+  %one2 = llm.constant dense<1.0> : tensor<2x8x4x8xf32>
+  %bb = llm.concat %mhi, %one2 dim = 3 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+  %rot = llm.add %a, %bb : tensor<2x8x4x16xf32>
+  %gc = llm.mul %g, %cb : tensor<2x8x4x16xf32>
+  %out = llm.add %gc, %rot : tensor<2x8x4x16xf32>
+  return %out : tensor<2x8x4x16xf32>
+}
