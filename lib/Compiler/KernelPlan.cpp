@@ -328,41 +328,69 @@ void Planner::planFusion() {
   // the kernel writes: a producer with other uses too, multi-output as the
   // plan allows it) comes after `op`; and such a result has the kernel's
   // shape.
-  auto canRunAt = [&](Operation *def, Operation *op) {
-    if (cast<ShapedType>(def->getResult(0).getType()).getShape() !=
-        cast<ShapedType>(op->getResult(0).getType()).getShape())
-      return false;
-    const SmallVector<Operation *> &members = plan.groups[plan.groupOf[def]];
-    llvm::SmallPtrSet<Operation *, 16> in(members.begin(), members.end());
+  auto canRunAt = [&](ArrayRef<int> groups, Operation *op) {
+    llvm::SmallPtrSet<Operation *, 16> in;
     in.insert(op);
-    for (Operation *m : members)
-      for (Operation *user : m->getUsers()) {
-        if (in.contains(user))
-          continue;
-        Operation *top = body.findAncestorOpInBlock(*user);
-        if (!top || !op->isBeforeInBlock(top))
+    for (int g : groups)
+      in.insert(plan.groups[g].begin(), plan.groups[g].end());
+    for (int g : groups)
+      for (Operation *m : plan.groups[g]) {
+        if (cast<ShapedType>(m->getResult(0).getType()).getShape() !=
+            cast<ShapedType>(op->getResult(0).getType()).getShape())
           return false;
+        for (Operation *user : m->getUsers()) {
+          if (in.contains(user))
+            continue;
+          Operation *top = body.findAncestorOpInBlock(*user);
+          if (!top || !op->isBeforeInBlock(top))
+            return false;
+        }
       }
     return true;
   };
   for (Operation &op : body) {
     if (!isElementwise(&op) || plan.fusedIntoNorm.contains(&op))
       continue;
-    int group = -1;
+    // The kernels of this op's operands in its plan group. The op joins all
+    // of them when one kernel can run at the op (a DAG: SiLU's backward
+    // reads the sigmoid twice, from two chains), else the first that can
+    // alone.
+    SmallVector<int, 2> joins;
     if (options.fuse_elementwise) {
+      SmallVector<int, 2> candidates;
       for (Value operand : op.getOperands()) {
         Operation *def = operand.getDefiningOp();
         if (!def || !plan.groupOf.count(def) || !samePlanGroup(def, &op) ||
             prepared.contains(def) != prepared.contains(&op) ||
-            !canRunAt(def, &op))
+            llvm::is_contained(candidates, plan.groupOf[def]))
           continue;
-        group = plan.groupOf[def];
-        break;
+        candidates.push_back(plan.groupOf[def]);
+      }
+      if (candidates.size() > 1 && canRunAt(candidates, &op)) {
+        joins = candidates;
+      } else {
+        for (int g : candidates)
+          if (canRunAt(g, &op)) {
+            joins.push_back(g);
+            break;
+          }
       }
     }
-    if (group < 0) {
+    int group;
+    if (joins.empty()) {
       group = plan.groups.size();
       plan.groups.emplace_back();
+    } else {
+      group = joins.front();
+      for (int other : llvm::drop_begin(joins)) {
+        for (Operation *m : plan.groups[other]) {
+          plan.groups[group].push_back(m);
+          plan.groupOf[m] = group;
+        }
+        plan.groups[other].clear();  // an empty group forms no kernel
+      }
+      llvm::sort(plan.groups[group],
+                 [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
     }
     plan.groups[group].push_back(&op);
     plan.groupOf[&op] = group;

@@ -7,6 +7,8 @@
 // RUN: llmc-compile %s --fn=read_between --print-stats | FileCheck %s --check-prefix=BETWEEN
 // RUN: llmc-compile %s --fn=view_read_between --print-stats | FileCheck %s --check-prefix=VIEW
 // RUN: llmc-compile %s --fn=view_read_between --emit=exec | FileCheck %s --check-prefix=VIEW-EXEC
+// RUN: llmc-compile %s --fn=silu_backward --print-stats | FileCheck %s --check-prefix=DAG
+// RUN: llmc-compile %s --fn=dag_read_between --print-stats | FileCheck %s --check-prefix=DAG-BETWEEN
 
 // exp is used by neg (same kernel) and returned: one kernel, two outputs.
 // WRITTEN: kernel launches: 1 (1 distinct kernels)
@@ -45,4 +47,39 @@ func.func @view_read_between(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tenso
   %n = llm.neg %e : tensor<4x8xf32>
   %m = llm.mul %n, %y : tensor<4x8xf32>
   return %m, %s : tensor<4x8xf32>, tensor<4x1xf32>
+}
+
+// SiLU's backward as AOTAutograd decomposes it, grad * sigmoid(x) * (1 + x *
+// (1 - sigmoid(x))) in f32: the sigmoid (and x) are read by two chains that
+// meet at the last multiply. The chains are two kernels until that multiply
+// joins both: one kernel for the whole DAG.
+// DAG: kernel launches: 1 (1 distinct kernels)
+func.func @silu_backward(%g: tensor<4x40xbf16>, %x: tensor<4x40xbf16>) -> tensor<4x40xbf16> {
+  %one = llm.constant dense<1.0> : tensor<f32>
+  %gf = llm.cast %g : tensor<4x40xbf16> to tensor<4x40xf32>
+  %xf = llm.cast %x : tensor<4x40xbf16> to tensor<4x40xf32>
+  %sig = llm.sigmoid %xf : tensor<4x40xf32>
+  %a = llm.mul %gf, %sig : tensor<4x40xf32>
+  %ones = llm.broadcast %one : tensor<f32> to tensor<4x40xf32>
+  %b = llm.sub %ones, %sig : tensor<4x40xf32>
+  %c = llm.mul %xf, %b : tensor<4x40xf32>
+  %d = llm.add %c, %ones : tensor<4x40xf32>
+  %e = llm.mul %a, %d : tensor<4x40xf32>
+  %r = llm.cast %e : tensor<4x40xf32> to tensor<4x40xbf16>
+  return %r : tensor<4x40xbf16>
+}
+
+// The same DAG, but the row sum reads one chain's value (%a) before the
+// multiply that joins them: that chain's kernel must run first, so the
+// join takes only the other chain (3 kernels: sigmoid * g, the sum, the
+// rest).
+// DAG-BETWEEN: kernel launches: 3
+func.func @dag_read_between(%g: tensor<4x40xf32>, %x: tensor<4x40xf32>) -> (tensor<4x40xf32>, tensor<4x1xf32>) {
+  %sig = llm.sigmoid %x : tensor<4x40xf32>
+  %a = llm.mul %g, %sig : tensor<4x40xf32>
+  %s = llm.reduce_sum %a [1] keepdim : tensor<4x40xf32>
+  %b = llm.neg %sig : tensor<4x40xf32>
+  %c = llm.mul %x, %b : tensor<4x40xf32>
+  %e = llm.mul %a, %c : tensor<4x40xf32>
+  return %e, %s : tensor<4x40xf32>, tensor<4x1xf32>
 }
