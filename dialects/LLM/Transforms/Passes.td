@@ -133,6 +133,13 @@ def RaisePass : Pass<"llmc-raise", "::mlir::func::FuncOp"> {
     swapped and negated (computed on the [Bt, S, D] table; exact for any
     tables).
 
+    After the raise patterns: `transpose(ew(a, b, ...), P)` with P keeping
+    the innermost dimension and the transpose the elementwise result's only
+    use becomes `ew(transpose(a, P), transpose(b, P), ...)`; the operands'
+    transposes fold with the transposes they read (the backward's
+    `transpose(add(tangent, transpose(dk)))` around attention is one add
+    writing [B, S, H, D]) or are strided reads of the fused kernel.
+
     Casts around a norm: `cast(rms_norm(cast(x : T -> f32), w) -> T)` for
     T = bf16/f16 (the weight multiplied in f32, as gpt-fast's RMSNorm)
     becomes `rms_norm(x, w) : T`: the same fp32 math from the exactly

@@ -282,6 +282,44 @@ struct FoldCastsIntoRMSNorm : OpRewritePattern<CastOp> {
   }
 };
 
+/// transpose(ew(a, b, ...), P) => ew(transpose(a, P), transpose(b, P), ...)
+/// for an elementwise op whose only use is the transpose and a P that keeps
+/// the innermost dimension (e.g. [B, H, S, D] <-> [B, S, H, D]). The
+/// operands' transposes fold into transposes they read (the backward's
+/// `transpose(add(dk_tangent, transpose(dk)))` around attention becomes
+/// `add(transpose(dk_tangent), dk)`) or are strided reads of the fused
+/// kernel, which keeps its 16-byte vector path when the innermost stride is
+/// 1: one kernel writes the transposed layout instead of an elementwise
+/// kernel and a transpose kernel. Run after the raise patterns, which match
+/// the transposes as imported.
+struct SinkTransposeIntoElementwise : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(TransposeOp tr, PatternRewriter &rewriter) const override {
+    ArrayRef<int64_t> perm = tr.getPermutation();
+    const int64_t rank = static_cast<int64_t>(perm.size());
+    if (rank < 2 || perm.back() != rank - 1)
+      return rewriter.notifyMatchFailure(tr, "moves the innermost dimension");
+    Operation *ew = tr.getInput().getDefiningOp();
+    if (!ew || !isElementwise(ew) || ew->getNumResults() != 1 || !tr.getInput().hasOneUse() ||
+        ew->getNumOperands() == 0)
+      return rewriter.notifyMatchFailure(tr, "not the only use of an elementwise op");
+    auto outType = tr.getResult().getType();
+    SmallVector<Value> operands;
+    for (Value v : ew->getOperands()) {
+      auto t = dyn_cast<RankedTensorType>(v.getType());
+      if (!t || t.getShape() != tensorOf(tr.getInput()).getShape())
+        return rewriter.notifyMatchFailure(tr, "an operand of another shape");
+      operands.push_back(TransposeOp::create(rewriter, tr.getLoc(),
+                                             t.clone(outType.getShape()), v, perm));
+    }
+    OperationState state(ew->getLoc(), ew->getName(), operands, TypeRange{outType},
+                         ew->getAttrs());
+    rewriter.replaceOp(tr, rewriter.create(state)->getResults());
+    return success();
+  }
+};
+
 struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
   using RaisePassBase::RaisePassBase;
 
@@ -294,6 +332,14 @@ struct RaisePass : llmc::llm::impl::RaisePassBase<RaisePass> {
           << getOperation().getSymName()
           << " (a pattern changed the IR and then failed; please report it "
              "with this function's IR)";
+      return signalPassFailure();
+    }
+    RewritePatternSet sink(&getContext());
+    sink.add<SinkTransposeIntoElementwise>(&getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(sink)))) {
+      getOperation().emitError() << "llmc-raise: sinking transposes into elementwise ops did "
+                                    "not converge on @"
+                                 << getOperation().getSymName();
       return signalPassFailure();
     }
   }

@@ -291,4 +291,47 @@ func.func @norm(%x: tensor<3x1x256xbf16>, %w: tensor<256xbf16>) -> tensor<3x1x25
   }
 }
 
+/// A transpose sunk into the elementwise ops it reads (the backward's
+/// `transpose(add(tangent, transpose(dk)))` around attention, with an odd
+/// head count and sequence, and a chain behind it): afterwards only the
+/// inputs %t and %x are transposed (views the fused kernel reads strided), no
+/// computed value, and the results are the same values, element for element
+/// (a permutation of the same arithmetic), in f32 and bf16.
+TEST_F(RaiseNumericsTest, SunkTransposeIsExact) {
+  for (const char *elt : {"f32", "bf16"}) {
+    std::string t = std::string("tensor<2x3x5x16x") + elt + ">";
+    std::string u = std::string("tensor<2x5x3x16x") + elt + ">";
+    const std::string src = "func.func @f(%t: " + t + ", %d: " + u + ", %x: " + t + ") -> " + u +
+                            " {\n"
+                            "  %dt = llm.transpose %d [0, 2, 1, 3] : " + u + "\n"
+                            "  %a = llm.add %t, %dt : " + t + "\n"
+                            "  %e = llm.exp %x : " + t + "\n"
+                            "  %m = llm.mul %a, %e : " + t + "\n"
+                            "  %r = llm.transpose %m [0, 2, 1, 3] : " + t + "\n"
+                            "  return %r : " + u + "\n}\n";
+    SCOPED_TRACE(src);
+    Prepared p;
+    ASSERT_NO_FATAL_FAILURE(parseAndPrepare(src, p));
+    auto transposes = [](func::FuncOp fn) {
+      return countOps(fn, [](Operation *op) { return isa<llmc::llm::TransposeOp>(op); });
+    };
+    ASSERT_EQ(transposes(p.fnBefore), 2);
+    ASSERT_EQ(transposes(p.fnAfter), 2) << print(*p.after);  // of %t and %x, none of a result
+    Type et = std::string(elt) == "bf16" ? bf16() : f32();
+    for (int draw = 0; draw < 2; ++draw) {
+      HostTensor tv = rand(et, {2, 3, 5, 16}), dv = rand(et, {2, 5, 3, 16}),
+                 xv = rand(et, {2, 3, 5, 16});
+      auto asWritten = Evaluate(p.fnBefore, {tv, dv, xv});
+      auto sunk = Evaluate(p.fnAfter, {tv, dv, xv});
+      ASSERT_TRUE(asWritten.ok()) << asWritten.status();
+      ASSERT_TRUE(sunk.ok()) << sunk.status();
+      const HostTensor &a = (*asWritten)[0], &r = (*sunk)[0];
+      ASSERT_TRUE(allFinite(a) && allFinite(r));
+      ASSERT_EQ(a.data.size(), r.data.size());
+      for (size_t i = 0; i < a.data.size(); ++i)
+        ASSERT_EQ(a.data[i], r.data[i]) << elt << " element " << i;
+    }
+  }
+}
+
 } // namespace
