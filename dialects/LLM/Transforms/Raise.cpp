@@ -305,13 +305,25 @@ struct SinkTransposeIntoElementwise : OpRewritePattern<TransposeOp> {
         ew->getNumOperands() == 0)
       return rewriter.notifyMatchFailure(tr, "not the only use of an elementwise op");
     auto outType = tr.getResult().getType();
-    SmallVector<Value> operands;
+    // Every check before anything is created: a pattern that fails must not
+    // have changed the IR (the greedy driver would not converge).
     for (Value v : ew->getOperands()) {
       auto t = dyn_cast<RankedTensorType>(v.getType());
       if (!t || t.getShape() != tensorOf(tr.getInput()).getShape())
         return rewriter.notifyMatchFailure(tr, "an operand of another shape");
-      operands.push_back(TransposeOp::create(rewriter, tr.getLoc(),
-                                             t.clone(outType.getShape()), v, perm));
+    }
+    SmallVector<Value> operands;
+    for (Value v : ew->getOperands()) {
+      auto t = cast<RankedTensorType>(v.getType()).clone(outType.getShape());
+      // A splat constant stays a splat (an immediate of the fused kernel and
+      // what the x+0 / x*1 folders look for), not a transposed stored tensor.
+      Attribute splat;
+      if (matchPattern(v, m_Constant(&splat)) && isa<SplatElementsAttr>(splat)) {
+        operands.push_back(ConstantOp::create(rewriter, tr.getLoc(), t,
+                                              cast<SplatElementsAttr>(splat).resizeSplat(t)));
+        continue;
+      }
+      operands.push_back(TransposeOp::create(rewriter, tr.getLoc(), t, v, perm));
     }
     OperationState state(ew->getLoc(), ew->getName(), operands, TypeRange{outType},
                          ew->getAttrs());

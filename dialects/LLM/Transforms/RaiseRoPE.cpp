@@ -311,6 +311,9 @@ Value swappedNegatedHalves(PatternRewriter &rewriter, Location loc, Value t) {
   return NegOp::create(rewriter, loc, tt, back);
 }
 
+/// add(mul(G, bcast(C)), rotate_half^T(mul(G, bcast(S))))
+///   => llm.rope G cos(C) sin(-roll(S, D/2)) half_split (G transposed to
+///      [B, S, H, D] and back when its heads are dim 1).
 struct RaiseRotaryEmbeddingBackward : OpRewritePattern<AddOp> {
   using OpRewritePattern::OpRewritePattern;
 

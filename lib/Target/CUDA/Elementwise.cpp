@@ -298,7 +298,8 @@ struct Emitter {
   /// output index below 2^31 is split into per-dimension indices without a
   /// 64-bit division (~100 instructions each on the GPU, which made these
   /// kernels compute bound). LLMC_EW_INDEX32_LIMIT (2^31) is the numel below
-  /// which it is used; a test defines it lower to run the 64-bit loops.
+  /// which it is used; it is a macro only so that the emulator tests can
+  /// define it to 0 and run the 64-bit loops (nothing else sets it).
   static void StridedHelpers(std::ostringstream &s) {
     s << "#ifndef LLMC_EW_INDEX32_LIMIT\n"
          "#define LLMC_EW_INDEX32_LIMIT 2147483648LL\n"
@@ -350,7 +351,8 @@ struct Emitter {
   static void IndexWidthSplit(std::ostringstream &s, const std::string &ind, LoopFn loop) {
     s << ind << "if (numel < LLMC_EW_INDEX32_LIMIT) {\n"
       << ind << "  EwDivider dv[8];\n"
-      << ind << "  for (int d = 0; d < (int)shape.rank; ++d) dv[d] = ewDivider((unsigned)shape.sizes[d]);\n";
+      << ind << "  for (int d = 0; d < (int)shape.rank; ++d)\n"
+      << ind << "    dv[d] = ewDivider(shape.sizes[d] > 0 ? (unsigned)shape.sizes[d] : 1u);  // no work when 0\n";
     loop(true);
     s << ind << "} else {\n";
     loop(false);

@@ -73,7 +73,7 @@ func.func @silu_backward(%g: tensor<4x40xbf16>, %x: tensor<4x40xbf16>) -> tensor
 // multiply that joins them: that chain's kernel must run first, so the
 // join takes only the other chain (3 kernels: sigmoid * g, the sum, the
 // rest).
-// DAG-BETWEEN: kernel launches: 3
+// DAG-BETWEEN: kernel launches: 3 (
 func.func @dag_read_between(%g: tensor<4x40xf32>, %x: tensor<4x40xf32>) -> (tensor<4x40xf32>, tensor<4x1xf32>) {
   %sig = llm.sigmoid %x : tensor<4x40xf32>
   %a = llm.mul %g, %sig : tensor<4x40xf32>

@@ -88,8 +88,10 @@ std::string decomposed(int64_t b, int64_t s, int64_t h, int64_t d, int64_t bt,
 /// slice_scatter(0, -m[..., :D/2], D/2..D) + slice_scatter(0, m[..., D/2:],
 /// 0..D/2), each slice_scatter a zero-filled half concatenated with the
 /// other in the plugin's transpose / outer concat / transpose spelling.
+/// With `fromBshd` the gradient arrives as %y [B, S, H, D] and %g is its
+/// head transpose (the branch that runs llm.rope on %y itself).
 std::string decomposedBackward(int64_t b, int64_t s, int64_t h, int64_t d, int64_t bt,
-                               const std::string &elt) {
+                               const std::string &elt, bool fromBshd = false) {
   const int64_t half = d / 2;
   std::string q = "tensor<" + dims({b, h, s, d}) + elt + ">";
   std::string qh = "tensor<" + dims({b, h, s, half}) + elt + ">";
@@ -102,9 +104,12 @@ std::string decomposedBackward(int64_t b, int64_t s, int64_t h, int64_t d, int64
     return "llm.slice " + v + " [0, 0, 0, " + std::to_string(lo) + "] to [-1, -1, -1, " +
            std::to_string(hi) + "] step [1, 1, 1, 1] : " + q;
   };
+  std::string y = "tensor<" + dims({b, s, h, d}) + elt + ">";
   std::ostringstream os;
-  os << "func.func @rope_backward(%g: " << q << ", %cos: " << tf << ", %sin: " << tf << ") -> "
-     << q << " {\n";
+  os << "func.func @rope_backward(%" << (fromBshd ? "y: " + y : "g: " + q) << ", %cos: " << tf
+     << ", %sin: " << tf << ") -> " << q << " {\n";
+  if (fromBshd)
+    os << "  %g = llm.transpose %y [0, 2, 1, 3] : " << y << "\n";
   for (const char *t : {"cos", "sin"}) {
     if (elt == "f32")
       os << "  %" << t << "e = llm.reshape %" << t << " : " << tf << " to " << te << "\n";
@@ -205,8 +210,8 @@ protected:
   /// against dq[i] = g[i] c[i] + g[i + D/2] s[i + D/2] (i < D/2),
   /// g[i] c[i] - g[i - D/2] s[i - D/2] (i >= D/2) in float64.
   void checkBackward(int64_t b, int64_t s, int64_t h, int64_t d, int64_t bt,
-                     const std::string &elt) {
-    std::string src = decomposedBackward(b, s, h, d, bt, elt);
+                     const std::string &elt, bool fromBshd = false) {
+    std::string src = decomposedBackward(b, s, h, d, bt, elt, fromBshd);
     SCOPED_TRACE(src);
     Prepared p;
     ASSERT_NO_FATAL_FAILURE(parseAndPrepare(src, p));
@@ -224,7 +229,17 @@ protected:
     Type et = elt == "bf16" ? bf16() : f32();
     const double tolerance = elt == "f32" ? 1e-6 : 1e-2;
     for (int draw = 0; draw < 2; ++draw) {
+      // The gradient as the function takes it ([B, S, H, D] when fromBshd)
+      // and as [B, H, S, D] for the float64 result below.
+      HostTensor arg = fromBshd ? rand(et, {b, s, h, d}) : rand(et, {b, h, s, d});
       HostTensor g = rand(et, {b, h, s, d});
+      for (int64_t ib = 0; ib < b; ++ib)
+        for (int64_t ih = 0; ih < h; ++ih)
+          for (int64_t is = 0; is < s; ++is)
+            for (int64_t i = 0; i < d; ++i)
+              g.data[((ib * h + ih) * s + is) * d + i] =
+                  fromBshd ? arg.data[((ib * s + is) * h + ih) * d + i]
+                           : arg.data[((ib * h + ih) * s + is) * d + i];
       HostTensor cosT = rand(f32(), {bt, s, d}), sinT = cosT;
       std::uniform_real_distribution<double> angle(-M_PI, M_PI);
       for (size_t i = 0; i < cosT.data.size(); ++i) {
@@ -232,8 +247,8 @@ protected:
         cosT.data[i] = RoundToType(std::cos(a), f32());
         sinT.data[i] = RoundToType(std::sin(a), f32());
       }
-      auto asWritten = Evaluate(p.fnBefore, {g, cosT, sinT});
-      auto raised = Evaluate(p.fnAfter, {g, cosT, sinT});
+      auto asWritten = Evaluate(p.fnBefore, {arg, cosT, sinT});
+      auto raised = Evaluate(p.fnAfter, {arg, cosT, sinT});
       ASSERT_TRUE(asWritten.ok()) << asWritten.status();
       ASSERT_TRUE(raised.ok()) << raised.status();
       const HostTensor &a = (*asWritten)[0], &r = (*raised)[0];
@@ -281,6 +296,7 @@ TEST_F(RaiseRoPENumericsTest, HuggingFaceBackward) {
     checkBackward(2, 7, 3, 16, 1, elt);
     checkBackward(2, 5, 4, 64, 2, elt);
     checkBackward(1, 33, 2, 128, 1, elt);
+    checkBackward(2, 5, 3, 16, 1, elt, /*fromBshd=*/true);
   }
 }
 

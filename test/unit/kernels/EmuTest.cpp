@@ -688,12 +688,14 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x,
 // RMSNorm's forward and backward read the per-row inverse RMS, [R, 1] f32,
 // against [R, N] rows: an input of innermost stride 0 whose row stride (1)
 // is no multiple of kVec. It takes the vector path (one load per vector,
-// repeated) next to a contiguous bf16 input and output; odd R and N = 40
-// (a multiple of kVec 8 but not of 16), with the 32-bit and the 64-bit index
-// math. Bit-exact against the host.
+// repeated) next to a contiguous bf16 input and output, also from a pointer
+// that is not 16-byte aligned (it is read one element at a time); odd R and
+// N = 40 (a multiple of kVec 4, the f32 input's, but not of 16), with the
+// 32-bit and the 64-bit index math. Bit-exact against the host.
 TEST(Emu, ElementwiseValuePerRowVectorPath) {
   if (!HaveCompiler()) GTEST_SKIP();
-  for (bool idx64 : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool idx64 = variant & 1, unaligned = variant & 2;
     ElementwiseProgram p;
     p.inputs = {{ScalarType::bf16, InputLayout::kContiguous}, {ScalarType::f32, InputLayout::kStrided}};
     p.nodes = {{EwOp::mul, {-1, -2}, ScalarType::f32}, {EwOp::cast, {0}, ScalarType::bf16}};
@@ -719,14 +721,17 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x,
     const int64_t R = 13, N = 40, n = R * N;
     auto xf = Randn(n, 31);
     auto x = ToBf16Vec(xf);
-    auto r = Randn(R, 32);
+    auto rbuf = Randn(R + 1, 32);  // rows from rbuf[1] when unaligned
+    const float *rp = rbuf.data() + (unaligned ? 1 : 0);
+    std::vector<float> r(rp, rp + R);
     std::vector<int64_t> packed = Unwrap(PackElementwiseShape(p, {R, N}, {{}, {1, 0}}));
     LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
     d.grid[0] = 1;
     std::vector<uint16_t> o(n, 0xffff);
     int vec_hit = -1;
-    fn(G(d), B(d), d.smem, o.data(), x.data(), r.data(), n, packed.data(), &vec_hit);
-    EXPECT_EQ(vec_hit, 1) << (idx64 ? "64-bit" : "32-bit") << " index math";
+    fn(G(d), B(d), d.smem, o.data(), x.data(), rp, n, packed.data(), &vec_hit);
+    EXPECT_EQ(vec_hit, 1) << (idx64 ? "64-bit" : "32-bit") << " index math"
+                          << (unaligned ? ", unaligned per-row input" : "");
     for (int64_t row = 0; row < R; ++row)
       for (int64_t e = 0; e < N; ++e)
         ASSERT_EQ(o[row * N + e], ToBf16(FromBf16(x[row * N + e]) * r[row])) << row << "," << e;
@@ -735,8 +740,8 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x,
 
 // The strided kernels' 32-bit division by a run-time divisor (ewDiv, a
 // multiply-high and a shift) equals n / d for the edge dividends (0, d - 1,
-// d, 2^31 - 1, 2^32 - 1, multiples of d and their neighbours) and 2^16
-// random ones, for divisors 1 .. 70, powers of two and their neighbours,
+// d, 2^31 - 1, 2^32 - 1, multiples of d and their neighbours) and 256
+// random ones per divisor, for divisors 1 .. 70, powers of two and their neighbours,
 // the model sizes (2048, 5632, 32000) and 2^31 - 1.
 TEST(Emu, ElementwiseDividerIsExact) {
   if (!HaveCompiler()) GTEST_SKIP();

@@ -49,3 +49,23 @@ func.func @not_sunk(%x: tensor<4x8xf32>, %y: tensor<2x4x8xf32>) -> (tensor<8x4xf
   %u = llm.transpose %n [1, 0, 2] : tensor<2x4x8xf32>
   return %t, %u, %n : tensor<8x4xf32>, tensor<4x2x8xf32>, tensor<2x4x8xf32>
 }
+
+// -----
+
+// A splat operand becomes a splat of the transposed shape (an immediate of the
+// fused kernel, not a stored constant read through a transpose), and a cast
+// (operand and result of different element types) moves like any other op.
+// CHECK-LABEL: func.func @splat_and_cast
+// CHECK-DAG: %[[C:.+]] = llm.constant dense<2.000000e+00> : tensor<3x2x8xf32>
+// CHECK-DAG: %[[TX:.+]] = llm.transpose %arg0 [1, 0, 2] : tensor<2x3x8xbf16>
+// CHECK: %[[F:.+]] = llm.cast %[[TX]] : tensor<3x2x8xbf16> to tensor<3x2x8xf32>
+// CHECK: %[[M:.+]] = llm.mul %[[F]], %[[C]] : tensor<3x2x8xf32>
+// CHECK-NOT: llm.transpose
+// CHECK: return %[[M]]
+func.func @splat_and_cast(%x: tensor<2x3x8xbf16>) -> tensor<3x2x8xf32> {
+  %f = llm.cast %x : tensor<2x3x8xbf16> to tensor<2x3x8xf32>
+  %c = llm.constant dense<2.0> : tensor<2x3x8xf32>
+  %m = llm.mul %f, %c : tensor<2x3x8xf32>
+  %r = llm.transpose %m [1, 0, 2] : tensor<2x3x8xf32>
+  return %r : tensor<3x2x8xf32>
+}
