@@ -27,6 +27,8 @@
 
 #include <cmath>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 using namespace mlir;
 using namespace llmc::reference;
@@ -41,6 +43,25 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
+/// %cosb and %sinb: the f32 [Bt, S, D] tables %cos and %sin in `elt`
+/// (cast, or reshaped when f32), unsqueezed at the head dimension and
+/// broadcast to [B, H, S, D], as the plugin imports HF's cos/sin.
+void broadcastTables(std::ostringstream &os, int64_t b, int64_t s, int64_t h, int64_t d,
+                     int64_t bt, const std::string &elt) {
+  std::string q = "tensor<" + dims({b, h, s, d}) + elt + ">";
+  std::string tf = "tensor<" + dims({bt, s, d}) + "f32>";
+  std::string te = "tensor<" + dims({bt, s, d}) + elt + ">";
+  std::string t4 = "tensor<" + dims({bt, 1, s, d}) + elt + ">";
+  for (const char *t : {"cos", "sin"}) {
+    if (elt == "f32")
+      os << "  %" << t << "e = llm.reshape %" << t << " : " << tf << " to " << te << "\n";
+    else
+      os << "  %" << t << "e = llm.cast %" << t << " : " << tf << " to " << te << "\n";
+    os << "  %" << t << "4 = llm.reshape %" << t << "e : " << te << " to " << t4 << "\n"
+       << "  %" << t << "b = llm.broadcast %" << t << "4 : " << t4 << " to " << q << "\n";
+  }
+}
+
 /// The plugin's import of HF apply_rotary_pos_emb for q of [B, S, H, D]
 /// (argument %y, transposed to [B, H, S, D] as HF does), tables [Bt, S, D]
 /// in f32, math in `elt`.
@@ -53,20 +74,11 @@ std::string decomposed(int64_t b, int64_t s, int64_t h, int64_t d, int64_t bt,
   std::string th = "tensor<" + dims({half, b, h, s}) + elt + ">";
   std::string tc = "tensor<" + dims({d, b, h, s}) + elt + ">";
   std::string tf = "tensor<" + dims({bt, s, d}) + "f32>";
-  std::string te = "tensor<" + dims({bt, s, d}) + elt + ">";
-  std::string t4 = "tensor<" + dims({bt, 1, s, d}) + elt + ">";
   std::ostringstream os;
   os << "func.func @rope(%y: " << y << ", %cos: " << tf << ", %sin: " << tf
      << ") -> " << q << " {\n"
      << "  %q = llm.transpose %y [0, 2, 1, 3] : " << y << "\n";
-  for (const char *t : {"cos", "sin"}) {
-    if (elt == "f32")
-      os << "  %" << t << "e = llm.reshape %" << t << " : " << tf << " to " << te << "\n";
-    else
-      os << "  %" << t << "e = llm.cast %" << t << " : " << tf << " to " << te << "\n";
-    os << "  %" << t << "4 = llm.reshape %" << t << "e : " << te << " to " << t4 << "\n"
-       << "  %" << t << "b = llm.broadcast %" << t << "4 : " << t4 << " to " << q << "\n";
-  }
+  broadcastTables(os, b, s, h, d, bt, elt);
   os << "  %qc = llm.mul %q, %cosb : " << q << "\n"
      << "  %hi = llm.slice %q [0, 0, 0, " << half << "] to [-1, -1, -1, " << d
      << "] step [1, 1, 1, 1] : " << q << "\n"
@@ -98,8 +110,6 @@ std::string decomposedBackward(int64_t b, int64_t s, int64_t h, int64_t d, int64
   std::string th = "tensor<" + dims({half, b, h, s}) + elt + ">";
   std::string tc = "tensor<" + dims({d, b, h, s}) + elt + ">";
   std::string tf = "tensor<" + dims({bt, s, d}) + "f32>";
-  std::string te = "tensor<" + dims({bt, s, d}) + elt + ">";
-  std::string t4 = "tensor<" + dims({bt, 1, s, d}) + elt + ">";
   auto slice = [&](const std::string &v, int64_t lo, int64_t hi) {
     return "llm.slice " + v + " [0, 0, 0, " + std::to_string(lo) + "] to [-1, -1, -1, " +
            std::to_string(hi) + "] step [1, 1, 1, 1] : " + q;
@@ -110,14 +120,7 @@ std::string decomposedBackward(int64_t b, int64_t s, int64_t h, int64_t d, int64
      << ", %sin: " << tf << ") -> " << q << " {\n";
   if (fromBshd)
     os << "  %g = llm.transpose %y [0, 2, 1, 3] : " << y << "\n";
-  for (const char *t : {"cos", "sin"}) {
-    if (elt == "f32")
-      os << "  %" << t << "e = llm.reshape %" << t << " : " << tf << " to " << te << "\n";
-    else
-      os << "  %" << t << "e = llm.cast %" << t << " : " << tf << " to " << te << "\n";
-    os << "  %" << t << "4 = llm.reshape %" << t << "e : " << te << " to " << t4 << "\n"
-       << "  %" << t << "b = llm.broadcast %" << t << "4 : " << t4 << " to " << q << "\n";
-  }
+  broadcastTables(os, b, s, h, d, bt, elt);
   os << "  %m = llm.mul %g, %sinb : " << q << "\n"
      << "  %z0 = llm.constant dense<0.0> : " << q << "\n"
      << "  %z0lo = " << slice("%z0", 0, half) << "\n"
@@ -143,6 +146,48 @@ std::string decomposedBackward(int64_t b, int64_t s, int64_t h, int64_t d, int64
 
 class RaiseRoPENumericsTest : public ReferenceTest {
 protected:
+  /// cos and sin of fresh random angles in [-pi, pi], f32 [Bt, S, D]:
+  /// unit-circle pairs, every entry distinct.
+  std::pair<HostTensor, HostTensor> randomTables(int64_t bt, int64_t s, int64_t d) {
+    HostTensor cosT = rand(f32(), {bt, s, d}), sinT = cosT;
+    std::uniform_real_distribution<double> angle(-M_PI, M_PI);
+    for (size_t i = 0; i < cosT.data.size(); ++i) {
+      double a = angle(rng);
+      cosT.data[i] = RoundToType(std::cos(a), f32());
+      sinT.data[i] = RoundToType(std::sin(a), f32());
+    }
+    return {cosT, sinT};
+  }
+
+  /// Evaluates `before` and `after` on `inputs` and checks the raised
+  /// result against the one as written and against float64 (`fillWant`
+  /// writes it into a tensor shaped like the result): within `tolerance`,
+  /// and for bf16 at least as close to float64 and not equal to the written
+  /// one (the check is not vacuous).
+  template <typename WantFn>
+  void expectRaisedMatches(func::FuncOp before, func::FuncOp after,
+                           const std::vector<HostTensor> &inputs, double tolerance,
+                           bool lowPrecision, int draw, WantFn fillWant) {
+    auto asWritten = Evaluate(before, inputs);
+    auto raised = Evaluate(after, inputs);
+    ASSERT_TRUE(asWritten.ok()) << asWritten.status();
+    ASSERT_TRUE(raised.ok()) << raised.status();
+    const HostTensor &a = (*asWritten)[0], &r = (*raised)[0];
+    ASSERT_TRUE(allFinite(a) && allFinite(r));
+    HostTensor want = a;
+    fillWant(want);
+    double diff = RelativeError(r, a);
+    double errRaised = RelativeError(r, want);
+    double errWritten = RelativeError(a, want);
+    EXPECT_LE(diff, tolerance) << "raised vs as written, draw " << draw;
+    EXPECT_LE(errRaised, tolerance) << "raised vs float64, draw " << draw;
+    EXPECT_LE(errWritten, tolerance) << "as written vs float64, draw " << draw;
+    if (lowPrecision) {
+      EXPECT_LE(errRaised, errWritten) << "draw " << draw;
+      EXPECT_GT(diff, 0.0) << "draw " << draw; // not vacuous
+    }
+  }
+
   void check(int64_t b, int64_t s, int64_t h, int64_t d, int64_t bt,
              const std::string &elt) {
     std::string src = decomposed(b, s, h, d, bt, elt);
@@ -163,45 +208,24 @@ protected:
     const double tolerance = elt == "f32" ? 1e-6 : 1e-2;
     for (int draw = 0; draw < 2; ++draw) {
       HostTensor y = rand(et, {b, s, h, d});
-      // cos/sin of random angles: unit-circle pairs, every entry distinct.
-      HostTensor cosT = rand(f32(), {bt, s, d}), sinT = cosT;
-      std::uniform_real_distribution<double> angle(-M_PI, M_PI);
-      for (size_t i = 0; i < cosT.data.size(); ++i) {
-        double a = angle(rng);
-        cosT.data[i] = RoundToType(std::cos(a), f32());
-        sinT.data[i] = RoundToType(std::sin(a), f32());
-      }
-      auto asWritten = Evaluate(fnBefore, {y, cosT, sinT});
-      auto raised = Evaluate(fnAfter, {y, cosT, sinT});
-      ASSERT_TRUE(asWritten.ok()) << asWritten.status();
-      ASSERT_TRUE(raised.ok()) << raised.status();
-      const HostTensor &a = (*asWritten)[0], &r = (*raised)[0];
-      ASSERT_TRUE(allFinite(a) && allFinite(r));
+      HostTensor cosT, sinT;
+      std::tie(cosT, sinT) = randomTables(bt, s, d);
       // float64 from the inputs as the graph sees them (tables rounded to
       // the element type), result [B, H, S, D].
-      HostTensor want = a;
-      for (int64_t ib = 0; ib < b; ++ib)
-        for (int64_t ih = 0; ih < h; ++ih)
-          for (int64_t is = 0; is < s; ++is)
-            for (int64_t i = 0; i < d; ++i) {
-              auto yv = [&](int64_t j) {
-                return y.data[((ib * s + is) * h + ih) * d + j];
-              };
-              int64_t tb = bt == 1 ? 0 : ib;
-              double c = RoundToType(cosT.data[(tb * s + is) * d + i], et);
-              double sn = RoundToType(sinT.data[(tb * s + is) * d + i], et);
-              double rot = i < d / 2 ? -yv(i + d / 2) : yv(i - d / 2);
-              want.data[((ib * h + ih) * s + is) * d + i] = yv(i) * c + rot * sn;
-            }
-      double diff = RelativeError(r, a);
-      double errRaised = RelativeError(r, want);
-      double errWritten = RelativeError(a, want);
-      EXPECT_LE(diff, tolerance) << "raised vs as written, draw " << draw;
-      EXPECT_LE(errRaised, tolerance) << "raised vs float64, draw " << draw;
-      if (elt != "f32") {
-        EXPECT_LE(errRaised, errWritten) << "draw " << draw;
-        EXPECT_GT(diff, 0.0) << "draw " << draw; // not vacuous
-      }
+      expectRaisedMatches(fnBefore, fnAfter, {y, cosT, sinT}, tolerance, elt != "f32", draw,
+                          [&](HostTensor &want) {
+        for (int64_t ib = 0; ib < b; ++ib)
+          for (int64_t ih = 0; ih < h; ++ih)
+            for (int64_t is = 0; is < s; ++is)
+              for (int64_t i = 0; i < d; ++i) {
+                auto yv = [&](int64_t j) { return y.data[((ib * s + is) * h + ih) * d + j]; };
+                int64_t tb = bt == 1 ? 0 : ib;
+                double c = RoundToType(cosT.data[(tb * s + is) * d + i], et);
+                double sn = RoundToType(sinT.data[(tb * s + is) * d + i], et);
+                double rot = i < d / 2 ? -yv(i + d / 2) : yv(i - d / 2);
+                want.data[((ib * h + ih) * s + is) * d + i] = yv(i) * c + rot * sn;
+              }
+      });
     }
   }
 
@@ -240,43 +264,24 @@ protected:
               g.data[((ib * h + ih) * s + is) * d + i] =
                   fromBshd ? arg.data[((ib * s + is) * h + ih) * d + i]
                            : arg.data[((ib * h + ih) * s + is) * d + i];
-      HostTensor cosT = rand(f32(), {bt, s, d}), sinT = cosT;
-      std::uniform_real_distribution<double> angle(-M_PI, M_PI);
-      for (size_t i = 0; i < cosT.data.size(); ++i) {
-        double a = angle(rng);
-        cosT.data[i] = RoundToType(std::cos(a), f32());
-        sinT.data[i] = RoundToType(std::sin(a), f32());
-      }
-      auto asWritten = Evaluate(p.fnBefore, {arg, cosT, sinT});
-      auto raised = Evaluate(p.fnAfter, {arg, cosT, sinT});
-      ASSERT_TRUE(asWritten.ok()) << asWritten.status();
-      ASSERT_TRUE(raised.ok()) << raised.status();
-      const HostTensor &a = (*asWritten)[0], &r = (*raised)[0];
-      ASSERT_TRUE(allFinite(a) && allFinite(r));
-      HostTensor want = a;
-      for (int64_t ib = 0; ib < b; ++ib)
-        for (int64_t ih = 0; ih < h; ++ih)
-          for (int64_t is = 0; is < s; ++is)
-            for (int64_t i = 0; i < d; ++i) {
-              const int64_t row = ((ib * h + ih) * s + is) * d;
-              const int64_t tab = ((bt == 1 ? 0 : ib) * s + is) * d;
-              auto c = [&](int64_t j) { return RoundToType(cosT.data[tab + j], et); };
-              auto sn = [&](int64_t j) { return RoundToType(sinT.data[tab + j], et); };
-              const double gi = g.data[row + i];
-              want.data[row + i] =
-                  i < d / 2 ? gi * c(i) + g.data[row + i + d / 2] * sn(i + d / 2)
-                            : gi * c(i) - g.data[row + i - d / 2] * sn(i - d / 2);
-            }
-      double diff = RelativeError(r, a);
-      double errRaised = RelativeError(r, want);
-      double errWritten = RelativeError(a, want);
-      EXPECT_LE(diff, tolerance) << "raised vs as written, draw " << draw;
-      EXPECT_LE(errRaised, tolerance) << "raised vs float64, draw " << draw;
-      EXPECT_LE(errWritten, tolerance) << "as written vs float64, draw " << draw;
-      if (elt != "f32") {
-        EXPECT_LE(errRaised, errWritten) << "draw " << draw;
-        EXPECT_GT(diff, 0.0) << "draw " << draw; // not vacuous
-      }
+      HostTensor cosT, sinT;
+      std::tie(cosT, sinT) = randomTables(bt, s, d);
+      expectRaisedMatches(p.fnBefore, p.fnAfter, {arg, cosT, sinT}, tolerance, elt != "f32",
+                          draw, [&](HostTensor &want) {
+        for (int64_t ib = 0; ib < b; ++ib)
+          for (int64_t ih = 0; ih < h; ++ih)
+            for (int64_t is = 0; is < s; ++is)
+              for (int64_t i = 0; i < d; ++i) {
+                const int64_t row = ((ib * h + ih) * s + is) * d;
+                const int64_t tab = ((bt == 1 ? 0 : ib) * s + is) * d;
+                auto c = [&](int64_t j) { return RoundToType(cosT.data[tab + j], et); };
+                auto sn = [&](int64_t j) { return RoundToType(sinT.data[tab + j], et); };
+                const double gi = g.data[row + i];
+                want.data[row + i] =
+                    i < d / 2 ? gi * c(i) + g.data[row + i + d / 2] * sn(i + d / 2)
+                              : gi * c(i) - g.data[row + i - d / 2] * sn(i - d / 2);
+              }
+      });
     }
   }
 };
