@@ -206,6 +206,25 @@ struct Emitter {
     return false;
   }
   bool Vectorizable() const { return !NeedsShape(); }
+  /// The argument list of one ew_body call: `in(i)` for input i, then
+  /// `out(i)` for output i.
+  template <typename InFn, typename OutFn>
+  std::string BodyArgs(InFn in, OutFn out) const {
+    std::string a;
+    for (int i = 0; i < static_cast<int>(p.inputs.size()); ++i) a += (a.empty() ? "" : ", ") + in(i);
+    for (int i = 0; i < static_cast<int>(p.outputs.size()); ++i) a += (a.empty() ? "" : ", ") + out(i);
+    return a;
+  }
+  /// Arguments of the vector paths' ew_body call: scalars s<i>, vectors
+  /// l<i><sfx>.v[e], outputs o<i>.v[e].
+  std::string VectorBodyArgs(const std::string &sfx) const {
+    return BodyArgs(
+        [&](int i) {
+          return p.inputs[i].layout == InputLayout::kScalar ? "s" + std::to_string(i)
+                                                            : "l" + std::to_string(i) + sfx + ".v[e]";
+        },
+        [](int i) { return "o" + std::to_string(i) + ".v[e]"; });
+  }
   bool HasStrided() const {
     for (const EwInput &in : p.inputs)
       if (in.layout == InputLayout::kStrided) return true;
@@ -431,19 +450,8 @@ struct Emitter {
       }
       for (int i = 0; i < nout; ++i)
         s << ind << "  LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec> o" << i << ";\n";
-      s << "#pragma unroll\n" << ind << "  for (int e = 0; e < kVec; ++e) ew_body(";
-      bool first = true;
-      for (int i = 0; i < nin; ++i) {
-        s << (first ? "" : ", ");
-        first = false;
-        if (p.inputs[i].layout == InputLayout::kScalar) s << "s" << i;
-        else s << "l" << i << ".v[e]";
-      }
-      for (int i = 0; i < nout; ++i) {
-        s << (first ? "" : ", ") << "o" << i << ".v[e]";
-        first = false;
-      }
-      s << ");\n";
+      s << "#pragma unroll\n" << ind << "  for (int e = 0; e < kVec; ++e) ew_body(" << VectorBodyArgs("")
+        << ");\n";
       for (int i = 0; i < nout; ++i)
         s << ind << "  reinterpret_cast<LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec>*>(out" << i
           << ")[v] = o" << i << ";\n";
@@ -492,19 +500,8 @@ struct Emitter {
       auto bodyAndStore = [&](const std::string &ind, const std::string &idx, const std::string &sfx) {
         for (int i = 0; i < nout; ++i)
           s << ind << "LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec> o" << i << ";\n";
-        s << "#pragma unroll\n" << ind << "for (int e = 0; e < kVec; ++e) ew_body(";
-        bool first = true;
-        for (int i = 0; i < nin; ++i) {
-          s << (first ? "" : ", ");
-          first = false;
-          if (p.inputs[i].layout == InputLayout::kScalar) s << "s" << i;
-          else s << "l" << i << sfx << ".v[e]";
-        }
-        for (int i = 0; i < nout; ++i) {
-          s << (first ? "" : ", ") << "o" << i << ".v[e]";
-          first = false;
-        }
-        s << ");\n";
+        s << "#pragma unroll\n" << ind << "for (int e = 0; e < kVec; ++e) ew_body(" << VectorBodyArgs(sfx)
+          << ");\n";
         for (int i = 0; i < nout; ++i)
           s << ind << "reinterpret_cast<LlmcVec<" << CTypeName(p.outputs[i].type) << ", kVec>*>(out" << i
             << ")[" << idx << "] = o" << i << ";\n";
@@ -539,23 +536,20 @@ struct Emitter {
         s << ind << "  // decompose the output index (row-major) into per-input offsets\n";
         Decompose(s, ind + "  ", idx32);
       }
-      s << ind << "  ew_body(";
-      bool first = true;
-      for (int i = 0; i < nin; ++i) {
-        s << (first ? "" : ", ");
-        first = false;
-        switch (p.inputs[i].layout) {
-        case InputLayout::kContiguous: s << "in" << i << "[i]"; break;
-        case InputLayout::kScalar: s << "in" << i << "[0]"; break;
-        case InputLayout::kRowBroadcast: s << "in" << i << "[i % row_n]"; break;
-        case InputLayout::kStrided: s << "in" << i << "[off[" << i << "]]"; break;
-        }
-      }
-      for (int i = 0; i < nout; ++i) {
-        s << (first ? "" : ", ") << "out" << i << "[i]";
-        first = false;
-      }
-      s << ");\n" << ind << "}\n";
+      s << ind << "  ew_body("
+        << BodyArgs(
+               [&](int i) {
+                 const std::string in = "in" + std::to_string(i);
+                 switch (p.inputs[i].layout) {
+                 case InputLayout::kContiguous: return in + "[i]";
+                 case InputLayout::kScalar: return in + "[0]";
+                 case InputLayout::kRowBroadcast: return in + "[i % row_n]";
+                 case InputLayout::kStrided: break;
+                 }
+                 return in + "[off[" + std::to_string(i) + "]]";
+               },
+               [](int i) { return "out" + std::to_string(i) + "[i]"; })
+        << ");\n" << ind << "}\n";
     };
     if (strided) IndexWidthSplit(s, "  ", loop);
     else loop(false);
