@@ -364,14 +364,20 @@ struct Emitter {
     s << ind << "}\n";
   }
 
-  /// Emits `if (numel < LLMC_EW_INDEX32_LIMIT) { <32-bit dividers> loop }
-  /// else { loop }` with `loop(idx32)` emitting the loop.
+  /// The dividers of the output's dimensions, once per thread for both
+  /// strided loops (`idx32`: numel below LLMC_EW_INDEX32_LIMIT).
+  static void Dividers(std::ostringstream &s) {
+    s << "  const bool idx32 = numel < LLMC_EW_INDEX32_LIMIT;\n"
+         "  EwDivider dv[8];\n"
+         "  if (idx32)\n"
+         "    for (int d = 0; d < (int)shape.rank; ++d)\n"
+         "      dv[d] = ewDivider(shape.sizes[d] > 0 ? (unsigned)shape.sizes[d] : 1u);  // no work when 0\n";
+  }
+
+  /// Emits `if (idx32) { loop(true) } else { loop(false) }`.
   template <typename LoopFn>
   static void IndexWidthSplit(std::ostringstream &s, const std::string &ind, LoopFn loop) {
-    s << ind << "if (numel < LLMC_EW_INDEX32_LIMIT) {\n"
-      << ind << "  EwDivider dv[8];\n"
-      << ind << "  for (int d = 0; d < (int)shape.rank; ++d)\n"
-      << ind << "    dv[d] = ewDivider(shape.sizes[d] > 0 ? (unsigned)shape.sizes[d] : 1u);  // no work when 0\n";
+    s << ind << "if (idx32) {\n";
     loop(true);
     s << ind << "} else {\n";
     loop(false);
@@ -526,7 +532,10 @@ struct Emitter {
       s << "    }\n    scalar_begin = nvec * kVec;\n  }\n";
     }
     const bool strided = HasStrided();
-    if (strided) StridedRows(s);
+    if (strided) {
+      Dividers(s);
+      StridedRows(s);
+    }
     s << "  // ---- scalar path (tail, unaligned pointers, broadcasting) ----\n";
     if (NeedsShape()) s << "  const int64_t row_n = shape.sizes[shape.rank - 1];\n";
     auto loop = [&](bool idx32) {
