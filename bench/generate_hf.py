@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Greedy Hugging Face `generate()` with a static KV cache, one command, every
-backend in the same run (issue 17's generation benchmark):
+"""Greedy Hugging Face `generate()` with a static KV cache (or the default
+dynamic one), one command, every backend in the same run (issue 17's
+generation benchmark):
 
     python3 bench/generate_hf.py --out DIR                       # 7B-shaped LLaMA on the GPU
     python3 bench/generate_hf.py --out DIR --batches 1 --backends eager,llmc-graphs
     python3 bench/generate_hf.py --smoke --out DIR               # tiny, on the CPU (CI)
+    python3 bench/generate_hf.py --out DIR --cache dynamic --batches 1 --backends eager,llmc
 
 The model is `LlamaForCausalLM` with random bf16 weights (no download):
 32 layers, hidden 4096, 32 heads, FFN 11008, vocab 32000 by default. For each
@@ -31,6 +33,11 @@ bandwidth measured in this run (torch copy of 4 GiB). int8/int4 read a half
 included (plus a float32 scale per 128 weights); a step reads only the
 batch's rows of the embedding. Generation never stops early (min_new_tokens),
 so every backend runs the same number of steps.
+
+--cache dynamic runs the same with Hugging Face's default cache, grown by
+`cat` every step, and compiles with `dynamic=None` (Dynamo's default): the
+compiles llmc makes are then the prefill, the first decode step and one per
+bucket of the cache lengths (bucketing's appends and key masks).
 
 Each measurement is appended to DIR/generate.json as soon as it is made and
 DIR/generate.md gets the table at the end, so a call that runs out of time
@@ -67,6 +74,10 @@ def parse_args(argv=None):
     ap.add_argument("--backends", default=",".join(BACKENDS),
                     help="comma-separated subset of " + ", ".join(BACKENDS))
     ap.add_argument("--repeats", type=int, default=3, help="steady-state calls; median")
+    ap.add_argument("--cache", choices=("static", "dynamic"), default="static",
+                    help="the KV cache generate() uses (static: cache_implementation="
+                         "'static', compiled with dynamic=False; dynamic: the default cache, "
+                         "compiled with dynamic=None)")
     ap.add_argument("--smoke", action="store_true",
                     help="a 2-layer, 128-wide model on the CPU: checks this script, not speed")
     args = ap.parse_args(argv)
@@ -117,22 +128,23 @@ def bound_tokens_per_s(model, args, batch, weight_only, bandwidth):
     return batch / ((weight_bytes + kv_bytes) / bandwidth)
 
 
-def generate(model, ids, new):
+def generate(model, ids, new, cache="static"):
+    kw = {"cache_implementation": "static"} if cache == "static" else {}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                              pad_token_id=0, cache_implementation="static")
+                              pad_token_id=0, **kw)
 
 
-def timed(model, ids, new, sync):
+def timed(model, ids, new, sync, cache="static"):
     sync()
     t0 = time.perf_counter()
-    out = generate(model, ids, new)
+    out = generate(model, ids, new, cache)
     sync()
     return time.perf_counter() - t0, out
 
 
-def set_backend(model, base_forward, name):
+def set_backend(model, base_forward, name, cache="static"):
     """model.forward for backend `name`; Dynamo's and llmc's caches reset."""
     import llmc.backend
     from torch._dynamo.utils import counters
@@ -149,7 +161,7 @@ def set_backend(model, base_forward, name):
         kw["options"] = {"weight_only": name.split("-")[1], "cuda_graphs": True}
     elif name.endswith("-graphs"):
         kw["mode"] = "reduce-overhead"
-    fwd = torch.compile(base_forward, dynamic=False, **kw)
+    fwd = torch.compile(base_forward, dynamic=False if cache == "static" else None, **kw)
     if name == "inductor-graphs":
         # generate() keeps each step's logits while the next step replays the
         # graph, which overwrites Inductor's CUDA-graph outputs ("accessing
@@ -215,11 +227,12 @@ def main(argv=None):
         for name in args.backends:
             run = {"batch": batch, "backend": name}
             try:
-                set_backend(model, base_forward, name)
-                t_first, out = timed(model, ids, args.new, sync)
+                set_backend(model, base_forward, name, args.cache)
+                t_first, out = timed(model, ids, args.new, sync, args.cache)
                 run["first_call_s"] = t_first
-                full = [timed(model, ids, args.new, sync)[0] for _ in range(args.repeats)]
-                one = [timed(model, ids, 1, sync)[0] for _ in range(args.repeats)]
+                full = [timed(model, ids, args.new, sync, args.cache)[0]
+                        for _ in range(args.repeats)]
+                one = [timed(model, ids, 1, sync, args.cache)[0] for _ in range(args.repeats)]
                 decode_s = statistics.median(full) - statistics.median(one)
                 run["decode_tok_s"] = batch * (args.new - 1) / decode_s if decode_s > 0 else None
                 run["compiles"] = compiles(name)
@@ -241,7 +254,7 @@ def main(argv=None):
             save()
             print(json.dumps(run), flush=True)
     model.forward = base_forward
-    lines = [f"Hugging Face generate(), static cache, {result['date']}, "
+    lines = [f"Hugging Face generate(), {args.cache} cache, {result['date']}, "
              f"{result.get('gpu', device)}, torch {torch.__version__}; prompt {args.prompt}, "
              f"{args.new} new tokens; copy bandwidth "
              f"{result.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s", "",

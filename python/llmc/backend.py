@@ -352,6 +352,10 @@ class LlmcSubgraph(torch.nn.Module):
         self.static_only = False
         self.imported: Optional[importer.ImportResult] = None
         self.plan = bucketing.Plan(())
+        # The graph llmc imports when the bucketing plan rewrites (appends,
+        # key masks; see bucketing.rewrite) and the inputs it adds.
+        self.bucket_gm: Optional[torch.fx.GraphModule] = None
+        self.bucket_extras: List[bucketing.Extra] = []
         try:
             self.imported = importer.import_graph(eager, func_name=name, donate=self.donate)
             self._dump(self.imported.text, name)
@@ -409,6 +413,8 @@ class LlmcSubgraph(torch.nn.Module):
             self.plan = bucketing.analyze(self.eager)
         except Exception as e:  # a gap in the analysis must not break compilation
             self.plan = bucketing.Plan((), (), {"*": f"analysis error: {type(e).__name__}: {e}"})
+        if self.plan.rewrites:
+            self._rewrite_for_buckets()
         for sym in self.plan.syms:
             self.report.bucketing.setdefault(sym, {"buckets": set(), "lengths": set()})
         what = bucketing.describe_buckets(self.options.dynamic_buckets)
@@ -420,6 +426,35 @@ class LlmcSubgraph(torch.nn.Module):
         for sym, why in self.plan.refused.items():
             self.report.notes.append(f"{self.name}: {sym} compiled per size (padding "
                                      f"not exact: {why})")
+
+    def _rewrite_for_buckets(self):
+        """Imports the rewritten graph of a plan with appends or key masks
+        (bucketing.rewrite); when it cannot be rewritten or imported, the
+        plan's symbols are compiled per size."""
+        try:
+            gm, extras = bucketing.rewrite(self.eager, self.plan)
+            try:
+                imported = importer.import_graph(gm, func_name=self.name, donate=self.donate)
+                self._dump(imported.text, f"{self.name}.bucketed")
+            except importer.NeedsStatic as e:
+                imported = None
+                self.report.notes.append(f"{self.name}: bucketed graph imported per "
+                                         f"concrete shape ({e})")
+        except Exception as e:  # a gap in the rewrite must not break compilation
+            why = f"rewrite failed: {type(e).__name__}: {e}"
+            self.plan = bucketing.Plan((), (), {sym: why for sym in self.plan.syms})
+            return
+        self.bucket_gm, self.bucket_extras = gm, extras
+        self.imported = imported
+        self.static_only = self.static_only or imported is None
+        notes = []
+        if self.plan.appends:
+            notes.append(f"{len(self.plan.appends)} cat(s) along them as appends at the "
+                         "real length")
+        if self.plan.key_masks:
+            notes.append(f"{len(self.plan.key_masks)} attention(s) with the padded keys "
+                         "masked")
+        self.report.notes.append(f"{self.name}: {', '.join(notes)}")
 
     def _disable(self, why: str):
         self.report.compile_failures.append(f"{self.name}: {why}")
@@ -480,7 +515,8 @@ class LlmcSubgraph(torch.nn.Module):
         """The IR to compile for the shapes of `args` (dynamic, or concrete)."""
         if self.static_only or static:
             syms = self._symbol_values(args)
-            imp = importer.import_graph(self.eager, func_name=self.name, bindings=syms,
+            gm = self.bucket_gm if self.bucket_gm is not None else self.eager
+            imp = importer.import_graph(gm, func_name=self.name, bindings=syms,
                                         donate=self.donate)
             shapes = "_".join(f"{k}{v}" for k, v in sorted(syms.items()))
             self._dump(imp.text, f"{self.name}.{shapes}")
@@ -528,9 +564,24 @@ class LlmcSubgraph(torch.nn.Module):
                       for a in args])
 
     # -- bucketing ----------------------------------------------------------------
-    def _pad(self, args) -> Tuple[list, Dict[str, Tuple[int, int]]]:
+    def _pad(self, args) -> Tuple[Optional[list], Dict[str, Tuple[int, int]]]:
         """(arguments padded to their buckets, {symbol: (real, bucket)}); the
-        arguments themselves and {} when nothing is padded."""
+        arguments themselves and {} when nothing is padded. A plan that
+        rewrites adds its inputs (bucketing.extra_inputs) whether or not the
+        call is padded; None when the call must run in PyTorch (symbols the
+        plan needs equal differ, which PyTorch reports as an error)."""
+        run_args, sizes = self._pad_inputs(args)
+        if not self.bucket_extras:
+            return run_args, sizes
+        real = self._symbol_values(args)
+        if any(real.get(a) != real.get(b) for a, b in self.plan.equal_syms):
+            return None, {}
+        padded = self._symbol_values(run_args)
+        dev = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        return run_args + bucketing.extra_inputs(self.bucket_extras, real, padded, dev), sizes
+
+    def _pad_inputs(self, args) -> Tuple[list, Dict[str, Tuple[int, int]]]:
+        """_pad without the inputs of the rewrites."""
         if not self.plan:
             return list(args), {}
         vals = self._symbol_values(args)
@@ -677,6 +728,8 @@ class LlmcSubgraph(torch.nn.Module):
             return self._eager(args)
         if self.plan:
             run_args, sizes = self._pad(args)
+            if run_args is None:
+                return self._eager(args)
         else:
             run_args, sizes = args, _NO_SIZES
         # Fast path: the compiled shape of the previous call, when this call's

@@ -34,13 +34,32 @@ Rules:
     padding repeats the last real index, a valid one); a pos input used as
     an index is not padded that way, so it is refused;
   * slices/cat/select/split along a padded axis (other than the whole
-    axis): unsafe; any op not listed: unsafe.
+    axis): unsafe, except an append: cat along the padded axis of a first
+    piece padded there (size s + c) and others static along it (a KV cache
+    grown by `cat`, Hugging Face's default dynamic cache);
+  * attention over padded keys that no causal mask or nmask hides (a
+    decode step's query attends to every cached key): exact once the keys
+    past the real length are masked, see "Rewrites" below;
+  * any op not listed: unsafe.
 Outputs must be clean; padded axes of outputs are sliced back.
 
 Exactness also needs the padded rows to stay finite (0 * inf = NaN in
 P @ V): the padding repeats the last real row along the padded axis, so every
 padded row computes what a real row computes and is as finite as the real
 ones (only the masked attention keys see it, with weight exactly 0).
+
+Rewrites. Two forms are exact only after `rewrite` changes the graph the
+backend imports (PyTorch's fallback keeps running the original): an append
+`cat([cache, new], d)` becomes the cat followed by `index_put` of `new` at
+the cache's real length (a run-time position: padded, the cat alone would
+put `new` after the padding), and an attention over padded keys gets an
+additive key mask, 0 for the real keys [0, s + c) and -inf for the rest.
+The real length and the mask are extra inputs the backend appends to every
+call (`Extra`). Attentions whose key and value lengths are different
+symbols (Dynamo gives every layer's cache its own) are bucketed only when
+the symbols are equal at run time (`Plan.equal_syms`, checked per call).
+With these, a decode step of a dynamic cache compiles once per bucket of
+the cache length instead of once per token.
 
 Why FX and Python, not a C++ pass: the decision is about the plugin's own
 glue (which inputs to pad how, which outputs to slice, which integer inputs
@@ -181,6 +200,9 @@ class Analysis:
         self.index_inputs: Set[int] = set()      # placeholders used as gather indices
         self.mask_inputs: Set[int] = set()       # placeholders padded as causal masks
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.appends: List[torch.fx.Node] = []   # cat nodes rewritten as appends
+        self.key_masks: List[Tuple[torch.fx.Node, sympy.Symbol, int]] = []  # (attention, s, c)
+        self.equal_syms: Set[Tuple[str, str]] = set()
 
     # -- helpers --------------------------------------------------------------------
     def padded_factor(self, f) -> bool:
@@ -533,8 +555,25 @@ def _cat(an, node) -> AV:
         pieces = [an.padded_axis(v.axes[d]) if v is not None and v.rank == len(axes) else False
                   for v in ins]
         if any(pieces[:-1]) or not pieces[-1]:
-            an.fail(node, "concatenation along the padded dimension")
+            if not _is_append(an, ins, pieces, d, len(axes)):
+                an.fail(node, "concatenation along the padded dimension")
+            an.appends.append(node)
     return AV(axes, any(v.dirty for v in ins if v is not None))
+
+
+def _single_affine(an: Analysis, factors: Factors) -> Optional[Tuple[sympy.Symbol, int]]:
+    """(s, c) when an axis is the one factor s + c of a bucketed symbol s."""
+    return affine(factors[0], an.syms) if len(factors) == 1 else None
+
+
+def _is_append(an: Analysis, ins, pieces, d: int, rank: int) -> bool:
+    """cat([first, rest...], d) with `first` padded along d as one factor
+    s + c and every other piece a tensor static along d: real positions are
+    first's real ones, then the rest, written at run time at first's real
+    length by `rewrite` (the padding then stays at the end)."""
+    return (len(ins) >= 2 and pieces[0] and not any(pieces[1:])
+            and all(v is not None and v.rank == rank for v in ins)
+            and _single_affine(an, ins[0].axes[d]) is not None)
 
 
 # Gathers --------------------------------------------------------------------------------
@@ -631,9 +670,33 @@ def _attention(an, node):
             mb = an.broadcast_to(mask, 4)
             masked = mb.nmask == (2, 3)
         if not (causal or masked) or k.axes[2] != v.axes[2]:
-            an.fail(node, "attention over padded keys that no causal mask hides")
+            _key_mask(an, node, args, k, v, mask)
     out = AV(q.axes, dirty)
     return [out] + [None] * 8
+
+
+def _key_mask(an: Analysis, node, args, k: AV, v: AV, mask: Optional[AV]) -> None:
+    """Records that `rewrite` masks the padded keys of `node` (keys and values
+    of one real length s + c), or fails. Only an attention without a mask
+    and without is_causal (whose top-left alignment is not the cache's)
+    whose outputs other than the first are unused."""
+    kl, vl = _single_affine(an, k.axes[2]), _single_affine(an, v.axes[2])
+    why = None
+    if mask is not None or args.get("attn_mask", args.get("attn_bias")) is not None:
+        why = "a mask that does not hide them"
+    elif args.get("is_causal"):
+        why = "is_causal with other query and key lengths"
+    elif kl is None or vl is None or kl[1] != vl[1]:
+        why = "keys and values not both padded as s + c"
+    elif node.target is not aten.scaled_dot_product_attention.default and any(
+            u.target is not operator.getitem or (u.args[1] != 0 and u.users)
+            for u in node.users):
+        why = "outputs other than the result used"
+    if why is not None:
+        an.fail(node, f"attention over padded keys: {why}")
+    an.key_masks.append((node, kl[0], kl[1]))
+    if kl[0] != vl[0]:
+        an.equal_syms.add(tuple(sorted((str(kl[0]), str(vl[0])))))
 
 
 _TRANSFER = {}
@@ -692,9 +755,19 @@ class Plan:
     pos_inputs: Tuple[int, ...] = ()
     refused: Dict[str, str] = field(default_factory=dict)
     mask_inputs: Tuple[int, ...] = ()
+    # Rewrites (see the module doc): names of the cat nodes that are appends,
+    # (attention node name, symbol, c) of the attentions whose keys past
+    # s + c are masked, and pairs of symbols that must be equal at run time.
+    appends: Tuple[str, ...] = ()
+    key_masks: Tuple[Tuple[str, str, int], ...] = ()
+    equal_syms: Tuple[Tuple[str, str], ...] = ()
 
     def __bool__(self):
         return bool(self.syms)
+
+    @property
+    def rewrites(self) -> bool:
+        return bool(self.appends or self.key_masks)
 
 
 def dynamic_symbols(gm: torch.fx.GraphModule) -> List[sympy.Symbol]:
@@ -723,9 +796,26 @@ def _analyze(gm, syms) -> Analysis:
     return an
 
 
+def _plan(an: Analysis, syms, refused) -> Plan:
+    return Plan(tuple(str(s) for s in syms), tuple(sorted(an.pos_inputs)), refused,
+                tuple(sorted(an.mask_inputs)), tuple(n.name for n in an.appends),
+                tuple((n.name, str(s), c) for n, s, c in an.key_masks),
+                tuple(sorted(an.equal_syms)))
+
+
 def analyze(gm: torch.fx.GraphModule) -> Plan:
-    """Which dynamic symbols of `gm` can be padded exactly (see module doc)."""
+    """Which dynamic symbols of `gm` can be padded exactly (see module doc).
+
+    All symbols together first: some are exact only together (the key and
+    value caches of one attention, each with its own symbol); then each
+    alone, and those that pass alone together, dropping the last until
+    they pass."""
     syms = dynamic_symbols(gm)
+    if len(syms) > 1:
+        try:
+            return _plan(_analyze(gm, syms), syms, {})
+        except Unsafe:
+            pass
     refused: Dict[str, str] = {}
     ok: List[sympy.Symbol] = []
     for s in syms:
@@ -736,13 +826,129 @@ def analyze(gm: torch.fx.GraphModule) -> Plan:
             refused[str(s)] = str(e)
     while ok:
         try:
-            an = _analyze(gm, ok)
-            return Plan(tuple(str(s) for s in ok), tuple(sorted(an.pos_inputs)), refused,
-                        tuple(sorted(an.mask_inputs)))
+            return _plan(_analyze(gm, ok), ok, refused)
         except Unsafe as e:
             dropped = ok.pop()
             refused[str(dropped)] = f"not together with the others: {e}"
     return Plan((), (), refused)
+
+
+# --- rewrites --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Extra:
+    """An input `rewrite` adds after the graph's own, built per call by the
+    backend from the real size n of `sym` and its padded size P:
+      length    int64 0-dim tensor n (on the CPU; the backend moves 0-dim
+                inputs to the GPU);
+      key_mask  [1, 1, 1, P + c] tensor of `dtype`, 0 for the keys
+                [0, n + c), -inf for the padded ones."""
+
+    kind: str
+    sym: str
+    c: int = 0
+    dtype: torch.dtype = torch.int64
+
+
+def rewrite(gm: torch.fx.GraphModule, plan: Plan) -> Tuple[torch.fx.GraphModule, List[Extra]]:
+    """A copy of `gm` with the plan's appends and key masks made exact at any
+    real size (see the module doc), and the inputs it adds, in order."""
+    g = torch.fx.Graph()
+    env: Dict[torch.fx.Node, torch.fx.Node] = {}
+    out = g.graph_copy(gm.graph, env)
+    old_out = next(n for n in gm.graph.nodes if n.op == "output")
+    g.output(out).meta = dict(old_out.meta)
+    by_name = {n.name: n for n in g.nodes}
+    vals = [n.meta.get("val") for n in g.nodes if n.op == "placeholder"]
+    fake_mode = torch._guards.detect_fake_mode(vals)
+    extras: List[Extra] = []
+    extra_nodes: Dict[Extra, torch.fx.Node] = {}
+    last_ph = [n for n in g.nodes if n.op == "placeholder"][-1]
+
+    def meta(a):
+        return a.meta["val"] if isinstance(a, torch.fx.Node) else a
+
+    def call(target, args, kwargs=None, val=None):
+        node = g.call_function(target, tuple(args), dict(kwargs or {}))
+        if val is None:
+            with fake_mode:
+                val = target(*torch.fx.node.map_arg(args, meta),
+                             **torch.fx.node.map_arg(kwargs or {}, meta))
+        node.meta["val"] = val
+        return node
+
+    def extra(e: Extra, like: torch.Tensor, shape) -> torch.fx.Node:
+        nonlocal last_ph
+        if e not in extra_nodes:
+            with g.inserting_after(last_ph):
+                ph = g.placeholder(f"llmc_{e.kind}_{e.sym}_{e.c}")
+            with fake_mode:
+                ph.meta["val"] = torch.empty(shape, dtype=e.dtype, device=like.device)
+            last_ph = ph
+            extras.append(e)
+            extra_nodes[e] = ph
+        return extra_nodes[e]
+
+    for name in plan.appends:
+        node = by_name[name]
+        pieces, dim = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        res = meta(node)
+        d = dim % res.dim()
+        first = meta(pieces[0])
+        (sym, c), = [(str(s), int(sympy.expand(_expr(first.shape[d]) - s)))
+                     for s in _expr(first.shape[d]).free_symbols if str(s) in plan.syms]
+        length = extra(Extra("length", sym), res, ())
+        with g.inserting_before(node.next):
+            rest = list(pieces[1:])
+            new = rest[0] if len(rest) == 1 else call(aten.cat.default, (rest, d))
+            k = int(meta(new).shape[d])
+            pos = call(aten.arange.start, (c, c + k),
+                       {"dtype": torch.int64, "device": res.device})
+            idx = call(aten.add.Tensor, (length, pos))
+            put = call(aten.index_put.default, (node, [None] * d + [idx], new))
+        node.replace_all_uses_with(put, delete_user_cb=lambda u: u is not put)
+
+    for name, sym, c in plan.key_masks:
+        node = by_name[name]
+        a = importer.bind_args(node)
+        q, k, v = a["query"], a["key"], a["value"]
+        qm, km = meta(q), meta(k)
+        mask = extra(Extra("key_mask", sym, c, qm.dtype), qm, (1, 1, 1, km.shape[2]))
+        single = node.target is aten.scaled_dot_product_attention.default
+        result = meta(node) if single else meta(node)[0]
+        with g.inserting_before(node):
+            sdpa = call(aten.scaled_dot_product_attention.default, (q, k, v),
+                        {"attn_mask": mask, "scale": a.get("scale"),
+                         "enable_gqa": qm.shape[1] != km.shape[1]}, val=result)
+        if single:
+            node.replace_all_uses_with(sdpa)
+        else:
+            for u in list(node.users):  # getitem 0, or unused getitems
+                u.replace_all_uses_with(sdpa)
+                g.erase_node(u)
+        g.erase_node(node)
+    g.lint()
+    return torch.fx.GraphModule(gm, g), extras
+
+
+def extra_inputs(extras: Sequence[Extra], real: Dict[str, int], padded: Dict[str, int],
+                 device) -> List[torch.Tensor]:
+    """The tensors of `extras` for symbols of real sizes `real` run at sizes
+    `padded` (equal to `real` for a call that is not padded)."""
+    out = []
+    made: Dict[Tuple, torch.Tensor] = {}
+    for e in extras:
+        n, p = real[e.sym], padded[e.sym]
+        if e.kind == "length":
+            out.append(torch.tensor(n, dtype=torch.int64))
+            continue
+        key = (n + e.c, p + e.c, e.dtype)
+        if key not in made:
+            m = torch.zeros((1, 1, 1, p + e.c), dtype=e.dtype, device=device)
+            m[..., n + e.c:] = float("-inf")
+            made[key] = m
+        out.append(made[key])
+    return out
 
 
 # --- padding and slicing ---------------------------------------------------------------------

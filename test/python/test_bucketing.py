@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 import llmc.backend
 from conftest import MODELS, capi_or_skip, tiny_llama
-from llmc import bucketing, partition
+from llmc import bucketing, importer, partition
 from llmc.backend import LlmcSubgraph, Options
 from test_importer import trace
 from test_importer_numerics import (RefRunError, _capture_backend, _need_llmc_run, compare,
@@ -76,9 +76,32 @@ def test_causal_attention_pads_query_and_keys_together():
     assert sym in plan.syms, plan
 
 
-def test_non_causal_attention_is_refused():
+def test_non_causal_attention_is_bucketed_with_the_padded_keys_masked():
+    """Full (encoder) attention: every query sees every key, so the padded
+    keys are masked by the rewrite's key mask; exact through the reference
+    executor. Refused when it has a mask of its own (below)."""
+    _need_llmc_run()
     plan, sym = _plan(_attn(False), *QKV, dim=2)
-    assert sym not in plan.syms and "no causal mask" in plan.refused[sym], plan
+    assert sym in plan.syms and [m[1:] for m in plan.key_masks] == [(sym, 0)], plan
+    # The backend's own graph (only the sequence dynamic), padded 11 -> 16.
+    sink, kinds = [], []
+    q, k, v = (t.clone() for t in QKV)
+    for t in (q, k, v):
+        torch._dynamo.mark_dynamic(t, 2)
+    torch.compile(_attn(False), backend=_capture_backend(sink, kinds))(q, k, v)
+    sub = LlmcSubgraph(sink[0].eager, "full", Options.from_dict({"dynamic_buckets": "pow2"}),
+                       partition.Report(graph="t"))
+    assert sub.plan.key_masks, sub.plan
+    _, got = _padded_ref(sub, list(QKV))
+    want = _attn(False)(*[t.double() for t in QKV])
+    compare(got[0], want, torch.float32, "full attention padded 11 -> 16")
+
+
+def test_attention_with_a_mask_that_does_not_hide_the_padding_is_refused():
+    def f(q, k, v):  # a per-query bias: nothing hides the padded keys
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=q.mean(-1, keepdim=True))
+    plan, sym = _plan(f, *QKV, dim=2)
+    assert sym not in plan.syms and "a mask that does not hide them" in plan.refused[sym], plan
 
 
 def test_mask_from_positions_is_causal_and_recorded():
@@ -242,6 +265,93 @@ def test_padding_a_refused_graph_would_be_wrong():
     _, got = _padded_ref(sub, [x])
     with pytest.raises(AssertionError, match="relative L2 error"):
         compare(got[0], (x.double().sum(1, keepdim=True) * x.double()), torch.float32, "neg")
+
+
+# ---------------------------------------------------------------------------
+# A dynamic KV cache grown by cat (Hugging Face's default cache): appends and
+# key masks
+
+
+def _capture_dynamic_decode(family):
+    """The recorder of the decode step that Dynamo compiled with a dynamic
+    cache length (its third graph: prefill, first decode step, then the
+    dynamic one)."""
+    torch.manual_seed(0)
+    model = MODELS[family]().eval()
+    sink, kinds = [], []
+    model.forward = torch.compile(model.forward, backend=_capture_backend(sink, kinds),
+                                  dynamic=None)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.generate(torch.randint(1, 1000, (2, 9)), max_new_tokens=4, do_sample=False,
+                       pad_token_id=0)
+    dyn = [r for r in sink if bucketing.dynamic_symbols(r.eager)]
+    assert len(dyn) == 1, [r.name for r in sink]
+    return dyn[0]
+
+
+def _cache_args(rec, n):
+    """rec's inputs with every dynamically sized input (the K and V caches)
+    replaced by fresh random values of length n."""
+    torch.manual_seed(n)
+    out = []
+    for ph, a in zip([p for p in rec.eager.graph.nodes if p.op == "placeholder"], rec.args):
+        m = ph.meta["val"]
+        if isinstance(m, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in m.shape):
+            a = torch.randn([n if isinstance(d, torch.SymInt) else int(d) for d in m.shape],
+                            dtype=a.dtype)
+        out.append(a)
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_dynamic_cache_decode_is_bucketed_and_exact(family):
+    """The decode step of a cache grown by cat is bucketed through appends
+    and key masks, and the reference executor's padded run, sliced back,
+    equals PyTorch's unpadded run at cache lengths inside buckets, at a
+    bucket's size (not padded: the rewritten graph alone) and across
+    buckets. Negative control: the same padded inputs through the graph
+    without the rewrites give other results."""
+    _need_llmc_run()
+    rec = _capture_dynamic_decode(family)
+    report = partition.Report(graph="t")
+    sub = LlmcSubgraph(rec.eager, "decode", Options.from_dict({"dynamic_buckets": "pow2"}),
+                       report)
+    # Two layers: K and V appended per layer, one attention per layer.
+    assert len(sub.plan.syms) == 4 and len(sub.plan.appends) == 4, report.notes
+    assert len(sub.plan.key_masks) == 2 and len(sub.plan.equal_syms) == 2, sub.plan
+    assert [e.kind for e in sub.bucket_extras] == ["length"] * 4 + ["key_mask"] * 2
+    for n in (10, 16, 21, 33):
+        args = _cache_args(rec, n)
+        run_args, sizes = sub._pad(args)
+        assert all(b == bucketing.bucket_size(n, "pow2") for _, b in sizes.values()), sizes
+        assert len(run_args) == len(args) + 6
+        imp = sub._compile_import(run_args)
+        outs = run_ref(imp, run_args)
+        with torch.no_grad():
+            want = _flat(rec.eager(*args))
+        # The results (the grown caches, then the logits) sliced back.
+        got = sub._slice_outputs([logical_result(imp, i, outs[i], _padded_shape(sub, m, run_args))
+                                  for i, m in enumerate(sub.out_metas)], imp, sizes)
+        for j, (g, w) in enumerate(zip(got, want)):
+            assert g.shape == w.shape, (n, j, g.shape, w.shape)
+            compare(g, w, w.dtype, f"{family} n={n} output {j}")
+        if n == 21:
+            plain = importer.import_graph(sub.eager, func_name="plain",
+                                          bindings=sub._symbol_values(run_args))
+            bad = _flat(run_ref(plain, run_args[:len(args)]))
+            cache0 = logical_result(plain, 0, bad[0], _padded_shape(sub, sub.out_metas[0],
+                                                                  run_args))
+            assert not torch.equal(cache0.narrow(2, 0, n + 1), want[0]), \
+                "negative control: the plain padded cat put the new row at the real length"
+
+
+def _padded_shape(sub, meta, run_args):
+    vals = {sympy.Symbol(k, integer=True, positive=True): v
+            for k, v in sub._symbol_values(run_args).items()}
+    return [int(sympy.sympify(d.node.expr).xreplace(
+        {s: vals[s] for s in d.node.expr.free_symbols if s in vals}))
+            if isinstance(d, torch.SymInt) else int(d) for d in meta.shape]
 
 
 # ---------------------------------------------------------------------------

@@ -29,3 +29,16 @@ def test_smoke_run_measures_every_backend(tmp_path):
             assert r["compiles"] == 2, r  # prefill and the decode step
     table = (tmp_path / "generate.md").read_text()
     assert "| 3 | llmc-int4 |" in table, table
+
+
+def test_smoke_run_with_the_dynamic_cache_compiles_per_bucket(tmp_path):
+    """--cache dynamic: llmc's tokens equal eager's, and the compiles are the
+    prefill, the first decode step and one per bucket (lengths 10..13: 16)."""
+    capi_or_skip()
+    generate_hf.main(["--smoke", "--out", str(tmp_path), "--batches", "2", "--cache", "dynamic",
+                      "--backends", "eager,llmc"])
+    runs = json.loads((tmp_path / "generate.json").read_text())["runs"]
+    assert [r["backend"] for r in runs] == ["eager", "llmc"], runs
+    assert all("error" not in r for r in runs), runs
+    assert runs[1]["same_tokens"] == "2/2" and runs[1]["compiles"] == 3, runs[1]
+    assert "dynamic cache" in (tmp_path / "generate.md").read_text()

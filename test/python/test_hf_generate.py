@@ -7,11 +7,13 @@ backend="llmc")`, on tiny LLaMA and Mistral (GQA) configurations.
   ATen op (the KV-cache writes included), the decode step is compiled once
   for all 47 positions, and every layer's K and V cache is donated (written
   in place when llmc runs the subgraph, on a GPU).
-* Default dynamic cache (the cache grows by `cat`): the tokens equal eager's
-  and each step is one llmc subgraph, but the decode step compiles once per
-  cache length: bucketing refuses a `cat` along the padded dimension. The
-  issue asks for compiles bounded by the buckets; that is not done yet and
-  is pinned by a strict xfail.
+* Default dynamic cache (the cache grows by `cat`): the tokens equal eager's,
+  each step is one llmc subgraph, and the decode step compiles once per
+  bucket of the cache length (pow2: 16, 32, 64, ...): bucketing pads the
+  cache, rewrites each `cat` into an append at the real length and masks
+  the padded keys of the attention (llmc.bucketing, "Rewrites"). Compiles
+  for n new tokens after a prompt of p: the prefill, Dynamo's first
+  (static) decode step, then one per bucket of the lengths p+1 .. p+n-2.
 On a CPU the subgraphs are compiled but run in PyTorch; the GPU test runs
 them in llmc and checks the cache buffers themselves."""
 import copy
@@ -83,18 +85,18 @@ def test_dynamic_cache_tokens_equal_eager_one_subgraph_per_step(family):
         assert not r.unsupported and r.num_llmc_nodes == r.num_nodes, str(r)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: a dynamic cache grown by cat is compiled per "
-                   "length (bucketing refuses a cat along the padded dimension)")
 def test_dynamic_cache_compiles_are_bounded_by_the_buckets():
     capi_or_skip()
     torch.manual_seed(0)
     compiled = _compiled(tiny_llama().eval(), dynamic=None)
     llmc.backend.reset()
     _generate(compiled, torch.randint(1, 1000, (1, 9)))
-    compiles = sum(r.compiles for r in llmc.backend.reports())
+    reps = llmc.backend.reports()
     # Prefill, the first decode step and one per bucket the cache passes
-    # (pow2 buckets from 10 to 57 positions: 16, 32, 64).
-    assert compiles <= 5, [str(r) for r in llmc.backend.reports()]
+    # (cache lengths 10 .. 55: buckets 16, 32, 64).
+    assert [r.compiles for r in reps] == [1, 1, 3], [str(r) for r in reps]
+    assert not any(r.compile_failures for r in reps), [str(r) for r in reps]
+    assert "buckets 16,32,64; 3 shape(s) compiled for 46 length(s)" in str(reps[2]), str(reps[2])
 
 
 def _cache_tensors(cache):
@@ -164,3 +166,32 @@ def test_gpu_static_cache_written_in_place(family, dtype, donated_outputs):
             gb, eb = g[b, :, :n].float(), e[b, :, :n].float()
             err = float((gb - eb).norm() / eb.norm())
             assert err <= tol, f"cache row {b} (first {n} positions): relative error {err:.3e}"
+
+
+@gpu
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_gpu_dynamic_cache_bucketed_tokens_equal_eager(family):
+    """On the GPU the dynamic cache's decode step runs in llmc, padded to its
+    bucket (appends at the real length, padded keys masked): float32 tokens
+    equal eager's, every grown cache holds eager's values (1e-5), no call
+    of the bucketed step falls back to PyTorch, and the compiles are the
+    prefill, the first decode step and one per bucket."""
+    capi_or_skip()
+    torch.manual_seed(0)
+    model = FAMILIES[family]().eval().to("cuda")
+    compiled = _compiled(model, dynamic=None)
+    ids = torch.randint(1, 1000, (3, 9), device="cuda")
+    want = _generate(model, ids, return_dict_in_generate=True)
+    llmc.backend.reset()
+    got = _generate(compiled, ids, return_dict_in_generate=True)
+    reps = llmc.backend.reports()
+    assert [r.compiles for r in reps] == [1, 1, 3], [str(r) for r in reps]
+    bucketed = reps[2]
+    assert bucketed.bucketing and bucketed.llmc_runs == NEW_TOKENS - 2, str(bucketed)
+    assert bucketed.eager_runs == 0 and not bucketed.compile_failures, str(bucketed)
+    assert torch.equal(got.sequences, want.sequences), \
+        f"{got.sequences.tolist()} vs {want.sequences.tolist()}"
+    for g, e in zip(_cache_tensors(got.past_key_values), _cache_tensors(want.past_key_values)):
+        assert g.shape == e.shape, (g.shape, e.shape)
+        err = float((g - e).norm() / e.norm())
+        assert err <= 1e-5, f"cache: relative error {err:.3e}"
