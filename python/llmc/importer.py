@@ -425,6 +425,11 @@ class Importer:
         if isinstance(a, torch.fx.Node):
             v = self.env.get(a)
             if not isinstance(v, Val):
+                if isinstance(a.meta.get("val"), torch.SymInt):
+                    # A size used as a value (Hugging Face's cache_position =
+                    # arange(1) + past length): a constant per concrete shape.
+                    n = _static_int(a, f"operand {a.name}", self)
+                    return self.broadcast(self.constant(n, dtype), shape)
                 raise Unsupported(f"operand {a.name} is not an imported tensor")
             return self.broadcast(self.cast(v, dtype), shape)
         if isinstance(a, (bool, int, float)):
@@ -607,12 +612,16 @@ def _h_arange(imp, node):
     end, step = args["end"], args.get("step", 1)
     start = 0 if start is None else start
     step = 1 if step is None else step
+    bounds = {}
     for name, b in (("start", start), ("end", end), ("step", step)):
-        if isinstance(b, (torch.fx.Node, torch.SymInt, torch.SymFloat)):
-            raise Unsupported(f"arange with a symbolic {name} (dynamic shape); "
-                              "only static bounds are imported as a constant")
+        if isinstance(b, (torch.fx.Node, torch.SymInt)):
+            # A size of the graph (Hugging Face's key positions arange(cache
+            # length)): imported per concrete shape.
+            b = _static_int(b, f"arange {name} (dynamic shape)", imp)
         if isinstance(b, bool) or not isinstance(b, (int, float)):
             raise Unsupported(f"arange with a {type(b).__name__} {name}")
+        bounds[name] = b
+    start, end, step = bounds["start"], bounds["end"], bounds["step"]
     shape, dtype = imp.out_meta(node)
     if dtype == torch.bool or len(shape) != 1 or not _is_static(shape[0]):
         raise Unsupported(f"arange of {dtype} with shape {list(shape)}")
@@ -785,17 +794,55 @@ def _h_expand(imp, node):
     return imp.broadcast(imp.val(node.args[0]), shape)
 
 
-def _static_int(v, what: str) -> Optional[int]:
+def _static_int(v, what: str, imp: Optional["Importer"] = None) -> Optional[int]:
+    """The integer `v` (an int, a SymInt, or an FX node computing a SymInt);
+    a symbolic one through `imp`'s bindings (_bound_int)."""
     if v is None:
         return None
+    if isinstance(v, torch.fx.Node):
+        val = v.meta.get("val")
+        if not isinstance(val, (int, torch.SymInt)) or isinstance(val, bool):
+            raise Unsupported(f"{what} of kind Node")
+        v = val
     if isinstance(v, torch.SymInt):
         expr = v.node.expr
         if getattr(expr, "is_Integer", False):
             return int(expr)
-        raise Unsupported(f"symbolic {what}")
+        return _bound_int(imp, expr, what)
     if not isinstance(v, int):
         raise Unsupported(f"{what} of kind {type(v).__name__}")
     return v
+
+
+def _backed(expr) -> bool:
+    """Whether a size expression depends only on input sizes (Dynamo's
+    backed symbols s0, s1, ...; unbacked ones, u0, come from data)."""
+    return bool(expr.free_symbols) and all(str(x).startswith("s") for x in expr.free_symbols)
+
+
+def _bound_int(imp: Optional["Importer"], expr, what: str) -> int:
+    """A symbolic integer of the graph: its value under an import per
+    concrete shape (`imp.bindings`); NeedsStatic in a dynamic import when it
+    depends only on input sizes (the backend then imports per shape);
+    Unsupported otherwise."""
+    if imp is not None and imp.bindings is not None:
+        if all(str(x) in imp.bindings for x in expr.free_symbols):
+            val = sympy.sympify(expr).xreplace(
+                {x: sympy.Integer(imp.bindings[str(x)]) for x in expr.free_symbols})
+            if getattr(val, "is_Integer", False):
+                return int(val)
+    elif imp is not None and _backed(expr):
+        raise NeedsStatic(f"symbolic {what} ({expr})")
+    raise Unsupported(f"symbolic {what}")
+
+
+def _needs_static(imp: "Importer", why: str):
+    """Raises NeedsStatic for a dynamic import (the backend imports the graph
+    per concrete shape, where `why` no longer holds), Unsupported for an
+    import per shape."""
+    if imp.bindings is None:
+        raise NeedsStatic(why)
+    raise Unsupported(why)
 
 
 def _slice(imp, x: Val, dim: int, start, end, step) -> Val:
@@ -805,10 +852,10 @@ def _slice(imp, x: Val, dim: int, start, end, step) -> Val:
             isinstance(end, torch.SymInt) and _same_dim(end.node.expr, size))
         if (start in (None, 0)) and whole_end and step == 1:
             return x
-        raise Unsupported("slice of a dynamic dimension other than the whole")
-    start = _static_int(start, "slice start") or 0
-    end = _static_int(end, "slice end")
-    step = _static_int(step, "slice step") or 1
+        _needs_static(imp, "slice of a dynamic dimension other than the whole")
+    start = _static_int(start, "slice start", imp) or 0
+    end = _static_int(end, "slice end", imp)
+    step = _static_int(step, "slice step", imp) or 1
     if step <= 0:
         raise Unsupported("non-positive slice step")
     if end is None or end > size:
@@ -930,7 +977,7 @@ def _h_constant_pad_nd(imp, node):
     shape, dtype = imp.out_meta(node)
     args = bind_args(node)
     x = imp.cast(imp.val(args["self"]), dtype)
-    pad = [_static_int(p, "pad amount") for p in args["pad"]]
+    pad = [_static_int(p, "pad amount", imp) for p in args["pad"]]
     value = args.get("value", 0)
     if not isinstance(value, (bool, int, float)):
         raise Unsupported("symbolic pad value")
@@ -1228,7 +1275,7 @@ def _h_index_tensor(imp, node):
         sizes = x.shape[axis:axis + k]
         if not all(_is_static(d) for d in sizes) or not all(
                 _is_static(d) for r in raws for d in r.shape):
-            raise Unsupported("indexing with several index tensors of dynamic shape")
+            _needs_static(imp, "indexing with several index tensors of dynamic shape")
         bshape = _broadcast_shapes([r.shape for r in raws])
         i64 = torch.int64
         ty = tensor_type(bshape, i64)

@@ -286,11 +286,17 @@ def _arange_node(gm):
                 if n.op == "call_function" and "arange" in importer.op_name(n))
 
 
-def test_symbolic_arange_stays_in_pytorch():
-    """A dynamic length has no constant: the arange is left to PyTorch."""
+def test_symbolic_arange_is_imported_per_concrete_shape():
+    """A dynamic length has no constant: the dynamic import asks for an
+    import per concrete shape (NeedsStatic, so the partitioner keeps the
+    arange in llmc), where it is torch.arange's constant."""
     gm = trace(lambda a: a + torch.arange(a.shape[0]), r(6), mode="symbolic")
-    reason = importer.check_node(_arange_node(gm))
-    assert reason is not None and "symbolic" in reason, reason
+    assert importer.check_node(_arange_node(gm)) is None
+    with pytest.raises(importer.NeedsStatic, match="symbolic arange end"):
+        importer.import_graph(gm)
+    sym = str(_arange_node(gm).meta["val"].shape[0].node.expr)
+    text = importer.import_graph(gm, bindings={sym: 5}).text
+    assert "dense<[0, 1, 2, 3, 4]>" in text, text
 
 
 def test_large_arange_stays_in_pytorch():
