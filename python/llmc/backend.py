@@ -12,7 +12,12 @@ Dynamic shapes (`dynamic_buckets`, default "pow2"): a subgraph whose
 dynamic dimensions can be padded exactly (`bucketing.analyze`: positions stay
 independent, or only causally masked attention keys see the padding) is
 compiled once per bucket and run on inputs padded to it, outputs sliced back;
-others are compiled per concrete size. The report says which.
+others are compiled per concrete size. The report says which. A KV cache
+grown by `cat` (Hugging Face's default dynamic cache) is bucketed too: the
+imported graph is rewritten so the new rows land at the real length and the
+attention masks the padded keys (`bucketing.rewrite`, fed the real lengths
+as extra inputs), so generate() compiles once per bucket of the cache
+length, not once per token.
 
 Debug check (`check=True` or LLMC_CHECK=1): every llmc subgraph also runs in
 PyTorch on the same inputs; the first output beyond the tolerance raises
@@ -570,12 +575,12 @@ class LlmcSubgraph(torch.nn.Module):
         rewrites adds its inputs (bucketing.extra_inputs) whether or not the
         call is padded; None when the call must run in PyTorch (symbols the
         plan needs equal differ, which PyTorch reports as an error)."""
+        real = self._symbol_values(args)
+        if any(real.get(a) != real.get(r, -1) + d for a, r, d in self.plan.links):
+            return None, {}
         run_args, sizes = self._pad_inputs(args)
         if not self.bucket_extras:
             return run_args, sizes
-        real = self._symbol_values(args)
-        if any(real.get(a) != real.get(b) for a, b in self.plan.equal_syms):
-            return None, {}
         padded = self._symbol_values(run_args)
         dev = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         return run_args + bucketing.extra_inputs(self.bucket_extras, real, padded, dev), sizes
@@ -586,9 +591,14 @@ class LlmcSubgraph(torch.nn.Module):
             return list(args), {}
         vals = self._symbol_values(args)
         sizes: Dict[str, Tuple[int, int]] = {}
-        for sym in self.plan.syms:
+        links = {a: (r, d) for a, r, d in self.plan.links}
+        for sym in sorted(self.plan.syms, key=lambda x: x in links):  # linked ones last
             n = vals.get(sym)
-            b = bucketing.bucket_size(n, self.options.dynamic_buckets) if n else None
+            if sym in links:  # padded to its root's bucket + d (checked: n = root + d)
+                r, d = links[sym]
+                b = sizes[r][1] + d if r in sizes else None
+            else:
+                b = bucketing.bucket_size(n, self.options.dynamic_buckets) if n else None
             if b is not None:
                 sizes[sym] = (n, b)
                 info = self.report.bucketing[sym]
@@ -628,8 +638,13 @@ class LlmcSubgraph(torch.nn.Module):
                     mode = ("position" if pi in self.plan.pos_inputs else
                             "mask" if pi in self.plan.mask_inputs else "edge")
                     a = bucketing.pad_tensor(a, axes, mode)
-            elif isinstance(m, torch.SymInt) and str(m.node.expr) in sizes:
-                a = sizes[str(m.node.expr)][1]
+            elif isinstance(m, torch.SymInt) and isinstance(a, int):
+                # A size (s, or s + c computed outside the subgraph) at the
+                # padded sizes.
+                e = m.node.expr
+                sub = {x: sizes[str(x)][1] for x in e.free_symbols if str(x) in sizes}
+                if sub:
+                    a = int(e.xreplace(sub))
             padded.append(a)
         return padded, sizes
 
@@ -1156,6 +1171,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     from torch._functorch.aot_autograd import make_boxed_func
     name = f"g{next(_graph_ids)}_{kind}"
     mask_notes: List[str] = []
+    unpadded = fold.unpad_attention_masks(gm)
     folded = fold.fold_causal_masks(gm, mask_notes, causal_saved)
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
@@ -1166,6 +1182,9 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
                             "place when llmc runs the subgraph")
     if folded:
         report.notes.append(f"{folded} constant causal attention mask(s) folded into is_causal")
+    if unpadded:
+        report.notes.append(f"{unpadded} attention mask(s) read unpadded (PyTorch's alignment "
+                            "padding for its memory-efficient kernel, sliced back)")
     report.notes.extend(mask_notes)
     for i, sub in enumerate(names):
         eager = getattr(fused, sub)

@@ -57,9 +57,16 @@ additive key mask, 0 for the real keys [0, s + c) and -inf for the rest.
 The real length and the mask are extra inputs the backend appends to every
 call (`Extra`). Attentions whose key and value lengths are different
 symbols (Dynamo gives every layer's cache its own) are bucketed only when
-the symbols are equal at run time (`Plan.equal_syms`, checked per call).
-With these, a decode step of a dynamic cache compiles once per bucket of
-the cache length instead of once per token.
+the symbols are equal at run time. Such related symbols are linked
+(`Plan.links`: s' = s + d, d from the traced sizes): s' is padded to s's
+bucket + d and every call checks the relation (else it runs in PyTorch).
+The same links let a gather read a padded table at positions of another
+symbol (Hugging Face's padding mask `attention_mask[b, kv_positions]`).
+A bucketed symbol used as a value (Hugging Face's `cache_position =
+arange(1) + past_length`) would be the padded size in the padded graph:
+`rewrite` replaces it by the real length input. With these, a decode step
+of a dynamic cache compiles once per bucket of the cache length instead of
+once per token.
 
 Why FX and Python, not a C++ pass: the decision is about the plugin's own
 glue (which inputs to pad how, which outputs to slice, which integer inputs
@@ -202,7 +209,12 @@ class Analysis:
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.appends: List[torch.fx.Node] = []   # cat nodes rewritten as appends
         self.key_masks: List[Tuple[torch.fx.Node, sympy.Symbol, int]] = []  # (attention, s, c)
-        self.equal_syms: Set[Tuple[str, str]] = set()
+        # Linked symbols: s' -> (s, d) with s' = s + d at run time.
+        self.links: Dict[sympy.Symbol, Tuple[sympy.Symbol, int]] = {}
+        # (node, argument position, symbol, c): a bucketed size s + c used as
+        # a value, replaced by the real length by `rewrite`.
+        self.value_uses: List[Tuple[torch.fx.Node, int, sympy.Symbol, int]] = []
+        self.hints = _hints(gm)
 
     # -- helpers --------------------------------------------------------------------
     def padded_factor(self, f) -> bool:
@@ -216,6 +228,28 @@ class Analysis:
 
     def fail(self, node, why: str):
         raise Unsafe(f"{node.name} ({importer.op_name(node)}): {why}")
+
+    def root(self, s: sympy.Symbol) -> Tuple[sympy.Symbol, int]:
+        """(r, d) with s = r + d through the links."""
+        d = 0
+        while s in self.links:
+            s, dd = self.links[s]
+            d += dd
+        return s, d
+
+    def link(self, node, a: sympy.Symbol, b: sympy.Symbol, d: int) -> None:
+        """Records a = b + d at run time (checked per call); fails when the
+        traced sizes disagree or another link contradicts it."""
+        ra, da = self.root(a)
+        rb, db = self.root(b)
+        if ra == rb:
+            if da != db + d:
+                self.fail(node, f"{a} = {b} + {d} contradicts another relation of the sizes")
+            return
+        ha, hb = self.hints.get(ra), self.hints.get(rb)
+        if ha is None or hb is None or ha + da != hb + db + d:
+            self.fail(node, f"needs {a} = {b} + {d}, which the traced sizes do not show")
+        self.links[ra] = (rb, db + d - da)
 
     def av(self, a) -> Optional[AV]:
         if isinstance(a, torch.fx.Node):
@@ -342,7 +376,23 @@ def _operands(an: Analysis, node) -> List[object]:
     return [a for a in list(node.args) + list(node.kwargs.values())]
 
 
+def _size_values(an: Analysis, node) -> None:
+    """Records every operand of `node` that is a bucketed size s + c used as
+    a value (see the module doc), or fails for another expression."""
+    for i, a in enumerate(node.args):
+        if not isinstance(a, torch.fx.Node):
+            continue
+        v = an.env.get(a)
+        if not isinstance(v, torch.SymInt) or not an.padded_factor(v.node.expr):
+            continue
+        lin = affine(v.node.expr, an.syms)
+        if lin is None:
+            an.fail(node, f"size {v.node.expr} used as a value")
+        an.value_uses.append((node, i, lin[0], lin[1]))
+
+
 def _elementwise(an: Analysis, node) -> AV:
+    _size_values(an, node)
     rank = importer._meta(node).dim()
     ins = [an.broadcast_to(v, rank) for v in
            (an.av(a) for a in node.args) if v is not None]
@@ -405,16 +455,33 @@ def _elementwise(an: Analysis, node) -> AV:
 def _constant(an: Analysis, node) -> AV:
     args = importer.bind_args(node)
     v = args.get("s", args.get("fill_value"))
+    val = an.env.get(v) if isinstance(v, torch.fx.Node) else v
+    if isinstance(val, torch.SymInt) and an.padded_factor(val.node.expr):
+        an.fail(node, "a padded size as a fill value")
     return AV(an.meta_axes(node), neginf=isinstance(v, float) and v == -math.inf)
 
 
 def _arange(an: Analysis, node) -> AV:
-    """A static arange (the importer's constant) does not depend on any padded
-    size; one with a symbolic bound is not imported, so never reaches here."""
+    """A static arange does not depend on any padded size. arange(start,
+    s + c) with a static start and step 1 (Hugging Face's key positions):
+    positions along its axis (`pos`, offset start), continued by the padding
+    (the padded graph computes arange(start, P + c))."""
     args = importer.bind_args(node)
+    start = args.get("start", 0) or 0
+    end, step = args.get("end"), args.get("step", 1)
+    end_val = an.env.get(end) if isinstance(end, torch.fx.Node) else end
+    if isinstance(end_val, torch.SymInt) and an.padded_factor(end_val.node.expr):
+        if not isinstance(start, int) or step not in (1, None):
+            an.fail(node, "arange to a padded size with a symbolic start or a step")
+        axes = an.meta_axes(node)
+        if _single_affine(an, axes[0]) is None:
+            an.fail(node, "arange to a padded size that is not s + c")
+        return AV(axes, pos=0, pos_off=start)
     for k in ("start", "end", "step"):
-        if isinstance(args.get(k), (torch.fx.Node, torch.SymInt, torch.SymFloat)):
-            an.fail(node, f"arange with a symbolic {k}")
+        v = args.get(k)
+        v = an.env.get(v) if isinstance(v, torch.fx.Node) else v
+        if isinstance(v, (torch.SymInt, torch.SymFloat)) and an.padded_factor(v.node.expr):
+            an.fail(node, f"arange with a padded {k}")
     return AV(an.meta_axes(node))
 
 
@@ -509,11 +576,17 @@ def _slice(an, node) -> AV:
     if an.padded_axis(v.axes[dim]):
         # Exact when the result's real positions read real positions: a static
         # start, step 1, and an end at (or past) the real end.
-        start, end, step = args["start"], args["end"], args["step"]
+        start, end, step = (an.env.get(x) if isinstance(x, torch.fx.Node) else x
+                            for x in (args["start"], args["end"], args["step"]))
         lin = affine(v.axes[dim][0], an.syms) if len(v.axes[dim]) == 1 else None
         ok = lin is not None and isinstance(start or 0, int) and (start or 0) >= 0 \
             and step in (1, None)
-        if ok and not (end is None or end == INT_MAX):
+        if ok and isinstance(end, int) and end != INT_MAX:
+            # A static prefix (Hugging Face's first position, position_ids[:, :1]):
+            # real if the real length n + c reaches its end; Dynamo
+            # specializes sizes 0 and 1, so a dynamic n is at least 2.
+            ok = 0 <= end <= 2 + lin[1]
+        elif ok and end is not None and end != INT_MAX:
             e = affine(end.node.expr, an.syms) if isinstance(end, torch.SymInt) else None
             ok = e is not None and e[0] == lin[0] and e[1] <= lin[1]
         if not ok:
@@ -588,6 +661,41 @@ def _gather(an, node) -> AV:
     if idx.pos is not None:
         an.index_inputs |= idx.pos_src
     return AV(idx.axes + table.axes[1:], table.dirty or idx.dirty)
+
+
+def _index(an, node) -> AV:
+    """x[i0, i1, ...] (aten.index.Tensor). Along a padded axis of x (s' + b)
+    only position indices (`pos` along an axis s + a, offset off) are exact:
+    real positions read real entries iff a + off <= d + b with s' = s + d
+    (a link when s' is another symbol), and the padded ones stay in range
+    (x is padded to s's bucket + d)."""
+    args = importer.bind_args(node)
+    x = an.av(args["self"])
+    where = [i for i, t in enumerate(args["indices"]) if t is not None]
+    ivs = [an.av(args["indices"][i]) for i in where]
+    if x is None or any(v is None for v in ivs):
+        an.fail(node, "indexing with operands that are not tensors")
+    for i, v in zip(where, ivs):
+        if v.pos is not None:
+            an.index_inputs |= v.pos_src
+        if not an.padded_axis(x.axes[i]):
+            continue
+        xl = _single_affine(an, x.axes[i])
+        pl = _single_affine(an, v.axes[v.pos]) if v.pos is not None else None
+        if xl is None or pl is None:
+            an.fail(node, "indexing along the padded dimension with indices that are not "
+                          "positions")
+        (sx, b), (sp, a) = xl, pl
+        rx, dx = an.root(sx)
+        rp, dp = an.root(sp)
+        if rx != rp:
+            an.link(node, sx, sp, (an.hints.get(sx, 0) - an.hints.get(sp, 0)))
+            rx, dx = an.root(sx)
+            rp, dp = an.root(sp)
+        if rx != rp or a + dp + v.pos_off > b + dx:
+            an.fail(node, "position indices that reach past the real entries")
+    axes = an.meta_axes(node, ivs + [x])
+    return AV(axes, x.dirty or any(v.dirty for v in ivs))
 
 
 # Reductions and norms ---------------------------------------------------------------------
@@ -681,12 +789,13 @@ def _key_mask(an: Analysis, node, args, k: AV, v: AV, mask: Optional[AV]) -> Non
     and without is_causal (whose top-left alignment is not the cache's)
     whose outputs other than the first are unused."""
     kl, vl = _single_affine(an, k.axes[2]), _single_affine(an, v.axes[2])
+    raw_mask = args.get("attn_mask", args.get("attn_bias"))
     why = None
-    if mask is not None or args.get("attn_mask", args.get("attn_bias")) is not None:
+    if raw_mask is not None and (mask is None or mask.dirty):
         why = "a mask that does not hide them"
     elif args.get("is_causal"):
         why = "is_causal with other query and key lengths"
-    elif kl is None or vl is None or kl[1] != vl[1]:
+    elif kl is None or vl is None:
         why = "keys and values not both padded as s + c"
     elif node.target is not aten.scaled_dot_product_attention.default and any(
             u.target is not operator.getitem or (u.args[1] != 0 and u.users)
@@ -694,9 +803,11 @@ def _key_mask(an: Analysis, node, args, k: AV, v: AV, mask: Optional[AV]) -> Non
         why = "outputs other than the result used"
     if why is not None:
         an.fail(node, f"attention over padded keys: {why}")
+    # The mask (if any, clean) is combined with the key mask by `rewrite`:
+    # its padded key columns, finite or -inf, become -inf.
     an.key_masks.append((node, kl[0], kl[1]))
-    if kl[0] != vl[0]:
-        an.equal_syms.add(tuple(sorted((str(kl[0]), str(vl[0])))))
+    if kl[0] != vl[0] or kl[1] != vl[1]:
+        an.link(node, vl[0], kl[0], kl[1] - vl[1])
 
 
 _TRANSFER = {}
@@ -725,6 +836,7 @@ _TRANSFER[aten.split_with_sizes] = _split
 _TRANSFER[aten.cat] = _cat
 _TRANSFER[aten.embedding] = _gather
 _TRANSFER[aten.index_select] = _gather
+_TRANSFER[aten.index] = _index
 for _t in (aten.full, aten.scalar_tensor, aten.full_like, aten.zeros, aten.ones):
     _TRANSFER[_t] = _constant
 _TRANSFER[aten.arange] = _arange
@@ -760,14 +872,15 @@ class Plan:
     # s + c are masked, and pairs of symbols that must be equal at run time.
     appends: Tuple[str, ...] = ()
     key_masks: Tuple[Tuple[str, str, int], ...] = ()
-    equal_syms: Tuple[Tuple[str, str], ...] = ()
+    links: Tuple[Tuple[str, str, int], ...] = ()      # (s', s, d): s' = s + d
+    value_uses: Tuple[Tuple[str, int, str, int], ...] = ()  # (node, argument, s, c)
 
     def __bool__(self):
         return bool(self.syms)
 
     @property
     def rewrites(self) -> bool:
-        return bool(self.appends or self.key_masks)
+        return bool(self.appends or self.key_masks or self.value_uses)
 
 
 def dynamic_symbols(gm: torch.fx.GraphModule) -> List[sympy.Symbol]:
@@ -800,7 +913,30 @@ def _plan(an: Analysis, syms, refused) -> Plan:
     return Plan(tuple(str(s) for s in syms), tuple(sorted(an.pos_inputs)), refused,
                 tuple(sorted(an.mask_inputs)), tuple(n.name for n in an.appends),
                 tuple((n.name, str(s), c) for n, s, c in an.key_masks),
-                tuple(sorted(an.equal_syms)))
+                tuple((str(a),) + tuple(_str_root(an, a)) for a in an.links),
+                tuple((n.name, i, str(s), c) for n, i, s, c in an.value_uses))
+
+
+def _str_root(an: Analysis, s) -> Tuple[str, int]:
+    r, d = an.root(s)
+    return str(r), d
+
+
+def _hints(gm: torch.fx.GraphModule) -> Dict[sympy.Symbol, int]:
+    """The traced size of every plain symbol of the placeholders' shapes."""
+    out: Dict[sympy.Symbol, int] = {}
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        m = importer._meta(n)
+        dims = m.shape if isinstance(m, torch.Tensor) else (m,) if isinstance(m, torch.SymInt) else ()
+        for d in dims:
+            if isinstance(d, torch.SymInt) and getattr(d.node.expr, "is_Symbol", False):
+                try:
+                    out[d.node.expr] = int(d.node.hint)
+                except (TypeError, ValueError, AttributeError):
+                    pass
+    return out
 
 
 def analyze(gm: torch.fx.GraphModule) -> Plan:
@@ -842,7 +978,8 @@ class Extra:
       length    int64 0-dim tensor n (on the CPU; the backend moves 0-dim
                 inputs to the GPU);
       key_mask  [1, 1, 1, P + c] tensor of `dtype`, 0 for the keys
-                [0, n + c), -inf for the padded ones."""
+                [0, n + c), -inf for the padded ones (bool: True and
+                False)."""
 
     kind: str
     sym: str
@@ -863,7 +1000,14 @@ def rewrite(gm: torch.fx.GraphModule, plan: Plan) -> Tuple[torch.fx.GraphModule,
     fake_mode = torch._guards.detect_fake_mode(vals)
     extras: List[Extra] = []
     extra_nodes: Dict[Extra, torch.fx.Node] = {}
-    last_ph = [n for n in g.nodes if n.op == "placeholder"][-1]
+    # The partitioner's subgraphs may interleave placeholders with compute
+    # nodes: move them to the front (their order, the signature, kept) so
+    # the added ones, last, are defined before any use.
+    phs = [n for n in g.nodes if n.op == "placeholder"]
+    first = next(n for n in g.nodes if n.op != "placeholder")
+    for ph in phs:
+        first.prepend(ph)
+    last_ph = phs[-1]
 
     def meta(a):
         return a.meta["val"] if isinstance(a, torch.fx.Node) else a
@@ -908,15 +1052,30 @@ def rewrite(gm: torch.fx.GraphModule, plan: Plan) -> Tuple[torch.fx.GraphModule,
             put = call(aten.index_put.default, (node, [None] * d + [idx], new))
         node.replace_all_uses_with(put, delete_user_cb=lambda u: u is not put)
 
+    for name, i, sym, c in plan.value_uses:
+        node = by_name[name]
+        with g.inserting_before(node):
+            value = extra(Extra("length", sym), meta(node), ())
+            if c:
+                value = call(aten.add.Tensor, (value, c))
+        args = list(node.args)
+        args[i] = value
+        node.args = tuple(args)
+
     for name, sym, c in plan.key_masks:
         node = by_name[name]
         a = importer.bind_args(node)
         q, k, v = a["query"], a["key"], a["value"]
         qm, km = meta(q), meta(k)
-        mask = extra(Extra("key_mask", sym, c, qm.dtype), qm, (1, 1, 1, km.shape[2]))
+        old = a.get("attn_mask", a.get("attn_bias"))
+        dtype = meta(old).dtype if old is not None else qm.dtype
+        mask = extra(Extra("key_mask", sym, c, dtype), qm, (1, 1, 1, km.shape[2]))
         single = node.target is aten.scaled_dot_product_attention.default
         result = meta(node) if single else meta(node)[0]
         with g.inserting_before(node):
+            if old is not None:  # its padded key columns become -inf (False)
+                mask = call(aten.bitwise_and.Tensor if dtype == torch.bool else aten.add.Tensor,
+                            (old, mask))
             sdpa = call(aten.scaled_dot_product_attention.default, (q, k, v),
                         {"attn_mask": mask, "scale": a.get("scale"),
                          "enable_gqa": qm.shape[1] != km.shape[1]}, val=result)
@@ -945,7 +1104,10 @@ def extra_inputs(extras: Sequence[Extra], real: Dict[str, int], padded: Dict[str
         key = (n + e.c, p + e.c, e.dtype)
         if key not in made:
             m = torch.zeros((1, 1, 1, p + e.c), dtype=e.dtype, device=device)
-            m[..., n + e.c:] = float("-inf")
+            if e.dtype == torch.bool:
+                m[..., :n + e.c] = True
+            else:
+                m[..., n + e.c:] = float("-inf")
             made[key] = m
         out.append(made[key])
     return out

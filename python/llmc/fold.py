@@ -251,3 +251,70 @@ def fold_causal_masks(gm: torch.fx.GraphModule, notes: Optional[List[str]] = Non
         gm.graph.eliminate_dead_code()
         gm.recompile()
     return folded
+
+
+def _same_size(a, b) -> bool:
+    if isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt):
+        ea = a.node.expr if isinstance(a, torch.SymInt) else a
+        eb = b.node.expr if isinstance(b, torch.SymInt) else b
+        import sympy
+        return sympy.simplify(sympy.sympify(ea) - sympy.sympify(eb)) == 0
+    return int(a) == int(b)
+
+
+_MASK_VIEWS = {aten.expand.default, aten.view.default, aten.unsqueeze.default,
+               aten.alias.default, aten._unsafe_view.default, aten.reshape.default}
+
+
+def _feeds_attention_only(node: torch.fx.Node) -> bool:
+    """Every use of `node` is an attention op's operand, directly or through
+    views that keep the last dimension (expand over heads, unsqueeze)."""
+    if not node.users:
+        return False
+    for u in node.users:
+        if u.op != "call_function":
+            return False
+        if u.target in MASKED_ATTENTION:
+            continue
+        if u.target not in _MASK_VIEWS or not _feeds_attention_only(u):
+            return False
+    return True
+
+
+def unpad_attention_masks(gm: torch.fx.GraphModule) -> int:
+    """Gives attention the mask PyTorch padded and sliced back for its
+    memory-efficient kernel (whose bias rows must be 16-byte aligned):
+    `slice(constant_pad_nd(m, [0, p]), -1, 0, n)` where the slice restores
+    m's shape is m itself, with other strides. With symbolic sizes the pad
+    amount is an expression llmc cannot pad (ceil to 8 or 16 of the key
+    length), which bucketing refuses. Only masks whose slice feeds attention
+    ops (directly or through expand/view) are rewritten. Returns how many."""
+    done = 0
+    for node in list(gm.graph.nodes):
+        if not (node.op == "call_function" and node.target is aten.slice.Tensor):
+            continue
+        pad = node.args[0]
+        if not (isinstance(pad, torch.fx.Node) and pad.op == "call_function"
+                and pad.target is aten.constant_pad_nd.default):
+            continue
+        if not _feeds_attention_only(node):
+            continue
+        x = pad.args[0]
+        amounts = pad.args[1]
+        start = node.args[2] if len(node.args) > 2 else 0
+        step = node.args[4] if len(node.args) > 4 else 1
+        xm, sm = (x.meta.get("val") if isinstance(x, torch.fx.Node) else None), node.meta.get("val")
+        if not (isinstance(xm, torch.Tensor) and isinstance(sm, torch.Tensor)):
+            continue
+        lows = [amounts[i] for i in range(0, len(amounts), 2)]
+        if start not in (0, None) or step not in (1, None) or any(
+                not isinstance(lo, int) or lo != 0 for lo in lows):
+            continue
+        if xm.dim() != sm.dim() or not all(_same_size(a, b) for a, b in zip(xm.shape, sm.shape)):
+            continue
+        node.replace_all_uses_with(x)
+        done += 1
+    if done:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return done

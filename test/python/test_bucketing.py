@@ -97,11 +97,44 @@ def test_non_causal_attention_is_bucketed_with_the_padded_keys_masked():
     compare(got[0], want, torch.float32, "full attention padded 11 -> 16")
 
 
-def test_attention_with_a_mask_that_does_not_hide_the_padding_is_refused():
-    def f(q, k, v):  # a per-query bias: nothing hides the padded keys
+def _padded_capture(fn, *args, dim=1):
+    """The backend's LlmcSubgraph of `fn`'s graph with dimension `dim` of
+    every input dynamic."""
+    sink, kinds = [], []
+    args = [t.clone() for t in args]
+    for t in args:
+        torch._dynamo.mark_dynamic(t, dim)
+    torch.compile(fn, backend=_capture_backend(sink, kinds))(*args)
+    sub = LlmcSubgraph(sink[0].eager, "f", Options.from_dict({"dynamic_buckets": "pow2"}),
+                       partition.Report(graph="t"))
+    return sub, sink[0].args
+
+
+def test_a_size_used_as_a_value_is_the_real_length():
+    """x * len(x) + positions: padded 11 -> 16, the size in the padded graph
+    is 16, but the rewrite feeds the real length, so the result is exact."""
+    _need_llmc_run()
+    def f(x):
+        n = x.shape[1]
+        return x * n + torch.arange(n, dtype=x.dtype).view(1, n, 1) / n
+    x = torch.randn(2, 11, 8)
+    sub, args = _padded_capture(f, x)
+    assert sub.plan.value_uses, sub.plan
+    _, got = _padded_ref(sub, args)
+    compare(got[0], f(x.double()), torch.float32, "size as a value, padded 11 -> 16")
+
+
+def test_attention_with_a_mask_that_does_not_hide_the_padding_gets_the_key_mask():
+    """A mask of the graph's own that does not hide the padded keys (a
+    per-query bias) is added to the key mask: exact through the reference
+    executor, padded 11 -> 16."""
+    _need_llmc_run()
+    def f(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=q.mean(-1, keepdim=True))
-    plan, sym = _plan(f, *QKV, dim=2)
-    assert sym not in plan.syms and "a mask that does not hide them" in plan.refused[sym], plan
+    sub, args = _padded_capture(f, *QKV, dim=2)
+    assert sub.plan.key_masks, sub.plan
+    _, got = _padded_ref(sub, args)
+    compare(got[0], f(*[t.double() for t in QKV]), torch.float32, "own mask + key mask")
 
 
 def test_mask_from_positions_is_causal_and_recorded():
@@ -114,13 +147,15 @@ def test_mask_from_positions_is_causal_and_recorded():
     assert sym in plan.syms and plan.pos_inputs == (3, 4), plan
 
 
-def test_mask_from_positions_the_wrong_way_is_refused():
+def test_mask_from_positions_the_wrong_way_needs_the_key_mask():
+    """An anti-causal mask lets real queries see padded keys: not hidden by
+    the positions, so bucketed only with the rewrite's key mask added to it."""
     def f(q, k, v, kpos, qpos):
         m = torch.where(kpos >= qpos, 0.0, float("-inf"))  # anti-causal: sees padding
         return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
     pos = torch.arange(11)
     plan, sym = _plan(f, *QKV, pos.view(1, 1, 1, 11), pos.view(1, 1, 11, 1), dim=2)
-    assert sym not in plan.syms, plan
+    assert sym in plan.syms and plan.key_masks, plan
 
 
 @pytest.mark.parametrize("mask,ok", [
@@ -133,13 +168,15 @@ def test_mask_from_positions_the_wrong_way_is_refused():
 ])
 def test_position_offsets_decide_whether_padding_is_hidden(mask, ok):
     """A padded key j >= L must stay invisible to every real query i <= L-1:
-    offsets added to the positions in the graph can break that."""
+    offsets added to the positions in the graph can break that. A mask that
+    hides them is used as is; one that does not gets the key mask."""
     def f(q, k, v, kpos, qpos):
         m = torch.where(mask(kpos, qpos), 0.0, float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
     pos = torch.arange(11)
     plan, sym = _plan(f, *QKV, pos.view(1, 1, 1, 11), pos.view(1, 1, 11, 1), dim=2)
-    assert (sym in plan.syms) == ok, plan
+    assert sym in plan.syms, plan
+    assert bool(plan.key_masks) == (not ok), plan
 
 
 def test_bucket_sizes():
@@ -291,17 +328,53 @@ def _capture_dynamic_decode(family):
 
 
 def _cache_args(rec, n):
-    """rec's inputs with every dynamically sized input (the K and V caches)
-    replaced by fresh random values of length n."""
+    """rec's inputs at cache length n: every size symbol moved by n minus the
+    traced cache length (the caches, and the attention mask and lengths of
+    transformers versions that pass them), the caches with fresh random
+    values, an attention mask of ones."""
     torch.manual_seed(n)
+    phs = [p for p in rec.eager.graph.nodes if p.op == "placeholder"]
+    hints = bucketing._hints(rec.eager)
+    cache_len = min(int(d) for a, p in zip(rec.args, phs) if isinstance(a, torch.Tensor)
+                    and a.dtype.is_floating_point
+                    for d, m in zip(a.shape, p.meta["val"].shape) if isinstance(m, torch.SymInt))
+    vals = {s: h + n - cache_len for s, h in hints.items()}
+
+    def size(d):
+        return int(d.node.expr.xreplace(vals)) if isinstance(d, torch.SymInt) else int(d)
     out = []
-    for ph, a in zip([p for p in rec.eager.graph.nodes if p.op == "placeholder"], rec.args):
+    for ph, a in zip(phs, rec.args):
         m = ph.meta["val"]
-        if isinstance(m, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in m.shape):
-            a = torch.randn([n if isinstance(d, torch.SymInt) else int(d) for d in m.shape],
-                            dtype=a.dtype)
+        if isinstance(m, torch.SymInt):
+            a = size(m)
+        elif isinstance(m, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in m.shape):
+            shape = [size(d) for d in m.shape]
+            a = (torch.randn(shape, dtype=a.dtype) if a.dtype.is_floating_point
+                 else torch.ones(shape, dtype=a.dtype))
         out.append(a)
     return out
+
+
+def test_rewrite_defines_its_inputs_before_their_uses():
+    """The partitioner's subgraphs can have placeholders after compute nodes
+    (seen on CUDA graphs): the inputs the rewrite adds still come last in
+    the signature and before every use."""
+    rec = _capture_dynamic_decode("llama")
+    gm = rec.eager
+    last = [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
+    first_use = min(last.users, key=lambda u: list(gm.graph.nodes).index(u))
+    first_use.prepend(last)  # still the last placeholder, now after the cats
+    gm.graph.lint()
+    gm.recompile()
+    cats = [n for n in gm.graph.nodes if n.target is torch.ops.aten.cat.default]
+    assert list(gm.graph.nodes).index(cats[-1]) < list(gm.graph.nodes).index(last)
+    plan = bucketing.analyze(gm)
+    assert plan.appends, plan
+    new, extras = bucketing.rewrite(gm, plan)
+    new.graph.lint()
+    phs = [n.name for n in new.graph.nodes if n.op == "placeholder"]
+    assert phs[:len(phs) - len(extras)] == [n.name for n in gm.graph.nodes
+                                            if n.op == "placeholder"]
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral"])
@@ -317,15 +390,18 @@ def test_dynamic_cache_decode_is_bucketed_and_exact(family):
     report = partition.Report(graph="t")
     sub = LlmcSubgraph(rec.eager, "decode", Options.from_dict({"dynamic_buckets": "pow2"}),
                        report)
-    # Two layers: K and V appended per layer, one attention per layer.
-    assert len(sub.plan.syms) == 4 and len(sub.plan.appends) == 4, report.notes
-    assert len(sub.plan.key_masks) == 2 and len(sub.plan.equal_syms) == 2, sub.plan
-    assert [e.kind for e in sub.bucket_extras] == ["length"] * 4 + ["key_mask"] * 2
+    # Two layers: K and V appended per layer, one attention per layer (with
+    # Hugging Face's mask in transformers versions that build one).
+    assert len(sub.plan.syms) >= 4 and len(sub.plan.appends) == 4, report.notes
+    assert len(sub.plan.key_masks) == 2, sub.plan
+    assert "key_mask" in [e.kind for e in sub.bucket_extras], sub.bucket_extras
     for n in (10, 16, 21, 33):
         args = _cache_args(rec, n)
         run_args, sizes = sub._pad(args)
-        assert all(b == bucketing.bucket_size(n, "pow2") for _, b in sizes.values()), sizes
-        assert len(run_args) == len(args) + 6
+        caches = [a for a in args if isinstance(a, torch.Tensor) and a.dim() == 4]
+        assert caches and all(a.shape[2] == n for a in caches)
+        assert all(b - m == bucketing.bucket_size(n, "pow2") - n for m, b in sizes.values()), sizes
+        assert len(run_args) == len(args) + len(sub.bucket_extras)
         imp = sub._compile_import(run_args)
         outs = run_ref(imp, run_args)
         with torch.no_grad():

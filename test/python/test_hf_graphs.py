@@ -193,3 +193,39 @@ def test_rotate_half_concat_inner_matches_torch(dtype):
     assert "llm.concat" in text and "dim = 0" in text, text
     assert all(importer.check_node(n) is None for n in gm.graph.nodes if n.op == "call_function")
     check_graph(gm, [q, cos, sin], f"rope_{dtype}")
+
+
+def _efficient_with_aligned_mask(q, k, v, m):
+    """PyTorch's SDPA on CUDA for the memory-efficient kernel: the mask padded
+    to a multiple of 16 keys and sliced back (aligned rows)."""
+    n = m.shape[-1]
+    padded = torch.ops.aten.constant_pad_nd.default(m, [0, 16 - n % 16])
+    bias = padded[..., :n].expand(q.shape[0], q.shape[1], q.shape[2], n)  # over the heads
+    return torch.ops.aten._scaled_dot_product_efficient_attention.default(
+        q, k, v, bias, False)[0]
+
+
+@pytest.mark.parametrize("mode", ["fake", "symbolic"])
+def test_aligned_attention_mask_is_read_unpadded(mode):
+    """The pad and slice around the efficient kernel's mask are dropped: the
+    attention reads the mask itself (static and symbolic key lengths; with
+    a symbolic length the pad amount is an expression llmc cannot pad).
+    A slice that does not restore the shape, or one read by another op, is
+    kept."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    q, k, v = (torch.randn(1, 2, 11, 8) for _ in range(3))
+    m = torch.randn(1, 1, 11, 11)
+    gm = make_fx(_efficient_with_aligned_mask, tracing_mode=mode)(q, k, v, m)
+    assert fold.unpad_attention_masks(gm) == 1
+    att = [n for n in gm.graph.nodes
+           if n.target is torch.ops.aten._scaled_dot_product_efficient_attention.default]
+    assert att[0].args[3].args[0].op == "placeholder", gm.code  # expand(m)
+    assert not any(n.target in (torch.ops.aten.constant_pad_nd.default, torch.ops.aten.slice.Tensor)
+                   for n in gm.graph.nodes), gm.code
+
+    def partial(q, k, v, m):  # slices off one real key: not the mask itself
+        padded = torch.ops.aten.constant_pad_nd.default(m, [0, 5])
+        return torch.ops.aten._scaled_dot_product_efficient_attention.default(
+            q, k[:, :, :10], v[:, :, :10], padded[..., :10], False)[0]
+    gm = make_fx(partial, tracing_mode=mode)(q, k, v, m)
+    assert fold.unpad_attention_masks(gm) == 0
