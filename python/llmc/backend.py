@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import sympy
 import torch
 import torch.fx
 
@@ -441,8 +442,13 @@ class LlmcSubgraph(torch.nn.Module):
             try:
                 imported = importer.import_graph(gm, func_name=self.name, donate=self.donate)
                 self._dump(imported.text, f"{self.name}.bucketed")
-            except importer.NeedsStatic as e:
+            except (importer.NeedsStatic, importer.Unsupported) as e:
+                # Per concrete shape; checked now at the traced sizes, so a
+                # graph that cannot be imported keeps the plain one.
                 imported = None
+                hints = {str(k): v for k, v in bucketing._hints(gm).items()}
+                importer.import_graph(gm, func_name=self.name, bindings=hints,
+                                      donate=self.donate)
                 self.report.notes.append(f"{self.name}: bucketed graph imported per "
                                          f"concrete shape ({e})")
         except Exception as e:  # a gap in the rewrite must not break compilation
@@ -514,7 +520,40 @@ class LlmcSubgraph(torch.nn.Module):
                     vals[name] = a
             elif isinstance(a, torch.Tensor) and di < a.dim():
                 vals[name] = int(a.shape[di])
+        # Symbols that are no whole dimension of any input, only a*s + b of
+        # one (a subgraph after a cat of x with itself sees [2*s]).
+        for pi, di, name, k, c in self._linear_sources():
+            if name in vals or pi >= len(args):
+                continue
+            a = args[pi]
+            if isinstance(a, torch.Tensor) and di < a.dim() and (int(a.shape[di]) - c) % k == 0:
+                vals[name] = (int(a.shape[di]) - c) // k
         return vals
+
+    def _linear_sources(self) -> List[Tuple[int, int, str, int, int]]:
+        """(placeholder, dimension, symbol, a, b) of dimensions a*s + b
+        (integers a != 0, b) that are not a plain symbol."""
+        if getattr(self, "_lin_sources", None) is None:
+            src = []
+            for pi, ph in enumerate(self.placeholders):
+                m = ph.meta.get("val")
+                if not isinstance(m, torch.Tensor):
+                    continue
+                for di, d in enumerate(m.shape):
+                    if not isinstance(d, torch.SymInt) or getattr(d.node.expr, "is_Symbol", False):
+                        continue
+                    e = d.node.expr
+                    if len(e.free_symbols) != 1:
+                        continue
+                    (x,) = e.free_symbols
+                    poly = sympy.Poly(e, x) if e.is_polynomial(x) else None
+                    if poly is None or poly.degree() != 1:
+                        continue
+                    k, c = poly.all_coeffs()
+                    if k.is_Integer and c.is_Integer:
+                        src.append((pi, di, str(x), int(k), int(c)))
+            self._lin_sources = src
+        return self._lin_sources
 
     def _compile_import(self, args, static: bool = False) -> importer.ImportResult:
         """The IR to compile for the shapes of `args` (dynamic, or concrete)."""
@@ -582,7 +621,10 @@ class LlmcSubgraph(torch.nn.Module):
         if not self.bucket_extras:
             return run_args, sizes
         padded = self._symbol_values(run_args)
-        dev = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        if any(e.sym not in real or e.sym not in padded for e in self.bucket_extras):
+            return None, {}
+        dev = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda),
+                   next((a.device for a in args if isinstance(a, torch.Tensor)), None))
         return run_args + bucketing.extra_inputs(self.bucket_extras, real, padded, dev), sizes
 
     def _pad_inputs(self, args) -> Tuple[list, Dict[str, Tuple[int, int]]]:
@@ -599,6 +641,9 @@ class LlmcSubgraph(torch.nn.Module):
                 b = sizes[r][1] + d if r in sizes else None
             else:
                 b = bucketing.bucket_size(n, self.options.dynamic_buckets) if n else None
+                cap = dict(self.plan.size_limits).get(sym)
+                if b is not None and cap is not None:
+                    b = max(n, min(b, cap))  # in-graph positions index a table of cap rows
             if b is not None:
                 sizes[sym] = (n, b)
                 info = self.report.bucketing[sym]
@@ -624,6 +669,11 @@ class LlmcSubgraph(torch.nn.Module):
                           "dynamic dimension; such calls run unpadded")
                 return list(args), {}
             cs.add(c)
+        if self.plan.zero_pos and cs - {0}:
+            warn_once(f"pos0:{self.report.graph}:{self.name}",
+                      f"llmc: {self.name}: position inputs start at {sorted(cs)}, not 0, where "
+                      "the graph compares them with its own positions; such calls run unpadded")
+            return list(args), {}
         if len(cs) > 1:
             warn_once(f"posc:{self.report.graph}:{self.name}",
                       f"llmc: {self.name}: position inputs start at different offsets "
@@ -642,8 +692,9 @@ class LlmcSubgraph(torch.nn.Module):
                 # A size (s, or s + c computed outside the subgraph) at the
                 # padded sizes.
                 e = m.node.expr
-                sub = {x: sizes[str(x)][1] for x in e.free_symbols if str(x) in sizes}
-                if sub:
+                sub = {x: sizes[str(x)][1] if str(x) in sizes else vals.get(str(x))
+                       for x in e.free_symbols}
+                if any(str(x) in sizes for x in sub) and all(v is not None for v in sub.values()):
                     a = int(e.xreplace(sub))
             padded.append(a)
         return padded, sizes
@@ -1171,7 +1222,6 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     from torch._functorch.aot_autograd import make_boxed_func
     name = f"g{next(_graph_ids)}_{kind}"
     mask_notes: List[str] = []
-    unpadded = fold.unpad_attention_masks(gm)
     folded = fold.fold_causal_masks(gm, mask_notes, causal_saved)
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
@@ -1182,9 +1232,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
                             "place when llmc runs the subgraph")
     if folded:
         report.notes.append(f"{folded} constant causal attention mask(s) folded into is_causal")
-    if unpadded:
-        report.notes.append(f"{unpadded} attention mask(s) read unpadded (PyTorch's alignment "
-                            "padding for its memory-efficient kernel, sliced back)")
+
     report.notes.extend(mask_notes)
     for i, sub in enumerate(names):
         eager = getattr(fused, sub)

@@ -64,7 +64,9 @@ The same links let a gather read a padded table at positions of another
 symbol (Hugging Face's padding mask `attention_mask[b, kv_positions]`).
 A bucketed symbol used as a value (Hugging Face's `cache_position =
 arange(1) + past_length`) would be the padded size in the padded graph:
-`rewrite` replaces it by the real length input. With these, a decode step
+`rewrite` replaces it by the real length input, and a slice of the last k
+positions (generate()'s `hidden[:, -1:]` before the LM head) by a gather
+at the real length. With these, a decode step
 of a dynamic cache compiles once per bucket of the cache length instead of
 once per token.
 
@@ -215,6 +217,11 @@ class Analysis:
         # a value, replaced by the real length by `rewrite`.
         self.value_uses: List[Tuple[torch.fx.Node, int, sympy.Symbol, int]] = []
         self.hints = _hints(gm)
+        self.zero_pos = False   # position inputs must be arange + 0 (see _elementwise)
+        self.size_limits: Dict[sympy.Symbol, int] = {}  # root symbol -> largest padded size
+        # (slice node, s, c): x[..., -k:, ...] along an axis s + c, gathered
+        # at the real length by `rewrite`.
+        self.tail_slices: List[Tuple[torch.fx.Node, sympy.Symbol, int]] = []
 
     # -- helpers --------------------------------------------------------------------
     def padded_factor(self, f) -> bool:
@@ -376,6 +383,17 @@ def _operands(an: Analysis, node) -> List[object]:
     return [a for a in list(node.args) + list(node.kwargs.values())]
 
 
+def _pos_axis(an: Analysis, v: AV) -> Optional[Tuple[sympy.Symbol, int]]:
+    """(root symbol, offset) of the axis along which `v` holds positions,
+    when it is one factor s + a of a bucketed symbol (a includes the link
+    of s to its root)."""
+    lin = _single_affine(an, v.axes[v.pos]) if v.pos is not None else None
+    if lin is None:
+        return None
+    r, d = an.root(lin[0])
+    return r, lin[1] + d
+
+
 def _size_values(an: Analysis, node) -> None:
     """Records every operand of `node` that is a bucketed size s + c used as
     a value (see the module doc), or fails for another expression."""
@@ -430,8 +448,16 @@ def _elementwise(an: Analysis, node) -> AV:
                 and len(node.args) == 2 and all(an.av(x) is not None for x in node.args)):
             k, q = (a, b) if pk in (aten.le, aten.lt) else (b, a)
             strict = pk in (aten.lt, aten.gt)
-            if k.pos_off >= q.pos_off - (1 if strict else 0):
+            kl, ql = _pos_axis(an, k), _pos_axis(an, q)
+            # Positions along axes s + ak and s + aq of one root symbol (the
+            # real key positions end at n + ak, the real queries at n + aq).
+            if (kl is not None and ql is not None and kl[0] == ql[0]
+                    and kl[1] + k.pos_off >= ql[1] + q.pos_off - (1 if strict else 0)):
                 an.pos_inputs |= a.pos_src | b.pos_src
+                if bool(k.pos_src) != bool(q.pos_src):
+                    # One side is an in-graph arange (offset 0 at run time):
+                    # the inputs must be arange + 0 too (checked per call).
+                    an.zero_pos = True
                 return replace(out, cmask=(q.pos, k.pos))
         return out
     if pk in (aten.logical_and, aten.bitwise_and) and len(ins) == 2:
@@ -579,6 +605,14 @@ def _slice(an, node) -> AV:
         start, end, step = (an.env.get(x) if isinstance(x, torch.fx.Node) else x
                             for x in (args["start"], args["end"], args["step"]))
         lin = affine(v.axes[dim][0], an.syms) if len(v.axes[dim]) == 1 else None
+        if (lin is not None and isinstance(start, int) and start < 0 and step in (1, None)
+                and (end is None or end == INT_MAX) and -start <= 2 + lin[1]):
+            # The last k positions (generate()'s logits of the last token,
+            # hidden[:, -1:]): padded, they would be padding; `rewrite`
+            # gathers them at the real length instead. Real when the real
+            # length n + c reaches k (a dynamic n is at least 2).
+            an.tail_slices.append((node, lin[0], lin[1]))
+            return AV(an.meta_axes(node, [v]), v.dirty)
         ok = lin is not None and isinstance(start or 0, int) and (start or 0) >= 0 \
             and step in (1, None)
         if ok and isinstance(end, int) and end != INT_MAX:
@@ -591,7 +625,19 @@ def _slice(an, node) -> AV:
             ok = e is not None and e[0] == lin[0] and e[1] <= lin[1]
         if not ok:
             an.fail(node, "slice of a part of the padded dimension")
-    return replace(v, axes=an.meta_axes(node, [v]))
+    else:
+        for x in (args["start"], args["end"], args["step"]):
+            x = an.env.get(x) if isinstance(x, torch.fx.Node) else x
+            if isinstance(x, torch.SymInt) and an.padded_factor(x.node.expr):
+                an.fail(node, "slice bounds that depend on a padded size")
+    res = replace(v, axes=an.meta_axes(node, [v]))
+    if v.pos == dim:  # positions along the sliced axis: start moves them
+        start, step = args["start"] or 0, args["step"]
+        if isinstance(start, int) and start >= 0 and step in (1, None):
+            res = replace(res, pos_off=v.pos_off + start)
+        else:
+            res = replace(res, pos=None, pos_src=frozenset(), pos_off=0)
+    return res
 
 
 def _along_static(an, node, v: AV, dim: int, what: str):
@@ -602,6 +648,9 @@ def _along_static(an, node, v: AV, dim: int, what: str):
 def _select(an, node) -> AV:
     v = an.av(node.args[0])
     dim = node.args[1] % v.rank
+    idx = an.env.get(node.args[2]) if isinstance(node.args[2], torch.fx.Node) else node.args[2]
+    if isinstance(idx, torch.SymInt) and an.padded_factor(idx.node.expr):
+        an.fail(node, "select at an index that depends on a padded size")
     _along_static(an, node, v, dim, "select")
     amap = {i: (i if i < dim else i - 1) for i in range(v.rank) if i != dim}
     amap[dim] = None
@@ -658,9 +707,35 @@ def _gather(an, node) -> AV:
         table, idx = an.av(node.args[0]), an.av(node.args[2])
     if an.padded_axes(table):
         an.fail(node, "gather from a padded table")
+    if idx.pos is not None and not idx.pos_src and an.padded_axis(idx.axes[idx.pos]):
+        _limit_positions(an, node, idx, table.axes[0])
     if idx.pos is not None:
         an.index_inputs |= idx.pos_src
     return AV(idx.axes + table.axes[1:], table.dirty or idx.dirty)
+
+
+def _limit_positions(an, node, idx: AV, table_axis: Factors) -> None:
+    """In-graph positions (an arange to a padded size) index a static table
+    of R rows: the padding continues them to P + a + off - 1, so the root
+    symbol's padded size is capped at R - a - off (Plan.size_limits; the
+    real positions are in range, else PyTorch would fail)."""
+    pa = _pos_axis(an, idx)
+    rows = _prod(table_axis)
+    if pa is None or not getattr(rows, "is_Integer", False) or idx.pos_off < 0:
+        an.fail(node, "gather at positions that the padding continues past the table")
+    r, a = pa
+    cap = int(rows) - a - idx.pos_off
+    an.size_limits[r] = min(an.size_limits.get(r, cap), cap)
+
+
+def _restored_pad(an, node) -> AV:
+    """constant_pad_nd whose every use is a slice restoring its input
+    (PyTorch's alignment of the memory-efficient kernel's mask, whose pad
+    amount is no affine size): its input, which `rewrite` passes on."""
+    from . import fold
+    if not fold.restoring_slices(node):
+        an.fail(node, "pad of a tensor with padded dimensions")
+    return an.av(node.args[0])
 
 
 def _index(an, node) -> AV:
@@ -678,8 +753,16 @@ def _index(an, node) -> AV:
     for i, v in zip(where, ivs):
         if v.pos is not None:
             an.index_inputs |= v.pos_src
+        in_graph_pos = v.pos is not None and not v.pos_src and an.padded_axis(v.axes[v.pos])
         if not an.padded_axis(x.axes[i]):
+            if in_graph_pos:
+                _limit_positions(an, node, v, x.axes[i])
             continue
+        if v.pos_src or v.pos_off < 0:
+            # Inputs are not checked as indices; a negative position wraps
+            # at the padded length.
+            an.fail(node, "indexing along the padded dimension with indices that are not "
+                          "in-graph positions from 0")
         xl = _single_affine(an, x.axes[i])
         pl = _single_affine(an, v.axes[v.pos]) if v.pos is not None else None
         if xl is None or pl is None:
@@ -835,6 +918,7 @@ _TRANSFER[aten.split] = _split
 _TRANSFER[aten.split_with_sizes] = _split
 _TRANSFER[aten.cat] = _cat
 _TRANSFER[aten.embedding] = _gather
+_TRANSFER[aten.constant_pad_nd] = lambda an, node: _restored_pad(an, node)
 _TRANSFER[aten.index_select] = _gather
 _TRANSFER[aten.index] = _index
 for _t in (aten.full, aten.scalar_tensor, aten.full_like, aten.zeros, aten.ones):
@@ -874,13 +958,16 @@ class Plan:
     key_masks: Tuple[Tuple[str, str, int], ...] = ()
     links: Tuple[Tuple[str, str, int], ...] = ()      # (s', s, d): s' = s + d
     value_uses: Tuple[Tuple[str, int, str, int], ...] = ()  # (node, argument, s, c)
+    tail_slices: Tuple[Tuple[str, str, int], ...] = ()      # (slice node, s, c)
+    zero_pos: bool = False   # the position inputs must be arange + 0 (an arange compares them)
+    size_limits: Tuple[Tuple[str, int], ...] = ()  # (root symbol, largest padded size)
 
     def __bool__(self):
         return bool(self.syms)
 
     @property
     def rewrites(self) -> bool:
-        return bool(self.appends or self.key_masks or self.value_uses)
+        return bool(self.appends or self.key_masks or self.value_uses or self.tail_slices)
 
 
 def dynamic_symbols(gm: torch.fx.GraphModule) -> List[sympy.Symbol]:
@@ -914,7 +1001,9 @@ def _plan(an: Analysis, syms, refused) -> Plan:
                 tuple(sorted(an.mask_inputs)), tuple(n.name for n in an.appends),
                 tuple((n.name, str(s), c) for n, s, c in an.key_masks),
                 tuple((str(a),) + tuple(_str_root(an, a)) for a in an.links),
-                tuple((n.name, i, str(s), c) for n, i, s, c in an.value_uses))
+                tuple((n.name, i, str(s), c) for n, i, s, c in an.value_uses),
+                tuple((n.name, str(s), c) for n, s, c in an.tail_slices), an.zero_pos,
+                tuple((str(r), v) for r, v in an.size_limits.items()))
 
 
 def _str_root(an: Analysis, s) -> Tuple[str, int]:
@@ -977,9 +1066,13 @@ class Extra:
     backend from the real size n of `sym` and its padded size P:
       length    int64 0-dim tensor n (on the CPU; the backend moves 0-dim
                 inputs to the GPU);
-      key_mask  [1, 1, 1, P + c] tensor of `dtype`, 0 for the keys
-                [0, n + c), -inf for the padded ones (bool: True and
-                False)."""
+      key_mask  [1, 1, 1, P + c] tensor of float `dtype`, 0 for the keys
+                [0, n + c) and the dtype's lowest finite value for the
+                padded ones: their weight is exactly 0 in every real row
+                (whose own keys score far above it), and a padded query
+                row whose own mask hides every real key stays finite (a
+                -inf there would make it NaN, and 0 * NaN reaches real
+                rows through a later P @ V)."""
 
     kind: str
     sym: str
@@ -995,7 +1088,6 @@ def rewrite(gm: torch.fx.GraphModule, plan: Plan) -> Tuple[torch.fx.GraphModule,
     out = g.graph_copy(gm.graph, env)
     old_out = next(n for n in gm.graph.nodes if n.op == "output")
     g.output(out).meta = dict(old_out.meta)
-    by_name = {n.name: n for n in g.nodes}
     vals = [n.meta.get("val") for n in g.nodes if n.op == "placeholder"]
     fake_mode = torch._guards.detect_fake_mode(vals)
     extras: List[Extra] = []
@@ -1008,6 +1100,9 @@ def rewrite(gm: torch.fx.GraphModule, plan: Plan) -> Tuple[torch.fx.GraphModule,
     for ph in phs:
         first.prepend(ph)
     last_ph = phs[-1]
+    from . import fold
+    fold.unpad_attention_masks_in(g)  # imported only: PyTorch's kernel needs the alignment
+    by_name = {n.name: n for n in g.nodes}
 
     def meta(a):
         return a.meta["val"] if isinstance(a, torch.fx.Node) else a
@@ -1062,20 +1157,53 @@ def rewrite(gm: torch.fx.GraphModule, plan: Plan) -> Tuple[torch.fx.GraphModule,
         args[i] = value
         node.args = tuple(args)
 
+    for name, sym, c in plan.tail_slices:
+        # x[..., -k:, ...] along d: rows n + c - k + j of x, gathered along
+        # its first axis (what the CUDA gather takes) after merging the
+        # dimensions before d with d: flat[i * P + n + c - k + j] for every
+        # index i of the dimensions before d (P: x's size along d).
+        node = by_name[name]
+        x = node.args[0]
+        xm, om = meta(x), meta(node)
+        d = node.args[1] % om.dim()
+        k = int(om.shape[d])
+        lead = 1
+        for size in xm.shape[:d]:
+            lead *= int(size)
+        dev = {"dtype": torch.int64, "device": om.device}
+        with g.inserting_before(node):
+            length = extra(Extra("length", sym), om, ())
+            pos = call(aten.add.Tensor, (length, call(aten.arange.start, (c - k, c), dev)))
+            if d == 0:
+                sel = call(aten.index_select.default, (x, 0, pos))
+            else:
+                size = call(aten.sym_size.int, (x, d))
+                rows = call(aten.mul.Tensor, (call(aten.arange.start, (0, lead), dev), size))
+                idx = call(aten.add.Tensor, (call(aten.unsqueeze.default, (rows, 1)),
+                                             call(aten.unsqueeze.default, (pos, 0))))
+                flat = call(aten.reshape.default, (x, [-1] + list(xm.shape[d + 1:])))
+                sel = call(aten.reshape.default,
+                           (call(aten.index.Tensor, (flat, [idx])), list(om.shape)))
+        node.replace_all_uses_with(sel)
+        g.erase_node(node)
+
     for name, sym, c in plan.key_masks:
         node = by_name[name]
         a = importer.bind_args(node)
         q, k, v = a["query"], a["key"], a["value"]
         qm, km = meta(q), meta(k)
         old = a.get("attn_mask", a.get("attn_bias"))
-        dtype = meta(old).dtype if old is not None else qm.dtype
+        dtype = meta(old).dtype if old is not None and meta(old).dtype.is_floating_point \
+            else qm.dtype
         mask = extra(Extra("key_mask", sym, c, dtype), qm, (1, 1, 1, km.shape[2]))
         single = node.target is aten.scaled_dot_product_attention.default
         result = meta(node) if single else meta(node)[0]
         with g.inserting_before(node):
-            if old is not None:  # its padded key columns become -inf (False)
-                mask = call(aten.bitwise_and.Tensor if dtype == torch.bool else aten.add.Tensor,
-                            (old, mask))
+            if old is not None:  # its padded key columns get the key mask's minimum
+                if meta(old).dtype == torch.bool:
+                    old = call(aten.where.ScalarOther,
+                               (old, call(aten.full_like.default, (mask, 0.0)), float("-inf")))
+                mask = call(aten.add.Tensor, (old, mask))
             sdpa = call(aten.scaled_dot_product_attention.default, (q, k, v),
                         {"attn_mask": mask, "scale": a.get("scale"),
                          "enable_gqa": qm.shape[1] != km.shape[1]}, val=result)
@@ -1104,10 +1232,7 @@ def extra_inputs(extras: Sequence[Extra], real: Dict[str, int], padded: Dict[str
         key = (n + e.c, p + e.c, e.dtype)
         if key not in made:
             m = torch.zeros((1, 1, 1, p + e.c), dtype=e.dtype, device=device)
-            if e.dtype == torch.bool:
-                m[..., :n + e.c] = True
-            else:
-                m[..., n + e.c:] = float("-inf")
+            m[..., n + e.c:] = torch.finfo(e.dtype).min
             made[key] = m
         out.append(made[key])
     return out

@@ -281,40 +281,59 @@ def _feeds_attention_only(node: torch.fx.Node) -> bool:
     return True
 
 
-def unpad_attention_masks(gm: torch.fx.GraphModule) -> int:
+def restoring_slices(pad: torch.fx.Node) -> bool:
+    """Whether `pad` is constant_pad_nd(x, [0, p, ...]) (high pads only) and
+    every use of it a slice from 0, step 1, back to x's shape."""
+    if not (pad.op == "call_function" and pad.target is aten.constant_pad_nd.default):
+        return False
+    x, amounts = pad.args[0], pad.args[1]
+    xm = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(xm, torch.Tensor) or not pad.users:
+        return False
+    if any(not isinstance(amounts[i], int) or amounts[i] != 0 for i in range(0, len(amounts), 2)):
+        return False
+    for node in pad.users:
+        if not (node.op == "call_function" and node.target is aten.slice.Tensor
+                and node.args[0] is pad):
+            return False
+        start = node.args[2] if len(node.args) > 2 else 0
+        step = node.args[4] if len(node.args) > 4 else 1
+        sm = node.meta.get("val")
+        if start not in (0, None) or step not in (1, None) or not isinstance(sm, torch.Tensor):
+            return False
+        if xm.dim() != sm.dim() or not all(_same_size(a, b) for a, b in zip(xm.shape, sm.shape)):
+            return False
+    return True
+
+
+def unpad_attention_masks_in(graph: torch.fx.Graph) -> int:
     """Gives attention the mask PyTorch padded and sliced back for its
     memory-efficient kernel (whose bias rows must be 16-byte aligned):
     `slice(constant_pad_nd(m, [0, p]), -1, 0, n)` where the slice restores
     m's shape is m itself, with other strides. With symbolic sizes the pad
-    amount is an expression llmc cannot pad (ceil to 8 or 16 of the key
-    length), which bucketing refuses. Only masks whose slice feeds attention
-    ops (directly or through expand/view) are rewritten. Returns how many."""
+    amount is an expression (ceil to 8 or 16 of the key length) that
+    bucketing cannot pad: `bucketing.rewrite` applies this to the graph llmc
+    imports only. Never to a graph PyTorch runs: its kernel would reject the
+    unaligned mask. Only masks feeding attention ops (directly or through
+    expand/view) are rewritten. Returns how many."""
     done = 0
-    for node in list(gm.graph.nodes):
+    for node in list(graph.nodes):
         if not (node.op == "call_function" and node.target is aten.slice.Tensor):
             continue
         pad = node.args[0]
-        if not (isinstance(pad, torch.fx.Node) and pad.op == "call_function"
-                and pad.target is aten.constant_pad_nd.default):
+        if not (isinstance(pad, torch.fx.Node) and restoring_slices(pad)
+                and _feeds_attention_only(node)):
             continue
-        if not _feeds_attention_only(node):
-            continue
-        x = pad.args[0]
-        amounts = pad.args[1]
-        start = node.args[2] if len(node.args) > 2 else 0
-        step = node.args[4] if len(node.args) > 4 else 1
-        xm, sm = (x.meta.get("val") if isinstance(x, torch.fx.Node) else None), node.meta.get("val")
-        if not (isinstance(xm, torch.Tensor) and isinstance(sm, torch.Tensor)):
-            continue
-        lows = [amounts[i] for i in range(0, len(amounts), 2)]
-        if start not in (0, None) or step not in (1, None) or any(
-                not isinstance(lo, int) or lo != 0 for lo in lows):
-            continue
-        if xm.dim() != sm.dim() or not all(_same_size(a, b) for a, b in zip(xm.shape, sm.shape)):
-            continue
-        node.replace_all_uses_with(x)
+        node.replace_all_uses_with(pad.args[0])
         done += 1
     if done:
-        gm.graph.eliminate_dead_code()
+        graph.eliminate_dead_code()
+    return done
+
+
+def unpad_attention_masks(gm: torch.fx.GraphModule) -> int:
+    """unpad_attention_masks_in on a GraphModule (recompiled)."""
+    done = unpad_attention_masks_in(gm.graph)
+    if done:
         gm.recompile()
     return done

@@ -271,6 +271,9 @@ class Importer:
                  gm: Optional[torch.fx.GraphModule] = None):
         self.bindings = bindings
         self.gm = gm
+        # Symbols that are whole dimensions (or SymInt inputs) of the graph's
+        # placeholders: the backend binds exactly these per concrete shape.
+        self.bare_symbols: Optional[set] = bare_symbols(gm.graph) if gm is not None else None
         self.lines: List[str] = []
         self.env: Dict[torch.fx.Node, Any] = {}
         self.counter = 0
@@ -814,10 +817,35 @@ def _static_int(v, what: str, imp: Optional["Importer"] = None) -> Optional[int]
     return v
 
 
-def _backed(expr) -> bool:
-    """Whether a size expression depends only on input sizes (Dynamo's
-    backed symbols s0, s1, ...; unbacked ones, u0, come from data)."""
-    return bool(expr.free_symbols) and all(str(x).startswith("s") for x in expr.free_symbols)
+def bare_symbols(graph: torch.fx.Graph) -> set:
+    """Names of the symbols that are whole dimensions of the placeholders
+    (or SymInt placeholders): what an import per concrete shape binds."""
+    out = set()
+    for n in graph.nodes:
+        if n.op != "placeholder":
+            continue
+        m = n.meta.get("val")
+        dims = m.shape if isinstance(m, torch.Tensor) else (m,) if isinstance(m, torch.SymInt) else ()
+        for d in dims:
+            # A whole dimension s, or a*s + b of one (the backend solves it).
+            if isinstance(d, torch.SymInt) and len(d.node.expr.free_symbols) == 1:
+                e = d.node.expr
+                (x,) = e.free_symbols
+                if getattr(e, "is_Symbol", False) or (
+                        e.is_polynomial(x) and sympy.Poly(e, x).degree() == 1):
+                    out.add(str(x))
+    return out
+
+
+def _backed(imp, expr) -> bool:
+    """Whether a size expression depends only on sizes that an import per
+    concrete shape binds (Dynamo's backed symbols s0, s1, ... that are whole
+    input dimensions; unbacked ones, u0, come from data)."""
+    names = [str(x) for x in expr.free_symbols]
+    if not names or not all(x.startswith("s") for x in names):
+        return False
+    known = getattr(imp, "bare_symbols", None)
+    return known is None or all(x in known for x in names)
 
 
 def _bound_int(imp: Optional["Importer"], expr, what: str) -> int:
@@ -831,7 +859,7 @@ def _bound_int(imp: Optional["Importer"], expr, what: str) -> int:
                 {x: sympy.Integer(imp.bindings[str(x)]) for x in expr.free_symbols})
             if getattr(val, "is_Integer", False):
                 return int(val)
-    elif imp is not None and _backed(expr):
+    elif imp is not None and _backed(imp, expr):
         raise NeedsStatic(f"symbolic {what} ({expr})")
     raise Unsupported(f"symbolic {what}")
 
@@ -2144,6 +2172,7 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
             return check_node(src)
         return "getitem"
     imp = Importer()
+    imp.bare_symbols = bare_symbols(node.graph)
     for inp in node.all_input_nodes:
         m = _arg_tensor_meta(inp)
         if m is None:

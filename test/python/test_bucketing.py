@@ -397,29 +397,73 @@ def test_dynamic_cache_decode_is_bucketed_and_exact(family):
     assert "key_mask" in [e.kind for e in sub.bucket_extras], sub.bucket_extras
     for n in (10, 16, 21, 33):
         args = _cache_args(rec, n)
-        run_args, sizes = sub._pad(args)
         caches = [a for a in args if isinstance(a, torch.Tensor) and a.dim() == 4]
         assert caches and all(a.shape[2] == n for a in caches)
+        run_args, sizes = _check_padded_call(sub, rec.eager, args, f"{family} n={n}")
         assert all(b - m == bucketing.bucket_size(n, "pow2") - n for m, b in sizes.values()), sizes
-        assert len(run_args) == len(args) + len(sub.bucket_extras)
-        imp = sub._compile_import(run_args)
-        outs = run_ref(imp, run_args)
-        with torch.no_grad():
-            want = _flat(rec.eager(*args))
-        # The results (the grown caches, then the logits) sliced back.
-        got = sub._slice_outputs([logical_result(imp, i, outs[i], _padded_shape(sub, m, run_args))
-                                  for i, m in enumerate(sub.out_metas)], imp, sizes)
-        for j, (g, w) in enumerate(zip(got, want)):
-            assert g.shape == w.shape, (n, j, g.shape, w.shape)
-            compare(g, w, w.dtype, f"{family} n={n} output {j}")
         if n == 21:
             plain = importer.import_graph(sub.eager, func_name="plain",
                                           bindings=sub._symbol_values(run_args))
             bad = _flat(run_ref(plain, run_args[:len(args)]))
             cache0 = logical_result(plain, 0, bad[0], _padded_shape(sub, sub.out_metas[0],
                                                                   run_args))
+            with torch.no_grad():
+                want = _flat(rec.eager(*args))
             assert not torch.equal(cache0.narrow(2, 0, n + 1), want[0]), \
                 "negative control: the plain padded cat put the new row at the real length"
+
+
+def _check_padded_call(sub, eager, args, what):
+    """One call of `sub` the backend's way (padded, with the rewrite's
+    inputs, through the reference executor, sliced back) equals PyTorch's
+    run of `eager` on `args`. Returns the padded arguments and sizes."""
+    run_args, sizes = sub._pad(args)
+    assert len(run_args) == len(args) + len(sub.bucket_extras)
+    imp = sub._compile_import(run_args)
+    outs = run_ref(imp, run_args)
+    with torch.no_grad():
+        want = _flat(eager(*args))
+    got = sub._slice_outputs([logical_result(imp, i, outs[i], _padded_shape(sub, m, run_args))
+                              for i, m in enumerate(sub.out_metas)], imp, sizes)
+    for j, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, (what, j, g.shape, w.shape)
+        compare(g, w, w.dtype, f"{what} output {j}")
+    return run_args, sizes
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_dynamic_prefill_of_generate_is_bucketed_and_exact(family):
+    """generate()'s prefill keeps only the last position's hidden state
+    (`hidden[:, -1:]` before the LM head): bucketed by gathering it at the
+    real length. Prompts of 11, 16 and 21 tokens (batch 3) through the
+    reference executor, padded to 16 and 32, equal PyTorch."""
+    _need_llmc_run()
+    torch.manual_seed(0)
+    model = MODELS[family]().eval()
+    sink, kinds = [], []
+    model.forward = torch.compile(model.forward, backend=_capture_backend(sink, kinds),
+                                  dynamic=None)
+
+    def generate(p):
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.generate(torch.randint(1, 1000, (3, p)), max_new_tokens=1, do_sample=False,
+                           pad_token_id=0)
+    generate(5)
+    generate(9)  # Dynamo's dynamic prefill
+    rec, = [r for r in sink if bucketing.dynamic_symbols(r.eager)]
+    calls = []
+    forward = rec.forward
+    rec.forward = lambda *a: (calls.append([x.clone() if isinstance(x, torch.Tensor) else x
+                                            for x in a]), forward(*a))[1]
+    for p in (11, 16, 21):
+        generate(p)
+    sub = LlmcSubgraph(rec.eager, "prefill", Options.from_dict({"dynamic_buckets": "pow2"}),
+                       partition.Report(graph="t"))
+    assert sub.plan.tail_slices, sub.plan
+    assert len(calls) == 3
+    for p, args in zip((11, 16, 21), calls):
+        _check_padded_call(sub, rec.eager, args, f"{family} prompt {p}")
 
 
 def _padded_shape(sub, meta, run_args):

@@ -69,20 +69,37 @@ def test_static_cache_tokens_equal_eager_one_subgraph_per_step(family, batch):
                 "runs the subgraph") in decode.notes, str(decode)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_dynamic_cache_tokens_equal_eager_one_subgraph_per_step(family):
+def test_dynamic_cache_tokens_equal_eager_one_subgraph_per_step(family, batch):
+    """Prompts of 3, 17 and 40 tokens, 48 new tokens each: every graph is one
+    llmc subgraph holding every ATen op, and each compiles once per bucket
+    of its lengths (Dynamo's first graphs of the prefill and the decode step
+    are static: one compile each)."""
     capi_or_skip()
+    torch._dynamo.reset()
     torch.manual_seed(0)
     model = FAMILIES[family]().eval()
     compiled = _compiled(model, dynamic=None)
-    ids = torch.randint(1, 1000, (3, 9))
-    want = _generate(model, ids)
     llmc.backend.reset()
-    got = _generate(compiled, ids)
-    assert torch.equal(got, want), f"{got.tolist()} vs {want.tolist()}"
-    for r in llmc.backend.reports():
+    for prompt_len in (3, 17, 40):
+        ids = torch.randint(1, 1000, (batch, prompt_len))
+        want = _generate(model, ids)
+        got = _generate(compiled, ids)
+        assert torch.equal(got, want), f"prompt {prompt_len}: {got.tolist()} vs {want.tolist()}"
+    reps = llmc.backend.reports()
+    assert len(reps) == 4, [str(r) for r in reps]  # prefill and decode, static then dynamic
+    for r in reps:
         assert r.num_partitions == 1, str(r)
         assert not r.unsupported and r.num_llmc_nodes == r.num_nodes, str(r)
+        assert not r.compile_failures, str(r)
+        if r.bucketing:
+            buckets = max(len(v["buckets"]) for v in r.bucketing.values())
+            assert r.compiles == buckets, str(r)
+        else:
+            assert r.compiles == 1, str(r)
+    # The dynamic decode step: cache lengths 4 .. 86 -> buckets 16, 32, 64, 128.
+    assert sum(r.compiles for r in reps) <= 1 + 3 + 1 + 4, [str(r) for r in reps]
 
 
 def test_dynamic_cache_compiles_are_bounded_by_the_buckets():
