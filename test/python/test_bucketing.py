@@ -124,6 +124,38 @@ def test_a_size_used_as_a_value_is_the_real_length():
     compare(got[0], f(x.double()), torch.float32, "size as a value, padded 11 -> 16")
 
 
+def test_padding_mask_gathered_at_key_positions_is_linked_and_exact():
+    """Hugging Face's mask as transformers 5.17 builds it in the graph: the
+    padding mask `attention_mask[b, arange(key length)]`, its length another
+    symbol than the keys' (linked from the traced sizes, checked per call),
+    left padding in the mask; padded 11 -> 16 it is exact, and a call whose
+    sizes break the link runs in PyTorch (`_pad` returns None)."""
+    _need_llmc_run()
+    def f(q, k, v, am):
+        kv = torch.arange(k.shape[2])
+        keep = am.bool()[torch.arange(1)[:, None], kv[None, :]]
+        m = torch.where(keep[:, None, None, :], 0.0, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    q, k, v = QKV
+    am = torch.ones(1, 11, dtype=torch.int64)
+    am[0, :3] = 0
+    sink, kinds = [], []
+    args = [t.clone() for t in (q, k, v, am)]
+    for t, d in zip(args, (2, 2, 2, 1)):
+        torch._dynamo.mark_dynamic(t, d)
+    torch._dynamo.reset()
+    torch.compile(f, backend=_capture_backend(sink, kinds))(*args)
+    rec = sink[0]
+    sub = LlmcSubgraph(rec.eager, "f", Options.from_dict({"dynamic_buckets": "pow2"}),
+                       partition.Report(graph="t"))
+    assert sub.plan.links and sub.plan.key_masks, sub.plan
+    _, got = _padded_ref(sub, rec.args)
+    compare(got[0], f(q.double(), k.double(), v.double(), am), torch.float32,
+            "padding mask gathered at key positions, padded 11 -> 16")
+    short = [a[:, :10] if isinstance(a, torch.Tensor) and a.dim() == 2 else a for a in rec.args]
+    assert sub._pad(short)[0] is None  # mask length 10 vs key length 11: the link fails
+
+
 def test_attention_with_a_mask_that_does_not_hide_the_padding_gets_the_key_mask():
     """A mask of the graph's own that does not hide the padded keys (a
     per-query bias) is added to the key mask: exact through the reference
