@@ -605,8 +605,11 @@ def _slice(an, node) -> AV:
         start, end, step = (an.env.get(x) if isinstance(x, torch.fx.Node) else x
                             for x in (args["start"], args["end"], args["step"]))
         lin = affine(v.axes[dim][0], an.syms) if len(v.axes[dim]) == 1 else None
+        xm = importer._meta(args["self"])
+        static_lead = all(isinstance(x, int) for x in xm.shape[:dim])  # no int() on a SymInt:
+        # that would guard (specialize) the symbol in Dynamo's shape env
         if (lin is not None and isinstance(start, int) and start < 0 and step in (1, None)
-                and (end is None or end == INT_MAX) and -start <= 2 + lin[1]):
+                and (end is None or end == INT_MAX) and -start <= 2 + lin[1] and static_lead):
             # The last k positions (generate()'s logits of the last token,
             # hidden[:, -1:]): padded, they would be padding; `rewrite`
             # gathers them at the real length instead. Real when the real
@@ -695,20 +698,50 @@ def _is_append(an: Analysis, ins, pieces, d: int, rank: int) -> bool:
     length by `rewrite` (the padding then stays at the end)."""
     return (len(ins) >= 2 and pieces[0] and not any(pieces[1:])
             and all(v is not None and v.rank == rank for v in ins)
+            and all(len(v.axes[d]) <= 1 and all(getattr(f, "is_Integer", False) for f in v.axes[d])
+                    for v in ins[1:])
             and _single_affine(an, ins[0].axes[d]) is not None)
 
 
 # Gathers --------------------------------------------------------------------------------
 
+def _grows(an: Analysis, node: torch.fx.Node) -> bool:
+    """Whether `node`'s values may be computed from an arange to a padded
+    size or a cumsum (anywhere upstream in the subgraph): at padded positions
+    such values exceed every real one, where values computed from inputs
+    (padded by repeating their last real row) repeat real ones."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n in seen or not isinstance(n, torch.fx.Node):
+            continue
+        seen.add(n)
+        pk = getattr(n.target, "overloadpacket", None)
+        if pk is aten.cumsum:
+            return True
+        if pk is aten.arange and any(
+                isinstance(v, torch.SymInt) and an.padded_factor(v.node.expr)
+                for v in (an.env.get(a) if isinstance(a, torch.fx.Node) else a
+                          for a in n.args)):
+            return True
+        todo.extend(n.all_input_nodes)
+    return False
+
+
 def _gather(an, node) -> AV:
     if node.target is aten.embedding.default:
         table, idx = an.av(node.args[0]), an.av(node.args[1])
+        idx_node = node.args[1]
     else:
         table, idx = an.av(node.args[0]), an.av(node.args[2])
+        idx_node = node.args[2]
     if an.padded_axes(table):
         an.fail(node, "gather from a padded table")
     if idx.pos is not None and not idx.pos_src and an.padded_axis(idx.axes[idx.pos]):
         _limit_positions(an, node, idx, table.axes[0])
+    elif an.padded_axes(idx) and _grows(an, idx_node):
+        an.fail(node, "gather at indices computed from positions or sums that the padding "
+                      "continues past the table")
     if idx.pos is not None:
         an.index_inputs |= idx.pos_src
     return AV(idx.axes + table.axes[1:], table.dirty or idx.dirty)
@@ -757,6 +790,9 @@ def _index(an, node) -> AV:
         if not an.padded_axis(x.axes[i]):
             if in_graph_pos:
                 _limit_positions(an, node, v, x.axes[i])
+            elif v.pos is None and an.padded_axes(v) and _grows(an, args["indices"][i]):
+                an.fail(node, "indexing at indices computed from positions or sums that the "
+                              "padding continues past the table")
             continue
         if v.pos_src or v.pos_off < 0:
             # Inputs are not checked as indices; a negative position wraps
@@ -1003,7 +1039,17 @@ def _plan(an: Analysis, syms, refused) -> Plan:
                 tuple((str(a),) + tuple(_str_root(an, a)) for a in an.links),
                 tuple((n.name, i, str(s), c) for n, i, s, c in an.value_uses),
                 tuple((n.name, str(s), c) for n, s, c in an.tail_slices), an.zero_pos,
-                tuple((str(r), v) for r, v in an.size_limits.items()))
+                tuple((str(r), v) for r, v in _root_limits(an).items()))
+
+
+def _root_limits(an: Analysis) -> Dict[sympy.Symbol, int]:
+    """size_limits moved to the roots of the final links (a cap recorded on
+    a symbol that a later link made s = r + d caps r at cap - d)."""
+    out: Dict[sympy.Symbol, int] = {}
+    for sym, cap in an.size_limits.items():
+        r, d = an.root(sym)
+        out[r] = min(out.get(r, cap - d), cap - d)
+    return out
 
 
 def _str_root(an: Analysis, s) -> Tuple[str, int]:

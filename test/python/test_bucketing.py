@@ -156,6 +156,61 @@ def test_padding_mask_gathered_at_key_positions_is_linked_and_exact():
     assert sub._pad(short)[0] is None  # mask length 10 vs key length 11: the link fails
 
 
+def _capture_dims(fn, args, dims):
+    """The first subgraph of `fn` with the (argument, dimension) pairs of
+    `dims` dynamic, and its recorded arguments."""
+    sink, kinds = [], []
+    args = [a.clone() for a in args]
+    for i, d in dims:
+        torch._dynamo.mark_dynamic(args[i], d)
+    torch._dynamo.reset()
+    torch.compile(fn, backend=_capture_backend(sink, kinds))(*args)
+    return sink[0]
+
+
+def test_positions_into_a_table_cap_the_bucket_through_links():
+    """An in-graph arange indexing a 12-row table caps the padded size at 12
+    (16 would read past the table), also when the capped symbol is linked to
+    another one later in the graph; indices computed from positions (not
+    positions themselves) into a table are refused."""
+    _need_llmc_run()
+    table = torch.randn(12, 8)
+    def f(q, k, v, am, table):
+        e = F.embedding(torch.arange(am.shape[1]), table)
+        keep = am.bool()[torch.arange(1)[:, None], torch.arange(k.shape[2])[None, :]]
+        m = torch.where(keep[:, None, None, :], 0.0, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m), e
+    am = torch.ones(1, 11, dtype=torch.int64)
+    rec = _capture_dims(f, [*QKV, am, table], [(0, 2), (1, 2), (2, 2), (3, 1)])
+    sub = LlmcSubgraph(rec.eager, "f", Options.from_dict({"dynamic_buckets": "pow2"}),
+                       partition.Report(graph="t"))
+    assert sub.plan.links and sub.plan.size_limits, sub.plan
+    _, got = _padded_ref(sub, rec.args)  # 11 -> 12, not 16
+    want = f(*[t.double() for t in QKV], am, table.double())
+    got = [g for g in got if g is not None]
+    assert sorted(g.shape for g in got) == sorted(w.shape for w in want)
+    for w in want:  # the subgraph may return them in another order
+        g, = [g for g in got if g.shape == w.shape]
+        compare(g, w, torch.float32, "positions into a 12-row table")
+    plan, sym = _plan(lambda x, t: F.embedding(torch.arange(x.shape[1]) * 2, t) + x,
+                      torch.randn(1, 11, 8), torch.randn(24, 8))
+    assert sym not in plan.syms and "computed from positions" in plan.refused[sym], plan
+
+
+def test_tail_slice_with_a_dynamic_batch_does_not_specialize_it():
+    """(x @ W)[:, -2:] with batch and length dynamic: the rewrite would need
+    the batch as an integer; refused instead of guarding the batch symbol
+    to its traced value (which changed the graph's shapes for every call)."""
+    W = torch.randn(8, 8)
+    rec = _capture_dims(lambda x, w: (x @ w)[:, -2:], [torch.randn(3, 11, 8), W],
+                        [(0, 0), (0, 1)])
+    before = [str(n.meta.get("val")) for n in rec.eager.graph.nodes if n.op == "placeholder"]
+    sub = LlmcSubgraph(rec.eager, "f", Options.from_dict({"dynamic_buckets": "pow2"}),
+                       partition.Report(graph="t"))
+    after = [str(n.meta.get("val")) for n in rec.eager.graph.nodes if n.op == "placeholder"]
+    assert before == after and not sub.plan.tail_slices, (before, after, sub.plan)
+
+
 def test_attention_with_a_mask_that_does_not_hide_the_padding_gets_the_key_mask():
     """A mask of the graph's own that does not hide the padded keys (a
     per-query bias) is added to the key mask: exact through the reference
