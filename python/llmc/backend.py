@@ -54,7 +54,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-import sympy
 import torch
 import torch.fx
 
@@ -354,6 +353,7 @@ class LlmcSubgraph(torch.nn.Module):
         self._fast = all("val" in n.meta for n in self.placeholders)
         self._last: Optional[_Entry] = None
         self._sym_sources: Optional[List[Tuple[int, Optional[int], str]]] = None
+        self._lin_sources: Optional[List[Tuple[int, int, str, int, int]]] = None
         self._axes_of: Optional[Tuple[Any, list, list]] = None  # see _padded_axes
         self.static_only = False
         self.imported: Optional[importer.ImportResult] = None
@@ -434,8 +434,8 @@ class LlmcSubgraph(torch.nn.Module):
                                      f"not exact: {why})")
 
     def _rewrite_for_buckets(self):
-        """Imports the rewritten graph of a plan with appends or key masks
-        (bucketing.rewrite); when it cannot be rewritten or imported, the
+        """Imports the rewritten graph of a plan with rewrites (appends, key
+        masks, sizes as values, last-position slices: bucketing.rewrite); when it cannot be rewritten or imported, the
         plan's symbols are compiled per size."""
         try:
             gm, extras = bucketing.rewrite(self.eager, self.plan)
@@ -465,6 +465,12 @@ class LlmcSubgraph(torch.nn.Module):
         if self.plan.key_masks:
             notes.append(f"{len(self.plan.key_masks)} attention(s) with the padded keys "
                          "masked")
+        if self.plan.value_uses:
+            notes.append(f"{len(self.plan.value_uses)} size(s) used as values fed the real "
+                         "length")
+        if self.plan.tail_slices:
+            notes.append(f"{len(self.plan.tail_slices)} slice(s) of the last positions "
+                         "gathered at the real length")
         self.report.notes.append(f"{self.name}: {', '.join(notes)}")
 
     def _disable(self, why: str):
@@ -532,27 +538,15 @@ class LlmcSubgraph(torch.nn.Module):
 
     def _linear_sources(self) -> List[Tuple[int, int, str, int, int]]:
         """(placeholder, dimension, symbol, a, b) of dimensions a*s + b
-        (integers a != 0, b) that are not a plain symbol."""
-        if getattr(self, "_lin_sources", None) is None:
-            src = []
-            for pi, ph in enumerate(self.placeholders):
-                m = ph.meta.get("val")
-                if not isinstance(m, torch.Tensor):
-                    continue
-                for di, d in enumerate(m.shape):
-                    if not isinstance(d, torch.SymInt) or getattr(d.node.expr, "is_Symbol", False):
-                        continue
-                    e = d.node.expr
-                    if len(e.free_symbols) != 1:
-                        continue
-                    (x,) = e.free_symbols
-                    poly = sympy.Poly(e, x) if e.is_polynomial(x) else None
-                    if poly is None or poly.degree() != 1:
-                        continue
-                    k, c = poly.all_coeffs()
-                    if k.is_Integer and c.is_Integer:
-                        src.append((pi, di, str(x), int(k), int(c)))
-            self._lin_sources = src
+        (importer.linear_size) that are not a plain symbol."""
+        if self._lin_sources is None:
+            self._lin_sources = [
+                (pi, di) + lin
+                for pi, ph in enumerate(self.placeholders)
+                if isinstance(ph.meta.get("val"), torch.Tensor)
+                for di, d in enumerate(ph.meta["val"].shape)
+                if isinstance(d, torch.SymInt) and not getattr(d.node.expr, "is_Symbol", False)
+                for lin in [importer.linear_size(d.node.expr)] if lin is not None]
         return self._lin_sources
 
     def _compile_import(self, args, static: bool = False) -> importer.ImportResult:
@@ -613,11 +607,12 @@ class LlmcSubgraph(torch.nn.Module):
         arguments themselves and {} when nothing is padded. A plan that
         rewrites adds its inputs (bucketing.extra_inputs) whether or not the
         call is padded; None when the call must run in PyTorch (symbols the
-        plan needs equal differ, which PyTorch reports as an error)."""
+        plan needs related do not hold the relation (Plan.links), or a size
+        the rewrite's inputs need cannot be read from the arguments)."""
         real = self._symbol_values(args)
         if any(real.get(a) != real.get(r, -1) + d for a, r, d in self.plan.links):
             return None, {}
-        run_args, sizes = self._pad_inputs(args)
+        run_args, sizes = self._pad_inputs(args, real)
         if not self.bucket_extras:
             return run_args, sizes
         padded = self._symbol_values(run_args)
@@ -627,13 +622,14 @@ class LlmcSubgraph(torch.nn.Module):
                    next((a.device for a in args if isinstance(a, torch.Tensor)), None))
         return run_args + bucketing.extra_inputs(self.bucket_extras, real, padded, dev), sizes
 
-    def _pad_inputs(self, args) -> Tuple[list, Dict[str, Tuple[int, int]]]:
-        """_pad without the inputs of the rewrites."""
+    def _pad_inputs(self, args, vals: Dict[str, int]) -> Tuple[list, Dict[str, Tuple[int, int]]]:
+        """_pad without the inputs of the rewrites; `vals`: the symbols' real
+        sizes (_symbol_values of `args`)."""
         if not self.plan:
             return list(args), {}
-        vals = self._symbol_values(args)
         sizes: Dict[str, Tuple[int, int]] = {}
         links = {a: (r, d) for a, r, d in self.plan.links}
+        caps = dict(self.plan.size_limits)
         for sym in sorted(self.plan.syms, key=lambda x: x in links):  # linked ones last
             n = vals.get(sym)
             if sym in links:  # padded to its root's bucket + d (checked: n = root + d)
@@ -641,7 +637,7 @@ class LlmcSubgraph(torch.nn.Module):
                 b = sizes[r][1] + d if r in sizes else None
             else:
                 b = bucketing.bucket_size(n, self.options.dynamic_buckets) if n else None
-                cap = dict(self.plan.size_limits).get(sym)
+                cap = caps.get(sym)
                 if b is not None and cap is not None:
                     b = max(n, min(b, cap))  # in-graph positions index a table of cap rows
             if b is not None:
@@ -1232,7 +1228,6 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
                             "place when llmc runs the subgraph")
     if folded:
         report.notes.append(f"{folded} constant causal attention mask(s) folded into is_causal")
-
     report.notes.extend(mask_notes)
     for i, sub in enumerate(names):
         eager = getattr(fused, sub)

@@ -828,13 +828,27 @@ def bare_symbols(graph: torch.fx.Graph) -> set:
         dims = m.shape if isinstance(m, torch.Tensor) else (m,) if isinstance(m, torch.SymInt) else ()
         for d in dims:
             # A whole dimension s, or a*s + b of one (the backend solves it).
-            if isinstance(d, torch.SymInt) and len(d.node.expr.free_symbols) == 1:
-                e = d.node.expr
-                (x,) = e.free_symbols
-                if getattr(e, "is_Symbol", False) or (
-                        e.is_polynomial(x) and sympy.Poly(e, x).degree() == 1):
-                    out.add(str(x))
+            lin = linear_size(d.node.expr) if isinstance(d, torch.SymInt) else None
+            if lin is not None:
+                out.add(lin[0])
     return out
+
+
+def linear_size(expr) -> Optional[Tuple[str, int, int]]:
+    """(s, a, b) when the size expression is a*s + b of one symbol s with
+    integers a != 0 and b (a plain symbol is (s, 1, 0)); else None."""
+    if len(expr.free_symbols) != 1:
+        return None
+    (x,) = expr.free_symbols
+    if getattr(expr, "is_Symbol", False):
+        return str(x), 1, 0
+    if not expr.is_polynomial(x):
+        return None
+    poly = sympy.Poly(expr, x)
+    if poly.degree() != 1:
+        return None
+    a, b = poly.all_coeffs()
+    return (str(x), int(a), int(b)) if a.is_Integer and b.is_Integer else None
 
 
 def _backed(imp, expr) -> bool:

@@ -365,7 +365,7 @@ def test_restride_plan_replays_what_restride_did():
     base = torch.randn(4, 6)
     sub.out_metas = [base.t(), base, torch.randn(1, 4).expand(3, 4)]
     sub.placeholders = []
-    sub._sym_sources = None
+    sub._sym_sources = sub._lin_sources = None
 
     class Imp:
         outputs = [("out", 0), ("out", 1), ("out", 2), ("out", 0)]
