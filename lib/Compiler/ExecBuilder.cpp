@@ -158,9 +158,15 @@ void ExecBuilder::launch(int kernel, ArrayRef<int64_t> grid, ArrayRef<int64_t> b
   exec::AttentionAttr attn;
   if (attention) {
     const AttentionAttachment &s = *attention;
-    for (BufferRef r : {s.q, s.k, s.v, s.o})
+    SmallVector<BufferRef, 5> refs = {s.q, s.k, s.v, s.o};
+    if (s.lse.buffer >= 0)
+      refs.push_back(s.lse);
+    SmallVector<int64_t, 5> offsets;
+    for (BufferRef r : refs) {
       attnOperands.push_back(value(r));
-    attnOffsets = b.getDenseI64ArrayAttr({s.q.offset, s.k.offset, s.v.offset, s.o.offset});
+      offsets.push_back(r.offset);
+    }
+    attnOffsets = b.getDenseI64ArrayAttr(offsets);
     attn = exec::AttentionAttr::get(ctx, s.b, s.sq, s.skv, s.hq, s.hkv, s.d,
                                     b.getBoolAttr(s.causal), b.getF32FloatAttr(s.scale),
                                     toMlirType(ctx, s.dtype));

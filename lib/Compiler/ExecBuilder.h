@@ -81,10 +81,11 @@ private:
 };
 
 /// cuDNN's fused attention attached to a kernel launch (exec.launch's
-/// `attention`): [b, s, h, d] row-major Q/K/V/O of `dtype`, the kernel staying
-/// the runtime's fallback.
+/// `attention`): [b, s, h, d] row-major Q/K/V/O of `dtype`, and the f32
+/// [b, hq, sq] logsumexp `lse` when the launch writes one (buffer -1: none),
+/// the kernel staying the runtime's fallback.
 struct AttentionAttachment {
-  BufferRef q, k, v, o;
+  BufferRef q, k, v, o, lse;
   int64_t b = 0, sq = 0, skv = 0, hq = 0, hkv = 0, d = 0;
   bool causal = false;
   float scale = 1.f;

@@ -271,6 +271,31 @@ bool llmc::ropeCacheWriteMembersOk(const RopeCacheWrite &w) {
   return true;
 }
 
+bool llmc::attentionStatsPair(AttentionOp attention, AttentionLogSumExpOp stats) {
+  if (attention.getQuery() != stats.getQuery() || attention.getKey() != stats.getKey() ||
+      attention.getMask() || stats.getMask() || attention.getKvLen() ||
+      attention.getKvHnd() || attention.getCausal() != stats.getCausal() ||
+      attention.getScale() != stats.getScale())
+    return false;
+  Type t = getElementTypeOrSelf(attention.getQuery().getType());
+  if (getElementTypeOrSelf(attention.getKey().getType()) != t ||
+      getElementTypeOrSelf(attention.getValue().getType()) != t)
+    return false;
+  cu::AttentionConfig cfg;
+  cfg.dtype = kernelScalarType(attention.getQuery());
+  cfg.head_dim = cast<RankedTensorType>(attention.getQuery().getType()).getDimSize(3);
+  cfg.write_lse = true;
+  if (!cu::AttentionUsesTensorCores(cfg))
+    return false;
+  Operation *a = attention, *s = stats;
+  if (a->getBlock() != s->getBlock())
+    return false;
+  Operation *first = a->isBeforeInBlock(s) ? a : s, *last = first == a ? s : a;
+  return llvm::all_of(first->getUsers(), [&](Operation *user) {
+    return user->getBlock() == last->getBlock() && last->isBeforeInBlock(user);
+  });
+}
+
 namespace {
 
 struct Planner {
@@ -282,6 +307,7 @@ struct Planner {
   void planFusion();
   void planGemvGroups();
   void planRopeCacheWrites();
+  void planAttentionStats();
 };
 
 } // namespace
@@ -575,6 +601,27 @@ void Planner::planRopeCacheWrites() {
       plan.ropeCacheWriteOf[m] = static_cast<int>(id);
 }
 
+void Planner::planAttentionStats() {
+  Block &body = fn.getBody().front();
+  for (AttentionLogSumExpOp stats : body.getOps<AttentionLogSumExpOp>()) {
+    if (prepared.contains(stats))
+      continue;
+    for (Operation *user : stats.getQuery().getUsers()) {
+      auto attention = dyn_cast<AttentionOp>(user);
+      if (!attention || prepared.contains(attention) ||
+          plan.attentionStatsOf.count(attention) || !attentionStatsPair(attention, stats))
+        continue;
+      Operation *emitAt =
+          attention->isBeforeInBlock(stats) ? stats.getOperation() : attention.getOperation();
+      int id = static_cast<int>(plan.attentionStats.size());
+      plan.attentionStats.push_back({attention, stats, emitAt});
+      plan.attentionStatsOf[attention] = id;
+      plan.attentionStatsOf[stats] = id;
+      break;
+    }
+  }
+}
+
 /// Decode GEMVs that read the same x but sit apart in program order (Hugging
 /// Face's LLaMA computes k's RoPE and cache write between the k, v and q
 /// projections) move up next to the first of them, as long as their operands
@@ -611,6 +658,7 @@ KernelPlan llmc::planKernels(func::FuncOp fn, const LowerOptions &options,
   p.planFusion();
   p.planGemvGroups();
   p.planRopeCacheWrites();
+  p.planAttentionStats();
   return std::move(p.plan);
 }
 
@@ -634,6 +682,11 @@ void llmc::annotateKernels(func::FuncOp fn, const KernelPlan &plan) {
     SmallVector<Operation *> ops(w.members());
     llvm::sort(ops, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
     byLast[w.emitAt] = {"rope_cache_write", ops};
+  }
+  for (const AttentionStats &a : plan.attentionStats) {
+    SmallVector<Operation *> ops = {a.attention, a.stats};
+    llvm::sort(ops, [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
+    byLast[a.emitAt] = {"attention_stats", ops};
   }
   for (const SmallVector<Operation *> &g : plan.groups)
     if (g.size() > 1 && !plan.gemvGroupOf.count(g.back()))

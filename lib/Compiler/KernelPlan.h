@@ -6,7 +6,8 @@
 // (decidedKernelPlan) and never decides again: residual add + norm, chains of
 // elementwise ops, multi-output decode GEMVs sharing an input, the SwiGLU
 // decode GEMV (mul(silu(x W_gate), x W_up) in one kernel), and RoPE written
-// straight into a KV cache by its index_put (one kernel). The lowering emits
+// straight into a KV cache by its index_put (one kernel), and an attention forward
+// with the logsumexp its backward needs (one launch). The lowering emits
 // one launch per group and per remaining op.
 //
 // Built on llm::planFusionGroups (the cost model and bounds of FusionPlan.h):
@@ -117,6 +118,24 @@ bool cacheWriteQuery(llm::RoPEOp rope, llm::RoPEOp q);
 /// is used only after it (in one block).
 bool ropeCacheWriteMembersOk(const RopeCacheWrite &w);
 
+/// An SDPA forward that saves its statistics for backward: llm.attention
+/// and llm.attention_logsumexp of the same query, key, causal and scale, run
+/// as one launch (FlashAttention-2's write_lse variant writes O and the
+/// logsumexp in one pass, and cuDNN's SDPA writes its stats when attached)
+/// instead of a second, statistics-only pass over Q K^T.
+struct AttentionStats {
+  llm::AttentionOp attention;
+  llm::AttentionLogSumExpOp stats;
+  mlir::Operation *emitAt = nullptr; // the later of the two
+};
+
+/// Whether one launch computes `attention` and `stats`: the same query and
+/// key, causal and scale, neither with a mask, no kv_len, key and value in
+/// NHD layout, and the write_lse kernel's types (bf16/f16 query, key and
+/// value of one type, head dim a multiple of 16 up to 256); both in one
+/// block, the earlier one used only after the later one.
+bool attentionStatsPair(llm::AttentionOp attention, llm::AttentionLogSumExpOp stats);
+
 /// Decode GEMVs run as one kernel.
 struct GemvGroup {
   llvm::SmallVector<llm::MatmulOp, 4> members; // program order; SwiGLU: {gate, up}
@@ -137,6 +156,9 @@ struct KernelPlan {
   /// RoPE + KV-cache writes; ropeCacheWriteOf maps the rope and the put.
   std::vector<RopeCacheWrite> ropeCacheWrites;
   llvm::DenseMap<mlir::Operation *, int> ropeCacheWriteOf;
+  /// Attention forwards with their statistics; attentionStatsOf maps both.
+  std::vector<AttentionStats> attentionStats;
+  llvm::DenseMap<mlir::Operation *, int> attentionStatsOf;
 };
 
 /// Plans the kernels of `fn`'s top-level block (a shape-specialized
@@ -149,8 +171,8 @@ KernelPlan planKernels(mlir::func::FuncOp fn, const LowerOptions &options,
 
 /// The attribute annotateKernels puts on every op of a multi-op kernel:
 /// {group = <n>, kind = "residual_norm" | "elementwise" | "multi_gemv" |
-/// "swiglu_gemv" | "rope_cache_write"}, groups numbered in program order of
-/// their last op.
+/// "swiglu_gemv" | "rope_cache_write" | "attention_stats"}, groups numbered
+/// in program order of their last op.
 inline constexpr llvm::StringLiteral kKernelAttr = "llm.kernel";
 
 /// A splat constant: kernels read it as an immediate, not from memory.

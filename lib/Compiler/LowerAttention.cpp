@@ -46,12 +46,15 @@ static absl::StatusOr<TrainingDims> trainingDims(OpT op) {
                       q.getDimSize(3), k.getDimSize(1), k.getDimSize(2)};
 }
 
-static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lowering &l);
+static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Value lse,
+                                                          Lowering &l);
 
 /// attention(q, k, v [, mask, kv_len]) => flash-decoding (split + combine) or
 /// one FlashAttention-2 kernel, with cuDNN's fused attention attached when
-/// its llm.kernel_config asks for it.
-static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
+/// its llm.kernel_config asks for it. `lse` (optional): the f32 [B, Hq, Sq]
+/// result of the llm.attention_logsumexp the same FlashAttention-2 launch
+/// writes (attentionStatsPair holds; the caller checked the kernel choice).
+static absl::Status lowerAttentionWith(AttentionOp op, Value lse, Lowering &l) {
   auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
   int64_t b = q.getDimSize(0), sq = q.getDimSize(1), hq = q.getDimSize(2),
           d = q.getDimSize(3), skv = k.getDimSize(op.kvSeqDim()),
@@ -137,6 +140,7 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
   cfg.head_dim = d;
   cfg.causal = op.getCausal();
   cfg.kv_hnd = op.getKvHnd();
+  cfg.write_lse = static_cast<bool>(lse);
   Value mask = op.getMask();
   std::optional<std::array<int64_t, 3>> maskStrides = attentionMaskStrides(op);
   if (!maskStrides)
@@ -163,13 +167,15 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
                                  i64Arg(strideB),
                                  i64Arg(strideH),
                                  i64Arg(strideQ)};
+  if (lse)
+    args.push_back(l.ptrArg(lse));
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
                         generated(cu::AttentionLaunch(cfg, b, sq, hq), op));
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
                         generated(cu::EmitAttention(cfg), op));
   std::optional<AttentionAttachment> cudnn;
   if (choice->second.cudnn) {
-    LLMC_ASSIGN_OR_RETURN(cudnn, cudnnAttachment(op, l));
+    LLMC_ASSIGN_OR_RETURN(cudnn, cudnnAttachment(op, lse, l));
   }
   l.launch(l.addKernel(code), dims, std::move(args), op, cudnn ? &*cudnn : nullptr);
   return absl::OkStatus();
@@ -178,7 +184,8 @@ static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
 /// The cuDNN alternative of `op`'s attention kernel launch (exec.launch's
 /// `attention`), which its llm.kernel_config asked for; the kernel stays as
 /// the runtime's fallback.
-static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lowering &l) {
+static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Value lse,
+                                                          Lowering &l) {
   absl::StatusOr<rt::AttentionSpec> specOr = cudnnAttentionSpec(op);
   std::string why = !specOr.ok()     ? std::string(specOr.status().message())
                     : op.getMask()   ? std::string("an additive mask")
@@ -194,6 +201,8 @@ static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Lower
   auto ref = [&](Value v) { return l.ptrArg(v).ref; };
   a.q = ref(op.getQuery()), a.k = ref(op.getKey()), a.v = ref(op.getValue());
   a.o = ref(op.getResult());
+  if (lse)
+    a.lse = ref(lse);
   return a;
 }
 
@@ -290,6 +299,26 @@ static absl::Status lowerAttentionBackward(AttentionBackwardOp op, Lowering &l) 
              {l.ptrArg(op.getGradQuery()), l.bufArg(dqAcc), i64Arg(n), f32Arg(scale)}, op);
   }
   return absl::OkStatus();
+}
+
+static absl::Status lowerAttention(AttentionOp op, Lowering &l) {
+  return lowerAttentionWith(op, Value(), l);
+}
+
+/// attention + attention_logsumexp (llmc-form-kernels' attention_stats) =>
+/// one FlashAttention-2 launch writing O and lse (cuDNN writing its stats
+/// when attached); the two launches of the ops apart where the attention's
+/// llm.kernel_config chose flash-decoding.
+absl::Status lowerAttentionStats(const AttentionStats &a, Lowering &l) {
+  auto choice = l.getKernelConfigs().attention.find(a.attention);
+  if (choice != l.getKernelConfigs().attention.end() &&
+      choice->second.kernel == AttentionChoice::kFlashDecode) {
+    if (absl::Status st = lowerAttention(a.attention, l); !st.ok())
+      return st;
+    return lowerAttentionLogSumExp(a.stats, l);
+  }
+  AttentionLogSumExpOp stats = a.stats;
+  return lowerAttentionWith(a.attention, stats.getResult(), l);
 }
 
 void populateAttentionLowerings(OpLoweringSet &set) {

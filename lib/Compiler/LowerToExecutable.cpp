@@ -143,6 +143,11 @@ absl::Status Lowering::emitOp(Operation *op, const OpLoweringSet &patterns) {
     const RopeCacheWrite &w = kernelPlan.ropeCacheWrites[it->second];
     return op == w.emitAt ? lowerRopeCacheWrite(w, *this) : absl::OkStatus();
   }
+  if (auto it = kernelPlan.attentionStatsOf.find(op);
+      it != kernelPlan.attentionStatsOf.end()) {
+    const AttentionStats &a = kernelPlan.attentionStats[it->second];
+    return op == a.emitAt ? lowerAttentionStats(a, *this) : absl::OkStatus();
+  }
   if (isElementwise(op)) {
     auto &group = kernelPlan.groups[kernelPlan.groupOf[op]];
     if (group.back() != op)
@@ -261,6 +266,10 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
       if (w.v && &op == w.v.operator->())
         touch(w.vValue, opIndex[w.emitAt]);
     }
+    // An attention with its statistics reads both ops' operands at the later.
+    if (auto it = kernelPlan.attentionStatsOf.find(&op); it != kernelPlan.attentionStatsOf.end())
+      for (Value operand : op.getOperands())
+        touch(operand, opIndex[kernelPlan.attentionStats[it->second].emitAt]);
     // The fused residual add's sum is written by the norm.
     if (auto add = dyn_cast<AddOp>(&op); add && kernelPlan.fusedIntoNorm.contains(add))
       for (Operation *user : add->getUsers())

@@ -337,6 +337,7 @@ absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l);
 /// RoPE computed by the kernel of the index_put that writes it into a KV
 /// cache (LowerRoPE.cpp).
 absl::Status lowerRopeCacheWrite(const RopeCacheWrite &w, Lowering &l);
+absl::Status lowerAttentionStats(const AttentionStats &a, Lowering &l);
 
 /// Every tensor codegen sizes is within llm::kMaxTensorElements (what the
 /// `llm` verifiers and the runtime's Executable::Validate take), so element

@@ -55,6 +55,7 @@ private:
   absl::Status multiGemv(const Annotated &k);
   absl::Status swiGluGemv(const Annotated &k);
   absl::Status ropeCacheWrite(const Annotated &k);
+  absl::Status attentionStats(const Annotated &k);
 
   func::FuncOp fn;
   const llvm::DenseSet<Operation *> &prepared;
@@ -308,6 +309,37 @@ absl::Status Reader::ropeCacheWrite(const Annotated &k) {
   return absl::OkStatus();
 }
 
+// attention + attention_logsumexp of the same operands => one launch.
+absl::Status Reader::attentionStats(const Annotated &k) {
+  AttentionOp attention;
+  AttentionLogSumExpOp stats;
+  for (Operation *op : k.ops) {
+    if (auto a = dyn_cast<AttentionOp>(op); a && !attention)
+      attention = a;
+    else if (auto s = dyn_cast<AttentionLogSumExpOp>(op); s && !stats)
+      stats = s;
+  }
+  if (k.ops.size() != 2 || !attention || !stats)
+    return bad(k.ops.front(), k,
+               "an attention_stats kernel is one llm.attention and one "
+               "llm.attention_logsumexp");
+  for (Operation *op : k.ops)
+    if (prepared.contains(op))
+      return bad(op, k, "parameter-preparation work is never an attention_stats kernel");
+  if (!attentionStatsPair(attention, stats))
+    return bad(stats, k,
+               "it does not share the attention's query, key, causal and scale, "
+               "or one of them has a mask or kv_len, key and value are not NHD, "
+               "the types are not one of bf16/f16 with a head dim that is a "
+               "multiple of 16 up to 256, or the earlier op is used before the "
+               "later one");
+  int id = plan.attentionStats.size();
+  plan.attentionStats.push_back({attention, stats, k.ops.back()});
+  plan.attentionStatsOf[attention] = id;
+  plan.attentionStatsOf[stats] = id;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KernelPlan> Reader::read() {
   Block &body = fn.getBody().front();
   std::map<int64_t, Annotated> kernels;
@@ -345,10 +377,12 @@ absl::StatusOr<KernelPlan> Reader::read() {
       st = swiGluGemv(k);
     else if (k.kind == "rope_cache_write")
       st = ropeCacheWrite(k);
+    else if (k.kind == "attention_stats")
+      st = attentionStats(k);
     else
       st = bad(k.ops.front(), k,
                "that kind is none of residual_norm, elementwise, multi_gemv, "
-               "swiglu_gemv and rope_cache_write");
+               "swiglu_gemv, rope_cache_write and attention_stats");
     if (!st.ok())
       return st;
   }

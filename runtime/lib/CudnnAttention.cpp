@@ -65,7 +65,7 @@ std::unique_ptr<CudnnAttentionRunner> CudnnAttentionRunner::Create(
 }
 CudnnAttentionRunner::~CudnnAttentionRunner() = default;
 absl::StatusOr<bool> CudnnAttentionRunner::Run(int, uint64_t, uint64_t, uint64_t,
-                                               uint64_t, CUstream) {
+                                               uint64_t, uint64_t, CUstream) {
   return false;
 }
 
@@ -312,7 +312,7 @@ class GraphBuilder {
 
 // Variant-pack UIDs of the graph's non-virtual tensors.
 constexpr int64_t kUidQ = 1, kUidK = 2, kUidV = 3, kUidO = 4, kUidScale = 5,
-                  kUidNegInf = 6;
+                  kUidNegInf = 6, kUidStats = 7;
 
 /// Builds the SDPA forward operations of `s` into `g` (see the header for
 /// the graph).
@@ -373,10 +373,14 @@ absl::Status BuildSdpaOperations(const AttentionSpec& s, GraphBuilder& g) {
   LLMC_RT_ASSIGN_OR_RETURN(auto sum, virt("row sum", f32, /*row=*/true));
   LLMC_RT_RETURN_IF_ERROR(g.Reduction("row sum", CUDNN_REDUCE_TENSOR_ADD, ex, sum));
   // Softmax statistics (log-sum-exp), virtual in inference, as cudnn-frontend
-  // builds them for flash attention.
+  // builds them for flash attention; the training forward's output (f32
+  // [b, hq, sq, 1], llm.attention_logsumexp's [B, Hq, Sq] layout) when the
+  // spec has one.
   LLMC_RT_ASSIGN_OR_RETURN(auto lg, virt("log(sum)", f32, /*row=*/true));
   LLMC_RT_RETURN_IF_ERROR(g.Pointwise("log", CUDNN_POINTWISE_LOG, f32, sum, nullptr, nullptr, lg));
-  LLMC_RT_ASSIGN_OR_RETURN(auto stats, virt("stats", f32, /*row=*/true));
+  LLMC_RT_ASSIGN_OR_RETURN(
+      auto stats, s.has_lse() ? g.Tensor("stats", kUidStats, f32, rdims, rstrides, false)
+                              : virt("stats", f32, /*row=*/true));
   LLMC_RT_RETURN_IF_ERROR(g.Pointwise("stats", CUDNN_POINTWISE_ADD, f32, mx, lg, nullptr, stats));
   // P in the io type: cuDNN wants bmm2's A operand in the io type.
   LLMC_RT_ASSIGN_OR_RETURN(auto p, virt("P", io));
@@ -412,18 +416,19 @@ struct CudnnAttentionRunner::Plan {
 namespace {
 
 using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           bool, uint32_t>;
+                           bool, uint32_t, bool>;
 PlanKey KeyOf(const AttentionSpec& s) {
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &s.scale, sizeof(scale_bits));
   return {static_cast<int>(s.dtype), s.b, s.sq, s.skv, s.hq, s.hkv, s.d, s.causal,
-          scale_bits};
+          scale_bits, s.has_lse()};
 }
 
 std::string Describe(const AttentionSpec& s) {
   return absl::StrCat("b=", s.b, " sq=", s.sq, " skv=", s.skv, " hq=", s.hq,
                       " hkv=", s.hkv, " d=", s.d, " ", DTypeName(s.dtype),
-                      s.causal ? " causal" : "", " scale=", s.scale);
+                      s.causal ? " causal" : "", " scale=", s.scale,
+                      s.has_lse() ? " with stats" : "");
 }
 
 /// Operation graph -> heuristics -> the first engine configuration whose
@@ -518,7 +523,8 @@ absl::Status BuildPlan(const Cudnn& lib, cudnnHandle_t handle,
 
 absl::Status Execute(const Cudnn& lib, cudnnHandle_t handle,
                      const CudnnAttentionRunner::Plan& plan, uint64_t q, uint64_t k,
-                     uint64_t v, uint64_t o, uint64_t workspace, CUstream stream) {
+                     uint64_t v, uint64_t o, uint64_t lse, uint64_t workspace,
+                     CUstream stream) {
   LLMC_RT_RETURN_IF_ERROR(
       lib.Check(lib.cudnnSetStream(handle, reinterpret_cast<cudaStream_t>(stream)),
                 "cudnnSetStream"));
@@ -529,6 +535,10 @@ absl::Status Execute(const Cudnn& lib, cudnnHandle_t handle,
   if (plan.spec.causal) {
     uids.push_back(kUidNegInf);
     ptrs.push_back(const_cast<float*>(&plan.neg_inf));
+  }
+  if (plan.spec.has_lse()) {
+    uids.push_back(kUidStats);
+    ptrs.push_back(reinterpret_cast<void*>(lse));
   }
   void* ws = reinterpret_cast<void*>(workspace);
   cudnnBackendDescriptor_t vp = nullptr;
@@ -563,16 +573,18 @@ absl::Status TrialRun(const Cudnn& lib, cudnnHandle_t handle,
   const AttentionSpec& s = plan.spec;
   int64_t el = DTypeSize(s.dtype);
   int64_t qo = s.b * s.sq * s.hq * s.d * el, kv = s.b * s.skv * s.hkv * s.d * el;
-  PooledBuffer bufs[4];
-  const int64_t sizes[4] = {qo, kv, kv, qo};
-  for (int i = 0; i < 4; ++i) {
+  PooledBuffer bufs[5];
+  const int64_t sizes[5] = {qo, kv, kv, qo, s.has_lse() ? s.b * s.hq * s.sq * 4 : 0};
+  for (int i = 0; i < 5; ++i) {
+    if (sizes[i] == 0) continue;
     LLMC_RT_ASSIGN_OR_RETURN(bufs[i], PooledBuffer::Allocate(pool, sizes[i]));
     LLMC_RT_RETURN_IF_ERROR(LLMC_VENDOR_CALL(*cu, cuMemsetD8,
                                              static_cast<CUdeviceptr>(bufs[i].ptr()), 0,
                                              sizes[i]));
   }
   LLMC_RT_RETURN_IF_ERROR(Execute(lib, handle, plan, bufs[0].ptr(), bufs[1].ptr(),
-                                  bufs[2].ptr(), bufs[3].ptr(), workspace, nullptr));
+                                  bufs[2].ptr(), bufs[3].ptr(), bufs[4].ptr(), workspace,
+                                  nullptr));
   return LLMC_VENDOR_CALL(*cu, cuCtxSynchronize);
 }
 
@@ -656,11 +668,14 @@ CudnnAttentionRunner::~CudnnAttentionRunner() {
 }
 
 absl::StatusOr<bool> CudnnAttentionRunner::Run(int index, uint64_t q, uint64_t k,
-                                               uint64_t v, uint64_t o, CUstream stream) {
+                                               uint64_t v, uint64_t o, uint64_t lse,
+                                               CUstream stream) {
   if (!Ready(index)) return false;
-  if ((q | k | v | o) % 16 != 0) return false;
-  absl::Status st = Execute(*lib_, static_cast<cudnnHandle_t>(handle_),
-                            *plans_[plan_of_[index]], q, k, v, o, workspace_.ptr(), stream);
+  if ((q | k | v | o | lse) % 16 != 0) return false;
+  const Plan& plan = *plans_[plan_of_[index]];
+  if (plan.spec.has_lse() != (lse != 0)) return false;
+  absl::Status st = Execute(*lib_, static_cast<cudnnHandle_t>(handle_), plan, q, k, v, o,
+                            lse, workspace_.ptr(), stream);
   if (st.ok()) return true;
   // Never an error of the run: this spec runs its kernel from now on.
   plan_of_[index] = -1;

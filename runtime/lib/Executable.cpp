@@ -441,6 +441,13 @@ absl::Status Executable::Validate() const {
     for (int r = 0; r < 4; ++r)
       LLMC_RT_RETURN_IF_ERROR(
           check_ref(*refs[r].first, false, w + names[r], refs[r].second));
+    if (a.has_lse()) {
+      std::optional<int64_t> lse = Mul(a.b, a.hq);
+      if (lse) lse = Mul(*lse, a.sq);
+      if (lse) lse = Mul(*lse, 4);
+      if (!lse) return bad(w, " lse overflows int64 bytes");
+      LLMC_RT_RETURN_IF_ERROR(check_ref(a.lse, false, w + " lse", *lse));
+    }
   }
   if (num_prepare_launches < 0 ||
       num_prepare_launches > static_cast<int>(launches.size()))

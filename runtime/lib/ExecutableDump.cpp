@@ -262,7 +262,8 @@ std::string DescribeExecutable(const Executable& exe) {
                     " skv=", a.skv, " hq=", a.hq, " hkv=", a.hkv, " d=", a.d,
                     " causal=", a.causal ? 1 : 0, " scale=", Float(a.scale),
                     " dtype=", Name(a.dtype), " q=", Ref(a.q), " k=", Ref(a.k),
-                    " v=", Ref(a.v), " o=", Ref(a.o), "\n");
+                    " v=", Ref(a.v), " o=", Ref(a.o),
+                    a.has_lse() ? absl::StrCat(" lse=", Ref(a.lse)) : "", "\n");
   }
 
   for (size_t i = 0; i < exe.launches.size(); ++i)

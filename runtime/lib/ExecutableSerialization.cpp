@@ -232,7 +232,7 @@ CollectiveSpec CollectiveFrom(const json& j) {
 }
 
 json ToJson(const AttentionSpec& a) {
-  return {{"shape", {a.b, a.sq, a.skv, a.hq, a.hkv, a.d}},
+  json j = {{"shape", {a.b, a.sq, a.skv, a.hq, a.hkv, a.d}},
           {"causal", a.causal},
           {"scale", a.scale},
           {"dtype", DTypeName(a.dtype)},
@@ -240,6 +240,8 @@ json ToJson(const AttentionSpec& a) {
           {"k", Ref(a.k)},
           {"v", Ref(a.v)},
           {"o", Ref(a.o)}};
+  if (a.has_lse()) j["lse"] = Ref(a.lse);
+  return j;
 }
 AttentionSpec AttentionFrom(const json& j) {
   AttentionSpec a;
@@ -254,6 +256,7 @@ AttentionSpec AttentionFrom(const json& j) {
   a.k = RefAt(j, "k");
   a.v = RefAt(j, "v");
   a.o = RefAt(j, "o");
+  if (j.contains("lse")) a.lse = RefAt(j, "lse");
   return a;
 }
 

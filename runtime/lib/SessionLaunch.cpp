@@ -197,7 +197,8 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
         // cuDNN when it has a plan for this attention, else the kernel.
         const AttentionSpec& a = exe.attentions[l.attention];
         LLMC_RT_ASSIGN_OR_RETURN(bool ran, attention->Run(l.attention, addr(a.q), addr(a.k),
-                                                          addr(a.v), addr(a.o), stream));
+                                                          addr(a.v), addr(a.o), addr(a.lse),
+                                                          stream));
         if (ran) return absl::OkStatus();
       }
       std::vector<uint64_t> storage(l.args.size());

@@ -427,9 +427,9 @@ LogicalResult LaunchOp::verify() {
                          << " buffer operands (one per pointer argument), found "
                          << getBuffers().size();
   size_t attention = getAttentionBuffers().size();
-  if (getAttention() ? attention != 4 : attention != 0)
-    return emitOpError() << "expected " << (getAttention() ? 4 : 0)
-                         << " attention operands (q, k, v, o), found " << attention;
+  if (getAttention() ? attention != 4 && attention != 5 : attention != 0)
+    return emitOpError() << "expected " << (getAttention() ? "4 or 5" : "0")
+                         << " attention operands (q, k, v, o[, lse]), found " << attention;
   size_t offsets = getAttentionOffsets() ? getAttentionOffsets()->size() : 0;
   if (offsets != attention)
     return emitOpError() << "expected " << attention

@@ -193,8 +193,10 @@ def Exec_LaunchOp : Exec_Op<"launch", [
     Arguments, in kernel-parameter order: a buffer pointer `%b[offset]`
     (buffer address plus byte offset), `N : i32`, `N` (i64), `X : f32`, or a
     string: a by-value struct passed as its bytes. `attention(%q[..], %k[..],
-    %v[..], %o[..]) #exec.attention<...>` attaches a cuDNN attention the
-    runtime may run instead (the kernel stays the fallback).
+    %v[..], %o[..][, %lse[..]]) #exec.attention<...>` attaches a cuDNN
+    attention the runtime may run instead (the kernel stays the fallback);
+    `lse`, the f32 [b, hq, sq] logsumexp a training forward saves, is
+    written by both when present.
 
     ```mlir
     exec.launch @add_f32 grid [4, 1, 1] block [256, 1, 1] smem 0 (%b0[0], %b1[0], %b2[512], 1024, 1.0 : f32) label "add"

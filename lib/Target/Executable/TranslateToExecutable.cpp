@@ -138,8 +138,8 @@ struct Translator {
       if (!d.ok())
         return d.status();
       s.dtype = *d;
-      rt::BufferRef *refs[] = {&s.q, &s.k, &s.v, &s.o};
-      for (int i = 0; i < 4; ++i) {
+      rt::BufferRef *refs[] = {&s.q, &s.k, &s.v, &s.o, &s.lse};
+      for (size_t i = 0; i < op.getAttentionBuffers().size(); ++i) {
         absl::StatusOr<rt::BufferRef> r =
             ref(op, op.getAttentionBuffers()[i], (*op.getAttentionOffsets())[i]);
         if (!r.ok())

@@ -52,6 +52,10 @@ exec.executable @everything attributes {arena_bytes = 4096 : i64, symbol_binding
   // CHECK-SAME: attention(%[[IN0]][0], %[[IN0]][128], %[[IN0]][256], %[[TMP]][0]) <b = 1, sq = 7, skv = 7, hq = 1, hkv = 1, d = 64, causal = true, scale = 1.250000e-01 : f32, dtype = bf16>
   // CHECK-SAME: label "attention"
   exec.launch @attn_1 grid [7, 1, 1] block [128, 1, 1] smem 49152 (%b0[0], %b5[128]) attention(%b0[0], %b0[128], %b0[256], %b5[0]) #exec.attention<b = 1, sq = 7, skv = 7, hq = 1, hkv = 1, d = 64, causal = true, scale = 0.125 : f32, dtype = bf16> label "attention"
+  // A training forward's launch also writes the logsumexp (a fifth operand).
+  // CHECK: exec.launch @attn_1
+  // CHECK-SAME: attention(%[[IN0]][0], %[[IN0]][128], %[[IN0]][256], %[[TMP]][0], %[[TMP]][256]) <b = 1, sq = 7, skv = 7
+  exec.launch @attn_1 grid [7, 1, 1] block [128, 1, 1] smem 49152 (%b0[0], %b5[128]) attention(%b0[0], %b0[128], %b0[256], %b5[0], %b5[256]) #exec.attention<b = 1, sq = 7, skv = 7, hq = 1, hkv = 1, d = 64, causal = true, scale = 0.125 : f32, dtype = bf16> label "attention"
   // CHECK: exec.gemm a %[[TMP]][0] b %[[PERSIST]][0] d %[[OUT]][0]
   // CHECK-SAME: dtype_a = bf16
   // CHECK-SAME: transb

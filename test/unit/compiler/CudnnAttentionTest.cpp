@@ -9,7 +9,10 @@
 //  - GPU (skips without a GPU; the cuDNN half skips without libcudnn.so.9):
 //    B=1 S=128 H=4 D=64 bf16, causal and not, GQA: llmc's kernel and cuDNN
 //    each against a float64 CPU reference on the same bf16 inputs (relative
-//    L2 <= 1e-2), eager and through a CUDA graph.
+//    L2 <= 1e-2), eager and through a CUDA graph; and the training forward
+//    (llm.attention + llm.attention_logsumexp, one launch writing O and the
+//    f32 logsumexp, cuDNN's SDPA writing its stats) the same, the
+//    logsumexp within 1e-5 relative of float64.
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,6 +53,9 @@ struct Shape {
   bool causal;
   std::string type = "bf16";
   bool mask = false;
+  /// Also return the llm.attention_logsumexp of the same operands (a
+  /// training forward).
+  bool stats = false;
 };
 
 std::string AttentionMlir(const Shape &s) {
@@ -63,10 +69,17 @@ std::string AttentionMlir(const Shape &s) {
   std::string args = "%q: " + q + ", %k: " + kv + ", %v: " + kv;
   if (s.mask)
     args += ", %m: " + mt;
-  return "func.func @attn(" + args + ") -> " + q + " {\n  %o = llm.attention %q, %k, %v " +
-         (s.mask ? "mask(%m : " + mt + ") " : std::string()) +
-         (s.causal ? "{causal} " : "") + ": " + q + ", " + kv + ", " + kv + "\n  return %o : " +
-         q + "\n}\n";
+  std::string causal = s.causal ? "{causal} " : "";
+  std::string lse = "tensor<" + std::to_string(s.b) + "x" + std::to_string(s.hq) + "x" +
+                    std::to_string(s.sq) + "xf32>";
+  return "func.func @attn(" + args + ") -> " + (s.stats ? "(" + q + ", " + lse + ")" : q) +
+         " {\n  %o = llm.attention %q, %k, %v " +
+         (s.mask ? "mask(%m : " + mt + ") " : std::string()) + causal + ": " + q + ", " + kv +
+         ", " + kv + "\n" +
+         (s.stats ? "  %lse = llm.attention_logsumexp %q, %k " + causal + ": " + q + ", " + kv +
+                        " -> " + lse + "\n  return %o, %lse : " + q + ", " + lse
+                  : "  return %o : " + q) +
+         "\n}\n";
 }
 
 absl::StatusOr<rt::Executable> Lower(const Shape &s, llmc::AttentionBackend backend) {
@@ -199,11 +212,14 @@ TEST(CudnnAttentionLoweringTest, EnvironmentIsReadOnceAtTheBoundary) {
 // GPU
 // ---------------------------------------------------------------------------
 /// softmax(q k^T * scale [causal, bottom-right]) v in float64; GQA head h
-/// reads kv head h / (hq / hkv).
+/// reads kv head h / (hq / hkv). `lse` (optional) gets the [b, hq, sq]
+/// logsumexp of the scaled scores.
 std::vector<double> Reference(const Shape &s, const std::vector<float> &q,
                               const std::vector<float> &k, const std::vector<float> &v,
-                              double scale) {
+                              double scale, std::vector<double> *lse = nullptr) {
   std::vector<double> out(s.b * s.sq * s.hq * s.d, 0.0);
+  if (lse)
+    lse->assign(s.b * s.hq * s.sq, 0.0);
   std::vector<double> p(s.skv);
   for (int64_t b = 0; b < s.b; ++b)
     for (int64_t h = 0; h < s.hq; ++h)
@@ -221,12 +237,27 @@ std::vector<double> Reference(const Shape &s, const std::vector<float> &q,
         }
         for (int64_t j = 0; j <= last; ++j)
           sum += p[j] = std::exp(p[j] - mx);
+        if (lse)
+          (*lse)[(b * s.hq + h) * s.sq + i] = mx + std::log(sum);
         for (int64_t j = 0; j <= last; ++j)
           for (int64_t c = 0; c < s.d; ++c)
             out[((b * s.sq + i) * s.hq + h) * s.d + c] +=
                 p[j] / sum * v[((b * s.skv + j) * s.hkv + hk) * s.d + c];
       }
   return out;
+}
+
+/// Largest |got - want| / |want| over the elements; infinite with a NaN.
+double MaxRelative(const std::vector<float> &got, const std::vector<double> &want) {
+  if (got.size() != want.size())
+    return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i]))
+      return INFINITY;
+    worst = std::max(worst, std::abs(got[i] - want[i]) / std::max(std::abs(want[i]), 1e-30));
+  }
+  return worst;
 }
 
 /// Relative L2 error; infinite when `got` has a NaN.
@@ -242,7 +273,8 @@ double RelativeL2(const std::vector<float> &got, const std::vector<double> &want
 }
 
 struct GpuResult {
-  std::vector<float> eager, graph;
+  std::vector<float> eager, graph;          // output 0 (bf16)
+  std::vector<float> eager_lse, graph_lse;  // output 1 (f32) with Shape::stats
   std::string report;
 };
 
@@ -271,35 +303,53 @@ absl::StatusOr<GpuResult> RunOnGpu(std::shared_ptr<rt::Device> dev, const Shape 
     din.push_back({*p, rt::DType::bf16, shared->inputs[i].shape});
   }
   size_t n = static_cast<size_t>(shared->outputs[0].NumElements());
+  size_t nl = s.stats ? static_cast<size_t>(shared->outputs[1].NumElements()) : 0;
   auto o = dev->Alloc(n * 2);
   if (!o.ok())
     return o.status();
   ptrs.push_back(*o);
   dout.push_back({*o, rt::DType::bf16, shared->outputs[0].shape});
+  uint64_t lse = 0;
+  if (s.stats) {
+    auto p = dev->Alloc(nl * 4);
+    if (!p.ok())
+      return p.status();
+    ptrs.push_back(lse = *p);
+    dout.push_back({lse, rt::DType::f32, shared->outputs[1].shape});
+  }
   auto stream = dev->CreateStream();
   if (!stream.ok())
     return stream.status();
   absl::Status st;
   std::vector<uint16_t> host(n);
-  auto fetch = [&](std::vector<float> *out) {
+  std::vector<float> host_lse(nl);
+  auto fetch = [&](std::vector<float> *out, std::vector<float> *out_lse) {
     if (st.ok())
       st = dev->SynchronizeStream(*stream);
     if (st.ok())
       st = dev->CopyToHost(host.data(), *o, n * 2);
+    if (st.ok() && nl)
+      st = dev->CopyToHost(host_lse.data(), lse, nl * 4);
     for (uint16_t h : host)
       out->push_back(FromBf16(h));
+    *out_lse = host_lse;
+  };
+  // NaN: an unwritten output fails.
+  auto poison = [&] {
+    if (st.ok())
+      st = dev->Memset(*o, 0xff, n * 2);
+    if (st.ok() && nl)
+      st = dev->Memset(lse, 0xff, nl * 4);
   };
   // Eager (null stream: no graph), then twice on a stream (capture + replay).
-  if (st.ok())
-    st = dev->Memset(*o, 0xff, n * 2);  // NaN: an unwritten output fails
+  poison();
   if (st.ok())
     st = (*session)->Run(din, dout, nullptr);
-  fetch(&r.eager);
-  if (st.ok())
-    st = dev->Memset(*o, 0xff, n * 2);
+  fetch(&r.eager, &r.eager_lse);
+  poison();
   for (int i = 0; i < 2 && st.ok(); ++i)
     st = (*session)->Run(din, dout, *stream);
-  fetch(&r.graph);
+  fetch(&r.graph, &r.graph_lse);
   if (st.ok() && (*session)->num_graph_captures() != 1)
     st = absl::InternalError("expected one CUDA graph capture");
   (void)dev->DestroyStream(*stream);
@@ -361,6 +411,61 @@ TEST(CudnnAttentionGpuTest, CudnnAndKernelMatchReference) {
       << "cuDNN " << rt::CudnnVersion(**lib) << " loaded from " << rt::CudnnPath(**lib)
       << " but the S=128 attentions did not run on it:\n"
       << cudnn_report;
+}
+
+// The training forward: one launch writes O and the logsumexp; with cuDNN
+// its SDPA writes both (the stats as a graph output). Both backends against
+// float64, the statistics in f32 (1e-5 relative: the scores are summed in
+// fp32 from bf16 inputs, log-sum-exp is well conditioned).
+TEST(CudnnAttentionGpuTest, TheTrainingForwardWritesItsStatistics) {
+  auto dev = rt::Device::Open(0);
+  if (!dev.ok())
+    GTEST_SKIP() << "no GPU: " << dev.status();
+  ScopedEnv env("LLMC_ATTENTION_BACKEND", nullptr);
+  Shape shapes[] = {{2, 256, 256, 8, 8, 64, true}, {1, 192, 192, 8, 2, 128, true},
+                    {2, 128, 128, 4, 4, 64, false}};
+  std::mt19937 rng(20261203);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::string cudnn_report;
+  int cudnn_ran = 0;
+  for (Shape &s : shapes) {
+    s.stats = true;
+    std::string what = AttentionMlir(s);
+    std::vector<std::vector<uint16_t>> in(3);
+    std::vector<std::vector<float>> f(3);
+    int64_t sizes[3] = {s.b * s.sq * s.hq * s.d, s.b * s.skv * s.hkv * s.d,
+                        s.b * s.skv * s.hkv * s.d};
+    for (int t = 0; t < 3; ++t)
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        uint16_t h = ToBf16(normal(rng));
+        in[t].push_back(h);
+        f[t].push_back(FromBf16(h));
+      }
+    std::vector<double> want_lse;
+    std::vector<double> want =
+        Reference(s, f[0], f[1], f[2], 1.0 / std::sqrt(double(s.d)), &want_lse);
+    for (auto backend : {llmc::AttentionBackend::kLlmc, llmc::AttentionBackend::kCudnn}) {
+      const char *name = backend == llmc::AttentionBackend::kLlmc ? "llmc" : "cudnn";
+      auto exe = Lower(s, backend);
+      ASSERT_TRUE(exe.ok()) << exe.status();
+      ASSERT_EQ(exe->launches.size(), 1u) << name << " " << what;
+      auto r = RunOnGpu(*dev, s, backend, in);
+      ASSERT_TRUE(r.ok()) << name << " " << what << r.status();
+      EXPECT_LE(RelativeL2(r->eager, want), 1e-2) << name << " eager\n" << what << r->report;
+      EXPECT_LE(RelativeL2(r->graph, want), 1e-2) << name << " CUDA graph\n" << what << r->report;
+      EXPECT_LE(MaxRelative(r->eager_lse, want_lse), 1e-5) << name << " eager lse\n" << what << r->report;
+      EXPECT_LE(MaxRelative(r->graph_lse, want_lse), 1e-5) << name << " CUDA graph lse\n" << what << r->report;
+      if (backend == llmc::AttentionBackend::kCudnn) {
+        cudnn_report += r->report + "\n";
+        cudnn_ran += r->report.rfind("cuDNN ", 0) == 0;
+      }
+    }
+  }
+  std::cout << "cuDNN training-forward report:\n" << cudnn_report;
+  auto lib = rt::GetCudnn();
+  if (!lib.ok())
+    GTEST_SKIP() << "llmc's kernel checked; cuDNN not available: " << lib.status();
+  EXPECT_EQ(cudnn_ran, 3) << cudnn_report;
 }
 
 } // namespace

@@ -405,6 +405,106 @@ TEST(KernelPlan, QAndVJoinTheCacheWriteWhenTheirResultsWait) {
   EXPECT_CONTAINS(msg, "before the kernel runs at its last member 'llm.rope' at ");
 }
 
+// A training forward's SDPA and the logsumexp it saves for backward
+// (ATTN_ATTR / LSE_ATTR: annotations to fill in).
+const char *kAttentionStats = R"(
+func.func @f(%q: tensor<2x70x4x64xbf16>, %k: tensor<2x70x2x64xbf16>, %v: tensor<2x70x2x64xbf16>)
+    -> (tensor<2x70x4x64xbf16>, tensor<2x4x70xf32>) {
+  %o = llm.attention %q, %k, %v ATTN_ATTR: tensor<2x70x4x64xbf16>, tensor<2x70x2x64xbf16>, tensor<2x70x2x64xbf16>
+  %lse = llm.attention_logsumexp %q, %k LSE_ATTR: tensor<2x70x4x64xbf16>, tensor<2x70x2x64xbf16> -> tensor<2x4x70xf32>
+  return %o, %lse : tensor<2x70x4x64xbf16>, tensor<2x4x70xf32>
+}
+)";
+
+std::string AttentionStatsSource(const std::string &attn, const std::string &lse) {
+  std::string src = kAttentionStats;
+  src.replace(src.find("ATTN_ATTR"), strlen("ATTN_ATTR"), attn);
+  src.replace(src.find("LSE_ATTR"), strlen("LSE_ATTR"), lse);
+  return src;
+}
+
+// One launch writes O and the logsumexp (the FlashAttention-2 kernel's
+// write_lse variant, cuDNN's SDPA with its stats attached), where two ran:
+// the attention, then a statistics-only pass over Q K^T.
+TEST(KernelPlan, AnAttentionWritesTheStatisticsOfItsBackward) {
+  for (const char *causal : {"{causal} ", ""}) {
+    const std::string src = AttentionStatsSource(causal, causal);
+    auto planned = Lower(src);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    ASSERT_EQ(planned->launches.size(), 1u) << rt::DescribeExecutable(*planned);
+    const rt::Launch &l = planned->launches[0];
+    EXPECT_NE(planned->kernels[l.kernel].name.find("_lse_"), std::string::npos)
+        << planned->kernels[l.kernel].name;
+    // The lse output (buffer of the second result) is the kernel's last
+    // argument and the cuDNN attachment's lse.
+    ASSERT_EQ(planned->attentions.size(), 1u);
+    const rt::AttentionSpec &a = planned->attentions[0];
+    ASSERT_TRUE(a.has_lse());
+    EXPECT_EQ(l.args.back().buffer, a.lse.buffer);
+    EXPECT_EQ(planned->buffers[a.lse.buffer].kind, rt::Buffer::Output);
+    EXPECT_EQ(planned->buffers[a.lse.buffer].io_index, 1);
+    EXPECT_EQ(l.args.front().buffer, a.o.buffer);
+
+    Parsed formed = Parse(src);
+    ASSERT_TRUE(formed.fn);
+    mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
+    pm.addPass(llmc::createFormKernelsPass({}));
+    ASSERT_TRUE(mlir::succeeded(pm.run(formed.fn)));
+    int annotated = 0;
+    formed.fn.walk([&](mlir::Operation *op) { annotated += op->hasAttr("llm.kernel"); });
+    EXPECT_EQ(annotated, 2);
+    auto fromIr = llmc::LowerToExecutable(formed.fn, {});
+    ASSERT_TRUE(fromIr.ok()) << fromIr.status();
+    EXPECT_EQ(rt::DescribeExecutable(*fromIr), rt::DescribeExecutable(*planned));
+
+    // Formed without the decision: two launches, no lse on the attachment.
+    std::string unfused = src;
+    unfused.replace(unfused.find(" {\n  %o"), 2, " attributes {llm.kernels_formed} {");
+    auto alone = Lower(unfused);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(alone->launches.size(), 2u);
+    ASSERT_EQ(alone->attentions.size(), 1u);
+    EXPECT_FALSE(alone->attentions[0].has_lse());
+  }
+}
+
+TEST(KernelPlan, AttentionStatsOfOtherOperandsAreNotOneLaunch) {
+  // Different causal flags: two launches, and an annotation saying
+  // otherwise is an error naming the op.
+  auto planned = Lower(AttentionStatsSource("{causal} ", ""));
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(planned->launches.size(), 2u);
+  std::string src = AttentionStatsSource(
+      "{causal, llm.kernel = {group = 0 : i64, kind = \"attention_stats\"}} ",
+      "{llm.kernel = {group = 0 : i64, kind = \"attention_stats\"}} ");
+  src.replace(src.find(" {\n  %o"), 2, " attributes {llm.kernels_formed} {");
+  std::string msg = LowerError(src);
+  EXPECT_CONTAINS(msg, "'llm.attention_logsumexp' at ");
+  EXPECT_CONTAINS(msg, "(kind \"attention_stats\")");
+  EXPECT_CONTAINS(msg, "does not share the attention's query, key, causal and scale");
+
+  // The statistics read before the attention runs: not one launch.
+  planned = Lower(R"(
+func.func @f(%q: tensor<2x70x4x64xbf16>, %k: tensor<2x70x2x64xbf16>, %v: tensor<2x70x2x64xbf16>)
+    -> (tensor<2x70x4x64xbf16>, tensor<2x4x70xf32>) {
+  %lse = llm.attention_logsumexp %q, %k {causal} : tensor<2x70x4x64xbf16>, tensor<2x70x2x64xbf16> -> tensor<2x4x70xf32>
+  %n = llm.neg %lse : tensor<2x4x70xf32>
+  %o = llm.attention %q, %k, %v {causal} : tensor<2x70x4x64xbf16>, tensor<2x70x2x64xbf16>, tensor<2x70x2x64xbf16>
+  return %o, %n : tensor<2x70x4x64xbf16>, tensor<2x4x70xf32>
+})");
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(KernelLaunches(*planned), 3);
+  // Another kind's op in the group.
+  msg = LowerError(R"(
+func.func @f(%q: tensor<2x70x4x64xbf16>, %k: tensor<2x70x2x64xbf16>, %v: tensor<2x70x2x64xbf16>)
+    -> tensor<2x70x4x64xbf16> attributes {llm.kernels_formed} {
+  %o = llm.attention %q, %k, %v {causal, llm.kernel = {group = 0 : i64, kind = "attention_stats"}} : tensor<2x70x4x64xbf16>, tensor<2x70x2x64xbf16>, tensor<2x70x2x64xbf16>
+  %n = llm.neg %o {llm.kernel = {group = 0 : i64, kind = "attention_stats"}} : tensor<2x70x4x64xbf16>
+  return %n : tensor<2x70x4x64xbf16>
+})");
+  EXPECT_CONTAINS(msg, "an attention_stats kernel is one llm.attention and one llm.attention_logsumexp");
+}
+
 TEST(KernelPlan, MalformedAndUnknownAnnotationsAreErrors) {
   std::string msg = LowerError(R"(
 func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
@@ -426,8 +526,8 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_for
   %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "epilogue"}} : tensor<4x8xf32>
   return %e : tensor<4x8xf32>
 })");
-  EXPECT_CONTAINS(msg, "that kind is none of residual_norm, elementwise, multi_gemv, swiglu_gemv "
-                       "and rope_cache_write");
+  EXPECT_CONTAINS(msg, "that kind is none of residual_norm, elementwise, multi_gemv, swiglu_gemv, "
+                       "rope_cache_write and attention_stats");
 
   msg = LowerError(R"(
 func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {

@@ -89,6 +89,31 @@ TEST(CudnnAttentionExecutableTest, RoundTripsSpecAndLaunchIndex) {
   EXPECT_EQ(a.v.buffer, 2);
   EXPECT_EQ(a.o.buffer, 3);
   EXPECT_EQ(back->launches[0].attention, 0);
+  EXPECT_FALSE(a.has_lse());
+}
+
+// The training forward's statistics output (f32 [b, hq, sq]) round-trips,
+// and a reference too small for it is named.
+TEST(CudnnAttentionExecutableTest, TheStatisticsOutputRoundTripsAndIsValidated) {
+  Executable exe = AttentionExecutable(Spec(2, 96, 96, 8, 2, 64, true));
+  Buffer lse;
+  lse.id = 4;
+  lse.kind = Buffer::Output;
+  lse.io_index = 1;
+  lse.bytes = 2 * 8 * 96 * 4;
+  exe.buffers.push_back(lse);
+  exe.outputs.push_back({"lse", DType::f32, {2, 8, 96}});
+  exe.attentions[0].lse = {4, 0};
+  ASSERT_TRUE(exe.Validate().ok()) << exe.Validate();
+  auto back = DeserializeExecutable(SerializeExecutable(exe));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->attentions[0].has_lse());
+  EXPECT_EQ(back->attentions[0].lse.buffer, 4);
+  EXPECT_EQ(back->attentions[0].lse.offset, 0);
+  Executable bad = exe;
+  bad.attentions[0].lse.offset = 16;
+  std::string msg(bad.Validate().message());
+  EXPECT_NE(msg.find("attention 0 lse needs"), std::string::npos) << msg;
 }
 
 TEST(CudnnAttentionExecutableTest, FilesWithoutAttentionsReadAsBefore) {
@@ -203,7 +228,7 @@ TEST(CudnnLibraryTest, MissingLibraryMeansKernelFallback) {
   auto runner = CudnnAttentionRunner::Create(exe, /*pool=*/nullptr, lib.status());
   EXPECT_FALSE(runner->Ready(0));
   EXPECT_EQ(runner->num_ready(), 0);
-  auto ran = runner->Run(0, 0x1000, 0x2000, 0x3000, 0x4000, nullptr);
+  auto ran = runner->Run(0, 0x1000, 0x2000, 0x3000, 0x4000, 0, nullptr);
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_FALSE(*ran);  // the caller launches the kernel
   EXPECT_NE(runner->Report().find("llmc kernel for all 1 attention launch(es)"), std::string::npos)
@@ -228,6 +253,13 @@ TEST(CudnnGraphTest, DescriptorsFinalizeWithoutAGpu) {
       **lib, Spec(2, 256, 512, 32, 8, 128, false, DType::f16));
   ASSERT_TRUE(gqa.ok()) << gqa.status();
   EXPECT_EQ(*gqa, 10);
+  // The training forward: the same operations, the stats a non-virtual
+  // f32 [b, hq, sq, 1] output.
+  AttentionSpec train = Spec(4, 2048, 2048, 16, 16, 128, true);
+  train.lse = {4, 0};
+  auto stats = CheckCudnnAttentionOperations(**lib, train);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(*stats, 14);
   auto unsupported = CheckCudnnAttentionOperations(**lib, Spec(1, 64, 64, 4, 4, 60, false));
   EXPECT_EQ(unsupported.status().code(), absl::StatusCode::kUnimplemented);
 }

@@ -18,7 +18,8 @@
 //        2 and 3, CMP_GE, BINARY_SELECT; only for sq == skv, where top-left
 //        and llmc's bottom-right alignment agree)
 //   m  = max over keys(S); E = exp(S - m); l = sum over keys(E)
-//   stats = m + log(l)                                  (virtual)
+//   stats = m + log(l)      (virtual; f32 [b,hq,sq,1] output when the spec
+//                            has `lse`: the training forward's statistics)
 //   P  = E / l                                          (io dtype, virtual)
 //   O  = matmul(P, V [b,hkv,skv,d])                     (f32 accumulation)
 //
@@ -100,13 +101,14 @@ class CudnnAttentionRunner {
   /// Number of specs that run on cuDNN.
   int num_ready() const;
   /// Enqueues attention `index` on `stream` (capturable) with device
-  /// addresses q, k, v, o. Returns false without enqueuing anything when the
+  /// addresses q, k, v, o, and lse (the spec's statistics output; 0 when
+  /// it has none). Returns false without enqueuing anything when the
   /// spec has no plan or an address is not 16-byte aligned (cuDNN's
   /// requirement), and false when cuDNN's execute fails (the spec then runs
   /// its kernel from now on; Report() keeps the error): the caller then
   /// launches the kernel. Not an error in any of these cases.
   absl::StatusOr<bool> Run(int index, uint64_t q, uint64_t k, uint64_t v,
-                           uint64_t o, CUstream stream);
+                           uint64_t o, uint64_t lse, CUstream stream);
   /// One line per outcome: "cuDNN <version> (<path>): attention 0, 2 (plan
   /// b=4 sq=2048 ... workspace N bytes)" / "llmc kernel for attention 1:
   /// <reason>".

@@ -157,12 +157,18 @@ struct CollectiveSpec {
 /// grouped-query attention (hkv divides hq, query head h reads kv head
 /// h / (hq / hkv)). `causal` aligns at the bottom right (key j visible to
 /// query i iff j <= i + skv - sq). dtype: bf16 or f16 for q/k/v/o.
+/// `lse` (optional, buffer -1 when absent): the f32 [b, hq, sq] row
+/// statistics an SDPA forward saves for its backward, lse_i = log sum_j
+/// exp(s_ij) in the natural log (FlashAttention-2, Dao 2023, Algorithm 1
+/// line 12), written by the same launch (llm.attention_logsumexp).
 struct AttentionSpec {
   int64_t b = 0, sq = 0, skv = 0, hq = 0, hkv = 0, d = 0;
   bool causal = false;
   float scale = 1.f;
   DType dtype = DType::bf16;
-  BufferRef q, k, v, o;
+  BufferRef q, k, v, o, lse;
+
+  bool has_lse() const { return lse.buffer >= 0; }
 };
 
 struct Launch {

@@ -1,11 +1,14 @@
 // Attention's training ops that the fused kernels take (bf16/f16, no mask,
 // one element type, head dim a multiple of 16 up to 128) stay through
 // llmc-decompose-attention and lower to FlashAttention-2's training forward
-// (the statistics variant) and its three backward kernels: no GEMM, no
-// scores in memory. Head dim 256 is decomposed. Numerics of the kernels:
+// (the statistics variant, one launch writing O and the logsumexp: the
+// attention_stats kernel of llmc-form-kernels, with cuDNN's SDPA attached
+// writing its stats) and its three backward kernels: no GEMM, no scores in
+// memory. Head dim 256 is decomposed. Numerics of the kernels:
 // test/unit/kernels EmuAttentionBackward (emulator vs float64).
 // RUN: llmc-opt %s --llmc-decompose-attention | FileCheck %s
 // RUN: llmc-compile %s --arch=sm_90a --emit=executable-dump | FileCheck %s --check-prefix=EXE
+// RUN: llmc-opt %s --llmc-form-kernels | FileCheck %s --check-prefix=FORM
 // RUN: rm -rf %t && mkdir %t && llmc-compile %s --arch=sm_90a -o %t/a.llmcx && llmc-compile %s --arch=sm_80 -o %t/b.llmcx
 
 // CHECK-LABEL: func.func @train
@@ -22,8 +25,13 @@ func.func @train(%q: tensor<2x70x4x64xbf16>, %k: tensor<2x70x2x64xbf16>, %v: ten
   return %o, %lse, %dq, %dk, %dv : tensor<2x70x4x64xbf16>, tensor<2x4x70xf32>, tensor<2x70x4x64xbf16>, tensor<2x70x2x64xbf16>, tensor<2x70x2x64xbf16>
 }
 
-// EXE: counts inputs=4 outputs=5 {{.*}} gemms=0
-// EXE-DAG: llmc_flash_attn_bf16_d64_causal_lse_
+// FORM: llm.attention {{.*}}llm.kernel = {group = 0 : i64, kind = "attention_stats"}
+// FORM-NEXT: llm.attention_logsumexp {{.*}}llm.kernel = {group = 0 : i64, kind = "attention_stats"}
+
+// EXE: counts inputs=4 outputs=5 {{.*}} gemms=0 collectives=0 attentions=1 launches=4
+// EXE: attention 0 b=2 sq=70 skv=70 hq=4 hkv=2 d=64 causal=1 {{.*}} o=[[O:b[0-9]+\+0]] lse=[[LSE:b[0-9]+\+0]]
+// EXE: launch 0 call kernel llmc_flash_attn_bf16_d64_causal_lse_{{.*}} args=[[[O]],{{.*}},[[LSE]]] attention=0 label="llm.attention"
+// EXE-NOT: label="llm.attention_logsumexp"
 // EXE-DAG: llmc_flash_attn_bwd_bf16_d64_causal{{$|[^_]}}
 // EXE-DAG: llmc_flash_attn_bwd_bf16_d64_causal_prep
 // EXE-DAG: llmc_flash_attn_bwd_bf16_d64_causal_dq
