@@ -158,10 +158,13 @@ void ExecBuilder::launch(int kernel, ArrayRef<int64_t> grid, ArrayRef<int64_t> b
   exec::AttentionAttr attn;
   if (attention) {
     const AttentionAttachment &s = *attention;
-    SmallVector<BufferRef, 5> refs = {s.q, s.k, s.v, s.o};
+    SmallVector<BufferRef, 11> refs = {s.q, s.k, s.v, s.o};
     if (s.lse.buffer >= 0)
       refs.push_back(s.lse);
-    SmallVector<int64_t, 5> offsets;
+    if (s.backward)
+      refs.append({s.grad_output, s.grad_query, s.grad_key, s.grad_value, s.row_sum,
+                   s.dq_accum});
+    SmallVector<int64_t, 11> offsets;
     for (BufferRef r : refs) {
       attnOperands.push_back(value(r));
       offsets.push_back(r.offset);

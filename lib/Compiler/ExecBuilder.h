@@ -84,8 +84,15 @@ private:
 /// `attention`): [b, s, h, d] row-major Q/K/V/O of `dtype`, and the f32
 /// [b, hq, sq] logsumexp `lse` when the launch writes one (buffer -1: none),
 /// the kernel staying the runtime's fallback.
+///
+/// `backward`: cuDNN's SDPA backward, attached to each launch of llmc's
+/// backward kernels (they fall back together); q, k, v, o, lse,
+/// grad_output read, grad_query/key/value written, row_sum and dq_accum
+/// scratch (rt::AttentionSpec).
 struct AttentionAttachment {
   BufferRef q, k, v, o, lse;
+  bool backward = false;
+  BufferRef grad_output, grad_query, grad_key, grad_value, row_sum, dq_accum;
   int64_t b = 0, sq = 0, skv = 0, hq = 0, hkv = 0, d = 0;
   bool causal = false;
   float scale = 1.f;

@@ -94,6 +94,23 @@ absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
   return spec;
 }
 
+absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionBackwardOp op) {
+  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+  absl::StatusOr<rt::DType> dtype = toRuntimeDType(q.getElementType());
+  if (!dtype.ok())
+    return dtype.status();
+  rt::AttentionSpec spec;
+  spec.b = q.getDimSize(0), spec.sq = q.getDimSize(1), spec.hq = q.getDimSize(2);
+  spec.d = q.getDimSize(3), spec.skv = k.getDimSize(1), spec.hkv = k.getDimSize(2);
+  spec.causal = op.getCausal();
+  spec.scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
+                             : static_cast<float>(1.0 / std::sqrt(double(spec.d)));
+  spec.dtype = *dtype;
+  spec.backward = true;
+  spec.lse = {0, 0}; // present; the lowering gives the buffers
+  return spec;
+}
+
 KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
   KernelConfigs configs;
   configs.elementwise_unroll = options.elementwise_unroll;
@@ -126,6 +143,14 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
     }
     configs.attention[op] = choice;
   });
+  fn.walk([&](AttentionBackwardOp op) {
+    AttentionChoice choice;
+    if (options.attention_backend != AttentionBackend::kLlmc && !op.getMask()) {
+      absl::StatusOr<rt::AttentionSpec> spec = cudnnAttentionSpec(op);
+      choice.cudnn = spec.ok() && rt::CudnnAttentionUnsupportedReason(*spec).empty();
+    }
+    configs.attention[op] = choice;
+  });
   return configs;
 }
 
@@ -151,6 +176,15 @@ void llmc::annotateKernelConfigs(func::FuncOp fn, const KernelConfigs &configs) 
                 b.getNamedAttr("cudnn", b.getBoolAttr(c.cudnn))};
     }
     op->setAttr(kKernelConfigAttr, b.getDictionaryAttr(fields));
+  });
+  fn.walk([&](AttentionBackwardOp op) {
+    auto it = configs.attention.find(op);
+    if (it == configs.attention.end())
+      return;
+    op->setAttr(kKernelConfigAttr,
+                b.getDictionaryAttr(
+                    {b.getNamedAttr("kernel", b.getStringAttr("flash_attention_backward")),
+                     b.getNamedAttr("cudnn", b.getBoolAttr(it->second.cudnn))}));
   });
 }
 
@@ -220,6 +254,27 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
                      "{kernel = \"flash_decode\", splits = <1..256>} or {kernel = "
                      "\"flash_attention\", tile = \"bm<M>_bn<N>_w<warps>_s<stages>[_gh]\", "
                      "cudnn = <bool>}");
+  });
+  if (!status.ok())
+    return status;
+  // Backward ops: absent in IR written before they had one (no cuDNN).
+  fn.walk([&](AttentionBackwardOp op) {
+    if (!status.ok())
+      return;
+    AttentionChoice choice;
+    if (Attribute attr = op->getAttr(kKernelConfigAttr)) {
+      auto config = dyn_cast<DictionaryAttr>(attr);
+      auto kernel = config ? config.getAs<StringAttr>("kernel") : nullptr;
+      auto cudnn = config ? config.getAs<BoolAttr>("cudnn") : nullptr;
+      if (!kernel || kernel.getValue() != "flash_attention_backward" || !cudnn ||
+          config.size() != 2) {
+        status = invalid(op, kKernelConfigAttr.str(), attr,
+                         "{kernel = \"flash_attention_backward\", cudnn = <bool>}");
+        return;
+      }
+      choice.cudnn = cudnn.getValue();
+    }
+    configs.attention[op] = choice;
   });
   if (!status.ok())
     return status;

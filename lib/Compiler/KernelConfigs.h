@@ -85,6 +85,8 @@ std::optional<std::array<int64_t, 3>> attentionMaskStrides(llm::AttentionOp op);
 /// cuDNN's SDPA for `op` (shapes, causal, scale, type; no buffers yet);
 /// InvalidArgument for an element type the runtime does not have.
 absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionOp op);
+/// The same for `op`'s backward (spec.backward, with an lse).
+absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionBackwardOp op);
 
 /// The rule llmc-select-kernel-configs applies with the knobs of `options`
 /// (attention_backend, attention_tile, elementwise_unroll, gemv_unroll) to a
@@ -95,6 +97,8 @@ absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionOp op);
 ///    65535: not q-tile-fastest), and cuDNN unless the backend is llmc, the
 ///    attention has a mask or cuDNN does not take it
 ///    (rt::CudnnAttentionUnsupportedReason);
+///  - for an attention backward (FlashAttention-2's backward kernels),
+///    cuDNN's fused SDPA backward on the same conditions;
 ///  - the elementwise unroll of `options`.
 KernelConfigs selectKernelConfigs(mlir::func::FuncOp fn, const LowerOptions &options);
 

@@ -274,13 +274,37 @@ static absl::Status lowerAttentionBackward(AttentionBackwardOp op, Lowering &l) 
   const int step = l.getStep();
   int dsum = l.newArenaBuffer(std::max<int64_t>(rows, 1) * 4, step, step);
   int dqAcc = l.newArenaBuffer(std::max<int64_t>(n, 1) * 4, step, step);
+  // cuDNN's fused SDPA backward on every launch (they fall back together),
+  // with D and dQacc (the same sizes) as its row sum and dQ accumulator.
+  std::optional<AttentionAttachment> cudnn;
+  auto choice = l.getKernelConfigs().attention.find(op);
+  if (choice != l.getKernelConfigs().attention.end() && choice->second.cudnn &&
+      rows > 0 && b * skv * hkv > 0) {
+    LLMC_ASSIGN_OR_RETURN(rt::AttentionSpec spec, cudnnAttentionSpec(op));
+    if (std::string why = rt::CudnnAttentionUnsupportedReason(spec); !why.empty())
+      return unsupported(op, "its llm.kernel_config asks for cuDNN's fused attention "
+                             "backward, which does not take it: " + why);
+    AttentionAttachment a;
+    a.b = spec.b, a.sq = spec.sq, a.skv = spec.skv, a.hq = spec.hq, a.hkv = spec.hkv;
+    a.d = spec.d, a.causal = spec.causal, a.scale = spec.scale, a.dtype = spec.dtype;
+    a.backward = true;
+    auto ref = [&](Value v) { return l.ptrArg(v).ref; };
+    a.q = ref(op.getQuery()), a.k = ref(op.getKey()), a.v = ref(op.getValue());
+    a.o = ref(op.getOutput()), a.lse = ref(op.getLogsumexp());
+    a.grad_output = ref(op.getGradOutput());
+    a.grad_query = ref(op.getGradQuery()), a.grad_key = ref(op.getGradKey());
+    a.grad_value = ref(op.getGradValue());
+    a.row_sum = l.bufArg(dsum).ref, a.dq_accum = l.bufArg(dqAcc).ref;
+    cudnn = a;
+  }
+  const AttentionAttachment *attach = cudnn ? &*cudnn : nullptr;
   if (rows > 0) {
     LLMC_ASSIGN_OR_RETURN(cu::LaunchDims prep,
                           generated(cu::AttentionBackwardPrepLaunch(b, sq, hq), op));
     l.launch(l.addKernel(kernels.prep), prep,
              {l.bufArg(dsum), l.bufArg(dqAcc), l.ptrArg(op.getOutput()),
               l.ptrArg(op.getGradOutput()), i64Arg(rows), i64Arg(sq), i32Arg(hq)},
-             op);
+             op, attach);
   }
   if (b * skv * hkv > 0) {
     LLMC_ASSIGN_OR_RETURN(cu::LaunchDims main,
@@ -290,13 +314,14 @@ static absl::Status lowerAttentionBackward(AttentionBackwardOp op, Lowering &l) 
               l.ptrArg(op.getQuery()), l.ptrArg(op.getKey()), l.ptrArg(op.getValue()),
               l.ptrArg(op.getGradOutput()), l.ptrArg(op.getLogsumexp()), l.bufArg(dsum),
               i64Arg(b), i64Arg(sq), i64Arg(skv), i32Arg(hq), i32Arg(hkv), f32Arg(scale)},
-             op);
+             op, attach);
   }
   if (n > 0) {
     LLMC_ASSIGN_OR_RETURN(cu::LaunchDims fin,
                           generated(cu::AttentionBackwardDqLaunch(n), op));
     l.launch(l.addKernel(kernels.dq), fin,
-             {l.ptrArg(op.getGradQuery()), l.bufArg(dqAcc), i64Arg(n), f32Arg(scale)}, op);
+             {l.ptrArg(op.getGradQuery()), l.bufArg(dqAcc), i64Arg(n), f32Arg(scale)}, op,
+             attach);
   }
   return absl::OkStatus();
 }

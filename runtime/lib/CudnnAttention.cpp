@@ -31,6 +31,11 @@ std::string CudnnAttentionUnsupportedReason(const AttentionSpec& s) {
                         "is top-left)");
   if (s.b <= 0 || s.sq <= 0 || s.skv <= 0)
     return "an empty dimension";
+  if (s.backward && (s.sq != s.skv || s.sq == 1))
+    return absl::StrCat("a backward with sq=", s.sq, ", skv=", s.skv,
+                        " (llmc's cuDNN backward graph takes sq == skv > 1)");
+  if (s.backward && !s.has_lse())
+    return "a backward without the forward's statistics";
   return "";
 }
 
@@ -64,8 +69,8 @@ std::unique_ptr<CudnnAttentionRunner> CudnnAttentionRunner::Create(
   return r;
 }
 CudnnAttentionRunner::~CudnnAttentionRunner() = default;
-absl::StatusOr<bool> CudnnAttentionRunner::Run(int, uint64_t, uint64_t, uint64_t,
-                                               uint64_t, uint64_t, CUstream) {
+absl::StatusOr<bool> CudnnAttentionRunner::Run(
+    int, const std::function<uint64_t(const BufferRef&)>&, CUstream) {
   return false;
 }
 
@@ -233,6 +238,14 @@ class GraphBuilder {
                          cudnnDataType_t math, cudnnBackendDescriptor_t x,
                          cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
                          cudnnBackendDescriptor_t y, int64_t axis = -1) {
+    return PointwiseOp(what, mode, math, x, b, t, y, axis, /*unit_alphas=*/false);
+  }
+  /// Pointwise with ALPHA1 = ALPHA2 = 1 set explicitly, as cudnn-frontend
+  /// sets them (the backward graph is built exactly as it builds it).
+  absl::Status PointwiseOp(const std::string& what, cudnnPointwiseMode_t mode,
+                           cudnnDataType_t math, cudnnBackendDescriptor_t x,
+                           cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                           cudnnBackendDescriptor_t y, int64_t axis, bool unit_alphas) {
     std::string w = absl::StrCat("pointwise '", what, "'");
     LLMC_RT_ASSIGN_OR_RETURN(auto pw, Create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, w));
     LLMC_RT_RETURN_IF_ERROR(LLMC_SET(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, w));
@@ -253,19 +266,36 @@ class GraphBuilder {
                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, w));
     LLMC_RT_RETURN_IF_ERROR(LLMC_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, w));
+    if (unit_alphas) {
+      float one = 1.f;
+      LLMC_RT_RETURN_IF_ERROR(LLMC_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1,
+                                       CUDNN_TYPE_FLOAT, 1, &one, w));
+      LLMC_RT_RETURN_IF_ERROR(LLMC_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2,
+                                       CUDNN_TYPE_FLOAT, 1, &one, w));
+    }
     LLMC_RT_RETURN_IF_ERROR(Finalize(op, w));
     ops_.push_back(op);
     return absl::OkStatus();
   }
 
+  /// `frontend_flags`: also CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC = false
+  /// from cuDNN 9.11, as cudnn-frontend sets it (the backward graph).
   absl::Status Reduction(const std::string& what, cudnnReduceTensorOp_t reduce,
-                         cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+                         cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y,
+                         bool frontend_flags = false) {
     std::string w = absl::StrCat("reduction '", what, "'");
     LLMC_RT_ASSIGN_OR_RETURN(auto rd, Create(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, w));
     cudnnDataType_t math = CUDNN_DATA_FLOAT;
+    LLMC_RT_RETURN_IF_ERROR(LLMC_SET(rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math, w));
     LLMC_RT_RETURN_IF_ERROR(LLMC_SET(rd, CUDNN_ATTR_REDUCTION_OPERATOR,
                                      CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &reduce, w));
-    LLMC_RT_RETURN_IF_ERROR(LLMC_SET(rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math, w));
+#if CUDNN_VERSION >= 91100
+    if (frontend_flags && lib_.version >= 91100) {
+      bool deterministic = false;
+      LLMC_RT_RETURN_IF_ERROR(LLMC_SET(rd, CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC,
+                                       CUDNN_TYPE_BOOLEAN, 1, &deterministic, w));
+    }
+#endif
     LLMC_RT_RETURN_IF_ERROR(Finalize(rd, w));
     LLMC_RT_ASSIGN_OR_RETURN(auto op, Create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, w));
     LLMC_RT_RETURN_IF_ERROR(LLMC_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
@@ -274,6 +304,21 @@ class GraphBuilder {
                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, w));
     LLMC_RT_RETURN_IF_ERROR(LLMC_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd, w));
+    LLMC_RT_RETURN_IF_ERROR(Finalize(op, w));
+    ops_.push_back(op);
+    return absl::OkStatus();
+  }
+
+  /// y = x with y's dims and strides (a transposed view; io-type y
+  /// converts).
+  absl::Status Reshape(const std::string& what, cudnnBackendDescriptor_t x,
+                       cudnnBackendDescriptor_t y) {
+    std::string w = absl::StrCat("reshape '", what, "'");
+    LLMC_RT_ASSIGN_OR_RETURN(auto op, Create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, w));
+    LLMC_RT_RETURN_IF_ERROR(LLMC_SET(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, w));
+    LLMC_RT_RETURN_IF_ERROR(LLMC_SET(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, w));
     LLMC_RT_RETURN_IF_ERROR(Finalize(op, w));
     ops_.push_back(op);
     return absl::OkStatus();
@@ -312,7 +357,18 @@ class GraphBuilder {
 
 // Variant-pack UIDs of the graph's non-virtual tensors.
 constexpr int64_t kUidQ = 1, kUidK = 2, kUidV = 3, kUidO = 4, kUidScale = 5,
-                  kUidNegInf = 6, kUidStats = 7;
+                  kUidNegInf = 6, kUidStats = 7, kUidDO = 8, kUidDQ = 9, kUidDK = 10,
+                  kUidDV = 11, kUidOne = 12, kUidRowSum = 13, kUidDqAccum = 14;
+
+/// The variant-pack UID of each AttentionOperands() name.
+int64_t UidOf(const std::string& name) {
+  static const std::map<std::string, int64_t> uids = {
+      {"q", kUidQ},           {"k", kUidK},           {"v", kUidV},
+      {"o", kUidO},           {"lse", kUidStats},     {"grad_output", kUidDO},
+      {"grad_query", kUidDQ}, {"grad_key", kUidDK},   {"grad_value", kUidDV},
+      {"row_sum", kUidRowSum}, {"dq_accum", kUidDqAccum}};
+  return uids.at(name);
+}
 
 /// Builds the SDPA forward operations of `s` into `g` (see the header for
 /// the graph).
@@ -389,6 +445,135 @@ absl::Status BuildSdpaOperations(const AttentionSpec& s, GraphBuilder& g) {
   return absl::OkStatus();
 }
 
+/// Builds the SDPA backward operations of `s` into `g`: the graph
+/// cudnn-frontend's CompositeSDPABackwardNode emits (NVIDIA/cudnn-frontend
+/// v1.23, include/cudnn_frontend/node/scaled_dot_product_flash_attention.h),
+/// which cuDNN's fused flash-attention backward engine matches
+/// (FlashAttention-2, Dao 2023, Algorithm 2):
+///   row_sum = rowsum(dO * O) * 1                  (f32 [b,hq,sq,1], memory)
+///   P   = exp(Q K^T * scale - Stats)  [causal: -inf above the diagonal]
+///   dV  = P^T dO                      (GQA: [b,hq,skv,d], summed per group)
+///   dS  = ((dO V^T - row_sum) * P) * scale
+///   dK  = dS^T Q                      (GQA: as dV)
+///   dQ  = dS K, accumulated in f32 dq_accum ([b,hq,sq,d] packed), then
+///         converted (IDENTITY) into dQ
+/// P^T and dS^T are RESHAPE ops to transposed io-type views; K comes from
+/// K^T by a RESHAPE. Q/K/V/O/dO/dQ/dK/dV keep llmc's [b, s, h, d] storage.
+absl::Status BuildSdpaBackwardOperations(const AttentionSpec& s, GraphBuilder& g) {
+  const cudnnDataType_t io = s.dtype == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+  const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+  const int64_t b = s.b, hq = s.hq, hk = s.hkv, sq = s.sq, skv = s.skv, d = s.d;
+  int64_t uid = 100;
+  auto bshd = [](int64_t h, int64_t seq, int64_t dim) {
+    return std::vector<int64_t>{seq * h * dim, dim, h * dim, 1};
+  };
+  auto pw = [&](const char* what, cudnnPointwiseMode_t mode, cudnnDataType_t math,
+                cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y2,
+                cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis = -1) {
+    return g.PointwiseOp(what, mode, math, x, y2, t, y, axis, /*unit_alphas=*/true);
+  };
+  using Dims = std::vector<int64_t>;
+  LLMC_RT_ASSIGN_OR_RETURN(auto Q, g.Tensor("Q", kUidQ, io, {b, hq, sq, d}, bshd(hq, sq, d), false));
+  LLMC_RT_ASSIGN_OR_RETURN(auto KT, g.Tensor("K^T", kUidK, io, {b, hk, d, skv},
+                                             {skv * hk * d, d, 1, hk * d}, false));
+  LLMC_RT_ASSIGN_OR_RETURN(auto VT, g.Tensor("V^T", kUidV, io, {b, hk, d, skv},
+                                             {skv * hk * d, d, 1, hk * d}, false));
+  LLMC_RT_ASSIGN_OR_RETURN(auto O, g.Tensor("O", kUidO, io, {b, hq, sq, d}, bshd(hq, sq, d), false));
+  LLMC_RT_ASSIGN_OR_RETURN(auto dO, g.Tensor("dO", kUidDO, io, {b, hq, sq, d}, bshd(hq, sq, d), false));
+  LLMC_RT_ASSIGN_OR_RETURN(auto St, g.Tensor("Stats", kUidStats, f32, {b, hq, sq, 1},
+                                             {hq * sq, sq, 1, 1}, false));
+  LLMC_RT_ASSIGN_OR_RETURN(auto dQ, g.Tensor("dQ", kUidDQ, io, {b, hq, sq, d}, bshd(hq, sq, d), false));
+  LLMC_RT_ASSIGN_OR_RETURN(auto dK, g.Tensor("dK", kUidDK, io, {b, hk, skv, d}, bshd(hk, skv, d), false));
+  LLMC_RT_ASSIGN_OR_RETURN(auto dV, g.Tensor("dV", kUidDV, io, {b, hk, skv, d}, bshd(hk, skv, d), false));
+  const Dims one4 = {1, 1, 1, 1};
+  LLMC_RT_ASSIGN_OR_RETURN(auto scale, g.Tensor("attn scale", kUidScale, f32, one4, one4, false,
+                                                /*by_value=*/true));
+  LLMC_RT_ASSIGN_OR_RETURN(auto one, g.Tensor("one", kUidOne, f32, one4, one4, false,
+                                              /*by_value=*/true));
+  LLMC_RT_ASSIGN_OR_RETURN(auto rowSum, g.Tensor("softmax_sum", kUidRowSum, f32, {b, hq, sq, 1},
+                                                 {hq * sq, sq, 1, 1}, false));
+  const Dims S = {b, hq, sq, skv}, Ss = {hq * sq * skv, sq * skv, skv, 1};
+  const Dims ST = {b, hq, skv, sq}, STs = {hq * sq * skv, sq * skv, 1, skv};
+  auto virt = [&](const char* what, cudnnDataType_t t, const Dims& dims, const Dims& strides) {
+    return g.Tensor(what, uid++, t, dims, strides, true);
+  };
+  // row_sum = rowsum(dO * O) * 1
+  LLMC_RT_ASSIGN_OR_RETURN(auto doo, virt("dO*O", f32, {b, hq, sq, d}, {hq * sq * d, sq * d, hq * d, 1}));
+  LLMC_RT_RETURN_IF_ERROR(pw("mul_dO_O", CUDNN_POINTWISE_MUL, f32, dO, O, nullptr, doo));
+  LLMC_RT_ASSIGN_OR_RETURN(auto rs, virt("rowsum", f32, {b, hq, sq, 1}, {hq * sq, sq, 1, 1}));
+  LLMC_RT_RETURN_IF_ERROR(g.Reduction("reduce_dO_o", CUDNN_REDUCE_TENSOR_ADD, doo, rs, true));
+  LLMC_RT_RETURN_IF_ERROR(pw("scale_dropout_inv", CUDNN_POINTWISE_MUL, f32, rs, one, nullptr, rowSum));
+  // P = exp(scale * Q K^T - Stats), masked
+  LLMC_RT_ASSIGN_OR_RETURN(auto s0, virt("S", f32, S, Ss));
+  LLMC_RT_RETURN_IF_ERROR(g.Matmul("matmul_Q_KT", Q, KT, s0));
+  LLMC_RT_ASSIGN_OR_RETURN(auto s1, virt("S*scale", f32, S, Ss));
+  LLMC_RT_RETURN_IF_ERROR(pw("mul_s_attn_scale", CUDNN_POINTWISE_MUL, f32, s0, scale, nullptr, s1));
+  LLMC_RT_ASSIGN_OR_RETURN(auto s2, virt("S-stats", f32, S, Ss));
+  LLMC_RT_RETURN_IF_ERROR(pw("sub_s_m", CUDNN_POINTWISE_SUB, f32, s1, St, nullptr, s2));
+  cudnnBackendDescriptor_t last = s2;
+  if (s.causal) {
+    LLMC_RT_ASSIGN_OR_RETURN(auto ninf, g.Tensor("neg_inf", kUidNegInf, f32, one4, one4, false,
+                                                 /*by_value=*/true));
+    LLMC_RT_ASSIGN_OR_RETURN(auto row, virt("row", CUDNN_DATA_INT32, S, Ss));
+    LLMC_RT_RETURN_IF_ERROR(pw("gen_row_index", CUDNN_POINTWISE_GEN_INDEX, f32, last, nullptr,
+                               nullptr, row, 2));
+    LLMC_RT_ASSIGN_OR_RETURN(auto col, virt("col", CUDNN_DATA_INT32, S, Ss));
+    LLMC_RT_RETURN_IF_ERROR(pw("gen_col_index", CUDNN_POINTWISE_GEN_INDEX, f32, last, nullptr,
+                               nullptr, col, 3));
+    LLMC_RT_ASSIGN_OR_RETURN(auto keep, virt("row>=col", CUDNN_DATA_BOOLEAN, S, Ss));
+    LLMC_RT_RETURN_IF_ERROR(pw("row>=col", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col,
+                               nullptr, keep));
+    LLMC_RT_ASSIGN_OR_RETURN(auto masked, virt("masked", f32, S, Ss));
+    LLMC_RT_RETURN_IF_ERROR(pw("binary_select", CUDNN_POINTWISE_BINARY_SELECT, f32, last, ninf,
+                               keep, masked));
+    last = masked;
+  }
+  LLMC_RT_ASSIGN_OR_RETURN(auto P, virt("P", f32, S, Ss));
+  LLMC_RT_RETURN_IF_ERROR(pw("exp_s", CUDNN_POINTWISE_EXP, f32, last, nullptr, nullptr, P));
+  // dV = P^T dO
+  LLMC_RT_ASSIGN_OR_RETURN(auto PT, virt("P^T", io, ST, STs));
+  LLMC_RT_RETURN_IF_ERROR(g.Reshape("reshape_p", P, PT));
+  const Dims full = {b, hq, skv, d}, fullStrides = {hq * skv * d, skv * d, d, 1};
+  if (hq == hk) {
+    LLMC_RT_RETURN_IF_ERROR(g.Matmul("matmul_pT_dO", PT, dO, dV));
+  } else {
+    LLMC_RT_ASSIGN_OR_RETURN(auto f, virt("dV_fullhead", io, full, fullStrides));
+    LLMC_RT_RETURN_IF_ERROR(g.Matmul("matmul_pT_dO", PT, dO, f));
+    LLMC_RT_RETURN_IF_ERROR(g.Reduction("red_dV_head", CUDNN_REDUCE_TENSOR_ADD, f, dV, true));
+  }
+  // dS = ((dO V^T - row_sum) * P) * scale
+  LLMC_RT_ASSIGN_OR_RETURN(auto dP, virt("dP", f32, S, Ss));
+  LLMC_RT_RETURN_IF_ERROR(g.Matmul("matmul_dO_VT", dO, VT, dP));
+  LLMC_RT_ASSIGN_OR_RETURN(auto d1, virt("dP-sum", f32, S, Ss));
+  LLMC_RT_RETURN_IF_ERROR(pw("sub_dP_softmax_sum", CUDNN_POINTWISE_SUB, f32, dP, rowSum, nullptr, d1));
+  LLMC_RT_ASSIGN_OR_RETURN(auto d2, virt("(dP-sum)*P", f32, S, Ss));
+  LLMC_RT_RETURN_IF_ERROR(pw("mul_dP_exp_s", CUDNN_POINTWISE_MUL, f32, d1, P, nullptr, d2));
+  LLMC_RT_ASSIGN_OR_RETURN(auto dS, virt("dS", f32, S, Ss));
+  LLMC_RT_RETURN_IF_ERROR(pw("mul_dS_attn_scale", CUDNN_POINTWISE_MUL, f32, d2, scale, nullptr, dS));
+  // dK = dS^T Q
+  LLMC_RT_ASSIGN_OR_RETURN(auto dST, virt("dS^T", io, ST, STs));
+  LLMC_RT_RETURN_IF_ERROR(g.Reshape("reshape_dS", dS, dST));
+  if (hq == hk) {
+    LLMC_RT_RETURN_IF_ERROR(g.Matmul("matmul_dST_Q", dST, Q, dK));
+  } else {
+    LLMC_RT_ASSIGN_OR_RETURN(auto f, virt("dK_fullhead", io, full, fullStrides));
+    LLMC_RT_RETURN_IF_ERROR(g.Matmul("matmul_dST_Q", dST, Q, f));
+    LLMC_RT_RETURN_IF_ERROR(g.Reduction("red_dK_head", CUDNN_REDUCE_TENSOR_ADD, f, dK, true));
+  }
+  // dQ = dS K through the f32 accumulator (K: a view of K^T, in the
+  // intermediate type as cudnn-frontend leaves it).
+  LLMC_RT_ASSIGN_OR_RETURN(auto K, virt("K", f32, {b, hk, skv, d}, bshd(hk, skv, d)));
+  LLMC_RT_RETURN_IF_ERROR(g.Reshape("reshape_k", KT, K));
+  LLMC_RT_ASSIGN_OR_RETURN(auto dQa, g.Tensor("dQ_accum", kUidDqAccum, f32, {b, hq, sq, d},
+                                              {hq * sq * d, sq * d, d, 1}, false));
+  LLMC_RT_RETURN_IF_ERROR(g.Matmul("matmul_dS_K", dS, K, dQa));
+  return pw("identity_dQ", CUDNN_POINTWISE_IDENTITY, f32, dQa, nullptr, nullptr, dQ);
+}
+
+absl::Status BuildOperations(const AttentionSpec& s, GraphBuilder& g) {
+  return s.backward ? BuildSdpaBackwardOperations(s, g) : BuildSdpaOperations(s, g);
+}
+
 }  // namespace
 
 absl::StatusOr<int> CheckCudnnAttentionOperations(const Cudnn& lib,
@@ -396,7 +581,7 @@ absl::StatusOr<int> CheckCudnnAttentionOperations(const Cudnn& lib,
   if (std::string why = CudnnAttentionUnsupportedReason(spec); !why.empty())
     return absl::UnimplementedError(why);
   GraphBuilder g(lib);
-  LLMC_RT_RETURN_IF_ERROR(BuildSdpaOperations(spec, g));
+  LLMC_RT_RETURN_IF_ERROR(BuildOperations(spec, g));
   return static_cast<int>(g.ops().size());
 }
 
@@ -411,32 +596,49 @@ struct CudnnAttentionRunner::Plan {
   // Pass-by-value scalars: the variant pack points at them.
   float scale = 1.f;
   float neg_inf = std::numeric_limits<float>::lowest();
+  float one = 1.f;
 };
 
 namespace {
 
 using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           bool, uint32_t, bool>;
+                           bool, uint32_t, bool, bool>;
 PlanKey KeyOf(const AttentionSpec& s) {
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &s.scale, sizeof(scale_bits));
   return {static_cast<int>(s.dtype), s.b, s.sq, s.skv, s.hq, s.hkv, s.d, s.causal,
-          scale_bits, s.has_lse()};
+          scale_bits, s.has_lse(), s.backward};
 }
 
 std::string Describe(const AttentionSpec& s) {
   return absl::StrCat("b=", s.b, " sq=", s.sq, " skv=", s.skv, " hq=", s.hq,
                       " hkv=", s.hkv, " d=", s.d, " ", DTypeName(s.dtype),
                       s.causal ? " causal" : "", " scale=", s.scale,
-                      s.has_lse() ? " with stats" : "");
+                      s.backward ? " backward" : s.has_lse() ? " with stats" : "");
 }
 
 /// Operation graph -> heuristics -> the first engine configuration whose
 /// execution plan finalizes.
 absl::Status BuildPlan(const Cudnn& lib, cudnnHandle_t handle,
                        CudnnAttentionRunner::Plan* plan) {
+  if (plan->spec.backward) {
+    // cuDNN before 9.6 needs dq_accum zeroed by the caller before every run;
+    // 9.10.0/9.10.1 have known SDPA backward bugs; before 9.15.1 a key
+    // length that is not a multiple of 128 can fault under CUDA-graph
+    // replay (cudnn-frontend pads with a mask there; llmc runs its kernel).
+    const int64_t v = lib.version;
+    std::string why = v < 90600 ? "needs cuDNN 9.6 or newer"
+                      : v == 91000 || v == 91001 ? "is not used with cuDNN 9.10.0/9.10.1"
+                      : v < 91501 && plan->spec.skv % 128 != 0
+                          ? "needs skv % 128 == 0 before cuDNN 9.15.1"
+                      : v < 90500 && plan->spec.d > 128 ? "needs cuDNN 9.5 for head dim > 128"
+                                                        : "";
+    if (!why.empty())
+      return absl::UnimplementedError(absl::StrCat("llmc's cuDNN attention backward ", why,
+                                                   " (cuDNN ", VersionString(v), ")"));
+  }
   GraphBuilder g(lib);
-  LLMC_RT_RETURN_IF_ERROR(BuildSdpaOperations(plan->spec, g));
+  LLMC_RT_RETURN_IF_ERROR(BuildOperations(plan->spec, g));
   auto create = [&](cudnnBackendDescriptorType_t type, const char* what)
       -> absl::StatusOr<cudnnBackendDescriptor_t> { return g.Create(type, what); };
   LLMC_RT_ASSIGN_OR_RETURN(auto graph,
@@ -521,24 +723,29 @@ absl::Status BuildPlan(const Cudnn& lib, cudnnHandle_t handle,
                      : absl::StrJoin(errors, "; ")));
 }
 
+/// Runs `plan` with the device addresses of AttentionOperands(plan.spec),
+/// in that order.
 absl::Status Execute(const Cudnn& lib, cudnnHandle_t handle,
-                     const CudnnAttentionRunner::Plan& plan, uint64_t q, uint64_t k,
-                     uint64_t v, uint64_t o, uint64_t lse, uint64_t workspace,
+                     const CudnnAttentionRunner::Plan& plan,
+                     const std::vector<uint64_t>& addresses, uint64_t workspace,
                      CUstream stream) {
   LLMC_RT_RETURN_IF_ERROR(
       lib.Check(lib.cudnnSetStream(handle, reinterpret_cast<cudaStream_t>(stream)),
                 "cudnnSetStream"));
-  std::vector<int64_t> uids = {kUidQ, kUidK, kUidV, kUidO, kUidScale};
-  std::vector<void*> ptrs = {reinterpret_cast<void*>(q), reinterpret_cast<void*>(k),
-                             reinterpret_cast<void*>(v), reinterpret_cast<void*>(o),
-                             const_cast<float*>(&plan.scale)};
+  std::vector<int64_t> uids = {kUidScale};
+  std::vector<void*> ptrs = {const_cast<float*>(&plan.scale)};
+  std::vector<AttentionOperand> operands = AttentionOperands(plan.spec);
+  for (size_t i = 0; i < operands.size(); ++i) {
+    uids.push_back(UidOf(operands[i].name));
+    ptrs.push_back(reinterpret_cast<void*>(addresses[i]));
+  }
   if (plan.spec.causal) {
     uids.push_back(kUidNegInf);
     ptrs.push_back(const_cast<float*>(&plan.neg_inf));
   }
-  if (plan.spec.has_lse()) {
-    uids.push_back(kUidStats);
-    ptrs.push_back(reinterpret_cast<void*>(lse));
+  if (plan.spec.backward) {
+    uids.push_back(kUidOne);
+    ptrs.push_back(const_cast<float*>(&plan.one));
   }
   void* ws = reinterpret_cast<void*>(workspace);
   cudnnBackendDescriptor_t vp = nullptr;
@@ -570,21 +777,17 @@ absl::Status TrialRun(const Cudnn& lib, cudnnHandle_t handle,
                       const CudnnAttentionRunner::Plan& plan, MemoryPool* pool,
                       uint64_t workspace) {
   LLMC_RT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
-  const AttentionSpec& s = plan.spec;
-  int64_t el = DTypeSize(s.dtype);
-  int64_t qo = s.b * s.sq * s.hq * s.d * el, kv = s.b * s.skv * s.hkv * s.d * el;
-  PooledBuffer bufs[5];
-  const int64_t sizes[5] = {qo, kv, kv, qo, s.has_lse() ? s.b * s.hq * s.sq * 4 : 0};
-  for (int i = 0; i < 5; ++i) {
-    if (sizes[i] == 0) continue;
-    LLMC_RT_ASSIGN_OR_RETURN(bufs[i], PooledBuffer::Allocate(pool, sizes[i]));
+  std::vector<AttentionOperand> operands = AttentionOperands(plan.spec);
+  std::vector<PooledBuffer> bufs(operands.size());
+  std::vector<uint64_t> addresses;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    LLMC_RT_ASSIGN_OR_RETURN(bufs[i], PooledBuffer::Allocate(pool, operands[i].bytes));
     LLMC_RT_RETURN_IF_ERROR(LLMC_VENDOR_CALL(*cu, cuMemsetD8,
                                              static_cast<CUdeviceptr>(bufs[i].ptr()), 0,
-                                             sizes[i]));
+                                             operands[i].bytes));
+    addresses.push_back(bufs[i].ptr());
   }
-  LLMC_RT_RETURN_IF_ERROR(Execute(lib, handle, plan, bufs[0].ptr(), bufs[1].ptr(),
-                                  bufs[2].ptr(), bufs[3].ptr(), bufs[4].ptr(), workspace,
-                                  nullptr));
+  LLMC_RT_RETURN_IF_ERROR(Execute(lib, handle, plan, addresses, workspace, nullptr));
   return LLMC_VENDOR_CALL(*cu, cuCtxSynchronize);
 }
 
@@ -594,6 +797,7 @@ std::unique_ptr<CudnnAttentionRunner> CudnnAttentionRunner::Create(
     const Executable& exe, MemoryPool* pool, absl::StatusOr<const Cudnn*> lib) {
   std::unique_ptr<CudnnAttentionRunner> r(new CudnnAttentionRunner());
   const size_t n = exe.attentions.size();
+  r->specs_ = exe.attentions;
   r->plan_of_.assign(n, -1);
   r->fallback_.assign(n, "");
   if (n == 0) return r;
@@ -667,15 +871,18 @@ CudnnAttentionRunner::~CudnnAttentionRunner() {
   if (handle_ && lib_) lib_->cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
 }
 
-absl::StatusOr<bool> CudnnAttentionRunner::Run(int index, uint64_t q, uint64_t k,
-                                               uint64_t v, uint64_t o, uint64_t lse,
-                                               CUstream stream) {
+absl::StatusOr<bool> CudnnAttentionRunner::Run(
+    int index, const std::function<uint64_t(const BufferRef&)>& address, CUstream stream) {
   if (!Ready(index)) return false;
-  if ((q | k | v | o | lse) % 16 != 0) return false;
   const Plan& plan = *plans_[plan_of_[index]];
-  if (plan.spec.has_lse() != (lse != 0)) return false;
-  absl::Status st = Execute(*lib_, static_cast<cudnnHandle_t>(handle_), plan, q, k, v, o,
-                            lse, workspace_.ptr(), stream);
+  std::vector<uint64_t> addresses;
+  for (const AttentionOperand& op : AttentionOperands(specs_[index])) {
+    uint64_t a = address(op.ref);
+    if (a == 0 || a % 16 != 0) return false;
+    addresses.push_back(a);
+  }
+  absl::Status st = Execute(*lib_, static_cast<cudnnHandle_t>(handle_), plan, addresses,
+                            workspace_.ptr(), stream);
   if (st.ok()) return true;
   // Never an error of the run: this spec runs its kernel from now on.
   plan_of_[index] = -1;

@@ -427,26 +427,12 @@ absl::Status Executable::Validate() const {
       return bad(w, " has dtype value ", static_cast<int>(a.dtype));
     if (a.dtype != DType::bf16 && a.dtype != DType::f16)
       return bad(w, " has dtype ", DTypeName(a.dtype), " (expected bf16 or f16)");
-    auto bytes = [&](int64_t s, int64_t h) -> std::optional<int64_t> {
-      std::optional<int64_t> n = Mul(a.b, s);
-      for (int64_t f : {h, a.d, DTypeSize(a.dtype)})
-        if (n) n = Mul(*n, f);
-      return n;
-    };
-    std::optional<int64_t> qo = bytes(a.sq, a.hq), kv = bytes(a.skv, a.hkv);
-    if (!qo || !kv) return bad(w, " overflows int64 bytes");
-    const std::pair<const BufferRef*, int64_t> refs[] = {
-        {&a.q, *qo}, {&a.k, *kv}, {&a.v, *kv}, {&a.o, *qo}};
-    const char* names[] = {" q", " k", " v", " o"};
-    for (int r = 0; r < 4; ++r)
+    if (a.backward && !a.has_lse())
+      return bad(w, " is a backward without the forward's lse");
+    for (const AttentionOperand& op : AttentionOperands(a)) {
+      if (op.bytes <= 0) return bad(w, " ", op.name, " overflows int64 bytes");
       LLMC_RT_RETURN_IF_ERROR(
-          check_ref(*refs[r].first, false, w + names[r], refs[r].second));
-    if (a.has_lse()) {
-      std::optional<int64_t> lse = Mul(a.b, a.hq);
-      if (lse) lse = Mul(*lse, a.sq);
-      if (lse) lse = Mul(*lse, 4);
-      if (!lse) return bad(w, " lse overflows int64 bytes");
-      LLMC_RT_RETURN_IF_ERROR(check_ref(a.lse, false, w + " lse", *lse));
+          check_ref(op.ref, false, absl::StrCat(w, " ", op.name), op.bytes));
     }
   }
   if (num_prepare_launches < 0 ||
@@ -567,6 +553,30 @@ absl::Status ValidateCollectives(const Executable& exe, int nranks) {
           room, " at offset ", full.offset));
   }
   return absl::OkStatus();
+}
+
+std::vector<AttentionOperand> AttentionOperands(const AttentionSpec& a) {
+  auto bytes = [&](std::initializer_list<int64_t> dims) -> int64_t {
+    std::optional<int64_t> n = 1;
+    for (int64_t f : dims)
+      if (n) n = Mul(*n, f);
+    return n.value_or(0);
+  };
+  const int64_t el = DTypeSize(a.dtype);
+  const int64_t qo = bytes({a.b, a.sq, a.hq, a.d, el}), kv = bytes({a.b, a.skv, a.hkv, a.d, el}),
+                rows = bytes({a.b, a.hq, a.sq, 4});
+  std::vector<AttentionOperand> ops = {{"q", a.q, qo}, {"k", a.k, kv}, {"v", a.v, kv},
+                                       {"o", a.o, qo}};
+  if (a.has_lse() || a.backward) ops.push_back({"lse", a.lse, rows});
+  if (a.backward) {
+    ops.push_back({"grad_output", a.grad_output, qo});
+    ops.push_back({"grad_query", a.grad_query, qo});
+    ops.push_back({"grad_key", a.grad_key, kv});
+    ops.push_back({"grad_value", a.grad_value, kv});
+    ops.push_back({"row_sum", a.row_sum, rows});
+    ops.push_back({"dq_accum", a.dq_accum, bytes({a.b, a.hq, a.sq, a.d, 4})});
+  }
+  return ops;
 }
 
 }  // namespace llmc::rt

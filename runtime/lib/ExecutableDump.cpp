@@ -263,7 +263,13 @@ std::string DescribeExecutable(const Executable& exe) {
                     " causal=", a.causal ? 1 : 0, " scale=", Float(a.scale),
                     " dtype=", Name(a.dtype), " q=", Ref(a.q), " k=", Ref(a.k),
                     " v=", Ref(a.v), " o=", Ref(a.o),
-                    a.has_lse() ? absl::StrCat(" lse=", Ref(a.lse)) : "", "\n");
+                    a.has_lse() ? absl::StrCat(" lse=", Ref(a.lse)) : "");
+    if (a.backward)
+      absl::StrAppend(&out, " backward grad_output=", Ref(a.grad_output),
+                      " grad_query=", Ref(a.grad_query), " grad_key=", Ref(a.grad_key),
+                      " grad_value=", Ref(a.grad_value), " row_sum=", Ref(a.row_sum),
+                      " dq_accum=", Ref(a.dq_accum));
+    absl::StrAppend(&out, "\n");
   }
 
   for (size_t i = 0; i < exe.launches.size(); ++i)

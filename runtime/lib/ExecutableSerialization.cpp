@@ -241,6 +241,15 @@ json ToJson(const AttentionSpec& a) {
           {"v", Ref(a.v)},
           {"o", Ref(a.o)}};
   if (a.has_lse()) j["lse"] = Ref(a.lse);
+  if (a.backward) {
+    j["backward"] = true;
+    j["grad_output"] = Ref(a.grad_output);
+    j["grad_query"] = Ref(a.grad_query);
+    j["grad_key"] = Ref(a.grad_key);
+    j["grad_value"] = Ref(a.grad_value);
+    j["row_sum"] = Ref(a.row_sum);
+    j["dq_accum"] = Ref(a.dq_accum);
+  }
   return j;
 }
 AttentionSpec AttentionFrom(const json& j) {
@@ -257,6 +266,15 @@ AttentionSpec AttentionFrom(const json& j) {
   a.v = RefAt(j, "v");
   a.o = RefAt(j, "o");
   if (j.contains("lse")) a.lse = RefAt(j, "lse");
+  a.backward = j.contains("backward") && BoolAt(j, "backward");
+  if (a.backward) {
+    a.grad_output = RefAt(j, "grad_output");
+    a.grad_query = RefAt(j, "grad_query");
+    a.grad_key = RefAt(j, "grad_key");
+    a.grad_value = RefAt(j, "grad_value");
+    a.row_sum = RefAt(j, "row_sum");
+    a.dq_accum = RefAt(j, "dq_accum");
+  }
   return a;
 }
 

@@ -160,6 +160,11 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
   // cuDNN attention plans (never fails: a spec without a plan runs its
   // kernel; attention_report() says which and why).
   if (!exe->attentions.empty()) {
+    im.attention_first_launch.assign(exe->attentions.size(), exe->launches.size());
+    im.attention_ran.assign(exe->attentions.size(), 0);
+    for (size_t i = exe->launches.size(); i-- > 0;)
+      if (exe->launches[i].attention >= 0)
+        im.attention_first_launch[exe->launches[i].attention] = i;
     if (options.use_cudnn_attention) {
       im.attention = CudnnAttentionRunner::Create(*exe, im.pool, GetCudnn());
       s->attention_report_ = im.attention->Report();

@@ -90,6 +90,10 @@ struct Session::Impl {
   std::vector<int> pending;  // Collective launches not yet joined this run
   // cuDNN alternatives of attention kernels (Launch::attention); null: none.
   std::unique_ptr<CudnnAttentionRunner> attention;
+  // Per attention spec: the first launch carrying it (where cuDNN runs), and
+  // whether cuDNN ran it in the current pass (its other launches skipped).
+  std::vector<size_t> attention_first_launch;
+  std::vector<char> attention_ran;
 
   ~Impl() {
     attention.reset();

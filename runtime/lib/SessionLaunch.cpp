@@ -194,12 +194,17 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
   switch (l.kind) {
     case Launch::Kernel: {
       if (l.attention >= 0 && attention) {
-        // cuDNN when it has a plan for this attention, else the kernel.
-        const AttentionSpec& a = exe.attentions[l.attention];
-        LLMC_RT_ASSIGN_OR_RETURN(bool ran, attention->Run(l.attention, addr(a.q), addr(a.k),
-                                                          addr(a.v), addr(a.o), addr(a.lse),
-                                                          stream));
-        if (ran) return absl::OkStatus();
+        // cuDNN when it has a plan for this attention, else the kernel. The
+        // launches of one spec (a backward's three kernels) fall back
+        // together: the first runs cuDNN, the others are skipped when it did.
+        const size_t index = static_cast<size_t>(&l - exe.launches.data());
+        if (attention_first_launch.at(l.attention) == index) {
+          LLMC_RT_ASSIGN_OR_RETURN(bool ran, attention->Run(l.attention, addr, stream));
+          attention_ran.at(l.attention) = ran;
+          if (ran) return absl::OkStatus();
+        } else if (attention_ran.at(l.attention)) {
+          return absl::OkStatus();
+        }
       }
       std::vector<uint64_t> storage(l.args.size());
       std::vector<void*> params(l.args.size());

@@ -427,9 +427,11 @@ LogicalResult LaunchOp::verify() {
                          << " buffer operands (one per pointer argument), found "
                          << getBuffers().size();
   size_t attention = getAttentionBuffers().size();
-  if (getAttention() ? attention != 4 && attention != 5 : attention != 0)
-    return emitOpError() << "expected " << (getAttention() ? "4 or 5" : "0")
-                         << " attention operands (q, k, v, o[, lse]), found " << attention;
+  if (getAttention() ? attention != 4 && attention != 5 && attention != 11 : attention != 0)
+    return emitOpError() << "expected " << (getAttention() ? "4, 5 or 11" : "0")
+                         << " attention operands (q, k, v, o[, lse] or a backward's q, k, "
+                            "v, o, lse, dO, dQ, dK, dV, row sum, dQ accumulator), found "
+                         << attention;
   size_t offsets = getAttentionOffsets() ? getAttentionOffsets()->size() : 0;
   if (offsets != attention)
     return emitOpError() << "expected " << attention

@@ -196,7 +196,10 @@ def Exec_LaunchOp : Exec_Op<"launch", [
     %v[..], %o[..][, %lse[..]]) #exec.attention<...>` attaches a cuDNN
     attention the runtime may run instead (the kernel stays the fallback);
     `lse`, the f32 [b, hq, sq] logsumexp a training forward saves, is
-    written by both when present.
+    written by both when present. Eleven operands (q, k, v, o, lse, dO, dQ,
+    dK, dV, row sum, dQ accumulator) attach cuDNN's SDPA backward; the
+    launches that carry the same backward attachment are its fallback
+    together (rt::AttentionSpec::backward).
 
     ```mlir
     exec.launch @add_f32 grid [4, 1, 1] block [256, 1, 1] smem 0 (%b0[0], %b1[0], %b2[512], 1024, 1.0 : f32) label "add"

@@ -138,7 +138,10 @@ struct Translator {
       if (!d.ok())
         return d.status();
       s.dtype = *d;
-      rt::BufferRef *refs[] = {&s.q, &s.k, &s.v, &s.o, &s.lse};
+      s.backward = op.getAttentionBuffers().size() == 11;
+      rt::BufferRef *refs[] = {&s.q,          &s.k,          &s.v,        &s.o,
+                               &s.lse,        &s.grad_output, &s.grad_query, &s.grad_key,
+                               &s.grad_value, &s.row_sum,    &s.dq_accum};
       for (size_t i = 0; i < op.getAttentionBuffers().size(); ++i) {
         absl::StatusOr<rt::BufferRef> r =
             ref(op, op.getAttentionBuffers()[i], (*op.getAttentionOffsets())[i]);
@@ -146,10 +149,30 @@ struct Translator {
           return r.status();
         *refs[i] = *r;
       }
+      // The launches of one backward (llmc's D, main and dQ kernels) carry
+      // the same attachment: one spec, which cuDNN runs once.
+      if (s.backward && !exe.attentions.empty() && sameAttention(exe.attentions.back(), s)) {
+        l.attention = exe.attentions.size() - 1;
+        return absl::OkStatus();
+      }
       l.attention = exe.attentions.size();
       exe.attentions.push_back(s);
     }
     return absl::OkStatus();
+  }
+
+  static bool sameAttention(const rt::AttentionSpec &a, const rt::AttentionSpec &b) {
+    auto same = [](const rt::BufferRef &x, const rt::BufferRef &y) {
+      return x.buffer == y.buffer && x.offset == y.offset;
+    };
+    std::vector<rt::AttentionOperand> x = rt::AttentionOperands(a), y = rt::AttentionOperands(b);
+    return a.b == b.b && a.sq == b.sq && a.skv == b.skv && a.hq == b.hq && a.hkv == b.hkv &&
+           a.d == b.d && a.causal == b.causal && a.scale == b.scale && a.dtype == b.dtype &&
+           a.backward == b.backward && x.size() == y.size() &&
+           std::equal(x.begin(), x.end(), y.begin(),
+                      [&](const rt::AttentionOperand &p, const rt::AttentionOperand &q) {
+                        return same(p.ref, q.ref);
+                      });
   }
 
   absl::Status gemm(exec::GemmOp op, rt::Launch &l) {

@@ -223,7 +223,7 @@ exec.executable @pointer_count {
 
 exec.executable @attention_without_operands {
   exec.kernel @k source ""
-  // expected-error @+1 {{expected 4 or 5 attention operands (q, k, v, o[, lse]), found 0}}
+  // expected-error @+1 {{expected 4, 5 or 11 attention operands (q, k, v, o[, lse] or a backward's q, k, v, o, lse, dO, dQ, dK, dV, row sum, dQ accumulator), found 0}}
   "exec.launch"() <{kernel = @k, grid = array<i64: 1, 1, 1>, block = array<i64: 1, 1, 1>, smem = 0 : i64, args = [], attention = #exec.attention<b = 1, sq = 1, skv = 1, hq = 1, hkv = 1, d = 64, causal = false, scale = 1.0 : f32, dtype = bf16>, operandSegmentSizes = array<i32: 0, 0>}> : () -> ()
 }
 
@@ -232,7 +232,7 @@ exec.executable @attention_without_operands {
 exec.executable @attention_with_six_operands {
   exec.kernel @k source ""
   %b0 = exec.buffer persistent 16 bytes
-  // expected-error @+1 {{expected 4 or 5 attention operands (q, k, v, o[, lse]), found 6}}
+  // expected-error @+1 {{expected 4, 5 or 11 attention operands (q, k, v, o[, lse] or a backward's q, k, v, o, lse, dO, dQ, dK, dV, row sum, dQ accumulator), found 6}}
   "exec.launch"(%b0, %b0, %b0, %b0, %b0, %b0) <{kernel = @k, grid = array<i64: 1, 1, 1>, block = array<i64: 1, 1, 1>, smem = 0 : i64, args = [], attention = #exec.attention<b = 1, sq = 1, skv = 1, hq = 1, hkv = 1, d = 64, causal = false, scale = 1.0 : f32, dtype = bf16>, attention_offsets = array<i64: 0, 0, 0, 0, 0, 0>, operandSegmentSizes = array<i32: 0, 6>}> : (!exec.buffer, !exec.buffer, !exec.buffer, !exec.buffer, !exec.buffer, !exec.buffer) -> ()
 }
 

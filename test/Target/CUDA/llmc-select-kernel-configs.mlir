@@ -4,6 +4,7 @@
 // (test/unit/compiler/KernelConfigsTest.cpp checks that it obeys).
 // RUN: llmc-opt --split-input-file --llmc-select-kernel-configs %s | FileCheck %s
 // RUN: llmc-opt --split-input-file --llmc-select-kernel-configs="attention-backend=llmc attention-tile=bm128_bn64_w8_s2 elementwise-unroll=4 gemv-unroll=8" %s | FileCheck %s --check-prefix=KNOBS
+// RUN: llmc-opt --split-input-file --llmc-select-kernel-configs="attention-backend=cudnn" %s | FileCheck %s --check-prefix=CUDNN
 // RUN: not llmc-opt --llmc-select-kernel-configs="attention-tile=bm64" %s 2>&1 | FileCheck %s --check-prefix=BAD-TILE
 // RUN: not llmc-opt --llmc-select-kernel-configs="elementwise-unroll=5" %s 2>&1 | FileCheck %s --check-prefix=BAD-UNROLL
 // RUN: not llmc-opt --llmc-select-kernel-configs="gemv-unroll=17" %s 2>&1 | FileCheck %s --check-prefix=BAD-GEMV
@@ -97,4 +98,24 @@ func.func @gpt_fast(%q: tensor<1x1x32x128xbf16>, %kc: tensor<1x8x2048x128xbf16>,
 func.func @key_broadcast_mask(%q: tensor<1x1x8x64xbf16>, %k: tensor<1x64x8x64xbf16>, %m: tensor<1x1x1x1xbf16>) -> tensor<1x1x8x64xbf16> {
   %o = llm.attention %q, %k, %k mask(%m : tensor<1x1x1x1xbf16>) : tensor<1x1x8x64xbf16>, tensor<1x64x8x64xbf16>, tensor<1x64x8x64xbf16>
   return %o : tensor<1x1x8x64xbf16>
+}
+
+// -----
+
+// An attention backward: llmc's FlashAttention-2 backward kernels with
+// cuDNN's fused SDPA backward attached (not with attention-backend=llmc,
+// and never where it does not take the shape: sq != skv).
+// CHECK-LABEL: func.func @backward
+// CHECK: llm.attention_backward {{.*}}llm.kernel_config = {cudnn = true, kernel = "flash_attention_backward"}
+// CHECK: llm.attention_backward {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention_backward"}
+// CUDNN-LABEL: func.func @backward
+// CUDNN: llm.attention_backward {{.*}}llm.kernel_config = {cudnn = true, kernel = "flash_attention_backward"}
+// CUDNN: llm.attention_backward {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention_backward"}
+// KNOBS-LABEL: func.func @backward
+// KNOBS: llm.attention_backward {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention_backward"}
+// KNOBS: llm.attention_backward {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention_backward"}
+func.func @backward(%q: tensor<2x128x4x64xbf16>, %k: tensor<2x128x2x64xbf16>, %v: tensor<2x128x2x64xbf16>, %o: tensor<2x128x4x64xbf16>, %do: tensor<2x128x4x64xbf16>, %lse: tensor<2x4x128xf32>, %k2: tensor<2x256x2x64xbf16>) -> (tensor<2x128x4x64xbf16>, tensor<2x128x4x64xbf16>) {
+  %dq, %dk, %dv = llm.attention_backward %q, %k, %v, %o, %do, %lse {causal} : tensor<2x128x4x64xbf16>, tensor<2x128x2x64xbf16>, tensor<2x128x2x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x4x128xf32>
+  %dq2, %dk2, %dv2 = llm.attention_backward %q, %k2, %k2, %o, %do, %lse : tensor<2x128x4x64xbf16>, tensor<2x256x2x64xbf16>, tensor<2x256x2x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x128x4x64xbf16>, tensor<2x4x128xf32>
+  return %dq, %dq2 : tensor<2x128x4x64xbf16>, tensor<2x128x4x64xbf16>
 }

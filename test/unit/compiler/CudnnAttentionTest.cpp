@@ -468,4 +468,211 @@ TEST(CudnnAttentionGpuTest, TheTrainingForwardWritesItsStatistics) {
   EXPECT_EQ(cudnn_ran, 3) << cudnn_report;
 }
 
+// ---------------------------------------------------------------------------
+// The backward: llm.attention_backward through llmc's FlashAttention-2
+// backward kernels and through cuDNN's fused SDPA backward (attached with
+// the cudnn backend), each against float64 gradients of the same bf16
+// inputs (o and lse from a float64 forward, o rounded to bf16).
+// ---------------------------------------------------------------------------
+std::string BackwardMlir(const Shape &s) {
+  auto t = [&](int64_t seq, int64_t h) {
+    return "tensor<" + std::to_string(s.b) + "x" + std::to_string(seq) + "x" +
+           std::to_string(h) + "x" + std::to_string(s.d) + "xbf16>";
+  };
+  std::string q = t(s.sq, s.hq), kv = t(s.skv, s.hkv);
+  std::string lse = "tensor<" + std::to_string(s.b) + "x" + std::to_string(s.hq) + "x" +
+                    std::to_string(s.sq) + "xf32>";
+  return "func.func @bwd(%q: " + q + ", %k: " + kv + ", %v: " + kv + ", %o: " + q +
+         ", %do: " + q + ", %lse: " + lse + ") -> (" + q + ", " + kv + ", " + kv +
+         ") {\n  %dq, %dk, %dv = llm.attention_backward %q, %k, %v, %o, %do, %lse " +
+         (s.causal ? "{causal} " : "") + ": " + q + ", " + kv + ", " + kv + ", " + q + ", " + q +
+         ", " + lse + "\n  return %dq, %dk, %dv : " + q + ", " + kv + ", " + kv + "\n}\n";
+}
+
+/// dq, dk, dv of softmax(q k^T * scale [causal]) v in float64 (P from the
+/// given lse, D = rowsum(do * o)), as llm.attention_backward defines them.
+void BackwardReference(const Shape &s, const std::vector<float> &q, const std::vector<float> &k,
+                       const std::vector<float> &v, const std::vector<float> &o,
+                       const std::vector<float> &dout, const std::vector<double> &lse,
+                       double scale, std::vector<double> *dq, std::vector<double> *dk,
+                       std::vector<double> *dv) {
+  dq->assign(q.size(), 0.0), dk->assign(k.size(), 0.0), dv->assign(v.size(), 0.0);
+  auto qi = [&](int64_t b, int64_t i, int64_t h) { return ((b * s.sq + i) * s.hq + h) * s.d; };
+  auto ki = [&](int64_t b, int64_t j, int64_t h) { return ((b * s.skv + j) * s.hkv + h) * s.d; };
+  for (int64_t b = 0; b < s.b; ++b)
+    for (int64_t h = 0; h < s.hq; ++h) {
+      int64_t hk = h / (s.hq / s.hkv);
+      for (int64_t i = 0; i < s.sq; ++i) {
+        int64_t last = s.causal ? i + s.skv - s.sq : s.skv - 1;
+        double D = 0;
+        for (int64_t c = 0; c < s.d; ++c)
+          D += double(dout[qi(b, i, h) + c]) * o[qi(b, i, h) + c];
+        for (int64_t j = 0; j <= last; ++j) {
+          double dot = 0, dp = 0;
+          for (int64_t c = 0; c < s.d; ++c) {
+            dot += double(q[qi(b, i, h) + c]) * k[ki(b, j, hk) + c];
+            dp += double(dout[qi(b, i, h) + c]) * v[ki(b, j, hk) + c];
+          }
+          double p = std::exp(dot * scale - lse[(b * s.hq + h) * s.sq + i]);
+          double ds = p * (dp - D);
+          for (int64_t c = 0; c < s.d; ++c) {
+            (*dq)[qi(b, i, h) + c] += scale * ds * k[ki(b, j, hk) + c];
+            (*dk)[ki(b, j, hk) + c] += scale * ds * q[qi(b, i, h) + c];
+            (*dv)[ki(b, j, hk) + c] += p * dout[qi(b, i, h) + c];
+          }
+        }
+      }
+    }
+}
+
+TEST(CudnnAttentionGpuTest, TheBackwardMatchesReference) {
+  auto dev = rt::Device::Open(0);
+  if (!dev.ok())
+    GTEST_SKIP() << "no GPU: " << dev.status();
+  const Shape shapes[] = {{2, 256, 256, 8, 8, 64, true}, {1, 256, 256, 8, 2, 128, true},
+                          {2, 128, 128, 4, 4, 64, false}, {1, 300, 300, 4, 2, 64, true}};
+  std::mt19937 rng(20261204);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::string cudnn_report;
+  int cudnn_ran = 0;
+  for (const Shape &s : shapes) {
+    const std::string what = BackwardMlir(s);
+    const double scale = 1.0 / std::sqrt(double(s.d));
+    const int64_t nq = s.b * s.sq * s.hq * s.d, nkv = s.b * s.skv * s.hkv * s.d;
+    auto randomBf16 = [&](int64_t n, std::vector<uint16_t> *bits, std::vector<float> *f) {
+      for (int64_t i = 0; i < n; ++i) {
+        bits->push_back(ToBf16(normal(rng)));
+        f->push_back(FromBf16(bits->back()));
+      }
+    };
+    std::vector<uint16_t> qb, kb, vb, dob, ob;
+    std::vector<float> q, k, v, dout, o;
+    randomBf16(nq, &qb, &q), randomBf16(nkv, &kb, &k), randomBf16(nkv, &vb, &v);
+    randomBf16(nq, &dob, &dout);
+    std::vector<double> lse;
+    std::vector<double> o64 = Reference(s, q, k, v, scale, &lse);
+    for (double x : o64) {
+      ob.push_back(ToBf16(static_cast<float>(x)));
+      o.push_back(FromBf16(ob.back()));
+    }
+    std::vector<float> lsef(lse.begin(), lse.end());
+    std::vector<double> wq, wk, wv;
+    BackwardReference(s, q, k, v, o, dout, lse, scale, &wq, &wk, &wv);
+    for (auto backend : {llmc::AttentionBackend::kLlmc, llmc::AttentionBackend::kCudnn}) {
+      const char *name = backend == llmc::AttentionBackend::kLlmc ? "llmc" : "cudnn";
+      auto module = mlir::parseSourceString<mlir::ModuleOp>(what, mlir::ParserConfig(&SharedContext()));
+      ASSERT_TRUE(module) << what;
+      llmc::LowerOptions lo;
+      lo.attention_backend = backend;
+      auto exe = llmc::LowerToExecutable(*module->getOps<mlir::func::FuncOp>().begin(), lo);
+      ASSERT_TRUE(exe.ok()) << exe.status();
+      auto shared = std::make_shared<rt::Executable>(std::move(*exe));
+      auto session = rt::Session::Load(*dev, shared);
+      ASSERT_TRUE(session.ok()) << session.status();
+      const std::string report = (*session)->attention_report();
+      std::vector<uint64_t> ptrs;
+      std::vector<rt::DeviceTensor> din, dout_t;
+      auto upload = [&](const void *data, int64_t bytes, rt::DType t, const std::vector<int64_t> &shape) {
+        auto p = (*dev)->Alloc(bytes);
+        ASSERT_TRUE(p.ok()) << p.status();
+        ptrs.push_back(*p);
+        ASSERT_TRUE((*dev)->CopyToDevice(*p, data, bytes).ok());
+        din.push_back({*p, t, shape});
+      };
+      upload(qb.data(), nq * 2, rt::DType::bf16, shared->inputs[0].shape);
+      upload(kb.data(), nkv * 2, rt::DType::bf16, shared->inputs[1].shape);
+      upload(vb.data(), nkv * 2, rt::DType::bf16, shared->inputs[2].shape);
+      upload(ob.data(), nq * 2, rt::DType::bf16, shared->inputs[3].shape);
+      upload(dob.data(), nq * 2, rt::DType::bf16, shared->inputs[4].shape);
+      upload(lsef.data(), lsef.size() * 4, rt::DType::f32, shared->inputs[5].shape);
+      const int64_t sizes[3] = {nq, nkv, nkv};
+      for (int i = 0; i < 3; ++i) {
+        auto p = (*dev)->Alloc(sizes[i] * 2);
+        ASSERT_TRUE(p.ok()) << p.status();
+        ptrs.push_back(*p);
+        ASSERT_TRUE((*dev)->Memset(*p, 0xff, sizes[i] * 2).ok());  // NaN if unwritten
+        dout_t.push_back({*p, rt::DType::bf16, shared->outputs[i].shape});
+      }
+      auto stream = (*dev)->CreateStream();
+      ASSERT_TRUE(stream.ok());
+      // Eager, then through a CUDA graph (capture + replay).
+      for (int run = 0; run < 3; ++run) {
+        absl::Status st = (*session)->Run(din, dout_t, run == 0 ? nullptr : *stream);
+        ASSERT_TRUE(st.ok()) << name << " " << st;
+        ASSERT_TRUE((*dev)->SynchronizeStream(*stream).ok());
+        if (run == 1)
+          continue;
+        const std::vector<double> *want[3] = {&wq, &wk, &wv};
+        const char *grad[3] = {"dq", "dk", "dv"};
+        for (int i = 0; i < 3; ++i) {
+          std::vector<uint16_t> host(sizes[i]);
+          ASSERT_TRUE((*dev)->CopyToHost(host.data(), dout_t[i].dptr, sizes[i] * 2).ok());
+          std::vector<float> got;
+          for (uint16_t h : host)
+            got.push_back(FromBf16(h));
+          // bf16 results and bf16 P / dS in the GEMMs: 1e-2 relative L2.
+          EXPECT_LE(RelativeL2(got, *want[i]), 1e-2)
+              << name << " " << grad[i] << (run ? " CUDA graph" : " eager") << "\n"
+              << what << report;
+        }
+      }
+      (void)(*dev)->DestroyStream(*stream);
+      for (uint64_t p : ptrs)
+        (void)(*dev)->Free(p);
+      if (backend == llmc::AttentionBackend::kCudnn) {
+        cudnn_report += report + "\n";
+        cudnn_ran += report.find("backward") != std::string::npos &&
+                     report.find("llmc kernel for attention") == std::string::npos;
+      }
+    }
+  }
+  std::cout << "cuDNN attention backward report:\n" << cudnn_report;
+  auto lib = rt::GetCudnn();
+  if (!lib.ok())
+    GTEST_SKIP() << "llmc's kernels checked; cuDNN not available: " << lib.status();
+  EXPECT_GE(cudnn_ran, 3) << cudnn_report;
+}
+
+// CPU: the backward's three launches carry one spec (cuDNN runs it once,
+// at the first; the others are its fallback with it), with the kernels'
+// buffers, through serialization; the llmc backend attaches none.
+TEST(CudnnAttentionLoweringTest, TheBackwardsLaunchesShareOneSpec) {
+  ScopedEnv env("LLMC_ATTENTION_BACKEND", nullptr);
+  const Shape s = {2, 256, 256, 8, 2, 64, true};
+  for (auto backend : {llmc::AttentionBackend::kAuto, llmc::AttentionBackend::kLlmc}) {
+    auto module = mlir::parseSourceString<mlir::ModuleOp>(BackwardMlir(s),
+                                                          mlir::ParserConfig(&SharedContext()));
+    ASSERT_TRUE(module);
+    llmc::LowerOptions lo;
+    lo.attention_backend = backend;
+    auto exe = llmc::LowerToExecutable(*module->getOps<mlir::func::FuncOp>().begin(), lo);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    ASSERT_EQ(exe->launches.size(), 3u);
+    if (backend == llmc::AttentionBackend::kLlmc) {
+      EXPECT_TRUE(exe->attentions.empty());
+      continue;
+    }
+    auto back = rt::DeserializeExecutable(rt::SerializeExecutable(*exe));
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->attentions.size(), 1u);
+    const rt::AttentionSpec &a = back->attentions[0];
+    EXPECT_TRUE(a.backward);
+    EXPECT_EQ(rt::CudnnAttentionUnsupportedReason(a), "");
+    for (const rt::Launch &l : back->launches)
+      EXPECT_EQ(l.attention, 0) << l.label;
+    // The main kernel's arguments: dK, dV, dQacc, q, k, v, dO, lse, D.
+    const rt::Launch &main = back->launches[1];
+    EXPECT_EQ(main.args[0].buffer, a.grad_key.buffer);
+    EXPECT_EQ(main.args[1].buffer, a.grad_value.buffer);
+    EXPECT_EQ(main.args[2].buffer, a.dq_accum.buffer);
+    EXPECT_EQ(main.args[3].buffer, a.q.buffer);
+    EXPECT_EQ(main.args[6].buffer, a.grad_output.buffer);
+    EXPECT_EQ(main.args[7].buffer, a.lse.buffer);
+    EXPECT_EQ(main.args[8].buffer, a.row_sum.buffer);
+    EXPECT_EQ(back->launches[2].args[0].buffer, a.grad_query.buffer);
+    EXPECT_EQ(back->buffers[a.o.buffer].kind, rt::Buffer::Input);
+    EXPECT_TRUE(back->Validate().ok()) << back->Validate();
+  }
+}
+
 } // namespace

@@ -228,7 +228,7 @@ TEST(CudnnLibraryTest, MissingLibraryMeansKernelFallback) {
   auto runner = CudnnAttentionRunner::Create(exe, /*pool=*/nullptr, lib.status());
   EXPECT_FALSE(runner->Ready(0));
   EXPECT_EQ(runner->num_ready(), 0);
-  auto ran = runner->Run(0, 0x1000, 0x2000, 0x3000, 0x4000, 0, nullptr);
+  auto ran = runner->Run(0, [](const BufferRef&) -> uint64_t { return 0x1000; }, nullptr);
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_FALSE(*ran);  // the caller launches the kernel
   EXPECT_NE(runner->Report().find("llmc kernel for all 1 attention launch(es)"), std::string::npos)
@@ -260,6 +260,25 @@ TEST(CudnnGraphTest, DescriptorsFinalizeWithoutAGpu) {
   auto stats = CheckCudnnAttentionOperations(**lib, train);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(*stats, 14);
+  // The backward (cudnn-frontend's composite graph): row sum (mul, reduce,
+  // mul), bmm, scale, sub stats, [causal: 2 GEN_INDEX, CMP_GE, SELECT],
+  // exp, reshape P, bmm dV, bmm dP, sub, mul, scale, reshape dS, bmm dK,
+  // reshape K, bmm dQ, identity; GQA adds a head reduction for dK and dV.
+  AttentionSpec bwd = train;
+  bwd.backward = true;
+  auto backward = CheckCudnnAttentionOperations(**lib, bwd);
+  ASSERT_TRUE(backward.ok()) << backward.status();
+  EXPECT_EQ(*backward, 22);
+  AttentionSpec gqa_bwd = Spec(2, 256, 256, 8, 2, 64, false, DType::f16);
+  gqa_bwd.lse = {4, 0};
+  gqa_bwd.backward = true;
+  auto gqa_backward = CheckCudnnAttentionOperations(**lib, gqa_bwd);
+  ASSERT_TRUE(gqa_backward.ok()) << gqa_backward.status();
+  EXPECT_EQ(*gqa_backward, 20);
+  AttentionSpec cross = bwd;
+  cross.skv = 1024;
+  EXPECT_EQ(CheckCudnnAttentionOperations(**lib, cross).status().code(),
+            absl::StatusCode::kUnimplemented);
   auto unsupported = CheckCudnnAttentionOperations(**lib, Spec(1, 64, 64, 4, 4, 60, false));
   EXPECT_EQ(unsupported.status().code(), absl::StatusCode::kUnimplemented);
 }

@@ -27,6 +27,12 @@
 // with strides that describe it (K^T by swapping K's last two dims and
 // strides), so nothing is transposed.
 //
+// The backward (AttentionSpec::backward) is the graph cudnn-frontend's
+// CompositeSDPABackwardNode builds (see BuildSdpaBackwardOperations in
+// CudnnAttention.cpp): rowsum(dO * O), P = exp(S * scale - stats) [causal],
+// dV = P^T dO, dS = ((dO V^T - rowsum) * P) * scale, dK = dS^T Q, dQ = dS K
+// through an f32 accumulator; GQA sums dK and dV over each group.
+//
 // A missing library, a build without cuDNN headers, an unsupported shape, a
 // failed plan or a failed trial run all mean "run llmc's kernel": the runner
 // records why (Report()) and never fails a Session load.
@@ -34,6 +40,7 @@
 #define LLMC_RUNTIME_CUDNNATTENTION_H
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,15 +107,16 @@ class CudnnAttentionRunner {
   bool Ready(int index) const;
   /// Number of specs that run on cuDNN.
   int num_ready() const;
-  /// Enqueues attention `index` on `stream` (capturable) with device
-  /// addresses q, k, v, o, and lse (the spec's statistics output; 0 when
-  /// it has none). Returns false without enqueuing anything when the
+  /// Enqueues attention `index` on `stream` (capturable) with the device
+  /// addresses `address` gives for the spec's AttentionOperands (q, k, v,
+  /// o, ...). Returns false without enqueuing anything when the
   /// spec has no plan or an address is not 16-byte aligned (cuDNN's
   /// requirement), and false when cuDNN's execute fails (the spec then runs
   /// its kernel from now on; Report() keeps the error): the caller then
   /// launches the kernel. Not an error in any of these cases.
-  absl::StatusOr<bool> Run(int index, uint64_t q, uint64_t k, uint64_t v,
-                           uint64_t o, uint64_t lse, CUstream stream);
+  absl::StatusOr<bool> Run(int index,
+                           const std::function<uint64_t(const BufferRef&)>& address,
+                           CUstream stream);
   /// One line per outcome: "cuDNN <version> (<path>): attention 0, 2 (plan
   /// b=4 sq=2048 ... workspace N bytes)" / "llmc kernel for attention 1:
   /// <reason>".
@@ -120,6 +128,7 @@ class CudnnAttentionRunner {
   CudnnAttentionRunner() = default;
   const Cudnn* lib_ = nullptr;
   void* handle_ = nullptr;  // cudnnHandle_t
+  std::vector<AttentionSpec> specs_;    // the executable's
   std::vector<std::unique_ptr<Plan>> plans_;
   std::vector<int> plan_of_;            // per spec: index into plans_ or -1
   std::vector<std::string> fallback_;   // per spec: why it falls back

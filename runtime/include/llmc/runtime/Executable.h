@@ -161,15 +161,41 @@ struct CollectiveSpec {
 /// statistics an SDPA forward saves for its backward, lse_i = log sum_j
 /// exp(s_ij) in the natural log (FlashAttention-2, Dao 2023, Algorithm 1
 /// line 12), written by the same launch (llm.attention_logsumexp).
+///
+/// `backward`: the gradients instead (llm.attention_backward; Dao 2023,
+/// Algorithm 2), through cuDNN's fused SDPA backward: reads q, k, v, o,
+/// lse and grad_output (o's layout), writes grad_query, grad_key and
+/// grad_value (q's, k's and v's layouts); row_sum (f32 [b, hq, sq]) and
+/// dq_accum (f32 [b, hq, sq, d]) are scratch it overwrites. The launches
+/// that carry one backward spec (llmc's kernels: D, the main kernel, dQ)
+/// are its fallback together: the first of them runs cuDNN, and the others
+/// are skipped when it did.
 struct AttentionSpec {
   int64_t b = 0, sq = 0, skv = 0, hq = 0, hkv = 0, d = 0;
   bool causal = false;
   float scale = 1.f;
   DType dtype = DType::bf16;
   BufferRef q, k, v, o, lse;
+  bool backward = false;
+  BufferRef grad_output, grad_query, grad_key, grad_value, row_sum, dq_accum;
 
   bool has_lse() const { return lse.buffer >= 0; }
 };
+
+/// One buffer an AttentionSpec reads or writes: its name ("q", "k", "v",
+/// "o", "lse", "grad_output", "grad_query", "grad_key", "grad_value",
+/// "row_sum", "dq_accum"), reference and size in bytes (0 when the size
+/// overflows int64).
+struct AttentionOperand {
+  const char* name;
+  BufferRef ref;
+  int64_t bytes;
+};
+
+/// The buffers of `spec`: q, k, v, o and lse when present for the
+/// forward; for the backward q, k, v, o, lse, grad_output, grad_query,
+/// grad_key, grad_value, row_sum, dq_accum.
+std::vector<AttentionOperand> AttentionOperands(const AttentionSpec& spec);
 
 struct Launch {
   enum Kind { Kernel, Gemm, Collective, Copy };

@@ -3,8 +3,8 @@
 // llmc-decompose-attention and lower to FlashAttention-2's training forward
 // (the statistics variant, one launch writing O and the logsumexp: the
 // attention_stats kernel of llmc-form-kernels, with cuDNN's SDPA attached
-// writing its stats) and its three backward kernels: no GEMM, no scores in
-// memory. Head dim 256 is decomposed. Numerics of the kernels:
+// writing its stats) and its three backward kernels (with cuDNN's fused
+// SDPA backward attached to them): no GEMM, no scores in memory. Head dim 256 is decomposed. Numerics of the kernels:
 // test/unit/kernels EmuAttentionBackward (emulator vs float64).
 // RUN: llmc-opt %s --llmc-decompose-attention | FileCheck %s
 // RUN: llmc-compile %s --arch=sm_90a --emit=executable-dump | FileCheck %s --check-prefix=EXE
@@ -28,10 +28,13 @@ func.func @train(%q: tensor<2x70x4x64xbf16>, %k: tensor<2x70x2x64xbf16>, %v: ten
 // FORM: llm.attention {{.*}}llm.kernel = {group = 0 : i64, kind = "attention_stats"}
 // FORM-NEXT: llm.attention_logsumexp {{.*}}llm.kernel = {group = 0 : i64, kind = "attention_stats"}
 
-// EXE: counts inputs=4 outputs=5 {{.*}} gemms=0 collectives=0 attentions=1 launches=4
-// EXE: attention 0 b=2 sq=70 skv=70 hq=4 hkv=2 d=64 causal=1 {{.*}} o=[[O:b[0-9]+\+0]] lse=[[LSE:b[0-9]+\+0]]
+// EXE: counts inputs=4 outputs=5 {{.*}} gemms=0 collectives=0 attentions=2 launches=4
+// EXE: attention 0 b=2 sq=70 skv=70 hq=4 hkv=2 d=64 causal=1 {{.*}} o=[[O:b[0-9]+\+0]] lse=[[LSE:b[0-9]+\+0]]{{$}}
+// EXE: attention 1 b=2 sq=70 {{.*}} lse=[[LSE]] backward grad_output=b3+0
 // EXE: launch 0 call kernel llmc_flash_attn_bf16_d64_causal_lse_{{.*}} args=[[[O]],{{.*}},[[LSE]]] attention=0 label="llm.attention"
 // EXE-NOT: label="llm.attention_logsumexp"
-// EXE-DAG: llmc_flash_attn_bwd_bf16_d64_causal{{$|[^_]}}
-// EXE-DAG: llmc_flash_attn_bwd_bf16_d64_causal_prep
-// EXE-DAG: llmc_flash_attn_bwd_bf16_d64_causal_dq
+// The backward's three kernels carry one cuDNN SDPA backward (they fall
+// back together).
+// EXE: llmc_flash_attn_bwd_bf16_d64_causal_prep {{.*}} attention=1 label="llm.attention_backward"
+// EXE: llmc_flash_attn_bwd_bf16_d64_causal {{.*}} attention=1 label="llm.attention_backward"
+// EXE: llmc_flash_attn_bwd_bf16_d64_causal_dq {{.*}} attention=1 label="llm.attention_backward"

@@ -8,7 +8,7 @@
 // (In bf16 the op is the fused backward kernel's: it stays.)
 // CHECK-LABEL: func.func @grads
 // CHECK-NOT: f8E4M3FN
-// CHECK: llm.attention_backward %{{.*}} {causal} : tensor<1x8x4x32xbf16>, tensor<1x8x2x32xbf16>, tensor<1x8x2x32xbf16>, tensor<1x8x4x32xbf16>, tensor<1x8x4x32xbf16>, tensor<1x4x8xf32>
+// CHECK: llm.attention_backward %{{.*}} {causal{{.*}}} : tensor<1x8x4x32xbf16>, tensor<1x8x2x32xbf16>, tensor<1x8x2x32xbf16>, tensor<1x8x4x32xbf16>, tensor<1x8x4x32xbf16>, tensor<1x4x8xf32>
 // CHECK-NOT: f8E4M3FN
 // CHECK: return %{{.*}}, %{{.*}}, %{{.*}} : tensor<1x8x4x32xf32>, tensor<1x8x2x32xf32>, tensor<1x8x2x32xf32>
 func.func @grads(%q: tensor<1x8x4x32xf32>, %k: tensor<1x8x2x32xf32>, %v: tensor<1x8x2x32xf32>, %o: tensor<1x8x4x32xf32>, %do: tensor<1x8x4x32xf32>, %lse: tensor<1x4x8xf32>) -> (tensor<1x8x4x32xf32>, tensor<1x8x2x32xf32>, tensor<1x8x2x32xf32>) {
