@@ -134,17 +134,42 @@ def make_step(model, backend, mode):
         opt_step = opt.step if backend == "eager" else torch.compile(
             opt.step, backend="inductor" if backend == "inductor" else "llmc")
 
-    def step(ids, labels):
+    def step(ids, labels, keep_grads=False):
         logits = fwd(ids).logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
         loss.backward()
         if opt is not None:
             opt_step()
             opt.zero_grad(set_to_none=True)
-        else:
+        elif not keep_grads:
             model.zero_grad(set_to_none=True)
         return float(loss)
     return step
+
+
+def gradients(model, step, ids, labels):
+    """Every parameter's gradient of one forward+backward (fwdbwd mode: the
+    weights never change, so this is the first step's)."""
+    step(ids, labels, keep_grads=True)
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def gradient_error(grads, reference):
+    """(largest relative L2 error over parameters, its name); inf for a
+    missing gradient or a NaN."""
+    worst, name = 0.0, ""
+    for n, ref in reference.items():
+        g = grads.get(n)
+        if g is None:
+            return float("inf"), n
+        err = float((g.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+        if not err == err:  # NaN
+            return float("inf"), n
+        if err > worst:
+            worst, name = err, n
+    return worst, name
 
 
 def llmc_report():
@@ -169,7 +194,7 @@ def profile_step(step, ids, labels, device, path):
     path.write_text(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=90))
 
 
-def run_one(args, device, dtype, backend, mode, eager_loss, ceiling):
+def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads=None):
     model = build_model(args, device, dtype)
     g = torch.Generator(device="cpu").manual_seed(1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g).to(device)
@@ -200,6 +225,13 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling):
            "mfu": flops / t / ceiling if ceiling else None}
     if eager_loss is not None:
         rec["loss_rel_to_eager"] = abs(first_loss - eager_loss) / max(abs(eager_loss), 1e-30)
+    if mode == "fwdbwd":
+        grads = gradients(model, step, ids, labels)
+        if backend == "eager":
+            rec["_grads"] = grads
+        elif eager_grads is not None:
+            rec["grad_rel_to_eager"], rec["grad_worst_param"] = gradient_error(grads, eager_grads)
+        del grads
     if backend == "llmc":
         rec["partitions"] = llmc_report()
     if args.profile:
@@ -213,19 +245,22 @@ def table(args, runs, ceiling):
              f"({args.kv_heads} KV), FFN {args.ffn}, vocab {args.vocab}; {args.dtype}; "
              f"batch {args.batch} x {args.seq}; GEMM ceiling "
              + (f"{ceiling / 1e12:.0f} TFLOP/s" if ceiling else "not measured (CPU)"), "",
-             "| mode | backend | first step s | step ms | tokens/s | MFU | loss vs eager | llmc subgraphs (kept in PyTorch) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| mode | backend | first step s | step ms | tokens/s | MFU | loss vs eager "
+             "| gradients vs eager (worst parameter, relative L2) | llmc subgraphs (kept in PyTorch) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "error" in r:
-            lines.append(f"| {r['mode']} | {r['backend']} | error: {r['error']} | | | | | |")
+            lines.append(f"| {r['mode']} | {r['backend']} | error: {r['error']} | | | | | | |")
             continue
         parts = "; ".join(f"{p['graph']}: {p['subgraphs']}"
                           + (f" ({', '.join(p['kept_in_pytorch'])})" if p["kept_in_pytorch"] else "")
                           for p in r.get("partitions", []))
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
         rel = f"{r['loss_rel_to_eager']:.1e}" if "loss_rel_to_eager" in r else "-"
+        grad = (f"{r['grad_rel_to_eager']:.1e} ({r['grad_worst_param']})"
+                if "grad_rel_to_eager" in r else "-")
         lines.append(f"| {r['mode']} | {r['backend']} | {r['first_step_s']:.2f} | {r['step_ms']:.1f} | "
-                     f"{r['tokens_s']:.0f} | {mfu} | {rel} | {parts or '-'} |")
+                     f"{r['tokens_s']:.0f} | {mfu} | {rel} | {grad} | {parts or '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -242,12 +277,13 @@ def main(argv=None):
     path = out / "train.json"
     warnings.simplefilter("ignore")
     for mode in args.modes:
-        eager_loss = None
+        eager_loss = eager_grads = None
         for backend in args.backends:
             try:
-                rec = run_one(args, device, dtype, backend, mode, eager_loss, ceiling)
+                rec = run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads)
                 if backend == "eager":
                     eager_loss = rec["first_loss"]
+                eager_grads = rec.pop("_grads", eager_grads)
             except Exception as e:  # one backend failing must not lose the others
                 traceback.print_exc()
                 rec = {"backend": backend, "mode": mode, "error": f"{type(e).__name__}: {e}"[:300]}

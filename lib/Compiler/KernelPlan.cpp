@@ -291,9 +291,18 @@ bool llmc::attentionStatsPair(AttentionOp attention, AttentionLogSumExpOp stats)
   if (a->getBlock() != s->getBlock())
     return false;
   Operation *first = a->isBeforeInBlock(s) ? a : s, *last = first == a ? s : a;
-  return llvm::all_of(first->getUsers(), [&](Operation *user) {
-    return user->getBlock() == last->getBlock() && last->isBeforeInBlock(user);
-  });
+  // Views launch nothing (AOTAutograd transposes the saved logsumexp right
+  // away): what reads through them must come after the launch.
+  std::function<bool(Operation *)> usedAfter = [&](Operation *op) {
+    return llvm::all_of(op->getUsers(), [&](Operation *user) {
+      if (user->getBlock() != last->getBlock())
+        return false;
+      if (last->isBeforeInBlock(user))
+        return true;
+      return isa<ViewLikeOpInterface>(user) && usedAfter(user);
+    });
+  };
+  return usedAfter(first);
 }
 
 namespace {

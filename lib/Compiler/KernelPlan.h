@@ -133,7 +133,8 @@ struct AttentionStats {
 /// key, causal and scale, neither with a mask, no kv_len, key and value in
 /// NHD layout, and the write_lse kernel's types (bf16/f16 query, key and
 /// value of one type, head dim a multiple of 16 up to 256); both in one
-/// block, the earlier one used only after the later one.
+/// block, the earlier one used only after the later one (directly or
+/// through views, which launch nothing).
 bool attentionStatsPair(llm::AttentionOp attention, llm::AttentionLogSumExpOp stats);
 
 /// Decode GEMVs run as one kernel.

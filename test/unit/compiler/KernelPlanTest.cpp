@@ -468,6 +468,24 @@ TEST(KernelPlan, AnAttentionWritesTheStatisticsOfItsBackward) {
   }
 }
 
+// AOTAutograd's forward: the statistics first, transposed for the backward
+// before the attention (a view: no launch), then the attention. One launch.
+TEST(KernelPlan, AViewOfTheStatisticsBeforeTheAttentionIsNoUse) {
+  auto planned = Lower(R"(
+func.func @f(%q: tensor<2x70x4x64xbf16>, %k: tensor<2x70x2x64xbf16>, %v: tensor<2x70x2x64xbf16>)
+    -> (tensor<2x70x4x64xbf16>, tensor<2x70x4xf32>) {
+  %lse = llm.attention_logsumexp %q, %k {causal} : tensor<2x70x4x64xbf16>, tensor<2x70x2x64xbf16> -> tensor<2x4x70xf32>
+  %t = llm.transpose %lse [0, 2, 1] : tensor<2x4x70xf32>
+  %o = llm.attention %q, %k, %v {causal} : tensor<2x70x4x64xbf16>, tensor<2x70x2x64xbf16>, tensor<2x70x2x64xbf16>
+  %n = llm.neg %t : tensor<2x70x4xf32>
+  return %o, %n : tensor<2x70x4x64xbf16>, tensor<2x70x4xf32>
+})");
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(KernelLaunches(*planned), 2) << rt::DescribeExecutable(*planned);
+  ASSERT_EQ(planned->attentions.size(), 1u);
+  EXPECT_TRUE(planned->attentions[0].has_lse());
+}
+
 TEST(KernelPlan, AttentionStatsOfOtherOperandsAreNotOneLaunch) {
   // Different causal flags: two launches, and an annotation saying
   // otherwise is an error naming the op.
