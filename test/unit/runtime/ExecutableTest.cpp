@@ -510,7 +510,7 @@ TEST(ForgedExecutableTest, CopiesCollectivesAndAttention) {
                 j["attentions"][0]["shape"] = {int64_t(1) << 40, int64_t(1) << 40,
                                                2, 2, 1, 16};
               }, e)),
-              HasSubstr("attention 0 overflows int64 bytes"));
+              HasSubstr("attention 0 q overflows int64 bytes"));
 }
 
 TEST(ForgedExecutableTest, CollectiveTotalsNeedTheCommunicatorSize) {
