@@ -78,36 +78,39 @@ bool llmc::flashDecodeServes(AttentionOp op) {
          (!dc.has_mask || cu::IsFloatType(dc.mask)) && cu::FlashDecodeSupported(dc);
 }
 
-absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
-  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+/// The spec's shape, type, causal and scale from query [B, Sq, Hq, D] and a
+/// key whose sequence and head dims are `kvSeqDim` and `kvHeadsDim`.
+static absl::StatusOr<rt::AttentionSpec> attentionSpec(Value query, Value key,
+                                                       unsigned kvSeqDim, unsigned kvHeadsDim,
+                                                       bool causal,
+                                                       std::optional<APFloat> scale) {
+  auto q = tensorType(query), k = tensorType(key);
   absl::StatusOr<rt::DType> dtype = toRuntimeDType(q.getElementType());
   if (!dtype.ok())
     return dtype.status();
   rt::AttentionSpec spec;
   spec.b = q.getDimSize(0), spec.sq = q.getDimSize(1), spec.hq = q.getDimSize(2);
-  spec.d = q.getDimSize(3), spec.skv = k.getDimSize(op.kvSeqDim());
-  spec.hkv = k.getDimSize(op.kvHeadsDim());
-  spec.causal = op.getCausal();
-  spec.scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
-                             : static_cast<float>(1.0 / std::sqrt(double(spec.d)));
+  spec.d = q.getDimSize(3), spec.skv = k.getDimSize(kvSeqDim);
+  spec.hkv = k.getDimSize(kvHeadsDim);
+  spec.causal = causal;
+  spec.scale = scale ? static_cast<float>(scale->convertToDouble())
+                     : static_cast<float>(1.0 / std::sqrt(double(spec.d)));
   spec.dtype = *dtype;
   return spec;
 }
 
+absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionOp op) {
+  return attentionSpec(op.getQuery(), op.getKey(), op.kvSeqDim(), op.kvHeadsDim(),
+                       op.getCausal(), op.getScale());
+}
+
 absl::StatusOr<rt::AttentionSpec> llmc::cudnnAttentionSpec(AttentionBackwardOp op) {
-  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
-  absl::StatusOr<rt::DType> dtype = toRuntimeDType(q.getElementType());
-  if (!dtype.ok())
-    return dtype.status();
-  rt::AttentionSpec spec;
-  spec.b = q.getDimSize(0), spec.sq = q.getDimSize(1), spec.hq = q.getDimSize(2);
-  spec.d = q.getDimSize(3), spec.skv = k.getDimSize(1), spec.hkv = k.getDimSize(2);
-  spec.causal = op.getCausal();
-  spec.scale = op.getScale() ? static_cast<float>(op.getScale()->convertToDouble())
-                             : static_cast<float>(1.0 / std::sqrt(double(spec.d)));
-  spec.dtype = *dtype;
-  spec.backward = true;
-  spec.lse = {0, 0}; // present; the lowering gives the buffers
+  absl::StatusOr<rt::AttentionSpec> spec =
+      attentionSpec(op.getQuery(), op.getKey(), 1, 2, op.getCausal(), op.getScale());
+  if (!spec.ok())
+    return spec;
+  spec->backward = true;
+  spec->lse = {0, 0}; // present; the lowering gives the buffers
   return spec;
 }
 

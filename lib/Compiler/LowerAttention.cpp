@@ -49,6 +49,15 @@ static absl::StatusOr<TrainingDims> trainingDims(OpT op) {
 static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Value lse,
                                                           Lowering &l);
 
+/// The shape and numerics of cuDNN's attachment from `spec` (no buffers).
+static AttentionAttachment attachmentOf(const rt::AttentionSpec &spec) {
+  AttentionAttachment a;
+  a.b = spec.b, a.sq = spec.sq, a.skv = spec.skv, a.hq = spec.hq, a.hkv = spec.hkv;
+  a.d = spec.d, a.causal = spec.causal, a.scale = spec.scale, a.dtype = spec.dtype;
+  a.backward = spec.backward;
+  return a;
+}
+
 /// attention(q, k, v [, mask, kv_len]) => flash-decoding (split + combine) or
 /// one FlashAttention-2 kernel, with cuDNN's fused attention attached when
 /// its llm.kernel_config asks for it. `lse` (optional): the f32 [B, Hq, Sq]
@@ -194,10 +203,7 @@ static absl::StatusOr<AttentionAttachment> cudnnAttachment(AttentionOp op, Value
   if (!why.empty())
     return unsupported(op, "its llm.kernel_config asks for cuDNN's fused "
                            "attention, which does not take it: " + why);
-  const rt::AttentionSpec &spec = *specOr;
-  AttentionAttachment a;
-  a.b = spec.b, a.sq = spec.sq, a.skv = spec.skv, a.hq = spec.hq, a.hkv = spec.hkv;
-  a.d = spec.d, a.causal = spec.causal, a.scale = spec.scale, a.dtype = spec.dtype;
+  AttentionAttachment a = attachmentOf(*specOr);
   auto ref = [&](Value v) { return l.ptrArg(v).ref; };
   a.q = ref(op.getQuery()), a.k = ref(op.getKey()), a.v = ref(op.getValue());
   a.o = ref(op.getResult());
@@ -284,10 +290,7 @@ static absl::Status lowerAttentionBackward(AttentionBackwardOp op, Lowering &l) 
     if (std::string why = rt::CudnnAttentionUnsupportedReason(spec); !why.empty())
       return unsupported(op, "its llm.kernel_config asks for cuDNN's fused attention "
                              "backward, which does not take it: " + why);
-    AttentionAttachment a;
-    a.b = spec.b, a.sq = spec.sq, a.skv = spec.skv, a.hq = spec.hq, a.hkv = spec.hkv;
-    a.d = spec.d, a.causal = spec.causal, a.scale = spec.scale, a.dtype = spec.dtype;
-    a.backward = true;
+    AttentionAttachment a = attachmentOf(spec);
     auto ref = [&](Value v) { return l.ptrArg(v).ref; };
     a.q = ref(op.getQuery()), a.k = ref(op.getKey()), a.v = ref(op.getValue());
     a.o = ref(op.getOutput()), a.lse = ref(op.getLogsumexp());
