@@ -11,7 +11,9 @@ download): 16 layers, hidden 2048, 16 heads, FFN 5632, vocab 32000, weights
 in --dtype (bf16 by default), batch 4 x 2048 tokens, the loss taken outside
 the compiled model in float32 (cross-entropy of logits.float()). Per
 backend (eager, Inductor `torch.compile(model)`, llmc
-`torch.compile(model, backend="llmc")`) and mode:
+`torch.compile(model, backend="llmc")`; llmc-mincut: the same with
+options={"partition": "mincut"}, Inductor's min-cut rematerialization
+instead of saving every intermediate) and mode:
 
   fwdbwd   forward + backward, gradients cleared between steps
   adamw    the same plus an AdamW step (foreach), compiled with the same
@@ -39,7 +41,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("eager", "inductor", "llmc")
+BACKENDS = ("eager", "inductor", "llmc", "llmc-mincut")
 MODES = ("fwdbwd", "adamw")
 
 
@@ -57,11 +59,12 @@ def parse_args(argv=None):
     ap.add_argument("--dtype", choices=("bf16", "f32"), default="bf16",
                     help="weights and activations (the loss is always float32)")
     ap.add_argument("--steps", type=int, default=10, help="steady-state steps; median")
-    ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--backends", default="eager,inductor,llmc",
+                    help=f"comma-separated, of {','.join(BACKENDS)}")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--profile", action="store_true",
                     help="also profile one steady-state step per run (torch.profiler): "
-                         "DIR/profile-MODE-BACKEND.txt lists the 30 kernels with the most "
+                         "DIR/profile-MODE-BACKEND.txt lists the 80 kernels with the most "
                          "GPU time")
     ap.add_argument("--smoke", action="store_true",
                     help="a 2-layer, 64-wide model on the CPU: checks this script, not speed")
@@ -127,12 +130,14 @@ def make_step(model, backend, mode):
     elif backend == "inductor":
         fwd = torch.compile(model)
     else:
-        fwd = torch.compile(model, backend="llmc")
+        options = {"partition": "mincut"} if backend == "llmc-mincut" else {}
+        fwd = torch.compile(model, backend="llmc", options=options)
     opt = None
     if mode == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         opt_step = opt.step if backend == "eager" else torch.compile(
             opt.step, backend="inductor" if backend == "inductor" else "llmc")
+    # (opt.step has no backward: the partition option does not apply.)
 
     def step(ids, labels, keep_grads=False):
         logits = fwd(ids).logits
@@ -191,7 +196,7 @@ def profile_step(step, ids, labels, device, path):
         step(ids, labels)
         sync(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    path.write_text(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=90))
+    path.write_text(prof.key_averages().table(sort_by=key, row_limit=80, max_name_column_width=90))
 
 
 def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads=None):
@@ -202,7 +207,7 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
     # Every run compiles afresh: its first step includes its compiles, and
     # llmc's report covers its own graphs.
     torch._dynamo.reset()
-    if backend == "llmc":
+    if backend.startswith("llmc"):
         import llmc.backend
         llmc.backend.reset()
     step = make_step(model, backend, mode)
@@ -232,7 +237,7 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
         elif eager_grads is not None:
             rec["grad_rel_to_eager"], rec["grad_worst_param"] = gradient_error(grads, eager_grads)
         del grads
-    if backend == "llmc":
+    if backend.startswith("llmc"):
         rec["partitions"] = llmc_report()
     if args.profile:
         from pathlib import Path

@@ -152,6 +152,7 @@ CHECK_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2,
 # --precision).
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 WEIGHT_ONLY = ("none", "int8", "int4")
+PARTITIONS = ("default", "mincut")
 
 
 @dataclass
@@ -173,6 +174,11 @@ class Options:
         the decode GEMVs (CompilerOptions::weight_only). Not with "fp8".
     check: False, True (raise CheckMismatch) or "warn"; LLMC_CHECK=1 (or
         =warn) sets it. check_tol overrides the relative L2 bound CHECK_TOL.
+    partition: "default" (PyTorch's default_partition: the forward saves
+        every intermediate the backward reads) or "mincut" (Inductor's
+        min-cut rematerialization: fewer, smaller saved tensors, cheap ops
+        recomputed in the backward); LLMC_PARTITION sets it when not given.
+        How AOTAutograd splits a training graph; inference graphs ignore it.
     strict: False (default; LLMC_STRICT=1 sets it) or True: raise
         FallbackRefused where llmc would run a subgraph in PyTorch because it
         could not import, compile or load it, or the library is missing.
@@ -211,6 +217,7 @@ class Options:
     check: Any = None
     check_tol: Optional[float] = None
     strict: Optional[bool] = None
+    partition: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d: Optional[Dict[str, Any]]) -> "Options":
@@ -239,6 +246,11 @@ class Options:
             o.strict = {"": False, "0": False, "1": True}.get(env)
             if o.strict is None:
                 raise ValueError(f"llmc: LLMC_STRICT must be 0 or 1, got {env!r}")
+        if o.partition is None:
+            o.partition = os.environ.get("LLMC_PARTITION", "default")
+        if o.partition not in PARTITIONS:
+            raise ValueError(f"llmc: partition (or LLMC_PARTITION) must be one of "
+                             f"{', '.join(PARTITIONS)}, got {o.partition!r}")
         if o.strict not in (False, True):
             raise ValueError(f"llmc: strict must be False or True, got {o.strict!r}")
         if o.check not in (False, True, "warn"):
@@ -1241,16 +1253,17 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     return make_boxed_func(fused.forward)
 
 
-def _partition_fn():
+def _partition_fn(how: Optional[str] = None):
     """How AOTAutograd splits a training graph into forward and backward
-    (LLMC_PARTITION): `default` (PyTorch's default_partition) saves every
+    (the `partition` option; LLMC_PARTITION when None): `default` (PyTorch's default_partition) saves every
     intermediate the backward reads; `mincut` (the min-cut rematerialization
     Inductor uses) saves fewer, smaller tensors and recomputes cheap
     elementwise ops in the backward (on the 1B LLaMA step the forward's
     saved results fall from 48 to 27 GiB; its speed through llmc is not
     measured yet, so it is not the default)."""
     from torch._functorch import partitioners
-    how = os.environ.get("LLMC_PARTITION", "default")
+    if how is None:
+        how = os.environ.get("LLMC_PARTITION", "default")
     if how == "default":
         return partitioners.default_partition
     if how == "mincut":
@@ -1278,5 +1291,5 @@ def llmc_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
                            causal_saved=causal_saved)
     inf = functools.partial(_compile_graph, options=options, kind="inference")
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
-                        partition_fn=_partition_fn(),
+                        partition_fn=_partition_fn(options.partition),
                         decompositions=_decompositions())(gm, example_inputs)

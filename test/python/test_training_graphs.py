@@ -462,6 +462,20 @@ def test_mincut_partition_saves_less_and_matches_torch(name, monkeypatch):
         _partition_fn()
 
 
+def test_partition_option_is_checked_and_overrides_the_environment(monkeypatch):
+    """options={"partition": ...} chooses the partitioner per torch.compile
+    call (LLMC_PARTITION only when the option is not given); a value outside
+    PARTITIONS is a ValueError naming the choices, not a silent default."""
+    from llmc.backend import Options
+    monkeypatch.setenv("LLMC_PARTITION", "mincut")
+    assert Options.from_dict({}).partition == "mincut"
+    assert Options.from_dict({"partition": "default"}).partition == "default"
+    monkeypatch.setenv("LLMC_PARTITION", "default")
+    assert Options.from_dict({"partition": "mincut"}).partition == "mincut"
+    with pytest.raises(ValueError, match="partition .* must be one of default, mincut, got 'greedy'"):
+        Options.from_dict({"partition": "greedy"})
+
+
 def test_hf_backward_takes_the_forwards_causal_mask_as_causal():
     """HF LLaMA under torch.compile builds its causal mask in the forward
     graph and saves it for the backward, where it arrives as an input. The
