@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -41,13 +42,20 @@ void *BuildEmu(const cuda::KernelCode &k, const std::string &stub) {
                      << std::regex_replace(stub, std::regex("KERNEL"), k.name);
   const std::string cmd =
       HostCompiler() + " -std=c++17 -O1 -w -shared -fPIC -pthread -o " + so + " " + src;
-  if (std::system(cmd.c_str()) != 0) {
+  const bool built = std::system(cmd.c_str()) == 0;
+  void *h = built ? dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
+  const char *why = built && !h ? dlerror() : nullptr;
+  // The loaded library stays mapped after its file is gone: nothing of the
+  // build is left in /tmp (every test run used to leave a directory).
+  std::remove(src.c_str());
+  std::remove(so.c_str());
+  rmdir(dir.c_str());
+  if (!built) {
     ADD_FAILURE() << "emulator build failed: " << cmd;
     return nullptr;
   }
-  void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
-    ADD_FAILURE() << dlerror();
+    ADD_FAILURE() << why;
     return nullptr;
   }
   return dlsym(h, "emu_entry");

@@ -39,7 +39,8 @@ bool HaveCompiler();
 /// `stub` with every "KERNEL" replaced by k.name. `stub` must define
 /// `extern "C" void emu_entry(dim3 grid, dim3 block, ...)`. Compiled with
 /// `-std=c++17 -O1 -w -shared -fPIC -pthread` in a fresh /tmp/llmc_emu_*
-/// directory; the library stays loaded for the rest of the process.
+/// directory, removed with its files once the library is loaded; the
+/// library stays loaded for the rest of the process.
 void *BuildEmu(const cuda::KernelCode &k, const std::string &stub);
 
 /// The grid / block of a launch as emulator Dim3.
