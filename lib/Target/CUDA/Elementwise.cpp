@@ -16,9 +16,9 @@
 namespace llmc::cuda {
 using namespace detail;
 
-namespace {
+namespace detail {
 
-const char *OpName(EwOp op) {
+const char *EwOpName(EwOp op) {
   switch (op) {
   case EwOp::add: return "add";
   case EwOp::sub: return "sub";
@@ -49,7 +49,7 @@ const char *OpName(EwOp op) {
   return "?";
 }
 
-int Arity(EwOp op) {
+int EwArity(EwOp op) {
   switch (op) {
   case EwOp::constant: return 0;
   case EwOp::add: case EwOp::sub: case EwOp::mul: case EwOp::div:
@@ -59,6 +59,19 @@ int Arity(EwOp op) {
   default: return 1;
   }
 }
+
+const char *const kEwDeviceHelpers =
+    "LLMC_DEV float ew_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n"
+    "LLMC_DEV float ew_silu(float x) { return x / (1.0f + expf(-x)); }\n"
+    "LLMC_DEV float ew_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
+    "LLMC_DEV float ew_gelu_tanh(float x) {\n"
+    "  const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // sqrt(2/pi)\n"
+    "  return 0.5f * x * (1.0f + tanhf(kBeta * (x + kKappa * x * x * x)));\n"
+    "}\n";
+
+} // namespace detail
+
+namespace {
 
 const char *CmpOp(CmpPredicate p) {
   switch (p) {
@@ -72,14 +85,15 @@ const char *CmpOp(CmpPredicate p) {
   return "==";
 }
 
-struct Emitter {
-  const ElementwiseProgram &p;
-  const int unroll_;
-  explicit Emitter(const ElementwiseProgram &p) : p(p), unroll_(p.unroll) {}
+/// The C++ of the nodes of an elementwise DAG: operand -(i + 1) is variable
+/// x<i> of type types[i], operand k >= 0 is n<k>.
+struct NodeMath {
+  const std::vector<ScalarType> &types;
+  const std::vector<EwNode> &nodes;
 
   bool ValueIsInt(int operand) const {
-    if (operand < 0) return IsIntType(p.inputs[-operand - 1].type);
-    return IsIntType(p.nodes[operand].type);
+    if (operand < 0) return IsIntType(types[-operand - 1]);
+    return IsIntType(nodes[operand].type);
   }
   std::string Var(int operand) const {
     if (operand < 0) return "x" + std::to_string(-operand - 1);
@@ -179,14 +193,37 @@ struct Emitter {
     return v;
   }
 
+  std::string Statement(size_t k, bool round_every_node) const {
+    const EwNode &n = nodes[k];
+    auto [e, is_int] = Expr(n);
+    std::string s = std::string("const ") + (IsIntType(n.type) ? "int64_t" : "float") + " n" +
+                    std::to_string(k) + " = " +
+                    Convert(e, is_int, n.type, n.op == EwOp::cast || round_every_node) + ";  // " +
+                    EwOpName(n.op);
+    if (n.op == EwOp::compare) s += std::string(" ") + CmpOp(n.pred);
+    return s + " -> " + ScalarTypeTag(n.type);
+  }
+};
+
+std::vector<ScalarType> InputTypes(const ElementwiseProgram &p) {
+  std::vector<ScalarType> t;
+  for (const EwInput &in : p.inputs) t.push_back(in.type);
+  return t;
+}
+
+struct Emitter {
+  const ElementwiseProgram &p;
+  const int unroll_;
+  explicit Emitter(const ElementwiseProgram &p) : p(p), unroll_(p.unroll) {}
+
   absl::Status Validate() const {
     if (p.outputs.empty()) return Invalid("elementwise: no outputs");
     if (p.unroll < 1 || p.unroll > 4)
       return Invalid("elementwise: unroll must be 1, 2, 3 or 4, found " + std::to_string(p.unroll));
     for (size_t k = 0; k < p.nodes.size(); ++k) {
       const EwNode &n = p.nodes[k];
-      if (static_cast<int>(n.operands.size()) != Arity(n.op))
-        return Invalid(std::string("elementwise: wrong operand count for ") + OpName(n.op));
+      if (static_cast<int>(n.operands.size()) != EwArity(n.op))
+        return Invalid(std::string("elementwise: wrong operand count for ") + EwOpName(n.op));
       for (int o : n.operands) {
         if (o < 0 && -o - 1 >= static_cast<int>(p.inputs.size()))
           return Invalid("elementwise: bad input operand");
@@ -258,13 +295,7 @@ struct Emitter {
     if (Vectorizable() && unroll_ > 1) s << "static constexpr int kUnroll = " << unroll_ << ";  // vectors in flight per thread\n";
     s << "\n";
 
-    s << "LLMC_DEV float ew_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n"
-         "LLMC_DEV float ew_silu(float x) { return x / (1.0f + expf(-x)); }\n"
-         "LLMC_DEV float ew_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
-         "LLMC_DEV float ew_gelu_tanh(float x) {\n"
-         "  const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // sqrt(2/pi)\n"
-         "  return 0.5f * x * (1.0f + tanhf(kBeta * (x + kKappa * x * x * x)));\n"
-         "}\n\n";
+    s << kEwDeviceHelpers << "\n";
     if (NeedsShape()) {
       s << "// Runtime shape argument (host: PackElementwiseShape).\n"
            "struct EwShape {\n  long long rank;\n  long long sizes[8];  // output dims, outermost first\n"
@@ -292,15 +323,9 @@ struct Emitter {
       if (IsIntType(p.inputs[i].type)) s << "  const int64_t x" << i << " = toI(a" << i << ");\n";
       else s << "  const float x" << i << " = toF(a" << i << ");\n";
     }
-    for (size_t k = 0; k < p.nodes.size(); ++k) {
-      const EwNode &n = p.nodes[k];
-      auto [e, is_int] = Expr(n);
-      s << "  const " << (IsIntType(n.type) ? "int64_t" : "float") << " n" << k << " = "
-        << Convert(e, is_int, n.type, n.op == EwOp::cast || p.round_every_node) << ";  // "
-        << OpName(n.op);
-      if (n.op == EwOp::compare) s << " " << CmpOp(n.pred);
-      s << " -> " << ScalarTypeTag(n.type) << "\n";
-    }
+    const std::vector<ScalarType> types = InputTypes(p);
+    const NodeMath math{types, p.nodes};
+    for (size_t k = 0; k < p.nodes.size(); ++k) s << "  " << math.Statement(k, p.round_every_node) << "\n";
     for (int i = 0; i < nout; ++i) {
       const EwOutput &o = p.outputs[i];
       const bool src_int = IsIntType(p.nodes[o.node].type);
@@ -568,6 +593,12 @@ struct Emitter {
 };
 
 } // namespace
+
+std::string detail::EwNodeStatement(const std::vector<ScalarType> &value_types,
+                                    const std::vector<EwNode> &nodes, size_t k,
+                                    bool round_every_node) {
+  return NodeMath{value_types, nodes}.Statement(k, round_every_node);
+}
 
 bool ElementwiseNeedsShape(const ElementwiseProgram &prog) {
   return Emitter(prog).NeedsShape();

@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace llmc::cuda::detail {
 
@@ -68,6 +69,24 @@ const char *KindName(ReduceKind k);
 /// identity(), combine(a, b) (NaN-propagating for max/min), warpReduce(v) and
 /// blockReduce(v, scratch) over fp32 accumulators.
 std::string ReduceOps(ReduceKind k);
+
+/// The elementwise ops' names ("add", "silu", ...) and operand counts
+/// (Elementwise.cpp; EwNode::operands).
+const char *EwOpName(EwOp op);
+int EwArity(EwOp op);
+/// The device functions the node statements call (ew_sigmoid, ew_silu,
+/// ew_gelu_erf, ew_gelu_tanh), ending in a newline.
+extern const char *const kEwDeviceHelpers;
+/// The statement that computes node k of an elementwise DAG, as the
+/// elementwise kernel's ew_body has it (Elementwise.cpp):
+/// "const float n<k> = <expr>;  // <op> -> <type>" (int64_t for an integer
+/// node; fp32 math for float nodes, int64 for integer ones), rounded to the
+/// node's type when it is a cast or `round_every_node`. Operand -(i + 1)
+/// names variable x<i>, of type value_types[i] (held as int64_t when an
+/// integer type, else float); operand j >= 0 names n<j>. The operands must
+/// be valid (the caller validates).
+std::string EwNodeStatement(const std::vector<ScalarType> &value_types,
+                            const std::vector<EwNode> &nodes, size_t k, bool round_every_node);
 
 } // namespace llmc::cuda::detail
 

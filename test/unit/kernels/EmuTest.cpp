@@ -1501,3 +1501,345 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, E* out, const E* in, lo
     }
   }
 }
+
+//===----------------------------------------------------------------------===//
+// Fused row kernels (EmitRowFused) against float64 references
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// |got - want| / max(|want|, scale): the error relative to the value, or to
+/// the magnitude `scale` of the terms it cancels from; infinite for a NaN.
+double RelErr(double got, double want, double scale) {
+  if (std::isnan(got) || std::isnan(want)) return INFINITY;
+  return std::fabs(got - want) / std::max({std::fabs(want), scale, 1e-30});
+}
+
+/// The RMSNorm backward as AOTAutograd decomposes it. Inputs: g (bf16,
+/// dense), w (bf16, column), rstd (f32, per row), x (`xt`, dense); outputs:
+/// dx (bf16) and s = sum(gw * x) (f32, per row). `extra` more f32 dense
+/// inputs z_k, each copied to a dense f32 output: they leave dx and s as they
+/// are but add to the bytes a thread caches (pushing the register-resident
+/// form over its budget).
+RowFusedProgram RmsNormBackwardProgram(int64_t n, ScalarType xt = ScalarType::f32, int extra = 0) {
+  const ScalarType F = ScalarType::f32, BF = ScalarType::bf16;
+  const int g = -1, w = -2, rstd = -3, x = -4, s = -(5 + extra);  // s: reduction 0
+  RowFusedProgram p;
+  p.n = n;
+  p.inputs = {{BF, RowInputLayout::kDense}, {BF, RowInputLayout::kColumn}, {F, RowInputLayout::kRow},
+              {xt, RowInputLayout::kDense}};
+  for (int k = 0; k < extra; ++k) p.inputs.push_back({F, RowInputLayout::kDense});
+  p.reductions = {{ReduceKind::sum, 3, F}};
+  auto cst = [&](double v) {
+    EwNode c{EwOp::constant, {}, F};
+    c.constant = v;
+    return c;
+  };
+  p.nodes = {
+      {EwOp::mul, {g, w}, BF},     // 0: g * w, rounded to bf16
+      {EwOp::cast, {0}, F},        // 1: gw
+      {EwOp::mul, {1, rstd}, F},   // 2: a = gw * rstd
+      {EwOp::mul, {1, x}, F},      // 3: b = gw * x (reduced: s)
+      cst(-0.5),                   // 4
+      {EwOp::mul, {s, 4}, F},      // 5: s * -0.5
+      cst(3.0),                    // 6
+      {EwOp::pow, {rstd, 6}, F},   // 7: rstd^3
+      {EwOp::mul, {5, 7}, F},      // 8: c
+      cst(static_cast<double>(n)), // 9
+      {EwOp::div, {8, 9}, F},      // 10: c / n
+      cst(2.0),                    // 11
+      {EwOp::mul, {x, 11}, F},     // 12: x * 2
+      {EwOp::mul, {10, 12}, F},    // 13
+      {EwOp::add, {2, 13}, F},     // 14: dx
+      {EwOp::cast, {14}, BF},      // 15
+  };
+  p.outputs = {{15, BF, false}, {s, F, true}};
+  for (int k = 0; k < extra; ++k) p.outputs.push_back({-(5 + k), F, false});
+  return p;
+}
+
+constexpr const char *kResidentMarker = "// register-resident row";
+
+struct RmsNormBackwardRun {
+  std::string name;
+  std::vector<uint16_t> dx;  // [rows, n]
+  std::vector<float> s;      // [rows]
+};
+
+/// Runs RmsNormBackwardProgram(n, xt, extra) on 5 rows (dense pointers one
+/// element off 16-byte alignment when `misalign`: the run-time scalar path;
+/// the same values either way) and compares with float64.
+RmsNormBackwardRun RunRmsNormBackward(int64_t n, bool misalign, ScalarType xt = ScalarType::f32, int extra = 0) {
+  RmsNormBackwardRun run;
+  const RowFusedProgram p = RmsNormBackwardProgram(n, xt, extra);
+  const KernelCode k = Unwrap(EmitRowFused(p));
+  run.name = k.name;
+  EXPECT_TRUE(WaitsForGridDependency(k.source));
+  const bool bfx = xt == ScalarType::bf16;
+  // Every pointer through one array: outputs dx, s, z_k copies; inputs g, w,
+  // rstd, x, z_k.
+  std::string args = "(bf16*)a[0], (float*)a[1]";
+  for (int e = 0; e < extra; ++e) args += ", (float*)a[" + std::to_string(2 + e) + "]";
+  args += ", (const bf16*)a[" + std::to_string(2 + extra) + "], (const bf16*)a[" + std::to_string(3 + extra) +
+          "], (const float*)a[" + std::to_string(4 + extra) + "], (const " + (bfx ? "bf16" : "float") + "*)a[" +
+          std::to_string(5 + extra) + "]";
+  for (int e = 0; e < extra; ++e) args += ", (const float*)a[" + std::to_string(6 + extra + e) + "]";
+  const std::string stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, void** a, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL()" + args + R"(, rows); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, void **, long long);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+  EXPECT_NE(fn, nullptr);
+  if (fn == nullptr) return run;
+  const int64_t rows = 5, off = misalign ? 1 : 0;
+  std::vector<float> gf = Randn(rows * n, 51 + n), wf = Randn(n, 52 + n), x = Randn(rows * n, 53 + n);
+  const std::vector<uint16_t> g0 = ToBf16Vec(gf), w0 = ToBf16Vec(wf);
+  std::vector<uint16_t> xb0;
+  if (bfx) xb0 = ToBf16Vec(x);  // x holds the bf16 values from here on
+  // The device buffers: the values from element `off` on.
+  auto shifted = [&](auto v) {
+    v.insert(v.begin(), off, typename decltype(v)::value_type{});
+    return v;
+  };
+  std::vector<uint16_t> g = shifted(g0), w = shifted(w0), xb = shifted(xb0);
+  std::vector<float> xf = shifted(x);
+  std::vector<float> rstd(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t j = 0; j < n; ++j) ms += double(x[r * n + j]) * x[r * n + j];
+    rstd[r] = static_cast<float>(1.0 / std::sqrt(ms / n + 1e-6));
+  }
+  std::vector<std::vector<float>> z, zout;
+  for (int e = 0; e < extra; ++e) {
+    z.push_back(shifted(Randn(rows * n, 70 + e)));
+    zout.push_back(std::vector<float>(rows * n + off, NAN));
+  }
+  std::vector<uint16_t> dx(rows * n + off, 0);
+  std::vector<float> s(rows, NAN);
+  std::vector<void *> a = {dx.data() + off, s.data()};
+  for (int e = 0; e < extra; ++e) a.push_back(zout[e].data() + off);
+  a.insert(a.end(), {g.data() + off, w.data() + off, rstd.data(),
+                     bfx ? static_cast<void *>(xb.data() + off) : static_cast<void *>(xf.data() + off)});
+  for (int e = 0; e < extra; ++e) a.push_back(z[e].data() + off);
+  LaunchDims d = Unwrap(RowFusedLaunch(p, rows));
+  EXPECT_EQ(d.grid[0], 5u);
+  d.grid[0] = 2;  // exercise the grid-stride loop over rows
+  fn(G(d), B(d), d.smem, a.data(), rows);
+  double err_dx = 0, err_s = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> gw(n);
+    double ref_s = 0, mag_s = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      gw[j] = FromBf16(ToBf16(gf[r * n + j] * wf[j]));  // exact fp32 product, rounded to bf16
+      ref_s += gw[j] * x[r * n + j];
+      mag_s += std::fabs(gw[j] * x[r * n + j]);
+    }
+    err_s = std::max(err_s, RelErr(s[r], ref_s, mag_s));
+    const double c = ref_s * -0.5 * std::pow(double(rstd[r]), 3);
+    for (int64_t j = 0; j < n; ++j) {
+      const double a = gw[j] * rstd[r], e = c / n * (2.0 * x[r * n + j]);
+      err_dx = std::max(err_dx, RelErr(FromBf16(dx[off + r * n + j]), a + e, std::fabs(a) + std::fabs(e)));
+    }
+  }
+  EXPECT_LE(err_s, 1e-5) << k.name << " n=" << n;
+  EXPECT_LE(err_dx, 1e-2) << k.name << " n=" << n;
+  for (int e = 0; e < extra; ++e)
+    EXPECT_EQ(0, std::memcmp(zout[e].data() + off, z[e].data() + off, rows * n * sizeof(float))) << "copy " << e;
+  run.dx.assign(dx.begin() + off, dx.end());
+  run.s = s;
+  return run;
+}
+
+bool SameBits(const RmsNormBackwardRun &a, const RmsNormBackwardRun &b) {
+  return a.dx.size() == b.dx.size() && a.s.size() == b.s.size() &&
+         std::memcmp(a.dx.data(), b.dx.data(), a.dx.size() * sizeof(uint16_t)) == 0 &&
+         std::memcmp(a.s.data(), b.s.data(), a.s.size() * sizeof(float)) == 0;
+}
+
+} // namespace
+
+// dx of the RMSNorm backward in one kernel: the register-resident vector
+// form (n = 2048 with f32 x: kVec = 4, 256 threads, 2 vectors each; with
+// bf16 x: kVec = 8, 256 threads, 1 vector each), the streaming vector form
+// (n = 100: 25 vectors, no power of two from 32 divides them), the run-time
+// scalar path (pointers off alignment), and the compile-time scalar path
+// (n = 102).
+TEST(EmuRowFused, RmsNormBackwardMatchesFloat64) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const ScalarType BF = ScalarType::bf16;
+  const std::string f2048 = Unwrap(EmitRowFused(RmsNormBackwardProgram(2048))).source;
+  EXPECT_NE(f2048.find("static constexpr int kVec = 4;"), std::string::npos);
+  EXPECT_NE(f2048.find("static constexpr int kThreads = 256;"), std::string::npos);
+  EXPECT_NE(f2048.find("static constexpr int kPer = 2;"), std::string::npos);
+  EXPECT_NE(f2048.find(kResidentMarker), std::string::npos);
+  const std::string b2048 = Unwrap(EmitRowFused(RmsNormBackwardProgram(2048, BF))).source;
+  EXPECT_NE(b2048.find("static constexpr int kVec = 8;"), std::string::npos);
+  EXPECT_NE(b2048.find("static constexpr int kPer = 1;"), std::string::npos);
+  EXPECT_NE(b2048.find(kResidentMarker), std::string::npos);
+  const std::string f100 = Unwrap(EmitRowFused(RmsNormBackwardProgram(100))).source;
+  EXPECT_NE(f100.find("static constexpr int kVec = 4;"), std::string::npos);
+  EXPECT_EQ(f100.find(kResidentMarker), std::string::npos);
+  const std::string f102 = Unwrap(EmitRowFused(RmsNormBackwardProgram(102))).source;
+  EXPECT_NE(f102.find("static constexpr int kVec = 1;"), std::string::npos);
+  EXPECT_EQ(f102.find(kResidentMarker), std::string::npos);
+  // The register-resident kernel on aligned inputs and the same kernel on
+  // misaligned ones (its scalar path) agree to the reference's tolerance but
+  // not bitwise: the scalar path's thread t sums elements t, t + kThreads,
+  // ..., the vector paths' sums elements kVec*t .. kVec*t + kVec-1, then
+  // kVec*(t + kThreads) ..., a different order.
+  RunRmsNormBackward(2048, false);
+  RunRmsNormBackward(2048, true);
+  RunRmsNormBackward(2048, false, BF);
+  RunRmsNormBackward(2048, true, BF);
+  RunRmsNormBackward(100, false);
+  RunRmsNormBackward(100, true);
+  RunRmsNormBackward(102, false);
+}
+
+// The register-resident form accumulates in the streaming vector form's
+// order: at n = 4096 (1024 vectors of 4) both use 256 threads; two more
+// cached f32 inputs (copied to outputs, dx and s untouched) take the
+// resident form's 4 vectors per thread to 4 * 64 = 256 bytes, over its
+// 192-byte budget, so that program streams. dx and s are bitwise equal.
+TEST(EmuRowFused, RegisterResidentMatchesStreamingBitwise) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const std::string resident = Unwrap(EmitRowFused(RmsNormBackwardProgram(4096))).source;
+  EXPECT_NE(resident.find(kResidentMarker), std::string::npos);
+  EXPECT_NE(resident.find("static constexpr int kThreads = 256;"), std::string::npos);
+  EXPECT_NE(resident.find("static constexpr int kPer = 4;"), std::string::npos);
+  // One extra input: 4 * 48 = 192 bytes, still resident.
+  EXPECT_NE(Unwrap(EmitRowFused(RmsNormBackwardProgram(4096, ScalarType::f32, 1))).source.find(kResidentMarker),
+            std::string::npos);
+  const std::string streaming = Unwrap(EmitRowFused(RmsNormBackwardProgram(4096, ScalarType::f32, 2))).source;
+  EXPECT_EQ(streaming.find(kResidentMarker), std::string::npos);
+  EXPECT_NE(streaming.find("static constexpr int kThreads = 256;"), std::string::npos);
+  EXPECT_NE(streaming.find("static constexpr int kVec = 4;"), std::string::npos);
+  const RmsNormBackwardRun a = RunRmsNormBackward(4096, false), b = RunRmsNormBackward(4096, false, ScalarType::f32, 2);
+  EXPECT_NE(a.name, b.name);
+  EXPECT_TRUE(SameBits(a, b)) << a.name << " vs " << b.name;
+  // The resident kernel's scalar path (misaligned) sums in another order: on
+  // these inputs 4 of its 5 s values differ from the aligned run's in the
+  // last bits, so it is held to the float64 reference's tolerance only.
+  RunRmsNormBackward(4096, true);
+}
+
+// Two passes: m = max(x) in the first, s = sum(exp(x - m)) in the second,
+// y = exp(x - m) / s in the last; a NaN makes its whole row NaN. n = 2048:
+// the register-resident form (256 threads, 2 vectors of 4 each), and its
+// scalar path with the pointers off alignment; n = 37: scalar only.
+TEST(EmuRowFused, SoftmaxTwoPassesAndNaN) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const ScalarType F = ScalarType::f32;
+  for (int64_t n : {2048, 37}) {
+    RowFusedProgram p;
+    p.n = n;
+    p.inputs = {{F, RowInputLayout::kDense}};
+    const int x = -1, m = -2, s = -3;
+    p.reductions = {{ReduceKind::max, x, F}, {ReduceKind::sum, 1, F}};  // operand of s: node 1
+    p.nodes = {{EwOp::sub, {x, m}, F}, {EwOp::exp, {0}, F}, {EwOp::div, {1, s}, F}};
+    p.outputs = {{2, F, false}, {m, F, true}};
+    const KernelCode k = Unwrap(EmitRowFused(p));
+    EXPECT_NE(k.source.find("pass 2"), std::string::npos) << k.name;
+    EXPECT_EQ(k.source.find(kResidentMarker) != std::string::npos, n == 2048) << k.name;
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* y, float* m, const float* x, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(y, m, x, rows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, float *, float *, const float *, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+    ASSERT_NE(fn, nullptr);
+    const int64_t rows = 5, nan_row = 3;
+    std::vector<float> xs = Randn(rows * n, 61, 3.0f);
+    xs[nan_row * n + n / 2] = NAN;
+    for (int64_t off : {0, 1}) {
+      if (off == 1 && n % 4 != 0) continue;  // no vector path to leave
+      std::vector<float> xd(off, 0.0f), y(rows * n + off, -1.0f), mo(rows, -1.0f);
+      xd.insert(xd.end(), xs.begin(), xs.end());
+      const LaunchDims d = Unwrap(RowFusedLaunch(p, rows));
+      fn(G(d), B(d), d.smem, y.data() + off, mo.data(), xd.data() + off, rows);
+      double err = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        if (r == nan_row) {
+          EXPECT_TRUE(std::isnan(mo[r]));
+          for (int64_t j = 0; j < n; ++j)
+            ASSERT_TRUE(std::isnan(y[off + r * n + j])) << "n=" << n << " column " << j;
+          continue;
+        }
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; ++j) mx = std::max<double>(mx, xs[r * n + j]);
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(xs[r * n + j] - mx);
+        EXPECT_EQ(mo[r], static_cast<float>(mx)) << r;
+        for (int64_t j = 0; j < n; ++j)
+          err = std::max(err, RelErr(y[off + r * n + j], std::exp(xs[r * n + j] - mx) / sum, 0));
+      }
+      EXPECT_LE(err, 1e-5) << k.name << " n=" << n << " off=" << off;
+    }
+  }
+}
+
+TEST(EmuRowFused, InvalidProgramsAreRefused) {
+  const ScalarType F = ScalarType::f32;
+  auto base = [&] {
+    RowFusedProgram p;
+    p.n = 64;
+    p.inputs = {{F, RowInputLayout::kDense}};
+    p.reductions = {{ReduceKind::sum, -1, F}};
+    p.nodes = {{EwOp::mul, {-1, -2}, F}};  // x * sum(x)
+    p.outputs = {{0, F, false}};
+    return p;
+  };
+  auto message = [](const RowFusedProgram &p) {
+    absl::StatusOr<KernelCode> k = EmitRowFused(p);
+    EXPECT_FALSE(k.ok());
+    if (k.ok()) return std::string("(no error)");
+    EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument) << k.status();
+    EXPECT_EQ(RowFusedLaunch(p, 4).status(), k.status());
+    return std::string(k.status().message());
+  };
+  auto has = [](const std::string &msg, const char *what) {
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  };
+  EXPECT_TRUE(EmitRowFused(base()).ok());
+  RowFusedProgram p = base();
+  p.n = 0;
+  has(message(p), "row fused: n must be >= 1, found 0");
+  p = base();
+  p.outputs.clear();
+  has(message(p), "row fused: no outputs");
+  p = base();
+  p.nodes[0].operands = {-1, -3};
+  has(message(p), "node 0 operand -3 references nothing (1 nodes, 1 inputs, 1 reductions)");
+  p = base();
+  p.nodes.push_back({EwOp::exp, {2}, F});
+  p.nodes.push_back({EwOp::exp, {0}, F});
+  has(message(p), "node 1 operand 2 must reference an earlier node");
+  p = base();
+  p.nodes[0].operands = {-1};
+  has(message(p), "node 0 (mul) has 1 operands, expected 2");
+  p = base();
+  p.reductions[0].operand = 0;  // sum(x * sum(...))
+  has(message(p), "reduction 0 depends on its own result");
+  p = base();  // r0 = sum(x * r1), r1 = sum(x * r0)
+  p.reductions = {{ReduceKind::sum, 0, F}, {ReduceKind::sum, 1, F}};
+  p.nodes = {{EwOp::mul, {-1, -3}, F}, {EwOp::mul, {-1, -2}, F}};
+  has(message(p), "reduction 0 depends on its own result");
+  p = base();
+  p.reductions[0].operand = 5;
+  has(message(p), "reduction 0 operand 5 references nothing");
+  p = base();
+  p.outputs[0].per_row = true;
+  has(message(p), "output 0 is per row but its value n0 is per element");
+  p = base();
+  p.outputs.push_back({-9, F, false});
+  has(message(p), "output 1 value -9 references nothing");
+  p = base();
+  p.reductions.assign(kRowFusedMaxReductions + 1, {ReduceKind::sum, -1, F});
+  has(message(p), "row fused: 9 reductions; at most 8 are supported");
+  // An integer input reduced (as fp32) is fine, as is a per-row output of a
+  // reduction.
+  p = base();
+  p.inputs[0].type = ScalarType::i32;
+  p.outputs.push_back({-2, ScalarType::i64, true});
+  EXPECT_TRUE(EmitRowFused(p).ok());
+}

@@ -932,6 +932,106 @@ TEST(Reduce, WideRowsIndexWith64Bits) {
   EXPECT_NE(Unwrap(EmitRowReduce(c)).source.find("static constexpr int kN = 4096;"), std::string::npos);
 }
 
+namespace {
+/// The RMSNorm backward's dx (gw = bf16(g * w); dx = gw * rstd + sum(gw * x)
+/// * -0.5 * rstd^3 / n * 2x) with g, x of type `t`, as one fused row kernel.
+RowFusedProgram RowFusedRmsNormBackward(ScalarType t, int64_t n) {
+  const ScalarType F = ScalarType::f32, BF = ScalarType::bf16;
+  RowFusedProgram p;
+  p.n = n;
+  p.inputs = {{t, RowInputLayout::kDense}, {BF, RowInputLayout::kColumn}, {F, RowInputLayout::kRow},
+              {t, RowInputLayout::kDense}};
+  p.reductions = {{ReduceKind::sum, 3, F}};
+  EwNode k{EwOp::constant, {}, F};
+  k.constant = -0.5 / static_cast<double>(n);
+  p.nodes = {{EwOp::mul, {-1, -2}, BF}, {EwOp::cast, {0}, F},  {EwOp::mul, {1, -3}, F},
+             {EwOp::mul, {1, -4}, F},   k,                     {EwOp::mul, {-5, 4}, F},
+             {EwOp::mul, {-3, -3}, F},  {EwOp::mul, {6, -3}, F}, {EwOp::mul, {5, 7}, F},
+             {EwOp::add, {-4, -4}, F},  {EwOp::mul, {8, 9}, F},  {EwOp::add, {2, 10}, F}};
+  p.outputs = {{11, t, false}, {-5, F, true}};
+  return p;
+}
+} // namespace
+
+// Fused row kernels: the register-resident vector form (n = 4096 and 2048:
+// a multiple of 256 vectors, within the register budget), the streaming
+// vector form (n = 4100 f32: 1025 vectors of 4; scalar for 16-bit types),
+// scalar-only forms (n = 102), several
+// passes, every reduction kind, integer values, the elementwise helpers,
+// 64-bit columns.
+TEST(RowFused, CompileGridAndLaunch) {
+  for (ScalarType t : kFloatTypes)
+    for (int64_t n : {4096, 2048, 4100, 102}) {
+      const KernelCode k = Unwrap(EmitRowFused(RowFusedRmsNormBackward(t, n)));
+      EXPECT_EQ(k.source.find("// register-resident row") != std::string::npos, n == 4096 || n == 2048)
+          << k.name << " n=" << n;
+      ExpectCompiles(k);
+    }
+  // Register-resident: 256 threads whenever the vectors are a multiple of
+  // 256 (f32 at n = 2048: 512 vectors, 2 each); else the smallest block
+  // that gives each thread at most 4 vectors (n = 4100 f32: 1025 vectors).
+  EXPECT_EQ(Unwrap(RowFusedLaunch(RowFusedRmsNormBackward(ScalarType::f32, 2048), 3)).block[0], 256u);
+  EXPECT_EQ(Unwrap(RowFusedLaunch(RowFusedRmsNormBackward(ScalarType::bf16, 2048), 3)).block[0], 256u);
+  EXPECT_EQ(Unwrap(RowFusedLaunch(RowFusedRmsNormBackward(ScalarType::f32, 256), 3)).block[0], 64u);
+  EXPECT_EQ(Unwrap(RowFusedLaunch(RowFusedRmsNormBackward(ScalarType::f32, 4100), 3)).block[0], 256u);
+  EXPECT_EQ(Unwrap(RowFusedLaunch(RowFusedRmsNormBackward(ScalarType::f32, 4100), 100000)).grid[0],
+            static_cast<unsigned>(kAssumedNumSMs * 8));
+  const ScalarType F = ScalarType::f32;
+  {
+    // Softmax (two passes) with its max as a per-row bf16 output, a mean
+    // and min of silu(x) as per-row outputs, and an integer count of x > m/2
+    // broadcast to every column.
+    RowFusedProgram p;
+    p.n = 32000;
+    p.inputs = {{ScalarType::bf16, RowInputLayout::kDense}, {ScalarType::i32, RowInputLayout::kScalar}};
+    p.reductions = {{ReduceKind::max, -1, F},
+                    {ReduceKind::sum, 1, F},
+                    {ReduceKind::mean, 3, ScalarType::bf16},
+                    {ReduceKind::min, 3, F},
+                    {ReduceKind::sum, 7, ScalarType::i64}};
+    EwNode half{EwOp::constant, {}, F};
+    half.constant = 0.5;
+    EwNode gt{EwOp::compare, {-1, 5}, ScalarType::i1};
+    gt.pred = CmpPredicate::gt;
+    p.nodes = {{EwOp::sub, {-1, -3}, F},                // 0: x - m
+               {EwOp::exp, {0}, F},                     // 1: e (summed: s)
+               {EwOp::div, {1, -4}, ScalarType::bf16},  // 2: e / s
+               {EwOp::silu, {-1}, F},                   // 3 (mean and min)
+               half,                                    // 4
+               {EwOp::mul, {-3, 4}, F},                 // 5: m / 2, per row
+               gt,                                      // 6: x > m / 2
+               {EwOp::mul, {6, -2}, ScalarType::i64}};  // 7: (x > m / 2) * in1 (summed)
+    p.outputs = {{2, ScalarType::bf16, false}, {-3, ScalarType::bf16, true}, {-5, F, true},
+                 {-6, F, true},                {-7, ScalarType::i32, false}};
+    const KernelCode k = Unwrap(EmitRowFused(p));
+    EXPECT_NE(k.source.find("pass 2"), std::string::npos);
+    EXPECT_TRUE(WaitsForGridDependency(k.source));
+    ExpectCompiles(k);
+    const LaunchDims d = Unwrap(RowFusedLaunch(p, 100000));
+    EXPECT_EQ(d.block[0], 256u);
+    EXPECT_EQ(d.grid[0], static_cast<unsigned>(kAssumedNumSMs * 8));
+  }
+  {
+    // Rows of 2^31 elements index their columns with 64 bits.
+    RowFusedProgram p;
+    p.n = int64_t{1} << 31;
+    p.inputs = {{F, RowInputLayout::kDense}};
+    p.reductions = {{ReduceKind::sum, -1, F}};
+    p.outputs = {{-2, F, true}};
+    const KernelCode k = Unwrap(EmitRowFused(p));
+    EXPECT_NE(k.source.find("static constexpr long long kN = 2147483648LL;"), std::string::npos);
+    EXPECT_NE(k.source.find("typedef long long ColT;"), std::string::npos);
+    ExpectCompiles(k);
+  }
+  // One block per row below the grid cap; 32 threads for short rows.
+  const RowFusedProgram small = RowFusedRmsNormBackward(ScalarType::bf16, 100);
+  const LaunchDims d = Unwrap(RowFusedLaunch(small, 7));
+  EXPECT_EQ(d.grid[0], 7u);
+  EXPECT_EQ(d.block[0], 32u);
+  EXPECT_EQ(Unwrap(RowFusedLaunch(small, 0)).grid[0], 1u);
+  EXPECT_EQ(Unwrap(RowFusedLaunch(RowFusedRmsNormBackward(ScalarType::f32, 4096), 3)).block[0], 256u);
+}
+
 // Kernels that index a token's heads or a gathered row with 32-bit integers
 // refuse sizes those would overflow (`int kDim = 2147483648` wrapped, and
 // kHeads * kHeadDim overflowed in int) instead of emitting wrong code.

@@ -654,6 +654,76 @@ struct RowReduceConfig {
 absl::StatusOr<KernelCode> EmitRowReduce(const RowReduceConfig &cfg);
 absl::StatusOr<LaunchDims> RowReduceLaunch(const RowReduceConfig &cfg, int64_t rows);
 
+/// How an input of a fused row kernel is read in the kernel's [rows, n]
+/// index space (row r, column j).
+enum class RowInputLayout {
+  kDense,  // [rows, n] row-major: element (r, j) at r * n + j
+  kColumn, // [n], the same for every row (a norm's weight): element j
+  kRow,    // [rows], one value per row (a saved statistic): element r
+  kScalar, // one value: element 0
+};
+
+struct RowInput {
+  ScalarType type = ScalarType::f32;
+  RowInputLayout layout = RowInputLayout::kDense;
+};
+
+/// A reduction over the row of a value of the program (fp32 accumulation;
+/// max/min propagate NaN; mean divides by n), its result rounded to `type`.
+struct RowReduction {
+  ReduceKind kind = ReduceKind::sum;
+  int operand = 0; // a value reference (RowFusedProgram)
+  ScalarType type = ScalarType::f32;
+};
+
+struct RowFusedOutput {
+  int value = 0; // a value reference (RowFusedProgram)
+  ScalarType type = ScalarType::f32;
+  /// true: out[r], one value per row (the value must be per row); false:
+  /// out[r * n + j] (a per-row value is written to every column).
+  bool per_row = false;
+};
+
+/// One kernel for a row reduction with its elementwise prologue and epilogue
+/// (the persistent-reduction form of Inductor; an RMSNorm or LayerNorm
+/// backward's dx in one pass: dx = g*w*rstd - x * rstd^3 / n * sum(g*w*x)).
+/// Value references: node k as k >= 0, input i as -(i + 1), reduction q as
+/// -(inputs.size() + q + 1). Nodes are EwNodes (ElementwiseProgram's math
+/// and rounding) in topological order; a reduction's operand and a node's
+/// operands may reference earlier nodes, inputs and reductions, as long as
+/// no reduction depends on itself. A value is per row when it is a kRow /
+/// kScalar input, a reduction, a constant, or a node whose operands are all
+/// per row; otherwise per element.
+struct RowFusedProgram {
+  int64_t n = 0; // row length, elements
+  std::vector<RowInput> inputs;
+  std::vector<RowReduction> reductions;
+  std::vector<EwNode> nodes;
+  std::vector<RowFusedOutput> outputs;
+  /// As ElementwiseProgram::round_every_node.
+  bool round_every_node = true;
+};
+
+/// The fused row kernel: one block per row (grid-stride over rows). Per row,
+/// the reductions are formed in passes over the row, a reduction whose
+/// operand depends on another's result in a later pass; per-row values are
+/// computed once per row; a last pass computes and stores the per-element
+/// outputs, and thread 0 stores the per-row ones. 16-byte vectors when n is
+/// a multiple of the vector width and every dense/column pointer is 16-byte
+/// aligned (checked at run time), else scalar. When the row's inputs fit in
+/// registers (at most 192 bytes per thread of up to 256 threads), every
+/// input vector is loaded once, all loads issued up front, and the passes
+/// read the registers (the persistent form); otherwise each pass re-reads
+/// its inputs (from L1/L2 for rows of a few KiB). 64-bit indices.
+/// Kernel arguments, in order:
+///   OutT_0* out_0, ..., const InT_0* in_0, ..., long long rows
+/// InvalidArgument: n < 1, no outputs, a bad reference, wrong operand
+/// count, a reduction depending on itself, a per-row output of a
+/// per-element value, more than kRowFusedMaxReductions reductions.
+inline constexpr int kRowFusedMaxReductions = 8;
+absl::StatusOr<KernelCode> EmitRowFused(const RowFusedProgram &prog);
+absl::StatusOr<LaunchDims> RowFusedLaunch(const RowFusedProgram &prog, int64_t rows);
+
 struct FullReduceConfig {
   ScalarType in = ScalarType::bf16;
   ScalarType out = ScalarType::f32;
