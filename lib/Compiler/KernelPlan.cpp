@@ -668,6 +668,8 @@ KernelPlan llmc::planKernels(func::FuncOp fn, const LowerOptions &options,
   p.planGemvGroups();
   p.planRopeCacheWrites();
   p.planAttentionStats();
+  if (options.fuse_elementwise)
+    formRowKernels(fn, p.plan, prepared);
   return std::move(p.plan);
 }
 
@@ -700,6 +702,8 @@ void llmc::annotateKernels(func::FuncOp fn, const KernelPlan &plan) {
   for (const SmallVector<Operation *> &g : plan.groups)
     if (g.size() > 1 && !plan.gemvGroupOf.count(g.back()))
       byLast[g.back()] = {"elementwise", g};
+  for (const SmallVector<Operation *> &g : plan.rowGroups)
+    byLast[g.back()] = {"row_reduction", g};
   MLIRContext *ctx = fn.getContext();
   Builder b(ctx);
   fn->setAttr(kKernelsFormedAttr, b.getUnitAttr());

@@ -38,8 +38,12 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace llmc {
@@ -160,7 +164,63 @@ struct KernelPlan {
   /// Attention forwards with their statistics; attentionStatsOf maps both.
   std::vector<AttentionStats> attentionStats;
   llvm::DenseMap<mlir::Operation *, int> attentionStatsOf;
+  /// Row kernels (cuda::EmitRowFused): row reductions with the elementwise
+  /// ops before and after them, members in program order, run at the last;
+  /// rowGroupOf maps every member. Their elementwise ops are in no `groups`
+  /// entry.
+  std::vector<llvm::SmallVector<mlir::Operation *>> rowGroups;
+  llvm::DenseMap<mlir::Operation *, int> rowGroupOf;
 };
+
+/// The [rows, n] index space of a row kernel of `ops`: n is the reduced
+/// (last) dimension of its reductions' input.
+struct RowSpace {
+  llvm::SmallVector<int64_t> shape; // the full shape [..., n]
+  int64_t rows = 0, n = 0;
+};
+
+/// A reduction a row kernel computes: llm.reduce_{sum,mean,max,min} over
+/// the last dimension only, of a float tensor with elements, and the index
+/// space it defines.
+std::optional<RowSpace> rowReductionSpace(mlir::Operation *op);
+
+/// Whether a value of `type` is per row in `space`: its shape is the full
+/// shape with the last dimension 1 or dropped.
+bool isRowShaped(mlir::Type type, const RowSpace &space);
+
+/// Why `ops` (program order, one block) cannot be one row kernel
+/// (cuda::EmitRowFused), as {the op, the reason}; nullopt when they can:
+/// one or more row reductions of one index space (rowReductionSpace) and
+/// elementwise ops of the full or a row shape; every operand a member, a
+/// view of a member that maps the [rows, n] space onto it (a per-row value
+/// broadcast along the row), a splat constant, or an outside value read
+/// dense, as a per-row or per-column broadcast, or as a scalar; every
+/// member's result used outside the kernel (also through views) only after
+/// its last member; no mixing with parameter preparation (`prepared`);
+/// within one kernel's bounds (kMaxFusedOps, kMaxFusedCost,
+/// kMaxFusedInputs, cuda::kRowFusedMaxReductions).
+std::optional<std::pair<mlir::Operation *, std::string>>
+rowKernelProblem(llvm::ArrayRef<mlir::Operation *> ops,
+                 const llvm::DenseSet<mlir::Operation *> &prepared);
+
+/// The member value a row kernel of `members` reads for operand `v`: `v`
+/// itself when a member defines it, or the per-row member that `v` views
+/// (llm.broadcast along the row, llm.reshape between row shapes); null
+/// otherwise.
+mlir::Value rowKernelMember(mlir::Value v,
+                            const llvm::SmallPtrSetImpl<mlir::Operation *> &members,
+                            const RowSpace &space);
+
+/// planKernels' last step: every row reduction not in parameter
+/// preparation joins the elementwise kernel computing its input and then,
+/// while one joins, the elementwise kernels computing a member's operand
+/// and those (and reductions of the same rows) reading a member's result,
+/// as long as rowKernelProblem finds none;
+/// the kernels it forms move from `plan.groups` to `plan.rowGroups`. Ops
+/// of other kernels (GEMV, RoPE + cache write, attention, residual norm)
+/// never join.
+void formRowKernels(mlir::func::FuncOp fn, KernelPlan &plan,
+                    const llvm::DenseSet<mlir::Operation *> &prepared);
 
 /// Plans the kernels of `fn`'s top-level block (a shape-specialized
 /// function). `prepared` holds the parameter-preparation ops: no kernel
@@ -172,7 +232,8 @@ KernelPlan planKernels(mlir::func::FuncOp fn, const LowerOptions &options,
 
 /// The attribute annotateKernels puts on every op of a multi-op kernel:
 /// {group = <n>, kind = "residual_norm" | "elementwise" | "multi_gemv" |
-/// "swiglu_gemv" | "rope_cache_write" | "attention_stats"}, groups numbered
+/// "swiglu_gemv" | "rope_cache_write" | "attention_stats" |
+/// "row_reduction"}, groups numbered
 /// in program order of their last op.
 inline constexpr llvm::StringLiteral kKernelAttr = "llm.kernel";
 

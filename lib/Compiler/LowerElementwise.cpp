@@ -62,6 +62,50 @@ absl::StatusOr<KernelArg> shapeArg(const cu::ElementwiseProgram &prog,
                                         packed->size() * sizeof(int64_t)));
 }
 
+/// The node of an elementwise kernel program computing `op` (its kind,
+/// result type and predicate; operands are left to the caller), or nullopt
+/// when `op` is not an elementwise op a kernel computes.
+std::optional<cu::EwNode> ewNodeOf(Operation *op) {
+  cu::EwNode n;
+  n.type = scalarOf(op->getResult(0));
+  auto kind = llvm::TypeSwitch<Operation *, std::optional<cu::EwOp>>(op)
+      .Case<AddOp>([](auto) { return cu::EwOp::add; })
+      .Case<SubOp>([](auto) { return cu::EwOp::sub; })
+      .Case<MulOp>([](auto) { return cu::EwOp::mul; })
+      .Case<DivOp>([](auto) { return cu::EwOp::div; })
+      .Case<PowOp>([](auto) { return cu::EwOp::pow; })
+      .Case<MaximumOp>([](auto) { return cu::EwOp::maximum; })
+      .Case<MinimumOp>([](auto) { return cu::EwOp::minimum; })
+      .Case<NegOp>([](auto) { return cu::EwOp::neg; })
+      .Case<AbsOp>([](auto) { return cu::EwOp::abs; })
+      .Case<ExpOp>([](auto) { return cu::EwOp::exp; })
+      .Case<LogOp>([](auto) { return cu::EwOp::log; })
+      .Case<TanhOp>([](auto) { return cu::EwOp::tanh; })
+      .Case<SinOp>([](auto) { return cu::EwOp::sin; })
+      .Case<CosOp>([](auto) { return cu::EwOp::cos; })
+      .Case<SqrtOp>([](auto) { return cu::EwOp::sqrt; })
+      .Case<RsqrtOp>([](auto) { return cu::EwOp::rsqrt; })
+      .Case<SiluOp>([](auto) { return cu::EwOp::silu; })
+      .Case<GeluOp>([](GeluOp g) {
+        return g.getApproximation() == GeluApproximation::tanh
+                   ? cu::EwOp::gelu_tanh
+                   : cu::EwOp::gelu_erf;
+      })
+      .Case<ReluOp>([](auto) { return cu::EwOp::relu; })
+      .Case<SigmoidOp>([](auto) { return cu::EwOp::sigmoid; })
+      .Case<CompareOp>([&](CompareOp c) {
+        n.pred = static_cast<cu::CmpPredicate>(c.getPredicate());
+        return cu::EwOp::compare;
+      })
+      .Case<SelectOp>([](auto) { return cu::EwOp::select; })
+      .Case<CastOp>([](auto) { return cu::EwOp::cast; })
+      .Default([](Operation *) { return std::nullopt; });
+  if (!kind)
+    return std::nullopt;
+  n.op = *kind;
+  return n;
+}
+
 absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
   llvm::DenseSet<Operation *> members(ops.begin(), ops.end());
   Operation *last = ops.back();
@@ -113,43 +157,10 @@ absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
   };
 
   for (Operation *op : ops) {
-    cu::EwNode n;
-    n.type = scalarOf(op->getResult(0));
-    auto kind = llvm::TypeSwitch<Operation *, std::optional<cu::EwOp>>(op)
-        .Case<AddOp>([](auto) { return cu::EwOp::add; })
-        .Case<SubOp>([](auto) { return cu::EwOp::sub; })
-        .Case<MulOp>([](auto) { return cu::EwOp::mul; })
-        .Case<DivOp>([](auto) { return cu::EwOp::div; })
-        .Case<PowOp>([](auto) { return cu::EwOp::pow; })
-        .Case<MaximumOp>([](auto) { return cu::EwOp::maximum; })
-        .Case<MinimumOp>([](auto) { return cu::EwOp::minimum; })
-        .Case<NegOp>([](auto) { return cu::EwOp::neg; })
-        .Case<AbsOp>([](auto) { return cu::EwOp::abs; })
-        .Case<ExpOp>([](auto) { return cu::EwOp::exp; })
-        .Case<LogOp>([](auto) { return cu::EwOp::log; })
-        .Case<TanhOp>([](auto) { return cu::EwOp::tanh; })
-        .Case<SinOp>([](auto) { return cu::EwOp::sin; })
-        .Case<CosOp>([](auto) { return cu::EwOp::cos; })
-        .Case<SqrtOp>([](auto) { return cu::EwOp::sqrt; })
-        .Case<RsqrtOp>([](auto) { return cu::EwOp::rsqrt; })
-        .Case<SiluOp>([](auto) { return cu::EwOp::silu; })
-        .Case<GeluOp>([](GeluOp g) {
-          return g.getApproximation() == GeluApproximation::tanh
-                     ? cu::EwOp::gelu_tanh
-                     : cu::EwOp::gelu_erf;
-        })
-        .Case<ReluOp>([](auto) { return cu::EwOp::relu; })
-        .Case<SigmoidOp>([](auto) { return cu::EwOp::sigmoid; })
-        .Case<CompareOp>([&](CompareOp c) {
-          n.pred = static_cast<cu::CmpPredicate>(c.getPredicate());
-          return cu::EwOp::compare;
-        })
-        .Case<SelectOp>([](auto) { return cu::EwOp::select; })
-        .Case<CastOp>([](auto) { return cu::EwOp::cast; })
-        .Default([](Operation *) { return std::nullopt; });
-    if (!kind)
+    std::optional<cu::EwNode> node = ewNodeOf(op);
+    if (!node)
       return unsupported(op, "not an elementwise op");
-    n.op = *kind;
+    cu::EwNode &n = *node;
     for (Value operand : op->getOperands()) {
       auto ref = operandRef(operand);
       if (!ref.ok())

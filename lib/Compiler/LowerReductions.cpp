@@ -11,6 +11,8 @@
 #include "Lowering.h"
 
 #include <array>
+#include <functional>
+#include <limits>
 
 namespace llmc::codegen {
 
@@ -35,6 +37,13 @@ static std::optional<std::array<int64_t, 3>> reductionLayout(ArrayRef<int64_t> s
     layout[run] *= size;
   }
   return layout;
+}
+
+static cu::ReduceKind reduceKindOf(Operation *o) {
+  return isa<ReduceSumOp>(o)    ? cu::ReduceKind::sum
+         : isa<ReduceMeanOp>(o) ? cu::ReduceKind::mean
+         : isa<ReduceMaxOp>(o)  ? cu::ReduceKind::max
+                                : cu::ReduceKind::min;
 }
 
 /// out [outer, inner] = reduce over r of x [outer, r, inner], inner > 1:
@@ -79,10 +88,7 @@ static absl::Status lowerReduction(Operation *o, Lowering &l) {
   Value in = o->getOperand(0);
   auto t = tensorType(in);
   ArrayRef<int64_t> dims = cast<DenseI64ArrayAttr>(o->getAttr("dims")).asArrayRef();
-  cu::ReduceKind kind = isa<ReduceSumOp>(o)    ? cu::ReduceKind::sum
-                        : isa<ReduceMeanOp>(o) ? cu::ReduceKind::mean
-                        : isa<ReduceMaxOp>(o)  ? cu::ReduceKind::max
-                                               : cu::ReduceKind::min;
+  cu::ReduceKind kind = reduceKindOf(o);
   if (static_cast<int64_t>(dims.size()) == t.getRank() && t.getRank() > 0) {
     cu::FullReduceConfig cfg;
     cfg.in = scalarOf(in);
@@ -127,6 +133,163 @@ static absl::Status lowerReduction(Operation *o, Lowering &l) {
                         generated(cu::RowReduceLaunch(cfg, rows), o));
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitRowReduce(cfg), o));
   l.launch(l.addKernel(code), grid, std::move(args), o);
+  return absl::OkStatus();
+}
+
+/// A splat constant `v` is, also through broadcasts and reshapes.
+static std::optional<double> splatThroughViews(Value v) {
+  for (Value cur = v;;) {
+    if (std::optional<double> c = splatValue(cur))
+      return c;
+    Operation *def = cur.getDefiningOp();
+    if (!isa_and_nonnull<BroadcastOp, ReshapeOp>(def))
+      return std::nullopt;
+    cur = def->getOperand(0);
+  }
+}
+
+/// How the row kernel of `space` reads `read` (of a value of `shape`): the
+/// strides of dimensions of size 1 do not matter.
+static std::optional<cu::RowInputLayout> rowInputLayout(const StridedRead &read,
+                                                        ArrayRef<int64_t> shape,
+                                                        const RowSpace &space) {
+  SmallVector<int64_t> dense = rowMajorStrides(shape);
+  auto matches = [&](auto want) {
+    for (auto [i, size] : llvm::enumerate(shape))
+      if (size != 1 && read.strides[i] != want(i))
+        return false;
+    return true;
+  };
+  if (matches([](size_t) { return 0; }))
+    return cu::RowInputLayout::kScalar;
+  if (isRowShaped(RankedTensorType::get(shape, Float32Type::get(read.root.getContext())),
+                  space))
+    return matches([&](size_t i) { return dense[i]; })
+               ? std::optional(cu::RowInputLayout::kRow)
+               : std::nullopt;
+  if (matches([&](size_t i) { return dense[i]; }))
+    return cu::RowInputLayout::kDense;
+  size_t last = shape.size() - 1;
+  if (matches([&](size_t i) { return i == last ? 1 : 0; }))
+    return cu::RowInputLayout::kColumn;
+  SmallVector<int64_t> lead = rowMajorStrides(shape.drop_back());
+  if (matches([&](size_t i) { return i == last ? 0 : lead[i]; }))
+    return cu::RowInputLayout::kRow;
+  return std::nullopt;
+}
+
+absl::Status lowerRowGroup(ArrayRef<Operation *> ops, Lowering &l) {
+  llvm::SmallPtrSet<Operation *, 32> members(ops.begin(), ops.end());
+  Operation *last = ops.back();
+  std::optional<RowSpace> space;
+  for (Operation *op : ops)
+    if (!space)
+      space = rowReductionSpace(op);
+  if (!space)
+    return unsupported(last, "a row kernel without a row reduction");
+
+  cu::RowFusedProgram prog;
+  prog.n = space->n;
+  // Reductions are referenced as kReductionRef - q until the inputs are
+  // known, then as -(inputs + q + 1).
+  constexpr int kReductionRef = std::numeric_limits<int>::min() / 2;
+  llvm::DenseMap<Value, int> refOf;
+  llvm::MapVector<Value, int> inputIndex;
+  SmallVector<std::pair<Value, int64_t>> inputPtrs; // root, byte offset
+  auto operandRef = [&](Value v) -> absl::StatusOr<int> {
+    if (Value m = rowKernelMember(v, members, *space))
+      return refOf.at(m);
+    if (auto it = refOf.find(v); it != refOf.end())
+      return it->second;
+    if (std::optional<double> c = splatThroughViews(v)) {
+      cu::EwNode n;
+      n.op = cu::EwOp::constant;
+      n.type = scalarOf(v);
+      n.constant = *c;
+      prog.nodes.push_back(n);
+      return refOf[v] = static_cast<int>(prog.nodes.size()) - 1;
+    }
+    if (auto it = inputIndex.find(v); it != inputIndex.end())
+      return -(it->second + 1);
+    LLMC_ASSIGN_OR_RETURN(StridedRead read, l.stridedRead(v));
+    std::optional<cu::RowInputLayout> layout =
+        rowInputLayout(read, tensorType(v).getShape(), *space);
+    int64_t offset = read.elementOffset * cu::ScalarSize(scalarOf(v));
+    // The same storage read the same way (a per-row value used directly and
+    // broadcast along the row) is one input.
+    for (auto [i, in] : llvm::enumerate(prog.inputs))
+      if (layout && in.layout == *layout && in.type == scalarOf(v) &&
+          inputPtrs[i] == std::make_pair(read.root, offset))
+        return inputIndex[v] = static_cast<int>(i), -(static_cast<int>(i) + 1);
+    if (!layout)
+      return unsupported(last, absl::StrCat("a row kernel input read neither dense, per row, "
+                                            "per column nor as a scalar (",
+                                            v.getDefiningOp() ? describeOp(v.getDefiningOp())
+                                                              : std::string("an argument"),
+                                            ")"));
+    prog.inputs.push_back({scalarOf(v), *layout});
+    inputPtrs.push_back({read.root, offset});
+    int idx = static_cast<int>(prog.inputs.size()) - 1;
+    inputIndex[v] = idx;
+    return -(idx + 1);
+  };
+  for (Operation *op : ops) {
+    Value result = op->getResult(0);
+    if (rowReductionSpace(op)) {
+      LLMC_ASSIGN_OR_RETURN(int operand, operandRef(op->getOperand(0)));
+      prog.reductions.push_back({reduceKindOf(op), operand, scalarOf(result)});
+      refOf[result] = kReductionRef - static_cast<int>(prog.reductions.size() - 1);
+      continue;
+    }
+    std::optional<cu::EwNode> node = ewNodeOf(op);
+    if (!node)
+      return unsupported(op, "not an elementwise op");
+    for (Value operand : op->getOperands()) {
+      LLMC_ASSIGN_OR_RETURN(int ref, operandRef(operand));
+      node->operands.push_back(ref);
+    }
+    prog.nodes.push_back(*node);
+    refOf[result] = static_cast<int>(prog.nodes.size()) - 1;
+  }
+  const int numInputs = static_cast<int>(prog.inputs.size());
+  auto finalRef = [&](int ref) {
+    return ref <= kReductionRef / 2 ? -(numInputs + (kReductionRef - ref) + 1) : ref;
+  };
+  for (cu::EwNode &n : prog.nodes)
+    for (int &o : n.operands)
+      o = finalRef(o);
+  for (cu::RowReduction &r : prog.reductions)
+    r.operand = finalRef(r.operand);
+  // Outputs: member results read outside the kernel (also through views).
+  SmallVector<Value> outputs;
+  for (Operation *op : ops) {
+    Value r = op->getResult(0);
+    std::function<bool(Value)> readOutside = [&](Value v) {
+      return llvm::any_of(v.getUsers(), [&](Operation *user) {
+        if (members.contains(user))
+          return false;
+        if (isa<ViewLikeOpInterface>(user) && user->getNumResults() == 1)
+          return readOutside(user->getResult(0));
+        return true;
+      });
+    };
+    if (!readOutside(r))
+      continue;
+    prog.outputs.push_back({finalRef(refOf.at(r)), scalarOf(r), isRowShaped(r.getType(), *space)});
+    outputs.push_back(r);
+  }
+  if (prog.outputs.empty())
+    return absl::OkStatus(); // nothing read: a dead kernel
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitRowFused(prog), last));
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
+                        generated(cu::RowFusedLaunch(prog, space->rows), last));
+  std::vector<KernelArg> args;
+  for (Value out : outputs)
+    args.push_back(l.ptrArg(out));
+  for (auto [root, offset] : inputPtrs)
+    args.push_back(l.ptrArg(root, offset));
+  args.push_back(i64Arg(space->rows));
+  l.launch(l.addKernel(code), dims, std::move(args), last);
   return absl::OkStatus();
 }
 

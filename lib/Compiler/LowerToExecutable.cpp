@@ -148,6 +148,10 @@ absl::Status Lowering::emitOp(Operation *op, const OpLoweringSet &patterns) {
     const AttentionStats &a = kernelPlan.attentionStats[it->second];
     return op == a.emitAt ? lowerAttentionStats(a, *this) : absl::OkStatus();
   }
+  if (auto it = kernelPlan.rowGroupOf.find(op); it != kernelPlan.rowGroupOf.end()) {
+    ArrayRef<Operation *> group = kernelPlan.rowGroups[it->second];
+    return op == group.back() ? lowerRowGroup(group, *this) : absl::OkStatus();
+  }
   if (isElementwise(op)) {
     auto &group = kernelPlan.groups[kernelPlan.groupOf[op]];
     if (group.back() != op)
@@ -253,6 +257,10 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
         if (defStep[storageRoot(r)] > last || defStep[storageRoot(r)] == at)
           defStep[storageRoot(r)] = std::min(defStep[storageRoot(r)], at);
     }
+    // A row kernel reads its external inputs at its last member.
+    if (auto it = kernelPlan.rowGroupOf.find(&op); it != kernelPlan.rowGroupOf.end())
+      for (Value operand : op.getOperands())
+        touch(operand, opIndex[kernelPlan.rowGroups[it->second].back()]);
     // A fused GEMV group reads its members' operands when it is emitted.
     if (auto it = kernelPlan.gemvGroupOf.find(&op); it != kernelPlan.gemvGroupOf.end() && isa<MatmulOp>(op))
       for (Value operand : op.getOperands())

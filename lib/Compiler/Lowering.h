@@ -330,9 +330,14 @@ void populateRoPELowerings(OpLoweringSet &set);
 void populateWeightOnlyLowerings(OpLoweringSet &set);
 
 /// The lowerings of the kernels llmc-form-kernels formed from several ops:
-/// a fused elementwise group (LowerElementwise.cpp) and a group of decode
-/// GEMVs sharing their input (LowerMatmul.cpp).
+/// a fused elementwise group (LowerElementwise.cpp), a row kernel, and a
+/// group of decode GEMVs sharing their input (LowerMatmul.cpp).
 absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l);
+/// The node computing elementwise `op` (kind, result type, predicate; no
+/// operands yet), nullopt for any other op (LowerElementwise.cpp).
+std::optional<cu::EwNode> ewNodeOf(Operation *op);
+/// A row kernel (KernelPlan::rowGroups; LowerReductions.cpp).
+absl::Status lowerRowGroup(ArrayRef<Operation *> ops, Lowering &l);
 absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l);
 /// RoPE computed by the kernel of the index_put that writes it into a KV
 /// cache (LowerRoPE.cpp).

@@ -33,6 +33,15 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
       the step's q RoPE (same tables) and v cache write (same index tensor
       and cache layout) join the launch when their results are used only
       after its last member, where it runs.
+    - `attention_stats`: an `llm.attention` and the
+      `llm.attention_logsumexp` of the same operands (a training forward
+      saving its statistics) in one launch;
+    - `row_reduction`: reductions over the last dimension of one
+      [rows, n] shape with the elementwise kernels computing their input
+      and reading their results (directly or broadcast along the row), as
+      one row kernel (`cuda::EmitRowFused`): a decomposed RMSNorm
+      backward's dx, an RMSNorm forward that saves its statistics, a
+      softmax written out.
 
     Every other op is a kernel, GEMM, copy or collective of its own (views
     and constants have no launch). The pass marks the function

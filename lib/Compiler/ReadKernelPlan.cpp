@@ -56,6 +56,7 @@ private:
   absl::Status swiGluGemv(const Annotated &k);
   absl::Status ropeCacheWrite(const Annotated &k);
   absl::Status attentionStats(const Annotated &k);
+  absl::Status rowReduction(const Annotated &k);
 
   func::FuncOp fn;
   const llvm::DenseSet<Operation *> &prepared;
@@ -340,6 +341,17 @@ absl::Status Reader::attentionStats(const Annotated &k) {
   return absl::OkStatus();
 }
 
+// Row reductions with their elementwise ops => one row kernel.
+absl::Status Reader::rowReduction(const Annotated &k) {
+  if (auto problem = rowKernelProblem(k.ops, prepared))
+    return bad(problem->first, k, problem->second);
+  int id = plan.rowGroups.size();
+  for (Operation *op : k.ops)
+    plan.rowGroupOf[op] = id;
+  plan.rowGroups.emplace_back(k.ops.begin(), k.ops.end());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KernelPlan> Reader::read() {
   Block &body = fn.getBody().front();
   std::map<int64_t, Annotated> kernels;
@@ -379,17 +391,20 @@ absl::StatusOr<KernelPlan> Reader::read() {
       st = ropeCacheWrite(k);
     else if (k.kind == "attention_stats")
       st = attentionStats(k);
+    else if (k.kind == "row_reduction")
+      st = rowReduction(k);
     else
       st = bad(k.ops.front(), k,
                "that kind is none of residual_norm, elementwise, multi_gemv, "
-               "swiglu_gemv, rope_cache_write and attention_stats");
+               "swiglu_gemv, rope_cache_write, attention_stats and row_reduction");
     if (!st.ok())
       return st;
   }
   // Every other elementwise op (not a residual add) is a kernel of its own.
   llvm::DenseMap<int64_t, int> groupIndex;
   for (Operation &op : body) {
-    if (!isElementwise(&op) || plan.fusedIntoNorm.contains(&op))
+    if (!isElementwise(&op) || plan.fusedIntoNorm.contains(&op) ||
+        plan.rowGroupOf.count(&op))
       continue;
     int index;
     auto it = elementwiseKernelOf.find(&op);

@@ -21,9 +21,11 @@ func.func @written_too(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8x
   return %e, %m : tensor<4x8xf32>, tensor<4x8xf32>
 }
 
-// The row sum reads exp before neg: exp's kernel must run first (3 kernels:
-// exp, the sum, neg * y).
-// BETWEEN: kernel launches: 3
+// The row sum reads exp before neg: as elementwise kernels exp's would have
+// to run first (3 kernels: exp, the sum, neg * y); the row kernel of the
+// sum (llmc-form-kernels' row_reduction) computes all three and writes %m
+// and %s.
+// BETWEEN: kernel launches: 1 (1 distinct kernels)
 func.func @read_between(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x1xf32>) {
   %e = llm.exp %x : tensor<4x8xf32>
   %s = llm.reduce_sum %e [1] keepdim : tensor<4x8xf32>
@@ -69,17 +71,17 @@ func.func @silu_backward(%g: tensor<4x40xbf16>, %x: tensor<4x40xbf16>) -> tensor
   return %r : tensor<4x40xbf16>
 }
 
-// The same DAG, but the row sum reads one chain's value (%a) before the
+// The same DAG, but the column sum reads one chain's value (%a) before the
 // multiply that joins them: that chain's kernel must run first, so the
 // join takes only the other chain (3 kernels: sigmoid * g, the sum, the
-// rest).
+// rest). (A row sum would make one row kernel of all of it.)
 // DAG-BETWEEN: kernel launches: 3 (
-func.func @dag_read_between(%g: tensor<4x40xf32>, %x: tensor<4x40xf32>) -> (tensor<4x40xf32>, tensor<4x1xf32>) {
+func.func @dag_read_between(%g: tensor<4x40xf32>, %x: tensor<4x40xf32>) -> (tensor<4x40xf32>, tensor<1x40xf32>) {
   %sig = llm.sigmoid %x : tensor<4x40xf32>
   %a = llm.mul %g, %sig : tensor<4x40xf32>
-  %s = llm.reduce_sum %a [1] keepdim : tensor<4x40xf32>
+  %s = llm.reduce_sum %a [0] keepdim : tensor<4x40xf32>
   %b = llm.neg %sig : tensor<4x40xf32>
   %c = llm.mul %x, %b : tensor<4x40xf32>
   %e = llm.mul %a, %c : tensor<4x40xf32>
-  return %e, %s : tensor<4x40xf32>, tensor<4x1xf32>
+  return %e, %s : tensor<4x40xf32>, tensor<1x40xf32>
 }

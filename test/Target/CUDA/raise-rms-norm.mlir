@@ -12,13 +12,14 @@
 // RAISED: llm ops: 2
 // RAISED-NEXT: kernel launches: 1 (1 distinct kernels)
 // RAISED: arena peak bytes: 0 (sum of intermediates 0)
-// As written: the add with the f32 cast and pow (one kernel writing the
-// sum, the f32 value and its square: multi-output), the mean, rsqrt, and
-// the normalize/weight multiplies, in 4 kernels whose f32 intermediates
-// ([4, 2048, 4096] x 4 bytes = 128 MiB each) go through the arena.
+// As written: one row kernel too (llmc-form-kernels' row_reduction: the
+// add, f32 cast and pow before the mean, rsqrt after it, and the
+// normalize/weight multiplies); it writes the sum and the output, and no
+// f32 intermediate goes through the arena (as 4 elementwise and reduction
+// kernels, two [4, 2048, 4096] f32 values did: 268468224 bytes).
 // DECOMPOSED: llm ops: 15
-// DECOMPOSED-NEXT: kernel launches: 4 (4 distinct kernels)
-// DECOMPOSED: arena peak bytes: 268468224
+// DECOMPOSED-NEXT: kernel launches: 1 (1 distinct kernels)
+// DECOMPOSED: arena peak bytes: 0
 // CUDA-COUNT-1: ===== kernel
 // CUDA-NOT: ===== kernel
 func.func @residual_rms_norm(%h: tensor<4x?x4096xbf16> {llm.dim_names = ["seq"]},
@@ -42,14 +43,14 @@ func.func @residual_rms_norm(%h: tensor<4x?x4096xbf16> {llm.dim_names = ["seq"]}
   return %x, %15 : tensor<4x?x4096xbf16>, tensor<4x?x4096xbf16>
 }
 
-// The exact IR of a plugin dump (LlamaRMSNorm, hidden 128, bf16): 4 kernels
-// as written (the cast and x^2 in one kernel writing both, mean,
-// rsqrt(+eps), normalize + cast back + weight), one llm.rms_norm kernel
-// raised.
+// The exact IR of a plugin dump (LlamaRMSNorm, hidden 128, bf16): one
+// llm.rms_norm kernel raised, one row kernel as written (4 kernels before
+// row kernels: cast and x^2, mean, rsqrt(+eps), normalize + cast back +
+// weight).
 // HF: llm ops: 1
 // HF-NEXT: kernel launches: 1 (1 distinct kernels)
 // HF-DECOMPOSED: llm ops: 14
-// HF-DECOMPOSED-NEXT: kernel launches: 4 (4 distinct kernels)
+// HF-DECOMPOSED-NEXT: kernel launches: 1 (1 distinct kernels)
 func.func @hf_rms_norm(%x: tensor<1x16x128xbf16>, %w: tensor<128xbf16>) -> tensor<1x16x128xbf16> {
   %2 = llm.broadcast %w : tensor<128xbf16> to tensor<1x16x128xbf16>
   %3 = llm.cast %x : tensor<1x16x128xbf16> to tensor<1x16x128xf32>

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../MlirContext.h"
+#include "ReferenceTestUtils.h"
 
 #include "llmc/Compiler/LowerToExecutable.h"
 #include "llmc/runtime/ExecutableDump.h"
@@ -545,7 +546,7 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_for
   return %e : tensor<4x8xf32>
 })");
   EXPECT_CONTAINS(msg, "that kind is none of residual_norm, elementwise, multi_gemv, swiglu_gemv, "
-                       "rope_cache_write and attention_stats");
+                       "rope_cache_write, attention_stats and row_reduction");
 
   msg = LowerError(R"(
 func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
@@ -555,6 +556,108 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_for
 })");
   EXPECT_CONTAINS(msg, "'llm.neg' at ");
   EXPECT_CONTAINS(msg, "it is annotated kind \"residual_norm\"");
+}
+
+// The RMSNorm backward as AOTAutograd decomposes Hugging Face's LlamaRMSNorm
+// (test/Target/CUDA/row-kernels.mlir): dx = g*w*rstd - 0.5 * rstd^3 / n *
+// sum(g*w*x) * 2x.
+std::string RmsNormBackward() {
+  return llmc::reference::testing::functionFromFile("test/Target/CUDA/row-kernels.mlir",
+                                                    "rms_norm_backward");
+}
+
+TEST(KernelPlan, TheRmsNormBackwardIsOneRowKernel) {
+  auto exe = Lower(RmsNormBackward());
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  // Was three elementwise kernels around a row reduction: four launches.
+  ASSERT_EQ(KernelLaunches(*exe), 1);
+  EXPECT_EQ(exe->kernels.at(exe->launches[0].kernel).name.rfind("llmc_rowfused_", 0), 0u)
+      << exe->kernels.at(exe->launches[0].kernel).name;
+
+  // llmc-form-kernels writes the decision as one row_reduction group, and
+  // the lowering of that annotation gives the same executable.
+  Parsed formed = Parse(RmsNormBackward());
+  ASSERT_TRUE(formed.fn);
+  mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
+  pm.addPass(llmc::createFormKernelsPass({}));
+  ASSERT_TRUE(mlir::succeeded(pm.run(formed.fn)));
+  int members = 0;
+  formed.fn.walk([&](mlir::Operation *op) {
+    if (auto k = op->getAttrOfType<mlir::DictionaryAttr>("llm.kernel")) {
+      ++members;
+      EXPECT_EQ(k.getAs<mlir::StringAttr>("kind").getValue(), "row_reduction");
+    }
+  });
+  EXPECT_EQ(members, 13); // every op but the constants and views
+  auto fromIr = llmc::LowerToExecutable(formed.fn, {});
+  ASSERT_TRUE(fromIr.ok()) << fromIr.status();
+  EXPECT_EQ(rt::DescribeExecutable(*fromIr), rt::DescribeExecutable(*exe));
+}
+
+TEST(KernelPlan, ARowKernelIsCheckedWhenReadBack) {
+  // The reduction's input is also read by %m before the kernel runs at %n.
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  %m = llm.neg %e : tensor<4x8xf32>
+  %s = llm.reduce_sum %e [1] keepdim {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  %b = llm.broadcast %s : tensor<4x1xf32> to tensor<4x8xf32>
+  %n = llm.div %e, %b {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  return %m, %n : tensor<4x8xf32>, tensor<4x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.exp' at ");
+  EXPECT_CONTAINS(msg, "is in llm.kernel group 0 (kind \"row_reduction\")");
+  EXPECT_CONTAINS(msg, "before the kernel's last member, where the kernel runs and writes it");
+
+  // A reduction over the first dimension is a column reduction.
+  msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<1x8xf32> attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  %s = llm.reduce_sum %e [0] keepdim {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  return %s : tensor<1x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "a row_reduction kernel needs a reduction over the last dimension");
+
+  // A member read back through a reshape: the kernel has not written it.
+  msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x1xf32> attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  %r = llm.reshape %e : tensor<4x8xf32> to tensor<4x2x4xf32>
+  %r2 = llm.reshape %r : tensor<4x2x4xf32> to tensor<4x8xf32>
+  %n = llm.neg %r2 {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  %s = llm.reduce_sum %n [1] keepdim {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  return %s : tensor<4x1xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.neg' at ");
+  EXPECT_CONTAINS(msg, "an operand is a view of a member's result");
+
+  // A transposed input is neither dense nor a broadcast.
+  msg = LowerError(R"(
+func.func @f(%x: tensor<8x8xf32>) -> tensor<8x1xf32> attributes {llm.kernels_formed} {
+  %t = llm.transpose %x [1, 0] : tensor<8x8xf32>
+  %e = llm.exp %t {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<8x8xf32>
+  %s = llm.reduce_sum %e [1] keepdim {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<8x8xf32>
+  return %s : tensor<8x1xf32>
+})");
+  EXPECT_CONTAINS(msg, "an operand is neither a member");
+}
+
+// Softmax written out by hand: max, then sum(exp(x - max)), then the
+// division: two reductions, the second reading the first, in one kernel.
+TEST(KernelPlan, ASoftmaxWrittenOutIsOneRowKernel) {
+  auto exe = Lower(R"(
+func.func @f(%x: tensor<6x40xf32>) -> tensor<6x40xf32> {
+  %m = llm.reduce_max %x [1] keepdim : tensor<6x40xf32>
+  %mb = llm.broadcast %m : tensor<6x1xf32> to tensor<6x40xf32>
+  %d = llm.sub %x, %mb : tensor<6x40xf32>
+  %e = llm.exp %d : tensor<6x40xf32>
+  %s = llm.reduce_sum %e [1] keepdim : tensor<6x40xf32>
+  %sb = llm.broadcast %s : tensor<6x1xf32> to tensor<6x40xf32>
+  %y = llm.div %e, %sb : tensor<6x40xf32>
+  return %y : tensor<6x40xf32>
+})");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  EXPECT_EQ(KernelLaunches(*exe), 1);
 }
 
 } // namespace

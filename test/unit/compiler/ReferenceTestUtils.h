@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +31,22 @@ inline mlir::func::FuncOp firstFunc(mlir::ModuleOp m) {
   for (auto fn : m.getOps<mlir::func::FuncOp>())
     return fn;
   return nullptr;
+}
+
+/// The text of `func.func @name` in the test source file `path` (relative
+/// to the repository root), from its first line to its closing brace; a
+/// test failure and "" when the file or the function is missing. Lets unit
+/// tests run the functions of a lit test instead of copies of them.
+inline std::string functionFromFile(const std::string &path, const std::string &name) {
+  std::ifstream in(std::string(LLMC_SOURCE_DIR) + "/" + path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t begin = text.find("func.func @" + name + "(");
+  size_t end = begin == std::string::npos ? begin : text.find("\n}\n", begin);
+  if (end == std::string::npos) {
+    ADD_FAILURE() << "no func.func @" << name << " in " << path;
+    return "";
+  }
+  return text.substr(begin, end + 3 - begin);
 }
 
 /// How many ops nested in `root` (`root` included) satisfy `pred`.

@@ -1,0 +1,360 @@
+//===- RowKernelEmuTest.cpp - row kernels from the lowering, run on the CPU -===//
+//
+// End to end for the fused row kernels (llmc-form-kernels' row_reduction,
+// cuda::EmitRowFused): llm IR -> llmc::LowerToExecutable -> its one
+// `llmc_rowfused_*` launch -> the kernel run on the CPU emulator
+// (test/unit/kernels/emu) with its pointer arguments bound, from the
+// launch's own buffer references, to host copies of the function's inputs
+// and outputs -> every output compared with the reference executor
+// (llmc::reference::Evaluate) on the same fresh random inputs. Relative L2
+// error per output: f32 <= 1e-5, bf16 <= 1e-2; a NaN in the kernel's output
+// fails unless the reference has one at the same place.
+//
+// Each kernel runs three times: as launched, with every host buffer one
+// element off 16-byte alignment (the kernel's run-time scalar path), and
+// with grid.x cut to 2 (its grid-stride loop over rows).
+//
+//===----------------------------------------------------------------------===//
+
+#include "../kernels/EmuSupport.h"
+#include "ReferenceTestUtils.h"
+
+#include "llmc/runtime/Executable.h"
+#include "llmc/runtime/ExecutableDump.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <sstream>
+
+using namespace llmc::reference;
+using namespace llmc::reference::testing;
+namespace rt = llmc::rt;
+
+namespace {
+
+void ReplaceAll(std::string &s, const std::string &from, const std::string &to) {
+  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
+    s.replace(pos, from.size(), to);
+}
+
+// The RMSNorm backward as AOTAutograd decomposes it (3x5x64), from the lit
+// test of row kernels.
+std::string RmsNormBackward() {
+  return functionFromFile("test/Target/CUDA/row-kernels.mlir", "rms_norm_backward");
+}
+
+/// RmsNormBackward() on [2, 3, 2048] (6 rows of 2048: the 16-byte vector
+/// path), also returning the row sum %s (a per-row output).
+std::string RmsNormBackwardWide() {
+  std::string s = RmsNormBackward();
+  ReplaceAll(s, "3x5x64", "2x3x2048");
+  ReplaceAll(s, "3x5x1", "2x3x1");
+  ReplaceAll(s, "tensor<64xbf16>", "tensor<2048xbf16>");
+  ReplaceAll(s, "dense<6.400000e+01>", "dense<2.048000e+03>");
+  ReplaceAll(s, "-> tensor<2x3x2048xbf16> {", "-> (tensor<2x3x2048xbf16>, tensor<2x3x1xf32>) {");
+  ReplaceAll(s, "return %out : tensor<2x3x2048xbf16>",
+             "return %out, %s : tensor<2x3x2048xbf16>, tensor<2x3x1xf32>");
+  return s;
+}
+
+// Hugging Face's LlamaRMSNorm forward written out, saving rstd for the
+// backward as a training forward does (from the lit test).
+std::string HfRmsNormTrain() {
+  return functionFromFile("test/Target/CUDA/row-kernels.mlir", "rms_norm_forward_saving_rstd");
+}
+
+/// softmax(x) over the last dim of f32 [6, n], written out: two reductions,
+/// the sum reading the max.
+std::string Softmax(int64_t n) {
+  std::string s = R"(
+func.func @softmax(%x: tensor<6xNxf32>) -> tensor<6xNxf32> {
+  %m = llm.reduce_max %x [1] keepdim : tensor<6xNxf32>
+  %mb = llm.broadcast %m : tensor<6x1xf32> to tensor<6xNxf32>
+  %d = llm.sub %x, %mb : tensor<6xNxf32>
+  %e = llm.exp %d : tensor<6xNxf32>
+  %s = llm.reduce_sum %e [1] keepdim : tensor<6xNxf32>
+  %sb = llm.broadcast %s : tensor<6x1xf32> to tensor<6xNxf32>
+  %y = llm.div %e, %sb : tensor<6xNxf32>
+  return %y : tensor<6xNxf32>
+}
+)";
+  ReplaceAll(s, "6xN", "6x" + std::to_string(n));
+  return s;
+}
+
+/// One kernel parameter as the source declares it.
+struct Param {
+  std::string type; // "const bf16*", "long long", ...
+  bool pointer = false;
+};
+
+/// The parameters of the `extern "C" __global__` entry `name` in `source`.
+std::vector<Param> KernelParams(const std::string &source, const std::string &name) {
+  size_t at = source.find("extern \"C\" __global__");
+  if (at == std::string::npos)
+    return {};
+  at = source.find(" " + name + "(", at);
+  if (at == std::string::npos)
+    return {};
+  const size_t open = at + name.size() + 2, close = source.find(')', open);
+  std::vector<Param> params;
+  std::stringstream list(source.substr(open, close - open));
+  for (std::string p; std::getline(list, p, ',');) {
+    ReplaceAll(p, "__restrict__", " ");
+    ReplaceAll(p, "*", " * ");
+    std::vector<std::string> words;
+    std::stringstream ws(p);
+    for (std::string w; ws >> w;)
+      words.push_back(w);
+    if (words.size() < 2)
+      return {};
+    words.pop_back(); // the parameter's name
+    Param q;
+    for (const std::string &w : words) {
+      q.type += (q.type.empty() || w == "*" ? "" : " ") + w;
+      q.pointer |= w == "*";
+    }
+    params.push_back(q);
+  }
+  return params;
+}
+
+/// `emu_entry(grid, block, smem, void* const* ptrs, const long long* ints)`:
+/// KERNEL(...) with parameter i from ptrs[i] (pointers) or ints[i].
+std::string Stub(const std::vector<Param> &params) {
+  std::string call;
+  for (size_t i = 0; i < params.size(); ++i) {
+    call += i ? ", " : "";
+    call += "(" + params[i].type + ")" + (params[i].pointer ? "ptrs[" : "ints[") +
+            std::to_string(i) + "]";
+  }
+  return "\nextern \"C\" void emu_entry(dim3 g, dim3 b, unsigned smem, void* const* ptrs, "
+         "const long long* ints) {\n  emu::Launch(g, b, smem, [&] { KERNEL(" +
+         call + "); });\n}\n";
+}
+using EmuFn = void (*)(llmc::test::Dim3, llmc::test::Dim3, unsigned, void *const *,
+                       const long long *);
+
+/// Host memory for one buffer: `bytes` at a 16-byte aligned address plus
+/// `shift`, the rest NaN bytes (0xff) so an unwritten output shows.
+struct HostBuffer {
+  std::vector<uint8_t> storage;
+  uint8_t *data = nullptr;
+  HostBuffer(int64_t bytes, int64_t shift) : storage(bytes + shift + 32, 0xff) {
+    auto base = reinterpret_cast<uintptr_t>(storage.data());
+    data = storage.data() + ((16 - base % 16) % 16) + shift;
+  }
+};
+
+uint16_t Bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isnan(f))
+    return 0x7fc0;
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+absl::Status Encode(const HostTensor &t, rt::DType d, uint8_t *p) {
+  for (size_t i = 0; i < t.data.size(); ++i) {
+    const float f = static_cast<float>(t.data[i]);
+    if (d == rt::DType::f32) {
+      std::memcpy(p + 4 * i, &f, 4);
+    } else if (d == rt::DType::bf16) {
+      const uint16_t b = Bf16Bits(f);
+      std::memcpy(p + 2 * i, &b, 2);
+    } else {
+      return absl::UnimplementedError(std::string("dtype ") + rt::DTypeName(d));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<double> Decode(const uint8_t *p, rt::DType d, int64_t n) {
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    float f;
+    if (d == rt::DType::f32) {
+      std::memcpy(&f, p + 4 * i, 4);
+    } else {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      const uint32_t u = uint32_t(b) << 16;
+      std::memcpy(&f, &u, 4);
+    }
+    v[i] = f;
+  }
+  return v;
+}
+
+class RowKernelEmu : public ReferenceTest {
+protected:
+  /// Random N(0, 1) inputs for `fn`'s arguments (rounded to their types),
+  /// with no element exactly zero.
+  std::vector<HostTensor> randomInputs(mlir::func::FuncOp fn) {
+    std::vector<HostTensor> in;
+    for (mlir::Type t : fn.getArgumentTypes()) {
+      auto tt = mlir::cast<mlir::RankedTensorType>(t);
+      HostTensor h = rand(tt.getElementType(), std::vector<int64_t>(tt.getShape().begin(), tt.getShape().end()));
+      for (double &v : h.data)
+        while (v == 0.0)
+          v = RoundToType(std::normal_distribution<double>()(rng), tt.getElementType());
+      in.push_back(std::move(h));
+    }
+    return in;
+  }
+
+  /// Lowers `src`, checks it is one llmc_rowfused_* launch, evaluates it
+  /// with the reference executor and runs the kernel on the emulator (three
+  /// ways, see the file comment), comparing every output. Skips before the
+  /// run (after the lowering's checks) when there is no host compiler.
+  /// `vec`: whether the kernel must have a vector path (kVec > 1) or must
+  /// not; unset: either.
+  void check(const std::string &src, std::optional<bool> vec = std::nullopt) {
+    mlir::func::FuncOp fn = parse(src);
+    ASSERT_TRUE(fn);
+    const size_t numResults = fn.getNumResults();
+    const std::vector<HostTensor> inputs = randomInputs(fn);
+    const std::vector<HostTensor> want = run(src, inputs); // parses `src` again
+    ASSERT_EQ(want.size(), numResults);
+
+    fn = parse(src); // a fresh copy for the lowering
+    ASSERT_TRUE(fn);
+    absl::StatusOr<rt::Executable> exe = llmc::LowerToExecutable(fn, {});
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    ASSERT_EQ(exe->launches.size(), 1u)
+        << "not one row kernel:\n" << rt::DescribeExecutable(*exe);
+    const rt::Launch &l = exe->launches[0];
+    ASSERT_EQ(l.kind, rt::Launch::Kernel) << rt::DescribeExecutable(*exe);
+    ASSERT_TRUE(l.kernel >= 0 && l.kernel < static_cast<int>(exe->kernels.size()));
+    const rt::KernelSpec &spec = exe->kernels[l.kernel];
+    ASSERT_EQ(spec.name.rfind("llmc_rowfused_", 0), 0u)
+        << "not one row kernel:\n" << rt::DescribeExecutable(*exe);
+    if (vec) {
+      EXPECT_EQ(spec.source.find("static constexpr int kVec = 1;") == std::string::npos, *vec)
+          << spec.name << (*vec ? " has no vector path" : " has a vector path");
+    }
+
+    ASSERT_EQ(exe->inputs.size(), inputs.size());
+    ASSERT_EQ(exe->outputs.size(), want.size());
+    for (size_t i = 0; i < inputs.size(); ++i)
+      ASSERT_EQ(exe->inputs[i].shape, inputs[i].shape) << "input " << i;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(exe->outputs[i].shape, want[i].shape) << "output " << i;
+
+    const std::vector<Param> params = KernelParams(spec.source, spec.name);
+    ASSERT_EQ(params.size(), l.args.size()) << spec.name << ": parameters vs launch arguments\n"
+                                            << rt::DescribeExecutable(*exe);
+    for (size_t i = 0; i < params.size(); ++i)
+      ASSERT_EQ(params[i].pointer, l.args[i].kind == rt::Arg::BufferPtr)
+          << spec.name << " parameter " << i << " (" << params[i].type << ")";
+    // The lowering's checks above need no compiler; the run does.
+    if (!llmc::test::HaveCompiler())
+      GTEST_SKIP() << "no host C++ compiler (" << llmc::test::HostCompiler() << ")";
+    auto entry = reinterpret_cast<EmuFn>(
+        llmc::test::BuildEmu({spec.name, spec.source}, Stub(params)));
+    ASSERT_NE(entry, nullptr);
+
+    struct Variant {
+      const char *what;
+      bool misalign;
+      unsigned max_grid_x;
+    };
+    for (const Variant v : {Variant{"as launched", false, ~0u},
+                            Variant{"buffers one element off 16-byte alignment", true, ~0u},
+                            Variant{"grid.x cut to 2 (grid-stride over rows)", false, 2u}}) {
+      SCOPED_TRACE(std::string(spec.name) + ", " + v.what);
+      auto shift = [&](rt::DType d) { return v.misalign ? rt::DTypeSize(d) : 0; };
+      std::vector<HostBuffer> in, out;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        in.emplace_back(exe->inputs[i].Bytes(), shift(exe->inputs[i].dtype));
+        absl::Status st = Encode(inputs[i], exe->inputs[i].dtype, in.back().data);
+        ASSERT_TRUE(st.ok()) << st;
+      }
+      for (const rt::TensorSig &o : exe->outputs)
+        out.emplace_back(o.Bytes(), shift(o.dtype));
+      HostBuffer arena(exe->arena_bytes, 0);
+      std::vector<std::string> constants(exe->buffers.size());
+
+      // Each argument from the buffer it names (generally: inputs, outputs,
+      // the arena and constants; the row kernel should need only the first two).
+      std::vector<void *> ptrs(l.args.size(), nullptr);
+      std::vector<long long> ints(l.args.size(), 0);
+      for (size_t i = 0; i < l.args.size(); ++i) {
+        const rt::Arg &a = l.args[i];
+        if (a.kind == rt::Arg::I64 || a.kind == rt::Arg::I32) {
+          ints[i] = a.i;
+          continue;
+        }
+        ASSERT_EQ(a.kind, rt::Arg::BufferPtr) << "argument " << i;
+        ASSERT_TRUE(a.buffer >= 0 && a.buffer < static_cast<int>(exe->buffers.size()))
+            << "argument " << i;
+        const rt::Buffer &b = exe->buffers[a.buffer];
+        ASSERT_LE(a.byte_offset, b.bytes) << "argument " << i;
+        uint8_t *base = nullptr;
+        switch (b.kind) {
+        case rt::Buffer::Input:
+          ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(in.size()));
+          base = in[b.io_index].data;
+          break;
+        case rt::Buffer::Output:
+          ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(out.size()));
+          base = out[b.io_index].data;
+          break;
+        case rt::Buffer::Arena:
+          base = arena.data + b.arena_offset;
+          break;
+        case rt::Buffer::Constant:
+          constants[a.buffer] = b.constant_data;
+          base = reinterpret_cast<uint8_t *>(constants[a.buffer].data());
+          break;
+        default:
+          FAIL() << "argument " << i << " names a persistent buffer\n"
+                 << rt::DescribeExecutable(*exe);
+        }
+        ptrs[i] = base + a.byte_offset;
+      }
+      llmc::test::Dim3 grid{l.grid[0], l.grid[1], l.grid[2]}, block{l.block[0], l.block[1], l.block[2]};
+      grid.x = std::min(grid.x, v.max_grid_x);
+      entry(grid, block, l.smem, ptrs.data(), ints.data());
+
+      for (size_t o = 0; o < want.size(); ++o) {
+        const rt::TensorSig &sig = exe->outputs[o];
+        HostTensor got{want[o].elementType, want[o].shape,
+                       Decode(out[o].data, sig.dtype, sig.NumElements())};
+        for (size_t i = 0; i < got.data.size(); ++i)
+          ASSERT_FALSE(std::isnan(got.data[i]) && !std::isnan(want[o].data[i]))
+              << "output " << o << " element " << i << " is NaN; reference " << want[o].data[i];
+        double maxAbs = 0;
+        for (size_t i = 0; i < got.data.size(); ++i)
+          if (std::isfinite(want[o].data[i]))
+            maxAbs = std::max(maxAbs, std::fabs(got.data[i] - want[o].data[i]));
+        const double tol = sig.dtype == rt::DType::f32 ? 1e-5 : 1e-2;
+        const double err = RelativeError(got, want[o]);
+        EXPECT_LE(err, tol) << "output " << o << " (" << want[o].typeString()
+                            << "): relative L2 error " << err << ", max |diff| " << maxAbs;
+      }
+    }
+  }
+};
+
+// The RMSNorm backward (dx) in one kernel: 15 rows of 64.
+TEST_F(RowKernelEmu, RmsNormBackward) { check(RmsNormBackward()); }
+
+// 6 rows of 2048 (16-byte vectors), also writing the row sum (a per-row
+// output).
+TEST_F(RowKernelEmu, RmsNormBackwardWideWithRowSum) { check(RmsNormBackwardWide(), true); }
+
+// LlamaRMSNorm's training forward: the output and the saved rstd.
+TEST_F(RowKernelEmu, HfRmsNormForwardSavingRstd) { check(HfRmsNormTrain()); }
+
+// Softmax: max, then the sum of exp(x - max) in a later pass.
+TEST_F(RowKernelEmu, SoftmaxTwoReductions) { check(Softmax(40)); }
+
+// A row length that is no multiple of any vector width.
+TEST_F(RowKernelEmu, SoftmaxOddRowLength) { check(Softmax(37), false); }
+
+} // namespace
