@@ -211,6 +211,12 @@ mlir::Value rowKernelMember(mlir::Value v,
                             const llvm::SmallPtrSetImpl<mlir::Operation *> &members,
                             const RowSpace &space);
 
+/// Appends the users of `v` outside `members` to `users`, looking through
+/// views (a view launches nothing; its users read `v`'s storage): where a
+/// kernel of `members` must write `v` out.
+void outsideUsers(mlir::Value v, const llvm::SmallPtrSetImpl<mlir::Operation *> &members,
+                  llvm::SmallVectorImpl<mlir::Operation *> &users);
+
 /// planKernels' last step: every row reduction not in parameter
 /// preparation joins the elementwise kernel computing its input and then,
 /// while one joins, the elementwise kernels computing a member's operand

@@ -11,7 +11,6 @@
 #include "Lowering.h"
 
 #include <array>
-#include <functional>
 #include <limits>
 
 namespace llmc::codegen {
@@ -264,16 +263,9 @@ absl::Status lowerRowGroup(ArrayRef<Operation *> ops, Lowering &l) {
   SmallVector<Value> outputs;
   for (Operation *op : ops) {
     Value r = op->getResult(0);
-    std::function<bool(Value)> readOutside = [&](Value v) {
-      return llvm::any_of(v.getUsers(), [&](Operation *user) {
-        if (members.contains(user))
-          return false;
-        if (isa<ViewLikeOpInterface>(user) && user->getNumResults() == 1)
-          return readOutside(user->getResult(0));
-        return true;
-      });
-    };
-    if (!readOutside(r))
+    SmallVector<Operation *> readers;
+    outsideUsers(r, members, readers);
+    if (readers.empty())
       continue;
     prog.outputs.push_back({finalRef(refOf.at(r)), scalarOf(r), isRowShaped(r.getType(), *space)});
     outputs.push_back(r);

@@ -126,10 +126,8 @@ static bool readableOutside(Value v, const RowSpace &space) {
   return !in.empty() && in.back() == space.n && numel == space.n;
 }
 
-/// Users of `v` outside `members`, looking through views (a view launches
-/// nothing; its users read `v`'s storage).
-static void outsideUsers(Value v, const llvm::SmallPtrSetImpl<Operation *> &members,
-                         SmallVectorImpl<Operation *> &users) {
+void llmc::outsideUsers(Value v, const llvm::SmallPtrSetImpl<Operation *> &members,
+                        SmallVectorImpl<Operation *> &users) {
   for (Operation *user : v.getUsers()) {
     if (members.contains(user))
       continue;
