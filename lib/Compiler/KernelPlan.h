@@ -184,14 +184,22 @@ struct RowSpace {
 /// space it defines.
 std::optional<RowSpace> rowReductionSpace(mlir::Operation *op);
 
+/// Whether `op` is a column sum a row kernel of `space` can compute:
+/// llm.reduce_sum of a float tensor of the full shape over every dimension
+/// but the last (sum(dy * x_hat, dims=[0, 1]) of [B, S, H]).
+bool isColumnSumOf(mlir::Operation *op, const RowSpace &space);
+
 /// Whether a value of `type` is per row in `space`: its shape is the full
 /// shape with the last dimension 1 or dropped.
 bool isRowShaped(mlir::Type type, const RowSpace &space);
 
 /// Why `ops` (program order, one block) cannot be one row kernel
 /// (cuda::EmitRowFused), as {the op, the reason}; nullopt when they can:
-/// one or more row reductions of one index space (rowReductionSpace) and
-/// elementwise ops of the full or a row shape; every operand a member, a
+/// one or more row reductions of one index space (rowReductionSpace), up to
+/// cuda::kRowFusedMaxColumnSums column sums of it (isColumnSumOf; rows of
+/// at most cuda::kRowFusedMaxColumnRow
+/// elements) whose results no member reads, and elementwise ops of the full
+/// or a row shape; every operand a member, a
 /// view of a member that maps the [rows, n] space onto it (a per-row value
 /// broadcast along the row), a splat constant, or an outside value read
 /// dense, as a per-row or per-column broadcast, or as a scalar; every
@@ -219,8 +227,10 @@ void outsideUsers(mlir::Value v, const llvm::SmallPtrSetImpl<mlir::Operation *> 
 
 /// planKernels' last step: every row reduction not in parameter
 /// preparation joins the elementwise kernel computing its input and then,
-/// while one joins, the elementwise kernels computing a member's operand
-/// and those (and reductions of the same rows) reading a member's result,
+/// while one joins, the elementwise kernels computing a member's operand,
+/// those (and reductions of the same rows) reading a member's result, and
+/// column sums of a value the kernel computes or reads (or of an
+/// elementwise kernel's result computed from one that has no other use),
 /// as long as rowKernelProblem finds none;
 /// the kernels it forms move from `plan.groups` to `plan.rowGroups`. Ops
 /// of other kernels (GEMV, RoPE + cache write, attention, residual norm)

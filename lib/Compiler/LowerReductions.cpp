@@ -45,14 +45,15 @@ static cu::ReduceKind reduceKindOf(Operation *o) {
                                 : cu::ReduceKind::min;
 }
 
-/// out [outer, inner] = reduce over r of x [outer, r, inner], inner > 1:
-/// the column kernel, and when its rows are split, the combine kernel over
-/// an arena workspace of fp32 partials.
-static absl::Status lowerColumnReduction(Operation *o, cu::ReduceKind kind, int64_t outer,
-                                         int64_t r, int64_t inner, Lowering &l) {
-  Value in = o->getOperand(0), out = o->getResult(0);
+/// out [outer, inner] = reduce over r of x [outer, r, inner] (`in`, of type
+/// `inType`), inner > 1: the column kernel, and when its rows are split,
+/// the combine kernel over an arena workspace of fp32 partials; launched
+/// for `o`, whose result is `out`.
+static absl::Status columnReduce(Operation *o, Value out, KernelArg in, cu::ScalarType inType,
+                                 cu::ReduceKind kind, int64_t outer, int64_t r, int64_t inner,
+                                 Lowering &l) {
   cu::ColumnReduceConfig cfg;
-  cfg.in = scalarOf(in);
+  cfg.in = inType;
   cfg.out = scalarOf(out);
   cfg.kind = kind;
   cfg.vec = cu::ColumnReduceVecWidth(cfg.in, inner);
@@ -64,7 +65,7 @@ static absl::Status lowerColumnReduction(Operation *o, cu::ReduceKind kind, int6
   int partials = workspace > 0 ? l.newArenaBuffer(workspace, l.getStep(), l.getStep()) : -1;
   std::vector<KernelArg> args = {l.ptrArg(out),
                                  partials >= 0 ? l.bufArg(partials) : nullArg(),
-                                 l.ptrArg(in),
+                                 std::move(in),
                                  i64Arg(outer),
                                  i64Arg(r),
                                  i64Arg(inner),
@@ -119,7 +120,7 @@ static absl::Status lowerReduction(Operation *o, Lowering &l) {
                             "of adjacent dimensions at a time");
     auto [outer, r, inner] = *layout;
     if (inner > 1)
-      return lowerColumnReduction(o, kind, outer, r, inner, l);
+      return columnReduce(o, o->getResult(0), l.ptrArg(in), scalarOf(in), kind, outer, r, inner, l);
     n = r, rows = outer;
   }
   cu::RowReduceConfig cfg;
@@ -232,8 +233,15 @@ absl::Status lowerRowGroup(ArrayRef<Operation *> ops, Lowering &l) {
     inputIndex[v] = idx;
     return -(idx + 1);
   };
+  SmallVector<Operation *> columns; // in prog.column_sums' order
   for (Operation *op : ops) {
     Value result = op->getResult(0);
+    if (isColumnSumOf(op, *space)) {
+      LLMC_ASSIGN_OR_RETURN(int value, operandRef(op->getOperand(0)));
+      prog.column_sums.push_back({value});
+      columns.push_back(op);
+      continue;
+    }
     if (rowReductionSpace(op)) {
       LLMC_ASSIGN_OR_RETURN(int operand, operandRef(op->getOperand(0)));
       prog.reductions.push_back({reduceKindOf(op), operand, scalarOf(result)});
@@ -259,9 +267,13 @@ absl::Status lowerRowGroup(ArrayRef<Operation *> ops, Lowering &l) {
       o = finalRef(o);
   for (cu::RowReduction &r : prog.reductions)
     r.operand = finalRef(r.operand);
+  for (cu::RowColumnSum &c : prog.column_sums)
+    c.value = finalRef(c.value);
   // Outputs: member results read outside the kernel (also through views).
   SmallVector<Value> outputs;
   for (Operation *op : ops) {
+    if (llvm::is_contained(columns, op))
+      continue; // summed over the blocks' partials below
     Value r = op->getResult(0);
     SmallVector<Operation *> readers;
     outsideUsers(r, members, readers);
@@ -270,7 +282,7 @@ absl::Status lowerRowGroup(ArrayRef<Operation *> ops, Lowering &l) {
     prog.outputs.push_back({finalRef(refOf.at(r)), scalarOf(r), isRowShaped(r.getType(), *space)});
     outputs.push_back(r);
   }
-  if (prog.outputs.empty())
+  if (prog.outputs.empty() && columns.empty())
     return absl::OkStatus(); // nothing read: a dead kernel
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitRowFused(prog), last));
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims,
@@ -278,10 +290,26 @@ absl::Status lowerRowGroup(ArrayRef<Operation *> ops, Lowering &l) {
   std::vector<KernelArg> args;
   for (Value out : outputs)
     args.push_back(l.ptrArg(out));
+  // Column sums: each block's fp32 partial sums [grid, n] in an arena
+  // workspace, then summed over the blocks by a column reduction.
+  SmallVector<int> partials;
+  if (!columns.empty()) {
+    LLMC_ASSIGN_OR_RETURN(int64_t bytes, generated(cu::RowFusedColumnPartialBytes(prog, space->rows), last));
+    for (size_t c = 0; c < columns.size(); ++c) {
+      partials.push_back(l.newArenaBuffer(bytes, l.getStep(), l.getStep()));
+      args.push_back(l.bufArg(partials.back()));
+    }
+  }
   for (auto [root, offset] : inputPtrs)
     args.push_back(l.ptrArg(root, offset));
   args.push_back(i64Arg(space->rows));
   l.launch(l.addKernel(code), dims, std::move(args), last);
+  for (auto [c, op] : llvm::enumerate(columns))
+    if (absl::Status st = columnReduce(op, op->getResult(0), l.bufArg(partials[c]),
+                                       cu::ScalarType::f32, cu::ReduceKind::sum, 1,
+                                       dims.grid[0], space->n, l);
+        !st.ok())
+      return st;
   return absl::OkStatus();
 }
 

@@ -41,7 +41,10 @@ def FormKernelsPass : Pass<"llmc-form-kernels", "::mlir::func::FuncOp"> {
       and reading their results (directly or broadcast along the row), as
       one row kernel (`cuda::EmitRowFused`): a decomposed RMSNorm
       backward's dx, an RMSNorm forward that saves its statistics, a
-      softmax written out.
+      softmax written out; with the sums over the rows of a value it
+      computes or reads (`llm.reduce_sum` over every dimension but the
+      last: the norm's weight gradient), which it accumulates per block
+      and a column reduction of the blocks' partial sums finishes.
 
     Every other op is a kernel, GEMM, copy or collective of its own (views
     and constants have no launch). The pass marks the function

@@ -44,6 +44,23 @@ std::optional<RowSpace> llmc::rowReductionSpace(Operation *op) {
   return space;
 }
 
+bool llmc::isColumnSumOf(Operation *op, const RowSpace &space) {
+  if (!isa<ReduceSumOp>(op))
+    return false;
+  auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  auto out = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!in || !out || in.getShape() != ArrayRef<int64_t>(space.shape) ||
+      !isa<FloatType>(in.getElementType()) || !isa<FloatType>(out.getElementType()))
+    return false;
+  ArrayRef<int64_t> dims = cast<DenseI64ArrayAttr>(op->getAttr("dims")).asArrayRef();
+  if (static_cast<int64_t>(dims.size()) != in.getRank() - 1)
+    return false;
+  for (auto [i, d] : llvm::enumerate(dims))
+    if (d != static_cast<int64_t>(i))
+      return false;
+  return true;
+}
+
 bool llmc::isRowShaped(Type type, const RowSpace &space) {
   ArrayRef<int64_t> s = shapeOf(type);
   ArrayRef<int64_t> lead = ArrayRef<int64_t>(space.shape).drop_back();
@@ -165,6 +182,18 @@ llmc::rowKernelProblem(ArrayRef<Operation *> ops,
                                             " reductions, more than ",
                                             cuda::kRowFusedMaxReductions));
   llvm::SmallPtrSet<Operation *, 32> members(ops.begin(), ops.end());
+  llvm::SmallPtrSet<Operation *, 4> columns;
+  for (Operation *op : ops)
+    if (isColumnSumOf(op, *space))
+      columns.insert(op);
+  if (static_cast<int>(columns.size()) > cuda::kRowFusedMaxColumnSums)
+    return problem(ops.back(), absl::StrCat("the kernel has ", columns.size(),
+                                            " column sums, more than ",
+                                            cuda::kRowFusedMaxColumnSums));
+  if (!columns.empty() && space->n > cuda::kRowFusedMaxColumnRow)
+    return problem(*columns.begin(),
+                   absl::StrCat("a row kernel sums columns of rows of at most ",
+                                cuda::kRowFusedMaxColumnRow, " elements; these have ", space->n));
   Operation *last = ops.back();
   Block *block = last->getBlock();
   int64_t cost = 0;
@@ -175,10 +204,11 @@ llmc::rowKernelProblem(ArrayRef<Operation *> ops,
     if (prepared.contains(op) != prepared.contains(ops.front()))
       return problem(op, "the kernel mixes parameter-preparation work (run once per "
                          "parameter set) with per-call work");
-    bool reduction = rowReductionSpace(op).has_value();
+    bool reduction = rowReductionSpace(op).has_value() || columns.contains(op);
     if (!reduction) {
       if (!isElementwise(op) || op->getNumResults() != 1)
-        return problem(op, "only row reductions and elementwise ops form a row kernel");
+        return problem(op, "only row reductions (with column sums of the same rows) "
+                           "and elementwise ops form a row kernel");
       Type t = op->getResult(0).getType();
       if (shapeOf(t) != ArrayRef<int64_t>(space->shape) && !isRowShaped(t, *space))
         return problem(op, "its result is neither of the kernel's full shape nor one "
@@ -186,8 +216,12 @@ llmc::rowKernelProblem(ArrayRef<Operation *> ops,
       cost += fusedOpCost(op);
     }
     for (Value v : op->getOperands()) {
-      if (rowKernelMember(v, members, *space))
+      if (Value m = rowKernelMember(v, members, *space)) {
+        if (columns.contains(m.getDefiningOp()))
+          return problem(op, "it reads a column sum of the kernel, which is complete "
+                             "only after the kernel");
         continue;
+      }
       // Any other view of a member's result would read memory the kernel
       // has not written yet.
       Value root = v;
@@ -236,6 +270,49 @@ void llmc::formRowKernels(func::FuncOp fn, KernelPlan &plan,
     if (auto it = plan.groupOf.find(op); it != plan.groupOf.end())
       return SmallVector<Operation *>(plan.groups[it->second]);
     return {op};
+  };
+  auto columnUnits = [&](ArrayRef<Operation *> ops,
+                         const llvm::SmallPtrSetImpl<Operation *> &members,
+                         const RowSpace &space) {
+    SmallVector<SmallVector<Operation *>> units;
+    llvm::SmallPtrSet<Operation *, 8> seen;
+    auto consider = [&](Value v) {
+      for (Operation *user : v.getUsers()) {
+        if (members.contains(user) || !seen.insert(user).second)
+          continue;
+        if (isColumnSumOf(user, space)) {
+          units.push_back({user});
+          continue;
+        }
+        if (!isElementwise(user) || !plan.groupOf.count(user))
+          continue;
+        SmallVector<Operation *> unit = unitOf(user);
+        llvm::SmallPtrSet<Operation *, 16> inUnit(unit.begin(), unit.end());
+        SmallVector<Operation *> sinks;
+        bool onlyColumns = true;
+        for (Operation *u : unit) {
+          SmallVector<Operation *> users;
+          outsideUsers(u->getResult(0), inUnit, users);
+          for (Operation *r : users) {
+            if (isColumnSumOf(r, space))
+              sinks.push_back(r);
+            else if (!members.contains(r))
+              onlyColumns = false;
+          }
+        }
+        if (onlyColumns && !sinks.empty()) {
+          unit.append(sinks.begin(), sinks.end());
+          units.push_back(std::move(unit));
+        }
+      }
+    };
+    for (Operation *m : ops) {
+      consider(m->getResult(0));
+      for (Value v : m->getOperands())
+        if (!isSplatConstant(v))
+          consider(v);
+    }
+    return units;
   };
   for (Operation &seed : body) {
     std::optional<RowSpace> space = rowReductionSpace(&seed);
@@ -289,6 +366,18 @@ void llmc::formRowKernels(func::FuncOp fn, KernelPlan &plan,
         if (!ew && !(s && s->shape == space->shape))
           continue;
         if (tryJoin(unitOf(reader))) {
+          changed = true;
+          break;
+        }
+      }
+      if (changed)
+        continue;
+      // Column sums of these rows (a norm's weight gradient,
+      // sum(dy * x_hat) over [B, S]) of a value the kernel computes or reads,
+      // or of an elementwise kernel's result computed from one (with no
+      // other use): the kernel sums it over the rows it takes.
+      for (SmallVector<Operation *> &unit : columnUnits(ops, members, *space)) {
+        if (tryJoin(unit)) {
           changed = true;
           break;
         }

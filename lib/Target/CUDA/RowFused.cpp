@@ -10,6 +10,13 @@
 // per-element outputs. The node math is the elementwise kernel's
 // (EwNodeStatement): reductions are the variables x<inputs + q>.
 //
+// Column sums (a norm's weight gradient, summed over the rows) are
+// accumulated in the last pass: each thread adds its columns' values of
+// every row its block takes to fp32 registers cs<c>[], and after the rows
+// the block writes them as one row of partials; a column reduction of the
+// partials over the blocks (EmitColumnReduce) finishes the sums in a fixed
+// order.
+//
 // Two forms of the vector path (16-byte vectors, n % kVec == 0, pointers
 // aligned at run time):
 //  - register-resident: when n / kVec is a multiple of the block size (a
@@ -55,6 +62,8 @@ constexpr int64_t kWideRowElems = int64_t{1} << 30;
 /// 32-bit registers, which leaves room for the pass's math under the 255
 /// registers a thread may have and keeps 2+ blocks of 256 threads per SM.
 constexpr int kMaxResidentBytes = 192;
+/// Column accumulators a thread may keep (fp32 registers per column sum).
+constexpr int64_t kMaxColumnAccumulators = 48;
 
 enum class RefKind { kNode, kInput, kReduction, kBad };
 
@@ -80,7 +89,14 @@ public:
   /// Validates the program and computes the reductions' passes.
   absl::Status Analyze() {
     if (p_.n < 1) return Invalid("row fused: n must be >= 1, found " + std::to_string(p_.n));
-    if (p_.outputs.empty()) return Invalid("row fused: no outputs");
+    if (p_.outputs.empty() && p_.column_sums.empty()) return Invalid("row fused: no outputs");
+    const int ncol = static_cast<int>(p_.column_sums.size());
+    if (ncol > kRowFusedMaxColumnSums)
+      return Invalid("row fused: " + std::to_string(ncol) + " column sums; at most " +
+                     std::to_string(kRowFusedMaxColumnSums) + " are supported");
+    if (ncol > 0 && p_.n > kRowFusedMaxColumnRow)
+      return Invalid("row fused: column sums need rows of at most " + std::to_string(kRowFusedMaxColumnRow) +
+                     " elements, found " + std::to_string(p_.n));
     if (nred_ > kRowFusedMaxReductions)
       return Invalid("row fused: " + std::to_string(nred_) + " reductions; at most " +
                      std::to_string(kRowFusedMaxReductions) + " are supported");
@@ -135,6 +151,9 @@ public:
         return Invalid("row fused: output " + std::to_string(i) + " is per row but its value " +
                        Name(o.value) + " is per element");
     }
+    for (size_t c = 0; c < p_.column_sums.size(); ++c)
+      if (Kind(p_.column_sums[c].value) == RefKind::kBad)
+        return Invalid("row fused: column sum " + std::to_string(c) + " value " + BadRef(p_.column_sums[c].value));
     // The pass after which each per-row node can be computed (0: before the
     // first).
     node_stage_.assign(nnode_, 0);
@@ -147,6 +166,7 @@ public:
     std::vector<int> roots;
     for (const RowReduction &r : p_.reductions) roots.push_back(r.operand);
     for (const RowFusedOutput &o : p_.outputs) roots.push_back(o.value);
+    for (const RowColumnSum &c : p_.column_sums) roots.push_back(c.value);
     Closure(roots, /*through_per_row=*/true, &node_used_, &input_used_);
     ChooseResident();
     return absl::OkStatus();
@@ -176,8 +196,24 @@ public:
     const int64_t nvec = p_.n / VecElems();
     int threads = kMinThreads;
     while (threads < kMaxThreads && threads * kVectorsPerThread < nvec) threads *= 2;
+    // Column sums: at most 32 columns a thread on the scalar path
+    // (and 32 + kVec on the vector path).
+    if (!p_.column_sums.empty())
+      while (threads < kMaxThreads && threads * int64_t{32} < p_.n) threads *= 2;
     return threads;
   }
+
+  /// Column sums: the vectors (vector path) and the elements (scalar
+  /// path) of the row a thread takes, and the accumulators it keeps.
+  int64_t ColumnVectors() const {
+    const int64_t nvec = p_.n / VecElems();
+    return (nvec + Threads() - 1) / Threads();
+  }
+  int64_t ColumnScalars() const { return (p_.n + Threads() - 1) / Threads(); }
+  int64_t ColumnAccumulators() const {
+    return std::max(VecElems() > 1 ? ColumnVectors() * VecElems() : 0, ColumnScalars());
+  }
+  int NumColumnSums() const { return static_cast<int>(p_.column_sums.size()); }
 
   std::string Config() const {
     std::ostringstream s;
@@ -196,6 +232,9 @@ public:
       s << "//   out" << i << ": " << ScalarTypeTag(o.type) << " = " << Name(o.value)
         << (o.per_row ? ", per row [rows]" : ", [rows, n]") << "\n";
     }
+    for (int c = 0; c < NumColumnSums(); ++c)
+      s << "//   partials" << c << ": f32 [grid, n] = sum of " << Name(p_.column_sums[c].value)
+        << " over this block's rows\n";
     const bool wide = p_.n >= kWideRowElems;
     s << (wide ? "static constexpr long long kN = " : "static constexpr int kN = ") << p_.n
       << (wide ? "LL;\n" : ";\n")
@@ -207,6 +246,13 @@ public:
       s << "static constexpr int kPer = " << res_per_
         << ";  // register-resident row: vectors per thread of each cached input (" << res_bytes_
         << " bytes per thread)\n";
+    if (NumColumnSums() > 0)
+      s << "static constexpr int kColVecs = " << (VecElems() > 1 ? ColumnVectors() : 0)
+        << ";  // column sums: vectors of the row a thread takes (vector path)\n"
+        << "static constexpr int kColScalars = " << ColumnScalars()
+        << ";  // elements of the row a thread takes (scalar path)\n"
+        << "static constexpr int kColAcc = " << ColumnAccumulators()
+        << ";  // fp32 column accumulators per thread and column reduction\n";
     s
       << "static constexpr int kNumReductions = " << nred_ << ";\n\n"
       << kEwDeviceHelpers << "\n";
@@ -219,8 +265,10 @@ public:
     const bool vec = VecElems() > 1;
     const bool block = Threads() > 32;
     s << "extern \"C\" __global__ void __launch_bounds__(kThreads) " << name << "(\n";
+    const int ncol = NumColumnSums();
     for (int i = 0; i < nout; ++i)
       s << "    " << CTypeName(p_.outputs[i].type) << "* __restrict__ out" << i << ",\n";
+    for (int c = 0; c < ncol; ++c) s << "    float* __restrict__ partials" << c << ",\n";
     for (int i = 0; i < nin_; ++i)
       s << "    const " << CTypeName(p_.inputs[i].type) << "* __restrict__ in" << i << ",\n";
     s << "    long long rows) {\n";
@@ -235,6 +283,14 @@ public:
       for (int i = 0; i < nin_; ++i)
         if (InLoop(p_.inputs[i].layout)) s << " | (uint64_t)in" << i;
       s << ") & 15) == 0;\n";
+    }
+    if (ncol > 0) {
+      s << "  // column sums: this thread's sums of its columns over the block's rows\n";
+      for (int c = 0; c < ncol; ++c) s << "  float cs" << c << "[kColAcc];\n";
+      s << "#pragma unroll\n"
+           "  for (int m = 0; m < kColAcc; ++m) {\n";
+      for (int c = 0; c < ncol; ++c) s << "    cs" << c << "[m] = 0.0f;\n";
+      s << "  }\n";
     }
     s << "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n"
          "    const int64_t base = row * (int64_t)kN;  // the row's first element\n";
@@ -271,7 +327,7 @@ public:
       for (int q : qs) s << " x" << nin_ + q;
       s << " ----\n";
       for (int q : qs) s << "    float acc" << q << " = " << Identity(p_.reductions[q].kind) << ";\n";
-      Loops(s, roots, [&](std::ostringstream &b, const std::string &ind, bool) {
+      Loops(s, roots, [&](std::ostringstream &b, const std::string &ind, bool, const std::string &) {
         for (int q : qs) {
           const std::string v = F(p_.reductions[q].operand);
           const std::string acc = "acc" + std::to_string(q);
@@ -315,14 +371,17 @@ public:
         dense_outs.push_back(i);
         roots.push_back(p_.outputs[i].value);
       }
-    if (!dense_outs.empty()) {
-      s << "    // ---- last pass: the per-element outputs ----\n";
-      Loops(s, roots, [&](std::ostringstream &b, const std::string &ind, bool vector) {
+    for (const RowColumnSum &c : p_.column_sums) roots.push_back(c.value);
+    if (!roots.empty()) {
+      s << "    // ---- last pass: the per-element outputs" << (ncol > 0 ? " and column sums" : "") << " ----\n";
+      Loops(s, roots, [&](std::ostringstream &b, const std::string &ind, bool vector, const std::string &slot) {
         for (int i : dense_outs) {
           const std::string v = Store(p_.outputs[i]);
           if (vector) b << ind << "o" << i << ".v[e] = " << v << ";\n";
           else b << ind << "out" << i << "[base + j] = " << v << ";\n";
         }
+        for (int c = 0; c < ncol; ++c)
+          b << ind << "cs" << c << "[" << slot << "] += " << F(p_.column_sums[c].value) << ";\n";
       }, dense_outs);
     }
     bool any_per_row = false;
@@ -333,7 +392,39 @@ public:
         if (p_.outputs[i].per_row) s << "      out" << i << "[row] = " << Store(p_.outputs[i]) << ";\n";
       s << "    }\n";
     }
-    s << "  }\n}\n";
+    s << "  }\n";
+    if (ncol > 0) {
+      s << "  // ---- this block's partial column sums: partials<c>[blockIdx.x, column] ----\n";
+      auto store = [&](const std::string &ind, const std::string &col, const std::string &acc) {
+        for (int c = 0; c < ncol; ++c)
+          s << ind << "partials" << c << "[(int64_t)blockIdx.x * kN + " << col << "] = cs" << c << "[" << acc
+            << "];\n";
+      };
+      std::string ind = "  ";
+      if (VecElems() > 1) {
+        s << "  if (vec) {\n"
+             "#pragma unroll\n"
+             "    for (int k = 0; k < kColVecs; ++k) {\n"
+             "      const ColT v = t + k * kThreads;\n"
+             "      if (v < kN / kVec) {\n"
+             "#pragma unroll\n"
+             "        for (int e = 0; e < kVec; ++e) {\n";
+        store("          ", "v * kVec + e", "k * kVec + e");
+        s << "        }\n"
+             "      }\n"
+             "    }\n"
+             "  } else {\n";
+        ind = "    ";
+      }
+      s << "#pragma unroll\n"
+        << ind << "for (int m = 0; m < kColScalars; ++m) {\n"
+        << ind << "  const ColT j = t + m * kThreads;\n"
+        << ind << "  if (j < kN) {\n";
+      store(ind + "    ", "j", "m");
+      s << ind << "  }\n" << ind << "}\n";
+      if (VecElems() > 1) s << "  }\n";
+    }
+    s << "}\n";
     return s.str();
   }
 
@@ -361,6 +452,7 @@ private:
     for (const RowReduction &r : p_.reductions) roots.push_back(r.operand);
     for (const RowFusedOutput &o : p_.outputs)
       if (!o.per_row) roots.push_back(o.value);
+    for (const RowColumnSum &c : p_.column_sums) roots.push_back(c.value);
     std::vector<char> nodes, inputs;
     Closure(roots, /*through_per_row=*/false, &nodes, &inputs);
     int64_t bytes_per_vec = 0;
@@ -368,6 +460,7 @@ private:
       if (inputs[i]) bytes_per_vec += int64_t{vec} * ScalarSize(p_.inputs[i].type);
     const int64_t per = nvec / threads;
     if (per * bytes_per_vec > kMaxResidentBytes) return;
+    if (!p_.column_sums.empty() && per * vec > kMaxColumnAccumulators) return;
     res_threads_ = threads;
     res_per_ = static_cast<int>(per);
     res_bytes_ = static_cast<int>(per * bytes_per_vec);
@@ -460,7 +553,7 @@ private:
              const std::vector<int> &stores = {}) const {
     std::vector<char> nodes, inputs;
     Closure(roots, /*through_per_row=*/false, &nodes, &inputs);
-    auto body = [&](const std::string &ind, bool vector) {
+    auto body = [&](const std::string &ind, bool vector, const std::string &slot) {
       for (int i = 0; i < nin_; ++i) {
         if (!inputs[i]) continue;
         const bool dense = p_.inputs[i].layout == RowInputLayout::kDense;
@@ -470,7 +563,7 @@ private:
       }
       for (int k = 0; k < nnode_; ++k)
         if (nodes[k]) s << ind << EwNodeStatement(value_types_, p_.nodes, k, p_.round_every_node) << "\n";
-      use(s, ind, vector);
+      use(s, ind, vector, slot);
     };
     std::string ind = "    ";
     if (VecElems() > 1) {
@@ -494,7 +587,7 @@ private:
       for (int i : stores) s << "        LlmcVec<" << CTypeName(p_.outputs[i].type) << ", kVec> o" << i << ";\n";
       s << "#pragma unroll\n"
            "        for (int e = 0; e < kVec; ++e) {\n";
-      body("          ", true);
+      body("          ", true, res_threads_ > 0 ? "k * kVec + e" : "(int)((v - t) / kThreads) * kVec + e");
       s << "        }\n";
       for (int i : stores)
         s << "        reinterpret_cast<LlmcVec<" << CTypeName(p_.outputs[i].type) << ", kVec>*>(out" << i
@@ -504,7 +597,7 @@ private:
       ind = "      ";
     }
     s << ind << "for (ColT j = t; j < kN; j += kThreads) {\n";
-    body(ind + "  ", false);
+    body(ind + "  ", false, "(int)((j - t) / kThreads)");
     s << ind << "}\n";
     if (VecElems() > 1) s << "    }\n";
   }
@@ -551,6 +644,11 @@ absl::StatusOr<LaunchDims> RowFusedLaunch(const RowFusedProgram &prog, int64_t r
   // blocks) on every SM.
   const int64_t per_sm = std::min(32, 2048 / threads);
   return Dims(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t{kAssumedNumSMs} * per_sm), 1, 1, threads);
+}
+
+absl::StatusOr<int64_t> RowFusedColumnPartialBytes(const RowFusedProgram &prog, int64_t rows) {
+  LLMC_ASSIGN_OR_RETURN(LaunchDims d, RowFusedLaunch(prog, rows));
+  return int64_t{d.grid[0]} * prog.n * 4;
 }
 
 } // namespace llmc::cuda

@@ -1,7 +1,8 @@
 // Row kernels (llmc-form-kernels' row_reduction, cuda::EmitRowFused): a
 // reduction over the last dimension with the elementwise ops that compute
 // its input and read its result, in one launch. Each function here is one
-// kernel; on a GPU, `llmc-run %s --fn=<name> --check=ref` compares it with
+// kernel (the weight gradient's: and the column reduction of its blocks'
+// partial sums); on a GPU, `llmc-run %s --fn=<name> --check=ref` compares it with
 // the float64 reference executor (scripts/gpu-round.sh runs them).
 // RUN: llmc-compile %s --fn=rms_norm_backward --print-stats | FileCheck %s --check-prefix=ONE
 // RUN: llmc-compile %s --fn=rms_norm_backward_wide --print-stats | FileCheck %s --check-prefix=ONE
@@ -9,6 +10,8 @@
 // RUN: llmc-compile %s --fn=softmax_written_out --print-stats | FileCheck %s --check-prefix=ONE
 // RUN: llmc-compile %s --fn=layer_norm_backward --print-stats | FileCheck %s --check-prefix=ONE
 // RUN: llmc-compile %s --fn=rms_norm_backward_wide --emit=exec | FileCheck %s --check-prefix=EXEC
+// RUN: llmc-compile %s --fn=rms_norm_backward_weight_grad --print-stats | FileCheck %s --check-prefix=WGRAD
+// RUN: llmc-compile %s --fn=rms_norm_backward_weight_grad --emit=exec | FileCheck %s --check-prefix=WEXEC
 // ONE: kernel launches: 1 (1 distinct kernels)
 // ONE: arena peak bytes: 0
 
@@ -89,6 +92,56 @@ func.func @rms_norm_backward_wide(%g: tensor<2x256x2048xbf16>, %w: tensor<2048xb
   %out = llm.cast %dx : tensor<2x256x2048xf32> to tensor<2x256x2048xbf16>
   %sum = llm.add %res, %out : tensor<2x256x2048xbf16>
   return %sum, %s : tensor<2x256x2048xbf16>, tensor<2x256x1xf32>
+}
+
+// The 1B LLaMA backward's RMSNorm as the training graph has it: the
+// gradient is the sum of two GEMMs' results (gate and up projections), and
+// the weight gradient sum(g * xhat, dims=[0, 1]) is summed over the rows by
+// the same kernel: one row kernel writing dx and each block's partial
+// column sums (512 blocks x 2048 f32 = 4 MiB of arena), then a column
+// reduction of the partials over the blocks (8 splits of 64, and their
+// combine).
+// WGRAD: kernel launches: 3 (3 distinct kernels)
+// WGRAD: arena peak bytes: 4259840
+// WEXEC: exec.launch @llmc_rowfused_{{[0-9a-f]+}} grid [512, 1, 1] block [256, 1, 1] smem 0 ({{%b[0-9]+}}[0], %[[P:b[0-9]+]][0],
+// WEXEC-NEXT: exec.launch @llmc_colreduce_sum_f32_bf16_v4 grid [16, 8, 1] block [256, 1, 1] smem 0 ({{%b[0-9]+}}[0], {{%b[0-9]+}}[0], %[[P]][0], 1 : i64, 512 : i64, 2048 : i64, 64 : i64) label "llm.reduce_sum"
+// WEXEC-NEXT: exec.launch @llmc_colreduce_combine_sum_f32_bf16 grid [8, 1, 1] block [256, 1, 1] smem 0 ({{.*}}, 2048 : i64, 512 : i64, 8 : i32) label "llm.reduce_sum"
+// WEXEC-NOT: exec.launch
+func.func @rms_norm_backward_weight_grad(%g1: tensor<2x256x2048xbf16>, %g2: tensor<2x256x2048xbf16>,
+                                         %w: tensor<2048xbf16>, %x: tensor<2x256x2048xf32>,
+                                         %rstd: tensor<2x256x1xf32>, %xhat: tensor<2x256x2048xbf16>,
+                                         %res: tensor<2x256x2048xbf16>)
+    -> (tensor<2x256x2048xbf16>, tensor<2048xbf16>) {
+  %half = llm.constant dense<-5.000000e-01> : tensor<f32>
+  %three = llm.constant dense<3.000000e+00> : tensor<f32>
+  %n = llm.constant dense<2.048000e+03> : tensor<f32>
+  %two = llm.constant dense<2.000000e+00> : tensor<f32>
+  %g = llm.add %g1, %g2 : tensor<2x256x2048xbf16>
+  %p = llm.mul %g, %xhat : tensor<2x256x2048xbf16>
+  %dw3 = llm.reduce_sum %p [0, 1] keepdim : tensor<2x256x2048xbf16>
+  %dw = llm.reshape %dw3 : tensor<1x1x2048xbf16> to tensor<2048xbf16>
+  %wb = llm.broadcast %w : tensor<2048xbf16> to tensor<2x256x2048xbf16>
+  %gw = llm.mul %g, %wb : tensor<2x256x2048xbf16>
+  %gwf = llm.cast %gw : tensor<2x256x2048xbf16> to tensor<2x256x2048xf32>
+  %rb = llm.broadcast %rstd : tensor<2x256x1xf32> to tensor<2x256x2048xf32>
+  %a = llm.mul %gwf, %rb : tensor<2x256x2048xf32>
+  %b = llm.mul %gwf, %x : tensor<2x256x2048xf32>
+  %s = llm.reduce_sum %b [2] keepdim : tensor<2x256x2048xf32>
+  %hb = llm.broadcast %half : tensor<f32> to tensor<2x256x1xf32>
+  %c = llm.mul %s, %hb : tensor<2x256x1xf32>
+  %tb = llm.broadcast %three : tensor<f32> to tensor<2x256x1xf32>
+  %r3 = llm.pow %rstd, %tb : tensor<2x256x1xf32>
+  %d = llm.mul %c, %r3 : tensor<2x256x1xf32>
+  %db = llm.broadcast %d : tensor<2x256x1xf32> to tensor<2x256x2048xf32>
+  %nb = llm.broadcast %n : tensor<f32> to tensor<2x256x2048xf32>
+  %e = llm.div %db, %nb : tensor<2x256x2048xf32>
+  %twob = llm.broadcast %two : tensor<f32> to tensor<2x256x2048xf32>
+  %x2 = llm.mul %x, %twob : tensor<2x256x2048xf32>
+  %f = llm.mul %e, %x2 : tensor<2x256x2048xf32>
+  %dx = llm.add %a, %f : tensor<2x256x2048xf32>
+  %out = llm.cast %dx : tensor<2x256x2048xf32> to tensor<2x256x2048xbf16>
+  %sum = llm.add %res, %out : tensor<2x256x2048xbf16>
+  return %sum, %dw : tensor<2x256x2048xbf16>, tensor<2048xbf16>
 }
 
 // A training forward's RMSNorm, its statistic saved for the backward.

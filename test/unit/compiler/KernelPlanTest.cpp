@@ -594,6 +594,50 @@ TEST(KernelPlan, TheRmsNormBackwardIsOneRowKernel) {
   EXPECT_EQ(rt::DescribeExecutable(*fromIr), rt::DescribeExecutable(*exe));
 }
 
+// The 1B LLaMA backward's RMSNorm with its weight gradient: the add of the
+// two GEMM results, the product with xhat and its sum over [B, S] join the
+// row kernel (was: an add, a mul, a column reduction and its combine, and
+// the row kernel). The annotation it writes lowers to the same executable.
+TEST(KernelPlan, TheWeightGradientIsSummedByTheRowKernel) {
+  const std::string src = llmc::reference::testing::functionFromFile(
+      "test/Target/CUDA/row-kernels.mlir", "rms_norm_backward_weight_grad");
+  auto exe = Lower(src);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  ASSERT_EQ(KernelLaunches(*exe), 3) << rt::DescribeExecutable(*exe);
+  EXPECT_EQ(exe->kernels.at(exe->launches[0].kernel).name.rfind("llmc_rowfused_", 0), 0u);
+  Parsed formed = Parse(src);
+  ASSERT_TRUE(formed.fn);
+  mlir::PassManager pm(&SharedContext(), mlir::func::FuncOp::getOperationName());
+  pm.addPass(llmc::createFormKernelsPass({}));
+  ASSERT_TRUE(mlir::succeeded(pm.run(formed.fn)));
+  bool sumIsMember = false;
+  formed.fn.walk([&](mlir::Operation *op) {
+    auto k = op->getAttrOfType<mlir::DictionaryAttr>("llm.kernel");
+    if (auto r = mlir::dyn_cast<llmc::llm::ReduceSumOp>(op); r && k)
+      sumIsMember |= r.getType().getRank() == 3 && r.getType().getDimSize(0) == 1 &&
+                     k.getAs<mlir::StringAttr>("kind").getValue() == "row_reduction";
+  });
+  EXPECT_TRUE(sumIsMember) << "the weight gradient's sum is not in the row kernel";
+  auto fromIr = llmc::LowerToExecutable(formed.fn, {});
+  ASSERT_TRUE(fromIr.ok()) << fromIr.status();
+  EXPECT_EQ(rt::DescribeExecutable(*fromIr), rt::DescribeExecutable(*exe));
+
+  // A member reading a column sum: the sums are complete only after the
+  // kernel.
+  std::string msg = LowerError(R"(
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  %c = llm.reduce_sum %e [0] keepdim {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  %s = llm.reduce_sum %e [1] keepdim {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  %cb = llm.broadcast %c : tensor<1x8xf32> to tensor<4x8xf32>
+  %sb = llm.broadcast %s : tensor<4x1xf32> to tensor<4x8xf32>
+  %n = llm.div %cb, %sb {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<4x8xf32>
+  return %n : tensor<4x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.div' at ");
+  EXPECT_CONTAINS(msg, "an operand is a view of a member's result");
+}
+
 TEST(KernelPlan, ARowKernelIsCheckedWhenReadBack) {
   // The reduction's input is also read by %m before the kernel runs at %n.
   std::string msg = LowerError(R"(

@@ -12,7 +12,11 @@
 //
 // Each kernel runs three times: as launched, with every host buffer one
 // element off 16-byte alignment (the kernel's run-time scalar path), and
-// with grid.x cut to 2 (its grid-stride loop over rows).
+// with grid.x cut to 2 (its grid-stride loop over rows). A row kernel with
+// column sums (a norm's weight gradient) is followed by the column
+// reduction of its blocks' partial sums, run after it on the emulator too;
+// its grid is not cut (the partials' shape is its grid), so those tests
+// take more rows than the grid has blocks.
 //
 //===----------------------------------------------------------------------===//
 
@@ -57,6 +61,19 @@ std::string RmsNormBackwardWide() {
   ReplaceAll(s, "-> tensor<2x3x2048xbf16> {", "-> (tensor<2x3x2048xbf16>, tensor<2x3x1xf32>) {");
   ReplaceAll(s, "return %out : tensor<2x3x2048xbf16>",
              "return %out, %s : tensor<2x3x2048xbf16>, tensor<2x3x1xf32>");
+  return s;
+}
+
+// The RMSNorm backward with its weight gradient sum(g * xhat, dims=[0, 1])
+// (from the lit test), on [2, 550, 256]: 1100 rows, more than the 1056
+// blocks of the launch, so some blocks sum two rows into their partials.
+std::string RmsNormBackwardWeightGrad() {
+  std::string s = functionFromFile("test/Target/CUDA/row-kernels.mlir", "rms_norm_backward_weight_grad");
+  ReplaceAll(s, "2x256x2048", "2x550x256");
+  ReplaceAll(s, "2x256x1", "2x550x1");
+  ReplaceAll(s, "1x1x2048", "1x1x256");
+  ReplaceAll(s, "tensor<2048xbf16>", "tensor<256xbf16>");
+  ReplaceAll(s, "dense<2.048000e+03>", "dense<2.560000e+02>");
   return s;
 }
 
@@ -207,13 +224,17 @@ protected:
     return in;
   }
 
-  /// Lowers `src`, checks it is one llmc_rowfused_* launch, evaluates it
+  /// Lowers `src`, checks it is one llmc_rowfused_* launch (and its column
+  /// reduction: `columnLaunches`), evaluates it
   /// with the reference executor and runs the kernel on the emulator (three
   /// ways, see the file comment), comparing every output. Skips before the
   /// run (after the lowering's checks) when there is no host compiler.
   /// `vec`: whether the kernel must have a vector path (kVec > 1) or must
   /// not; unset: either.
-  void check(const std::string &src, std::optional<bool> vec = std::nullopt) {
+  /// `columnLaunches`: the launches of the column reduction after the row
+  /// kernel (0: the row kernel alone).
+  void check(const std::string &src, std::optional<bool> vec = std::nullopt,
+             size_t columnLaunches = 0) {
     mlir::func::FuncOp fn = parse(src);
     ASSERT_TRUE(fn);
     const size_t numResults = fn.getNumResults();
@@ -225,14 +246,18 @@ protected:
     ASSERT_TRUE(fn);
     absl::StatusOr<rt::Executable> exe = llmc::LowerToExecutable(fn, {});
     ASSERT_TRUE(exe.ok()) << exe.status();
-    ASSERT_EQ(exe->launches.size(), 1u)
-        << "not one row kernel:\n" << rt::DescribeExecutable(*exe);
-    const rt::Launch &l = exe->launches[0];
-    ASSERT_EQ(l.kind, rt::Launch::Kernel) << rt::DescribeExecutable(*exe);
-    ASSERT_TRUE(l.kernel >= 0 && l.kernel < static_cast<int>(exe->kernels.size()));
-    const rt::KernelSpec &spec = exe->kernels[l.kernel];
-    ASSERT_EQ(spec.name.rfind("llmc_rowfused_", 0), 0u)
-        << "not one row kernel:\n" << rt::DescribeExecutable(*exe);
+    ASSERT_EQ(exe->launches.size(), columnLaunches + 1)
+        << "not one row kernel" << (columnLaunches ? " and its column reduction" : "") << ":\n"
+        << rt::DescribeExecutable(*exe);
+    for (const rt::Launch &l : exe->launches) {
+      ASSERT_EQ(l.kind, rt::Launch::Kernel) << rt::DescribeExecutable(*exe);
+      ASSERT_TRUE(l.kernel >= 0 && l.kernel < static_cast<int>(exe->kernels.size()));
+      const std::string &name = exe->kernels[l.kernel].name;
+      const char *want = &l == &exe->launches[0] ? "llmc_rowfused_" : "llmc_colreduce_";
+      ASSERT_EQ(name.rfind(want, 0), 0u) << name << " is not a " << want << " kernel:\n"
+                                         << rt::DescribeExecutable(*exe);
+    }
+    const rt::KernelSpec &spec = exe->kernels[exe->launches[0].kernel];
     if (vec) {
       EXPECT_EQ(spec.source.find("static constexpr int kVec = 1;") == std::string::npos, *vec)
           << spec.name << (*vec ? " has no vector path" : " has a vector path");
@@ -245,18 +270,25 @@ protected:
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_EQ(exe->outputs[i].shape, want[i].shape) << "output " << i;
 
-    const std::vector<Param> params = KernelParams(spec.source, spec.name);
-    ASSERT_EQ(params.size(), l.args.size()) << spec.name << ": parameters vs launch arguments\n"
-                                            << rt::DescribeExecutable(*exe);
-    for (size_t i = 0; i < params.size(); ++i)
-      ASSERT_EQ(params[i].pointer, l.args[i].kind == rt::Arg::BufferPtr)
-          << spec.name << " parameter " << i << " (" << params[i].type << ")";
+    std::vector<std::vector<Param>> params;
+    for (const rt::Launch &l : exe->launches) {
+      const rt::KernelSpec &k = exe->kernels[l.kernel];
+      params.push_back(KernelParams(k.source, k.name));
+      ASSERT_EQ(params.back().size(), l.args.size()) << k.name << ": parameters vs launch arguments\n"
+                                                     << rt::DescribeExecutable(*exe);
+      for (size_t i = 0; i < params.back().size(); ++i)
+        ASSERT_EQ(params.back()[i].pointer, l.args[i].kind == rt::Arg::BufferPtr)
+            << k.name << " parameter " << i << " (" << params.back()[i].type << ")";
+    }
     // The lowering's checks above need no compiler; the run does.
     if (!llmc::test::HaveCompiler())
       GTEST_SKIP() << "no host C++ compiler (" << llmc::test::HostCompiler() << ")";
-    auto entry = reinterpret_cast<EmuFn>(
-        llmc::test::BuildEmu({spec.name, spec.source}, Stub(params)));
-    ASSERT_NE(entry, nullptr);
+    std::vector<EmuFn> entries;
+    for (auto [i, l] : llvm::enumerate(exe->launches)) {
+      const rt::KernelSpec &k = exe->kernels[l.kernel];
+      entries.push_back(reinterpret_cast<EmuFn>(llmc::test::BuildEmu({k.name, k.source}, Stub(params[i]))));
+      ASSERT_NE(entries.back(), nullptr) << k.name;
+    }
 
     struct Variant {
       const char *what;
@@ -266,6 +298,8 @@ protected:
     for (const Variant v : {Variant{"as launched", false, ~0u},
                             Variant{"buffers one element off 16-byte alignment", true, ~0u},
                             Variant{"grid.x cut to 2 (grid-stride over rows)", false, 2u}}) {
+      if (columnLaunches > 0 && v.max_grid_x != ~0u)
+        continue; // the column reduction reads one partial row per block as launched
       SCOPED_TRACE(std::string(spec.name) + ", " + v.what);
       auto shift = [&](rt::DType d) { return v.misalign ? rt::DTypeSize(d) : 0; };
       std::vector<HostBuffer> in, out;
@@ -279,47 +313,49 @@ protected:
       HostBuffer arena(exe->arena_bytes, 0);
       std::vector<std::string> constants(exe->buffers.size());
 
-      // Each argument from the buffer it names (generally: inputs, outputs,
-      // the arena and constants; the row kernel should need only the first two).
-      std::vector<void *> ptrs(l.args.size(), nullptr);
-      std::vector<long long> ints(l.args.size(), 0);
-      for (size_t i = 0; i < l.args.size(); ++i) {
-        const rt::Arg &a = l.args[i];
-        if (a.kind == rt::Arg::I64 || a.kind == rt::Arg::I32) {
-          ints[i] = a.i;
-          continue;
+      for (const rt::Launch &l : exe->launches) {
+        // Each argument from the buffer it names (generally: inputs, outputs,
+        // the arena and constants; the row kernel should need only the first two).
+        std::vector<void *> ptrs(l.args.size(), nullptr);
+        std::vector<long long> ints(l.args.size(), 0);
+        for (size_t i = 0; i < l.args.size(); ++i) {
+          const rt::Arg &a = l.args[i];
+          if (a.kind == rt::Arg::I64 || a.kind == rt::Arg::I32) {
+            ints[i] = a.i;
+            continue;
+          }
+          ASSERT_EQ(a.kind, rt::Arg::BufferPtr) << "argument " << i;
+          ASSERT_TRUE(a.buffer >= 0 && a.buffer < static_cast<int>(exe->buffers.size()))
+              << "argument " << i;
+          const rt::Buffer &b = exe->buffers[a.buffer];
+          ASSERT_LE(a.byte_offset, b.bytes) << "argument " << i;
+          uint8_t *base = nullptr;
+          switch (b.kind) {
+          case rt::Buffer::Input:
+            ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(in.size()));
+            base = in[b.io_index].data;
+            break;
+          case rt::Buffer::Output:
+            ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(out.size()));
+            base = out[b.io_index].data;
+            break;
+          case rt::Buffer::Arena:
+            base = arena.data + b.arena_offset;
+            break;
+          case rt::Buffer::Constant:
+            constants[a.buffer] = b.constant_data;
+            base = reinterpret_cast<uint8_t *>(constants[a.buffer].data());
+            break;
+          default:
+            FAIL() << "argument " << i << " names a persistent buffer\n"
+                   << rt::DescribeExecutable(*exe);
+          }
+          ptrs[i] = base + a.byte_offset;
         }
-        ASSERT_EQ(a.kind, rt::Arg::BufferPtr) << "argument " << i;
-        ASSERT_TRUE(a.buffer >= 0 && a.buffer < static_cast<int>(exe->buffers.size()))
-            << "argument " << i;
-        const rt::Buffer &b = exe->buffers[a.buffer];
-        ASSERT_LE(a.byte_offset, b.bytes) << "argument " << i;
-        uint8_t *base = nullptr;
-        switch (b.kind) {
-        case rt::Buffer::Input:
-          ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(in.size()));
-          base = in[b.io_index].data;
-          break;
-        case rt::Buffer::Output:
-          ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(out.size()));
-          base = out[b.io_index].data;
-          break;
-        case rt::Buffer::Arena:
-          base = arena.data + b.arena_offset;
-          break;
-        case rt::Buffer::Constant:
-          constants[a.buffer] = b.constant_data;
-          base = reinterpret_cast<uint8_t *>(constants[a.buffer].data());
-          break;
-        default:
-          FAIL() << "argument " << i << " names a persistent buffer\n"
-                 << rt::DescribeExecutable(*exe);
-        }
-        ptrs[i] = base + a.byte_offset;
+        llmc::test::Dim3 grid{l.grid[0], l.grid[1], l.grid[2]}, block{l.block[0], l.block[1], l.block[2]};
+        grid.x = std::min(grid.x, v.max_grid_x);
+        entries[&l - exe->launches.data()](grid, block, l.smem, ptrs.data(), ints.data());
       }
-      llmc::test::Dim3 grid{l.grid[0], l.grid[1], l.grid[2]}, block{l.block[0], l.block[1], l.block[2]};
-      grid.x = std::min(grid.x, v.max_grid_x);
-      entry(grid, block, l.smem, ptrs.data(), ints.data());
 
       for (size_t o = 0; o < want.size(); ++o) {
         const rt::TensorSig &sig = exe->outputs[o];
@@ -347,6 +383,12 @@ TEST_F(RowKernelEmu, RmsNormBackward) { check(RmsNormBackward()); }
 // 6 rows of 2048 (16-byte vectors), also writing the row sum (a per-row
 // output).
 TEST_F(RowKernelEmu, RmsNormBackwardWideWithRowSum) { check(RmsNormBackwardWide(), true); }
+
+// dx and the weight gradient: the row kernel, then the column reduction of
+// its 1056 blocks' partial sums (16 splits, and their combine).
+TEST_F(RowKernelEmu, RmsNormBackwardWithWeightGradient) {
+  check(RmsNormBackwardWeightGrad(), true, 2);
+}
 
 // LlamaRMSNorm's training forward: the output and the saved rstd.
 TEST_F(RowKernelEmu, HfRmsNormForwardSavingRstd) { check(HfRmsNormTrain()); }

@@ -1778,6 +1778,89 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* y, float* m, con
   }
 }
 
+// Column sums in the row kernel (a norm backward's weight gradient): per
+// row y = g*w * sum(g*w) (bf16), and over the rows the column sums of g * h
+// and of g * w (bf16 products). Each block writes its fp32 partial sums of
+// the rows it took; their sum in block order is compared with float64 over
+// the same bf16 products. n = 2048: register-resident (kVec 8, 256 threads),
+// also misaligned (the scalar path); n = 200: the streaming vector form; n =
+// 37: scalar only; n = 8192: resident at 256 threads, 32 columns a thread.
+// 13 rows on a grid of 3 blocks: several rows per block.
+TEST(EmuRowFused, ColumnSumsOverTheRows) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const ScalarType F = ScalarType::f32, BF = ScalarType::bf16;
+  for (int64_t n : {2048, 200, 37, 8192}) {
+    RowFusedProgram p;
+    p.n = n;
+    const int g = -1, w = -2, h = -3, s = -4;
+    p.inputs = {{BF, RowInputLayout::kDense}, {BF, RowInputLayout::kColumn}, {BF, RowInputLayout::kDense}};
+    p.reductions = {{ReduceKind::sum, 0, F}};
+    p.nodes = {{EwOp::mul, {g, w}, BF}, {EwOp::mul, {0, s}, BF}, {EwOp::mul, {g, h}, BF}};
+    p.outputs = {{1, BF, false}};
+    p.column_sums = {{2}, {0}};
+    const KernelCode k = Unwrap(EmitRowFused(p));
+    const bool resident = k.source.find(kResidentMarker) != std::string::npos;
+    EXPECT_EQ(resident, n == 2048 || n == 8192) << k.name << " n=" << n;
+    EXPECT_NE(k.source.find("float cs1[kColAcc];"), std::string::npos) << k.name;
+    if (n == 8192) EXPECT_NE(k.source.find("static constexpr int kColAcc = 32;"), std::string::npos) << k.source;
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* y, float* p0, float* p1, const bf16* gr,
+                          const bf16* w, const bf16* h, long long rows) {
+  emu::Launch(g, b, smem, [&] { KERNEL(y, p0, p1, gr, w, h, rows); });
+})";
+    using Fn = void (*)(Dim3, Dim3, unsigned, uint16_t *, float *, float *, const uint16_t *, const uint16_t *,
+                        const uint16_t *, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+    ASSERT_NE(fn, nullptr);
+    const int64_t rows = 13;
+    std::vector<float> gf = Randn(rows * n, 81 + n), wf = Randn(n, 82 + n), hf = Randn(rows * n, 83 + n);
+    const std::vector<uint16_t> g0 = ToBf16Vec(gf), w0 = ToBf16Vec(wf), h0 = ToBf16Vec(hf);
+    for (int64_t off : {0, 1}) {
+      if (off == 1 && n != 2048) continue;
+      auto shifted = [&](std::vector<uint16_t> v) {
+        v.insert(v.begin(), off, uint16_t{0});
+        return v;
+      };
+      const std::vector<uint16_t> gd = shifted(g0), wd = shifted(w0), hd = shifted(h0);
+      std::vector<uint16_t> y(rows * n + off, 0);
+      LaunchDims d = Unwrap(RowFusedLaunch(p, rows));
+      EXPECT_EQ(d.grid[0], static_cast<unsigned>(rows));
+      EXPECT_EQ(Unwrap(RowFusedColumnPartialBytes(p, rows)), rows * n * 4);
+      d.grid[0] = 3;
+      std::vector<float> p0(3 * n, NAN), p1(3 * n, NAN);
+      fn(G(d), B(d), d.smem, y.data() + off, p0.data(), p1.data(), gd.data() + off, wd.data() + off,
+         hd.data() + off, rows);
+      double err_sum = 0, err_y = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        double ref0 = 0, mag0 = 0, got0 = 0, ref1 = 0, mag1 = 0, got1 = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const double v0 = llmc::ref::RoundBf16(FromBf16(g0[r * n + j]) * FromBf16(h0[r * n + j]));
+          const double v1 = llmc::ref::RoundBf16(FromBf16(g0[r * n + j]) * FromBf16(w0[j]));
+          ref0 += v0;
+          mag0 += std::fabs(v0);
+          ref1 += v1;
+          mag1 += std::fabs(v1);
+        }
+        for (int b = 0; b < 3; ++b) {
+          got0 += p0[b * n + j];
+          got1 += p1[b * n + j];
+        }
+        err_sum = std::max({err_sum, RelErr(got0, ref0, mag0), RelErr(got1, ref1, mag1)});
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        double srow = 0;
+        for (int64_t j = 0; j < n; ++j) srow += llmc::ref::RoundBf16(FromBf16(g0[r * n + j]) * FromBf16(w0[j]));
+        for (int64_t j = 0; j < n; ++j) {
+          const double gw = llmc::ref::RoundBf16(FromBf16(g0[r * n + j]) * FromBf16(w0[j]));
+          err_y = std::max(err_y, RelErr(FromBf16(y[off + r * n + j]), gw * srow, std::fabs(gw) * std::fabs(srow)));
+        }
+      }
+      EXPECT_LE(err_sum, 1e-5) << k.name << " n=" << n << " off=" << off;
+      EXPECT_LE(err_y, 1e-2) << k.name << " n=" << n << " off=" << off;
+    }
+  }
+}
+
 TEST(EmuRowFused, InvalidProgramsAreRefused) {
   const ScalarType F = ScalarType::f32;
   auto base = [&] {
@@ -1836,6 +1919,20 @@ TEST(EmuRowFused, InvalidProgramsAreRefused) {
   p = base();
   p.reductions.assign(kRowFusedMaxReductions + 1, {ReduceKind::sum, -1, F});
   has(message(p), "row fused: 9 reductions; at most 8 are supported");
+  p = base();
+  p.column_sums = {{7}};
+  has(message(p), "column sum 0 value 7 references nothing");
+  p = base();
+  p.column_sums.assign(kRowFusedMaxColumnSums + 1, {0});
+  has(message(p), "row fused: 5 column sums; at most 4 are supported");
+  p = base();
+  p.n = kRowFusedMaxColumnRow + 8;
+  p.column_sums = {{0}};
+  has(message(p), "column sums need rows of at most 8192 elements, found 8200");
+  p = base();  // only a column sum: no outputs needed
+  p.outputs.clear();
+  p.column_sums = {{0}};
+  EXPECT_TRUE(EmitRowFused(p).ok());
   // An integer input reduced (as fp32) is fine, as is a per-row output of a
   // reduction.
   p = base();

@@ -1011,6 +1011,18 @@ TEST(RowFused, CompileGridAndLaunch) {
     EXPECT_EQ(d.block[0], 256u);
     EXPECT_EQ(d.grid[0], static_cast<unsigned>(kAssumedNumSMs * 8));
   }
+  for (int64_t n : {2048, 4100, 8192}) {
+    // Column sums (a norm's weight gradient) of the RMSNorm backward's g*x:
+    // register-resident at 2048 and 8192 (32 columns a thread), streaming
+    // (and the scalar path's local accumulators) at 4100.
+    RowFusedProgram p = RowFusedRmsNormBackward(ScalarType::bf16, n);
+    p.column_sums = {{0}, {3}};
+    const KernelCode k = Unwrap(EmitRowFused(p));
+    EXPECT_EQ(k.source.find("// register-resident row") != std::string::npos, n != 4100) << k.name;
+    EXPECT_NE(k.source.find("float* __restrict__ partials1,"), std::string::npos) << k.name;
+    ExpectCompiles(k);
+    EXPECT_EQ(Unwrap(RowFusedColumnPartialBytes(p, 100000)), int64_t{kAssumedNumSMs} * 8 * n * 4);
+  }
   {
     // Rows of 2^31 elements index their columns with 64 bits.
     RowFusedProgram p;

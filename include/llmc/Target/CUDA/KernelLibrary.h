@@ -676,6 +676,13 @@ struct RowReduction {
   ScalarType type = ScalarType::f32;
 };
 
+/// A sum over the rows (a column sum) of a value of the program: the weight
+/// gradient of a norm, sum(dy * x_hat) over [B, S], computed by the norm
+/// backward's own row kernel.
+struct RowColumnSum {
+  int value = 0; // a value reference (RowFusedProgram)
+};
+
 struct RowFusedOutput {
   int value = 0; // a value reference (RowFusedProgram)
   ScalarType type = ScalarType::f32;
@@ -700,6 +707,8 @@ struct RowFusedProgram {
   std::vector<RowReduction> reductions;
   std::vector<EwNode> nodes;
   std::vector<RowFusedOutput> outputs;
+  /// Column sums, formed in the last pass (see EmitRowFused).
+  std::vector<RowColumnSum> column_sums;
   /// As ElementwiseProgram::round_every_node.
   bool round_every_node = true;
 };
@@ -715,14 +724,28 @@ struct RowFusedProgram {
 /// input vector is loaded once, all loads issued up front, and the passes
 /// read the registers (the persistent form); otherwise each pass re-reads
 /// its inputs (from L1/L2 for rows of a few KiB). 64-bit indices.
+/// Column sum c: each thread keeps fp32 sums of its columns over the rows
+/// its block takes (in row order, in registers), and the block writes them
+/// as partials_c[blockIdx.x, 0:n] (fp32, row-major [grid, n], grid =
+/// RowFusedLaunch's); a column reduction of the partials over the blocks
+/// (EmitColumnReduce, r = grid, inner = n) finishes the sum in a fixed
+/// order, so the result is deterministic. A program with column sums takes
+/// at least n / 32 threads (each thread at most 48 columns).
 /// Kernel arguments, in order:
-///   OutT_0* out_0, ..., const InT_0* in_0, ..., long long rows
+///   OutT_0* out_0, ..., float* partials_0, ..., const InT_0* in_0, ...,
+///   long long rows
 /// InvalidArgument: n < 1, no outputs, a bad reference, wrong operand
 /// count, a reduction depending on itself, a per-row output of a
-/// per-element value, more than kRowFusedMaxReductions reductions.
+/// per-element value, more than kRowFusedMaxReductions reductions or
+/// kRowFusedMaxColumnSums column sums, or n > kRowFusedMaxColumnRow with
+/// column sums.
 inline constexpr int kRowFusedMaxReductions = 8;
+inline constexpr int kRowFusedMaxColumnSums = 4;
+inline constexpr int64_t kRowFusedMaxColumnRow = 8192;
 absl::StatusOr<KernelCode> EmitRowFused(const RowFusedProgram &prog);
 absl::StatusOr<LaunchDims> RowFusedLaunch(const RowFusedProgram &prog, int64_t rows);
+/// Bytes of partials_c a column sum of a launch over `rows` needs.
+absl::StatusOr<int64_t> RowFusedColumnPartialBytes(const RowFusedProgram &prog, int64_t rows);
 
 struct FullReduceConfig {
   ScalarType in = ScalarType::bf16;
