@@ -66,6 +66,9 @@ def parse_args(argv=None):
                     help="also profile one steady-state step per run (torch.profiler): "
                          "DIR/profile-MODE-BACKEND.txt lists the 80 kernels with the most "
                          "GPU time")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --profile: also the profiled step's timeline, "
+                         "DIR/profile-MODE-BACKEND.json.gz (Chrome trace format)")
     ap.add_argument("--smoke", action="store_true",
                     help="a 2-layer, 64-wide model on the CPU: checks this script, not speed")
     args = ap.parse_args(argv)
@@ -187,9 +190,10 @@ def llmc_report():
     return out
 
 
-def profile_step(step, ids, labels, device, path):
+def profile_step(step, ids, labels, device, path, trace=False):
     """One step under torch.profiler; the kernels with the most device time
-    (CPU ops when there is no GPU) written to `path`."""
+    (CPU ops when there is no GPU) written to `path`, and with `trace` the
+    step's timeline (Chrome trace format, gzip) next to it."""
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
@@ -197,6 +201,13 @@ def profile_step(step, ids, labels, device, path):
         sync(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     path.write_text(prof.key_averages().table(sort_by=key, row_limit=80, max_name_column_width=90))
+    if trace:
+        import gzip
+        raw = path.with_suffix(".json")
+        prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as f, gzip.open(str(raw) + ".gz", "wb") as g:
+            g.write(f.read())
+        raw.unlink()
 
 
 def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads=None):
@@ -241,7 +252,8 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
         rec["partitions"] = llmc_report()
     if args.profile:
         from pathlib import Path
-        profile_step(step, ids, labels, device, Path(args.out) / f"profile-{mode}-{backend}.txt")
+        profile_step(step, ids, labels, device, Path(args.out) / f"profile-{mode}-{backend}.txt",
+                     trace=args.trace)
     return rec
 
 

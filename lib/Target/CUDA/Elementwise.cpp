@@ -144,7 +144,20 @@ struct NodeMath {
     case EwOp::cos: return {"cosf(" + F(a(0)) + ")", false};
     case EwOp::sqrt: return {"sqrtf(" + F(a(0)) + ")", false};
     case EwOp::rsqrt: return {"rsqrtf(" + F(a(0)) + ")", false};
-    case EwOp::pow: return {"powf(" + F(a(0)) + ", " + F(a(1)) + ")", false};
+    case EwOp::pow: {
+      // A constant exponent of 1, 2 or 3 (the RMSNorm's x^2 and its
+      // backward's x^1 and rstd^3) as multiplies: powf takes some 40
+      // instructions, which row kernels of training steps are bound by.
+      // x^1 is exact; x*x is correctly rounded, x*x*x within 1 ulp.
+      if (a(1) >= 0 && nodes[a(1)].op == EwOp::constant && !IsIntType(nodes[a(1)].type)) {
+        const double e = nodes[a(1)].constant;
+        const std::string x = F(a(0));
+        if (e == 1.0) return {x, false};
+        if (e == 2.0) return {x + " * " + x, false};
+        if (e == 3.0) return {x + " * " + x + " * " + x, false};
+      }
+      return {"powf(" + F(a(0)) + ", " + F(a(1)) + ")", false};
+    }
     case EwOp::maximum: case EwOp::minimum: {
       const bool mx = n.op == EwOp::maximum;
       if (all_int)

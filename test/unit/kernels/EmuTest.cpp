@@ -815,6 +815,59 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* s, float* c, con
   }
 }
 
+// pow with a constant exponent of 1, 2 or 3 is multiplies (the decomposed
+// RMSNorm's x^2 and its backward's x^1 and rstd^3), other exponents powf:
+// compared with float64 pow per element, including negative bases, zeros,
+// infinities and NaN (x^1 exact, x^2 correctly rounded, x^3 within 2 ulp).
+TEST(Emu, ElementwisePowOfSmallIntegerExponents) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  const ScalarType F = ScalarType::f32;
+  ElementwiseProgram p;
+  p.inputs = {{F, InputLayout::kContiguous}};
+  p.nodes = {{EwOp::constant, {}, F, 1.0}, {EwOp::constant, {}, F, 2.0}, {EwOp::constant, {}, F, 3.0},
+             {EwOp::constant, {}, F, 2.5}, {EwOp::pow, {-1, 0}, F},  {EwOp::pow, {-1, 1}, F},
+             {EwOp::pow, {-1, 2}, F},      {EwOp::pow, {-1, 3}, F}};
+  p.outputs = {{4, F}, {5, F}, {6, F}, {7, F}};
+  auto k = Unwrap(EmitElementwise(p));
+  size_t pows = 0;
+  for (size_t at = k.source.find("powf("); at != std::string::npos; at = k.source.find("powf(", at + 1)) {
+    ++pows;
+    EXPECT_EQ(k.source.substr(at, k.source.find(')', at) - at), "powf(x0, n3") << "only x^2.5 calls powf";
+  }
+  EXPECT_GE(pows, 1u);
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* o1, float* o2, float* o3, float* o4,
+                          const float* x, long long n) {
+  emu::Launch(g, b, smem, [&] { KERNEL(o1, o2, o3, o4, x, n); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, float *, float *, float *, float *, const float *, long long);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+  ASSERT_NE(fn, nullptr);
+  std::vector<float> x = Randn(1027, 77, 3.0f);
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = -INFINITY, x[4] = NAN, x[5] = 1e20f, x[6] = -1e-20f;
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<std::vector<float>> o(4, std::vector<float>(n, -7.0f));
+  LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
+  fn(G(d), B(d), d.smem, o[0].data(), o[1].data(), o[2].data(), o[3].data(), x.data(), n);
+  const double exps[] = {1.0, 2.0, 3.0, 2.5};
+  const double ulps[] = {0.0, 0.5, 2.0, 2.0};
+  for (int e = 0; e < 4; ++e)
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = static_cast<float>(std::pow(static_cast<double>(x[i]), exps[e]));
+      const double got = o[e][i];
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << x[i] << "^" << exps[e];
+        continue;
+      }
+      if (std::isinf(want)) {
+        ASSERT_EQ(got, want) << x[i] << "^" << exps[e];
+        continue;
+      }
+      const double ulp = std::nextafter(static_cast<float>(std::fabs(want)), INFINITY) - std::fabs(want);
+      ASSERT_LE(std::fabs(got - want), ulps[e] * ulp + 1e-45) << x[i] << "^" << exps[e] << " at " << i;
+    }
+}
+
 // The fast path with ElementwiseProgram::unroll = 1..4 vectors in flight per
 // thread: one block, so every thread runs the unrolled loop several times,
 // then single vectors, then the scalar tail.
