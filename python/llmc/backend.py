@@ -335,9 +335,14 @@ class LlmcSubgraph(torch.nn.Module):
     def __init__(self, eager: torch.fx.GraphModule, name: str, options: Options,
                  report: partition.Report, index: int = 0,
                  donate: Optional[Dict[int, int]] = None,
-                 static: Optional[set] = None):
+                 static: Optional[set] = None,
+                 saved: Optional[set] = None):
         super().__init__()
         self.eager = eager
+        # Outputs (FX output indices) that only become tensors a training
+        # forward saves for its backward (see _saved_outputs): allocated
+        # together (_capi.Session's packed_outputs).
+        self.saved = set(saved or ())
         # Placeholder index -> output index of the inputs updated in place
         # (see _donations).
         self.donate = dict(donate or {})
@@ -910,7 +915,8 @@ class LlmcSubgraph(torch.nn.Module):
                                         cuda_graphs=self.options.cuda_graphs,
                                         always_prepare=training,
                                         staged_inputs=self._staged_inputs(exe, imp),
-                                        staged_output_bytes=STAGE_BYTES)
+                                        staged_output_bytes=STAGE_BYTES,
+                                        packed_outputs=self._packed_outputs(imp))
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
@@ -922,6 +928,16 @@ class LlmcSubgraph(torch.nn.Module):
             entry.lifted = lifted
             self._last = entry
         return self._finish(entry, outs, sizes, args)
+
+    def _packed_outputs(self, imp) -> List[int]:
+        """The function results every FX output of which is a tensor saved
+        for the backward (self.saved): they live and die together, so the
+        session allocates them in one piece."""
+        uses: Dict[int, List[int]] = {}
+        for k, (kind, i) in enumerate(imp.outputs):
+            if kind == "out":
+                uses.setdefault(i, []).append(k)
+        return sorted(i for i, ks in uses.items() if all(k in self.saved for k in ks))
 
     def _staged_inputs(self, exe, imp) -> List[int]:
         """The executable inputs a CUDA-graph session copies into its own
@@ -1152,6 +1168,37 @@ def _static_inputs() -> Optional[set]:
     return None if indices is None else set(indices)
 
 
+def _saved_outputs(fused: torch.fx.GraphModule, names, kind: str) -> Dict[str, set]:
+    """{llmc subgraph: its output indices that are used only as tensors a
+    training forward saves for its backward}: the graph's outputs from
+    ViewAndMutationMeta.num_forward on (after the mutated inputs, the user's
+    outputs, intermediate bases and the RNG offset). They are alive from
+    the forward to the end of the backward, all of them: one allocation can
+    hold them. {} for other graphs or when the metadata is unknown."""
+    if kind != "forward":
+        return {}
+    ctx = torch._guards.TracingContext.try_get()
+    first = getattr(getattr(ctx, "fw_metadata", None), "num_forward", None)
+    if not isinstance(first, int):
+        return {}
+    out_node = next(n for n in fused.graph.nodes if n.op == "output")
+    outs = out_node.args[0]
+    positions: Dict[torch.fx.Node, List[int]] = {}
+    for p, a in enumerate(outs if isinstance(outs, (tuple, list)) else [outs]):
+        if isinstance(a, torch.fx.Node):
+            positions.setdefault(a, []).append(p)
+    found: Dict[str, set] = {}
+    for call in fused.graph.nodes:
+        if call.op != "call_module" or call.target not in names:
+            continue
+        found[call.target] = {
+            user.args[1] for user in call.users
+            if user.op == "call_function" and user.target is operator.getitem
+            and isinstance(user.args[1], int) and list(user.users) == [out_node]
+            and positions.get(user) and all(p >= first for p in positions[user])}
+    return found
+
+
 def _static_placeholders(fused: torch.fx.GraphModule, names,
                          static: Optional[set]) -> Dict[str, set]:
     """{llmc subgraph: its placeholder indices fed by a static graph input}
@@ -1235,6 +1282,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     report.kind = kind
     donations = _donations(fused, names, _mutated_inputs(kind))
     static = _static_placeholders(fused, names, _static_inputs())
+    saved = _saved_outputs(fused, names, kind)
     for sub, d in donations.items():
         report.notes.append(f"{sub}: {len(d)} mutated input(s) (KV caches) donated: written in "
                             "place when llmc runs the subgraph")
@@ -1245,7 +1293,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
         eager = getattr(fused, sub)
         setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i,
                                          donate=donations.get(sub),
-                                         static=static.get(sub)))
+                                         static=static.get(sub),
+                                         saved=saved.get(sub)))
     fused.recompile()
     _reports.append(report)
     log.info("%s", report)

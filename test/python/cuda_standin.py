@@ -62,7 +62,10 @@ def stand_in_session(base, make_lib):
                      communicator=None, always_prepare=False, **staging):
             lib = make_lib()
             self.communicator = None
-            if hasattr(base, "_setup"):
+            if hasattr(base, "_pack_plan"):
+                self._setup(lib, executable, torch.device("cpu"), always_prepare,
+                            staging.get("packed_outputs", ()))
+            elif hasattr(base, "_setup"):
                 self._setup(lib, executable, torch.device("cpu"), always_prepare)
             else:  # a package from before the per-key argument templates
                 self._lib = lib

@@ -1,0 +1,126 @@
+"""Outputs a training forward saves for its backward are allocated in one
+piece per dtype (_capi.Session's packed_outputs, backend._saved_outputs):
+hundreds of torch.empty calls before the forward's first kernel cost ~9 µs
+of host time each. CPU tests: the session's allocation and the pointers it
+passes, and which outputs of a real training forward are packed."""
+import ctypes
+import warnings
+
+import pytest
+import torch
+
+from llmc import _capi
+from conftest import capi_or_skip
+
+
+class _Lib:
+    """The session's library calls without a GPU: records run's outputs."""
+
+    def __init__(self):
+        self.outputs = []
+
+    def llmc_session_run(self, handle, in_arr, n_in, out_arr, n_out, stream):
+        self.outputs.append([out_arr[k].data for k in range(n_out)])
+        return None
+
+    def llmc_session_invalidate_parameters(self, handle):
+        return None
+
+
+class _Exe:
+    def __init__(self, inputs, outputs, aliases=None):
+        self.inputs, self.outputs = inputs, outputs
+        self.output_aliases = aliases or {}
+
+
+def _session(outputs, packed, aliases=None):
+    f32 = torch.float32
+    exe = _Exe([_capi.TensorInfo(f32, (4,))], [_capi.TensorInfo(d, s) for d, s in outputs], aliases)
+    s = _capi.Session.__new__(_capi.Session)
+    lib = _Lib()
+    s._setup(lib, exe, torch.device("cpu"), False, packed)
+    s._handle = None
+    s._stream = lambda: 0
+    return s, lib
+
+
+def _span(t):
+    start = t.data_ptr()
+    return start, start + t.numel() * t.element_size()
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_packed_outputs_share_one_allocation_per_dtype(fast):
+    f32, bf16 = torch.float32, torch.bfloat16
+    outputs = [(f32, (3, 5)), (bf16, (7,)), (f32, (2, 2)), (bf16, (4, 4)), (f32, (9,)), (bf16, (2,)),
+               (f32, (4,))]
+    # Output 6 is a donated input's (an alias): never packed; output 4 is
+    # not listed; 99 is no output. Packed: f32 0 and 2, bf16 1, 3 and 5.
+    s, lib = _session(outputs, packed=[0, 1, 2, 3, 5, 6, 99], aliases={6: 0})
+    x = torch.randn(4)
+    outs = s.run_fast([x]) if fast else s.run([x])
+    assert outs is not None
+    for (dtype, shape), t in zip(outputs, outs):
+        assert t.dtype == dtype and tuple(t.shape) == shape and t.is_contiguous()
+    base = {o: outs[o].untyped_storage().data_ptr() for o in range(len(outs))}
+    assert base[0] == base[2] != base[1] == base[3] == base[5]
+    assert base[4] not in (base[0], base[1])  # not packed: its own allocation
+    assert outs[6] is x  # the donated input holds its output
+    for o in (0, 1, 2, 3, 5):
+        assert (outs[o].data_ptr() - base[o]) % _capi.Session.PACK_ALIGN == 0
+    spans = sorted(_span(outs[o]) for o in (0, 1, 2, 3, 5))
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "packed outputs overlap"
+    # The runtime gets the tensors' own addresses.
+    assert lib.outputs[-1][:6] == [t.data_ptr() for t in outs[:6]]
+    # Every call allocates anew (the previous call's tensors stay valid).
+    again = s.run_fast([x]) if fast else s.run([x])
+    assert again[0].untyped_storage().data_ptr() != base[0]
+
+
+def test_nothing_packed_without_a_list_or_with_one_output_of_a_dtype():
+    f32, bf16 = torch.float32, torch.bfloat16
+    s, _ = _session([(f32, (3,)), (bf16, (3,))], packed=[0, 1])
+    assert s._pack == ([], set())
+    s, _ = _session([(f32, (3,)), (f32, (3,))], packed=[])
+    assert s._pack == ([], set())
+
+
+def test_a_training_forward_packs_its_saved_tensors_not_the_users_outputs(monkeypatch):
+    """Tiny LLaMA training step on the CPU (llmc compiles, PyTorch runs): the
+    forward subgraph's saved outputs are the ones the backward reads, the
+    logits (the user's output) are not among them, and the backward packs
+    nothing."""
+    capi_or_skip()
+    from conftest import tiny_llama
+    import llmc.backend as B
+
+    subs = []
+    orig = B.LlmcSubgraph.__init__
+
+    def spy(self, *a, **kw):
+        orig(self, *a, **kw)
+        subs.append(self)
+
+    monkeypatch.setattr(B.LlmcSubgraph, "__init__", spy)
+    torch._dynamo.reset()
+    model = tiny_llama()
+    ids = torch.randint(0, model.config.vocab_size, (2, 9))
+    cm = torch.compile(model, backend="llmc")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logits = cm(ids, use_cache=False).logits
+        logits.float().sum().backward()
+    fwd = [s for s in subs if s.name.endswith("forward") or "_forward" in s.report.graph]
+    bwd = [s for s in subs if "_backward" in s.report.graph]
+    assert fwd and bwd
+    f = fwd[0]
+    assert f.saved, "no saved tensors found"
+    user = [k for k, m in enumerate(f.out_metas)
+            if isinstance(m, torch.Tensor) and tuple(m.shape) == tuple(logits.shape)]
+    assert user and not (set(user) & f.saved)
+    assert len(f.saved) == len(f.out_metas) - len(user)
+    assert all(not s.saved for s in bwd)
+    if f.imported is not None:
+        packed = f._packed_outputs(f.imported)
+        results = {i for kind, i in f.imported.outputs if kind == "out"}
+        assert packed and set(packed) <= results
