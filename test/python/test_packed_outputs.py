@@ -53,25 +53,30 @@ def _span(t):
 def test_packed_outputs_share_one_allocation_per_dtype(fast):
     f32, bf16 = torch.float32, torch.bfloat16
     outputs = [(f32, (3, 5)), (bf16, (7,)), (f32, (2, 2)), (bf16, (4, 4)), (f32, (9,)), (bf16, (2,)),
-               (f32, (4,))]
+               (f32, (4,)), (f32, (2, 64)), (f32, (3, 5)), (f32, (2, 64)), (bf16, (7,))]
     # Output 6 is a donated input's (an alias): never packed; output 4 is
-    # not listed; 99 is no output. Packed: f32 0 and 2, bf16 1, 3 and 5.
-    s, lib = _session(outputs, packed=[0, 1, 2, 3, 5, 6, 99], aliases={6: 0})
+    # not listed; 99 is no output. Packed: f32 0, 2, 7, 8, 9 (7 and 9 of one
+    # shape of 512 bytes: one unbind; 0 and 8 of 60 bytes: each aligned),
+    # bf16 1, 3, 5, 10.
+    packed = [0, 1, 2, 3, 5, 7, 8, 9, 10]
+    s, lib = _session(outputs, packed=packed + [6, 99], aliases={6: 0})
+    assert s._pack[1] == set(packed)
+    assert [st for _, _, st, _ in s._pack[0] if st] == [[([7, 9], 192, (2, 64))]]  # after 0, 8 and 2, 64 elements each
     x = torch.randn(4)
     outs = s.run_fast([x]) if fast else s.run([x])
     assert outs is not None
     for (dtype, shape), t in zip(outputs, outs):
         assert t.dtype == dtype and tuple(t.shape) == shape and t.is_contiguous()
     base = {o: outs[o].untyped_storage().data_ptr() for o in range(len(outs))}
-    assert base[0] == base[2] != base[1] == base[3] == base[5]
+    assert base[0] == base[2] == base[7] == base[8] == base[9] != base[1] == base[3] == base[5] == base[10]
     assert base[4] not in (base[0], base[1])  # not packed: its own allocation
     assert outs[6] is x  # the donated input holds its output
-    for o in (0, 1, 2, 3, 5):
+    for o in packed:
         assert (outs[o].data_ptr() - base[o]) % _capi.Session.PACK_ALIGN == 0
-    spans = sorted(_span(outs[o]) for o in (0, 1, 2, 3, 5))
+    spans = sorted(_span(outs[o]) for o in packed)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "packed outputs overlap"
     # The runtime gets the tensors' own addresses.
-    assert lib.outputs[-1][:6] == [t.data_ptr() for t in outs[:6]]
+    assert lib.outputs[-1] == [t.data_ptr() for t in outs]
     # Every call allocates anew (the previous call's tensors stay valid).
     again = s.run_fast([x]) if fast else s.run([x])
     assert again[0].untyped_storage().data_ptr() != base[0]
