@@ -529,13 +529,14 @@ class Session:
                  always_prepare: bool = False,
                  staged_inputs: Sequence[int] = (),
                  staged_output_bytes: int = 0,
-                 packed_outputs: Sequence[int] = ()):
+                 packed_outputs: Sequence[int] = (),
+                 output_views: Optional[Dict[int, int]] = None):
         lib = load()
         self.communicator = communicator  # released after the session
         if communicator is not None:
             device_ordinal = communicator.device_ordinal
         self._setup(lib, executable, torch.device("cuda", device_ordinal), always_prepare,
-                    packed_outputs)
+                    packed_outputs, output_views)
         out = ctypes.c_void_p()
         opts = f"cuda_graphs={1 if cuda_graphs else 0}"
         if cuda_graphs and staged_inputs:
@@ -553,7 +554,8 @@ class Session:
         self._handle = out
 
     def _setup(self, lib, executable: Executable, device: torch.device,
-               always_prepare: bool, packed_outputs: Sequence[int] = ()):
+               always_prepare: bool, packed_outputs: Sequence[int] = (),
+               output_views: Optional[Dict[int, int]] = None):
         """The Python side of a session: the argument templates (also used by
         bench/plugin_overhead.py with a stand-in library)."""
         self._lib = lib
@@ -593,7 +595,8 @@ class Session:
         self._last_in = None
         self._in_arr, self._in_data = self._template(self.input_info)
         self._out_arr, self._out_data = self._template(self.output_info)
-        self._pack = self._pack_plan(packed_outputs)
+        self._views = self._view_plan(output_views or {})
+        self._pack = self._pack_plan([o for o in packed_outputs if o not in self._views])
         self._n_in = len(self.input_info)
         self._n_out = len(self.output_info)
 
@@ -642,6 +645,27 @@ class Session:
             members.update(o for o, _ in outs)
             plan.append((dtype, max(at, 1), stacks, singles))
         return plan, members
+
+    def _view_plan(self, views: Dict[int, int]) -> Dict[int, int]:
+        """{output: the output whose memory it shares}: outputs that hold the
+        same elements in the same order as another (`output_views`: saved
+        tensors that are reshapes of one value, which the executable copies
+        from one output buffer to the other). Passing one address for both
+        makes the runtime skip that copy (it skips a copy onto itself);
+        the output is then a view, as in eager. Kept only for outputs of
+        one dtype and element count, neither a donated input's, pointing at
+        an output that is no view itself."""
+        n = len(self._out_alloc)
+        plan = {}
+        for a, b in views.items():
+            a, b = int(a), int(b)
+            if not (0 <= a < n and 0 <= b < n) or a == b or a in self.aliases or b in self.aliases:
+                continue
+            (sa, da), (sb, db) = self._out_alloc[a], self._out_alloc[b]
+            if da != db or math.prod(sa) != math.prod(sb):
+                continue
+            plan[a] = b
+        return {a: b for a, b in plan.items() if b not in plan}
 
     def _packed(self):
         """{output index: its tensor} for the packed outputs of one call."""
@@ -783,7 +807,10 @@ class Session:
         packed = self._packed() if self._pack[0] else None
         for o, (shape, dtype) in enumerate(self._out_alloc):
             i = self._fast_alias.get(o)
-            if i is not None and not (copies and i in copies):
+            if o in self._views:
+                outs.append(None)  # below, once the output it views exists
+                out_ptrs.append(0)
+            elif i is not None and not (copies and i in copies):
                 outs.append(inputs[i])
                 out_ptrs.append(data[i])
             elif packed is not None and o in packed:
@@ -794,6 +821,9 @@ class Session:
                 t = torch.empty(shape, dtype=dtype, device=self.device)
                 outs.append(t)
                 out_ptrs.append(t.data_ptr())
+        for o, b in self._views.items():
+            outs[o] = outs[b].view(self._out_alloc[o][0])
+            out_ptrs[o] = out_ptrs[b]
         stream = self._stream()
         with self._run_lock:
             self._guard(inputs)
@@ -815,10 +845,13 @@ class Session:
         return outs
 
     def _outputs(self, inputs: Sequence[torch.Tensor], alloc) -> List[torch.Tensor]:
-        """Fresh output tensors, except the donated inputs (self.aliases) that
-        can hold their output as they are (contiguous, on the session's GPU)."""
+        """Fresh output tensors (the packed ones from one allocation), except
+        the donated inputs (self.aliases) that can hold their output as they
+        are (contiguous, on the session's GPU) and the views of another
+        output (self._views)."""
         packed = self._packed() if self._pack[0] else {}
-        outs = [packed[o] if o in packed else torch.empty(shape, dtype=dtype, device=self.device)
+        outs = [packed[o] if o in packed else
+                None if o in self._views else torch.empty(shape, dtype=dtype, device=self.device)
                 for o, (shape, dtype) in enumerate(alloc)]
         for o, i in self.aliases.items():
             if o < len(outs) and i < len(inputs):
@@ -826,6 +859,8 @@ class Session:
                 if (t.is_contiguous() and t.dtype is outs[o].dtype and t.shape == outs[o].shape
                         and t.get_device() == self._device_index):
                     outs[o] = t
+        for o, b in self._views.items():
+            outs[o] = outs[b].view(alloc[o][0])
         return outs
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:

@@ -343,6 +343,9 @@ class LlmcSubgraph(torch.nn.Module):
         # forward saves for its backward (see _saved_outputs): allocated
         # together (_capi.Session's packed_outputs).
         self.saved = set(saved or ())
+        # Saved outputs that are reshapes of one value: {FX output: the FX
+        # output whose memory it shares} (_capi.Session's output_views).
+        self.saved_views = _reshapes_of_one_value(eager, self.saved)
         # Placeholder index -> output index of the inputs updated in place
         # (see _donations).
         self.donate = dict(donate or {})
@@ -916,7 +919,8 @@ class LlmcSubgraph(torch.nn.Module):
                                         always_prepare=training,
                                         staged_inputs=self._staged_inputs(exe, imp),
                                         staged_output_bytes=STAGE_BYTES,
-                                        packed_outputs=self._packed_outputs(imp))
+                                        packed_outputs=self._packed_outputs(imp),
+                                        output_views=self._output_views(imp))
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
@@ -938,6 +942,17 @@ class LlmcSubgraph(torch.nn.Module):
             if kind == "out":
                 uses.setdefault(i, []).append(k)
         return sorted(i for i, ks in uses.items() if all(k in self.saved for k in ks))
+
+    def _output_views(self, imp) -> Dict[int, int]:
+        """{function result: the result whose memory it shares}, from
+        self.saved_views: both results in memory order (no out_perms), so
+        the same elements in the same order."""
+        views: Dict[int, int] = {}
+        for k, r in self.saved_views.items():
+            (ka, a), (kb, b) = imp.outputs[k], imp.outputs[r]
+            if ka == kb == "out" and a != b and a not in imp.out_perms and b not in imp.out_perms:
+                views[a] = b
+        return views
 
     def _staged_inputs(self, exe, imp) -> List[int]:
         """The executable inputs a CUDA-graph session copies into its own
@@ -1197,6 +1212,38 @@ def _saved_outputs(fused: torch.fx.GraphModule, names, kind: str) -> Dict[str, s
             and isinstance(user.args[1], int) and list(user.users) == [out_node]
             and positions.get(user) and all(p >= first for p in positions[user])}
     return found
+
+
+# Views that keep a value's elements in row-major order (a reshape of it).
+_RESHAPES = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+             torch.ops.aten.reshape.default, torch.ops.aten.alias.default,
+             torch.ops.aten.squeeze.default, torch.ops.aten.squeeze.dim,
+             torch.ops.aten.squeeze.dims, torch.ops.aten.unsqueeze.default,
+             torch.ops.aten.flatten.using_ints}
+
+
+def _reshapes_of_one_value(gm: torch.fx.GraphModule, indices) -> Dict[int, int]:
+    """{output index: the first output index} for the outputs among
+    `indices` that are reshapes (_RESHAPES) of the same node as an earlier
+    one: AOTAutograd saves one activation once per GEMM that reads it
+    (q, k and v projections) as views of one value. In eager they share
+    memory; llmc would copy each into its own output."""
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out_node.args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    first: Dict[torch.fx.Node, int] = {}
+    views: Dict[int, int] = {}
+    for k in sorted(indices):
+        n = outs[k] if k < len(outs) else None
+        if not isinstance(n, torch.fx.Node):
+            continue
+        while n.op == "call_function" and n.target in _RESHAPES and isinstance(n.args[0], torch.fx.Node):
+            n = n.args[0]
+        if n in first:
+            views[k] = first[n]
+        else:
+            first[n] = k
+    return views
 
 
 def _static_placeholders(fused: torch.fx.GraphModule, names,

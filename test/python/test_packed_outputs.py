@@ -33,12 +33,12 @@ class _Exe:
         self.output_aliases = aliases or {}
 
 
-def _session(outputs, packed, aliases=None):
+def _session(outputs, packed, aliases=None, views=None):
     f32 = torch.float32
     exe = _Exe([_capi.TensorInfo(f32, (4,))], [_capi.TensorInfo(d, s) for d, s in outputs], aliases)
     s = _capi.Session.__new__(_capi.Session)
     lib = _Lib()
-    s._setup(lib, exe, torch.device("cpu"), False, packed)
+    s._setup(lib, exe, torch.device("cpu"), False, packed, views)
     s._handle = None
     s._stream = lambda: 0
     return s, lib
@@ -80,6 +80,33 @@ def test_packed_outputs_share_one_allocation_per_dtype(fast):
     # Every call allocates anew (the previous call's tensors stay valid).
     again = s.run_fast([x]) if fast else s.run([x])
     assert again[0].untyped_storage().data_ptr() != base[0]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_output_viewing_another_shares_its_memory_and_address(fast):
+    """Saved tensors that are reshapes of one value: one allocation, the
+    same address for both (the runtime then skips the executable's copy)."""
+    f32, bf16 = torch.float32, torch.bfloat16
+    outputs = [(bf16, (4, 6)), (bf16, (24,)), (bf16, (2, 12)), (f32, (24,)), (bf16, (5,)),
+               (f32, (4,)), (bf16, (3, 8))]
+    # 1 and 2 view 0 (packed with it); 3 (another dtype), 4 (another
+    # size), 5 (a donated input's) and 6 -> 2 (a view of a view) are
+    # refused: 6 stays an output of its own.
+    s, lib = _session(outputs, packed=[0, 1, 2, 6], aliases={5: 0},
+                      views={1: 0, 2: 0, 3: 0, 4: 0, 5: 0, 6: 2, 9: 0})
+    assert s._views == {1: 0, 2: 0}
+    x = torch.randn(4)
+    outs = s.run_fast([x]) if fast else s.run([x])
+    for (dtype, shape), t in zip(outputs, outs):
+        assert t.dtype == dtype and tuple(t.shape) == shape and t.is_contiguous()
+    assert outs[1].data_ptr() == outs[2].data_ptr() == outs[0].data_ptr()
+    assert outs[0].untyped_storage().data_ptr() == outs[6].untyped_storage().data_ptr()  # packed
+    assert len({outs[o].data_ptr() for o in (0, 3, 4, 6)}) == 4
+    assert outs[5] is x
+    ptrs = lib.outputs[-1]
+    assert ptrs[1] == ptrs[2] == ptrs[0] and ptrs == [t.data_ptr() for t in outs]
+    outs[0].copy_(torch.arange(24, dtype=bf16).view(4, 6))
+    assert torch.equal(outs[2], torch.arange(24, dtype=bf16).view(2, 12))
 
 
 def test_nothing_packed_without_a_list_or_with_one_output_of_a_dtype():
@@ -124,8 +151,17 @@ def test_a_training_forward_packs_its_saved_tensors_not_the_users_outputs(monkey
             if isinstance(m, torch.Tensor) and tuple(m.shape) == tuple(logits.shape)]
     assert user and not (set(user) & f.saved)
     assert len(f.saved) == len(f.out_metas) - len(user)
-    assert all(not s.saved for s in bwd)
-    if f.imported is not None:
-        packed = f._packed_outputs(f.imported)
-        results = {i for kind, i in f.imported.outputs if kind == "out"}
-        assert packed and set(packed) <= results
+    assert all(not s.saved and not s.saved_views for s in bwd)
+    # The q, k and v projections' input is saved three times, as views of
+    # the normed hidden states: one memory.
+    assert f.saved_views and set(f.saved_views) | set(f.saved_views.values()) <= f.saved
+    assert f.imported is not None
+    packed = f._packed_outputs(f.imported)
+    results = {i for kind, i in f.imported.outputs if kind == "out"}
+    assert packed and set(packed) <= results
+    views = f._output_views(f.imported)
+    assert len(views) >= 2 * model.config.num_hidden_layers, views
+    for a, b in views.items():
+        ma, mb = f.out_metas[[k for k, o in enumerate(f.imported.outputs) if o == ("out", a)][0]], \
+            f.out_metas[[k for k, o in enumerate(f.imported.outputs) if o == ("out", b)][0]]
+        assert ma.dtype == mb.dtype and ma.numel() == mb.numel()
