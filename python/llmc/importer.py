@@ -271,9 +271,11 @@ class Importer:
                  gm: Optional[torch.fx.GraphModule] = None):
         self.bindings = bindings
         self.gm = gm
-        # Symbols that are whole dimensions (or SymInt inputs) of the graph's
-        # placeholders: the backend binds exactly these per concrete shape.
-        self.bare_symbols: Optional[set] = bare_symbols(gm.graph) if gm is not None else None
+        # The graph whose placeholders' whole-dimension symbols (or SymInt
+        # inputs) the backend binds per concrete shape (bare_symbols, found
+        # when a symbolic size first needs them).
+        self._symbols_graph: Optional[torch.fx.Graph] = gm.graph if gm is not None else None
+        self._bare_symbols: Optional[set] = None
         self.lines: List[str] = []
         self.env: Dict[torch.fx.Node, Any] = {}
         self.counter = 0
@@ -283,6 +285,13 @@ class Importer:
         # per dropout site.
         self.seed: Optional[Val] = None
         self.rng_streams = 0
+
+    def bare_symbols(self) -> Optional[set]:
+        """bare_symbols of the graph being imported (computed once); None
+        without one."""
+        if self._bare_symbols is None and self._symbols_graph is not None:
+            self._bare_symbols = bare_symbols(self._symbols_graph)
+        return self._bare_symbols
 
     def rng_seed(self) -> Val:
         """The function's rank-0 i64 `%rng_seed` argument, after the
@@ -858,7 +867,7 @@ def _backed(imp, expr) -> bool:
     names = [str(x) for x in expr.free_symbols]
     if not names or not all(x.startswith("s") for x in names):
         return False
-    known = getattr(imp, "bare_symbols", None)
+    known = imp.bare_symbols() if isinstance(imp, Importer) else None
     return known is None or all(x in known for x in names)
 
 
@@ -2186,7 +2195,10 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
             return check_node(src)
         return "getitem"
     imp = Importer()
-    imp.bare_symbols = bare_symbols(node.graph)
+    # Found only if a symbolic size needs them: computing them for every
+    # node of a static graph made partitioning quadratic (the 1B training
+    # backward: 2483 nodes x 600 placeholders).
+    imp._symbols_graph = node.graph
     for inp in node.all_input_nodes:
         m = _arg_tensor_meta(inp)
         if m is None:
