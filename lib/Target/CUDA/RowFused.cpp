@@ -15,7 +15,8 @@
 // every row its block takes to fp32 registers cs<c>[], and after the rows
 // the block writes them as one row of partials; a column reduction of the
 // partials over the blocks (EmitColumnReduce) finishes the sums in a fixed
-// order.
+// order. The loops of that pass have fixed, unrolled trip counts so that
+// cs<c>[] is indexed by constants and never goes to local memory.
 //
 // Two forms of the vector path (16-byte vectors, n % kVec == 0, pointers
 // aligned at run time):
@@ -382,7 +383,7 @@ public:
         }
         for (int c = 0; c < ncol; ++c)
           b << ind << "cs" << c << "[" << slot << "] += " << F(p_.column_sums[c].value) << ";\n";
-      }, dense_outs);
+      }, dense_outs, /*column_slots=*/ncol > 0);
     }
     bool any_per_row = false;
     for (int i = 0; i < nout; ++i) any_per_row = any_per_row || p_.outputs[i].per_row;
@@ -547,10 +548,14 @@ private:
   /// A pass over the row computing the per-element values `roots` read: the
   /// vector loop (when kVec > 1) and the scalar one, each with `use` (given
   /// the indentation and whether it is the vector loop) after the nodes;
-  /// `stores` are the dense outputs the vector loop gathers in o<i>.
+  /// `stores` are the dense outputs the vector loop gathers in o<i>. With
+  /// `column_slots`, the streaming loops run a fixed, unrolled trip count
+  /// (kColVecs / kColScalars, bounds-checked) so that the column
+  /// accumulators cs<c>[slot] are indexed by constants and stay in registers;
+  /// a slot computed from the loop variable would put them in local memory.
   template <typename UseFn>
   void Loops(std::ostringstream &s, const std::vector<int> &roots, UseFn use,
-             const std::vector<int> &stores = {}) const {
+             const std::vector<int> &stores = {}, bool column_slots = false) const {
     std::vector<char> nodes, inputs;
     Closure(roots, /*through_per_row=*/false, &nodes, &inputs);
     auto body = [&](const std::string &ind, bool vector, const std::string &slot) {
@@ -575,8 +580,15 @@ private:
         for (int i = 0; i < nin_; ++i)
           if (inputs[i]) s << "        const " << VecType(i) << " &l" << i << " = c" << i << "[k];\n";
       } else {
-        s << "    if (vec) {\n"
-             "      for (ColT v = t; v < kN / kVec; v += kThreads) {\n";
+        if (column_slots)
+          s << "    if (vec) {\n"
+               "#pragma unroll\n"
+               "      for (int k = 0; k < kColVecs; ++k) {\n"
+               "        const ColT v = t + k * kThreads;\n"
+               "        if (v >= kN / kVec) break;\n";
+        else
+          s << "    if (vec) {\n"
+               "      for (ColT v = t; v < kN / kVec; v += kThreads) {\n";
         for (int i = 0; i < nin_; ++i) {
           if (!inputs[i]) continue;
           const bool dense = p_.inputs[i].layout == RowInputLayout::kDense;
@@ -587,7 +599,8 @@ private:
       for (int i : stores) s << "        LlmcVec<" << CTypeName(p_.outputs[i].type) << ", kVec> o" << i << ";\n";
       s << "#pragma unroll\n"
            "        for (int e = 0; e < kVec; ++e) {\n";
-      body("          ", true, res_threads_ > 0 ? "k * kVec + e" : "(int)((v - t) / kThreads) * kVec + e");
+      body("          ", true,
+           res_threads_ > 0 || column_slots ? "k * kVec + e" : "(int)((v - t) / kThreads) * kVec + e");
       s << "        }\n";
       for (int i : stores)
         s << "        reinterpret_cast<LlmcVec<" << CTypeName(p_.outputs[i].type) << ", kVec>*>(out" << i
@@ -596,8 +609,16 @@ private:
            "    } else {\n";
       ind = "      ";
     }
-    s << ind << "for (ColT j = t; j < kN; j += kThreads) {\n";
-    body(ind + "  ", false, "(int)((j - t) / kThreads)");
+    if (column_slots) {
+      s << "#pragma unroll\n"
+        << ind << "for (int m = 0; m < kColScalars; ++m) {\n"
+        << ind << "  const ColT j = t + m * kThreads;\n"
+        << ind << "  if (j >= kN) break;\n";
+      body(ind + "  ", false, "m");
+    } else {
+      s << ind << "for (ColT j = t; j < kN; j += kThreads) {\n";
+      body(ind + "  ", false, "(int)((j - t) / kThreads)");
+    }
     s << ind << "}\n";
     if (VecElems() > 1) s << "    }\n";
   }

@@ -1011,17 +1011,26 @@ TEST(RowFused, CompileGridAndLaunch) {
     EXPECT_EQ(d.block[0], 256u);
     EXPECT_EQ(d.grid[0], static_cast<unsigned>(kAssumedNumSMs * 8));
   }
-  for (int64_t n : {2048, 4100, 8192}) {
+  for (int64_t n : {2048, 4100, 8192, 6144, 37}) {
     // Column sums (a norm's weight gradient) of the RMSNorm backward's g*x:
     // register-resident at 2048 and 8192 (32 columns a thread), streaming
-    // (and the scalar path's local accumulators) at 4100.
-    RowFusedProgram p = RowFusedRmsNormBackward(ScalarType::bf16, n);
+    // at 4100 and, with f32 rows too wide to keep, 6144; the scalar path
+    // only at 37. The accumulators are indexed by constants on every path,
+    // so they stay in registers: ptxas reports no stack frame.
+    RowFusedProgram p = RowFusedRmsNormBackward(n == 6144 ? ScalarType::f32 : ScalarType::bf16, n);
     p.column_sums = {{0}, {3}};
     const KernelCode k = Unwrap(EmitRowFused(p));
-    EXPECT_EQ(k.source.find("// register-resident row") != std::string::npos, n != 4100) << k.name;
+    EXPECT_EQ(k.source.find("// register-resident row") != std::string::npos, n == 2048 || n == 8192) << k.name;
     EXPECT_NE(k.source.find("float* __restrict__ partials1,"), std::string::npos) << k.name;
     ExpectCompiles(k);
-    EXPECT_EQ(Unwrap(RowFusedColumnPartialBytes(p, 100000)), int64_t{kAssumedNumSMs} * 8 * n * 4);
+    if (llmc::test::NvrtcAvailable()) {
+      std::string log;
+      const PtxasInfo info = Ptxas(k, "sm_90a", &log);
+      EXPECT_EQ(info.stack, 0) << k.name << " n=" << n << "\n" << log;
+      EXPECT_EQ(info.spill_stores, 0) << k.name << " n=" << n << "\n" << log;
+    }
+    // A partial row per block: 8 blocks of 256 threads an SM (32 of 32 at n = 37).
+    EXPECT_EQ(Unwrap(RowFusedColumnPartialBytes(p, 100000)), int64_t{kAssumedNumSMs} * (n == 37 ? 32 : 8) * n * 4);
   }
   {
     // Rows of 2^31 elements index their columns with 64 bits.
