@@ -46,7 +46,9 @@ static cu::ReduceKind reduceKindOf(Operation *o) {
 }
 
 /// out [outer, inner] = reduce over r of x [outer, r, inner] (`in`, of type
-/// `inType`), inner > 1: the column kernel, and when its rows are split,
+/// `inType`), any inner >= 1 (a plain reduction comes here for inner > 1; a
+/// row kernel's column sums finish their partials here with inner = n): the
+/// column kernel, and when its rows are split,
 /// the combine kernel over an arena workspace of fp32 partials; launched
 /// for `o`, whose result is `out`.
 static absl::Status columnReduce(Operation *o, Value out, KernelArg in, cu::ScalarType inType,

@@ -487,7 +487,10 @@ class Communicator:
 class Session:
     """llmc_session_t on one GPU. Inputs are passed zero-copy (data_ptr);
     non-contiguous ones are made contiguous first. Outputs come from
-    torch.empty on the inputs' device: PyTorch's caching allocator owns them.
+    torch.empty on the inputs' device (PyTorch's caching allocator owns
+    them): one each, or, for `packed_outputs`, one per dtype with the
+    outputs as views of it; `output_views` outputs get another output's
+    memory.
     Executables with collectives need a `communicator` (its GPU is used).
 
     Per call, only what changes is written: the llmc_tensor arrays (dtype,

@@ -1067,8 +1067,10 @@ def _random_seed(device) -> torch.Tensor:
 def assemble_outputs(imp: importer.ImportResult, outs, args) -> list:
     """The FX subgraph's outputs from the function's results and its arguments.
     An output that is an argument passed through, or the same result twice,
-    is returned as a fresh tensor: AOTAutograd's outputs must not alias inputs
-    or each other unless the graph says so (ours are functional graphs)."""
+    is returned as a fresh tensor: AOTAutograd's outputs must not alias inputs,
+    nor each other unless the FX graph makes them views of one value (the
+    saved reshapes that Session's output_views place at one address, as
+    eager would)."""
     result, seen = [], set()
     device = None
     for kind, i in imp.outputs:
@@ -1189,12 +1191,15 @@ def _saved_outputs(fused: torch.fx.GraphModule, names, kind: str) -> Dict[str, s
     ViewAndMutationMeta.num_forward on (after the mutated inputs, the user's
     outputs, intermediate bases and the RNG offset). They are alive from
     the forward to the end of the backward, all of them: one allocation can
-    hold them. {} for other graphs or when the metadata is unknown."""
+    hold them. {} for other graphs, when the metadata is unknown, and when
+    the graph threads effect tokens: those outputs come first and are not
+    counted in num_forward, so the boundary would be off by their number."""
     if kind != "forward":
         return {}
     ctx = torch._guards.TracingContext.try_get()
-    first = getattr(getattr(ctx, "fw_metadata", None), "num_forward", None)
-    if not isinstance(first, int):
+    meta = getattr(ctx, "fw_metadata", None)
+    first = getattr(meta, "num_forward", None)
+    if not isinstance(first, int) or getattr(meta, "tokens", None):
         return {}
     out_node = next(n for n in fused.graph.nodes if n.op == "output")
     outs = out_node.args[0]

@@ -4,6 +4,7 @@ hundreds of torch.empty calls before the forward's first kernel cost ~9 µs
 of host time each. CPU tests: the session's allocation and the pointers it
 passes, and which outputs of a real training forward are packed."""
 import ctypes
+import operator
 import warnings
 
 import pytest
@@ -165,3 +166,34 @@ def test_a_training_forward_packs_its_saved_tensors_not_the_users_outputs(monkey
         ma, mb = f.out_metas[[k for k, o in enumerate(f.imported.outputs) if o == ("out", a)][0]], \
             f.out_metas[[k for k, o in enumerate(f.imported.outputs) if o == ("out", b)][0]]
         assert ma.dtype == mb.dtype and ma.numel() == mb.numel()
+
+
+def test_no_saved_outputs_are_assumed_when_the_graph_threads_effect_tokens():
+    """Effect tokens come first among a forward's outputs and are not in
+    ViewAndMutationMeta.num_forward: the saved-tensor boundary is unknown,
+    so nothing is packed. Without tokens the same graph's outputs from
+    num_forward on are found."""
+    import types
+    import llmc.backend as B
+
+    def f(x):
+        return x + 1, x * 2, x - 3
+
+    # One submodule computing all three, called as the partitioner does.
+    sub = torch.fx.symbolic_trace(f)
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    call = g.call_module("llmc_0", (x,))
+    outs = tuple(g.call_function(operator.getitem, (call, i)) for i in range(3))
+    g.output(outs)
+    fused = torch.fx.GraphModule({"llmc_0": sub}, g)
+
+    def saved(tokens):
+        meta = types.SimpleNamespace(num_forward=1, tokens=tokens)
+        ctx = torch._guards.TracingContext(None)
+        ctx.fw_metadata = meta
+        with torch._guards.tracing(ctx):
+            return B._saved_outputs(fused, {"llmc_0"}, "forward")
+
+    assert saved({}) == {"llmc_0": {1, 2}}
+    assert saved({0: torch.empty(0)}) == {}

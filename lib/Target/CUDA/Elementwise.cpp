@@ -148,7 +148,7 @@ struct NodeMath {
       // A constant exponent of 1, 2 or 3 (the RMSNorm's x^2 and its
       // backward's x^1 and rstd^3) as multiplies: powf takes some 40
       // instructions, which row kernels of training steps are bound by.
-      // x^1 is exact; x*x is correctly rounded, x*x*x within 1 ulp.
+      // x^1 is exact; x*x is correctly rounded, x*x*x within 2 ulp (two roundings).
       if (a(1) >= 0 && nodes[a(1)].op == EwOp::constant && !IsIntType(nodes[a(1)].type)) {
         const double e = nodes[a(1)].constant;
         const std::string x = F(a(0));

@@ -636,6 +636,19 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {llm.kernels_for
 })");
   EXPECT_CONTAINS(msg, "'llm.div' at ");
   EXPECT_CONTAINS(msg, "an operand is a view of a member's result");
+
+  // The same read without a view: with one row, a column sum has the
+  // kernel's full shape, and a member reads it directly.
+  msg = LowerError(R"(
+func.func @f(%x: tensor<1x8xf32>) -> tensor<1x8xf32> attributes {llm.kernels_formed} {
+  %e = llm.exp %x {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<1x8xf32>
+  %s = llm.reduce_sum %e [1] keepdim {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<1x8xf32>
+  %c = llm.reduce_sum %e [0] keepdim {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<1x8xf32>
+  %n = llm.neg %c {llm.kernel = {group = 0 : i64, kind = "row_reduction"}} : tensor<1x8xf32>
+  return %n : tensor<1x8xf32>
+})");
+  EXPECT_CONTAINS(msg, "'llm.neg' at ");
+  EXPECT_CONTAINS(msg, "it reads a column sum of the kernel, which is complete only after the kernel");
 }
 
 TEST(KernelPlan, ARowKernelIsCheckedWhenReadBack) {

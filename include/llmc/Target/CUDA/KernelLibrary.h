@@ -729,8 +729,11 @@ struct RowFusedProgram {
 /// as partials_c[blockIdx.x, 0:n] (fp32, row-major [grid, n], grid =
 /// RowFusedLaunch's); a column reduction of the partials over the blocks
 /// (EmitColumnReduce, r = grid, inner = n) finishes the sum in a fixed
-/// order, so the result is deterministic. A program with column sums takes
-/// at least n / 32 threads (each thread at most 48 columns).
+/// order, so the result is deterministic. A thread keeps at most 48 fp32
+/// accumulators per column sum: the register-resident form is used only
+/// when its kPer x kVec columns a thread fit that, and the streaming form
+/// takes at least n / 32 threads (at most 256, hence n <=
+/// kRowFusedMaxColumnRow).
 /// Kernel arguments, in order:
 ///   OutT_0* out_0, ..., float* partials_0, ..., const InT_0* in_0, ...,
 ///   long long rows
