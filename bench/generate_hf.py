@@ -80,6 +80,11 @@ def parse_args(argv=None):
                     help="the KV cache generate() uses (static: cache_implementation="
                          "'static', compiled with dynamic=False; dynamic: the default cache, "
                          "compiled with dynamic=None)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the measurements of each backend, one generate() of N new "
+                         "tokens under torch.profiler: DIR/profile-B<batch>-<backend>.txt "
+                         "(top ops by host time and by GPU time) and .json.gz (Chrome trace; "
+                         "bench/trace_gaps.py reads it)")
     ap.add_argument("--smoke", action="store_true",
                     help="a 2-layer, 128-wide model on the CPU: checks this script, not speed")
     args = ap.parse_args(argv)
@@ -201,6 +206,30 @@ def set_backend(model, base_forward, name, cache="static"):
     model.forward = fwd
 
 
+def profile_generate(model, ids, new, cache, path):
+    """One generate() of `new` tokens under torch.profiler (CPU, and CUDA on a
+    GPU): the top operators by host time and by device time to `path`.txt,
+    the timeline to `path`.json.gz."""
+    import gzip
+    from torch.profiler import ProfilerActivity, profile
+    cuda = ids.device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        generate(model, ids, new, cache)
+        if cuda:
+            torch.cuda.synchronize()
+    avg = prof.key_averages()
+    text = avg.table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=80)
+    if cuda:
+        text += "\n" + avg.table(sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=80)
+    with open(path + ".txt", "w") as f:
+        f.write(text)
+    prof.export_chrome_trace(path + ".json")
+    with open(path + ".json", "rb") as f, gzip.open(path + ".json.gz", "wb") as g:
+        g.write(f.read())
+    os.remove(path + ".json")
+
+
 def compiles(name):
     if name.startswith("llmc"):
         import llmc.backend
@@ -267,6 +296,9 @@ def main(argv=None):
                 run["logit_scale"] = scale
                 if reference is not None and name not in ("llmc-int8", "llmc-int4"):
                     run["same_tokens"] = f"{int((out == reference).all(1).sum())}/{batch}"
+                if args.profile:
+                    profile_generate(model, ids, args.profile, args.cache,
+                                     os.path.join(args.out, f"profile-B{batch}-{name}"))
                 if device == "cuda":
                     wo = name.split("-")[1] if name in ("llmc-int8", "llmc-int4") else None
                     bound = bound_tokens_per_s(model, args, batch, wo,

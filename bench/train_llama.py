@@ -19,7 +19,14 @@ instead of saving every intermediate) and mode:
   adamw    the same plus an AdamW step (foreach), compiled with the same
            backend (eager's stays eager)
 
-Reported: the first step's time (compiles included) in seconds; the
+aot_eager (PyTorch's backend that traces with Dynamo and AOTAutograd and
+runs the traced graphs eagerly) shows what tracing alone costs a first step.
+
+Reported: the first step's time (compiles included) in seconds, split into
+Dynamo's bytecode tracing, AOTAutograd's tracing and partitioning
+(create_aot_dispatcher_function, the backend's compiles of the forward
+included), llmc's own import and compile of each subgraph, and the rest
+(running the step, the backward's compile, first-run setup); the
 median steady-state step time over --steps steps (CUDA-synchronized);
 tokens/s = batch * seq / step time; MFU = model FLOPs / step time / the
 bf16 (or f32) GEMM ceiling measured in this run (torch.mm of 8192^3), with
@@ -41,7 +48,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("eager", "inductor", "llmc", "llmc-mincut")
+BACKENDS = ("eager", "inductor", "llmc", "llmc-mincut", "aot_eager")
 MODES = ("fwdbwd", "adamw")
 
 
@@ -132,6 +139,8 @@ def make_step(model, backend, mode):
         fwd = model
     elif backend == "inductor":
         fwd = torch.compile(model)
+    elif backend == "aot_eager":
+        fwd = torch.compile(model, backend="aot_eager")
     else:
         options = {"partition": "mincut"} if backend == "llmc-mincut" else {}
         fwd = torch.compile(model, backend="llmc", options=options)
@@ -139,7 +148,7 @@ def make_step(model, backend, mode):
     if mode == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         opt_step = opt.step if backend == "eager" else torch.compile(
-            opt.step, backend="inductor" if backend == "inductor" else "llmc")
+            opt.step, backend="llmc" if backend.startswith("llmc") else backend)
     # (opt.step has no backward: the partition option does not apply.)
 
     def step(ids, labels, keep_grads=False):
@@ -190,6 +199,23 @@ def llmc_report():
     return out
 
 
+def first_step_parts(backend):
+    """Seconds of the first step spent in Dynamo's bytecode tracing, in
+    AOTAutograd (tracing the joint graph, partitioning, and the backend's
+    compile of the forward), and, for llmc, in its import + compile of the
+    subgraphs (forward and backward; the forward's is inside AOTAutograd's
+    time). From torch._dynamo.utils.compilation_time_metrics, cleared before
+    the step."""
+    from torch._dynamo.utils import compilation_time_metrics as m
+    parts = {"dynamo_tracing": sum(m.get("bytecode_tracing", [])),
+             "aot_autograd": sum(m.get("create_aot_dispatcher_function", []))}
+    if backend.startswith("llmc"):
+        import llmc.backend
+        parts["llmc_compile"] = sum(st.get("compile_s", 0.0) for r in llmc.backend.reports()
+                                    for st in r.executables.values())
+    return parts
+
+
 def profile_step(step, ids, labels, device, path, trace=False):
     """One step under torch.profiler; the kernels with the most device time
     (CPU ops when there is no GPU) written to `path`, and with `trace` the
@@ -223,10 +249,13 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
         llmc.backend.reset()
     step = make_step(model, backend, mode)
     sync(device)
+    from torch._dynamo.utils import compilation_time_metrics
+    compilation_time_metrics.clear()
     t0 = time.perf_counter()
     first_loss = step(ids, labels)
     sync(device)
     first = time.perf_counter() - t0
+    first_parts = first_step_parts(backend)
     times = []
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -237,6 +266,7 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
     tokens = args.batch * args.seq
     flops = model_flops(model, args, tokens)
     rec = {"backend": backend, "mode": mode, "dtype": args.dtype, "first_step_s": first,
+           "first_step_parts_s": first_parts,
            "step_ms": t * 1e3, "tokens_s": tokens / t, "first_loss": first_loss,
            "mfu": flops / t / ceiling if ceiling else None}
     if eager_loss is not None:
@@ -262,12 +292,13 @@ def table(args, runs, ceiling):
              f"({args.kv_heads} KV), FFN {args.ffn}, vocab {args.vocab}; {args.dtype}; "
              f"batch {args.batch} x {args.seq}; GEMM ceiling "
              + (f"{ceiling / 1e12:.0f} TFLOP/s" if ceiling else "not measured (CPU)"), "",
-             "| mode | backend | first step s | step ms | tokens/s | MFU | loss vs eager "
+             "| mode | backend | first step s | of which Dynamo / AOTAutograd / llmc compile s "
+             "| step ms | tokens/s | MFU | loss vs eager "
              "| gradients vs eager (worst parameter, relative L2) | llmc subgraphs (kept in PyTorch) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "error" in r:
-            lines.append(f"| {r['mode']} | {r['backend']} | error: {r['error']} | | | | | | |")
+            lines.append(f"| {r['mode']} | {r['backend']} | error: {r['error']} | | | | | | | |")
             continue
         parts = "; ".join(f"{p['graph']}: {p['subgraphs']}"
                           + (f" ({', '.join(p['kept_in_pytorch'])})" if p["kept_in_pytorch"] else "")
@@ -276,7 +307,11 @@ def table(args, runs, ceiling):
         rel = f"{r['loss_rel_to_eager']:.1e}" if "loss_rel_to_eager" in r else "-"
         grad = (f"{r['grad_rel_to_eager']:.1e} ({r['grad_worst_param']})"
                 if "grad_rel_to_eager" in r else "-")
-        lines.append(f"| {r['mode']} | {r['backend']} | {r['first_step_s']:.2f} | {r['step_ms']:.1f} | "
+        fp = r.get("first_step_parts_s", {})
+        split = (" / ".join(f"{fp[k]:.2f}" if k in fp else "-"
+                            for k in ("dynamo_tracing", "aot_autograd", "llmc_compile"))
+                 if r["backend"] != "eager" else "-")
+        lines.append(f"| {r['mode']} | {r['backend']} | {r['first_step_s']:.2f} | {split} | {r['step_ms']:.1f} | "
                      f"{r['tokens_s']:.0f} | {mfu} | {rel} | {grad} | {parts or '-'} |")
     return "\n".join(lines) + "\n"
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.fx
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import importer
@@ -173,17 +173,44 @@ class LlmcOperatorSupport(OperatorSupportBase):
 
     def __init__(self):
         self.reasons: Dict[torch.fx.Node, str] = {}
+        self._supported: set = set()
 
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
         if node in self.reasons:
             return False
+        if node in self._supported:
+            return True
         reason = importer.check_node(node)
         if reason is None:
             reason = _codegen_limit(node)
         if reason is None:
+            self._supported.add(node)
             return True
         self.reasons[node] = reason
         return False
+
+
+def _whole_graph_partition(gm: torch.fx.GraphModule, support: LlmcOperatorSupport):
+    """The one partition of every call when all of them are supported (the
+    usual case: a training step's forward and backward, a decode step), as
+    CapabilityBasedPartitioner would find it for a connected graph, without
+    its merging, which takes seconds on graphs of thousands of nodes (the
+    1B LLaMA backward: 2 s of a 15 s first step). Disconnected parts become
+    one subgraph too, which is valid: nothing outside it runs between them.
+    None when a call is unsupported or the graph has too little to compute
+    for a subgraph (the partitioner's single-node rule)."""
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    if not all(support.is_node_supported(None, n) for n in calls):
+        return None
+    non_compute = set(_NON_COMPUTE) | {"torch.ops.aten.view", "_operator.getitem"}
+    single_ok = set(_SINGLE_NODE_OK)
+    compute = 0
+    for n in calls:
+        qualified = torch.fx.node._get_qualified_name(n.target)
+        compute += (qualified not in non_compute) + (qualified in single_ok)
+    if compute <= 1:
+        return None
+    return Partition(id=0, nodes=calls)
 
 
 @dataclass
@@ -282,7 +309,8 @@ def partition(gm: torch.fx.GraphModule, name: str = "graph"
         gm, support, allows_single_node_partition=False,
         non_compute_ops=_NON_COMPUTE,
         allowed_single_node_partition_ops=_SINGLE_NODE_OK)
-    partitions = partitioner.propose_partitions()
+    whole = _whole_graph_partition(gm, support)
+    partitions = [whole] if whole is not None else partitioner.propose_partitions()
     in_llmc = set()
     for p in partitions:
         in_llmc.update(p.nodes)

@@ -42,3 +42,18 @@ def test_smoke_run_with_the_dynamic_cache_compiles_per_bucket(tmp_path):
     assert all("error" not in r for r in runs), runs
     assert runs[1]["same_tokens"] == "2/2" and runs[1]["compiles"] == 3, runs[1]
     assert "dynamic cache" in (tmp_path / "generate.md").read_text()
+
+
+def test_profile_writes_the_top_ops_and_a_timeline(tmp_path):
+    """--profile N: one generate() of N tokens per backend under the
+    profiler; its top host ops (the model's forward among them) and a
+    Chrome trace that bench/trace_gaps.py can read."""
+    import gzip
+    capi_or_skip()
+    generate_hf.main(["--smoke", "--out", str(tmp_path), "--batches", "1",
+                      "--backends", "llmc-graphs", "--profile", "3"])
+    text = (tmp_path / "profile-B1-llmc-graphs.txt").read_text()
+    assert "Self CPU" in text, text[:2000]
+    with gzip.open(tmp_path / "profile-B1-llmc-graphs.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert any(e.get("name", "").startswith("aten::") for e in events), len(events)

@@ -36,8 +36,28 @@ def test_smoke_run_measures_every_mode(tmp_path):
                 assert not p["compile_failures"], r["partitions"]
             if r["mode"] == "adamw":
                 assert "inference" in graphs, r["partitions"]  # the optimizer step
+            # The first step's split: Dynamo traced, AOTAutograd traced and
+            # llmc compiled (each some time, together within the step).
+            parts = r["first_step_parts_s"]
+            assert set(parts) == {"dynamo_tracing", "aot_autograd", "llmc_compile"}, parts
+            assert all(v > 0 for v in parts.values()), parts
+            assert parts["dynamo_tracing"] + parts["aot_autograd"] < r["first_step_s"], (parts, r)
     table = (tmp_path / "train.md").read_text()
     assert "| adamw | llmc |" in table, table
+
+
+def test_aot_eager_shows_the_tracing_floor(tmp_path):
+    """aot_eager traces as every torch.compile backend does and compiles
+    nothing: its run has the same loss as eager and a first-step split."""
+    capi_or_skip()
+    train_llama.main(["--smoke", "--out", str(tmp_path), "--backends", "eager,aot_eager",
+                      "--modes", "fwdbwd"])
+    runs = json.loads((tmp_path / "train.json").read_text())["runs"]
+    aot = runs[1]
+    assert aot["backend"] == "aot_eager" and "error" not in aot, aot
+    assert aot["loss_rel_to_eager"] <= 1e-6, aot
+    assert aot["first_step_parts_s"]["dynamo_tracing"] > 0, aot
+    assert "| fwdbwd | aot_eager |" in (tmp_path / "train.md").read_text()
 
 
 def test_profile_writes_the_top_kernels_of_each_run(tmp_path):
