@@ -524,7 +524,14 @@ class Session:
     staged_output_bytes: inputs and small outputs copied through buffers of
     the session so that their addresses are not part of the graph
     (SessionOptions::staged_inputs / staged_output_bytes); only with
-    cuda_graphs."""
+    cuda_graphs.
+
+    persistent_outputs: outputs that get one tensor at session creation,
+    returned again by every call: for results whose only reader copies them
+    elsewhere before the next call on the stream (AOTAutograd's copy-back
+    of a mutated input, e.g. a KV cache's position counter), this saves an
+    allocation per output and call, before the first kernel, and gives the
+    output a fixed address for the CUDA graphs."""
 
     def __init__(self, executable: Executable, device_ordinal: int = 0,
                  cuda_graphs: bool = False,
@@ -533,13 +540,14 @@ class Session:
                  staged_inputs: Sequence[int] = (),
                  staged_output_bytes: int = 0,
                  packed_outputs: Sequence[int] = (),
-                 output_views: Optional[Dict[int, int]] = None):
+                 output_views: Optional[Dict[int, int]] = None,
+                 persistent_outputs: Sequence[int] = ()):
         lib = load()
         self.communicator = communicator  # released after the session
         if communicator is not None:
             device_ordinal = communicator.device_ordinal
         self._setup(lib, executable, torch.device("cuda", device_ordinal), always_prepare,
-                    packed_outputs, output_views)
+                    packed_outputs, output_views, persistent_outputs)
         out = ctypes.c_void_p()
         opts = f"cuda_graphs={1 if cuda_graphs else 0}"
         if cuda_graphs and staged_inputs:
@@ -558,7 +566,8 @@ class Session:
 
     def _setup(self, lib, executable: Executable, device: torch.device,
                always_prepare: bool, packed_outputs: Sequence[int] = (),
-               output_views: Optional[Dict[int, int]] = None):
+               output_views: Optional[Dict[int, int]] = None,
+               persistent_outputs: Sequence[int] = ()):
         """The Python side of a session: the argument templates (also used by
         bench/plugin_overhead.py with a stand-in library)."""
         self._lib = lib
@@ -599,7 +608,14 @@ class Session:
         self._in_arr, self._in_data = self._template(self.input_info)
         self._out_arr, self._out_data = self._template(self.output_info)
         self._views = self._view_plan(output_views or {})
-        self._pack = self._pack_plan([o for o in packed_outputs if o not in self._views])
+        # Output index -> its tensor (None until the first call allocates it):
+        # neither donated, a view, nor packed.
+        self._persistent: Dict[int, Optional[torch.Tensor]] = {
+            int(o): None for o in persistent_outputs
+            if 0 <= int(o) < len(self._out_alloc) and int(o) not in self.aliases
+            and int(o) not in self._views and all(int(o) != b for b in self._views.values())}
+        self._pack = self._pack_plan([o for o in packed_outputs
+                                      if o not in self._views and o not in self._persistent])
         self._n_in = len(self.input_info)
         self._n_out = len(self.output_info)
 
@@ -681,6 +697,14 @@ class Session:
             for o, at, shape, strides in singles:
                 got[o] = flat.as_strided(shape, strides, at)
         return got
+
+    def _persistent_output(self, o: int) -> torch.Tensor:
+        """The tensor of persistent output `o`, allocated on first use."""
+        t = self._persistent[o]
+        if t is None:
+            shape, dtype = self._out_alloc[o]
+            t = self._persistent[o] = torch.empty(shape, dtype=dtype, device=self.device)
+        return t
 
     def _template(self, infos: Sequence[TensorInfo]):
         """An llmc_tensor array describing `infos` (data NULL) and a view of
@@ -820,6 +844,10 @@ class Session:
                 t = packed[o]
                 outs.append(t)
                 out_ptrs.append(t.data_ptr())
+            elif o in self._persistent:
+                t = self._persistent_output(o)
+                outs.append(t)
+                out_ptrs.append(t.data_ptr())
             else:
                 t = torch.empty(shape, dtype=dtype, device=self.device)
                 outs.append(t)
@@ -854,7 +882,10 @@ class Session:
         output (self._views)."""
         packed = self._packed() if self._pack[0] else {}
         outs = [packed[o] if o in packed else
-                None if o in self._views else torch.empty(shape, dtype=dtype, device=self.device)
+                None if o in self._views else
+                self._persistent_output(o) if o in self._persistent and
+                alloc[o] == self._out_alloc[o] else
+                torch.empty(shape, dtype=dtype, device=self.device)
                 for o, (shape, dtype) in enumerate(alloc)]
         for o, i in self.aliases.items():
             if o < len(outs) and i < len(inputs):

@@ -336,9 +336,16 @@ class LlmcSubgraph(torch.nn.Module):
                  report: partition.Report, index: int = 0,
                  donate: Optional[Dict[int, int]] = None,
                  static: Optional[set] = None,
-                 saved: Optional[set] = None):
+                 saved: Optional[set] = None,
+                 copied_back: Optional[Tuple[set, set]] = None):
         super().__init__()
         self.eager = eager
+        # (placeholders, FX output indices) of mutated inputs that are not
+        # donated: their new values only go back into the inputs (see
+        # _copied_back), so the inputs are not staged and the outputs reuse
+        # one tensor each (_capi.Session's persistent_outputs).
+        self.copied_back_inputs, self.copied_back_outputs = (set(copied_back[0]), set(copied_back[1])) \
+            if copied_back else (set(), set())
         # Outputs (FX output indices) that only become tensors a training
         # forward saves for its backward (see _saved_outputs): allocated
         # together (_capi.Session's packed_outputs).
@@ -920,7 +927,8 @@ class LlmcSubgraph(torch.nn.Module):
                                         staged_inputs=self._staged_inputs(exe, imp),
                                         staged_output_bytes=STAGE_BYTES,
                                         packed_outputs=self._packed_outputs(imp),
-                                        output_views=self._output_views(imp))
+                                        output_views=self._output_views(imp),
+                                        persistent_outputs=self._persistent_outputs(imp))
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
@@ -933,15 +941,25 @@ class LlmcSubgraph(torch.nn.Module):
             self._last = entry
         return self._finish(entry, outs, sizes, args)
 
-    def _packed_outputs(self, imp) -> List[int]:
-        """The function results every FX output of which is a tensor saved
-        for the backward (self.saved): they live and die together, so the
-        session allocates them in one piece."""
+    @staticmethod
+    def _results_all_of_whose_outputs_are_in(imp, fx_outputs: set) -> List[int]:
+        """The function results every FX output of which is in `fx_outputs`."""
         uses: Dict[int, List[int]] = {}
         for k, (kind, i) in enumerate(imp.outputs):
             if kind == "out":
                 uses.setdefault(i, []).append(k)
-        return sorted(i for i, ks in uses.items() if all(k in self.saved for k in ks))
+        return sorted(i for i, ks in uses.items() if all(k in fx_outputs for k in ks))
+
+    def _packed_outputs(self, imp) -> List[int]:
+        """The function results every FX output of which is a tensor saved
+        for the backward (self.saved): they live and die together, so the
+        session allocates them in one piece."""
+        return self._results_all_of_whose_outputs_are_in(imp, self.saved)
+
+    def _persistent_outputs(self, imp) -> List[int]:
+        """The function results every FX output of which is a copied-back
+        mutation's new value (self.copied_back_outputs)."""
+        return self._results_all_of_whose_outputs_are_in(imp, self.copied_back_outputs)
 
     def _output_views(self, imp) -> Dict[int, int]:
         """{function result: the result whose memory it shares}, from
@@ -965,7 +983,7 @@ class LlmcSubgraph(torch.nn.Module):
         for k, (p, info) in enumerate(zip(imp.arg_placeholders, exe.inputs)):
             nbytes = math.prod(info.shape) * info.dtype.itemsize
             if (p not in self.static and p not in self.donate and not info.parameter
-                    and nbytes <= STAGE_BYTES):
+                    and p not in self.copied_back_inputs and nbytes <= STAGE_BYTES):
                 staged.append(k)
         if imp.rng_seed:
             staged.append(len(imp.arg_placeholders))  # a fresh seed every call
@@ -1271,6 +1289,61 @@ def _static_placeholders(fused: torch.fx.GraphModule, names,
 _INDEX_PUTS = (torch.ops.aten.index_put.default, torch.ops.aten._unsafe_index_put.default)
 
 
+def _mutation_sites(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[List[int], int]):
+    """(mutated input's FX placeholder, the llmc subgraph call computing its
+    new value, that call's output index k, the FX output node) for every
+    mutated input (see _mutated_inputs) whose new value is an output of an
+    llmc subgraph; nothing when the graph's inputs are not the runtime's
+    (effect tokens)."""
+    mutated, num_inputs = mutated_inputs
+    placeholders = [n for n in fused.graph.nodes if n.op == "placeholder"]
+    outs = next(n for n in fused.graph.nodes if n.op == "output").args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    if len(placeholders) != num_inputs:
+        return
+    for j, i in enumerate(mutated):
+        if j >= len(outs) or i >= len(placeholders) or not isinstance(outs[j], torch.fx.Node):
+            continue
+        new = outs[j]
+        call, k = new, 0
+        if new.op == "call_function" and new.target is operator.getitem:
+            call, k = new.args
+        if call.op == "call_module" and call.target in names:
+            yield placeholders[i], call, k, new
+
+
+def _copied_back(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[List[int], int],
+                 donations: Dict[str, Dict[int, int]]) -> Dict[str, Tuple[set, set]]:
+    """{llmc subgraph: (its placeholders fed by a mutated input, its outputs
+    that are only a mutated input's new value)} for the mutations that are
+    not donated (a counter's add_, HF's StaticLayer.cumulative_length: 32
+    per 7B decode step): AOTAutograd copies such an output back into the
+    input right after the call and drops it, so the session may reuse one
+    tensor for it on every call (_capi.Session's persistent_outputs), and
+    the input, a buffer that stays where it is, need not be staged for a
+    CUDA graph."""
+    found: Dict[str, Tuple[set, set]] = {}
+    out_node = next(n for n in fused.graph.nodes if n.op == "output")
+    outs = out_node.args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    for ph, call, k, new in _mutation_sites(fused, names, mutated_inputs):
+        # Returned once, as the mutation's value only (a user's output that
+        # is the same value would see the next call overwrite it).
+        readers = [u for u in call.users if u is new or (
+            u.op == "call_function" and u.target is operator.getitem and u.args[1] == k)]
+        if list(new.users) != [out_node] or outs.count(new) != 1 or readers != [new]:
+            continue
+        sub = call.target
+        a = call.args.index(ph) if call.args.count(ph) == 1 else None
+        if a is not None and a in donations.get(sub, {}):
+            continue
+        sub_ins, sub_outs = found.setdefault(sub, (set(), set()))
+        if a is not None:
+            sub_ins.add(a)
+        sub_outs.add(k)
+    return found
+
+
 def _donations(fused: torch.fx.GraphModule, names,
                mutated_inputs: Tuple[List[int], int]) -> Dict[str, Dict[int, int]]:
     """{llmc subgraph: {placeholder index: output index}}: the mutated inputs
@@ -1280,22 +1353,9 @@ def _donations(fused: torch.fx.GraphModule, names,
     them in place (llm.donate) and return the input tensor as that output;
     AOTAutograd's copy-back is then a copy of a tensor onto itself, which
     PyTorch skips. Anything else keeps value semantics."""
-    mutated, num_inputs = mutated_inputs
-    placeholders = [n for n in fused.graph.nodes if n.op == "placeholder"]
-    outs = next(n for n in fused.graph.nodes if n.op == "output").args[0]
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     found: Dict[str, Dict[int, int]] = {}
-    if len(placeholders) != num_inputs:
-        return found  # runtime inputs that are not the graph's (effect tokens)
-    for j, i in enumerate(mutated):
-        if j >= len(outs) or i >= len(placeholders) or not isinstance(outs[j], torch.fx.Node):
-            continue
-        ph, new = placeholders[i], outs[j]
-        call, k = new, 0
-        if new.op == "call_function" and new.target is operator.getitem:
-            call, k = new.args
-        if (call.op != "call_module" or call.target not in names or list(ph.users) != [call]
-                or call.args.count(ph) != 1):
+    for ph, call, k, new in _mutation_sites(fused, names, mutated_inputs):
+        if list(ph.users) != [call] or call.args.count(ph) != 1:
             continue
         sub = getattr(fused, call.target)
         a = call.args.index(ph)
@@ -1335,6 +1395,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     donations = _donations(fused, names, _mutated_inputs(kind))
     static = _static_placeholders(fused, names, _static_inputs())
     saved = _saved_outputs(fused, names, kind)
+    copied_back = _copied_back(fused, names, _mutated_inputs(kind), donations)
     for sub, d in donations.items():
         report.notes.append(f"{sub}: {len(d)} mutated input(s) (KV caches) donated: written in "
                             "place when llmc runs the subgraph")
@@ -1346,7 +1407,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
         setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i,
                                          donate=donations.get(sub),
                                          static=static.get(sub),
-                                         saved=saved.get(sub)))
+                                         saved=saved.get(sub),
+                                         copied_back=copied_back.get(sub)))
     fused.recompile()
     _reports.append(report)
     log.info("%s", report)

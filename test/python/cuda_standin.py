@@ -64,7 +64,8 @@ def stand_in_session(base, make_lib):
             self.communicator = None
             if hasattr(base, "_pack_plan"):
                 self._setup(lib, executable, torch.device("cpu"), always_prepare,
-                            staging.get("packed_outputs", ()), staging.get("output_views"))
+                            staging.get("packed_outputs", ()), staging.get("output_views"),
+                            staging.get("persistent_outputs", ()))
             elif hasattr(base, "_setup"):
                 self._setup(lib, executable, torch.device("cpu"), always_prepare)
             else:  # a package from before the per-key argument templates

@@ -34,12 +34,12 @@ class _Exe:
         self.output_aliases = aliases or {}
 
 
-def _session(outputs, packed, aliases=None, views=None):
+def _session(outputs, packed, aliases=None, views=None, persistent=()):
     f32 = torch.float32
     exe = _Exe([_capi.TensorInfo(f32, (4,))], [_capi.TensorInfo(d, s) for d, s in outputs], aliases)
     s = _capi.Session.__new__(_capi.Session)
     lib = _Lib()
-    s._setup(lib, exe, torch.device("cpu"), False, packed, views)
+    s._setup(lib, exe, torch.device("cpu"), False, packed, views, persistent)
     s._handle = None
     s._stream = lambda: 0
     return s, lib
@@ -197,3 +197,28 @@ def test_no_saved_outputs_are_assumed_when_the_graph_threads_effect_tokens():
 
     assert saved({}) == {"llmc_0": {1, 2}}
     assert saved({0: torch.empty(0)}) == {}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_persistent_outputs_are_one_tensor_for_every_call(fast):
+    """persistent_outputs (a mutated input's new value that AOTAutograd
+    copies back at once): the same tensor, at the same address, on every
+    call; the other outputs are fresh. A donated input's output, a view and
+    an output another one views are never persistent; a persistent output
+    is not packed."""
+    i64, f32 = torch.int64, torch.float32
+    outputs = [(i64, ()), (f32, (4,)), (i64, ()), (f32, (4,)), (f32, (4,)), (f32, (4,))]
+    # 3 is a donated input's, 4 views 5; 99 is no output; 0 is also listed
+    # as packed.
+    s, lib = _session(outputs, packed=[0, 1], aliases={3: 0}, views={4: 5},
+                      persistent=[0, 2, 3, 4, 5, 99])
+    assert set(s._persistent) == {0, 2}
+    assert s._pack == ([], set())  # 1 is the only packed f32 left
+    x = torch.randn(4)
+    calls = [s.run_fast([x]) if fast else s.run([x]) for _ in range(3)]
+    for outs in calls[1:]:
+        assert outs[0] is calls[0][0] and outs[2] is calls[0][2]
+        assert outs[1] is not calls[0][1]
+    if fast:
+        assert [o[0] for o in lib.outputs] == [calls[0][0].data_ptr()] * 3
+        assert [o[2] for o in lib.outputs] == [calls[0][2].data_ptr()] * 3
