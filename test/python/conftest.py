@@ -77,6 +77,27 @@ def tiny_mistral(**kw):
 MODELS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "mistral": tiny_mistral}
 
 
+def record_instances(monkeypatch, cls) -> list:
+    """A list that receives every instance of `cls` created from now on
+    (its __init__ spied on for the test)."""
+    made = []
+    init = cls.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(cls, "__init__", spy)
+    return made
+
+
+@pytest.fixture
+def created_subgraphs(monkeypatch):
+    """Every llmc.backend.LlmcSubgraph the test creates, in order."""
+    import llmc.backend
+    return record_instances(monkeypatch, llmc.backend.LlmcSubgraph)
+
+
 @pytest.fixture
 def donated_outputs(monkeypatch):
     """A list that records, for every donated input of every llmc subgraph

@@ -10,19 +10,11 @@ import torch
 
 import llmc.backend
 from llmc import _capi
-from conftest import capi_or_skip, gpu, tiny_llama
+from conftest import capi_or_skip, gpu, record_instances, tiny_llama
 
 
 def _sessions(monkeypatch):
-    made = []
-    init = _capi.Session.__init__
-
-    def spy(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
-
-    monkeypatch.setattr(_capi.Session, "__init__", spy)
-    return made
+    return record_instances(monkeypatch, _capi.Session)
 
 
 def _rel_l2(a, b):

@@ -146,20 +146,13 @@ def test_gpu_greedy_tokens_and_caches_match_eager(donated_outputs):
     assert donated_outputs and all(donated_outputs), donated_outputs
 
 
-def test_cuda_graph_sessions_stage_the_token_and_position(monkeypatch):
+def test_cuda_graph_sessions_stage_the_token_and_position(created_subgraphs):
     """With CUDA graphs, the decode subgraph's inputs that are not at fixed
     addresses -- the token and the position, new tensors every step -- are
     staged through the session's buffers; weights, the RoPE tables, the
     mask buffer and the donated caches are not (they stay in the graph)."""
     capi_or_skip()
-    subs = []
-    init = llmc.backend.LlmcSubgraph.__init__
-
-    def spy(self, *a, **k):
-        init(self, *a, **k)
-        subs.append(self)
-
-    monkeypatch.setattr(llmc.backend.LlmcSubgraph, "__init__", spy)
+    subs = created_subgraphs
     torch.manual_seed(0)
     cm = torch.compile(GptFast(layers=2), backend="llmc", dynamic=False,
                        options={"cuda_graphs": True})

@@ -69,7 +69,7 @@ def test_static_cache_tokens_equal_eager_one_subgraph_per_step(family, batch):
                 "runs the subgraph") in decode.notes, str(decode)
 
 
-def test_static_cache_counters_are_copied_back_not_staged(monkeypatch):
+def test_static_cache_counters_are_copied_back_not_staged(created_subgraphs):
     """The static cache's per-layer position counters (StaticLayer's
     cumulative_length, add_ed by every step): AOTAutograd returns their new
     values for a copy back into the buffers, which the llmc decode subgraph
@@ -79,14 +79,7 @@ def test_static_cache_counters_are_copied_back_not_staged(monkeypatch):
     mask, new tensors every step (on the 7B model: 3 copies instead of 35,
     3 allocations instead of 33 before the first kernel)."""
     capi_or_skip()
-    subs = []
-    init = llmc.backend.LlmcSubgraph.__init__
-
-    def spy(self, *a, **k):
-        init(self, *a, **k)
-        subs.append(self)
-
-    monkeypatch.setattr(llmc.backend.LlmcSubgraph, "__init__", spy)
+    subs = created_subgraphs
     torch.manual_seed(0)
     model = tiny_llama().eval()
     m = copy.deepcopy(model)

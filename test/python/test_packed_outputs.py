@@ -118,23 +118,15 @@ def test_nothing_packed_without_a_list_or_with_one_output_of_a_dtype():
     assert s._pack == ([], set())
 
 
-def test_a_training_forward_packs_its_saved_tensors_not_the_users_outputs(monkeypatch):
+def test_a_training_forward_packs_its_saved_tensors_not_the_users_outputs(created_subgraphs):
     """Tiny LLaMA training step on the CPU (llmc compiles, PyTorch runs): the
     forward subgraph's saved outputs are the ones the backward reads, the
     logits (the user's output) are not among them, and the backward packs
     nothing."""
     capi_or_skip()
     from conftest import tiny_llama
-    import llmc.backend as B
 
-    subs = []
-    orig = B.LlmcSubgraph.__init__
-
-    def spy(self, *a, **kw):
-        orig(self, *a, **kw)
-        subs.append(self)
-
-    monkeypatch.setattr(B.LlmcSubgraph, "__init__", spy)
+    subs = created_subgraphs
     torch._dynamo.reset()
     model = tiny_llama()
     ids = torch.randint(0, model.config.vocab_size, (2, 9))
