@@ -14,7 +14,11 @@ batch size (1 and 8) and backend it runs `model.generate(prompt,
 max_new_tokens=N, do_sample=False, cache_implementation="static")` with a
 prompt of --prompt tokens (512), where the backend replaces `model.forward`:
 
-  eager                  PyTorch
+  eager                  PyTorch (generation_config.disable_compile: Hugging Face
+                         otherwise compiles the forward of a static-cache
+                         generate() on a GPU by itself)
+  hf-compile             that automatic compile: generation_config.compile_config,
+                         by default Inductor with mode="reduce-overhead"
   inductor               torch.compile(model.forward)
   inductor-graphs        torch.compile(model.forward, mode="reduce-overhead")
   llmc                   torch.compile(model.forward, backend="llmc")
@@ -57,8 +61,8 @@ import warnings
 
 import torch
 
-BACKENDS = ("eager", "inductor", "inductor-graphs", "llmc", "llmc-graphs", "llmc-int8",
-            "llmc-int4")
+BACKENDS = ("eager", "hf-compile", "inductor", "inductor-graphs", "llmc", "llmc-graphs",
+            "llmc-int8", "llmc-int4")
 
 
 def parse_args(argv=None):
@@ -90,7 +94,7 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.smoke:
         args.layers, args.dim, args.heads, args.kv_heads, args.ffn = 2, 128, 4, 2, 256
-        args.vocab, args.prompt, args.new, args.repeats = 1000, 9, 6, 1
+        args.vocab, args.prompt, args.new, args.repeats = 1000, 9, 6, 3
     args.batches = [int(b) for b in args.batches.split(",")]
     args.backends = args.backends.split(",")
     bad = [b for b in args.backends if b not in BACKENDS]
@@ -179,7 +183,12 @@ def set_backend(model, base_forward, name, cache="static"):
     torch._dynamo.reset()
     counters.clear()  # Dynamo's unique_graphs counts this backend's only
     llmc.backend.reset()
-    if name == "eager":
+    # Hugging Face compiles a static-cache generate()'s forward on a GPU
+    # unless told not to (GenerationMixin._valid_auto_compile_criteria):
+    # only the hf-compile row lets it, so "eager" is eager and the other
+    # rows run the backend they name.
+    model.generation_config.disable_compile = name != "hf-compile"
+    if name in ("eager", "hf-compile"):
         model.forward = base_forward
         return
     kw = {}

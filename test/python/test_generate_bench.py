@@ -57,3 +57,20 @@ def test_profile_writes_the_top_ops_and_a_timeline(tmp_path):
     with gzip.open(tmp_path / "profile-B1-llmc-graphs.json.gz", "rt") as f:
         events = json.load(f)["traceEvents"]
     assert any(e.get("name", "").startswith("aten::") for e in events), len(events)
+
+
+def test_only_the_hf_compile_row_lets_hugging_face_compile():
+    """Hugging Face compiles a static-cache generate()'s forward with
+    Inductor (mode "reduce-overhead") on a GPU by itself: the eager row and
+    the backends' rows turn that off, the hf-compile row keeps it."""
+    capi_or_skip()
+    import types
+    model = types.SimpleNamespace(generation_config=types.SimpleNamespace(), forward=None)
+    def base(*args, **kwargs):
+        return None
+
+    for name, allowed in (("eager", False), ("hf-compile", True), ("llmc-graphs", False)):
+        generate_hf.set_backend(model, base, name)
+        assert model.generation_config.disable_compile is (not allowed), name
+        if name in ("eager", "hf-compile"):
+            assert model.forward is base, name
