@@ -23,6 +23,8 @@ Python, _slice_outputs, _restride, assemble_outputs).
     python3 bench/plugin_overhead.py [--layers 1] [--seq 16] [--calls 2000] [--segments]
     python3 bench/plugin_overhead.py --dynamic   # bucketed path (pads, position check)
     python3 bench/plugin_overhead.py --model gpt-fast --layers 32 --segments   # decode step
+    python3 bench/plugin_overhead.py --model hf-static --layers 32 --cuda-graphs --segments
+        # Hugging Face generate() with a static cache: prefill and decode step
 """
 import argparse
 import contextlib
@@ -92,9 +94,11 @@ def time_segments(sub, args, calls):
     for name in SEGMENTS + ["_finish", "_restride_plan"]:
         if hasattr(B.LlmcSubgraph, name):
             patches.append((B.LlmcSubgraph, name) + wrap(B.LlmcSubgraph, name, name))
-    for name in ("run", "run_fast"):
+    for name in ("run", "run_fast", "_checked_inputs", "_guard"):
         if hasattr(_capi.Session, name):
-            patches.append((_capi.Session, name) + wrap(_capi.Session, name, "Session." + name))
+            # (the last two run inside run_fast: indented, not summed)
+            label = ("  of which " if name in ("_checked_inputs", "_guard") else "Session.") + name
+            patches.append((_capi.Session, name) + wrap(_capi.Session, name, label))
     patches.append((B, "assemble_outputs") + wrap(B, "assemble_outputs", "assemble_outputs"))
     for owner, name, _, timed in patches:
         setattr(owner, name, timed)
@@ -109,6 +113,30 @@ def time_segments(sub, args, calls):
     return total / calls, {k: v / calls for k, v in acc.items()}
 
 
+def record_generate(model, ids, **compile_kw):
+    """[(subgraph, [args of each call])] of a greedy static-cache generate()
+    of 4 tokens with model.forward compiled by llmc, the args cloned."""
+    import llmc.backend as B
+    calls = {}
+    orig = B.LlmcSubgraph.forward
+
+    def spy(self, *a):
+        calls.setdefault(id(self), (self, []))[1].append(
+            [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in a])
+        return orig(self, *a)
+
+    B.LlmcSubgraph.forward = spy
+    try:
+        model.forward = torch.compile(model.forward, backend="llmc", dynamic=False, **compile_kw)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                           pad_token_id=0, cache_implementation="static")
+    finally:
+        B.LlmcSubgraph.forward = orig
+    return list(calls.values())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=1)
@@ -119,9 +147,11 @@ def main():
                     help="sequence lengths 13 and 15 (bucketed to 16, position inputs checked)")
     ap.add_argument("--segments", action="store_true")
     ap.add_argument("--python", help="directory holding the llmc package to time")
-    ap.add_argument("--model", choices=("hf-llama", "gpt-fast"), default="hf-llama",
+    ap.add_argument("--model", choices=("hf-llama", "gpt-fast", "hf-static"), default="hf-llama",
                     help="gpt-fast: test/python/gpt_fast.py, prefill then a decode step "
-                         "(static KV caches donated; --layers sets the input count)")
+                         "(static KV caches donated; --layers sets the input count); "
+                         "hf-static: Hugging Face generate() with cache_implementation="
+                         "'static', model.forward compiled (prefill and decode step)")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="options={'cuda_graphs': True} (staged inputs)")
     args = ap.parse_args()
@@ -143,6 +173,10 @@ def main():
         xs = [(torch.randint(0, 1000, (1, args.seq)), torch.arange(args.seq)),
               (torch.randint(0, 1000, (1, 1)), torch.tensor([args.seq]))]
         subs = record_subgraphs(model, xs, call=lambda cm, x: cm(*x), dynamic=False, **opts)
+    elif args.model == "hf-static":
+        model = LlamaForCausalLM(cfg).eval()
+        seqs = [args.seq]
+        subs = record_generate(model, torch.randint(1, 1000, (args.batch, args.seq)), **opts)
     else:
         model = LlamaForCausalLM(cfg).eval()
         seqs = [13, 15] if args.dynamic else [args.seq]
@@ -177,7 +211,7 @@ def main():
             total_us += best / 1000
             if args.segments:
                 tot, seg = time_segments(sub, fargs, args.calls)
-                rest = tot - sum(seg.values())
+                rest = tot - sum(v for k, v in seg.items() if not k.startswith("  "))
                 for k, v in sorted(seg.items(), key=lambda kv: -kv[1]):
                     print(f"    {k:18s} {v / 1000:7.2f} us")
                 print(f"    {'(forward body)':18s} {rest / 1000:7.2f} us")
