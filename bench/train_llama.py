@@ -23,10 +23,11 @@ aot_eager (PyTorch's backend that traces with Dynamo and AOTAutograd and
 runs the traced graphs eagerly) shows what tracing alone costs a first step.
 
 Reported: the first step's time (compiles included) in seconds, split into
-Dynamo's bytecode tracing, AOTAutograd's tracing and partitioning
-(create_aot_dispatcher_function, the backend's compiles of the forward
-included), llmc's own import and compile of each subgraph, and the rest
-(running the step, the backward's compile, first-run setup); the
+Dynamo's bytecode tracing, AOTAutograd (create_aot_dispatcher_function:
+tracing the joint graph, partitioning it, the backend's partition of the
+forward), llmc's own import and compile of each subgraph (done on the
+subgraph's first call, so in neither of the two), and the rest (running
+the step, first-run setup); the
 median steady-state step time over --steps steps (CUDA-synchronized);
 tokens/s = batch * seq / step time; MFU = model FLOPs / step time / the
 bf16 (or f32) GEMM ceiling measured in this run (torch.mm of 8192^3), with
@@ -201,11 +202,11 @@ def llmc_report():
 
 def first_step_parts(backend):
     """Seconds of the first step spent in Dynamo's bytecode tracing, in
-    AOTAutograd (tracing the joint graph, partitioning, and the backend's
-    compile of the forward), and, for llmc, in its import + compile of the
-    subgraphs (forward and backward; the forward's is inside AOTAutograd's
-    time). From torch._dynamo.utils.compilation_time_metrics, cleared before
-    the step."""
+    AOTAutograd (tracing the joint graph, partitioning, the backend's graph
+    partition of the forward), and, for llmc, in its import + compile of the
+    subgraphs (forward and backward, each on its first call: outside the
+    other two). From torch._dynamo.utils.compilation_time_metrics, cleared
+    before the step."""
     from torch._dynamo.utils import compilation_time_metrics as m
     parts = {"dynamo_tracing": sum(m.get("bytecode_tracing", [])),
              "aot_autograd": sum(m.get("create_aot_dispatcher_function", []))}

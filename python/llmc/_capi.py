@@ -531,7 +531,15 @@ class Session:
     elsewhere before the next call on the stream (AOTAutograd's copy-back
     of a mutated input, e.g. a KV cache's position counter), this saves an
     allocation per output and call, before the first kernel, and gives the
-    output a fixed address for the CUDA graphs."""
+    output a fixed address. Each calling thread and stream gets its own
+    tensors: calls in flight at once must not share one (a second call could
+    overwrite it before the first one's copy has read it).
+
+    fixed_inputs: inputs not staged for the CUDA graphs on the assumption
+    that they stay where they are (a mutated buffer); when one moves
+    between two calls, `fixed_input_moved` turns True (the caller may then
+    recreate the session with them staged: a graph per address would be
+    captured otherwise)."""
 
     def __init__(self, executable: Executable, device_ordinal: int = 0,
                  cuda_graphs: bool = False,
@@ -541,13 +549,14 @@ class Session:
                  staged_output_bytes: int = 0,
                  packed_outputs: Sequence[int] = (),
                  output_views: Optional[Dict[int, int]] = None,
-                 persistent_outputs: Sequence[int] = ()):
+                 persistent_outputs: Sequence[int] = (),
+                 fixed_inputs: Sequence[int] = ()):
         lib = load()
         self.communicator = communicator  # released after the session
         if communicator is not None:
             device_ordinal = communicator.device_ordinal
         self._setup(lib, executable, torch.device("cuda", device_ordinal), always_prepare,
-                    packed_outputs, output_views, persistent_outputs)
+                    packed_outputs, output_views, persistent_outputs, fixed_inputs)
         out = ctypes.c_void_p()
         opts = f"cuda_graphs={1 if cuda_graphs else 0}"
         if cuda_graphs and staged_inputs:
@@ -567,7 +576,8 @@ class Session:
     def _setup(self, lib, executable: Executable, device: torch.device,
                always_prepare: bool, packed_outputs: Sequence[int] = (),
                output_views: Optional[Dict[int, int]] = None,
-               persistent_outputs: Sequence[int] = ()):
+               persistent_outputs: Sequence[int] = (),
+               fixed_inputs: Sequence[int] = ()):
         """The Python side of a session: the argument templates (also used by
         bench/plugin_overhead.py with a stand-in library)."""
         self._lib = lib
@@ -608,14 +618,18 @@ class Session:
         self._in_arr, self._in_data = self._template(self.input_info)
         self._out_arr, self._out_data = self._template(self.output_info)
         self._views = self._view_plan(output_views or {})
-        # Output index -> its tensor (None until the first call allocates it):
-        # neither donated, a view, nor packed.
-        self._persistent: Dict[int, Optional[torch.Tensor]] = {
-            int(o): None for o in persistent_outputs
+        # The persistent outputs (neither donated, a view, nor packed), and
+        # their tensors per (calling thread, stream): {output index: tensor},
+        # allocated on first use.
+        self._persistent_by_caller: Dict[Tuple[int, int], Dict[int, torch.Tensor]] = {}
+        self._persistent = {
+            int(o) for o in persistent_outputs
             if 0 <= int(o) < len(self._out_alloc) and int(o) not in self.aliases
             and int(o) not in self._views and all(int(o) != b for b in self._views.values())}
         self._pack = self._pack_plan([o for o in packed_outputs
                                       if o not in self._views and o not in self._persistent])
+        self._fixed = sorted({int(k) for k in fixed_inputs if 0 <= int(k) < len(self.input_info)})
+        self.fixed_input_moved = False
         self._n_in = len(self.input_info)
         self._n_out = len(self.output_info)
 
@@ -698,13 +712,16 @@ class Session:
                 got[o] = flat.as_strided(shape, strides, at)
         return got
 
-    def _persistent_output(self, o: int) -> torch.Tensor:
-        """The tensor of persistent output `o`, allocated on first use."""
-        t = self._persistent[o]
-        if t is None:
-            shape, dtype = self._out_alloc[o]
-            t = self._persistent[o] = torch.empty(shape, dtype=dtype, device=self.device)
-        return t
+    def _persistent_outputs(self) -> Dict[int, torch.Tensor]:
+        """The persistent output tensors of this thread and stream (see the
+        class docstring), allocated on first use."""
+        key = (threading.get_ident(), self._stream())
+        got = self._persistent_by_caller.get(key)
+        if got is None:
+            got = self._persistent_by_caller[key] = {
+                o: torch.empty(self._out_alloc[o][0], dtype=self._out_alloc[o][1], device=self.device)
+                for o in sorted(self._persistent)}
+        return got
 
     def _template(self, infos: Sequence[TensorInfo]):
         """An llmc_tensor array describing `infos` (data NULL) and a view of
@@ -814,6 +831,8 @@ class Session:
                 copies[k] = t
             elif not t.is_inference():
                 versions[k] = t._version
+        if last is not None and self._fixed and not self.fixed_input_moved:
+            self.fixed_input_moved = any(data[k] != last[1][k] for k in self._fixed)
         self._last_in = (refs, list(data), versions)
         return data, copies
 
@@ -832,6 +851,7 @@ class Session:
         # others.
         outs, out_ptrs = [], []
         packed = self._packed() if self._pack[0] else None
+        persistent = self._persistent_outputs() if self._persistent else None
         for o, (shape, dtype) in enumerate(self._out_alloc):
             i = self._fast_alias.get(o)
             if o in self._views:
@@ -844,8 +864,8 @@ class Session:
                 t = packed[o]
                 outs.append(t)
                 out_ptrs.append(t.data_ptr())
-            elif o in self._persistent:
-                t = self._persistent_output(o)
+            elif persistent is not None and o in persistent:
+                t = persistent[o]
                 outs.append(t)
                 out_ptrs.append(t.data_ptr())
             else:
@@ -881,10 +901,10 @@ class Session:
         are (contiguous, on the session's GPU) and the views of another
         output (self._views)."""
         packed = self._packed() if self._pack[0] else {}
+        persistent = self._persistent_outputs() if self._persistent else {}
         outs = [packed[o] if o in packed else
                 None if o in self._views else
-                self._persistent_output(o) if o in self._persistent and
-                alloc[o] == self._out_alloc[o] else
+                persistent[o] if o in persistent and alloc[o] == self._out_alloc[o] else
                 torch.empty(shape, dtype=dtype, device=self.device)
                 for o, (shape, dtype) in enumerate(alloc)]
         for o, i in self.aliases.items():

@@ -840,6 +840,8 @@ class LlmcSubgraph(torch.nn.Module):
             else:
                 outs = entry.session.run_fast(tensors)
                 if outs is not None:
+                    if self.copied_back_inputs:
+                        self._moved_fixed_input(entry)
                     return self._finish(entry, outs, sizes, args)
         return self._forward_general(args, run_args, sizes)
 
@@ -928,7 +930,8 @@ class LlmcSubgraph(torch.nn.Module):
                                         staged_output_bytes=STAGE_BYTES,
                                         packed_outputs=self._packed_outputs(imp),
                                         output_views=self._output_views(imp),
-                                        persistent_outputs=self._persistent_outputs(imp))
+                                        persistent_outputs=self._persistent_outputs(imp),
+                                        fixed_inputs=self._fixed_inputs(imp))
             except _capi.LlmcError as e:
                 self._disable(f"{e}")
                 return self._eager(args)
@@ -939,6 +942,8 @@ class LlmcSubgraph(torch.nn.Module):
             entry.scalars = tuple((i, run_args[i]) for i in self._scalar_args)
             entry.lifted = lifted
             self._last = entry
+        if self.copied_back_inputs:
+            self._moved_fixed_input(entry)
         return self._finish(entry, outs, sizes, args)
 
     @staticmethod
@@ -960,6 +965,26 @@ class LlmcSubgraph(torch.nn.Module):
         """The function results every FX output of which is a copied-back
         mutation's new value (self.copied_back_outputs)."""
         return self._results_all_of_whose_outputs_are_in(imp, self.copied_back_outputs)
+
+    def _fixed_inputs(self, imp) -> List[int]:
+        """The executable inputs fed by copied-back mutated buffers, which
+        _staged_inputs leaves unstaged on the assumption that they stay
+        where they are (_capi.Session's fixed_inputs)."""
+        if not self.options.cuda_graphs:
+            return []
+        return [k for k, p in enumerate(imp.arg_placeholders) if p in self.copied_back_inputs]
+
+    def _moved_fixed_input(self, entry) -> None:
+        """After a call: when a copied-back buffer moved since the previous
+        call, stage such inputs from now on (a new session): a CUDA graph per
+        address would be captured otherwise, until the runtime turns graphs
+        off."""
+        if entry.session is not None and getattr(entry.session, "fixed_input_moved", False):
+            self.copied_back_inputs.clear()
+            entry.session = None
+            self._last = None
+            self.report.notes.append(f"{self.name}: a mutated buffer moved between calls; "
+                                     "its inputs are staged for the CUDA graphs from now on")
 
     def _output_views(self, imp) -> Dict[int, int]:
         """{function result: the result whose memory it shares}, from

@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import operator
 import struct
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -827,20 +826,17 @@ def _static_int(v, what: str, imp: Optional["Importer"] = None) -> Optional[int]
     return v
 
 
-# graph -> (its placeholders and their values, bare_symbols): check_node
-# asks once per node of a symbolic graph, and the partitioner checks every
-# node of one graph.
-_BARE_SYMBOLS: "weakref.WeakKeyDictionary[torch.fx.Graph, tuple]" = weakref.WeakKeyDictionary()
-
-
 def bare_symbols(graph: torch.fx.Graph) -> set:
     """Names of the symbols that are whole dimensions of the placeholders
     (or SymInt placeholders): what an import per concrete shape binds.
-    Cached per graph while its placeholders and their values are the same."""
+    Cached on the graph (check_node asks once per node of a symbolic graph)
+    while its placeholders and their values are the same objects; the cache
+    lives and dies with the graph."""
     placeholders = graph.find_nodes(op="placeholder")
-    key = tuple((n, id(n.meta.get("val"))) for n in placeholders)
-    hit = _BARE_SYMBOLS.get(graph)
-    if hit is not None and hit[0] == key:
+    key = [(n, n.meta.get("val")) for n in placeholders]
+    hit = getattr(graph, "_llmc_bare_symbols", None)
+    if hit is not None and len(hit[0]) == len(key) and all(
+            a is c and b is d for (a, b), (c, d) in zip(hit[0], key)):
         return set(hit[1])
     out = set()
     for n in placeholders:
@@ -851,7 +847,7 @@ def bare_symbols(graph: torch.fx.Graph) -> set:
             lin = linear_size(d.node.expr) if isinstance(d, torch.SymInt) else None
             if lin is not None:
                 out.add(lin[0])
-    _BARE_SYMBOLS[graph] = (key, frozenset(out))
+    graph._llmc_bare_symbols = (key, frozenset(out))
     return out
 
 

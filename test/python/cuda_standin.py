@@ -65,7 +65,7 @@ def stand_in_session(base, make_lib):
             if hasattr(base, "_pack_plan"):
                 self._setup(lib, executable, torch.device("cpu"), always_prepare,
                             staging.get("packed_outputs", ()), staging.get("output_views"),
-                            staging.get("persistent_outputs", ()))
+                            staging.get("persistent_outputs", ()), staging.get("fixed_inputs", ()))
             elif hasattr(base, "_setup"):
                 self._setup(lib, executable, torch.device("cpu"), always_prepare)
             else:  # a package from before the per-key argument templates

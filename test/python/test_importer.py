@@ -339,3 +339,26 @@ def test_constant_literals():
     assert importer._literal(float("-inf"), torch.bfloat16) == "0xFF80"
     assert importer._literal(-3.4028234663852886e38, torch.float32) == "0xFF7FFFFF"
     assert importer._literal(True, torch.bool) == "true"
+
+
+def test_bare_symbols_cache_dies_with_its_graph():
+    """bare_symbols caches its answer on the graph: the cache neither keeps a
+    graph (and the module owning it) alive nor answers for changed
+    placeholders."""
+    import gc
+    import weakref
+    from llmc import importer
+
+    def f(x):
+        return x + 1
+
+    gm = torch.fx.symbolic_trace(f)
+    ph = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    ph.meta["val"] = torch.empty(3, 4)
+    assert importer.bare_symbols(gm.graph) == set()
+    ph.meta["val"] = torch.empty(5)  # another value object: recomputed
+    assert importer.bare_symbols(gm.graph) == set()
+    ref = weakref.ref(gm)
+    del gm, ph
+    gc.collect()
+    assert ref() is None

@@ -34,12 +34,12 @@ class _Exe:
         self.output_aliases = aliases or {}
 
 
-def _session(outputs, packed, aliases=None, views=None, persistent=()):
+def _session(outputs, packed, aliases=None, views=None, persistent=(), fixed=()):
     f32 = torch.float32
     exe = _Exe([_capi.TensorInfo(f32, (4,))], [_capi.TensorInfo(d, s) for d, s in outputs], aliases)
     s = _capi.Session.__new__(_capi.Session)
     lib = _Lib()
-    s._setup(lib, exe, torch.device("cpu"), False, packed, views, persistent)
+    s._setup(lib, exe, torch.device("cpu"), False, packed, views, persistent, fixed)
     s._handle = None
     s._stream = lambda: 0
     return s, lib
@@ -214,3 +214,62 @@ def test_persistent_outputs_are_one_tensor_for_every_call(fast):
     if fast:
         assert [o[0] for o in lib.outputs] == [calls[0][0].data_ptr()] * 3
         assert [o[2] for o in lib.outputs] == [calls[0][2].data_ptr()] * 3
+
+
+def test_persistent_outputs_are_not_shared_between_threads():
+    """Two calls in flight at once (two threads) must not share a persistent
+    output: the second could overwrite it before the first one's copy back
+    has read it. Each thread keeps its own, call after call."""
+    import threading
+    i64 = torch.int64
+    s, _ = _session([(i64, ()), (i64, ())], packed=[], persistent=[0])
+    x = torch.randn(4)
+    got = {}
+
+    def call(name):
+        got[name] = [s.run_fast([x])[0] for _ in range(2)]
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    main = [s.run_fast([x])[0] for _ in range(2)]
+    for calls in (got["a"], got["b"], main):
+        assert calls[0] is calls[1]
+    assert got["a"][0] is not got["b"][0] and main[0] is not got["a"][0]
+
+
+def test_a_fixed_input_that_moves_is_reported():
+    """fixed_inputs (mutated buffers left unstaged for the CUDA graphs):
+    the session says when one is at another address than in the previous
+    call, so that the caller can stage it instead."""
+    f32 = torch.float32
+    s, _ = _session([(f32, (4,))], packed=[], fixed=[0])
+    x = torch.randn(4)
+    for _ in range(3):
+        s.run_fast([x])
+    assert not s.fixed_input_moved
+    s.run_fast([torch.randn(4)])
+    assert s.fixed_input_moved
+
+
+def test_the_subgraph_stages_a_copied_back_buffer_once_it_moved():
+    """LlmcSubgraph._moved_fixed_input: after a call in which a copied-back
+    buffer moved, its inputs count as staged and the session is dropped (a
+    new one, with them staged, is made on the next call)."""
+    import types
+    import llmc.backend as B
+    sub = B.LlmcSubgraph.__new__(B.LlmcSubgraph)
+    torch.nn.Module.__init__(sub)
+    sub.name = "llmc_0"
+    sub.report = types.SimpleNamespace(notes=[])
+    sub.copied_back_inputs = {3, 5}
+    entry = types.SimpleNamespace(session=types.SimpleNamespace(fixed_input_moved=False))
+    sub._last = entry
+    sub._moved_fixed_input(entry)
+    assert sub.copied_back_inputs == {3, 5} and entry.session is not None
+    entry.session.fixed_input_moved = True
+    sub._moved_fixed_input(entry)
+    assert sub.copied_back_inputs == set() and entry.session is None and sub._last is None
+    assert "moved between calls" in sub.report.notes[0]
