@@ -113,30 +113,6 @@ def time_segments(sub, args, calls):
     return total / calls, {k: v / calls for k, v in acc.items()}
 
 
-def record_generate(model, ids, **compile_kw):
-    """[(subgraph, [args of each call])] of a greedy static-cache generate()
-    of 4 tokens with model.forward compiled by llmc, the args cloned."""
-    import llmc.backend as B
-    calls = {}
-    orig = B.LlmcSubgraph.forward
-
-    def spy(self, *a):
-        calls.setdefault(id(self), (self, []))[1].append(
-            [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in a])
-        return orig(self, *a)
-
-    B.LlmcSubgraph.forward = spy
-    try:
-        model.forward = torch.compile(model.forward, backend="llmc", dynamic=False, **compile_kw)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False,
-                           pad_token_id=0, cache_implementation="static")
-    finally:
-        B.LlmcSubgraph.forward = orig
-    return list(calls.values())
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=1)
@@ -176,7 +152,11 @@ def main():
     elif args.model == "hf-static":
         model = LlamaForCausalLM(cfg).eval()
         seqs = [args.seq]
-        subs = record_generate(model, torch.randint(1, 1000, (args.batch, args.seq)), **opts)
+        def generate(m, ids):  # greedy, static cache, 4 tokens
+            m.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                       pad_token_id=0, cache_implementation="static")
+        subs = record_subgraphs(model, [torch.randint(1, 1000, (args.batch, args.seq))],
+                                call=generate, compile_forward=True, dynamic=False, **opts)
     else:
         model = LlamaForCausalLM(cfg).eval()
         seqs = [13, 15] if args.dynamic else [args.seq]

@@ -83,11 +83,12 @@ def stand_in_session(base, make_lib):
     return Session
 
 
-def record_subgraphs(model, inputs_list, call=None, **compile_kw):
-    """Compiles `model` with torch.compile(backend="llmc", **compile_kw), runs
-    it on each of `inputs_list` (call(compiled, x); default: a Hugging Face
-    forward with use_cache=False; no grad); returns [(subgraph, [args of
-    each call])], the args cloned as they were passed."""
+def record_subgraphs(model, inputs_list, call=None, compile_forward=False, **compile_kw):
+    """Compiles `model` with torch.compile(backend="llmc", **compile_kw) (with
+    `compile_forward`, its `forward` in place instead, as for Hugging Face's
+    generate()), runs it on each of `inputs_list` (call(compiled, x);
+    default: a Hugging Face forward with use_cache=False; no grad); returns
+    [(subgraph, [args of each call])], the args cloned as they were passed."""
     import llmc.backend as B
     calls = {}
     orig = B.LlmcSubgraph.forward
@@ -99,7 +100,11 @@ def record_subgraphs(model, inputs_list, call=None, **compile_kw):
 
     B.LlmcSubgraph.forward = spy
     try:
-        cm = torch.compile(model, backend="llmc", **compile_kw)
+        if compile_forward:
+            model.forward = torch.compile(model.forward, backend="llmc", **compile_kw)
+            cm = model
+        else:
+            cm = torch.compile(model, backend="llmc", **compile_kw)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for x in inputs_list:
