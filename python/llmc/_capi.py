@@ -712,10 +712,10 @@ class Session:
                 got[o] = flat.as_strided(shape, strides, at)
         return got
 
-    def _persistent_outputs(self) -> Dict[int, torch.Tensor]:
-        """The persistent output tensors of this thread and stream (see the
+    def _persistent_outputs(self, stream: int) -> Dict[int, torch.Tensor]:
+        """The persistent output tensors of this thread and `stream` (see the
         class docstring), allocated on first use."""
-        key = (threading.get_ident(), self._stream())
+        key = (threading.get_ident(), stream)
         got = self._persistent_by_caller.get(key)
         if got is None:
             got = self._persistent_by_caller[key] = {
@@ -851,7 +851,8 @@ class Session:
         # others.
         outs, out_ptrs = [], []
         packed = self._packed() if self._pack[0] else None
-        persistent = self._persistent_outputs() if self._persistent else None
+        stream = self._stream()
+        persistent = self._persistent_outputs(stream) if self._persistent else None
         for o, (shape, dtype) in enumerate(self._out_alloc):
             i = self._fast_alias.get(o)
             if o in self._views:
@@ -875,7 +876,6 @@ class Session:
         for o, b in self._views.items():
             outs[o] = outs[b].view(self._out_alloc[o][0])
             out_ptrs[o] = out_ptrs[b]
-        stream = self._stream()
         with self._run_lock:
             self._guard(inputs)
             if copies:
@@ -901,7 +901,7 @@ class Session:
         are (contiguous, on the session's GPU) and the views of another
         output (self._views)."""
         packed = self._packed() if self._pack[0] else {}
-        persistent = self._persistent_outputs() if self._persistent else {}
+        persistent = self._persistent_outputs(self._stream()) if self._persistent else {}
         outs = [packed[o] if o in packed else
                 None if o in self._views else
                 persistent[o] if o in persistent and alloc[o] == self._out_alloc[o] else

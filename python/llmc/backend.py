@@ -1417,10 +1417,11 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     folded = fold.fold_causal_masks(gm, mask_notes, causal_saved)
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
-    donations = _donations(fused, names, _mutated_inputs(kind))
+    mutated = _mutated_inputs(kind)
+    donations = _donations(fused, names, mutated)
     static = _static_placeholders(fused, names, _static_inputs())
     saved = _saved_outputs(fused, names, kind)
-    copied_back = _copied_back(fused, names, _mutated_inputs(kind), donations)
+    copied_back = _copied_back(fused, names, mutated, donations)
     for sub, d in donations.items():
         report.notes.append(f"{sub}: {len(d)} mutated input(s) (KV caches) donated: written in "
                             "place when llmc runs the subgraph")
