@@ -778,3 +778,38 @@ std::unique_ptr<Pass> llmc::createFormKernelsPass(const LowerOptions &options) {
   o.hoist = options.hoist_parameter_work;
   return createFormKernelsPass(o);
 }
+
+SmallVector<std::pair<unsigned, BlockArgument>>
+llmc::inPlaceResults(func::FuncOp fn, const KernelPlan &plan,
+                     const llvm::DenseSet<Operation *> &prepared) {
+  SmallVector<std::pair<unsigned, BlockArgument>> found;
+  if (fn.isExternal())
+    return found;
+  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  for (BlockArgument arg : fn.getArguments()) {
+    auto k = fn.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), "llm.aliasing_output");
+    if (!k || !fn.getArgAttr(arg.getArgNumber(), "llm.donate") || k.getInt() < 0 ||
+        k.getInt() >= static_cast<int64_t>(ret.getNumOperands()))
+      continue;
+    Value v = ret.getOperand(k.getInt());
+    Operation *def = v.getDefiningOp();
+    auto group = def ? plan.groupOf.find(def) : plan.groupOf.end();
+    if (v.getType() != arg.getType() || group == plan.groupOf.end() || !isElementwise(def) ||
+        prepared.contains(def))
+      continue;
+    ArrayRef<Operation *> members = plan.groups[group->second];
+    auto shape = cast<RankedTensorType>(arg.getType()).getShape();
+    // The kernel's index space (its last op's shape, LowerElementwise.cpp).
+    if (cast<RankedTensorType>(members.back()->getResult(0).getType()).getShape() != shape)
+      continue;
+    bool safe = llvm::all_of(arg.getUses(), [&](OpOperand &use) {
+      Operation *user = use.getOwner();
+      auto it = plan.groupOf.find(user);
+      return it != plan.groupOf.end() && it->second == group->second && isElementwise(user) &&
+             cast<RankedTensorType>(user->getResult(0).getType()).getShape() == shape;
+    });
+    if (safe)
+      found.push_back({static_cast<unsigned>(k.getInt()), arg});
+  }
+  return found;
+}

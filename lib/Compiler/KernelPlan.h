@@ -279,6 +279,21 @@ absl::StatusOr<KernelPlan>
 decidedKernelPlan(mlir::func::FuncOp fn, const LowerOptions &options,
                   const llvm::DenseSet<mlir::Operation *> &prepared);
 
+/// The results of `fn` that its donated arguments' buffers hold
+/// (`llm.aliasing_output`), written there in place: {result index: the
+/// argument}. A result qualifies when its own defining op belongs to an
+/// elementwise kernel of `plan` whose index space is the argument's shape,
+/// and every use of the argument is a member of that kernel reading it as
+/// an operand of the full shape (so the kernel reads each element at the
+/// index it writes, before writing it, and nothing reads the argument
+/// afterwards): an optimizer's update of a parameter or of its moments.
+/// The kernel must not be parameter preparation (`prepared`), which runs
+/// once per parameter set, not on every call. Any other aliasing result
+/// keeps value semantics (its own output buffer).
+llvm::SmallVector<std::pair<unsigned, mlir::BlockArgument>>
+inPlaceResults(mlir::func::FuncOp fn, const KernelPlan &plan,
+               const llvm::DenseSet<mlir::Operation *> &prepared);
+
 } // namespace llmc
 
 #endif // LLMC_LIB_COMPILER_KERNELPLAN_H

@@ -188,6 +188,20 @@ absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
   if (prog.outputs.empty())
     return absl::OkStatus(); // dead group
 
+  // An output written over an input's buffer (llmc::inPlaceResults): that
+  // input must be read at the index written, i.e. contiguously.
+  for (auto [o, out] : llvm::enumerate(outputs)) {
+    BlockArgument arg = l.inPlaceArgOf(out);
+    if (!arg)
+      continue;
+    for (auto [i, read] : llvm::enumerate(reads))
+      if (read.root == arg && (prog.inputs[i].layout != cu::InputLayout::kContiguous ||
+                               read.elementOffset != 0))
+        return absl::InternalError(absl::StrCat(
+            "cuda backend: ", describe(last), ": output ", o, " is written over input ", i,
+            ", which the kernel does not read contiguously at the written index"));
+    prog.outputs_alias_inputs = true;
+  }
   LLMC_ASSIGN_OR_RETURN(cu::KernelCode code,
                         generated(cu::EmitElementwise(prog), last));
   int kernel = l.addKernel(code);

@@ -225,6 +225,20 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
   if (!configs.ok())
     return configs.status();
   kernelConfigs = std::move(*configs);
+  // Results a donated argument's buffer holds (llm.aliasing_output), where
+  // the kernel computing them may write there: that kernel writes the
+  // input buffer, and the output is a copy from it (skipped when the
+  // caller passes the input as the output, as alias_input tells it to).
+  for (auto [k, arg] : inPlaceResults(fn, kernelPlan, hoisted)) {
+    Value root = ret.getOperand(k);
+    auto it = outputIndex.find(root);
+    if (it == outputIndex.end() || it->second != static_cast<int>(k))
+      continue;
+    outputIndex.erase(it);
+    buffers[root] = buffers[arg];
+    inPlaceArg[root] = arg;
+    copies.push_back({root, static_cast<int>(k)});
+  }
 
   // Liveness in units of ops (program order); each value's storage root is
   // live from its definition to its last (transitive, through views) use.
@@ -339,6 +353,11 @@ absl::StatusOr<OwningOpRef<exec::ExecutableOp>> Lowering::run() {
         arg && arg != v && fn.getArgAttr(arg.getArgNumber(), "llm.donate") &&
         arg.getType() == v.getType())
       builder.setAliasInput(i, arg.getArgNumber());
+    else if (auto in = inPlaceArg.find(v);
+             in != inPlaceArg.end() &&
+             fn.getArgAttrOfType<IntegerAttr>(in->second.getArgNumber(), "llm.aliasing_output")
+                     .getInt() == static_cast<int64_t>(i))
+      builder.setAliasInput(i, in->second.getArgNumber());
     if (absl::Status st = guarded(ret, [&, v = v] { return emitCopyToBuffer(id, v, ret); });
         !st.ok())
       return st;

@@ -198,6 +198,9 @@ public:
   /// Which ops share a kernel (llmc-form-kernels) and their configurations
   /// (llmc-select-kernel-configs).
   const KernelPlan &getKernelPlan() const { return kernelPlan; }
+  /// The donated argument whose buffer `v` (a function result) is written
+  /// over (llmc::inPlaceResults), or null.
+  BlockArgument inPlaceArgOf(Value v) const { return inPlaceArg.lookup(v); }
   const KernelConfigs &getKernelConfigs() const { return kernelConfigs; }
   /// The launch step being emitted (the op's index in the function): the
   /// liveness unit of arena buffers.
@@ -274,6 +277,8 @@ private:
   llvm::DenseMap<Value, int> defStep;          // storage root -> def step
   KernelPlan kernelPlan;                       // which ops share a kernel
   KernelConfigs kernelConfigs;                 // their configurations
+  llvm::DenseMap<Value, BlockArgument> inPlaceArg; // result written into a
+                                                   // donated argument
   llvm::DenseMap<Value, int> outputIndex;      // returned root -> output
   std::vector<absl::Status> materializeErrors; // from lazy view copies
   Operation *emitting = nullptr;               // the op `guarded` is emitting

@@ -1369,16 +1369,29 @@ def _copied_back(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[List[
     return found
 
 
-def _donations(fused: torch.fx.GraphModule, names,
-               mutated_inputs: Tuple[List[int], int]) -> Dict[str, Dict[int, int]]:
+def _donations(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[List[int], int],
+               updates: Optional[Dict[str, set]] = None) -> Dict[str, Dict[int, int]]:
     """{llmc subgraph: {placeholder index: output index}}: the mutated inputs
-    (`mutated`, see _mutated_inputs) whose new value an llmc subgraph
-    computes as an index_put without accumulate onto the input itself (a
-    KV-cache write) and which nothing else reads. The subgraph may write
-    them in place (llm.donate) and return the input tensor as that output;
-    AOTAutograd's copy-back is then a copy of a tensor onto itself, which
-    PyTorch skips. Anything else keeps value semantics."""
+    (`mutated`, see _mutated_inputs) that only an llmc subgraph reads and
+    whose new value it computes, as
+    - an index_put without accumulate onto the input itself (a KV-cache
+      write) that is the input's only reader: written in place;
+    - any other value of the input's shape and dtype that is only the
+      mutation's new value (an optimizer's update of a parameter or a
+      moment, a counter's add_): llm.aliasing_output lets llmc write it
+      over the input when the kernel computing it is the input's only
+      reader and reads it elementwise (llmc::inPlaceResults), else it
+      computes it out of place.
+    The subgraph may then return the input tensor as that output (the
+    executable's alias_input says so); AOTAutograd's copy-back is then a
+    copy of a tensor onto itself, which PyTorch skips (and which still
+    bumps the input's version counter, so prepared weights are renewed).
+    Anything else keeps value semantics. `updates` (when given) gets the
+    placeholders of the second kind, per subgraph."""
     found: Dict[str, Dict[int, int]] = {}
+    out_node = next(n for n in fused.graph.nodes if n.op == "output")
+    fused_outs = out_node.args[0]
+    fused_outs = list(fused_outs) if isinstance(fused_outs, (tuple, list)) else [fused_outs]
     for ph, call, k, new in _mutation_sites(fused, names, mutated_inputs):
         if list(ph.users) != [call] or call.args.count(ph) != 1:
             continue
@@ -1393,6 +1406,10 @@ def _donations(fused: torch.fx.GraphModule, names,
         v, base = sub_outs[k], sub_phs[a]
         if not (isinstance(v, torch.fx.Node) and v.op == "call_function" and v.target in _INDEX_PUTS
                 and v.args[0] is base and list(base.users) == [v] and sub_outs.count(v) == 1):
+            if _updated_elementwise(v, base, sub_outs, new, out_node, fused_outs, call, k):
+                found.setdefault(call.target, {})[a] = k
+                if updates is not None:
+                    updates.setdefault(call.target, set()).add(a)
             continue
         # The base only as the base: an index_put whose indices or values
         # read it (index_copy_(0, perm, c)) reads what it overwrites.
@@ -1409,6 +1426,37 @@ def _donations(fused: torch.fx.GraphModule, names,
     return found
 
 
+def _updated_elementwise(v, base, sub_outs, new, out_node, fused_outs, call, k) -> bool:
+    """Whether subgraph output k (`v`, FX node `new` of the fused graph) is
+    a candidate for an in-place update of the subgraph input `base`: a
+    pointwise op's value (torch.Tag.pointwise, or a foreach op's tensor) of
+    base's shape and dtype,
+    returned once and used only as
+    the mutation's new value (a user output that is the same value would
+    otherwise be the input tensor itself), with base a dense tensor that is
+    not returned. llmc decides whether it can write it in place."""
+    if not isinstance(v, torch.fx.Node) or v.op != "call_function" or sub_outs.count(v) != 1:
+        return False
+    # A pointwise op, or one tensor of a foreach op (pointwise per tensor).
+    op = v.args[0].target if (v.target is operator.getitem and isinstance(v.args[0], torch.fx.Node)
+                              and v.args[0].op == "call_function") else v.target
+    schema = getattr(op, "_schema", None)
+    if torch.Tag.pointwise not in getattr(op, "tags", ()) and not (
+            schema is not None and schema.name.startswith("aten::_foreach_")):
+        return False
+    if base in sub_outs or list(new.users) != [out_node] or fused_outs.count(new) != 1:
+        return False
+    # The call's output k read once, as `new` (a tuple output through getitem).
+    readers = [u for u in call.users if u is new or (
+        u.op == "call_function" and u.target is operator.getitem and u.args[1] == k)]
+    if readers != [new]:
+        return False
+    m_in, m_out = importer._meta(base), importer._meta(v)
+    return (isinstance(m_in, torch.Tensor) and isinstance(m_out, torch.Tensor)
+            and m_in.shape == m_out.shape and m_in.dtype == m_out.dtype
+            and m_in.is_contiguous() and m_out.is_contiguous())
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options,
                    kind: str, causal_saved: Optional[Dict[str, tuple]] = None):
     from torch._functorch.aot_autograd import make_boxed_func
@@ -1418,13 +1466,20 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     fused, names, report = partition.partition(gm, name)
     report.kind = kind
     mutated = _mutated_inputs(kind)
-    donations = _donations(fused, names, mutated)
+    updates: Dict[str, set] = {}
+    donations = _donations(fused, names, mutated, updates)
     static = _static_placeholders(fused, names, _static_inputs())
     saved = _saved_outputs(fused, names, kind)
     copied_back = _copied_back(fused, names, mutated, donations)
     for sub, d in donations.items():
-        report.notes.append(f"{sub}: {len(d)} mutated input(s) (KV caches) donated: written in "
-                            "place when llmc runs the subgraph")
+        caches = len(d) - len(updates.get(sub, ()))
+        if caches:
+            report.notes.append(f"{sub}: {caches} mutated input(s) (KV caches) donated: written in "
+                                "place when llmc runs the subgraph")
+        if updates.get(sub):
+            report.notes.append(f"{sub}: {len(updates[sub])} mutated input(s) donated for an "
+                                "in-place update (llm.aliasing_output): written in place where "
+                                "llmc's kernel is their only reader")
     if folded:
         report.notes.append(f"{folded} constant causal attention mask(s) folded into is_causal")
     report.notes.extend(mask_notes)

@@ -2249,15 +2249,18 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
 
 def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
                  bindings: Optional[Dict[str, int]] = None,
-                 donate: Sequence[int] = ()) -> ImportResult:
+                 donate: Union[Sequence[int], Dict[int, int]] = ()) -> ImportResult:
     """Translates a whole GraphModule (every call must be supported).
 
     With `bindings` (symbol name -> size) every dimension is concrete. The
     placeholders (by index) in `donate` become `llm.donate` arguments: the
     compiled code may update them in place (a KV cache AOTAutograd copies
-    back anyway). Raises Unsupported or NeedsStatic."""
+    back anyway); given as {placeholder: FX output index of its new value},
+    such an argument also names the result its buffer may hold
+    (`llm.aliasing_output`). Raises Unsupported or NeedsStatic."""
     imp = Importer(bindings=bindings, gm=gm)
     args_sig: List[str] = []
+    arg_attrs: List[List[str]] = []
     arg_placeholders: List[int] = []
     dim_bindings: Dict[str, Tuple[int, int]] = {}
     arg_perms: Dict[int, Tuple[int, ...]] = {}
@@ -2297,8 +2300,8 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
             attrs.append("llm.dim_names = [" + ", ".join(f'"{n}"' for n in names) + "]")
         if pi in donate:
             attrs.append("llm.donate")
-        attr = " {" + ", ".join(attrs) + "}" if attrs else ""
-        args_sig.append(f"%arg{ai}: {v.type}{attr}")
+        args_sig.append(f"%arg{ai}: {v.type}")
+        arg_attrs.append(attrs)
         arg_placeholders.append(pi)
 
     output_node = None
@@ -2372,6 +2375,19 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
         out_map.append(("out", len(results) - 1))
     if not results:
         raise Unsupported("subgraph computes nothing")
+    # A donated input whose new value is output k (`donate` as a dict):
+    # llm.aliasing_output names the result that its buffer may hold when
+    # that result is computed here with the argument's type, in memory order.
+    if isinstance(donate, dict):
+        for ai, pi in enumerate(arg_placeholders):
+            k = donate.get(pi)
+            if k is None or k >= len(out_map) or out_map[k][0] != "out":
+                continue
+            r = out_map[k][1]
+            if r not in out_perms and returned[r].type == args_sig[ai].split(": ", 1)[1]:
+                arg_attrs[ai].append(f"llm.aliasing_output = {r} : i64")
+    args_sig = [a + (" {" + ", ".join(attrs) + "}" if attrs else "")
+                for a, attrs in zip(args_sig, arg_attrs)]
     names = [imp.ref(v) for v in returned]
     ret_types = ", ".join(v.type for v in returned)
     if imp.seed is not None:

@@ -44,9 +44,15 @@ def LLM_Dialect : Dialect {
     argument's dynamic dimensions, bound per specialization: an array of
     non-empty strings, one per dynamic dimension in order), `llm.donate`
     (the caller lets the compiled code update the argument in place, as a
-    KV cache appended by `llm.kv_cache_append`) and `llm.param` (the
-    argument is a parameter, see `llm::parameterArguments`); the last two
-    are unit attributes.
+    KV cache appended by `llm.kv_cache_append`), `llm.aliasing_output = k`
+    (on a donated argument: its buffer may hold result `k`, of the
+    argument's type, after the call -- XLA's input/output aliasing; the
+    CUDA backend writes the result there when the kernel computing it is
+    the argument's only reader and reads it elementwise, as an optimizer's
+    update of a parameter, and keeps value semantics otherwise) and
+    `llm.param` (the argument is a parameter, see
+    `llm::parameterArguments`); `llm.donate` and `llm.param` are unit
+    attributes.
 
     ```mlir
     %h = llm.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<?x4096xbf16>, tensor<4096xbf16>

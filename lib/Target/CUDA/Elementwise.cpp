@@ -299,6 +299,8 @@ struct Emitter {
     }
     for (int i = 0; i < nout; ++i)
       s << "//   out" << i << ": " << ScalarTypeTag(p.outputs[i].type) << " = n" << p.outputs[i].node << "\n";
+    if (p.outputs_alias_inputs)
+      s << "// In place: an output shares memory with an input (no __restrict__).\n";
     if (HasStrided())
       s << "// Strided inputs: a vector path for rows of stride 1 or 0 (StridedRows), then scalar;\n"
            "// 32-bit index math below 2^31 elements.\n";
@@ -510,10 +512,13 @@ struct Emitter {
     const int nin = static_cast<int>(p.inputs.size());
     const int nout = static_cast<int>(p.outputs.size());
     s << "extern \"C\" __global__ void __launch_bounds__(kThreads) " << name << "(\n";
+    // An output written over an input's memory breaks __restrict__'s
+    // promise (and the read-only cache path it allows for the inputs).
+    const char *restrict_ = p.outputs_alias_inputs ? "" : " __restrict__";
     for (int i = 0; i < nout; ++i)
-      s << "    " << CTypeName(p.outputs[i].type) << "* __restrict__ out" << i << ",\n";
+      s << "    " << CTypeName(p.outputs[i].type) << "*" << restrict_ << " out" << i << ",\n";
     for (int i = 0; i < nin; ++i)
-      s << "    const " << CTypeName(p.inputs[i].type) << "* __restrict__ in" << i << ",\n";
+      s << "    const " << CTypeName(p.inputs[i].type) << "*" << restrict_ << " in" << i << ",\n";
     s << "    long long numel";
     if (NeedsShape()) s << ",\n    EwShape shape";
     s << ") {\n";

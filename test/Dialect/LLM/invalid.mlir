@@ -930,7 +930,45 @@ func.func @donate_with_a_value(%x: tensor<4xf32>, %c: tensor<4xf32> {llm.donate 
 
 // -----
 
-// expected-error @+1 {{attribute 'llm.dim_name' of argument 0 of @unknown_argument_attribute is not an llm argument attribute (expected llm.dim_names, llm.donate or llm.param)}}
+// expected-error @+1 {{attribute 'llm.aliasing_output' of argument 0 of @alias_without_donate needs llm.donate on the same argument}}
+func.func @alias_without_donate(%p: tensor<4xf32> {llm.aliasing_output = 0 : i64}) -> tensor<4xf32> {
+  return %p : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'llm.aliasing_output' of argument 0 of @alias_out_of_range names result 1, but the function has 1 result(s)}}
+func.func @alias_out_of_range(%p: tensor<4xf32> {llm.donate, llm.aliasing_output = 1 : i64}) -> tensor<4xf32> {
+  return %p : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'llm.aliasing_output' of argument 0 of @alias_other_type names result 0 of type 'tensor<4xbf16>', not the argument's type 'tensor<4xf32>'}}
+func.func @alias_other_type(%p: tensor<4xf32> {llm.donate, llm.aliasing_output = 0 : i64}) -> tensor<4xbf16> {
+  %c = llm.cast %p : tensor<4xf32> to tensor<4xbf16>
+  return %c : tensor<4xbf16>
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'llm.aliasing_output' of argument 0 of @alias_twice names result 0, as argument 1 does}}
+func.func @alias_twice(%p: tensor<4xf32> {llm.donate, llm.aliasing_output = 0 : i64},
+                       %q: tensor<4xf32> {llm.donate, llm.aliasing_output = 0 : i64}) -> tensor<4xf32> {
+  %s = llm.add %p, %q : tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'llm.aliasing_output' of argument 0 of @alias_not_an_index must be an i64 result index, found "r0"}}
+func.func @alias_not_an_index(%p: tensor<4xf32> {llm.donate, llm.aliasing_output = "r0"}) -> tensor<4xf32> {
+  return %p : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'llm.dim_name' of argument 0 of @unknown_argument_attribute is not an llm argument attribute (expected llm.dim_names, llm.donate, llm.aliasing_output or llm.param)}}
 func.func @unknown_argument_attribute(%x: tensor<?x4xf32> {llm.dim_name = ["seq"]}) {
   return
 }

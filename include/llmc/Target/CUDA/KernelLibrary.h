@@ -150,6 +150,12 @@ struct ElementwiseProgram {
   /// path before using any, 1..4 (1: one at a time). A tuning knob
   /// (LowerOptions::elementwise_unroll), measured on the GPU.
   int unroll = kElementwiseUnroll;
+  /// Some output is written over an input's memory (an in-place update of a
+  /// donated argument, `llm.aliasing_output`): the caller guarantees that
+  /// such an input is read contiguously, at the index of the output element
+  /// being written, so each element is read before its own thread writes
+  /// it. The pointers are then not declared __restrict__.
+  bool outputs_alias_inputs = false;
 };
 
 inline constexpr int kElementwiseMaxRank = 8;
