@@ -5,7 +5,8 @@
 // 0.999 exp_avg_sq + 0.001 g^2, p = p (1 - lr wd) - step_size exp_avg /
 // (sqrt(exp_avg_sq) / sqrt(bc2) + eps). The parameter, both moments and the
 // step are donated with the results they become (llm.aliasing_output), so
-// the update kernel writes over them:
+// the update kernel writes over them (|exp_avg_sq| is taken first, since
+// llmc-run's random inputs may be negative):
 //
 //   llmc-run bench/adamw_update.mlir --bench --check=ref
 //
@@ -22,7 +23,8 @@ func.func @adamw(%p: tensor<5632x2048xbf16> {llm.donate, llm.aliasing_output = 1
   %m1 = llm.add %m, %d1 : tensor<5632x2048xbf16>
   %c999 = llm.constant dense<0.999> : tensor<bf16>
   %b999 = llm.broadcast %c999 : tensor<bf16> to tensor<5632x2048xbf16>
-  %v0 = llm.mul %v, %b999 : tensor<5632x2048xbf16>
+  %va = llm.abs %v : tensor<5632x2048xbf16>
+  %v0 = llm.mul %va, %b999 : tensor<5632x2048xbf16>
   %gg = llm.mul %g, %g : tensor<5632x2048xbf16>
   %c001 = llm.constant dense<0.001> : tensor<bf16>
   %b001 = llm.broadcast %c001 : tensor<bf16> to tensor<5632x2048xbf16>
