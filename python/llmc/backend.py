@@ -335,6 +335,7 @@ class LlmcSubgraph(torch.nn.Module):
     def __init__(self, eager: torch.fx.GraphModule, name: str, options: Options,
                  report: partition.Report, index: int = 0,
                  donate: Optional[Dict[int, int]] = None,
+                 updates: Optional[set] = None,
                  static: Optional[set] = None,
                  saved: Optional[set] = None,
                  copied_back: Optional[Tuple[set, set]] = None):
@@ -356,6 +357,10 @@ class LlmcSubgraph(torch.nn.Module):
         # Placeholder index -> output index of the inputs updated in place
         # (see _donations).
         self.donate = dict(donate or {})
+        # The donated placeholders whose new value is an in-place update
+        # (llm.aliasing_output) rather than a KV-cache write: written in
+        # place where the executable aliases them (see _donations).
+        self.updates = set(updates or ())
         # Placeholders fed by inputs at fixed addresses (parameters, buffers;
         # see _static_placeholders); None: unknown, all taken as static.
         self.static = static
@@ -1338,11 +1343,14 @@ def _mutation_sites(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[Li
 
 
 def _copied_back(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[List[int], int],
-                 donations: Dict[str, Dict[int, int]]) -> Dict[str, Tuple[set, set]]:
+                 donations: Dict[str, Dict[int, int]],
+                 updates: Dict[str, set]) -> Dict[str, Tuple[set, set]]:
     """{llmc subgraph: (its placeholders fed by a mutated input, its outputs
     that are only a mutated input's new value)} for the mutations that are
-    not donated (a counter's add_, HF's StaticLayer.cumulative_length: 32
-    per 7B decode step): AOTAutograd copies such an output back into the
+    not donated as KV caches (a counter's add_, HF's
+    StaticLayer.cumulative_length: 32 per 7B decode step; inputs donated for
+    an in-place update, `updates`, in case llmc computes them out of place):
+    AOTAutograd copies such an output back into the
     input right after the call and drops it, so the session may reuse one
     tensor for it on every call (_capi.Session's persistent_outputs), and
     the input, a buffer that stays where it is, need not be staged for a
@@ -1360,7 +1368,10 @@ def _copied_back(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[List[
             continue
         sub = call.target
         a = call.args.index(ph) if call.args.count(ph) == 1 else None
-        if a is not None and a in donations.get(sub, {}):
+        # A KV cache written in place is not copied back; an input donated
+        # for an in-place update is, when llmc computes it out of place
+        # (the session's persistent outputs skip the ones it aliases).
+        if a is not None and a in donations.get(sub, {}) and a not in updates.get(sub, ()):
             continue
         sub_ins, sub_outs = found.setdefault(sub, (set(), set()))
         if a is not None:
@@ -1470,7 +1481,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     donations = _donations(fused, names, mutated, updates)
     static = _static_placeholders(fused, names, _static_inputs())
     saved = _saved_outputs(fused, names, kind)
-    copied_back = _copied_back(fused, names, mutated, donations)
+    copied_back = _copied_back(fused, names, mutated, donations, updates)
     for sub, d in donations.items():
         caches = len(d) - len(updates.get(sub, ()))
         if caches:
@@ -1487,6 +1498,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
         eager = getattr(fused, sub)
         setattr(fused, sub, LlmcSubgraph(eager, sub, options, report, index=i,
                                          donate=donations.get(sub),
+                                         updates=updates.get(sub),
                                          static=static.get(sub),
                                          saved=saved.get(sub),
                                          copied_back=copied_back.get(sub)))

@@ -98,11 +98,7 @@ def created_subgraphs(monkeypatch):
     return record_instances(monkeypatch, llmc.backend.LlmcSubgraph)
 
 
-@pytest.fixture
-def donated_outputs(monkeypatch):
-    """A list that records, for every donated input of every llmc subgraph
-    call, whether the subgraph returned the input tensor itself as its
-    output (written in place, no copy)."""
+def _spy_donations(monkeypatch, updates: bool):
     import llmc.backend
     returned_inputs = []
     forward = llmc.backend.LlmcSubgraph.forward
@@ -111,8 +107,25 @@ def donated_outputs(monkeypatch):
         out = forward(self, *args)
         outs = out if isinstance(out, tuple) else (out,)
         for a, k in self.donate.items():
-            returned_inputs.append(outs[k] is args[a])
+            if (a in self.updates) == updates:
+                returned_inputs.append(outs[k] is args[a])
         return out
 
     monkeypatch.setattr(llmc.backend.LlmcSubgraph, "forward", spy)
     return returned_inputs
+
+
+@pytest.fixture
+def donated_outputs(monkeypatch):
+    """A list that records, for every input of every llmc subgraph call
+    donated as a KV cache (an index_put onto it), whether the subgraph
+    returned the input tensor itself as its output (written in place, no
+    copy)."""
+    return _spy_donations(monkeypatch, updates=False)
+
+
+@pytest.fixture
+def updated_outputs(monkeypatch):
+    """The same for the inputs donated for an in-place update
+    (llm.aliasing_output: an optimizer's parameters and moments)."""
+    return _spy_donations(monkeypatch, updates=True)

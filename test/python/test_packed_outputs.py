@@ -225,9 +225,13 @@ def test_persistent_outputs_are_not_shared_between_threads():
     s, _ = _session([(i64, ()), (i64, ())], packed=[], persistent=[0])
     x = torch.randn(4)
     got = {}
+    # Both threads stay alive until both have called: a thread's identity
+    # (the session's key) may be reused once the thread has ended.
+    both_called = threading.Barrier(2)
 
     def call(name):
         got[name] = [s.run_fast([x])[0] for _ in range(2)]
+        both_called.wait(timeout=60)
 
     threads = [threading.Thread(target=call, args=(n,)) for n in ("a", "b")]
     for t in threads:

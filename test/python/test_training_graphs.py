@@ -813,7 +813,7 @@ def test_gpu_plain_llama_step_runs_in_llmc_and_matches_eager(dtype):
 
 
 @gpu
-def test_gpu_compiled_adamw_steps_match_eager(donated_outputs):
+def test_gpu_compiled_adamw_steps_match_eager(updated_outputs):
     """Three compiled AdamW steps on the GPU (the foreach ops in llmc) leave
     the parameters and optimizer state where eager's do, written in place:
     every donated input is returned as its own output, at the same address."""
@@ -842,11 +842,11 @@ def test_gpu_compiled_adamw_steps_match_eager(donated_outputs):
     assert [p.data_ptr() for p in m.parameters()] == ptrs
     rep = llmc.backend.last_report()
     assert rep.llmc_runs > 0 and rep.eager_runs == 0, str(rep)
-    assert donated_outputs and all(donated_outputs), donated_outputs
+    assert updated_outputs and all(updated_outputs), updated_outputs
 
 
 @gpu
-def test_gpu_bf16_autocast_training_with_in_place_adamw_matches_eager(donated_outputs):
+def test_gpu_bf16_autocast_training_with_in_place_adamw_matches_eager(updated_outputs):
     """Five steps of a bf16-autocast forward (its weight casts are parameter
     preparation, run once per parameter set) and backward through llmc with
     a compiled AdamW step that writes the f32 master weights in place: the
@@ -877,7 +877,7 @@ def test_gpu_bf16_autocast_training_with_in_place_adamw_matches_eager(donated_ou
     assert len(set(round(v, 4) for v in want)) == len(want), want  # the loss moves
     for g, w in zip(got, want):
         assert abs(g - w) <= 1e-2 * abs(w), (got, want)
-    assert donated_outputs and all(donated_outputs), donated_outputs
+    assert updated_outputs and all(updated_outputs), updated_outputs
 
 
 @gpu
