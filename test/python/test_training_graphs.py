@@ -845,6 +845,12 @@ def test_gpu_compiled_adamw_steps_match_eager(updated_outputs):
     assert updated_outputs and all(updated_outputs), updated_outputs
 
 
+def _autocast_loss(fwd, x, dtype):
+    """The next-token loss of a CUDA forward under autocast to `dtype`."""
+    with torch.autocast("cuda", dtype=dtype):
+        return F.cross_entropy(fwd(x).float().flatten(0, 1), x.flatten())
+
+
 @gpu
 def test_gpu_bf16_autocast_training_with_in_place_adamw_matches_eager(updated_outputs):
     """Five steps of a bf16-autocast forward (its weight casts are parameter
@@ -865,8 +871,7 @@ def test_gpu_bf16_autocast_training_with_in_place_adamw_matches_eager(updated_ou
         losses = []
         for _ in range(5):
             opt.zero_grad()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = F.cross_entropy(fwd(x).float().flatten(0, 1), x.flatten())
+            loss = _autocast_loss(fwd, x, torch.bfloat16)
             loss.backward()
             step()
             losses.append(float(loss))
@@ -898,9 +903,7 @@ def test_gpu_fp16_grad_scaler_skips_the_steps_eager_skips():
         scales = []
         for _ in range(20):
             opt.zero_grad()
-            with torch.autocast("cuda", dtype=torch.float16):
-                loss = F.cross_entropy(fwd(x).float().flatten(0, 1), x.flatten())
-            scaler.scale(loss).backward()
+            scaler.scale(_autocast_loss(fwd, x, torch.float16)).backward()
             scaler.step(opt)
             scaler.update()
             scales.append(scaler.get_scale())
