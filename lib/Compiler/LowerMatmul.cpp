@@ -221,6 +221,7 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
     // out = out + cast(bias), bias broadcast along rows; in place.
     cu::ElementwiseProgram prog;
     prog.unroll = l.getKernelConfigs().elementwise_unroll;
+    prog.outputs_alias_inputs = true; // out is in0
     prog.inputs.push_back({scalarOf(op.getResult()), cu::InputLayout::kContiguous});
     prog.inputs.push_back({scalarOf(op.getBias()), cu::InputLayout::kRowBroadcast});
     cu::EwNode c;

@@ -361,6 +361,8 @@ class LlmcSubgraph(torch.nn.Module):
         # (llm.aliasing_output) rather than a KV-cache write: written in
         # place where the executable aliases them (see _donations).
         self.updates = set(updates or ())
+        # With options.check: the old values of those inputs in this call.
+        self._pre_update: Optional[Dict[int, torch.Tensor]] = None
         # Placeholders fed by inputs at fixed addresses (parameters, buffers;
         # see _static_placeholders); None: unknown, all taken as static.
         self.static = static
@@ -820,6 +822,12 @@ class LlmcSubgraph(torch.nn.Module):
     def _forward(self, args):
         if self.disabled is not None:
             return self._eager(args)
+        if self.options.check and self.updates:
+            # The debug check reruns the subgraph in PyTorch on the inputs of
+            # this call: keep the old values of the inputs llmc may update
+            # in place (an optimizer step is not idempotent).
+            self._pre_update = {a: args[a].detach().clone() for a in self.updates
+                                if a < len(args) and isinstance(args[a], torch.Tensor)}
         if self.plan:
             run_args, sizes = self._pad(args)
             if run_args is None:
@@ -1027,6 +1035,10 @@ class LlmcSubgraph(torch.nn.Module):
                       f"llmc check: {self.report.graph} subgraph {self.name} draws random "
                       "numbers (dropout); its results are not compared with PyTorch's")
             return
+        old = self._pre_update
+        if old:
+            args = [old.get(i, a) for i, a in enumerate(args)]
+            self._pre_update = None
         want = self.eager(*args)
         want = list(want) if isinstance(want, (tuple, list)) else [want]
         floats = [a.dtype for a in args if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]

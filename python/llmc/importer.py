@@ -2378,13 +2378,19 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
     # A donated input whose new value is output k (`donate` as a dict):
     # llm.aliasing_output names the result that its buffer may hold when
     # that result is computed here with the argument's type, in memory order.
+    # Not when another output is the argument's own old value (a clone of
+    # it is ("arg", pi): no MLIR op reads it, so the lowering would not see
+    # that read) or when the result is also another output.
     if isinstance(donate, dict):
+        old_values = {o[1] if o[0] == "arg" else o[1][0] for o in out_map
+                      if o[0] in ("arg", "argcopy", "argview")}
         for ai, pi in enumerate(arg_placeholders):
             k = donate.get(pi)
-            if k is None or k >= len(out_map) or out_map[k][0] != "out":
+            if k is None or k >= len(out_map) or out_map[k][0] != "out" or pi in old_values:
                 continue
             r = out_map[k][1]
-            if r not in out_perms and returned[r].type == args_sig[ai].split(": ", 1)[1]:
+            if (r not in out_perms and out_map.count(("out", r)) == 1
+                    and returned[r].type == args_sig[ai].split(": ", 1)[1]):
                 arg_attrs[ai].append(f"llm.aliasing_output = {r} : i64")
     args_sig = [a + (" {" + ", ".join(attrs) + "}" if attrs else "")
                 for a, attrs in zip(args_sig, arg_attrs)]

@@ -685,6 +685,38 @@ def test_compiled_optimizer_step_updates_in_place(name, tmp_path):
     assert len(aliased) == mutated, exe[:4000]
 
 
+def test_no_in_place_update_when_the_old_value_is_returned(tmp_path):
+    """A buffer updated in place whose old value (a clone, which the import
+    reads as the argument itself) is also returned: the update is not
+    written over the buffer (no llm.aliasing_output); without the clone it
+    is (found by review)."""
+    class Momentum(nn.Module):
+        def __init__(self, keep_old):
+            super().__init__()
+            self.keep_old = keep_old
+            self.register_buffer("buf", torch.randn(64))
+
+        def forward(self, v):
+            old = self.buf.clone()
+            self.buf.mul_(0.9).add_(v)
+            return (old, self.buf * 2) if self.keep_old else self.buf * 2
+
+    for keep_old in (True, False):
+        d = tmp_path / str(keep_old)
+        m = Momentum(keep_old)
+        want_old = m.buf.clone()
+        llmc.backend.reset()
+        cm = torch.compile(m, backend="llmc", dynamic=False, options={"dump_dir": str(d)})
+        v = torch.randn(64)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = cm(v)
+        if keep_old:
+            torch.testing.assert_close(out[0], want_old)
+        [dump] = d.glob("g*.llmc_0.mlir")
+        assert ("llm.aliasing_output" in dump.read_text()) == (not keep_old), dump.read_text()
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_compiled_optimizer_step_matches_torch(name):
     """The step's graph (new parameters and optimizer state as outputs)
@@ -816,7 +848,7 @@ def test_gpu_plain_llama_step_runs_in_llmc_and_matches_eager(dtype):
 def test_gpu_compiled_adamw_steps_match_eager(updated_outputs):
     """Three compiled AdamW steps on the GPU (the foreach ops in llmc) leave
     the parameters and optimizer state where eager's do, written in place:
-    every donated input is returned as its own output, at the same address."""
+    every input donated for the update is returned as its own output."""
     capi_or_skip()
     def make():
         torch.manual_seed(0)
@@ -825,7 +857,6 @@ def test_gpu_compiled_adamw_steps_match_eager(updated_outputs):
     m, opt = make()
     ref, ref_opt = make()
     x = torch.randint(0, 512, (2, 16), device="cuda")
-    ptrs = [p.data_ptr() for p in m.parameters()]
     llmc.backend.reset()
     step = torch.compile(opt.step, backend="llmc")
     for _ in range(3):
@@ -839,7 +870,6 @@ def test_gpu_compiled_adamw_steps_match_eager(updated_outputs):
         # (The compiled step keeps `step` on the GPU, eager on the CPU.)
         for key in ("exp_avg", "exp_avg_sq", "step"):
             torch.testing.assert_close(st[key].cpu(), ref_st[key].cpu(), rtol=1e-5, atol=1e-6)
-    assert [p.data_ptr() for p in m.parameters()] == ptrs
     rep = llmc.backend.last_report()
     assert rep.llmc_runs > 0 and rep.eager_runs == 0, str(rep)
     assert updated_outputs and all(updated_outputs), updated_outputs
@@ -874,15 +904,63 @@ def test_gpu_bf16_autocast_training_with_in_place_adamw_matches_eager(updated_ou
             loss = _autocast_loss(fwd, x, torch.bfloat16)
             loss.backward()
             step()
-            losses.append(float(loss))
+            # An inference graph: its bf16 weight casts are prepared once per
+            # parameter set (the parameter guard), so they must see the step.
+            with torch.no_grad():
+                losses.append((float(loss), float(_autocast_loss(fwd, x, torch.bfloat16))))
         return losses
     llmc.backend.reset()
     got = run(True)
     want = run(False)
-    assert len(set(round(v, 4) for v in want)) == len(want), want  # the loss moves
+    assert len(set(round(v, 4) for _, v in want)) == len(want), want  # the loss moves
     for g, w in zip(got, want):
-        assert abs(g - w) <= 1e-2 * abs(w), (got, want)
+        for a, b in zip(g, w):
+            assert abs(a - b) <= 1e-2 * abs(b), (got, want)
+    assert any(r.graph.endswith("_inference") and r.llmc_runs for r in llmc.backend.reports()), \
+        [str(r) for r in llmc.backend.reports()]
     assert updated_outputs and all(updated_outputs), updated_outputs
+
+
+@gpu
+def test_gpu_check_mode_reruns_an_in_place_step_on_its_old_inputs():
+    """options={"check": True} compares every llmc result with PyTorch's on
+    the same inputs: for a step that llmc writes in place, on the inputs'
+    values before the call (an optimizer step is not idempotent)."""
+    capi_or_skip()
+    torch.manual_seed(0)
+    m = PlainLlama(layers=1).cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
+    x = torch.randint(0, 512, (2, 16), device="cuda")
+    llmc.backend.reset()
+    step = torch.compile(opt.step, backend="llmc", options={"check": True})
+    for _ in range(3):
+        opt.zero_grad()
+        F.cross_entropy(m(x).flatten(0, 1), x.flatten()).backward()
+        step()  # raises CheckMismatch on a mismatch
+    rep = llmc.backend.last_report()
+    assert rep.llmc_runs == 3 and rep.eager_runs == 0, str(rep)
+
+
+@gpu
+def test_gpu_old_value_of_an_updated_buffer_is_returned_as_it_was():
+    """A graph that returns a clone of a buffer and updates the buffer in
+    place: the clone is the buffer's old value, so the update is not written
+    over the buffer (no llm.aliasing_output; found by review)."""
+    capi_or_skip()
+    buf = torch.randn(4096, device="cuda")
+    ref = buf.clone()
+
+    @torch.compile(backend="llmc")
+    def f(v):
+        with torch.no_grad():
+            old = buf.clone()
+            buf.mul_(0.9).add_(v)
+            return old
+
+    v = torch.randn(4096, device="cuda")
+    old = f(v)
+    torch.testing.assert_close(old, ref)
+    torch.testing.assert_close(buf, ref * 0.9 + v)
 
 
 @gpu
