@@ -368,6 +368,7 @@ private:
   absl::StatusOr<HostTensor> cumsum(llm::CumsumOp op);
   absl::StatusOr<HostTensor> dropoutMask(llm::DropoutMaskOp op);
   absl::StatusOr<HostTensor> attention(llm::AttentionOp op);
+  absl::StatusOr<HostTensor> pagedAttention(llm::PagedAttentionOp op);
   absl::StatusOr<HostTensor> attentionLogSumExp(llm::AttentionLogSumExpOp op);
   absl::Status attentionBackward(llm::AttentionBackwardOp op);
   absl::StatusOr<HostTensor> kvCacheAppend(llm::KVCacheAppendOp op);

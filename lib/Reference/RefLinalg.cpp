@@ -346,6 +346,99 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
   return out;
 }
 
+absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
+  const HostTensor &q = in(op, 0), &kp = in(op, 1), &vp = in(op, 2),
+                   &table = in(op, 3), &cu = in(op, 4), &lens = in(op, 5);
+  const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
+  const int64_t P = kp.shape[0], pageSize = kp.shape[1], Hkv = kp.shape[2];
+  const int64_t B = table.shape[0], maxPages = table.shape[1];
+  if (kp.shape != vp.shape)
+    return opError(op, absl::StrCat("key_pages ", shapeStr(kp.shape), " and value_pages ",
+                                    shapeStr(vp.shape), " must have the same shape"));
+  if (kp.shape[3] != D || Hkv == 0 || Hq % Hkv != 0 || pageSize < 1 ||
+      cu.shape != Shape{B + 1} || lens.shape != Shape{B})
+    return opError(op, absl::StrCat("inconsistent shapes: query ", shapeStr(q.shape),
+                                    ", pages ", shapeStr(kp.shape), ", block_table ",
+                                    shapeStr(table.shape), ", cu_seqlens_q ",
+                                    shapeStr(cu.shape), ", seq_lens ", shapeStr(lens.shape)));
+  if (std::optional<std::string> error = llm::checkAttentionHeadDim(D))
+    return opError(op, *error);
+  // The sequences' layout, checked before any work.
+  auto at = [](const HostTensor &t, int64_t i) { return static_cast<int64_t>(t.data[i]); };
+  if (at(cu, 0) != 0 || at(cu, B) != T)
+    return opError(op, absl::StrCat("cu_seqlens_q must run from 0 to T = ", T, ", found ",
+                                    at(cu, 0), " .. ", at(cu, B)));
+  double work = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = at(cu, b + 1) - at(cu, b), len = at(lens, b);
+    if (n < 0)
+      return opError(op, absl::StrCat("cu_seqlens_q decreases at sequence ", b, " (",
+                                      at(cu, b), " then ", at(cu, b + 1), ")"));
+    if (n > len || len > maxPages * pageSize)
+      return opError(op, absl::StrCat("sequence ", b, ": ", n, " new token(s) and seq_len ",
+                                      len, " (need new tokens <= seq_len <= max_pages * "
+                                      "page_size = ", maxPages * pageSize, ")"));
+    for (int64_t p = 0; p * pageSize < len; ++p)
+      if (int64_t page = at(table, b * maxPages + p); page < 0 || page >= P)
+        return opError(op, absl::StrCat("sequence ", b, " reads page ", page,
+                                        " (block_table[", b, ", ", p, "]), outside [0, ", P,
+                                        ")"));
+    work += 2.0 * double(n) * double(Hq) * double(len) * double(D);
+  }
+  if (absl::Status s = budget_->spend(opName(op), work); !s.ok())
+    return s;
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
+  if (out.data.empty())
+    return out;
+  int64_t maxLen = 0;
+  for (int64_t b = 0; b < B; ++b)
+    maxLen = std::max(maxLen, at(lens, b));
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> p, newBuffer(op, "a row of scores", maxLen));
+  const double scale = op.getScale() ? op.getScale()->convertToDouble()
+                                     : 1.0 / std::sqrt(static_cast<double>(D));
+  const int64_t group = Hq / Hkv;
+  // Row of key position j of sequence b, head hk, in the pages.
+  auto kvRow = [&](int64_t b, int64_t j, int64_t hk) {
+    int64_t page = at(table, b * maxPages + j / pageSize);
+    return ((page * pageSize + j % pageSize) * Hkv + hk) * D;
+  };
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t first = at(cu, b), n = at(cu, b + 1) - first, len = at(lens, b);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t hk = h / group;
+        const int64_t end = op.getCausal() ? len - n + i + 1 : len;
+        const double *qi = q.data.data() + ((first + i) * Hq + h) * D;
+        double mx = -kInf;
+        for (int64_t j = 0; j < end; ++j) {
+          const double *kj = kp.data.data() + kvRow(b, j, hk);
+          double s = 0.0;
+          for (int64_t d = 0; d < D; ++d)
+            s += qi[d] * kj[d];
+          p[j] = s * scale;
+          mx = nanMax(mx, p[j]);
+        }
+        // A row with no visible key gives zeros, as llm.attention.
+        if (end <= 0 || mx == -kInf)
+          continue;
+        double sum = 0.0;
+        for (int64_t j = 0; j < end; ++j) {
+          p[j] = std::exp(p[j] - mx);
+          sum += p[j];
+        }
+        double *oi = out.data.data() + ((first + i) * Hq + h) * D;
+        for (int64_t j = 0; j < end; ++j) {
+          const double *vj = vp.data.data() + kvRow(b, j, hk);
+          const double w = p[j] / sum;
+          for (int64_t d = 0; d < D; ++d)
+            oi[d] += w * vj[d];
+        }
+      }
+  }
+  roundInPlace(out);
+  return out;
+}
+
 absl::StatusOr<HostTensor>
 RankState::attentionLogSumExp(llm::AttentionLogSumExpOp op) {
   const HostTensor &q = in(op, 0), &k = in(op, 1);

@@ -550,6 +550,15 @@ double MultiplyAdds(Operation *op) {
       return -1;
     return 2.0 * product(q) * double(k.getDimSize(at.kvSeqDim()));
   }
+  if (auto pa = dyn_cast<llm::PagedAttentionOp>(op)) {
+    // At most: every query row over every key its block table can hold.
+    auto q = cast<RankedTensorType>(pa.getQuery().getType());
+    auto kp = cast<RankedTensorType>(pa.getKeyPages().getType());
+    auto bt = cast<RankedTensorType>(pa.getBlockTable().getType());
+    if (product(q) < 0 || kp.isDynamicDim(1) || bt.isDynamicDim(1))
+      return -1;
+    return 2.0 * product(q) * double(kp.getDimSize(1)) * double(bt.getDimSize(1));
+  }
   // One pass over the scores for the statistics, four for the gradients.
   auto scorePasses = [&](Value query, Value key, double passes) {
     auto q = cast<RankedTensorType>(query.getType());

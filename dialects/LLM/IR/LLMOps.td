@@ -669,6 +669,52 @@ def LLM_KVCacheAppendOp : LLM_Op<"kv_cache_append",
   let hasVerifier = 1;
 }
 
+def LLM_PagedAttentionOp : LLM_Op<"paged_attention",
+    [Pure, AllTypesMatch<["query", "result"]>]> {
+  let summary = "Attention of packed variable-length queries over a paged KV cache.";
+  let description = [{
+    The serving form of attention (PagedAttention: Kwon et al., SOSP 2023;
+    the argument layout of FlashAttention's `flash_attn_varlen_func` with a
+    `block_table`, as vLLM calls it). B sequences; the new tokens of all of
+    them are packed along the first dimension of the query [T, Hq, D]:
+    sequence b's are rows `cu_seqlens_q[b]` .. `cu_seqlens_q[b + 1] - 1`
+    (`cu_seqlens_q` [B + 1], from 0 up to T; one row per sequence at
+    decode, several for chunked prefill or speculative verification). The
+    keys and values live in pages [P, page_size, Hkv, D]: key position j
+    of sequence b is row j % page_size of page `block_table[b, j /
+    page_size]` (`block_table` [B, max_pages]); `seq_lens` [B] gives each
+    sequence's key length, its new tokens included (written into the pages
+    before, by a paged append). The n_b new tokens are the last n_b
+    positions: query row i of sequence b sits at position seq_lens[b] - n_b
+    + i and, with `causal`, attends keys 0 .. that position, else all
+    seq_lens[b] keys. Grouped-query attention as `llm.attention` (Hkv
+    divides Hq); `scale` defaults to 1/sqrt(D); fp32 accumulation; a row
+    that sees no key gives zeros. The result is [T, Hq, D].
+
+    Run-time errors (the reference executor reports them with the op):
+    `cu_seqlens_q` not non-decreasing from 0 to T, n_b > seq_lens[b],
+    seq_lens[b] > max_pages * page_size, or a page id a sequence reads
+    outside [0, P). Pages past a sequence's length are never read, so
+    block-table entries there may be anything.
+
+    ```mlir
+    %o = llm.paged_attention %q, %kp, %vp, %bt, %cuq, %lens {causal} : tensor<5x32x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$query, LLM_FloatTensor:$key_pages,
+                       LLM_FloatTensor:$value_pages, LLM_IntTensor:$block_table,
+                       LLM_IntTensor:$cu_seqlens_q, LLM_IntTensor:$seq_lens,
+                       UnitAttr:$causal, OptionalAttr<F64Attr>:$scale);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key_pages `,` $value_pages `,` $block_table `,` $cu_seqlens_q `,`
+    $seq_lens attr-dict `:` type($query) `,` type($key_pages) `,`
+    type($value_pages) `,` type($block_table) `,` type($cu_seqlens_q) `,`
+    type($seq_lens)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Collectives (tensor parallelism)
 //===----------------------------------------------------------------------===//

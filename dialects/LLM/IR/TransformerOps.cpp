@@ -278,6 +278,55 @@ LogicalResult AttentionBackwardOp::verify() {
   return verifyLogSumExp(*this, "logsumexp", getLogsumexp().getType(), q);
 }
 
+LogicalResult PagedAttentionOp::verify() {
+  auto q = getQuery().getType(), kp = getKeyPages().getType();
+  auto bt = getBlockTable().getType(), cu = getCuSeqlensQ().getType(),
+       lens = getSeqLens().getType();
+  if (q.getRank() != 3)
+    return emitOpError() << "query must be [T, Hq, D] (rank 3), found "
+                         << shapeStr(q.getShape());
+  if (kp.getRank() != 4)
+    return emitOpError() << "key_pages must be [P, page_size, Hkv, D] (rank 4), found "
+                         << shapeStr(kp.getShape());
+  if (failed(verifySameTensor(*this, "value_pages", getValuePages().getType(), "key_pages",
+                              kp)))
+    return failure();
+  if (q.getElementType() != kp.getElementType())
+    return emitOpError() << "query and key_pages must share an element type, found "
+                         << typeStr(q.getElementType()) << " and "
+                         << typeStr(kp.getElementType());
+  if (!dimsCompatible(q.getDimSize(2), kp.getDimSize(3)))
+    return emitOpError() << "head dimensions differ: query " << q.getDimSize(2)
+                         << ", key_pages " << kp.getDimSize(3);
+  if (std::optional<std::string> error = checkAttentionHeadDim(
+          q.isDynamicDim(2) ? kp.getDimSize(3) : q.getDimSize(2)))
+    return emitOpError() << *error;
+  int64_t hq = q.getDimSize(1), hkv = kp.getDimSize(2);
+  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
+      (hkv == 0 || hq % hkv != 0))
+    return emitOpError() << "query heads (" << hq
+                         << ") must be a multiple of key/value heads (" << hkv
+                         << ") for grouped-query attention";
+  if (kp.getDimSize(1) == 0)
+    return emitOpError() << "page_size (key_pages dimension 1) must be at least 1";
+  if (bt.getRank() != 2 || cu.getRank() != 1 || lens.getRank() != 1)
+    return emitOpError() << "block_table must be [B, max_pages], cu_seqlens_q [B + 1] and "
+                            "seq_lens [B], found "
+                         << shapeStr(bt.getShape()) << ", " << shapeStr(cu.getShape())
+                         << " and " << shapeStr(lens.getShape());
+  int64_t b = bt.getDimSize(0);
+  if (!dimsCompatible(lens.getDimSize(0), b) ||
+      (!ShapedType::isDynamic(b) && !ShapedType::isDynamic(cu.getDimSize(0)) &&
+       cu.getDimSize(0) != b + 1))
+    return emitOpError() << "block_table " << shapeStr(bt.getShape()) << ", cu_seqlens_q "
+                         << shapeStr(cu.getShape()) << " and seq_lens "
+                         << shapeStr(lens.getShape())
+                         << " must describe the same B sequences ([B, max_pages], [B + 1], [B])";
+  if (std::optional<APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0.0))
+    return emitOpError() << "scale must be > 0, found " << scale->convertToDouble();
+  return success();
+}
+
 LogicalResult KVCacheAppendOp::verify() {
   auto cache = getCache().getType();
   auto update = getUpdate().getType();

@@ -1216,3 +1216,43 @@ func.func @dropout_mask_stream(%seed: tensor<i64>) {
   %0 = llm.dropout_mask %seed {p = 0.5 : f64, stream = 3000000000 : i64} : tensor<i64> -> tensor<4xi1>
   return
 }
+
+// -----
+
+func.func @paged_attention_query_rank(%q: tensor<1x5x32x128xbf16>, %kp: tensor<64x16x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_attention' op query must be [T, Hq, D] (rank 3), found [1, 5, 32, 128]}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens : tensor<1x5x32x128xbf16>, tensor<64x16x8x128xbf16>, tensor<64x16x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_gqa(%q: tensor<5x30x128xbf16>, %kp: tensor<64x16x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_attention' op query heads (30) must be a multiple of key/value heads (8) for grouped-query attention}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens : tensor<5x30x128xbf16>, tensor<64x16x8x128xbf16>, tensor<64x16x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_sequences(%q: tensor<5x32x128xbf16>, %kp: tensor<64x16x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<4xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_attention' op block_table [4, 8], cu_seqlens_q [4] and seq_lens [4] must describe the same B sequences ([B, max_pages], [B + 1], [B])}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens : tensor<5x32x128xbf16>, tensor<64x16x8x128xbf16>, tensor<64x16x8x128xbf16>, tensor<4x8xi32>, tensor<4xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_head_dim(%q: tensor<5x32x64xbf16>, %kp: tensor<64x16x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_attention' op head dimensions differ: query 64, key_pages 128}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens : tensor<5x32x64xbf16>, tensor<64x16x8x128xbf16>, tensor<64x16x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_value_pages(%q: tensor<5x32x128xbf16>, %kp: tensor<64x16x8x128xbf16>, %vp: tensor<64x32x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_attention' op key_pages [64, 16, 8, 128] and value_pages [64, 32, 8, 128] must have the same shape}}
+  %0 = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens : tensor<5x32x128xbf16>, tensor<64x16x8x128xbf16>, tensor<64x32x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}

@@ -245,3 +245,12 @@ func.func @dropout_mask(%seed: tensor<i64>) -> tensor<2x9x64xi1> {
   %0 = llm.dropout_mask %seed {p = 0.1 : f64, stream = 3 : i64} : tensor<i64> -> tensor<2x9x64xi1>
   return %0 : tensor<2x9x64xi1>
 }
+
+// CHECK-LABEL: func.func @paged_attention
+func.func @paged_attention(%q: tensor<?x32x128xbf16>, %kp: tensor<512x16x8x128xbf16>, %bt: tensor<4x128xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) -> (tensor<?x32x128xbf16>, tensor<?x32x128xbf16>) {
+  // CHECK: llm.paged_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal} : tensor<?x32x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens {causal} : tensor<?x32x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+  // CHECK: llm.paged_attention {{.*}} {scale = 1.250000e-01 : f64} :
+  %1 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens {scale = 0.125 : f64} : tensor<?x32x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+  return %0, %1 : tensor<?x32x128xbf16>, tensor<?x32x128xbf16>
+}

@@ -1329,3 +1329,92 @@ func.func @f(%a: tensor<274877906944x0x4xf32>, %w: tensor<4x4xf32>) -> tensor<27
 }
 
 } // namespace
+
+// llm.paged_attention (issue 19) against llm.attention of each sequence
+// alone: three sequences (decode, chunked prefill) over pages of 4 keys put
+// in a shuffled order, lengths that end inside a page, GQA, causal and not.
+// Unused pages hold NaN and block-table entries past a sequence's length are
+// -1: neither is read.
+TEST_F(ReferenceTest, PagedAttentionEqualsDenseAttentionWithShuffledPages) {
+  const int64_t Hq = 4, Hkv = 2, D = 8, pageSize = 4, P = 12, maxPages = 5;
+  const std::vector<int64_t> lens = {7, 1, 13}, news = {3, 1, 5};
+  const int64_t B = 3, T = 9;
+  std::vector<int64_t> order(P);
+  for (int64_t i = 0; i < P; ++i)
+    order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  // Dense K/V per sequence, scattered into the pages of its block table.
+  std::vector<HostTensor> ks, vs;
+  HostTensor kp = tensor(f32(), {P, pageSize, Hkv, D},
+                         std::vector<double>(P * pageSize * Hkv * D, NAN));
+  HostTensor vp = kp;
+  std::vector<double> table(B * maxPages, -1.0), cu = {0}, lensD;
+  int64_t next = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    ks.push_back(rand(f32(), {1, lens[b], Hkv, D}));
+    vs.push_back(rand(f32(), {1, lens[b], Hkv, D}));
+    for (int64_t p = 0; p * pageSize < lens[b]; ++p)
+      table[b * maxPages + p] = static_cast<double>(order[next++]);
+    for (int64_t j = 0; j < lens[b]; ++j) {
+      int64_t page = static_cast<int64_t>(table[b * maxPages + j / pageSize]);
+      for (int64_t e = 0; e < Hkv * D; ++e) {
+        kp.data[(page * pageSize + j % pageSize) * Hkv * D + e] = ks[b].data[j * Hkv * D + e];
+        vp.data[(page * pageSize + j % pageSize) * Hkv * D + e] = vs[b].data[j * Hkv * D + e];
+      }
+    }
+    cu.push_back(cu.back() + static_cast<double>(news[b]));
+    lensD.push_back(static_cast<double>(lens[b]));
+  }
+  HostTensor q = rand(f32(), {T, Hq, D});
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const std::string src =
+        std::string("func.func @f(%q: tensor<9x4x8xf32>, %kp: tensor<12x4x2x8xf32>, "
+                    "%vp: tensor<12x4x2x8xf32>, %bt: tensor<3x5xi32>, %cu: tensor<4xi32>, "
+                    "%lens: tensor<3xi32>) -> tensor<9x4x8xf32> {\n"
+                    "  %o = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens ") +
+        (causal ? "{causal} " : "") +
+        ": tensor<9x4x8xf32>, tensor<12x4x2x8xf32>, tensor<12x4x2x8xf32>, tensor<3x5xi32>, "
+        "tensor<4xi32>, tensor<3xi32>\n  return %o : tensor<9x4x8xf32>\n}";
+    auto paged = run(src, {q, kp, vp, tensor(i32(), {B, maxPages}, table),
+                           tensor(i32(), {B + 1}, cu), tensor(i32(), {B}, lensD)});
+    ASSERT_EQ(paged.size(), 1u);
+    ASSERT_TRUE(allFinite(paged[0]));
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = news[b], first = static_cast<int64_t>(cu[b]);
+      HostTensor qb = tensor(f32(), {1, n, Hq, D},
+                             std::vector<double>(q.data.begin() + first * Hq * D,
+                                                 q.data.begin() + (first + n) * Hq * D));
+      auto dense = run(attentionSrc(1, n, lens[b], Hq, Hkv, D, "f32", causal, false),
+                       {qb, ks[b], vs[b], scalar(i64(), lens[b])});
+      ASSERT_EQ(dense.size(), 1u);
+      std::vector<double> got(paged[0].data.begin() + first * Hq * D,
+                              paged[0].data.begin() + (first + n) * Hq * D);
+      EXPECT_LT(maxAbsDiff(got, dense[0].data), 1e-6) << "sequence " << b;
+    }
+  }
+  // Run-time errors name the op and the sequence.
+  const std::string bad =
+      "func.func @f(%q: tensor<9x4x8xf32>, %kp: tensor<12x4x2x8xf32>, "
+      "%vp: tensor<12x4x2x8xf32>, %bt: tensor<3x5xi32>, %cu: tensor<4xi32>, "
+      "%lens: tensor<3xi32>) -> tensor<9x4x8xf32> {\n"
+      "  %o = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens : tensor<9x4x8xf32>, "
+      "tensor<12x4x2x8xf32>, tensor<12x4x2x8xf32>, tensor<3x5xi32>, tensor<4xi32>, "
+      "tensor<3xi32>\n  return %o : tensor<9x4x8xf32>\n}";
+  std::vector<double> badTable = table;
+  badTable[2 * maxPages + 3] = 12;  // sequence 2's fourth page
+  absl::Status st = runStatus(bad, {q, kp, vp, tensor(i32(), {B, maxPages}, badTable),
+                                    tensor(i32(), {B + 1}, cu), tensor(i32(), {B}, lensD)});
+  EXPECT_NE(st.message().find("sequence 2 reads page 12 (block_table[2, 3]), outside [0, 12)"),
+            std::string::npos) << st;
+  std::vector<double> badLens = lensD;
+  badLens[0] = 2;  // 3 new tokens
+  st = runStatus(bad, {q, kp, vp, tensor(i32(), {B, maxPages}, table),
+                       tensor(i32(), {B + 1}, cu), tensor(i32(), {B}, badLens)});
+  EXPECT_NE(st.message().find("sequence 0: 3 new token(s) and seq_len 2"), std::string::npos)
+      << st;
+  std::vector<double> badCu = {0, 3, 4, 8};
+  st = runStatus(bad, {q, kp, vp, tensor(i32(), {B, maxPages}, table),
+                       tensor(i32(), {B + 1}, badCu), tensor(i32(), {B}, lensD)});
+  EXPECT_NE(st.message().find("cu_seqlens_q must run from 0 to T = 9"), std::string::npos) << st;
+}
