@@ -369,6 +369,7 @@ private:
   absl::StatusOr<HostTensor> dropoutMask(llm::DropoutMaskOp op);
   absl::StatusOr<HostTensor> attention(llm::AttentionOp op);
   absl::StatusOr<HostTensor> pagedAttention(llm::PagedAttentionOp op);
+  absl::StatusOr<HostTensor> varlenAttention(llm::VarlenAttentionOp op);
   absl::StatusOr<HostTensor> attentionLogSumExp(llm::AttentionLogSumExpOp op);
   absl::Status attentionBackward(llm::AttentionBackwardOp op);
   absl::StatusOr<HostTensor> kvCacheAppend(llm::KVCacheAppendOp op);

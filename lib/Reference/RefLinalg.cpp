@@ -2,6 +2,8 @@
 
 #include "RankState.h"
 
+#include <tuple>
+
 namespace llmc::reference::detail {
 
 //===----------------------------------------------------------------------===//
@@ -346,6 +348,54 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
   return out;
 }
 
+namespace {
+/// One sequence of packed attention: its `n` query rows from row `first`,
+/// the last n of its `len` positions.
+struct PackedSequence {
+  int64_t first, n, len;
+};
+
+/// The rows of `seq` in `out` ([T, Hq, D], zero): softmax(q k^T scale) v
+/// over keys 0 .. len - 1 (causal: up to the row's position), key position
+/// j of KV head hk at element keyRow(j, hk) of `k` and `v`; a row with no
+/// visible key stays zero. `p` holds at least `len` scores.
+template <typename KeyRow>
+void packedAttentionRows(const HostTensor &q, const HostTensor &k, const HostTensor &v,
+                         HostTensor &out, int64_t Hkv, double scale, bool causal,
+                         const PackedSequence &seq, KeyRow keyRow, std::vector<double> &p) {
+  const int64_t Hq = q.shape[1], D = q.shape[2], group = Hq / Hkv;
+  for (int64_t i = 0; i < seq.n; ++i)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / group;
+      const int64_t end = causal ? std::min(seq.len, seq.len - seq.n + i + 1) : seq.len;
+      const double *qi = q.data.data() + ((seq.first + i) * Hq + h) * D;
+      double mx = -kInf;
+      for (int64_t j = 0; j < end; ++j) {
+        const double *kj = k.data.data() + keyRow(j, hk);
+        double s = 0.0;
+        for (int64_t d = 0; d < D; ++d)
+          s += qi[d] * kj[d];
+        p[j] = s * scale;
+        mx = nanMax(mx, p[j]);
+      }
+      if (end <= 0 || mx == -kInf)
+        continue;
+      double sum = 0.0;
+      for (int64_t j = 0; j < end; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      double *oi = out.data.data() + ((seq.first + i) * Hq + h) * D;
+      for (int64_t j = 0; j < end; ++j) {
+        const double *vj = v.data.data() + keyRow(j, hk);
+        const double w = p[j] / sum;
+        for (int64_t d = 0; d < D; ++d)
+          oi[d] += w * vj[d];
+      }
+    }
+}
+} // namespace
+
 absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
   const HostTensor &q = in(op, 0), &kp = in(op, 1), &vp = in(op, 2),
                    &table = in(op, 3), &cu = in(op, 4), &lens = in(op, 5);
@@ -396,44 +446,64 @@ absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
   LLMC_ASSIGN_OR_RETURN(std::vector<double> p, newBuffer(op, "a row of scores", maxLen));
   const double scale = op.getScale() ? op.getScale()->convertToDouble()
                                      : 1.0 / std::sqrt(static_cast<double>(D));
-  const int64_t group = Hq / Hkv;
-  // Row of key position j of sequence b, head hk, in the pages.
-  auto kvRow = [&](int64_t b, int64_t j, int64_t hk) {
-    int64_t page = at(table, b * maxPages + j / pageSize);
-    return ((page * pageSize + j % pageSize) * Hkv + hk) * D;
-  };
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t first = at(cu, b), n = at(cu, b + 1) - first, len = at(lens, b);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t h = 0; h < Hq; ++h) {
-        const int64_t hk = h / group;
-        const int64_t end = op.getCausal() ? len - n + i + 1 : len;
-        const double *qi = q.data.data() + ((first + i) * Hq + h) * D;
-        double mx = -kInf;
-        for (int64_t j = 0; j < end; ++j) {
-          const double *kj = kp.data.data() + kvRow(b, j, hk);
-          double s = 0.0;
-          for (int64_t d = 0; d < D; ++d)
-            s += qi[d] * kj[d];
-          p[j] = s * scale;
-          mx = nanMax(mx, p[j]);
-        }
-        // A row with no visible key gives zeros, as llm.attention.
-        if (end <= 0 || mx == -kInf)
-          continue;
-        double sum = 0.0;
-        for (int64_t j = 0; j < end; ++j) {
-          p[j] = std::exp(p[j] - mx);
-          sum += p[j];
-        }
-        double *oi = out.data.data() + ((first + i) * Hq + h) * D;
-        for (int64_t j = 0; j < end; ++j) {
-          const double *vj = vp.data.data() + kvRow(b, j, hk);
-          const double w = p[j] / sum;
-          for (int64_t d = 0; d < D; ++d)
-            oi[d] += w * vj[d];
-        }
-      }
+    // Key position j of sequence b, head hk: a row of the pages.
+    auto kvRow = [&](int64_t j, int64_t hk) {
+      int64_t page = at(table, b * maxPages + j / pageSize);
+      return ((page * pageSize + j % pageSize) * Hkv + hk) * D;
+    };
+    PackedSequence seq{at(cu, b), at(cu, b + 1) - at(cu, b), at(lens, b)};
+    packedAttentionRows(q, kp, vp, out, Hkv, scale, op.getCausal(), seq, kvRow, p);
+  }
+  roundInPlace(out);
+  return out;
+}
+
+absl::StatusOr<HostTensor> RankState::varlenAttention(llm::VarlenAttentionOp op) {
+  const HostTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2), &cuq = in(op, 3),
+                   &cuk = in(op, 4);
+  const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
+  const int64_t Tk = k.shape[0], Hkv = k.shape[1], B = cuq.shape[0] - 1;
+  if (k.shape != v.shape || k.shape[2] != D || Hkv == 0 || Hq % Hkv != 0 || B < 0 ||
+      cuk.shape != cuq.shape)
+    return opError(op, absl::StrCat("inconsistent shapes: query ", shapeStr(q.shape), ", key ",
+                                    shapeStr(k.shape), ", value ", shapeStr(v.shape),
+                                    ", cu_seqlens_q ", shapeStr(cuq.shape), ", cu_seqlens_k ",
+                                    shapeStr(cuk.shape)));
+  if (std::optional<std::string> error = llm::checkAttentionHeadDim(D))
+    return opError(op, *error);
+  auto at = [](const HostTensor &t, int64_t i) { return static_cast<int64_t>(t.data[i]); };
+  double work = 0;
+  for (auto [cu, name, total] : {std::tuple<const HostTensor *, const char *, int64_t>{
+                                     &cuq, "cu_seqlens_q", T},
+                                 {&cuk, "cu_seqlens_k", Tk}}) {
+    if (at(*cu, 0) != 0 || at(*cu, B) != total)
+      return opError(op, absl::StrCat(name, " must run from 0 to ", total, ", found ",
+                                      at(*cu, 0), " .. ", at(*cu, B)));
+    for (int64_t b = 0; b < B; ++b)
+      if (at(*cu, b + 1) < at(*cu, b))
+        return opError(op, absl::StrCat(name, " decreases at sequence ", b, " (", at(*cu, b),
+                                        " then ", at(*cu, b + 1), ")"));
+  }
+  for (int64_t b = 0; b < B; ++b)
+    work += 2.0 * double(at(cuq, b + 1) - at(cuq, b)) * double(Hq) *
+            double(at(cuk, b + 1) - at(cuk, b)) * double(D);
+  if (absl::Status s = budget_->spend(opName(op), work); !s.ok())
+    return s;
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
+  if (out.data.empty())
+    return out;
+  int64_t maxLen = 0;
+  for (int64_t b = 0; b < B; ++b)
+    maxLen = std::max(maxLen, at(cuk, b + 1) - at(cuk, b));
+  LLMC_ASSIGN_OR_RETURN(std::vector<double> p, newBuffer(op, "a row of scores", maxLen));
+  const double scale = op.getScale() ? op.getScale()->convertToDouble()
+                                     : 1.0 / std::sqrt(static_cast<double>(D));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t keys = at(cuk, b);
+    auto kvRow = [&](int64_t j, int64_t hk) { return ((keys + j) * Hkv + hk) * D; };
+    PackedSequence seq{at(cuq, b), at(cuq, b + 1) - at(cuq, b), at(cuk, b + 1) - keys};
+    packedAttentionRows(q, k, v, out, Hkv, scale, op.getCausal(), seq, kvRow, p);
   }
   roundInPlace(out);
   return out;

@@ -559,6 +559,14 @@ double MultiplyAdds(Operation *op) {
       return -1;
     return 2.0 * product(q) * double(kp.getDimSize(1)) * double(bt.getDimSize(1));
   }
+  if (auto va = dyn_cast<llm::VarlenAttentionOp>(op)) {
+    // At most: every query row over every key.
+    auto q = cast<RankedTensorType>(va.getQuery().getType());
+    auto k = cast<RankedTensorType>(va.getKey().getType());
+    if (product(q) < 0 || k.isDynamicDim(0))
+      return -1;
+    return 2.0 * product(q) * double(k.getDimSize(0));
+  }
   // One pass over the scores for the statistics, four for the gradients.
   auto scorePasses = [&](Value query, Value key, double passes) {
     auto q = cast<RankedTensorType>(query.getType());

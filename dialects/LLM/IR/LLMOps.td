@@ -669,6 +669,40 @@ def LLM_KVCacheAppendOp : LLM_Op<"kv_cache_append",
   let hasVerifier = 1;
 }
 
+def LLM_VarlenAttentionOp : LLM_Op<"varlen_attention",
+    [Pure, AllTypesMatch<["query", "result"]>]> {
+  let summary = "Attention of packed variable-length sequences (no padding).";
+  let description = [{
+    FlashAttention's `flash_attn_varlen_func` (Dao 2023): B sequences
+    packed without padding along the first dimension, queries [T, Hq, D]
+    with `cu_seqlens_q` [B + 1] and keys and values [Tk, Hkv, D] with
+    `cu_seqlens_k` [B + 1] (cumulative offsets, from 0 up to T and Tk):
+    sequence b's n_b queries (rows cu_seqlens_q[b] ..) attend only its m_b
+    keys (rows cu_seqlens_k[b] ..), as packed training batches and prefill
+    of several prompts do. `causal` aligns at the bottom right as
+    `llm.attention` (query i attends key j iff j <= i + m_b - n_b; with
+    n_b = m_b the usual causal mask within each sequence). GQA (Hkv divides
+    Hq), `scale` defaulting to 1/sqrt(D), fp32 accumulation; a row that sees
+    no key gives zeros. The result is [T, Hq, D]. Offsets that do not run
+    from 0 to T (Tk) or decrease are a run-time error.
+
+    ```mlir
+    %o = llm.varlen_attention %q, %k, %v, %cuq, %cuk {causal} : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16>, tensor<9xi32>, tensor<9xi32>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$query, LLM_FloatTensor:$key,
+                       LLM_FloatTensor:$value, LLM_IntTensor:$cu_seqlens_q,
+                       LLM_IntTensor:$cu_seqlens_k, UnitAttr:$causal,
+                       OptionalAttr<F64Attr>:$scale);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $cu_seqlens_q `,` $cu_seqlens_k attr-dict `:`
+    type($query) `,` type($key) `,` type($value) `,` type($cu_seqlens_q) `,`
+    type($cu_seqlens_k)
+  }];
+  let hasVerifier = 1;
+}
+
 def LLM_PagedAttentionOp : LLM_Op<"paged_attention",
     [Pure, AllTypesMatch<["query", "result"]>]> {
   let summary = "Attention of packed variable-length queries over a paged KV cache.";

@@ -278,35 +278,67 @@ LogicalResult AttentionBackwardOp::verify() {
   return verifyLogSumExp(*this, "logsumexp", getLogsumexp().getType(), q);
 }
 
+/// Query [T, Hq, D] and key (or key pages, `headsDim` the heads' dimension
+/// and the last the head dimension) of one element type, GQA, a head
+/// dimension in llmc's range and a positive scale.
+static LogicalResult verifyPackedQueryKey(Operation *op, RankedTensorType q,
+                                          StringRef keyName, RankedTensorType k,
+                                          unsigned headsDim,
+                                          std::optional<APFloat> scale) {
+  if (q.getRank() != 3)
+    return op->emitOpError() << "query must be [T, Hq, D] (rank 3), found "
+                             << shapeStr(q.getShape());
+  if (q.getElementType() != k.getElementType())
+    return op->emitOpError() << "query and " << keyName
+                             << " must share an element type, found "
+                             << typeStr(q.getElementType()) << " and "
+                             << typeStr(k.getElementType());
+  int64_t dk = k.getDimSize(k.getRank() - 1);
+  if (!dimsCompatible(q.getDimSize(2), dk))
+    return op->emitOpError() << "head dimensions differ: query " << q.getDimSize(2)
+                             << ", " << keyName << " " << dk;
+  if (std::optional<std::string> error =
+          checkAttentionHeadDim(q.isDynamicDim(2) ? dk : q.getDimSize(2)))
+    return op->emitOpError() << *error;
+  int64_t hq = q.getDimSize(1), hkv = k.getDimSize(headsDim);
+  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
+      (hkv == 0 || hq % hkv != 0))
+    return op->emitOpError() << "query heads (" << hq
+                             << ") must be a multiple of key/value heads (" << hkv
+                             << ") for grouped-query attention";
+  if (scale && !(scale->convertToDouble() > 0.0))
+    return op->emitOpError() << "scale must be > 0, found " << scale->convertToDouble();
+  return success();
+}
+
+LogicalResult VarlenAttentionOp::verify() {
+  auto q = getQuery().getType(), k = getKey().getType();
+  auto cuq = getCuSeqlensQ().getType(), cuk = getCuSeqlensK().getType();
+  if (k.getRank() != 3)
+    return emitOpError() << "key must be [Tk, Hkv, D] (rank 3), found "
+                         << shapeStr(k.getShape());
+  if (failed(verifySameTensor(*this, "value", getValue().getType(), "key", k)) ||
+      failed(verifyPackedQueryKey(*this, q, "key", k, 1, getScale())))
+    return failure();
+  if (cuq.getRank() != 1 || cuk.getRank() != 1 ||
+      !dimsCompatible(cuq.getDimSize(0), cuk.getDimSize(0)) ||
+      cuq.getDimSize(0) == 0)
+    return emitOpError() << "cu_seqlens_q and cu_seqlens_k must both be [B + 1], found "
+                         << shapeStr(cuq.getShape()) << " and " << shapeStr(cuk.getShape());
+  return success();
+}
+
 LogicalResult PagedAttentionOp::verify() {
   auto q = getQuery().getType(), kp = getKeyPages().getType();
   auto bt = getBlockTable().getType(), cu = getCuSeqlensQ().getType(),
        lens = getSeqLens().getType();
-  if (q.getRank() != 3)
-    return emitOpError() << "query must be [T, Hq, D] (rank 3), found "
-                         << shapeStr(q.getShape());
   if (kp.getRank() != 4)
     return emitOpError() << "key_pages must be [P, page_size, Hkv, D] (rank 4), found "
                          << shapeStr(kp.getShape());
   if (failed(verifySameTensor(*this, "value_pages", getValuePages().getType(), "key_pages",
-                              kp)))
+                              kp)) ||
+      failed(verifyPackedQueryKey(*this, q, "key_pages", kp, 2, getScale())))
     return failure();
-  if (q.getElementType() != kp.getElementType())
-    return emitOpError() << "query and key_pages must share an element type, found "
-                         << typeStr(q.getElementType()) << " and "
-                         << typeStr(kp.getElementType());
-  if (!dimsCompatible(q.getDimSize(2), kp.getDimSize(3)))
-    return emitOpError() << "head dimensions differ: query " << q.getDimSize(2)
-                         << ", key_pages " << kp.getDimSize(3);
-  if (std::optional<std::string> error = checkAttentionHeadDim(
-          q.isDynamicDim(2) ? kp.getDimSize(3) : q.getDimSize(2)))
-    return emitOpError() << *error;
-  int64_t hq = q.getDimSize(1), hkv = kp.getDimSize(2);
-  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
-      (hkv == 0 || hq % hkv != 0))
-    return emitOpError() << "query heads (" << hq
-                         << ") must be a multiple of key/value heads (" << hkv
-                         << ") for grouped-query attention";
   if (kp.getDimSize(1) == 0)
     return emitOpError() << "page_size (key_pages dimension 1) must be at least 1";
   if (bt.getRank() != 2 || cu.getRank() != 1 || lens.getRank() != 1)
@@ -322,8 +354,6 @@ LogicalResult PagedAttentionOp::verify() {
                          << shapeStr(cu.getShape()) << " and seq_lens "
                          << shapeStr(lens.getShape())
                          << " must describe the same B sequences ([B, max_pages], [B + 1], [B])";
-  if (std::optional<APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0.0))
-    return emitOpError() << "scale must be > 0, found " << scale->convertToDouble();
   return success();
 }
 

@@ -1256,3 +1256,19 @@ func.func @paged_attention_value_pages(%q: tensor<5x32x128xbf16>, %kp: tensor<64
   %0 = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens : tensor<5x32x128xbf16>, tensor<64x16x8x128xbf16>, tensor<64x32x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
   return
 }
+
+// -----
+
+func.func @varlen_attention_offsets(%q: tensor<9x32x128xbf16>, %k: tensor<12x8x128xbf16>, %cuq: tensor<5xi32>, %cuk: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.varlen_attention' op cu_seqlens_q and cu_seqlens_k must both be [B + 1], found [5] and [4]}}
+  %0 = llm.varlen_attention %q, %k, %k, %cuq, %cuk : tensor<9x32x128xbf16>, tensor<12x8x128xbf16>, tensor<12x8x128xbf16>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @varlen_attention_key_rank(%q: tensor<9x32x128xbf16>, %k: tensor<1x12x8x128xbf16>, %cuq: tensor<5xi32>, %cuk: tensor<5xi32>) {
+  // expected-error @+1 {{'llm.varlen_attention' op key must be [Tk, Hkv, D] (rank 3), found [1, 12, 8, 128]}}
+  %0 = llm.varlen_attention %q, %k, %k, %cuq, %cuk : tensor<9x32x128xbf16>, tensor<1x12x8x128xbf16>, tensor<1x12x8x128xbf16>, tensor<5xi32>, tensor<5xi32>
+  return
+}

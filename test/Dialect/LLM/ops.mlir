@@ -254,3 +254,10 @@ func.func @paged_attention(%q: tensor<?x32x128xbf16>, %kp: tensor<512x16x8x128xb
   %1 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens {scale = 0.125 : f64} : tensor<?x32x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
   return %0, %1 : tensor<?x32x128xbf16>, tensor<?x32x128xbf16>
 }
+
+// CHECK-LABEL: func.func @varlen_attention
+func.func @varlen_attention(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>, %cuq: tensor<9xi32>, %cuk: tensor<9xi32>) -> tensor<?x32x128xbf16> {
+  // CHECK: llm.varlen_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal} : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16>, tensor<9xi32>, tensor<9xi32>
+  %0 = llm.varlen_attention %q, %k, %k, %cuq, %cuk {causal} : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16>, tensor<9xi32>, tensor<9xi32>
+  return %0 : tensor<?x32x128xbf16>
+}

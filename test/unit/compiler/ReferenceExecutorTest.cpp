@@ -1418,3 +1418,64 @@ TEST_F(ReferenceTest, PagedAttentionEqualsDenseAttentionWithShuffledPages) {
                        tensor(i32(), {B + 1}, badCu), tensor(i32(), {B}, lensD)});
   EXPECT_NE(st.message().find("cu_seqlens_q must run from 0 to T = 9"), std::string::npos) << st;
 }
+
+// llm.varlen_attention (issue 19) against llm.attention of each sequence
+// alone: packed sequences with as many queries as keys (training, prefill),
+// fewer (a chunk after a cached prefix), more (causal rows that see no key
+// give zeros) and none, GQA, causal and not.
+TEST_F(ReferenceTest, VarlenAttentionEqualsPerSequenceAttention) {
+  const int64_t Hq = 6, Hkv = 3, D = 8;
+  const std::vector<int64_t> ns = {5, 3, 0, 4, 1}, ms = {5, 7, 0, 2, 9};
+  std::vector<double> cuq = {0}, cuk = {0};
+  for (size_t b = 0; b < ns.size(); ++b) {
+    cuq.push_back(cuq.back() + static_cast<double>(ns[b]));
+    cuk.push_back(cuk.back() + static_cast<double>(ms[b]));
+  }
+  const int64_t T = static_cast<int64_t>(cuq.back()), Tk = static_cast<int64_t>(cuk.back());
+  const int64_t B1 = static_cast<int64_t>(cuq.size());
+  ASSERT_EQ(T, 13);
+  ASSERT_EQ(Tk, 23);
+  HostTensor q = rand(f32(), {T, Hq, D}), k = rand(f32(), {Tk, Hkv, D}),
+             v = rand(f32(), {Tk, Hkv, D});
+  auto slice = [&](const HostTensor &t, int64_t from, int64_t rows, int64_t heads) {
+    return tensor(f32(), {1, rows, heads, D},
+                  std::vector<double>(t.data.begin() + from * heads * D,
+                                      t.data.begin() + (from + rows) * heads * D));
+  };
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const std::string src =
+        std::string("func.func @f(%q: tensor<13x6x8xf32>, %k: tensor<23x3x8xf32>, "
+                    "%v: tensor<23x3x8xf32>, %cuq: tensor<6xi64>, %cuk: tensor<6xi64>) -> "
+                    "tensor<13x6x8xf32> {\n  %o = llm.varlen_attention %q, %k, %v, %cuq, %cuk ") +
+        (causal ? "{causal} " : "") +
+        ": tensor<13x6x8xf32>, tensor<23x3x8xf32>, tensor<23x3x8xf32>, tensor<6xi64>, "
+        "tensor<6xi64>\n  return %o : tensor<13x6x8xf32>\n}";
+    auto packed = run(src, {q, k, v, tensor(i64(), {B1}, cuq), tensor(i64(), {B1}, cuk)});
+    ASSERT_EQ(packed.size(), 1u);
+    ASSERT_TRUE(allFinite(packed[0]));
+    for (size_t b = 0; b < ns.size(); ++b) {
+      const int64_t n = ns[b], m = ms[b], first = static_cast<int64_t>(cuq[b]);
+      if (n == 0)
+        continue;
+      auto dense = run(attentionSrc(1, n, m, Hq, Hkv, D, "f32", causal, false),
+                       {slice(q, first, n, Hq), slice(k, static_cast<int64_t>(cuk[b]), m, Hkv),
+                        slice(v, static_cast<int64_t>(cuk[b]), m, Hkv), scalar(i64(), m)});
+      ASSERT_EQ(dense.size(), 1u);
+      std::vector<double> got(packed[0].data.begin() + first * Hq * D,
+                              packed[0].data.begin() + (first + n) * Hq * D);
+      EXPECT_LT(maxAbsDiff(got, dense[0].data), 1e-6) << "sequence " << b;
+    }
+  }
+  // Offsets that decrease are an error naming the sequence.
+  const std::string src =
+      "func.func @f(%q: tensor<13x6x8xf32>, %k: tensor<23x3x8xf32>, %v: tensor<23x3x8xf32>, "
+      "%cuq: tensor<6xi64>, %cuk: tensor<6xi64>) -> tensor<13x6x8xf32> {\n"
+      "  %o = llm.varlen_attention %q, %k, %v, %cuq, %cuk : tensor<13x6x8xf32>, "
+      "tensor<23x3x8xf32>, tensor<23x3x8xf32>, tensor<6xi64>, tensor<6xi64>\n"
+      "  return %o : tensor<13x6x8xf32>\n}";
+  std::vector<double> bad = {0, 5, 4, 8, 12, 23};
+  absl::Status st = runStatus(src, {q, k, v, tensor(i64(), {B1}, cuq), tensor(i64(), {B1}, bad)});
+  EXPECT_NE(st.message().find("cu_seqlens_k decreases at sequence 1 (5 then 4)"),
+            std::string::npos) << st;
+}
