@@ -28,7 +28,9 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
@@ -370,6 +372,13 @@ private:
   absl::StatusOr<HostTensor> attention(llm::AttentionOp op);
   absl::StatusOr<HostTensor> pagedAttention(llm::PagedAttentionOp op);
   absl::StatusOr<HostTensor> varlenAttention(llm::VarlenAttentionOp op);
+  /// The common part of the packed attentions: spends `work`, makes the
+  /// result (the query's type and shape) and a row of `maxLen` scores, and
+  /// lets `rows` fill it with the scale (`scale`, else 1/sqrt(D)).
+  absl::StatusOr<HostTensor> packedAttention(
+      Operation *op, const HostTensor &q, std::optional<llvm::APFloat> scale, double work,
+      int64_t maxLen,
+      llvm::function_ref<void(HostTensor &, std::vector<double> &, double)> rows);
   absl::StatusOr<HostTensor> attentionLogSumExp(llm::AttentionLogSumExpOp op);
   absl::Status attentionBackward(llm::AttentionBackwardOp op);
   absl::StatusOr<HostTensor> kvCacheAppend(llm::KVCacheAppendOp op);

@@ -297,6 +297,28 @@ double attentionWork(const Scores &g, double passes) {
 }
 } // namespace
 
+/// oi[0..D) += softmax(p[0..end)) (scores whose maximum is `mx`) applied to
+/// the value rows valueRow(j); nothing for a row with no visible key or
+/// every score -inf (such a row gives zeros, as FlashAttention; NaN scores
+/// propagate). `p` is overwritten.
+template <typename ValueRow>
+static void addSoftmaxWeighted(std::vector<double> &p, int64_t end, double mx, double *oi,
+                               int64_t D, ValueRow valueRow) {
+  if (end <= 0 || mx == -kInf)
+    return;
+  double sum = 0.0;
+  for (int64_t j = 0; j < end; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  for (int64_t j = 0; j < end; ++j) {
+    const double *vj = valueRow(j);
+    const double w = p[j] / sum;
+    for (int64_t d = 0; d < D; ++d)
+      oi[d] += w * vj[d];
+  }
+}
+
 absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
   const HostTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2);
   if (k.shape != v.shape)
@@ -327,21 +349,8 @@ absl::StatusOr<HostTensor> RankState::attention(llm::AttentionOp op) {
         int64_t end = g.end(i);
         double mx = g.rowScores(b, h, i, p);
         double *oi = out.data.data() + g.qRow(b, h, i);
-        // A row with no visible key (or every score -inf) gives zeros, as
-        // FlashAttention; NaN scores propagate.
-        if (end <= 0 || mx == -kInf)
-          continue;
-        double sum = 0.0;
-        for (int64_t j = 0; j < end; ++j) {
-          p[j] = std::exp(p[j] - mx);
-          sum += p[j];
-        }
-        for (int64_t j = 0; j < end; ++j) {
-          const double *vj = v.data.data() + g.kvRow(b, hk, j);
-          double w = p[j] / sum;
-          for (int64_t d = 0; d < D; ++d)
-            oi[d] += w * vj[d];
-        }
+        addSoftmaxWeighted(p, end, mx, oi, D,
+                           [&](int64_t j) { return v.data.data() + g.kvRow(b, hk, j); });
       }
     }
   roundInPlace(out);
@@ -378,20 +387,9 @@ void packedAttentionRows(const HostTensor &q, const HostTensor &k, const HostTen
         p[j] = s * scale;
         mx = nanMax(mx, p[j]);
       }
-      if (end <= 0 || mx == -kInf)
-        continue;
-      double sum = 0.0;
-      for (int64_t j = 0; j < end; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
       double *oi = out.data.data() + ((seq.first + i) * Hq + h) * D;
-      for (int64_t j = 0; j < end; ++j) {
-        const double *vj = v.data.data() + keyRow(j, hk);
-        const double w = p[j] / sum;
-        for (int64_t d = 0; d < D; ++d)
-          oi[d] += w * vj[d];
-      }
+      addSoftmaxWeighted(p, end, mx, oi, D,
+                         [&](int64_t j) { return v.data.data() + keyRow(j, hk); });
     }
 }
 } // namespace
@@ -435,26 +433,35 @@ absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
                                         ")"));
     work += 2.0 * double(n) * double(Hq) * double(len) * double(D);
   }
+  int64_t maxLen = 0;
+  for (int64_t b = 0; b < B; ++b)
+    maxLen = std::max(maxLen, at(lens, b));
+  return packedAttention(op, q, op.getScale(), work, maxLen,
+                         [&](HostTensor &out, std::vector<double> &p, double scale) {
+    for (int64_t b = 0; b < B; ++b) {
+      // Key position j of sequence b, head hk: a row of the pages.
+      auto kvRow = [&](int64_t j, int64_t hk) {
+        int64_t page = at(table, b * maxPages + j / pageSize);
+        return ((page * pageSize + j % pageSize) * Hkv + hk) * D;
+      };
+      PackedSequence seq{at(cu, b), at(cu, b + 1) - at(cu, b), at(lens, b)};
+      packedAttentionRows(q, kp, vp, out, Hkv, scale, op.getCausal(), seq, kvRow, p);
+    }
+  });
+}
+
+absl::StatusOr<HostTensor> RankState::packedAttention(
+    Operation *op, const HostTensor &q, std::optional<llvm::APFloat> scale, double work,
+    int64_t maxLen,
+    llvm::function_ref<void(HostTensor &, std::vector<double> &, double)> rows) {
   if (absl::Status s = budget_->spend(opName(op), work); !s.ok())
     return s;
   LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
   if (out.data.empty())
     return out;
-  int64_t maxLen = 0;
-  for (int64_t b = 0; b < B; ++b)
-    maxLen = std::max(maxLen, at(lens, b));
   LLMC_ASSIGN_OR_RETURN(std::vector<double> p, newBuffer(op, "a row of scores", maxLen));
-  const double scale = op.getScale() ? op.getScale()->convertToDouble()
-                                     : 1.0 / std::sqrt(static_cast<double>(D));
-  for (int64_t b = 0; b < B; ++b) {
-    // Key position j of sequence b, head hk: a row of the pages.
-    auto kvRow = [&](int64_t j, int64_t hk) {
-      int64_t page = at(table, b * maxPages + j / pageSize);
-      return ((page * pageSize + j % pageSize) * Hkv + hk) * D;
-    };
-    PackedSequence seq{at(cu, b), at(cu, b + 1) - at(cu, b), at(lens, b)};
-    packedAttentionRows(q, kp, vp, out, Hkv, scale, op.getCausal(), seq, kvRow, p);
-  }
+  rows(out, p, scale ? scale->convertToDouble()
+                     : 1.0 / std::sqrt(static_cast<double>(q.shape.back())));
   roundInPlace(out);
   return out;
 }
@@ -488,25 +495,18 @@ absl::StatusOr<HostTensor> RankState::varlenAttention(llm::VarlenAttentionOp op)
   for (int64_t b = 0; b < B; ++b)
     work += 2.0 * double(at(cuq, b + 1) - at(cuq, b)) * double(Hq) *
             double(at(cuk, b + 1) - at(cuk, b)) * double(D);
-  if (absl::Status s = budget_->spend(opName(op), work); !s.ok())
-    return s;
-  LLMC_ASSIGN_OR_RETURN(HostTensor out, newTensor(op, q.elementType, q.shape));
-  if (out.data.empty())
-    return out;
   int64_t maxLen = 0;
   for (int64_t b = 0; b < B; ++b)
     maxLen = std::max(maxLen, at(cuk, b + 1) - at(cuk, b));
-  LLMC_ASSIGN_OR_RETURN(std::vector<double> p, newBuffer(op, "a row of scores", maxLen));
-  const double scale = op.getScale() ? op.getScale()->convertToDouble()
-                                     : 1.0 / std::sqrt(static_cast<double>(D));
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t keys = at(cuk, b);
-    auto kvRow = [&](int64_t j, int64_t hk) { return ((keys + j) * Hkv + hk) * D; };
-    PackedSequence seq{at(cuq, b), at(cuq, b + 1) - at(cuq, b), at(cuk, b + 1) - keys};
-    packedAttentionRows(q, k, v, out, Hkv, scale, op.getCausal(), seq, kvRow, p);
-  }
-  roundInPlace(out);
-  return out;
+  return packedAttention(op, q, op.getScale(), work, maxLen,
+                         [&](HostTensor &out, std::vector<double> &p, double scale) {
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t keys = at(cuk, b);
+      auto kvRow = [&](int64_t j, int64_t hk) { return ((keys + j) * Hkv + hk) * D; };
+      PackedSequence seq{at(cuq, b), at(cuq, b + 1) - at(cuq, b), at(cuk, b + 1) - keys};
+      packedAttentionRows(q, k, v, out, Hkv, scale, op.getCausal(), seq, kvRow, p);
+    }
+  });
 }
 
 absl::StatusOr<HostTensor>

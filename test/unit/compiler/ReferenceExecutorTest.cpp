@@ -1330,6 +1330,18 @@ func.func @f(%a: tensor<274877906944x0x4xf32>, %w: tensor<4x4xf32>) -> tensor<27
 
 } // namespace
 
+/// Rows first .. first + n - 1 of a packed attention's [T, Hq, D] result
+/// equal the dense [1, n, Hq, D] attention of sequence `b` alone.
+static void expectRowsEqual(const std::vector<HostTensor> &packed, int64_t first, int64_t n,
+                            const std::vector<HostTensor> &dense, size_t b) {
+  ASSERT_EQ(packed.size(), 1u);
+  ASSERT_EQ(dense.size(), 1u);
+  const int64_t row = packed[0].shape[1] * packed[0].shape[2];
+  std::vector<double> got(packed[0].data.begin() + first * row,
+                          packed[0].data.begin() + (first + n) * row);
+  EXPECT_LT(maxAbsDiff(got, dense[0].data), 1e-6) << "sequence " << b;
+}
+
 // llm.paged_attention (issue 19) against llm.attention of each sequence
 // alone: three sequences (decode, chunked prefill) over pages of 4 keys put
 // in a shuffled order, lengths that end inside a page, GQA, causal and not.
@@ -1366,17 +1378,19 @@ TEST_F(ReferenceTest, PagedAttentionEqualsDenseAttentionWithShuffledPages) {
     lensD.push_back(static_cast<double>(lens[b]));
   }
   HostTensor q = rand(f32(), {T, Hq, D});
+  const std::string types = "tensor<9x4x8xf32>, tensor<12x4x2x8xf32>, tensor<12x4x2x8xf32>, "
+                            "tensor<3x5xi32>, tensor<4xi32>, tensor<3xi32>";
+  auto source = [&](bool causal) {
+    return "func.func @f(%q: tensor<9x4x8xf32>, %kp: tensor<12x4x2x8xf32>, "
+           "%vp: tensor<12x4x2x8xf32>, %bt: tensor<3x5xi32>, %cu: tensor<4xi32>, "
+           "%lens: tensor<3xi32>) -> tensor<9x4x8xf32> {\n"
+           "  %o = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens " +
+           std::string(causal ? "{causal} " : "") + ": " + types +
+           "\n  return %o : tensor<9x4x8xf32>\n}";
+  };
   for (bool causal : {true, false}) {
     SCOPED_TRACE(causal ? "causal" : "not causal");
-    const std::string src =
-        std::string("func.func @f(%q: tensor<9x4x8xf32>, %kp: tensor<12x4x2x8xf32>, "
-                    "%vp: tensor<12x4x2x8xf32>, %bt: tensor<3x5xi32>, %cu: tensor<4xi32>, "
-                    "%lens: tensor<3xi32>) -> tensor<9x4x8xf32> {\n"
-                    "  %o = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens ") +
-        (causal ? "{causal} " : "") +
-        ": tensor<9x4x8xf32>, tensor<12x4x2x8xf32>, tensor<12x4x2x8xf32>, tensor<3x5xi32>, "
-        "tensor<4xi32>, tensor<3xi32>\n  return %o : tensor<9x4x8xf32>\n}";
-    auto paged = run(src, {q, kp, vp, tensor(i32(), {B, maxPages}, table),
+    auto paged = run(source(causal), {q, kp, vp, tensor(i32(), {B, maxPages}, table),
                            tensor(i32(), {B + 1}, cu), tensor(i32(), {B}, lensD)});
     ASSERT_EQ(paged.size(), 1u);
     ASSERT_TRUE(allFinite(paged[0]));
@@ -1387,20 +1401,11 @@ TEST_F(ReferenceTest, PagedAttentionEqualsDenseAttentionWithShuffledPages) {
                                                  q.data.begin() + (first + n) * Hq * D));
       auto dense = run(attentionSrc(1, n, lens[b], Hq, Hkv, D, "f32", causal, false),
                        {qb, ks[b], vs[b], scalar(i64(), lens[b])});
-      ASSERT_EQ(dense.size(), 1u);
-      std::vector<double> got(paged[0].data.begin() + first * Hq * D,
-                              paged[0].data.begin() + (first + n) * Hq * D);
-      EXPECT_LT(maxAbsDiff(got, dense[0].data), 1e-6) << "sequence " << b;
+      expectRowsEqual(paged, first, n, dense, b);
     }
   }
   // Run-time errors name the op and the sequence.
-  const std::string bad =
-      "func.func @f(%q: tensor<9x4x8xf32>, %kp: tensor<12x4x2x8xf32>, "
-      "%vp: tensor<12x4x2x8xf32>, %bt: tensor<3x5xi32>, %cu: tensor<4xi32>, "
-      "%lens: tensor<3xi32>) -> tensor<9x4x8xf32> {\n"
-      "  %o = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens : tensor<9x4x8xf32>, "
-      "tensor<12x4x2x8xf32>, tensor<12x4x2x8xf32>, tensor<3x5xi32>, tensor<4xi32>, "
-      "tensor<3xi32>\n  return %o : tensor<9x4x8xf32>\n}";
+  const std::string bad = source(false);
   std::vector<double> badTable = table;
   badTable[2 * maxPages + 3] = 12;  // sequence 2's fourth page
   absl::Status st = runStatus(bad, {q, kp, vp, tensor(i32(), {B, maxPages}, badTable),
@@ -1442,16 +1447,17 @@ TEST_F(ReferenceTest, VarlenAttentionEqualsPerSequenceAttention) {
                   std::vector<double>(t.data.begin() + from * heads * D,
                                       t.data.begin() + (from + rows) * heads * D));
   };
+  auto source = [](bool causal) {
+    return "func.func @f(%q: tensor<13x6x8xf32>, %k: tensor<23x3x8xf32>, "
+           "%v: tensor<23x3x8xf32>, %cuq: tensor<6xi64>, %cuk: tensor<6xi64>) -> "
+           "tensor<13x6x8xf32> {\n  %o = llm.varlen_attention %q, %k, %v, %cuq, %cuk " +
+           std::string(causal ? "{causal} " : "") +
+           ": tensor<13x6x8xf32>, tensor<23x3x8xf32>, tensor<23x3x8xf32>, tensor<6xi64>, "
+           "tensor<6xi64>\n  return %o : tensor<13x6x8xf32>\n}";
+  };
   for (bool causal : {true, false}) {
     SCOPED_TRACE(causal ? "causal" : "not causal");
-    const std::string src =
-        std::string("func.func @f(%q: tensor<13x6x8xf32>, %k: tensor<23x3x8xf32>, "
-                    "%v: tensor<23x3x8xf32>, %cuq: tensor<6xi64>, %cuk: tensor<6xi64>) -> "
-                    "tensor<13x6x8xf32> {\n  %o = llm.varlen_attention %q, %k, %v, %cuq, %cuk ") +
-        (causal ? "{causal} " : "") +
-        ": tensor<13x6x8xf32>, tensor<23x3x8xf32>, tensor<23x3x8xf32>, tensor<6xi64>, "
-        "tensor<6xi64>\n  return %o : tensor<13x6x8xf32>\n}";
-    auto packed = run(src, {q, k, v, tensor(i64(), {B1}, cuq), tensor(i64(), {B1}, cuk)});
+    auto packed = run(source(causal), {q, k, v, tensor(i64(), {B1}, cuq), tensor(i64(), {B1}, cuk)});
     ASSERT_EQ(packed.size(), 1u);
     ASSERT_TRUE(allFinite(packed[0]));
     for (size_t b = 0; b < ns.size(); ++b) {
@@ -1461,21 +1467,12 @@ TEST_F(ReferenceTest, VarlenAttentionEqualsPerSequenceAttention) {
       auto dense = run(attentionSrc(1, n, m, Hq, Hkv, D, "f32", causal, false),
                        {slice(q, first, n, Hq), slice(k, static_cast<int64_t>(cuk[b]), m, Hkv),
                         slice(v, static_cast<int64_t>(cuk[b]), m, Hkv), scalar(i64(), m)});
-      ASSERT_EQ(dense.size(), 1u);
-      std::vector<double> got(packed[0].data.begin() + first * Hq * D,
-                              packed[0].data.begin() + (first + n) * Hq * D);
-      EXPECT_LT(maxAbsDiff(got, dense[0].data), 1e-6) << "sequence " << b;
+      expectRowsEqual(packed, first, n, dense, b);
     }
   }
   // Offsets that decrease are an error naming the sequence.
-  const std::string src =
-      "func.func @f(%q: tensor<13x6x8xf32>, %k: tensor<23x3x8xf32>, %v: tensor<23x3x8xf32>, "
-      "%cuq: tensor<6xi64>, %cuk: tensor<6xi64>) -> tensor<13x6x8xf32> {\n"
-      "  %o = llm.varlen_attention %q, %k, %v, %cuq, %cuk : tensor<13x6x8xf32>, "
-      "tensor<23x3x8xf32>, tensor<23x3x8xf32>, tensor<6xi64>, tensor<6xi64>\n"
-      "  return %o : tensor<13x6x8xf32>\n}";
   std::vector<double> bad = {0, 5, 4, 8, 12, 23};
-  absl::Status st = runStatus(src, {q, k, v, tensor(i64(), {B1}, cuq), tensor(i64(), {B1}, bad)});
+  absl::Status st = runStatus(source(false), {q, k, v, tensor(i64(), {B1}, cuq), tensor(i64(), {B1}, bad)});
   EXPECT_NE(st.message().find("cu_seqlens_k decreases at sequence 1 (5 then 4)"),
             std::string::npos) << st;
 }
