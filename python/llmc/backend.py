@@ -1354,6 +1354,15 @@ def _mutation_sites(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[Li
             yield placeholders[i], call, k, new
 
 
+def _only_the_mutation(call, k, new, out_node, outs) -> bool:
+    """Whether the llmc subgraph call's output k (FX node `new`, directly or
+    through getitem) is read only once, as the fused graph's output that
+    AOTAutograd copies back into the mutated input."""
+    readers = [u for u in call.users if u is new or (
+        u.op == "call_function" and u.target is operator.getitem and u.args[1] == k)]
+    return list(new.users) == [out_node] and outs.count(new) == 1 and readers == [new]
+
+
 def _copied_back(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[List[int], int],
                  donations: Dict[str, Dict[int, int]],
                  updates: Dict[str, set]) -> Dict[str, Tuple[set, set]]:
@@ -1374,9 +1383,7 @@ def _copied_back(fused: torch.fx.GraphModule, names, mutated_inputs: Tuple[List[
     for ph, call, k, new in _mutation_sites(fused, names, mutated_inputs):
         # Returned once, as the mutation's value only (a user's output that
         # is the same value would see the next call overwrite it).
-        readers = [u for u in call.users if u is new or (
-            u.op == "call_function" and u.target is operator.getitem and u.args[1] == k)]
-        if list(new.users) != [out_node] or outs.count(new) != 1 or readers != [new]:
+        if not _only_the_mutation(call, k, new, out_node, outs):
             continue
         sub = call.target
         a = call.args.index(ph) if call.args.count(ph) == 1 else None
@@ -1467,12 +1474,7 @@ def _updated_elementwise(v, base, sub_outs, new, out_node, fused_outs, call, k) 
     if torch.Tag.pointwise not in getattr(op, "tags", ()) and not (
             schema is not None and schema.name.startswith("aten::_foreach_")):
         return False
-    if base in sub_outs or list(new.users) != [out_node] or fused_outs.count(new) != 1:
-        return False
-    # The call's output k read once, as `new` (a tuple output through getitem).
-    readers = [u for u in call.users if u is new or (
-        u.op == "call_function" and u.target is operator.getitem and u.args[1] == k)]
-    if readers != [new]:
+    if base in sub_outs or not _only_the_mutation(call, k, new, out_node, fused_outs):
         return False
     m_in, m_out = importer._meta(base), importer._meta(v)
     return (isinstance(m_in, torch.Tensor) and isinstance(m_out, torch.Tensor)

@@ -2260,6 +2260,7 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
     (`llm.aliasing_output`). Raises Unsupported or NeedsStatic."""
     imp = Importer(bindings=bindings, gm=gm)
     args_sig: List[str] = []
+    arg_types: List[str] = []
     arg_attrs: List[List[str]] = []
     arg_placeholders: List[int] = []
     dim_bindings: Dict[str, Tuple[int, int]] = {}
@@ -2301,6 +2302,7 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
         if pi in donate:
             attrs.append("llm.donate")
         args_sig.append(f"%arg{ai}: {v.type}")
+        arg_types.append(v.type)
         arg_attrs.append(attrs)
         arg_placeholders.append(pi)
 
@@ -2390,7 +2392,7 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
                 continue
             r = out_map[k][1]
             if (r not in out_perms and out_map.count(("out", r)) == 1
-                    and returned[r].type == args_sig[ai].split(": ", 1)[1]):
+                    and returned[r].type == arg_types[ai]):
                 arg_attrs[ai].append(f"llm.aliasing_output = {r} : i64")
     args_sig = [a + (" {" + ", ".join(attrs) + "}" if attrs else "")
                 for a, attrs in zip(args_sig, arg_attrs)]
