@@ -371,6 +371,7 @@ private:
   absl::StatusOr<HostTensor> dropoutMask(llm::DropoutMaskOp op);
   absl::StatusOr<HostTensor> attention(llm::AttentionOp op);
   absl::StatusOr<HostTensor> pagedAttention(llm::PagedAttentionOp op);
+  absl::StatusOr<HostTensor> pagedKVAppend(llm::PagedKVAppendOp op);
   absl::StatusOr<HostTensor> varlenAttention(llm::VarlenAttentionOp op);
   /// The common part of the packed attentions: spends `work`, makes the
   /// result (the query's type and shape) and a row of `maxLen` scores, and

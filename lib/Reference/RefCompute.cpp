@@ -125,6 +125,7 @@ absl::StatusOr<HostTensor> RankState::compute(Operation *op) {
       .Case<llm::MatmulOp>([&](auto m) { return matmul(m); })
       .Case<llm::AttentionOp>([&](auto a) { return attention(a); })
       .Case<llm::PagedAttentionOp>([&](auto a) { return pagedAttention(a); })
+      .Case<llm::PagedKVAppendOp>([&](auto a) { return pagedKVAppend(a); })
       .Case<llm::VarlenAttentionOp>([&](auto a) { return varlenAttention(a); })
       .Case<llm::AttentionLogSumExpOp>(
           [&](auto a) { return attentionLogSumExp(a); })

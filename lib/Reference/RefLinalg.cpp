@@ -4,6 +4,8 @@
 
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace llmc::reference::detail {
 
 //===----------------------------------------------------------------------===//
@@ -392,31 +394,27 @@ void packedAttentionRows(const HostTensor &q, const HostTensor &k, const HostTen
                          [&](int64_t j) { return v.data.data() + keyRow(j, hk); });
     }
 }
-} // namespace
 
-absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
-  const HostTensor &q = in(op, 0), &kp = in(op, 1), &vp = in(op, 2),
-                   &table = in(op, 3), &cu = in(op, 4), &lens = in(op, 5);
-  const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
-  const int64_t P = kp.shape[0], pageSize = kp.shape[1], Hkv = kp.shape[2];
+int64_t at(const HostTensor &t, int64_t i) { return static_cast<int64_t>(t.data[i]); }
+
+/// The sequences of a paged op (`llm.paged_attention`, `llm.paged_kv_append`):
+/// T packed new tokens, P pages of `pageSize` rows, a block table [B,
+/// max_pages], cu_seqlens_q [B + 1] and seq_lens [B], checked before any
+/// work: offsets from 0 to T, never decreasing, n_b <= seq_lens[b] <=
+/// max_pages * pageSize, every page a sequence holds in [0, P).
+absl::StatusOr<std::vector<PackedSequence>>
+pagedSequences(Operation *op, int64_t T, int64_t P, int64_t pageSize, const HostTensor &table,
+               const HostTensor &cu, const HostTensor &lens) {
   const int64_t B = table.shape[0], maxPages = table.shape[1];
-  if (kp.shape != vp.shape)
-    return opError(op, absl::StrCat("key_pages ", shapeStr(kp.shape), " and value_pages ",
-                                    shapeStr(vp.shape), " must have the same shape"));
-  if (kp.shape[3] != D || Hkv == 0 || Hq % Hkv != 0 || pageSize < 1 ||
-      cu.shape != Shape{B + 1} || lens.shape != Shape{B})
-    return opError(op, absl::StrCat("inconsistent shapes: query ", shapeStr(q.shape),
-                                    ", pages ", shapeStr(kp.shape), ", block_table ",
-                                    shapeStr(table.shape), ", cu_seqlens_q ",
-                                    shapeStr(cu.shape), ", seq_lens ", shapeStr(lens.shape)));
-  if (std::optional<std::string> error = llm::checkAttentionHeadDim(D))
-    return opError(op, *error);
-  // The sequences' layout, checked before any work.
-  auto at = [](const HostTensor &t, int64_t i) { return static_cast<int64_t>(t.data[i]); };
+  if (cu.shape != Shape{B + 1} || lens.shape != Shape{B})
+    return opError(op, absl::StrCat("block_table ", shapeStr(table.shape), ", cu_seqlens_q ",
+                                    shapeStr(cu.shape), " and seq_lens ", shapeStr(lens.shape),
+                                    " must describe the same B sequences"));
   if (at(cu, 0) != 0 || at(cu, B) != T)
     return opError(op, absl::StrCat("cu_seqlens_q must run from 0 to T = ", T, ", found ",
                                     at(cu, 0), " .. ", at(cu, B)));
-  double work = 0;
+  std::vector<PackedSequence> seqs;
+  seqs.reserve(B);
   for (int64_t b = 0; b < B; ++b) {
     int64_t n = at(cu, b + 1) - at(cu, b), len = at(lens, b);
     if (n < 0)
@@ -431,23 +429,79 @@ absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
         return opError(op, absl::StrCat("sequence ", b, " reads page ", page,
                                         " (block_table[", b, ", ", p, "]), outside [0, ", P,
                                         ")"));
-    work += 2.0 * double(n) * double(Hq) * double(len) * double(D);
+    seqs.push_back({at(cu, b), n, len});
   }
+  return seqs;
+}
+} // namespace
+
+absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
+  const HostTensor &q = in(op, 0), &kp = in(op, 1), &vp = in(op, 2),
+                   &table = in(op, 3), &cu = in(op, 4), &lens = in(op, 5);
+  const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
+  const int64_t P = kp.shape[0], pageSize = kp.shape[1], Hkv = kp.shape[2];
+  const int64_t maxPages = table.shape[1];
+  if (kp.shape != vp.shape)
+    return opError(op, absl::StrCat("key_pages ", shapeStr(kp.shape), " and value_pages ",
+                                    shapeStr(vp.shape), " must have the same shape"));
+  if (kp.shape[3] != D || Hkv == 0 || Hq % Hkv != 0 || pageSize < 1)
+    return opError(op, absl::StrCat("inconsistent shapes: query ", shapeStr(q.shape),
+                                    ", pages ", shapeStr(kp.shape)));
+  if (std::optional<std::string> error = llm::checkAttentionHeadDim(D))
+    return opError(op, *error);
+  LLMC_ASSIGN_OR_RETURN(std::vector<PackedSequence> seqs,
+                       pagedSequences(op, T, P, pageSize, table, cu, lens));
+  double work = 0;
   int64_t maxLen = 0;
-  for (int64_t b = 0; b < B; ++b)
-    maxLen = std::max(maxLen, at(lens, b));
+  for (const PackedSequence &seq : seqs) {
+    work += 2.0 * double(seq.n) * double(Hq) * double(seq.len) * double(D);
+    maxLen = std::max(maxLen, seq.len);
+  }
   return packedAttention(op, q, op.getScale(), work, maxLen,
                          [&](HostTensor &out, std::vector<double> &p, double scale) {
-    for (int64_t b = 0; b < B; ++b) {
+    for (size_t b = 0; b < seqs.size(); ++b) {
       // Key position j of sequence b, head hk: a row of the pages.
       auto kvRow = [&](int64_t j, int64_t hk) {
         int64_t page = at(table, b * maxPages + j / pageSize);
         return ((page * pageSize + j % pageSize) * Hkv + hk) * D;
       };
-      PackedSequence seq{at(cu, b), at(cu, b + 1) - at(cu, b), at(lens, b)};
-      packedAttentionRows(q, kp, vp, out, Hkv, scale, op.getCausal(), seq, kvRow, p);
+      packedAttentionRows(q, kp, vp, out, Hkv, scale, op.getCausal(), seqs[b], kvRow, p);
     }
   });
+}
+
+absl::StatusOr<HostTensor> RankState::pagedKVAppend(llm::PagedKVAppendOp op) {
+  const HostTensor &pages = in(op, 0), &upd = in(op, 1), &table = in(op, 2), &cu = in(op, 3),
+                   &lens = in(op, 4);
+  const int64_t P = pages.shape[0], pageSize = pages.shape[1];
+  const int64_t row = pages.shape[2] * pages.shape[3], maxPages = table.shape[1];
+  if (upd.shape.size() != 3 || upd.shape[1] != pages.shape[2] ||
+      upd.shape[2] != pages.shape[3] || pageSize < 1)
+    return opError(op, absl::StrCat("update ", shapeStr(upd.shape), " must be [T, Hkv, D] of the pages ",
+                                    shapeStr(pages.shape)));
+  LLMC_ASSIGN_OR_RETURN(std::vector<PackedSequence> seqs,
+                       pagedSequences(op, upd.shape[0], P, pageSize, table, cu, lens));
+  // The row each new token goes to, and no row written twice.
+  std::vector<int64_t> slots(upd.shape[0]);
+  absl::flat_hash_map<int64_t, int64_t> writer;
+  for (size_t b = 0; b < seqs.size(); ++b)
+    for (int64_t i = 0; i < seqs[b].n; ++i) {
+      int64_t pos = seqs[b].len - seqs[b].n + i;
+      int64_t slot = at(table, b * maxPages + pos / pageSize) * pageSize + pos % pageSize;
+      auto [it, fresh] = writer.try_emplace(slot, b);
+      if (!fresh)
+        return opError(op, absl::StrCat("sequences ", it->second, " and ", b,
+                                        " both write row ", slot % pageSize, " of page ",
+                                        slot / pageSize,
+                                        " (a shared page must be copied before a sequence "
+                                        "appends to it)"));
+      slots[seqs[b].first + i] = slot;
+    }
+  // `pages` is not used below: taking it ends that reference.
+  LLMC_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
+  for (size_t t = 0; t < slots.size(); ++t)
+    std::copy_n(upd.data.begin() + t * row, row, out.data.begin() + slots[t] * row);
+  return out;
 }
 
 absl::StatusOr<HostTensor> RankState::packedAttention(
@@ -479,7 +533,6 @@ absl::StatusOr<HostTensor> RankState::varlenAttention(llm::VarlenAttentionOp op)
                                     shapeStr(cuk.shape)));
   if (std::optional<std::string> error = llm::checkAttentionHeadDim(D))
     return opError(op, *error);
-  auto at = [](const HostTensor &t, int64_t i) { return static_cast<int64_t>(t.data[i]); };
   double work = 0;
   for (auto [cu, name, total] : {std::tuple<const HostTensor *, const char *, int64_t>{
                                      &cuq, "cu_seqlens_q", T},

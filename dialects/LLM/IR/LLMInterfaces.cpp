@@ -72,6 +72,10 @@ bool llmc::llm::updatesInPlace(KVCacheAppendOp op) {
   return isDonatedSoleUse(op.getCache());
 }
 
+bool llmc::llm::updatesInPlace(PagedKVAppendOp op) {
+  return isDonatedSoleUse(op.getPages());
+}
+
 bool llmc::llm::updatesInPlace(IndexPutOp op) {
   return isDonatedSoleUse(op.getBase());
 }
@@ -85,6 +89,8 @@ Value llmc::llm::storageRoot(Value v) {
       v = c.getInput();
     } else if (auto a = dyn_cast<KVCacheAppendOp>(def); a && updatesInPlace(a)) {
       v = a.getCache();
+    } else if (auto a = dyn_cast<PagedKVAppendOp>(def); a && updatesInPlace(a)) {
+      v = a.getPages();
     } else if (auto p = dyn_cast<IndexPutOp>(def); p && updatesInPlace(p)) {
       v = p.getBase();
     } else {

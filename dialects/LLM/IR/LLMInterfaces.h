@@ -20,6 +20,7 @@ namespace llmc::llm {
 
 class KVCacheAppendOp;
 class IndexPutOp;
+class PagedKVAppendOp;
 
 /// True for the `llm` ops with MLIR's Elementwise trait (add, mul, exp,
 /// silu, gelu, compare, select, cast, ...): one result, computed pointwise
@@ -41,16 +42,18 @@ bool isElementwise(mlir::Operation *op);
 /// The value that owns the storage `v` lives in, in `v`'s own row-major
 /// layout: `v` seen through the ops whose result is their operand's bytes
 /// unchanged, i.e. reshapes, an all_reduce over a group of one (an
-/// identity), and a kv_cache_append or index_put that updates its cache
-/// or base in place (updatesInPlace). Strided views are not looked through: their elements
+/// identity), and a kv_cache_append, paged_kv_append or index_put that
+/// updates its cache, pages or base in place (updatesInPlace). Strided views are not looked through: their elements
 /// are elsewhere in their source's storage, so a consumer
 /// that needs dense storage materializes them.
 mlir::Value storageRoot(mlir::Value v);
 
-/// A kv_cache_append (index_put) writes into its cache's (base's) storage
-/// when that storage is a donated function argument (`llm.donate`) that
-/// nothing else reads; its result is then that argument's storage.
+/// A kv_cache_append (paged_kv_append, index_put) writes into its cache's
+/// (pages', base's) storage when that storage is a donated function argument
+/// (`llm.donate`) that nothing else reads; its result is then that
+/// argument's storage.
 bool updatesInPlace(KVCacheAppendOp op);
+bool updatesInPlace(PagedKVAppendOp op);
 bool updatesInPlace(IndexPutOp op);
 
 } // namespace llmc::llm

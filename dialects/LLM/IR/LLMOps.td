@@ -703,6 +703,44 @@ def LLM_VarlenAttentionOp : LLM_Op<"varlen_attention",
   let hasVerifier = 1;
 }
 
+def LLM_PagedKVAppendOp : LLM_Op<"paged_kv_append",
+    [Pure, AllTypesMatch<["pages", "result"]>]> {
+  let summary = "Writes new tokens' K or V rows into their pages of a paged KV cache.";
+  let description = [{
+    The write half of a paged KV cache (PagedAttention: Kwon et al., SOSP
+    2023; vLLM's `reshape_and_cache`), with the sequence layout of
+    `llm.paged_attention` so that a layer's append and attention take the
+    same block table: pages [P, page_size, Hkv, D], the new tokens' rows
+    `update` [T, Hkv, D] packed by sequence (sequence b's n_b rows from
+    `cu_seqlens_q[b]`, `cu_seqlens_q` [B + 1] from 0 to T), `block_table`
+    [B, max_pages] and `seq_lens` [B] (each sequence's length with its new
+    tokens). Row i of sequence b is position p = seq_lens[b] - n_b + i and
+    goes to row p % page_size of page block_table[b, p / page_size]; the
+    result is `pages` with those rows replaced, every other row unchanged.
+
+    In place when `pages` is a donated argument used only here (as
+    `llm.kv_cache_append`); otherwise the pages are copied first. Run-time
+    errors (the reference executor reports them with the op): the layout
+    errors of `llm.paged_attention`, and two new tokens written to the same
+    row (two sequences sharing a page they both append to: a page pool must
+    copy a shared page before a sequence writes into it).
+
+    ```mlir
+    %kp2 = llm.paged_kv_append %kp, %k, %bt, %cuq, %lens : tensor<512x16x8x128xbf16>, tensor<5x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+    ```
+  }];
+  let arguments = (ins LLM_FloatTensor:$pages, LLM_FloatTensor:$update,
+                       LLM_IntTensor:$block_table, LLM_IntTensor:$cu_seqlens_q,
+                       LLM_IntTensor:$seq_lens);
+  let results = (outs LLM_FloatTensor:$result);
+  let assemblyFormat = [{
+    $pages `,` $update `,` $block_table `,` $cu_seqlens_q `,` $seq_lens attr-dict `:`
+    type($pages) `,` type($update) `,` type($block_table) `,` type($cu_seqlens_q) `,`
+    type($seq_lens)
+  }];
+  let hasVerifier = 1;
+}
+
 def LLM_PagedAttentionOp : LLM_Op<"paged_attention",
     [Pure, AllTypesMatch<["query", "result"]>]> {
   let summary = "Attention of packed variable-length queries over a paged KV cache.";

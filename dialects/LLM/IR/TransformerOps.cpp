@@ -328,32 +328,62 @@ LogicalResult VarlenAttentionOp::verify() {
   return success();
 }
 
-LogicalResult PagedAttentionOp::verify() {
-  auto q = getQuery().getType(), kp = getKeyPages().getType();
-  auto bt = getBlockTable().getType(), cu = getCuSeqlensQ().getType(),
-       lens = getSeqLens().getType();
-  if (kp.getRank() != 4)
-    return emitOpError() << "key_pages must be [P, page_size, Hkv, D] (rank 4), found "
-                         << shapeStr(kp.getShape());
-  if (failed(verifySameTensor(*this, "value_pages", getValuePages().getType(), "key_pages",
-                              kp)) ||
-      failed(verifyPackedQueryKey(*this, q, "key_pages", kp, 2, getScale())))
-    return failure();
-  if (kp.getDimSize(1) == 0)
-    return emitOpError() << "page_size (key_pages dimension 1) must be at least 1";
+/// Pages [P, page_size, Hkv, D] (`name` in messages) with page_size >= 1,
+/// and a block table [B, max_pages], cu_seqlens_q [B + 1] and seq_lens [B]
+/// describing the same B sequences: the operands `llm.paged_attention` and
+/// `llm.paged_kv_append` share.
+static LogicalResult verifyPagedLayout(Operation *op, StringRef name, RankedTensorType pages,
+                                       RankedTensorType bt, RankedTensorType cu,
+                                       RankedTensorType lens) {
+  if (pages.getRank() != 4)
+    return op->emitOpError() << name << " must be [P, page_size, Hkv, D] (rank 4), found "
+                             << shapeStr(pages.getShape());
+  if (pages.getDimSize(1) == 0)
+    return op->emitOpError() << "page_size (" << name << " dimension 1) must be at least 1";
   if (bt.getRank() != 2 || cu.getRank() != 1 || lens.getRank() != 1)
-    return emitOpError() << "block_table must be [B, max_pages], cu_seqlens_q [B + 1] and "
-                            "seq_lens [B], found "
-                         << shapeStr(bt.getShape()) << ", " << shapeStr(cu.getShape())
-                         << " and " << shapeStr(lens.getShape());
+    return op->emitOpError() << "block_table must be [B, max_pages], cu_seqlens_q [B + 1] and "
+                                "seq_lens [B], found "
+                             << shapeStr(bt.getShape()) << ", " << shapeStr(cu.getShape())
+                             << " and " << shapeStr(lens.getShape());
   int64_t b = bt.getDimSize(0);
   if (!dimsCompatible(lens.getDimSize(0), b) ||
       (!ShapedType::isDynamic(b) && !ShapedType::isDynamic(cu.getDimSize(0)) &&
        cu.getDimSize(0) != b + 1))
-    return emitOpError() << "block_table " << shapeStr(bt.getShape()) << ", cu_seqlens_q "
-                         << shapeStr(cu.getShape()) << " and seq_lens "
-                         << shapeStr(lens.getShape())
-                         << " must describe the same B sequences ([B, max_pages], [B + 1], [B])";
+    return op->emitOpError() << "block_table " << shapeStr(bt.getShape()) << ", cu_seqlens_q "
+                             << shapeStr(cu.getShape()) << " and seq_lens "
+                             << shapeStr(lens.getShape())
+                             << " must describe the same B sequences ([B, max_pages], [B + 1], "
+                                "[B])";
+  return success();
+}
+
+LogicalResult PagedAttentionOp::verify() {
+  auto q = getQuery().getType(), kp = getKeyPages().getType();
+  if (failed(verifyPagedLayout(*this, "key_pages", kp, getBlockTable().getType(),
+                               getCuSeqlensQ().getType(), getSeqLens().getType())) ||
+      failed(verifySameTensor(*this, "value_pages", getValuePages().getType(), "key_pages",
+                              kp)) ||
+      failed(verifyPackedQueryKey(*this, q, "key_pages", kp, 2, getScale())))
+    return failure();
+  return success();
+}
+
+LogicalResult PagedKVAppendOp::verify() {
+  auto pages = getPages().getType(), update = getUpdate().getType();
+  if (failed(verifyPagedLayout(*this, "pages", pages, getBlockTable().getType(),
+                               getCuSeqlensQ().getType(), getSeqLens().getType())))
+    return failure();
+  if (update.getRank() != 3)
+    return emitOpError() << "update must be [T, Hkv, D] (rank 3), found "
+                         << shapeStr(update.getShape());
+  if (update.getElementType() != pages.getElementType())
+    return emitOpError() << "update element type " << typeStr(update.getElementType())
+                         << " differs from the pages' " << typeStr(pages.getElementType());
+  for (int i : {1, 2})
+    if (!dimsCompatible(update.getDimSize(i), pages.getDimSize(i + 1)))
+      return emitOpError() << "update " << shapeStr(update.getShape())
+                           << " must be [T, Hkv, D] of the pages "
+                           << shapeStr(pages.getShape()) << " ([P, page_size, Hkv, D])";
   return success();
 }
 

@@ -43,8 +43,8 @@ Slot slotOf(Operation *op, unsigned index) {
     return Slot::Weight;
   if (isa<GatherOp>(op))
     return index == 0 ? Slot::Weight : Slot::Activation;
-  if (isa<SoftmaxOp, RoPEOp, AttentionOp, KVCacheAppendOp, IndexPutOp,
-          AllReduceOp, AllGatherOp, ReduceScatterOp, func::ReturnOp>(op))
+  if (isa<SoftmaxOp, RoPEOp, AttentionOp, PagedAttentionOp, VarlenAttentionOp,
+          KVCacheAppendOp, PagedKVAppendOp, IndexPutOp, AllReduceOp, AllGatherOp, ReduceScatterOp, func::ReturnOp>(op))
     return Slot::Activation;
   return Slot::Neutral;
 }
@@ -140,8 +140,8 @@ struct PreparationRule {
     if (op->getNumResults() == 0 || op->getNumOperands() == 0)
       return "it has no operands or no results";
     if (isa<DequantizeWeightOp, AllReduceOp, AllGatherOp, ReduceScatterOp,
-            KVCacheAppendOp, IndexPutOp, func::ReturnOp>(op))
-      return "it runs on every call (collectives, kv_cache_append, index_put "
+            KVCacheAppendOp, PagedKVAppendOp, IndexPutOp, func::ReturnOp>(op))
+      return "it runs on every call (collectives, kv_cache_append, paged_kv_append, index_put "
              "and dequantize_weight are never prepared once)";
     bool any = false;
     for (auto [i, o] : llvm::enumerate(op->getOperands())) {

@@ -161,6 +161,7 @@ static LogicalResult computeResultTypes(Operation *op,
       .Case<SoftmaxOp, RMSNormOp, LayerNormOp, RoPEOp, AllReduceOp, CumsumOp>(
           [&](auto o) { return same(o->getOperand(0)); })
       .Case<AttentionOp>([&](AttentionOp o) { return same(o.getQuery()); })
+      .Case<PagedAttentionOp, VarlenAttentionOp>([&](auto o) { return same(o.getQuery()); })
       .Case<AttentionLogSumExpOp>([&](AttentionLogSumExpOp o) {
         auto q = o.getQuery().getType();
         types.push_back(withShape(o.getType(), {q.getDimSize(0), q.getDimSize(2),
@@ -173,6 +174,7 @@ static LogicalResult computeResultTypes(Operation *op,
         return success();
       })
       .Case<KVCacheAppendOp>([&](KVCacheAppendOp o) { return same(o.getCache()); })
+      .Case<PagedKVAppendOp>([&](PagedKVAppendOp o) { return same(o.getPages()); })
       .Case<IndexPutOp>([&](IndexPutOp o) { return same(o.getBase()); })
       .Case<SelectOp>([&](SelectOp o) -> LogicalResult {
         auto shape = unifyOperandShapes(op, op->getOperands());

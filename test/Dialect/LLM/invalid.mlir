@@ -1259,6 +1259,46 @@ func.func @paged_attention_value_pages(%q: tensor<5x32x128xbf16>, %kp: tensor<64
 
 // -----
 
+func.func @paged_kv_append_update_rank(%kp: tensor<64x16x8x128xbf16>, %k: tensor<1x5x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op update must be [T, Hkv, D] (rank 3), found [1, 5, 8, 128]}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<64x16x8x128xbf16>, tensor<1x5x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @paged_kv_append_heads(%kp: tensor<64x16x8x128xbf16>, %k: tensor<5x4x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op update [5, 4, 128] must be [T, Hkv, D] of the pages [64, 16, 8, 128] ([P, page_size, Hkv, D])}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<64x16x8x128xbf16>, tensor<5x4x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @paged_kv_append_dtype(%kp: tensor<64x16x8x128xbf16>, %k: tensor<5x8x128xf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op update element type f16 differs from the pages' bf16}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<64x16x8x128xbf16>, tensor<5x8x128xf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @paged_kv_append_sequences(%kp: tensor<64x16x8x128xbf16>, %k: tensor<5x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<3xi32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op block_table [4, 8], cu_seqlens_q [5] and seq_lens [3] must describe the same B sequences}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<64x16x8x128xbf16>, tensor<5x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<3xi32>
+  return
+}
+
+// -----
+
+func.func @paged_kv_append_page_size(%kp: tensor<64x0x8x128xbf16>, %k: tensor<5x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op page_size (pages dimension 1) must be at least 1}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<64x0x8x128xbf16>, tensor<5x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
 func.func @varlen_attention_offsets(%q: tensor<9x32x128xbf16>, %k: tensor<12x8x128xbf16>, %cuq: tensor<5xi32>, %cuk: tensor<4xi32>) {
   // expected-error @+1 {{'llm.varlen_attention' op cu_seqlens_q and cu_seqlens_k must both be [B + 1], found [5] and [4]}}
   %0 = llm.varlen_attention %q, %k, %k, %cuq, %cuk : tensor<9x32x128xbf16>, tensor<12x8x128xbf16>, tensor<12x8x128xbf16>, tensor<5xi32>, tensor<4xi32>

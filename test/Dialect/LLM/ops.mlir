@@ -255,6 +255,13 @@ func.func @paged_attention(%q: tensor<?x32x128xbf16>, %kp: tensor<512x16x8x128xb
   return %0, %1 : tensor<?x32x128xbf16>, tensor<?x32x128xbf16>
 }
 
+// CHECK-LABEL: func.func @paged_kv_append
+func.func @paged_kv_append(%kp: tensor<512x16x8x128xbf16>, %k: tensor<?x8x128xbf16>, %bt: tensor<4x128xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) -> tensor<512x16x8x128xbf16> {
+  // CHECK: llm.paged_kv_append %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<512x16x8x128xbf16>, tensor<?x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<512x16x8x128xbf16>, tensor<?x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+  return %0 : tensor<512x16x8x128xbf16>
+}
+
 // CHECK-LABEL: func.func @varlen_attention
 func.func @varlen_attention(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>, %cuq: tensor<9xi32>, %cuk: tensor<9xi32>) -> tensor<?x32x128xbf16> {
   // CHECK: llm.varlen_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal} : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16>, tensor<9xi32>, tensor<9xi32>

@@ -1342,38 +1342,72 @@ static void expectRowsEqual(const std::vector<HostTensor> &packed, int64_t first
   EXPECT_LT(maxAbsDiff(got, dense[0].data), 1e-6) << "sequence " << b;
 }
 
+namespace {
+/// The page row of key position j of sequence b.
+int64_t slotOf(const std::vector<double> &table, int64_t b, int64_t j, int64_t pageSize,
+               int64_t maxPages) {
+  return static_cast<int64_t>(table[b * maxPages + j / pageSize]) * pageSize + j % pageSize;
+}
+
+/// Sequences' keys and values in a paged KV cache as a page pool would
+/// leave them: pages of `pageSize` keys handed out in a shuffled order.
+class PagedReferenceTest : public ReferenceTest {
+protected:
+  struct PagedKV {
+    /// Each sequence's dense keys and values, [1, len, Hkv, D].
+    std::vector<HostTensor> ks, vs;
+    /// [P, pageSize, Hkv, D]: rows no sequence holds are NaN.
+    HostTensor kp, vp;
+    /// [B, maxPages]: pages for lens[b] keys, -1 past them.
+    std::vector<double> table;
+  };
+  /// Random K/V of lens[b] keys per sequence; pages hold the first
+  /// stored[b] of them.
+  PagedKV scatterIntoPages(const std::vector<int64_t> &lens, const std::vector<int64_t> &stored,
+                           int64_t Hkv, int64_t D, int64_t pageSize, int64_t P,
+                           int64_t maxPages) {
+    const int64_t B = static_cast<int64_t>(lens.size()), row = Hkv * D;
+    std::vector<int64_t> order(P);
+    for (int64_t i = 0; i < P; ++i)
+      order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    PagedKV c;
+    c.kp = tensor(f32(), {P, pageSize, Hkv, D}, std::vector<double>(P * pageSize * row, NAN));
+    c.vp = c.kp;
+    c.table.assign(B * maxPages, -1.0);
+    int64_t next = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      c.ks.push_back(rand(f32(), {1, lens[b], Hkv, D}));
+      c.vs.push_back(rand(f32(), {1, lens[b], Hkv, D}));
+      for (int64_t p = 0; p * pageSize < lens[b]; ++p)
+        c.table[b * maxPages + p] = static_cast<double>(order[next++]);
+      for (int64_t j = 0; j < stored[b]; ++j) {
+        int64_t slot = slotOf(c.table, b, j, pageSize, maxPages);
+        std::copy_n(c.ks[b].data.begin() + j * row, row, c.kp.data.begin() + slot * row);
+        std::copy_n(c.vs[b].data.begin() + j * row, row, c.vp.data.begin() + slot * row);
+      }
+    }
+    return c;
+  }
+};
+
+} // namespace
+
 // llm.paged_attention (issue 19) against llm.attention of each sequence
 // alone: three sequences (decode, chunked prefill) over pages of 4 keys put
 // in a shuffled order, lengths that end inside a page, GQA, causal and not.
 // Unused pages hold NaN and block-table entries past a sequence's length are
 // -1: neither is read.
-TEST_F(ReferenceTest, PagedAttentionEqualsDenseAttentionWithShuffledPages) {
+TEST_F(PagedReferenceTest, PagedAttentionEqualsDenseAttentionWithShuffledPages) {
   const int64_t Hq = 4, Hkv = 2, D = 8, pageSize = 4, P = 12, maxPages = 5;
   const std::vector<int64_t> lens = {7, 1, 13}, news = {3, 1, 5};
   const int64_t B = 3, T = 9;
-  std::vector<int64_t> order(P);
-  for (int64_t i = 0; i < P; ++i)
-    order[i] = i;
-  std::shuffle(order.begin(), order.end(), rng);
-  // Dense K/V per sequence, scattered into the pages of its block table.
-  std::vector<HostTensor> ks, vs;
-  HostTensor kp = tensor(f32(), {P, pageSize, Hkv, D},
-                         std::vector<double>(P * pageSize * Hkv * D, NAN));
-  HostTensor vp = kp;
-  std::vector<double> table(B * maxPages, -1.0), cu = {0}, lensD;
-  int64_t next = 0;
+  PagedKV c = scatterIntoPages(lens, lens, Hkv, D, pageSize, P, maxPages);
+  const std::vector<HostTensor> &ks = c.ks, &vs = c.vs;
+  const HostTensor &kp = c.kp, &vp = c.vp;
+  const std::vector<double> &table = c.table;
+  std::vector<double> cu = {0}, lensD;
   for (int64_t b = 0; b < B; ++b) {
-    ks.push_back(rand(f32(), {1, lens[b], Hkv, D}));
-    vs.push_back(rand(f32(), {1, lens[b], Hkv, D}));
-    for (int64_t p = 0; p * pageSize < lens[b]; ++p)
-      table[b * maxPages + p] = static_cast<double>(order[next++]);
-    for (int64_t j = 0; j < lens[b]; ++j) {
-      int64_t page = static_cast<int64_t>(table[b * maxPages + j / pageSize]);
-      for (int64_t e = 0; e < Hkv * D; ++e) {
-        kp.data[(page * pageSize + j % pageSize) * Hkv * D + e] = ks[b].data[j * Hkv * D + e];
-        vp.data[(page * pageSize + j % pageSize) * Hkv * D + e] = vs[b].data[j * Hkv * D + e];
-      }
-    }
     cu.push_back(cu.back() + static_cast<double>(news[b]));
     lensD.push_back(static_cast<double>(lens[b]));
   }
@@ -1422,6 +1456,83 @@ TEST_F(ReferenceTest, PagedAttentionEqualsDenseAttentionWithShuffledPages) {
   st = runStatus(bad, {q, kp, vp, tensor(i32(), {B, maxPages}, table),
                        tensor(i32(), {B + 1}, badCu), tensor(i32(), {B}, lensD)});
   EXPECT_NE(st.message().find("cu_seqlens_q must run from 0 to T = 9"), std::string::npos) << st;
+}
+
+// llm.paged_kv_append then llm.paged_attention, one layer's serving step
+// (issue 19): the pages hold each sequence's earlier keys; the step appends
+// its new tokens' K and V (decode: 1, chunked prefill: several, one that
+// crosses a page boundary, one that starts a fresh page) and attends over
+// them. The attention equals llm.attention over the whole sequence, and the
+// pages equal the old ones with exactly the new rows written (NaN rows
+// untouched).
+TEST_F(PagedReferenceTest, PagedAppendThenAttentionEqualsDenseAttention) {
+  const int64_t Hq = 6, Hkv = 2, D = 8, pageSize = 4, P = 16, maxPages = 6;
+  const std::vector<int64_t> lens = {9, 1, 14, 8}, news = {1, 1, 5, 4};
+  const int64_t B = 4, T = 11, row = Hkv * D;
+  std::vector<int64_t> stored;
+  for (int64_t b = 0; b < B; ++b)
+    stored.push_back(lens[b] - news[b]);
+  PagedKV c = scatterIntoPages(lens, stored, Hkv, D, pageSize, P, maxPages);
+  // The new tokens' K and V, packed by sequence.
+  std::vector<double> cu = {0}, lensD, kNew, vNew;
+  for (int64_t b = 0; b < B; ++b) {
+    cu.push_back(cu.back() + static_cast<double>(news[b]));
+    lensD.push_back(static_cast<double>(lens[b]));
+    kNew.insert(kNew.end(), c.ks[b].data.begin() + stored[b] * row, c.ks[b].data.end());
+    vNew.insert(vNew.end(), c.vs[b].data.begin() + stored[b] * row, c.vs[b].data.end());
+  }
+  HostTensor q = rand(f32(), {T, Hq, D});
+  const std::string src =
+      "func.func @f(%q: tensor<11x6x8xf32>, %k: tensor<11x2x8xf32>, %v: tensor<11x2x8xf32>, "
+      "%kp: tensor<16x4x2x8xf32>, %vp: tensor<16x4x2x8xf32>, %bt: tensor<4x6xi32>, "
+      "%cu: tensor<5xi32>, %lens: tensor<4xi32>) -> (tensor<11x6x8xf32>, tensor<16x4x2x8xf32>, "
+      "tensor<16x4x2x8xf32>) {\n"
+      "  %kp2 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<16x4x2x8xf32>, "
+      "tensor<11x2x8xf32>, tensor<4x6xi32>, tensor<5xi32>, tensor<4xi32>\n"
+      "  %vp2 = llm.paged_kv_append %vp, %v, %bt, %cu, %lens : tensor<16x4x2x8xf32>, "
+      "tensor<11x2x8xf32>, tensor<4x6xi32>, tensor<5xi32>, tensor<4xi32>\n"
+      "  %o = llm.paged_attention %q, %kp2, %vp2, %bt, %cu, %lens {causal} : "
+      "tensor<11x6x8xf32>, tensor<16x4x2x8xf32>, tensor<16x4x2x8xf32>, tensor<4x6xi32>, "
+      "tensor<5xi32>, tensor<4xi32>\n"
+      "  return %o, %kp2, %vp2 : tensor<11x6x8xf32>, tensor<16x4x2x8xf32>, "
+      "tensor<16x4x2x8xf32>\n}";
+  auto inputs = [&](const std::vector<double> &table) {
+    return std::vector<HostTensor>{q, tensor(f32(), {T, Hkv, D}, kNew),
+                                   tensor(f32(), {T, Hkv, D}, vNew), c.kp, c.vp,
+                                   tensor(i32(), {B, maxPages}, table),
+                                   tensor(i32(), {B + 1}, cu), tensor(i32(), {B}, lensD)};
+  };
+  auto out = run(src, inputs(c.table));
+  ASSERT_EQ(out.size(), 3u);
+  ASSERT_TRUE(allFinite(out[0]));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = news[b], first = static_cast<int64_t>(cu[b]);
+    HostTensor qb = tensor(f32(), {1, n, Hq, D},
+                           std::vector<double>(q.data.begin() + first * Hq * D,
+                                               q.data.begin() + (first + n) * Hq * D));
+    auto dense = run(attentionSrc(1, n, lens[b], Hq, Hkv, D, "f32", true, false),
+                     {qb, c.ks[b], c.vs[b], scalar(i64(), lens[b])});
+    expectRowsEqual({out[0]}, first, n, dense, b);
+  }
+  // The pages: the old ones with the new rows written, bit for bit.
+  for (auto [pages, old, dense] : {std::tuple{&out[1], &c.kp, &c.ks}, {&out[2], &c.vp, &c.vs}}) {
+    std::vector<double> want = old->data;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = stored[b]; j < lens[b]; ++j)
+        std::copy_n((*dense)[b].data.begin() + j * row, row,
+                    want.begin() + slotOf(c.table, b, j, pageSize, maxPages) * row);
+    ASSERT_EQ(pages->data.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_TRUE(std::isnan(want[i]) ? std::isnan(pages->data[i]) : pages->data[i] == want[i])
+          << "element " << i;
+  }
+  // Two sequences appending into one shared page is an error naming both.
+  std::vector<double> shared = c.table;
+  shared[1 * maxPages + 0] = shared[0 * maxPages + 2];  // sequence 1's page 0 = 0's page 2
+  absl::Status st = runStatus(src, inputs(shared));
+  EXPECT_NE(st.message().find("sequences 0 and 1 both write row 0 of page"), std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("llm.paged_kv_append"), std::string::npos) << st;
 }
 
 // llm.varlen_attention (issue 19) against llm.attention of each sequence
