@@ -54,6 +54,22 @@ cu::DecodeConfig llmc::flashDecodeConfig(AttentionOp op) {
   return dc;
 }
 
+cu::DecodeConfig llmc::pagedDecodeConfig(PagedAttentionOp op, int64_t queryRows) {
+  auto q = tensorType(op.getQuery()), kp = tensorType(op.getKeyPages());
+  cu::DecodeConfig dc;
+  dc.dtype = kernelScalarType(op.getQuery());
+  dc.head_dim = q.getDimSize(2);
+  dc.group_size = q.getDimSize(1) / std::max<int64_t>(kp.getDimSize(2), 1);
+  dc.q_len = queryRows;
+  dc.causal = op.getCausal();
+  dc.paged = true;
+  dc.page_size = kp.getDimSize(1);
+  dc.block_table = kernelScalarType(op.getBlockTable());
+  dc.cu_seqlens = kernelScalarType(op.getCuSeqlensQ());
+  dc.seq_lens = kernelScalarType(op.getSeqLens());
+  return dc;
+}
+
 std::optional<std::array<int64_t, 3>> llmc::attentionMaskStrides(AttentionOp op) {
   Value mask = op.getMask();
   if (!mask)
@@ -146,6 +162,25 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
     }
     configs.attention[op] = choice;
   });
+  fn.walk([&](PagedAttentionOp op) {
+    auto q = tensorType(op.getQuery()), kp = tensorType(op.getKeyPages());
+    auto bt = tensorType(op.getBlockTable());
+    int64_t t = q.getDimSize(0), b = std::max<int64_t>(bt.getDimSize(0), 1);
+    // As many rows as a sequence has new tokens on average (decode: 1).
+    for (int64_t rows = std::clamp<int64_t>((t + b - 1) / b, 1, 16); rows >= 1; --rows) {
+      absl::StatusOr<int> splits =
+          cu::FlashDecodeNumSplits(pagedDecodeConfig(op, rows), b, kp.getDimSize(2),
+                                   bt.getDimSize(1) * kp.getDimSize(1));
+      if (splits.ok()) {
+        AttentionChoice choice;
+        choice.kernel = AttentionChoice::kFlashDecode;
+        choice.splits = *splits;
+        choice.query_rows = static_cast<int>(rows);
+        configs.attention[op] = choice;
+        return;
+      }
+    }
+  });
   fn.walk([&](AttentionBackwardOp op) {
     AttentionChoice choice;
     if (options.attention_backend != AttentionBackend::kLlmc && !op.getMask()) {
@@ -179,6 +214,17 @@ void llmc::annotateKernelConfigs(func::FuncOp fn, const KernelConfigs &configs) 
                 b.getNamedAttr("cudnn", b.getBoolAttr(c.cudnn))};
     }
     op->setAttr(kKernelConfigAttr, b.getDictionaryAttr(fields));
+  });
+  fn.walk([&](PagedAttentionOp op) {
+    auto it = configs.attention.find(op);
+    if (it == configs.attention.end())
+      return;
+    op->setAttr(kKernelConfigAttr,
+                b.getDictionaryAttr(
+                    {b.getNamedAttr("kernel", b.getStringAttr("paged_flash_decode")),
+                     b.getNamedAttr("splits", b.getI64IntegerAttr(it->second.splits)),
+                     b.getNamedAttr("query_rows",
+                                    b.getI64IntegerAttr(it->second.query_rows))}));
   });
   fn.walk([&](AttentionBackwardOp op) {
     auto it = configs.attention.find(op);
@@ -257,6 +303,35 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
                      "{kernel = \"flash_decode\", splits = <1..256>} or {kernel = "
                      "\"flash_attention\", tile = \"bm<M>_bn<N>_w<warps>_s<stages>[_gh]\", "
                      "cudnn = <bool>}");
+  });
+  if (!status.ok())
+    return status;
+  // Paged attention: absent where no kernel serves it (the lowering says so).
+  fn.walk([&](PagedAttentionOp op) {
+    if (!status.ok())
+      return;
+    Attribute attr = op->getAttr(kKernelConfigAttr);
+    if (!attr)
+      return;
+    auto config = dyn_cast<DictionaryAttr>(attr);
+    auto kernel = config ? config.getAs<StringAttr>("kernel") : nullptr;
+    auto splits = config ? config.getAs<IntegerAttr>("splits") : nullptr;
+    auto rows = config ? config.getAs<IntegerAttr>("query_rows") : nullptr;
+    auto inRange = [](IntegerAttr a, int64_t hi) {
+      return a && a.getType().isSignlessInteger(64) && a.getInt() >= 1 && a.getInt() <= hi;
+    };
+    if (!kernel || kernel.getValue() != "paged_flash_decode" || !inRange(splits, 256) ||
+        !inRange(rows, 16) || config.size() != 3) {
+      status = invalid(op, kKernelConfigAttr.str(), attr,
+                       "{kernel = \"paged_flash_decode\", splits = <1..256>, query_rows = "
+                       "<1..16>}");
+      return;
+    }
+    AttentionChoice choice;
+    choice.kernel = AttentionChoice::kFlashDecode;
+    choice.splits = static_cast<int>(splits.getInt());
+    choice.query_rows = static_cast<int>(rows.getInt());
+    configs.attention[op] = choice;
   });
   if (!status.ok())
     return status;

@@ -54,6 +54,9 @@ struct AttentionChoice {
   Kernel kernel = kFlashAttention;
   /// kFlashDecode: KV splits, 1..256.
   int splits = 1;
+  /// kFlashDecode of an llm.paged_attention: query rows a block takes at a
+  /// time (cu::DecodeConfig::q_len), 1..16.
+  int query_rows = 1;
   /// kFlashAttention: the tensor-core kernel's tile (ignored by the
   /// one-warp-per-row kernel that other types and head dims run).
   cuda::AttentionTile tile;
@@ -71,6 +74,10 @@ struct KernelConfigs {
 /// query length, causal, KV layout, mask type; kv_len read from the
 /// argument).
 cuda::DecodeConfig flashDecodeConfig(llm::AttentionOp op);
+
+/// The paged flash-decoding configuration of `op` taking `queryRows` query
+/// rows at a time (cu::DecodeConfig::paged).
+cuda::DecodeConfig pagedDecodeConfig(llm::PagedAttentionOp op, int64_t queryRows);
 
 /// Whether the flash-decoding kernels compute `op`: at most 16 queries, a
 /// float mask (if any) dense along the keys, and a configuration cu::FlashDecodeSupported takes. What a
@@ -99,6 +106,9 @@ absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionBackwardOp op
 ///    (rt::CudnnAttentionUnsupportedReason);
 ///  - for an attention backward (FlashAttention-2's backward kernels),
 ///    cuDNN's fused SDPA backward on the same conditions;
+///  - for an llm.paged_attention, paged flash-decoding taking ceil(T / B)
+///    query rows at a time (at most 16, fewer where no register layout fits)
+///    in cu::FlashDecodeNumSplits splits of max_pages * page_size keys;
 ///  - the elementwise unroll of `options`.
 KernelConfigs selectKernelConfigs(mlir::func::FuncOp fn, const LowerOptions &options);
 

@@ -349,8 +349,50 @@ absl::Status lowerAttentionStats(const AttentionStats &a, Lowering &l) {
   return lowerAttentionWith(a.attention, stats.getResult(), l);
 }
 
+/// paged_attention(q, key pages, value pages, block table, cu_seqlens_q,
+/// seq_lens) => paged flash-decoding: split + combine, as its
+/// llm.kernel_config chose.
+static absl::Status lowerPagedAttention(PagedAttentionOp op, Lowering &l) {
+  auto choice = l.getKernelConfigs().attention.find(op);
+  if (choice == l.getKernelConfigs().attention.end())
+    return unsupported(op, "no paged flash-decoding kernel serves it (it takes bf16/f16/f32, "
+                           "head dim <= 512 and group size x head dim <= 4096 with a register "
+                           "layout that fits)");
+  auto q = tensorType(op.getQuery()), kp = tensorType(op.getKeyPages());
+  auto bt = tensorType(op.getBlockTable());
+  int64_t t = q.getDimSize(0), d = q.getDimSize(2), hkv = kp.getDimSize(2),
+          b = bt.getDimSize(0);
+  cu::DecodeConfig dc = pagedDecodeConfig(op, choice->second.query_rows);
+  LLMC_ASSIGN_OR_RETURN(cu::DecodeKernels kernels, generated(cu::EmitFlashDecode(dc), op));
+  // The combine merges each packed row's splits as the dense one does a
+  // batch of T single queries.
+  cu::DecodeConfig rows = dc;
+  rows.paged = false;
+  rows.q_len = 1;
+  int splits = choice->second.splits;
+  auto [accBytes, mlBytes] = cu::FlashDecodeWorkspaceBytes(rows, t, hkv, splits);
+  int acc = l.newArenaBuffer(std::max<int64_t>(accBytes, 4), l.getStep(), l.getStep());
+  int ml = l.newArenaBuffer(std::max<int64_t>(mlBytes, 4), l.getStep(), l.getStep());
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims splitDims,
+                        generated(cu::FlashDecodeSplitLaunch(dc, b, hkv, splits), op));
+  l.launch(l.addKernel(kernels.split), splitDims,
+           {l.bufArg(acc), l.bufArg(ml), l.ptrArg(op.getQuery()), l.ptrArg(op.getKeyPages()),
+            l.ptrArg(op.getValuePages()), l.ptrArg(op.getBlockTable()),
+            l.ptrArg(op.getCuSeqlensQ()), l.ptrArg(op.getSeqLens()), i64Arg(bt.getDimSize(1)),
+            i64Arg(kp.getDimSize(0)), i32Arg(hkv), f32Arg(softmaxScale(op.getScale(), d)),
+            i32Arg(splits)},
+           op);
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims combineDims,
+                        generated(cu::FlashDecodeCombineLaunch(rows, t, hkv), op));
+  l.launch(l.addKernel(kernels.combine), combineDims,
+           {l.ptrArg(op.getResult()), l.bufArg(acc), l.bufArg(ml), i32Arg(hkv), i32Arg(splits)},
+           op);
+  return absl::OkStatus();
+}
+
 void populateAttentionLowerings(OpLoweringSet &set) {
   set.add<AttentionOp>(lowerAttention);
+  set.add<PagedAttentionOp>(lowerPagedAttention);
   set.add<AttentionLogSumExpOp>(lowerAttentionLogSumExp);
   set.add<AttentionBackwardOp>(lowerAttentionBackward);
 }

@@ -37,8 +37,37 @@ static absl::Status lowerKVCacheAppend(KVCacheAppendOp o, Lowering &l) {
                            args, o);
 }
 
+/// paged_kv_append(pages, update, block table, cu_seqlens_q, seq_lens) =>
+/// [copy of the pages,] one kernel (one block per new token).
+static absl::Status lowerPagedKVAppend(PagedKVAppendOp o, Lowering &l) {
+  if (!updatesInPlace(o))
+    if (auto st = l.emitCopyInto(o.getResult(), o.getPages(), o); !st.ok())
+      return st;
+  auto pages = tensorType(o.getPages());
+  auto bt = tensorType(o.getBlockTable());
+  int64_t t = tensorType(o.getUpdate()).getDimSize(0);
+  if (t == 0)
+    return absl::OkStatus();
+  cu::PagedKvAppendConfig cfg;
+  cfg.dtype = scalarOf(o.getPages());
+  cfg.heads_kv = pages.getDimSize(2);
+  cfg.head_dim = pages.getDimSize(3);
+  cfg.page_size = pages.getDimSize(1);
+  cfg.block_table = scalarOf(o.getBlockTable());
+  cfg.cu_seqlens = scalarOf(o.getCuSeqlensQ());
+  cfg.seq_lens = scalarOf(o.getSeqLens());
+  int err = l.newArenaBuffer(128, l.getStep(), l.getStep());
+  std::vector<KernelArg> args = {
+      l.ptrArg(o.getResult()),      l.ptrArg(o.getUpdate()),  l.ptrArg(o.getBlockTable()),
+      l.ptrArg(o.getCuSeqlensQ()),  l.ptrArg(o.getSeqLens()), l.bufArg(err),
+      i64Arg(t),                    i64Arg(bt.getDimSize(0)), i64Arg(bt.getDimSize(1)),
+      i64Arg(pages.getDimSize(0))};
+  return l.launchGenerated(cu::EmitPagedKvAppend(cfg), cu::PagedKvAppendLaunch(cfg, t), args, o);
+}
+
 void populateKVCacheLowerings(OpLoweringSet &set) {
   set.add<KVCacheAppendOp>(lowerKVCacheAppend);
+  set.add<PagedKVAppendOp>(lowerPagedKVAppend);
 }
 
 } // namespace llmc::codegen

@@ -380,10 +380,14 @@ bool PickLayout(const DecodeConfig &c, int rows_per_warp, int max_lanes, int qo_
 
 namespace {
 /// The ranges the kernel is written for; a register layout must fit too.
+bool IsIndexType(ScalarType t) { return t == ScalarType::i32 || t == ScalarType::i64; }
+
 bool InSupportedRange(const DecodeConfig &c) {
   return (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16 || c.dtype == ScalarType::f32) &&
          c.head_dim >= 1 && c.head_dim <= 512 && c.group_size >= 1 && c.q_len >= 1 &&
-         Rows(c) * c.head_dim <= 4096;
+         Rows(c) * c.head_dim <= 4096 &&
+         (!c.paged || (!c.kv_hnd && !c.has_mask && c.page_size >= 1 && IsIndexType(c.block_table) &&
+                       IsIndexType(c.cu_seqlens) && IsIndexType(c.seq_lens)));
 }
 } // namespace
 
@@ -439,6 +443,58 @@ namespace {
 // the base text when c has neither, so existing kernels stay byte-identical.
 absl::StatusOr<std::pair<std::string, std::string>> SplitSource(const DecodeConfig &c) {
   std::string helpers = kSplitHelpers, body = kSplitBody;
+  if (c.paged) {
+    // Key j's row is found through the block table; the queries of sequence
+    // b are taken kQLen rows at a time from packed row cu_seqlens[b].
+    LLMC_ASSIGN_OR_RETURN(
+        helpers,
+        SourceVariant(helpers, "flash-decode paged",
+                      {{"int64_t key0, int64_t j1, int lg) {",
+                        "int64_t key0, int64_t j1, int lg,\n"
+                        "                         const BtT* __restrict__ bt, int64_t num_pages) {"},
+                       {"    const Vec* kr = reinterpret_cast<const Vec*>(kb + j * row_stride);\n"
+                        "    const Vec* vr = reinterpret_cast<const Vec*>(vb + j * row_stride);\n",
+                        "    // Page row of key j (a page id outside [0, num_pages) reads as zeros).\n"
+                        "    const int64_t page = j < j1 ? (int64_t)bt[j / kPageSize] : -1;\n"
+                        "    const bool ok = page >= 0 && page < num_pages;\n"
+                        "    const int64_t pr = ok ? page * kPageSize + j % kPageSize : 0;\n"
+                        "    const Vec* kr = reinterpret_cast<const Vec*>(kb + pr * row_stride);\n"
+                        "    const Vec* vr = reinterpret_cast<const Vec*>(vb + pr * row_stride);\n"},
+                       {"      if (j < j1 && (kRowVecs % kLanes == 0 || vi < kRowVecs)) {",
+                        "      if (ok && (kRowVecs % kLanes == 0 || vi < kRowVecs)) {"}}));
+    LLMC_ASSIGN_OR_RETURN(
+        body, SourceVariant(body, "flash-decode paged",
+        {{"  int64_t L = KV_LEN_EXPR;                           // valid cache rows\n",
+          "  // Sequence b: n_b new tokens from packed row tok0, L keys in its pages.\n"
+          "  const int64_t tok0 = (int64_t)cu_seqlens[b], nb = (int64_t)cu_seqlens[b + 1] - tok0;\n"
+          "  const int64_t max_seq = max_pages * kPageSize;\n"
+          "  const BtT* __restrict__ bt = block_table + b * max_pages;\n"
+          "  int64_t L = (int64_t)seq_lens[b];                 // valid keys\n"},
+         {"const T* kb = k + (b * max_seq * heads_kv + hk) * (int64_t)kHeadDim;",
+          "const T* kb = k + (int64_t)hk * kHeadDim;  // + page row * row_stride"},
+         {"const T* vb = v + (b * max_seq * heads_kv + hk) * (int64_t)kHeadDim;",
+          "const T* vb = v + (int64_t)hk * kHeadDim;"},
+         {"  float q[kRowsW][kPer], acc[kRowsW][kPer], m[kRowsW], l[kRowsW];\n",
+          "  for (int64_t qc = 0; qc < nb; qc += kQLen) {  // kQLen query rows at a time\n"
+          "  float q[kRowsW][kPer], acc[kRowsW][kPer], m[kRowsW], l[kRowsW];\n"},
+         {"q_in + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim);",
+          "q_in + ((tok0 + qc + qi) * heads_q + h) * (int64_t)kHeadDim);"},
+         {"      if (row < kRows && (kRowVecs % kLanes == 0 || vi < kRowVecs)) qv = qr[vi];",
+          "      if (row < kRows && qc + qi < nb && (kRowVecs % kLanes == 0 || vi < kRowVecs)) qv = qr[vi];"},
+         {"  const int64_t causal_base = L - kQLen;\n",
+          "  const int64_t causal_base = L - nb + qc;  // position of this chunk's first row\n"},
+         {"    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1, lg);",
+          "    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1, lg, bt, num_pages);"},
+         {"    float M = -LLMC_INF;\n#pragma unroll\n    for (int s = 0; s < kStreams; ++s) M = ",
+          "    if (qc + qi >= nb) continue;  // past this sequence's new tokens\n"
+          "    float M = -LLMC_INF;\n#pragma unroll\n    for (int s = 0; s < kStreams; ++s) M = "},
+         {"    const int64_t prow = ((b * heads_q + h) * kQLen + qi) * num_splits + split;",
+          "    const int64_t prow = ((tok0 + qc + qi) * heads_q + h) * num_splits + split;"},
+         {"      partial_ml[prow * 2 + 1] = S;\n    }\n  }\n",
+          "      partial_ml[prow * 2 + 1] = S;\n    }\n  }\n"
+          "  __syncthreads();  // the next chunk reuses the shared memory\n  }\n"}}));
+    return std::make_pair(helpers, body);
+  }
   if (c.kv_hnd) {
     const std::string base = "(b * max_seq * heads_kv + hk) * (int64_t)kHeadDim;";
     const std::string hnd = "(b * heads_kv + hk) * max_seq * (int64_t)kHeadDim;  // HND";
@@ -504,22 +560,41 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
   LLMC_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
   if (c.has_mask && !IsFloatType(c.mask))
     return Invalid("flash decode: mask must be a float type");
-  const bool causal = c.causal && c.q_len > 1;
-  const std::string tag = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.head_dim) + "_g" +
-                          std::to_string(c.group_size) + "_q" + std::to_string(c.q_len) +
-                          (causal ? "_causal" : "") + "_" + KvLenTag(c.kv_len) +
-                          (c.has_mask ? std::string("_mask") + ScalarTypeTag(c.mask) : "") +
-                          (c.kv_hnd ? "_hnd" : "");
+  // A paged block takes a sequence's new tokens q_len rows at a time: the
+  // mask matters even for q_len 1.
+  auto causalOf = [](const DecodeConfig &x) { return x.causal && (x.q_len > 1 || x.paged); };
+  auto tagOf = [&](const DecodeConfig &x) {
+    return std::string(ScalarTypeTag(x.dtype)) + "_d" + std::to_string(x.head_dim) + "_g" +
+           std::to_string(x.group_size) + "_q" + std::to_string(x.q_len) + (causalOf(x) ? "_causal" : "") +
+           (x.paged ? std::string("_paged") + std::to_string(x.page_size) + "_" +
+                          ScalarTypeTag(x.block_table) + ScalarTypeTag(x.cu_seqlens) +
+                          ScalarTypeTag(x.seq_lens)
+                    : std::string("_") + KvLenTag(x.kv_len)) +
+           (x.has_mask ? std::string("_mask") + ScalarTypeTag(x.mask) : "") + (x.kv_hnd ? "_hnd" : "");
+  };
+  // The paged combine is the dense one over T packed rows of one query.
+  DecodeConfig combined = c;
+  if (c.paged) {
+    combined = DecodeConfig{};
+    combined.dtype = c.dtype;
+    combined.head_dim = c.head_dim;
+    combined.group_size = c.group_size;
+    combined.q_len = 1;
+    combined.causal = false;
+  }
   DecodeKernels k;
-  k.split.name = "llmc_flashdec_split_" + tag + "_" + FlashDecodeGeometryName(g);
-  k.combine.name = "llmc_flashdec_combine_" + tag;
-  std::ostringstream cfg;
-  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
-      << "static constexpr int kHeadDim = " << c.head_dim << ";\n"
-      << "static constexpr int kGroup = " << c.group_size << ";   // q heads per kv head\n"
-      << "static constexpr int kQLen = " << c.q_len << ";\n"
-      << "static constexpr int kRows = kGroup * kQLen;  // query rows per block\n"
-      << "static constexpr bool kCausal = " << (causal ? "true" : "false") << ";\n";
+  k.split.name = "llmc_flashdec_split_" + tagOf(c) + "_" + FlashDecodeGeometryName(g);
+  k.combine.name = "llmc_flashdec_combine_" + tagOf(combined);
+  auto configText = [&](const DecodeConfig &x) {
+    std::ostringstream cfg;
+    cfg << "typedef " << CTypeName(x.dtype) << " T;\n"
+        << "static constexpr int kHeadDim = " << x.head_dim << ";\n"
+        << "static constexpr int kGroup = " << x.group_size << ";   // q heads per kv head\n"
+        << "static constexpr int kQLen = " << x.q_len << ";\n"
+        << "static constexpr int kRows = kGroup * kQLen;  // query rows per block\n"
+        << "static constexpr bool kCausal = " << (causalOf(x) ? "true" : "false") << ";\n";
+    return cfg.str();
+  };
   std::ostringstream scfg;
   scfg << "static constexpr int kLanes = " << g.lanes << ";  // lanes per K/V row\n"
        << "static constexpr int kVec = " << g.vec << ";  // elements per load\n"
@@ -534,7 +609,7 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
        << "static constexpr int kStreams = kWarps / kRowSets;  // warps splitting the keys\n"
        << "static constexpr int kKeysPerLoad = 32 / kLanes;\n"
        << "static constexpr int kTileKeys = kU * kKeysPerLoad;\n"
-       << "static constexpr int kMinBlocks = " << MinBlocks(g, causal || c.has_mask) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
+       << "static constexpr int kMinBlocks = " << MinBlocks(g, causalOf(c) || c.has_mask) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
   const std::string hdr =
       "// llmc flash-decoding (split-KV; Dao, Haziza, Massa, Sizov 2023) for short queries against a\n"
       "// KV cache [B, Smax, Hkv, D] of which the first kv_len rows are valid. Phase 1: block per\n"
@@ -542,13 +617,22 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
       "// kLanes lanes read a K/V row with coalesced vector loads, per-lane-group online softmax\n"
       "// (exp2 domain, fp32), double-buffered register tiles. Phase 2 combines the splits.\n";
   if (c.has_mask) scfg << "typedef " << CTypeName(c.mask) << " MaskT;\n";
+  if (c.paged)
+    scfg << "static constexpr int64_t kPageSize = " << c.page_size << ";  // keys per page\n"
+         << "typedef " << CTypeName(c.block_table) << " BtT;\n"
+         << "typedef " << CTypeName(c.cu_seqlens) << " CuT;\n"
+         << "typedef " << CTypeName(c.seq_lens) << " LenT;\n";
   LLMC_ASSIGN_OR_RETURN(auto split, SplitSource(c));
   std::ostringstream b1;
   b1 << split.first << "\nextern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocks) " << k.split.name
      << "(\n"
      << "    float* __restrict__ partial_acc, float* __restrict__ partial_ml, const T* __restrict__ q_in,\n"
-        "    const T* __restrict__ k, const T* __restrict__ v, const void* kv_len_ptr,\n"
-        "    long long kv_len_arg, long long max_seq, int heads_kv, float scale, int num_splits"
+        "    const T* __restrict__ k, const T* __restrict__ v, "
+     << (c.paged ? "const BtT* __restrict__ block_table,\n"
+                   "    const CuT* __restrict__ cu_seqlens, const LenT* __restrict__ seq_lens, long long max_pages,\n"
+                   "    long long num_pages"
+                 : "const void* kv_len_ptr,\n    long long kv_len_arg, long long max_seq")
+     << ", int heads_kv, float scale, int num_splits"
      << (c.has_mask ? ",\n    const MaskT* __restrict__ mask, long long mask_stride_b, long long mask_stride_h,\n"
                       "    long long mask_stride_q"
                     : "")
@@ -559,8 +643,12 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
      << "(\n    T* __restrict__ out, const float* __restrict__ partial_acc,\n"
         "    const float* __restrict__ partial_ml, int heads_kv, int num_splits) {\n"
      << kCombineBody;
-  LLMC_ASSIGN_OR_RETURN(k.split.source, Assemble(hdr + "// (phase 1: split)\n", cfg.str() + scfg.str(), b1.str()));
-  LLMC_ASSIGN_OR_RETURN(k.combine.source, Assemble(hdr + "// (phase 2: combine)\n", cfg.str(), b2.str()));
+  LLMC_ASSIGN_OR_RETURN(k.split.source,
+                        Assemble(hdr + (c.paged ? "// Paged KV cache (block table; packed queries).\n" : "") +
+                                     "// (phase 1: split)\n",
+                                 configText(c) + scfg.str(), b1.str()));
+  LLMC_ASSIGN_OR_RETURN(k.combine.source,
+                        Assemble(hdr + "// (phase 2: combine)\n", configText(combined), b2.str()));
   return k;
 }
 

@@ -349,6 +349,69 @@ absl::StatusOr<KernelCode> EmitKvAppend(const KvAppendConfig &c) {
   return kc;
 }
 
+absl::StatusOr<KernelCode> EmitPagedKvAppend(const PagedKvAppendConfig &c) {
+  if (c.heads_kv < 1 || c.head_dim < 1 || c.page_size < 1) return Invalid("paged kv append: bad sizes");
+  for (ScalarType t : {c.block_table, c.cu_seqlens, c.seq_lens})
+    if (t != ScalarType::i32 && t != ScalarType::i64)
+      return Invalid("paged kv append: block_table, cu_seqlens and seq_lens must be i32 or i64");
+  if (absl::Status st = CheckTokenSize("paged kv append", c.heads_kv, c.head_dim); !st.ok()) return st;
+  const int64_t row = c.heads_kv * c.head_dim;
+  const int vec = VecWidth(row, ScalarSize(c.dtype));
+  KernelCode kc;
+  kc.name = std::string("llmc_paged_kvappend_") + ScalarTypeTag(c.dtype) + "_h" + std::to_string(c.heads_kv) +
+            "_d" + std::to_string(c.head_dim) + "_ps" + std::to_string(c.page_size) + "_" +
+            ScalarTypeTag(c.block_table) + ScalarTypeTag(c.cu_seqlens) + ScalarTypeTag(c.seq_lens);
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+      << "typedef " << CTypeName(c.block_table) << " BtT;\n"
+      << "typedef " << CTypeName(c.cu_seqlens) << " CuT;\n"
+      << "typedef " << CTypeName(c.seq_lens) << " LenT;\n"
+      << "static constexpr int kRow = " << row << ";  // Hkv * D elements per token\n"
+      << "static constexpr int kVec = " << vec << ";\n"
+      << "static constexpr int kRowVec = kRow / kVec;\n"
+      << "static constexpr int64_t kPageSize = " << c.page_size << ";\n"
+      << "static constexpr int kThreads = " << kAppendThreads << ";\n";
+  std::ostringstream b;
+  b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
+    << R"CUDA((
+    T* pages, const T* __restrict__ update, const BtT* __restrict__ block_table,
+    const CuT* __restrict__ cu_seqlens, const LenT* __restrict__ seq_lens, int* error,
+    long long num_tokens, long long num_seqs, long long max_pages, long long num_pages) {
+  typedef LlmcVec<T, kVec> V;
+  const int64_t t = blockIdx.x;
+  if (t >= num_tokens) return;
+  // The sequence of token t: the last b with cu_seqlens[b] <= t.
+  int64_t lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if ((int64_t)cu_seqlens[mid] <= t) lo = mid; else hi = mid - 1;
+  }
+  const int64_t b = lo, first = (int64_t)cu_seqlens[b], nb = (int64_t)cu_seqlens[b + 1] - first;
+  const int64_t pos = (int64_t)seq_lens[b] - nb + (t - first);
+  const int64_t page = pos >= 0 && pos < max_pages * kPageSize && t - first < nb
+                           ? (int64_t)block_table[b * max_pages + pos / kPageSize] : -1;
+  if (page < 0 || page >= num_pages) {  // nothing written out of bounds
+    if (threadIdx.x == 0 && error) *error = 3;
+    return;
+  }
+  V* dst = reinterpret_cast<V*>(pages) + (page * kPageSize + pos % kPageSize) * kRowVec;
+  const V* src = reinterpret_cast<const V*>(update) + t * kRowVec;
+  for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = src[i];
+}
+)CUDA";
+  LLMC_ASSIGN_OR_RETURN(
+      kc.source,
+      Assemble("// llmc paged KV append (PagedAttention, Kwon et al. 2023): token t of sequence b, position p,\n"
+               "// goes to row p % page_size of page block_table[b, p / page_size] (in place).\n"
+               "// A position or page out of range -> that token is not written, *error = 3.\n",
+               cfg.str(), b.str()));
+  return kc;
+}
+
+absl::StatusOr<LaunchDims> PagedKvAppendLaunch(const PagedKvAppendConfig &, int64_t num_tokens) {
+  return Dims(std::max<int64_t>(num_tokens, 1), 1, 1, kAppendThreads);
+}
+
 absl::StatusOr<LaunchDims> KvAppendLaunch(const KvAppendConfig &c, int64_t batch, int64_t seq_new) {
   const int64_t row = c.heads_kv * c.head_dim;
   const int vec = VecWidth(row, ScalarSize(c.dtype));

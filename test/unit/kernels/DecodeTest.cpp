@@ -25,7 +25,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <regex>
+#include <tuple>
 
 using namespace llmc::cuda;
 using namespace llmc::test;
@@ -388,4 +391,225 @@ TEST(FlashDecode, LaunchAndWorkspace) {
   auto ws = FlashDecodeWorkspaceBytes(c, 2, 8, 16);
   EXPECT_EQ(ws.first, 2 * 32 * 16 * 128 * 4);
   EXPECT_EQ(ws.second, 2 * 32 * 16 * 2 * 4);
+}
+
+//===----------------------------------------------------------------------===//
+// Paged flash-decoding and the paged KV append (llm.paged_attention,
+// llm.paged_kv_append; issue 19)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+const char *kPagedSplitStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, const T* q, const T* k,
+                          const T* v, const BtT* bt, const CuT* cu, const LenT* lens, long long max_pages,
+                          long long num_pages, int hkv, float scale, int splits) {
+  emu::Launch(g, b, smem, [&] { KERNEL(pa, pml, q, k, v, bt, cu, lens, max_pages, num_pages, hkv, scale, splits); });
+})";
+const char *kPagedAppendStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* pages, const T* upd, const BtT* bt, const CuT* cu,
+                          const LenT* lens, int* err, long long t, long long nseq, long long max_pages,
+                          long long num_pages) {
+  emu::Launch(g, b, smem, [&] { KERNEL(pages, upd, bt, cu, lens, err, t, nseq, max_pages, num_pages); });
+})";
+
+struct PagedCase {
+  ScalarType dtype;
+  int64_t d, group, query_rows;
+  bool causal;
+  int64_t page_size, heads_kv;
+  std::vector<int64_t> lens, news;  // per sequence: keys (new tokens included), new tokens
+  int splits;                       // 0: FlashDecodeNumSplits over max_pages * page_size
+};
+
+std::string PagedName(const PagedCase &c) {
+  std::string s = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.d) + "_g" +
+                  std::to_string(c.group) + "_r" + std::to_string(c.query_rows) + (c.causal ? "_causal" : "") +
+                  "_ps" + std::to_string(c.page_size) + "_L";
+  for (size_t b = 0; b < c.lens.size(); ++b) s += std::to_string(c.lens[b]) + "n" + std::to_string(c.news[b]) + "_";
+  return s + "s" + std::to_string(c.splits);
+}
+
+// Pages in a shuffled order, filled by the paged append kernel from each
+// sequence's dense K/V (the earlier keys copied in, the new tokens appended
+// by the kernel), then the paged split + combine against the float64
+// reference of each sequence alone. Pages no sequence holds are NaN; one
+// page past every table is a poisoned id (read only if the kernel strays).
+void RunPaged(const PagedCase &c) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator (set LLMC_EMU_CXX)";
+  DecodeConfig cfg;
+  cfg.dtype = c.dtype;
+  cfg.head_dim = c.d;
+  cfg.group_size = c.group;
+  cfg.q_len = c.query_rows;
+  cfg.causal = c.causal;
+  cfg.paged = true;
+  cfg.page_size = c.page_size;
+  cfg.block_table = ScalarType::i32;
+  cfg.cu_seqlens = ScalarType::i64;
+  cfg.seq_lens = ScalarType::i32;
+  ASSERT_TRUE(FlashDecodeSupported(cfg)) << PagedName(c);
+  const DecodeKernels kd = Unwrap(EmitFlashDecode(cfg));
+  PagedKvAppendConfig ac;
+  ac.dtype = c.dtype;
+  ac.heads_kv = c.heads_kv;
+  ac.head_dim = c.d;
+  ac.page_size = c.page_size;
+  ac.cu_seqlens = ScalarType::i64;
+  const KernelCode append = Unwrap(EmitPagedKvAppend(ac));
+  using SplitFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
+                           const int32_t *, const int64_t *, const int32_t *, long long, long long, int, float, int);
+  using CombFn = void (*)(Dim3, Dim3, unsigned, void *, const float *, const float *, int, int);
+  using AppendFn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const int32_t *, const int64_t *,
+                            const int32_t *, int *, long long, long long, long long, long long);
+  auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, kPagedSplitStub));
+  auto comb = reinterpret_cast<CombFn>(BuildEmu(kd.combine, kCombineStub));
+  auto app = reinterpret_cast<AppendFn>(BuildEmu(append, kPagedAppendStub));
+  ASSERT_TRUE(split && comb && app);
+
+  const int64_t nseq = static_cast<int64_t>(c.lens.size()), Hkv = c.heads_kv, Hq = Hkv * c.group, D = c.d;
+  const int64_t ps = c.page_size, row = Hkv * D;
+  int64_t maxPages = 1, P = 1;  // + one spare page
+  for (int64_t L : c.lens) {
+    maxPages = std::max(maxPages, (L + ps - 1) / ps + 1);
+    P += (L + ps - 1) / ps;
+  }
+  const uint32_t seed = static_cast<uint32_t>(std::hash<std::string>()(PagedName(c)));
+  std::mt19937 rng(seed);
+  std::vector<int32_t> order(P);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  // Block table: each sequence's pages, then P (out of range) past them.
+  std::vector<int32_t> table(nseq * maxPages, static_cast<int32_t>(P));
+  std::vector<int64_t> cu = {0};
+  std::vector<int32_t> lens32;
+  int64_t next = 0;
+  for (int64_t b = 0; b < nseq; ++b) {
+    for (int64_t p = 0; p * ps < c.lens[b]; ++p) table[b * maxPages + p] = order[next++];
+    cu.push_back(cu.back() + c.news[b]);
+    lens32.push_back(static_cast<int32_t>(c.lens[b]));
+  }
+  const int64_t T = cu.back();
+  std::vector<std::vector<float>> ks, vs;  // dense per sequence, stored values
+  std::vector<float> kp(P * ps * row, NAN), vp = kp, kNew, vNew;
+  for (int64_t b = 0; b < nseq; ++b) {
+    auto kb = Randn(c.lens[b] * row, seed + 10 + b), vb = Randn(c.lens[b] * row, seed + 100 + b);
+    Pack(kb, c.dtype);  // round to what is stored
+    Pack(vb, c.dtype);
+    const int64_t old = c.lens[b] - c.news[b];
+    for (int64_t j = 0; j < old; ++j) {
+      const int64_t slot = int64_t{table[b * maxPages + j / ps]} * ps + j % ps;
+      std::copy_n(kb.begin() + j * row, row, kp.begin() + slot * row);
+      std::copy_n(vb.begin() + j * row, row, vp.begin() + slot * row);
+    }
+    kNew.insert(kNew.end(), kb.begin() + old * row, kb.end());
+    vNew.insert(vNew.end(), vb.begin() + old * row, vb.end());
+    ks.push_back(std::move(kb));
+    vs.push_back(std::move(vb));
+  }
+  auto kps = Pack(kp, c.dtype), vps = Pack(vp, c.dtype), kns = Pack(kNew, c.dtype), vns = Pack(vNew, c.dtype);
+  int err = 0;
+  const LaunchDims da = Unwrap(PagedKvAppendLaunch(ac, T));
+  app(G(da), B(da), da.smem, kps.data(), kns.data(), table.data(), cu.data(), lens32.data(), &err, T, nseq,
+      maxPages, P);
+  app(G(da), B(da), da.smem, vps.data(), vns.data(), table.data(), cu.data(), lens32.data(), &err, T, nseq,
+      maxPages, P);
+  EXPECT_EQ(err, 0);
+  // The append wrote exactly the new rows.
+  for (int64_t b = 0; b < nseq; ++b)
+    for (int64_t j = c.lens[b] - c.news[b]; j < c.lens[b]; ++j) {
+      const int64_t slot = int64_t{table[b * maxPages + j / ps]} * ps + j % ps;
+      for (int64_t e = 0; e < row; ++e)
+        ASSERT_EQ(Unpack(kps, slot * row + e, c.dtype), ks[b][j * row + e]) << b << " " << j << " " << e;
+    }
+
+  auto q = Randn(T * Hq * D, seed + 3);
+  auto qs = Pack(q, c.dtype);
+  const int splits = c.splits > 0 ? c.splits : Unwrap(FlashDecodeNumSplits(cfg, nseq, Hkv, maxPages * ps));
+  DecodeConfig rows = cfg;
+  rows.paged = false;
+  rows.q_len = 1;
+  auto ws = FlashDecodeWorkspaceBytes(rows, T, Hkv, splits);
+  std::vector<float> pa(ws.first / 4, NAN), pml(ws.second / 4, NAN);
+  std::vector<char> ob(q.size() * ScalarSize(c.dtype));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const LaunchDims d1 = Unwrap(FlashDecodeSplitLaunch(cfg, nseq, Hkv, splits)),
+                   d2 = Unwrap(FlashDecodeCombineLaunch(rows, T, Hkv));
+  split(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qs.data(), kps.data(), vps.data(), table.data(), cu.data(),
+        lens32.data(), maxPages, P, Hkv, scale, splits);
+  comb(G(d2), B(d2), d2.smem, ob.data(), pa.data(), pml.data(), Hkv, splits);
+
+  const double tol = c.dtype == ScalarType::f32 ? 1e-5 : 1e-2;
+  double max_err = 0;
+  for (int64_t b = 0; b < nseq; ++b) {
+    const int64_t n = c.news[b], L = c.lens[b];
+    if (n == 0) continue;
+    std::vector<float> qb(q.begin() + cu[b] * Hq * D, q.begin() + (cu[b] + n) * Hq * D);
+    const auto ref = llmc::ref::AttentionRef(qb, ks[b], vs[b], nullptr, 1, n, L, L, Hq, Hkv, D, c.causal, scale);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const float got = Unpack(ob, cu[b] * Hq * D + i, c.dtype);
+      ASSERT_TRUE(std::isfinite(got)) << PagedName(c) << " sequence " << b << " element " << i;
+      max_err = std::max(max_err, std::fabs((double)got - ref[i]) / std::max(1.0, std::fabs((double)ref[i])));
+    }
+  }
+  EXPECT_LT(max_err, tol) << PagedName(c) << " (" << kd.split.name << ", " << splits << " splits)";
+}
+
+class EmuPagedFlashDecode : public ::testing::TestWithParam<PagedCase> {};
+TEST_P(EmuPagedFlashDecode, MatchesReference) { RunPaged(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Emu, EmuPagedFlashDecode,
+    ::testing::Values(
+        // decode: one new token per sequence, lengths ending inside and on page boundaries
+        PagedCase{bf, 128, 1, 1, true, 16, 2, {33, 1, 16, 200}, {1, 1, 1, 1}, 0},
+        // GQA group 4 (Mistral), pages of 8, 3 splits (empty splits for short sequences)
+        PagedCase{bf, 128, 4, 1, true, 8, 2, {300, 7, 64}, {1, 1, 1}, 3},
+        // chunked prefill mixed with decode: 5 rows taken 2 at a time, a sequence with no new token
+        PagedCase{bf, 64, 3, 2, true, 4, 1, {13, 9, 6, 21}, {5, 1, 0, 3}, 2},
+        // speculative verification: 4 rows per sequence at once, not causal
+        PagedCase{f16, 96, 2, 4, false, 16, 2, {40, 70}, {4, 4}, 0},
+        PagedCase{f32, 80, 1, 1, true, 3, 1, {10, 2}, {3, 2}, 4},
+        PagedCase{f32, 256, 1, 1, true, 32, 1, {100}, {1}, 0}),
+    [](const ::testing::TestParamInfo<PagedCase> &i) { return PagedName(i.param); });
+
+} // namespace
+
+// The paged kernels compile for sm_90a and sm_80 with no spills.
+TEST(FlashDecode, PagedCompileWithoutSpills) {
+  if (!llmc::test::NvrtcAvailable()) GTEST_SKIP() << "libnvrtc not available";
+  for (auto [d, g, rows] : {std::tuple<int64_t, int64_t, int64_t>{128, 1, 1}, {128, 4, 1}, {128, 8, 1}, {64, 4, 4},
+                            {256, 1, 1}, {128, 4, 2}}) {
+    DecodeConfig c;
+    c.dtype = bf;
+    c.head_dim = d;
+    c.group_size = g;
+    c.q_len = rows;
+    c.paged = true;
+    c.page_size = 16;
+    ASSERT_TRUE(FlashDecodeSupported(c));
+    const DecodeKernels k = Unwrap(EmitFlashDecode(c));
+    PagedKvAppendConfig ac;
+    ac.head_dim = d;
+    const KernelCode append = Unwrap(EmitPagedKvAppend(ac));
+    for (const char *arch : {"sm_90a", "sm_80"})
+      for (const KernelCode *kc : {&k.split, &k.combine, &append}) {
+        std::string log;
+        const PtxasInfo p = Ptxas(*kc, arch, &log);
+        ASSERT_GT(p.registers, 0) << kc->name << " (" << arch << "):\n" << log;
+        EXPECT_EQ(p.spill_stores, 0) << kc->name << " (" << arch << "):\n" << log;
+        EXPECT_EQ(p.spill_loads, 0) << kc->name << " (" << arch << "):\n" << log;
+      }
+  }
+  // Not with a mask or an HND cache; index types i32/i64 only.
+  DecodeConfig c;
+  c.paged = true;
+  c.has_mask = true;
+  EXPECT_FALSE(FlashDecodeSupported(c));
+  c.has_mask = false;
+  c.block_table = ScalarType::f32;
+  EXPECT_FALSE(FlashDecodeSupported(c));
+  PagedKvAppendConfig ac;
+  ac.seq_lens = ScalarType::i8;
+  EXPECT_EQ(EmitPagedKvAppend(ac).status().code(), absl::StatusCode::kInvalidArgument);
 }

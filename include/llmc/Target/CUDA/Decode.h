@@ -32,6 +32,23 @@
 // kv_len = kv_len_arg (KvLenSource::kArg), *(int32/int64*)kv_len_ptr, or
 // ((int32/int64*)kv_len_ptr)[b] for the per-batch sources; clamped to Smax.
 //
+// Paged (DecodeConfig::paged; llm.paged_attention):
+//   q, out       [T, Hq, D]   new tokens packed by sequence: sequence b's
+//                n_b rows from cu_seqlens[b] (cu_seqlens [B + 1])
+//   k, v pages   [P, page_size, Hkv, D]: key position j of sequence b is row
+//                j % page_size of page block_table[b * max_pages + j / page_size]
+//   partial_acc  float [T, Hq, splits, D], partial_ml float [T, Hq, splits, 2]
+//   split:   (float* partial_acc, float* partial_ml, const T* q, const T* k,
+//             const T* v, const BtT* block_table, const CuT* cu_seqlens,
+//             const LenT* seq_lens, long long max_pages, long long num_pages,
+//             int heads_kv, float scale, int num_splits), grid (splits, Hkv, B)
+//   combine: the dense one with q_len 1 and batch T (grid T * Hq).
+// The keys of sequence b are seq_lens[b] (clamped to max_pages * page_size);
+// its new tokens are the last n_b positions, taken q_len rows at a time
+// (causal: row i sees keys j <= seq_lens[b] - n_b + i). A page id outside
+// [0, num_pages) reads as zeros (nothing out of bounds; the reference
+// executor reports it).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef LLMC_TARGET_CUDA_DECODE_H

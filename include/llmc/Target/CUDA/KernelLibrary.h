@@ -514,6 +514,19 @@ struct DecodeConfig {
   /// visible rows.
   bool has_mask = false;
   ScalarType mask = ScalarType::f32;
+  /// A paged KV cache (llm.paged_attention; PagedAttention, Kwon et al.,
+  /// SOSP 2023): k/v are pages [P, page_size, Hkv, D] read through a block
+  /// table, the queries are packed by sequence [T, Hq, D] (cu_seqlens), and
+  /// q_len is the number of query rows a block holds at once: a sequence
+  /// with more new tokens takes them q_len at a time. Not with kv_hnd or a
+  /// mask; kv_len is unused (each sequence's length is seq_lens[b]). See
+  /// llmc/Target/CUDA/Decode.h.
+  bool paged = false;
+  int64_t page_size = 16;
+  /// Element types of block_table, cu_seqlens_q and seq_lens (i32 or i64).
+  ScalarType block_table = ScalarType::i32;
+  ScalarType cu_seqlens = ScalarType::i32;
+  ScalarType seq_lens = ScalarType::i32;
 };
 
 struct DecodeKernels {
@@ -546,6 +559,36 @@ struct KvAppendConfig {
 /// InvalidArgument: heads_kv or head_dim < 1. Unimplemented: heads_kv *
 /// head_dim over 2^30.
 absl::StatusOr<KernelCode> EmitKvAppend(const KvAppendConfig &cfg);
+
+/// Paged KV append (llm.paged_kv_append; PagedAttention, Kwon et al., SOSP
+/// 2023): the new tokens' K or V rows, packed by sequence, written into their
+/// pages.
+struct PagedKvAppendConfig {
+  ScalarType dtype = ScalarType::bf16;
+  int64_t heads_kv = 8;
+  int64_t head_dim = 128;
+  int64_t page_size = 16;
+  /// Element types of block_table, cu_seqlens_q and seq_lens (i32 or i64).
+  ScalarType block_table = ScalarType::i32;
+  ScalarType cu_seqlens = ScalarType::i32;
+  ScalarType seq_lens = ScalarType::i32;
+};
+
+/// pages [P, page_size, Hkv, D], update [T, Hkv, D] (sequence b's n_b rows
+/// from cu_seqlens[b], cu_seqlens [B + 1]), block_table [B, max_pages],
+/// seq_lens [B]: row i of sequence b (position seq_lens[b] - n_b + i) is
+/// written to row pos % page_size of page block_table[b, pos / page_size].
+/// A token whose position is negative, past max_pages * page_size, or whose
+/// page id is outside [0, num_pages) is not written and sets *error = 3.
+/// Kernel arguments:
+///   (T* pages, const T* update, const BtT* block_table, const CuT* cu_seqlens,
+///    const LenT* seq_lens, int* error, long long num_tokens, long long num_seqs,
+///    long long max_pages, long long num_pages)
+/// One block per token (grid T). InvalidArgument: sizes < 1 or index types
+/// other than i32/i64. Unimplemented: heads_kv * head_dim over 2^30.
+absl::StatusOr<KernelCode> EmitPagedKvAppend(const PagedKvAppendConfig &cfg);
+absl::StatusOr<LaunchDims> PagedKvAppendLaunch(const PagedKvAppendConfig &cfg,
+                                               int64_t num_tokens);
 absl::StatusOr<LaunchDims> KvAppendLaunch(const KvAppendConfig &cfg, int64_t batch,
                           int64_t seq_new);
 
