@@ -106,6 +106,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--kv", default="2048,8192")
+    ap.add_argument("--heads-kv", default="32,8", help="KV heads (32 query heads)")
     ap.add_argument("--llmc-run", default="llmc-run")
     ap.add_argument("--check-max-mb", type=float, default=1100,
                     help="check against the CPU reference up to this many MB of K and V")
@@ -115,7 +116,7 @@ def main():
     ceiling = copy_bandwidth()
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        for hkv in (32, 8):
+        for hkv in [int(x) for x in args.heads_kv.split(",")]:
             for b in [int(x) for x in args.batches.split(",")]:
                 for kv in [int(x) for x in args.kv.split(",")]:
                     pages = b * kv // PAGE

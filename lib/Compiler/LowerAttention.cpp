@@ -2,6 +2,8 @@
 
 #include "Lowering.h"
 
+#include <limits>
+
 namespace llmc::codegen {
 
 /// Checks the tensor-core tile of `cfg` (chosen by
@@ -362,6 +364,8 @@ static absl::Status lowerPagedAttention(PagedAttentionOp op, Lowering &l) {
   auto bt = tensorType(op.getBlockTable());
   int64_t t = q.getDimSize(0), d = q.getDimSize(2), hkv = kp.getDimSize(2),
           b = bt.getDimSize(0);
+  if (kp.getDimSize(0) > std::numeric_limits<int32_t>::max())
+    return unsupported(op, "more than 2^31 - 1 pages (the kernel keeps page ids in 32 bits)");
   cu::DecodeConfig dc = pagedDecodeConfig(op, choice->second.query_rows);
   LLMC_ASSIGN_OR_RETURN(cu::DecodeKernels kernels, generated(cu::EmitFlashDecode(dc), op));
   // The combine merges each packed row's splits as the dense one does a

@@ -337,7 +337,9 @@ constexpr const char *kCombineBody = R"CUDA(
 // (<= 168 registers) layouts of <= 4 rows per warp (<= 2 when causal: the
 // mask adds registers) compile without spills at 95-168 registers on sm_80
 // and sm_90; the others are left to ptxas (up to ~220 registers). A mask
-// counts as causal.
+// counts as causal, and so does a paged cache whose rows are split over
+// warps (group 8: 8-68 spill bytes at 168 registers; with one row set the
+// page ids fit).
 int MinBlocks(const FlashDecodeGeometry &g, bool causal) {
   return g.rows_per_warp <= (causal ? 2 : 4) ? 3 : 1;
 }
@@ -449,15 +451,27 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitSource(const DecodeConf
     LLMC_ASSIGN_OR_RETURN(
         helpers,
         SourceVariant(helpers, "flash-decode paged",
-                      {{"int64_t key0, int64_t j1, int lg) {",
+                      {{"typedef LlmcVec<T, kVec> Vec;\n",
+                        "typedef LlmcVec<T, kVec> Vec;\n\n"
+                        "// Page ids of this lane's key slots u of the tile at key0 (-1: key >= j1 or an\n"
+                        "// id outside [0, num_pages), read as zeros). Loaded one tile ahead so that the\n"
+                        "// K/V loads of a tile never wait for the block table.\n"
+                        "LLMC_DEV void fdPages(int (&pg)[kU], const BtT* __restrict__ bt, int64_t key0, int64_t j1,\n"
+                        "                      int64_t num_pages) {\n"
+                        "#pragma unroll\n"
+                        "  for (int u = 0; u < kU; ++u) {\n"
+                        "    const int64_t j = key0 + (int64_t)u * kKeysPerLoad;\n"
+                        "    const int64_t page = j < j1 ? (int64_t)bt[j / kPageSize] : -1;\n"
+                        "    pg[u] = page >= 0 && page < num_pages ? (int)page : -1;\n"
+                        "  }\n"
+                        "}\n"},
+                       {"int64_t key0, int64_t j1, int lg) {",
                         "int64_t key0, int64_t j1, int lg,\n"
-                        "                         const BtT* __restrict__ bt, int64_t num_pages) {"},
+                        "                         const int (&pg)[kU]) {"},
                        {"    const Vec* kr = reinterpret_cast<const Vec*>(kb + j * row_stride);\n"
                         "    const Vec* vr = reinterpret_cast<const Vec*>(vb + j * row_stride);\n",
-                        "    // Page row of key j (a page id outside [0, num_pages) reads as zeros).\n"
-                        "    const int64_t page = j < j1 ? (int64_t)bt[j / kPageSize] : -1;\n"
-                        "    const bool ok = page >= 0 && page < num_pages;\n"
-                        "    const int64_t pr = ok ? page * kPageSize + j % kPageSize : 0;\n"
+                        "    const bool ok = pg[u] >= 0;  // key j < j1 on a valid page\n"
+                        "    const int64_t pr = ok ? (int64_t)pg[u] * kPageSize + j % kPageSize : 0;\n"
                         "    const Vec* kr = reinterpret_cast<const Vec*>(kb + pr * row_stride);\n"
                         "    const Vec* vr = reinterpret_cast<const Vec*>(vb + pr * row_stride);\n"},
                        {"      if (j < j1 && (kRowVecs % kLanes == 0 || vi < kRowVecs)) {",
@@ -482,9 +496,20 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitSource(const DecodeConf
          {"      if (row < kRows && (kRowVecs % kLanes == 0 || vi < kRowVecs)) qv = qr[vi];",
           "      if (row < kRows && qc + qi < nb && (kRowVecs % kLanes == 0 || vi < kRowVecs)) qv = qr[vi];"},
          {"  const int64_t causal_base = L - kQLen;\n",
-          "  const int64_t causal_base = L - nb + qc;  // position of this chunk's first row\n"},
-         {"    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1, lg);",
-          "    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1, lg, bt, num_pages);"},
+          "  const int64_t causal_base = L - nb + qc;  // position of this chunk's first row\n"
+          "  // One row at a time: causal is an end to the keys, not a mask.\n"
+          "  const int64_t j1c = kCausalRow && causal_base + 1 < j1 ? causal_base + 1 : j1;\n"},
+         {"  for (int64_t t = 0; t < nt; ++t) {\n"
+          "    const int64_t key0 = first + t * tstride + grp;\n"
+          "    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1, lg);\n",
+          "  int pg[kU];\n"
+          "  fdPages(pg, bt, first + grp, j1c, num_pages);\n"
+          "  for (int64_t t = 0; t < nt; ++t) {\n"
+          "    const int64_t key0 = first + t * tstride + grp;\n"
+          "    fdLoadTile(kt, vt, kb, vb, row_stride, key0, j1c, lg, pg);\n"
+          "    fdPages(pg, bt, key0 + tstride, j1c, num_pages);  // the next tile's, while K/V load\n"},
+         {"    fdTile(kt, vt, q, acc, m, l, key0, j1, causal_base, row0);",
+          "    fdTile(kt, vt, q, acc, m, l, key0, j1c, causal_base, row0);"},
          {"    float M = -LLMC_INF;\n#pragma unroll\n    for (int s = 0; s < kStreams; ++s) M = ",
           "    if (qc + qi >= nb) continue;  // past this sequence's new tokens\n"
           "    float M = -LLMC_INF;\n#pragma unroll\n    for (int s = 0; s < kStreams; ++s) M = "},
@@ -560,12 +585,14 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
   LLMC_ASSIGN_OR_RETURN(const FlashDecodeGeometry g, FlashDecodeGeometryOf(c));
   if (c.has_mask && !IsFloatType(c.mask))
     return Invalid("flash decode: mask must be a float type");
-  // A paged block takes a sequence's new tokens q_len rows at a time: the
-  // mask matters even for q_len 1.
-  auto causalOf = [](const DecodeConfig &x) { return x.causal && (x.q_len > 1 || x.paged); };
+  // Causal masks keys per row only with several rows per sequence in a
+  // block; a paged block of one row ends its keys at the row's position
+  // instead (kCausalRow), which the kernel name records.
+  auto causalOf = [](const DecodeConfig &x) { return x.causal && x.q_len > 1; };
+  auto causalTag = [](const DecodeConfig &x) { return x.causal && (x.q_len > 1 || x.paged); };
   auto tagOf = [&](const DecodeConfig &x) {
     return std::string(ScalarTypeTag(x.dtype)) + "_d" + std::to_string(x.head_dim) + "_g" +
-           std::to_string(x.group_size) + "_q" + std::to_string(x.q_len) + (causalOf(x) ? "_causal" : "") +
+           std::to_string(x.group_size) + "_q" + std::to_string(x.q_len) + (causalTag(x) ? "_causal" : "") +
            (x.paged ? std::string("_paged") + std::to_string(x.page_size) + "_" +
                           ScalarTypeTag(x.block_table) + ScalarTypeTag(x.cu_seqlens) +
                           ScalarTypeTag(x.seq_lens)
@@ -609,7 +636,7 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
        << "static constexpr int kStreams = kWarps / kRowSets;  // warps splitting the keys\n"
        << "static constexpr int kKeysPerLoad = 32 / kLanes;\n"
        << "static constexpr int kTileKeys = kU * kKeysPerLoad;\n"
-       << "static constexpr int kMinBlocks = " << MinBlocks(g, causalOf(c) || c.has_mask) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
+       << "static constexpr int kMinBlocks = " << MinBlocks(g, causalOf(c) || c.has_mask || (c.paged && g.row_sets > 1)) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
   const std::string hdr =
       "// llmc flash-decoding (split-KV; Dao, Haziza, Massa, Sizov 2023) for short queries against a\n"
       "// KV cache [B, Smax, Hkv, D] of which the first kv_len rows are valid. Phase 1: block per\n"
@@ -619,6 +646,8 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
   if (c.has_mask) scfg << "typedef " << CTypeName(c.mask) << " MaskT;\n";
   if (c.paged)
     scfg << "static constexpr int64_t kPageSize = " << c.page_size << ";  // keys per page\n"
+         << "static constexpr bool kCausalRow = " << (c.causal && c.q_len == 1 ? "true" : "false")
+         << ";  // one row: causal = keys up to its position\n"
          << "typedef " << CTypeName(c.block_table) << " BtT;\n"
          << "typedef " << CTypeName(c.cu_seqlens) << " CuT;\n"
          << "typedef " << CTypeName(c.seq_lens) << " LenT;\n";
