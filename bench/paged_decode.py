@@ -19,7 +19,7 @@ median. Reported: end-to-end median (split + combine), the split kernel's
 time from the per-launch events, and KV bytes / median as effective
 bandwidth, next to the device-to-device copy bandwidth torch measures in
 the same run (2 x bytes / time of a 1 GiB copy). Results go to
-DIR/paged_decode.json and a table on stdout.
+DIR/paged_decode_ps<page size>_<order>.json and a table on stdout.
 """
 import argparse
 import json
@@ -102,17 +102,22 @@ def copy_bandwidth():
 
 
 def main():
+    global PAGE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--kv", default="2048,8192")
     ap.add_argument("--heads-kv", default="32,8", help="KV heads (32 query heads)")
+    ap.add_argument("--page-size", type=int, default=PAGE, help="keys per page")
+    ap.add_argument("--page-order", choices=["shuffled", "sequential"], default="shuffled",
+                    help="pages handed out in a random order (a long-running pool) or in order")
     ap.add_argument("--llmc-run", default="llmc-run")
     ap.add_argument("--check-max-mb", type=float, default=1100,
                     help="check against the CPU reference up to this many MB of K and V")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rng = np.random.default_rng(0)
+    PAGE = args.page_size
     ceiling = copy_bandwidth()
     rows = []
     with tempfile.TemporaryDirectory() as work:
@@ -120,7 +125,9 @@ def main():
             for b in [int(x) for x in args.batches.split(",")]:
                 for kv in [int(x) for x in args.kv.split(",")]:
                     pages = b * kv // PAGE
-                    bt = rng.permutation(pages).astype(np.int32).reshape(b, kv // PAGE)
+                    order = (rng.permutation(pages) if args.page_order == "shuffled"
+                             else np.arange(pages))
+                    bt = order.astype(np.int32).reshape(b, kv // PAGE)
                     cu = np.arange(b + 1, dtype=np.int32)
                     lens = np.full(b, kv, dtype=np.int32)
                     kv_bytes = 2 * b * kv * hkv * D * 2
@@ -141,8 +148,10 @@ def main():
                           + ("" if check else "  (not checked)")
                           + (f"  paged/copy {row['paged_tbps'] / ceiling:.2f}" if ceiling else ""),
                           flush=True)
-    result = {"copy_tbps": ceiling, "rows": rows}
-    with open(os.path.join(args.out, "paged_decode.json"), "w") as f:
+    result = {"copy_tbps": ceiling, "page_size": PAGE, "page_order": args.page_order,
+              "rows": rows}
+    name = f"paged_decode_ps{PAGE}_{args.page_order}.json"
+    with open(os.path.join(args.out, name), "w") as f:
         json.dump(result, f, indent=1)
     print(f"copy bandwidth: {ceiling:.2f} TB/s" if ceiling else "copy bandwidth: (no torch/GPU)")
     return 0
