@@ -218,4 +218,47 @@ TEST(KernelConfigs, MalformedOrMissingConfigurationsAreErrors) {
   EXPECT_CONTAINS(msg, "gemv_unroll = 32 : i64}; expected");
 }
 
+/// A decode step of llm.paged_attention: 4 sequences, 8 KV heads (group 4),
+/// pages of 16 keys, `rows` new tokens per sequence.
+std::string PagedAttention(const std::string &config, int rows = 1,
+                           const std::string &fnAttr = "{llm.kernel_configs = {elementwise_unroll = 1 : i64}}") {
+  std::string t = std::to_string(4 * rows);
+  std::string q = "tensor<" + t + "x32x128xbf16>", kp = "tensor<256x16x8x128xbf16>";
+  std::string types = q + ", " + kp + ", " + kp + ", tensor<4x64xi32>, tensor<5xi32>, tensor<4xi32>";
+  return "func.func @f(%q: " + q + ", %kp: " + kp + ", %vp: " + kp +
+         ", %bt: tensor<4x64xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) -> " + q +
+         (fnAttr.empty() ? "" : " attributes " + fnAttr) +
+         " {\n  %o = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens {causal" +
+         (config.empty() ? "" : ", llm.kernel_config = " + config) + "} : " + types +
+         "\n  return %o : " + q + "\n}\n";
+}
+
+// llm.paged_attention (issue 19): paged flash-decoding in the splits and
+// query rows its llm.kernel_config gives; the selected configuration gives
+// the lowering's own executable; malformed configurations are errors.
+TEST(KernelConfigs, PagedAttentionFollowsItsConfig) {
+  for (int rows : {1, 3}) {
+    auto chosen = Lower(PagedAttention("", rows, ""));
+    ASSERT_TRUE(chosen.ok()) << chosen.status();
+    auto selected = Lower(PagedAttention("", rows, ""), /*select=*/true);
+    ASSERT_TRUE(selected.ok()) << selected.status();
+    EXPECT_EQ(rt::DescribeExecutable(*selected), rt::DescribeExecutable(*chosen));
+    ASSERT_EQ(chosen->launches.size(), 2u);  // split + combine
+    EXPECT_NE(chosen->kernels[chosen->launches[0].kernel].name.find("_q" + std::to_string(rows) + "_causal_paged16"),
+              std::string::npos)
+        << chosen->kernels[chosen->launches[0].kernel].name;
+  }
+  auto five = Lower(PagedAttention(R"({kernel = "paged_flash_decode", query_rows = 2 : i64, splits = 5 : i64})"));
+  ASSERT_TRUE(five.ok()) << five.status();
+  ASSERT_EQ(five->launches.size(), 2u);
+  EXPECT_EQ(five->launches[0].grid[0], 5u);
+  EXPECT_NE(five->kernels[five->launches[0].kernel].name.find("_q2_causal_paged16"), std::string::npos);
+
+  std::string msg = LowerError(PagedAttention(R"({kernel = "paged_flash_decode", query_rows = 17 : i64, splits = 5 : i64})"));
+  EXPECT_CONTAINS(msg, "'llm.paged_attention' at ");
+  EXPECT_CONTAINS(msg, "expected {kernel = \"paged_flash_decode\", splits = <1..256>, query_rows = <1..16>}");
+  msg = LowerError(PagedAttention(R"({kernel = "flash_decode", splits = 5 : i64})"));
+  EXPECT_CONTAINS(msg, "expected {kernel = \"paged_flash_decode\"");
+}
+
 } // namespace
