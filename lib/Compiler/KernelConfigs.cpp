@@ -162,6 +162,15 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
     }
     configs.attention[op] = choice;
   });
+  fn.walk([&](VarlenAttentionOp op) {
+    AttentionChoice choice;
+    int64_t d = tensorType(op.getQuery()).getDimSize(2);
+    choice.tile = options.attention_tile ? *options.attention_tile : cu::DefaultAttentionTile(d);
+    auto cu = tensorType(op.getCuSeqlensQ());
+    if (cu.getDimSize(0) - 1 > 65535 || tensorType(op.getQuery()).getDimSize(1) > 65535)
+      choice.tile.qtile_fastest = false;
+    configs.attention[op] = choice;
+  });
   fn.walk([&](PagedAttentionOp op) {
     auto q = tensorType(op.getQuery()), kp = tensorType(op.getKeyPages());
     auto bt = tensorType(op.getBlockTable());
@@ -214,6 +223,16 @@ void llmc::annotateKernelConfigs(func::FuncOp fn, const KernelConfigs &configs) 
                 b.getNamedAttr("cudnn", b.getBoolAttr(c.cudnn))};
     }
     op->setAttr(kKernelConfigAttr, b.getDictionaryAttr(fields));
+  });
+  fn.walk([&](VarlenAttentionOp op) {
+    auto it = configs.attention.find(op);
+    if (it == configs.attention.end())
+      return;
+    op->setAttr(kKernelConfigAttr,
+                b.getDictionaryAttr(
+                    {b.getNamedAttr("kernel", b.getStringAttr("flash_attention")),
+                     b.getNamedAttr("tile", b.getStringAttr(cu::AttentionTileName(it->second.tile))),
+                     b.getNamedAttr("cudnn", b.getBoolAttr(false))}));
   });
   fn.walk([&](PagedAttentionOp op) {
     auto it = configs.attention.find(op);
@@ -303,6 +322,33 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
                      "{kernel = \"flash_decode\", splits = <1..256>} or {kernel = "
                      "\"flash_attention\", tile = \"bm<M>_bn<N>_w<warps>_s<stages>[_gh]\", "
                      "cudnn = <bool>}");
+  });
+  if (!status.ok())
+    return status;
+  // Varlen attention: FlashAttention-2 (llmc's kernel; cuDNN not attached).
+  fn.walk([&](VarlenAttentionOp op) {
+    if (!status.ok())
+      return;
+    Attribute attr = op->getAttr(kKernelConfigAttr);
+    auto config = dyn_cast_or_null<DictionaryAttr>(attr);
+    auto kernel = config ? config.getAs<StringAttr>("kernel") : nullptr;
+    auto tile = config ? config.getAs<StringAttr>("tile") : nullptr;
+    auto cudnn = config ? config.getAs<BoolAttr>("cudnn") : nullptr;
+    AttentionChoice choice;
+    std::string error;
+    if (!kernel || kernel.getValue() != "flash_attention" || !tile || !cudnn ||
+        cudnn.getValue() || config.size() != 3 ||
+        !cu::ParseAttentionTile(tile.getValue().str(), &choice.tile, &error)) {
+      status = attr ? invalid(op, kKernelConfigAttr.str(), attr,
+                              "{kernel = \"flash_attention\", tile = "
+                              "\"bm<M>_bn<N>_w<warps>_s<stages>[_gh]\", cudnn = false}")
+                    : absl::InvalidArgumentError(absl::StrCat(
+                          "cuda backend: ", describeOp(op), " has no ", kKernelConfigAttr.str(),
+                          " in a function whose kernel configurations were selected (",
+                          kKernelConfigsAttr.str(), "); run llmc-select-kernel-configs again"));
+      return;
+    }
+    configs.attention[op] = choice;
   });
   if (!status.ok())
     return status;

@@ -106,6 +106,8 @@ absl::StatusOr<rt::AttentionSpec> cudnnAttentionSpec(llm::AttentionBackwardOp op
 ///    (rt::CudnnAttentionUnsupportedReason);
 ///  - for an attention backward (FlashAttention-2's backward kernels),
 ///    cuDNN's fused SDPA backward on the same conditions;
+///  - for an llm.varlen_attention, FlashAttention-2 with the forced or the
+///    default tile (no cuDNN);
 ///  - for an llm.paged_attention, paged flash-decoding taking ceil(T / B)
 ///    query rows at a time (at most 16, fewer where no register layout fits)
 ///    in cu::FlashDecodeNumSplits splits of max_pages * page_size keys;

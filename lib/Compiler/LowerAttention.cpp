@@ -394,7 +394,43 @@ static absl::Status lowerPagedAttention(PagedAttentionOp op, Lowering &l) {
   return absl::OkStatus();
 }
 
+/// varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k) => one
+/// FlashAttention-2 launch over the packed sequences (grid: the T query rows
+/// as tiles x Hq x B; a block past its sequence's rows returns at once), in
+/// the tile its llm.kernel_config chose.
+static absl::Status lowerVarlenAttention(VarlenAttentionOp op, Lowering &l) {
+  auto choice = l.getKernelConfigs().attention.find(op);
+  if (choice == l.getKernelConfigs().attention.end())
+    return absl::InternalError(absl::StrCat("llmc internal error (please report): ", describe(op),
+                                            " has no kernel configuration"));
+  auto q = tensorType(op.getQuery()), k = tensorType(op.getKey());
+  int64_t t = q.getDimSize(0), hq = q.getDimSize(1), d = q.getDimSize(2), tk = k.getDimSize(0),
+          hkv = k.getDimSize(1), b = tensorType(op.getCuSeqlensQ()).getDimSize(0) - 1;
+  cu::AttentionConfig cfg;
+  cfg.dtype = scalarOf(op.getQuery());
+  cfg.head_dim = d;
+  cfg.causal = op.getCausal();
+  cfg.varlen = true;
+  cfg.cu_seqlens_q_type = scalarOf(op.getCuSeqlensQ());
+  cfg.cu_seqlens_k_type = scalarOf(op.getCuSeqlensK());
+  cfg.tile = choice->second.tile;
+  if (absl::Status st = checkAttentionTile(op, cfg); !st.ok())
+    return st;
+  if (b < 1 || t == 0)
+    return absl::OkStatus();  // no rows to write
+  LLMC_ASSIGN_OR_RETURN(cu::LaunchDims dims, generated(cu::AttentionLaunch(cfg, b, t, hq), op));
+  LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitAttention(cfg), op));
+  l.launch(l.addKernel(code), dims,
+           {l.ptrArg(op.getResult()), l.ptrArg(op.getQuery()), l.ptrArg(op.getKey()),
+            l.ptrArg(op.getValue()), nullArg(), i64Arg(b), i64Arg(t), i64Arg(tk), i32Arg(hq),
+            i32Arg(hkv), f32Arg(softmaxScale(op.getScale(), d)), i64Arg(0), i64Arg(0), i64Arg(0),
+            l.ptrArg(op.getCuSeqlensQ()), l.ptrArg(op.getCuSeqlensK())},
+           op);
+  return absl::OkStatus();
+}
+
 void populateAttentionLowerings(OpLoweringSet &set) {
+  set.add<VarlenAttentionOp>(lowerVarlenAttention);
   set.add<AttentionOp>(lowerAttention);
   set.add<PagedAttentionOp>(lowerPagedAttention);
   set.add<AttentionLogSumExpOp>(lowerAttentionLogSumExp);

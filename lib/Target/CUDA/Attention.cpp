@@ -59,16 +59,57 @@ std::string MaskTag(const AttentionConfig &c) {
   return c.has_mask ? std::string("_mask") + ScalarTypeTag(c.mask) : "";
 }
 
-// Common argument list of both prefill kernels.
-std::string AttentionSignature(const std::string &name, int threads) {
+// Common argument list of both prefill kernels. Varlen: seq_q and seq_kv
+// are each sequence's (locals of the body); the arguments are the bounds.
+std::string AttentionSignature(const std::string &name, int threads, bool varlen = false) {
   std::ostringstream s;
   s << "extern \"C\" __global__ void __launch_bounds__(" << threads << ") " << name << "(\n"
     << "    T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,\n"
        "    const T* __restrict__ v, const MaskT* __restrict__ mask,\n"
-       "    long long batch, long long seq_q, long long seq_kv, int heads_q, int heads_kv,\n"
-       "    float scale, long long mask_stride_b, long long mask_stride_h,\n"
-       "    long long mask_stride_q) {\n";
+    << (varlen ? "    long long batch, long long seq_q_max, long long seq_kv_max, int heads_q, int heads_kv,\n"
+               : "    long long batch, long long seq_q, long long seq_kv, int heads_q, int heads_kv,\n")
+    << "    float scale, long long mask_stride_b, long long mask_stride_h,\n"
+       "    long long mask_stride_q"
+    << (varlen ? ",\n    const CuQT* __restrict__ cu_seqlens_q, const CuKT* __restrict__ cu_seqlens_k"
+               : "")
+    << ") {\n";
   return s.str();
+}
+
+// The varlen variant of a kernel body (AttentionConfig::varlen): batch b is
+// sequence b of the packed rows, its own seq_q / seq_kv, rows offset by
+// cu_seqlens (`flash`: the FlashAttention-2 body, which also offsets a Q
+// base; the simple body indexes Q by row only).
+absl::StatusOr<std::string> VarlenVariant(const AttentionConfig &c, std::string body, bool flash) {
+  if (!c.varlen) return body;
+  const std::string seqs =
+      "  // Sequence b of the packed rows (cu_seqlens; FlashAttention's varlen API).\n"
+      "  const int64_t q_off = (int64_t)cu_seqlens_q[b], k_off = (int64_t)cu_seqlens_k[b];\n"
+      "  const int64_t seq_q = (int64_t)cu_seqlens_q[b + 1] - q_off;\n"
+      "  const int64_t seq_kv = (int64_t)cu_seqlens_k[b + 1] - k_off;\n"
+      "  const int hk = h / (heads_q / heads_kv);";
+  if (flash)
+    return SourceVariant(body, "attention varlen",
+                         {{"  const int hk = h / (heads_q / heads_kv);", seqs},
+                          {"(b * seq_q * heads_q + h)", "(q_off * heads_q + h)"},
+                          {"(b * seq_kv * heads_kv + hk)", "(k_off * heads_kv + hk)"},
+                          {"((b * seq_q + row) * heads_q + h)", "((q_off + row) * heads_q + h)"}});
+  return SourceVariant(body, "attention varlen",
+                       {{"  const int hk = h / (heads_q / heads_kv);", seqs},
+                        {"(b * seq_kv * heads_kv + hk)", "(k_off * heads_kv + hk)"},
+                        {"((b * seq_q + row) * heads_q + h)", "((q_off + row) * heads_q + h)"}});
+}
+
+std::string VarlenTag(const AttentionConfig &c) {
+  return c.varlen ? std::string("_varlen_") + ScalarTypeTag(c.cu_seqlens_q_type) +
+                        ScalarTypeTag(c.cu_seqlens_k_type)
+                  : "";
+}
+
+std::string VarlenTypes(const AttentionConfig &c) {
+  return c.varlen ? std::string("typedef ") + CTypeName(c.cu_seqlens_q_type) + " CuQT;\n" +
+                        "typedef " + CTypeName(c.cu_seqlens_k_type) + " CuKT;\n"
+                  : "";
 }
 
 // The HND variant of a kernel body: key/value [B, Hkv, Skv, D], row stride D.
@@ -511,7 +552,7 @@ absl::StatusOr<KernelCode> EmitFlashAttention(const AttentionConfig &c) {
   KernelCode kc;
   kc.name = std::string("llmc_flash_attn_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
             (c.causal ? "_causal" : "") + MaskTag(c) + KvLayoutTag(c) + (c.write_lse ? "_lse" : "") +
-            "_" + AttentionTileName(tile);
+            VarlenTag(c) + "_" + AttentionTileName(tile);
   std::ostringstream hdr;
   hdr << "// llmc FlashAttention-2 forward (Dao 2023, arXiv:2307.08691), tensor cores.\n"
          "// q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D], out [B,Sq,Hq,D]; GQA kv head = h / (Hq/Hkv).\n"
@@ -538,9 +579,11 @@ absl::StatusOr<KernelCode> EmitFlashAttention(const AttentionConfig &c) {
       << "static constexpr bool kQTileFastest = " << (geo.qtile_fastest ? "true" : "false") << ";\n"
       << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
       << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n"
-      << "static constexpr int kSmemBytes = " << geo.smem_bytes << ";\n";
+      << "static constexpr int kSmemBytes = " << geo.smem_bytes << ";\n"
+      << VarlenTypes(c);
   LLMC_ASSIGN_OR_RETURN(std::string fa, KvHndVariant(c, kFaBody, "const T* kg = k + ", "const T* vg = v + "));
-  std::string signature = AttentionSignature(kc.name, geo.threads);
+  LLMC_ASSIGN_OR_RETURN(fa, VarlenVariant(c, fa, /*flash=*/true));
+  std::string signature = AttentionSignature(kc.name, geo.threads, c.varlen);
   if (c.write_lse) {
     // The statistics variant: one more argument, lse [B, Hq, Sq] f32 in the
     // natural log (+inf for a row with no visible key), and O written only
@@ -633,7 +676,7 @@ absl::StatusOr<KernelCode> EmitSimpleAttention(const AttentionConfig &c) {
   const int64_t d = c.head_dim;
   KernelCode kc;
   kc.name = std::string("llmc_attn_simple_") + ScalarTypeTag(c.dtype) + "_d" + std::to_string(d) +
-            (c.causal ? "_causal" : "") + MaskTag(c) + KvLayoutTag(c);
+            (c.causal ? "_causal" : "") + MaskTag(c) + KvLayoutTag(c) + VarlenTag(c);
   std::ostringstream cfg;
   cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
       << "typedef " << (c.has_mask ? CTypeName(c.mask) : "float") << " MaskT;\n"
@@ -641,9 +684,11 @@ absl::StatusOr<KernelCode> EmitSimpleAttention(const AttentionConfig &c) {
       << "static constexpr int kPerLane = " << CeilDiv(d, 32) << ";  // dims per lane (d = lane + 32*i)\n"
       << "static constexpr int kRowsPerBlock = " << kSimpleRowsPerBlock << ";\n"
       << "static constexpr bool kCausal = " << (c.causal ? "true" : "false") << ";\n"
-      << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n";
+      << "static constexpr bool kHasMask = " << (c.has_mask ? "true" : "false") << ";\n"
+      << VarlenTypes(c);
   LLMC_ASSIGN_OR_RETURN(std::string simple, KvHndVariant(c, kSimpleBody, "const T* kp = k + ", "const T* vp = v + "));
-  std::string body = "\n" + AttentionSignature(kc.name, 32 * kSimpleRowsPerBlock) + simple;
+  LLMC_ASSIGN_OR_RETURN(simple, VarlenVariant(c, simple, /*flash=*/false));
+  std::string body = "\n" + AttentionSignature(kc.name, 32 * kSimpleRowsPerBlock, c.varlen) + simple;
   LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(
       "// llmc attention, simple path: one warp per query row, fp32 CUDA-core math, online\n"
       "// softmax (Milakov & Gimelshein 2018) in the exp2 domain. Same layouts and semantics as\n"
@@ -668,6 +713,13 @@ absl::StatusOr<KernelCode> EmitAttention(const AttentionConfig &c) {
                        "multiple of 16 in 16..256)");
   if (c.head_dim < 1 || c.head_dim > 1024) return Invalid("attention: head_dim must be 1..1024");
   if (c.has_mask && !IsFloatType(c.mask)) return Invalid("attention: mask must be a float type");
+  if (c.varlen) {
+    for (ScalarType t : {c.cu_seqlens_q_type, c.cu_seqlens_k_type})
+      if (t != ScalarType::i32 && t != ScalarType::i64)
+        return Invalid("attention: varlen cu_seqlens must be i32 or i64");
+    if (c.has_mask || c.kv_hnd || c.write_lse)
+      return Invalid("attention: varlen takes no mask, HND key/value or statistics");
+  }
   return AttentionUsesTensorCores(c) ? EmitFlashAttention(c) : EmitSimpleAttention(c);
 }
 

@@ -261,4 +261,26 @@ TEST(KernelConfigs, PagedAttentionFollowsItsConfig) {
   EXPECT_CONTAINS(msg, "expected {kernel = \"paged_flash_decode\"");
 }
 
+// llm.varlen_attention: FlashAttention-2 in the tile of its llm.kernel_config;
+// cuDNN is not offered for it.
+TEST(KernelConfigs, VarlenAttentionFollowsItsConfig) {
+  auto src = [](const std::string &config) {
+    const std::string q = "tensor<300x8x128xbf16>", kv = "tensor<400x2x128xbf16>";
+    return "func.func @f(%q: " + q + ", %k: " + kv + ", %v: " + kv +
+           ", %cuq: tensor<5xi32>, %cuk: tensor<5xi32>) -> " + q +
+           " attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64}} {\n"
+           "  %o = llm.varlen_attention %q, %k, %v, %cuq, %cuk {causal, llm.kernel_config = " +
+           config + "} : " + q + ", " + kv + ", " + kv +
+           ", tensor<5xi32>, tensor<5xi32>\n  return %o : " + q + "\n}\n";
+  };
+  auto wide = Lower(src(R"({cudnn = false, kernel = "flash_attention", tile = "bm128_bn64_w8_s2_gh"})"));
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  ASSERT_EQ(wide->launches.size(), 1u);
+  EXPECT_EQ(wide->launches[0].grid[0], 4u * 8u);  // B x Hq
+  EXPECT_EQ(wide->launches[0].grid[1], 3u);       // 300 rows in 128-row tiles
+  std::string msg = LowerError(src(R"({cudnn = true, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"})"));
+  EXPECT_CONTAINS(msg, "'llm.varlen_attention' at ");
+  EXPECT_CONTAINS(msg, "expected {kernel = \"flash_attention\", tile = \"bm<M>_bn<N>_w<warps>_s<stages>[_gh]\", cudnn = false}");
+}
+
 } // namespace

@@ -10,6 +10,7 @@
 #include "GeneratorStatus.h"
 #include "CpuReference.h"
 #include "EmuSupport.h"
+#include "NvrtcHelper.h"
 #include "llmc/Target/CUDA/KernelLibrary.h"
 
 #include <gtest/gtest.h>
@@ -2050,4 +2051,98 @@ TEST(EmuRowFused, InvalidProgramsAreRefused) {
   p.inputs[0].type = ScalarType::i32;
   p.outputs.push_back({-2, ScalarType::i64, true});
   EXPECT_TRUE(EmitRowFused(p).ok());
+}
+
+// llm.varlen_attention (issue 19): packed sequences with as many queries as
+// keys (training, prefill), fewer (a chunk after a cached prefix), more
+// (causal rows that see no key give 0), none, and one longer than a query
+// tile; GQA; causal and not; the tensor-core kernel (bf16) and the simple
+// one (f32). Each sequence equals the float64 reference of it alone.
+namespace {
+const char *kVarlenStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* q, const T* k, const T* v,
+                          const MaskT* mask, long long B, long long Sq, long long Skv, int Hq, int Hkv,
+                          float scale, long long msb, long long msh, long long msq, const CuQT* cuq,
+                          const CuKT* cuk) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, q, k, v, mask, B, Sq, Skv, Hq, Hkv, scale, msb, msh, msq, cuq, cuk); });
+}
+)";
+
+void RunVarlen(bool simple, bool causal, int64_t d) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  AttentionConfig cfg;
+  cfg.dtype = simple ? ScalarType::f32 : ScalarType::bf16;
+  cfg.head_dim = d;
+  cfg.causal = causal;
+  cfg.varlen = true;
+  cfg.cu_seqlens_q_type = ScalarType::i32;
+  cfg.cu_seqlens_k_type = ScalarType::i64;
+  const KernelCode k = Unwrap(EmitAttention(cfg));
+  ASSERT_EQ(AttentionUsesTensorCores(cfg), !simple);
+  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, const float *,
+                      long long, long long, long long, int, int, float, long long, long long, long long,
+                      const int32_t *, const int64_t *);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, kVarlenStub));
+  ASSERT_NE(fn, nullptr);
+  const int64_t Hq = 6, Hkv = 2;
+  const std::vector<int64_t> ns = {5, 3, 0, 4, 1, 70}, ms = {5, 7, 0, 2, 9, 70};
+  std::vector<int32_t> cuq = {0};
+  std::vector<int64_t> cuk = {0};
+  for (size_t b = 0; b < ns.size(); ++b) {
+    cuq.push_back(cuq.back() + static_cast<int32_t>(ns[b]));
+    cuk.push_back(cuk.back() + ms[b]);
+  }
+  const int64_t T = cuq.back(), Tk = cuk.back(), Bn = static_cast<int64_t>(ns.size());
+  auto q = Randn(T * Hq * d, 11), kk = Randn(Tk * Hkv * d, 12), v = Randn(Tk * Hkv * d, 13);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const LaunchDims ld = Unwrap(AttentionLaunch(cfg, Bn, T, Hq));
+  std::vector<float> out(q.size(), NAN);
+  if (simple) {
+    fn(G(ld), B(ld), ld.smem, out.data(), q.data(), kk.data(), v.data(), nullptr, Bn, T, Tk, Hq, Hkv, scale, 0,
+       0, 0, cuq.data(), cuk.data());
+  } else {
+    auto qb = ToBf16Vec(q), kb = ToBf16Vec(kk), vb = ToBf16Vec(v);
+    std::vector<uint16_t> ob(q.size(), 0x7fc0);  // NaN: every row must be written
+    fn(G(ld), B(ld), ld.smem, ob.data(), qb.data(), kb.data(), vb.data(), nullptr, Bn, T, Tk, Hq, Hkv, scale, 0,
+       0, 0, cuq.data(), cuk.data());
+    for (size_t i = 0; i < ob.size(); ++i) out[i] = FromBf16(ob[i]);
+  }
+  const double tol = simple ? 1e-5 : 2e-2;
+  for (int64_t b = 0; b < Bn; ++b) {
+    const int64_t n = ns[b], m = ms[b];
+    if (n == 0) continue;
+    std::vector<float> qs(q.begin() + cuq[b] * Hq * d, q.begin() + (cuq[b] + n) * Hq * d),
+        ks(kk.begin() + cuk[b] * Hkv * d, kk.begin() + (cuk[b] + m) * Hkv * d),
+        vs(v.begin() + cuk[b] * Hkv * d, v.begin() + (cuk[b] + m) * Hkv * d);
+    const auto ref = llmc::ref::AttentionRef(qs, ks, vs, nullptr, 1, n, m, m, Hq, Hkv, d, causal, scale);
+    double max_err = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const float got = out[cuq[b] * Hq * d + i];
+      ASSERT_TRUE(std::isfinite(got)) << k.name << " sequence " << b << " element " << i;
+      max_err = std::max(max_err, std::fabs((double)got - ref[i]));
+    }
+    EXPECT_LT(max_err, tol) << k.name << " sequence " << b;
+  }
+}
+} // namespace
+
+TEST(Emu, VarlenFlashAttentionCausal) { RunVarlen(false, true, 64); }
+TEST(Emu, VarlenFlashAttentionNotCausal) { RunVarlen(false, false, 128); }
+TEST(Emu, VarlenSimpleAttentionCausal) { RunVarlen(true, true, 80); }
+TEST(Emu, VarlenAttentionConfigErrors) {
+  AttentionConfig c;
+  c.varlen = true;
+  c.has_mask = true;
+  EXPECT_EQ(EmitAttention(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.has_mask = false;
+  c.cu_seqlens_k_type = ScalarType::f32;
+  EXPECT_EQ(EmitAttention(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.cu_seqlens_k_type = ScalarType::i64;
+  EXPECT_TRUE(EmitAttention(c).ok());
+  if (llmc::test::NvrtcAvailable())
+    for (const char *arch : {"sm_90a", "sm_80"}) {
+      std::string log;
+      EXPECT_TRUE(llmc::test::NvrtcCompileWithOptions(Unwrap(EmitAttention(c)).source, "varlen", arch, {}, &log))
+          << arch << ":\n" << log;
+    }
 }

@@ -407,6 +407,18 @@ struct AttentionConfig {
   /// mask)) (+inf for a row with no visible key); O is written only when
   /// `out` is not null.
   bool write_lse = false;
+  /// Packed variable-length sequences (llm.varlen_attention; FlashAttention's
+  /// varlen API): q and out [T, Hq, D], k and v [Tk, Hkv, D], sequence b's
+  /// rows from cu_seqlens_q[b] (cu_seqlens_k[b]) to the next offset. The
+  /// kernel's `batch`, `seq_q` and `seq_kv` arguments are B and the bounds
+  /// the grid covers (T and Tk); two more arguments follow mask_stride_q:
+  /// `const CuQT* cu_seqlens_q, const CuKT* cu_seqlens_k` ([B + 1] each, of
+  /// `cu_seqlens_q_type` / `cu_seqlens_k_type`, i32 or i64). Not with a mask,
+  /// kv_hnd or write_lse. Launch with AttentionLaunch(cfg, B, T, Hq): a block
+  /// past its sequence's rows returns at once.
+  bool varlen = false;
+  ScalarType cu_seqlens_q_type = ScalarType::i32;
+  ScalarType cu_seqlens_k_type = ScalarType::i32;
 };
 
 /// True when EmitAttention produces the mma.sync FlashAttention-2 kernel.
