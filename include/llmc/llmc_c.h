@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define LLMC_C_API_VERSION 5 /* 2: NCCL communicators; 3: llmc_version; 4: llmc_executable_stats; 5: llmc_set_log_callback */
+#define LLMC_C_API_VERSION 6 /* 2: NCCL communicators; 3: llmc_version; 4: llmc_executable_stats; 5: llmc_set_log_callback; 6: KV page pool */
 #define LLMC_MAX_RANK 8
 
 /* llmc's version, "MAJOR.MINOR.PATCH" (semantic versioning): a static,
@@ -268,6 +268,142 @@ llmc_status_t *llmc_communicator_wait(llmc_communicator_t *communicator,
 llmc_status_t *llmc_session_create_with_communicator(
     const llmc_executable_t *executable, llmc_communicator_t *communicator,
     const char *options, llmc_session_t **out_session);
+
+/*--- KV page pool -------------------------------------------------------------*
+ * The paged KV cache of a serving loop (PagedAttention, Kwon et al., SOSP
+ * 2023; vLLM's block manager; llmc::rt::KvPagePool in
+ * llmc/runtime/KvPagePool.h): fixed-size pages of K and V, a block table per
+ * sequence, pages shared by forked sequences and copied on write.
+ *
+ * Layout (what llm.paged_attention and llm.paged_kv_append read): for each
+ * layer, key pages and value pages [num_pages, page_size, num_kv_heads,
+ * head_dim], row-major, element_bytes per element. Position j of a sequence
+ * is row j % page_size of page block_table[j / page_size]; its slot is
+ * page * page_size + row, and its K row of layer l starts at
+ * key_pages(l) + slot * num_kv_heads * head_dim * element_bytes.
+ *
+ * A step: llmc_kv_page_pool_append for each sequence of the batch (the
+ * slots its new tokens' K/V go to), llmc_kv_page_pool_apply_pending_copies
+ * on the step's stream (the copy-on-write copies), then the step with the
+ * block tables and lengths of llmc_kv_page_pool_fill_batch_metadata. Fork
+ * a sequence only once its rows are written. Sequence ids are int64 from 0,
+ * never reused; an id that was never made or is released gives code 5 (not
+ * found). Thread-safe. */
+typedef struct llmc_kv_page_pool_t llmc_kv_page_pool_t;
+
+typedef struct llmc_kv_page_pool_options {
+  int64_t num_pages;     /* P, at most INT32_MAX */
+  int64_t page_size;     /* tokens per page */
+  int64_t num_layers;
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t element_bytes; /* 1, 2 (bf16, f16) or 4 (f32) */
+  int32_t device_ordinal; /* the GPU whose memory holds the pages */
+  /* For tests and CPU-only CI: 1 puts the pages in host memory (the
+   * runtime's fake device allocator) and makes copies with memcpy; no GPU
+   * or driver is touched and the page addresses are host pointers. 0 for
+   * serving. */
+  int32_t host_memory;
+} llmc_kv_page_pool_options;
+
+/* Allocates the pages (2 * num_layers * num_pages * page_size *
+ * num_kv_heads * head_dim * element_bytes bytes) from the GPU's memory pool.
+ * Code 3 for a NULL argument or an option out of range (naming it,
+ * "options.<field>"), checked before any GPU is touched; 8 when
+ * the memory is not there (naming the bytes), 9 without a GPU or driver. */
+llmc_status_t *llmc_kv_page_pool_create(const llmc_kv_page_pool_options *options,
+                                        llmc_kv_page_pool_t **out_pool);
+/* Frees the pages back to the GPU's memory pool, which may hand them out
+ * again at once: GPU work that reads or writes them (steps, copies made by
+ * llmc_kv_page_pool_apply_pending_copies) must be finished before, e.g. its
+ * streams synchronized. */
+void llmc_kv_page_pool_release(llmc_kv_page_pool_t *pool);
+
+/* The device addresses of layer `layer`'s key and value pages (either
+ * output may be NULL). Code 3 for a NULL pool or a layer outside
+ * [0, num_layers). */
+llmc_status_t *llmc_kv_page_pool_pages(const llmc_kv_page_pool_t *pool,
+                                       int64_t layer, uint64_t *out_key_pages,
+                                       uint64_t *out_value_pages);
+
+/* A new, empty sequence. */
+llmc_status_t *llmc_kv_page_pool_add_sequence(llmc_kv_page_pool_t *pool,
+                                              int64_t *out_sequence);
+/* Reserves the slots of `num_tokens` (>= 0) new tokens at the end of
+ * `sequence` and writes them, in position order, to out_slots (num_tokens
+ * entries; NULL allowed for 0). A shared, partially filled last page is
+ * first replaced by a private copy (one pending copy). Code 8 (resource
+ * exhausted) when the free pages do not suffice; nothing changes then. */
+llmc_status_t *llmc_kv_page_pool_append(llmc_kv_page_pool_t *pool,
+                                        int64_t sequence, int64_t num_tokens,
+                                        int64_t *out_slots);
+/* A new sequence sharing every page of `sequence`. */
+llmc_status_t *llmc_kv_page_pool_fork(llmc_kv_page_pool_t *pool,
+                                      int64_t sequence, int64_t *out_sequence);
+/* Ends `sequence`; pages no other sequence holds become free. */
+llmc_status_t *llmc_kv_page_pool_release_sequence(llmc_kv_page_pool_t *pool,
+                                                  int64_t sequence);
+/* Keeps the first `length` tokens of `sequence` (0 <= length <= its
+ * length, code 3 otherwise), e.g. after rejected speculative tokens. */
+llmc_status_t *llmc_kv_page_pool_truncate(llmc_kv_page_pool_t *pool,
+                                          int64_t sequence, int64_t length);
+llmc_status_t *llmc_kv_page_pool_length(const llmc_kv_page_pool_t *pool,
+                                        int64_t sequence, int64_t *out_length);
+/* Writes the number of pages of `sequence` (ceil(length / page_size)) to
+ * *out_num_pages and its page ids to out_pages (`capacity` entries).
+ * out_pages NULL with capacity 0 asks for the count only; otherwise code 3
+ * when capacity is smaller than the count (*out_num_pages is still set), so
+ * a non-NULL out_pages with capacity 0 gives code 3 unless the sequence has
+ * no pages. A table never has more than num_pages entries. */
+llmc_status_t *llmc_kv_page_pool_block_table(const llmc_kv_page_pool_t *pool,
+                                             int64_t sequence, int32_t *out_pages,
+                                             int64_t capacity,
+                                             int64_t *out_num_pages);
+/* The block_table [num_sequences, max_pages] (int32, row-major; entries past
+ * a sequence's pages 0) and seq_lens [num_sequences] (int32) of the
+ * sequences `sequences`, in host memory. On an error nothing is written:
+ * code 3 for a NULL pool, num_sequences < 0, max_pages < 1, a NULL array
+ * with num_sequences > 0, num_sequences * max_pages beyond INT64_MAX, a
+ * sequence that needs more than max_pages pages or has more than INT32_MAX
+ * tokens; code 5 for a sequence never made or released. */
+llmc_status_t *llmc_kv_page_pool_fill_batch_metadata(
+    const llmc_kv_page_pool_t *pool, const int64_t *sequences,
+    int64_t num_sequences, int64_t max_pages, int32_t *out_block_table,
+    int32_t *out_seq_lens);
+
+/* Makes the pending copy-on-write copies (K and V of every layer) on
+ * `cuda_stream` (a CUstream; NULL = the legacy default stream), in the order
+ * they were recorded. On an error the copies not made stay pending. */
+llmc_status_t *llmc_kv_page_pool_apply_pending_copies(llmc_kv_page_pool_t *pool,
+                                                      void *cuda_stream);
+/* The pending copies, for a caller that makes them itself (in this order,
+ * before any copy taken later): takes the earliest min(capacity, pending)
+ * of them, writes (src page, dst page) pairs to out_pairs (2 * capacity
+ * entries) and their number to *out_num_copies, and forgets them. out_pairs
+ * NULL with capacity 0 writes the number pending and takes nothing (cheap:
+ * no walk over the pages); a non-NULL out_pairs with capacity 0 takes
+ * nothing and writes 0. */
+llmc_status_t *llmc_kv_page_pool_take_pending_copies(llmc_kv_page_pool_t *pool,
+                                                     int64_t *out_pairs,
+                                                     int64_t capacity,
+                                                     int64_t *out_num_copies);
+
+/* out_counts[i] for i < n of
+ *   0 pages, 1 free pages, 2 used pages (a shared page counts once),
+ *   3 shared pages, 4 sequences, 5 tokens (sum of the lengths), 6 filled
+ *   slots (distinct slots holding a token), 7 pending copies, 8 copies on
+ *   write since creation;
+ * n may be smaller than LLMC_KV_PAGE_POOL_STATS but not larger. out_waste
+ * (may be NULL) receives 1 - filled slots / (used pages * page_size), 0 when
+ * no page is used. */
+#define LLMC_KV_PAGE_POOL_STATS 9
+llmc_status_t *llmc_kv_page_pool_stats(const llmc_kv_page_pool_t *pool,
+                                       int64_t *out_counts, int32_t n,
+                                       double *out_waste);
+/* Checks the pool's bookkeeping (reference counts against the block tables,
+ * free list against used pages); for tests. Code 13 naming the first
+ * violation. */
+llmc_status_t *llmc_kv_page_pool_check_invariants(const llmc_kv_page_pool_t *pool);
 
 #ifdef __cplusplus
 } /* extern "C" */

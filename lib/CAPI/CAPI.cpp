@@ -14,6 +14,8 @@
 #include "llmc/Compiler.h"
 #include "llmc/Support/Version.h"
 #include "llmc/runtime/Communicator.h"
+#include "llmc/runtime/Device.h"
+#include "llmc/runtime/KvPagePool.h"
 #include "llmc/runtime/Session.h"
 
 #include "absl/strings/numbers.h"
@@ -25,6 +27,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <new>
@@ -53,6 +56,12 @@ struct llmc_communicator_t {
 struct llmc_session_t {
   std::shared_ptr<llmc::rt::Device> device;
   std::unique_ptr<llmc::rt::Session> session;
+};
+
+struct llmc_kv_page_pool_t {
+  std::shared_ptr<llmc::rt::Device> device;         // the GPU's pages, or
+  std::unique_ptr<llmc::rt::MemoryPool> host_memory; // host_memory = 1's
+  std::unique_ptr<llmc::rt::KvPagePool> pool;        // destroyed first
 };
 
 namespace {
@@ -702,6 +711,303 @@ llmc_session_invalidate_parameters(llmc_session_t *session) {
       return absl::InvalidArgumentError("session: NULL handle");
     session->session->InvalidateParameters();
     return absl::OkStatus();
+  });
+}
+
+/*--- KV page pool ---------------------------------------------------------------*/
+namespace {
+absl::Status checkPool(const llmc_kv_page_pool_t *pool) {
+  return pool ? absl::OkStatus()
+              : absl::InvalidArgumentError("pool: NULL handle");
+}
+} // namespace
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_create(const llmc_kv_page_pool_options *options,
+                         llmc_kv_page_pool_t **out_pool) {
+  return guarded("llmc_kv_page_pool_create", [&]() -> absl::Status {
+    if (!out_pool)
+      return absl::InvalidArgumentError("out_pool: NULL output pointer");
+    *out_pool = nullptr;
+    if (!options)
+      return absl::InvalidArgumentError("options: NULL pointer");
+    if (options->host_memory != 0 && options->host_memory != 1)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.host_memory: expected 0 or 1, found ", options->host_memory));
+    llmc::rt::KvPagePoolOptions o;
+    o.num_pages = options->num_pages;
+    o.page_size = options->page_size;
+    o.num_layers = options->num_layers;
+    o.num_kv_heads = options->num_kv_heads;
+    o.head_dim = options->head_dim;
+    o.element_bytes = options->element_bytes;
+    // Named as this API's fields, and before a device is opened.
+    if (auto s = llmc::rt::KvPagePool::ValidateOptions(o, "options"); !s.ok())
+      return s;
+    auto handle = std::make_unique<llmc_kv_page_pool_t>();
+    llmc::rt::MemoryPool *memory = nullptr;
+    if (options->host_memory) {
+      handle->host_memory = std::make_unique<llmc::rt::MemoryPool>(
+          std::make_unique<llmc::rt::FakeDeviceAllocator>());
+      memory = handle->host_memory.get();
+      o.copy_page = llmc::rt::HostPageCopy();
+    } else {
+      if (options->device_ordinal < 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat("options.device_ordinal: expected >= 0, found ",
+                         options->device_ordinal));
+      auto device = llmc::rt::Device::Open(options->device_ordinal);
+      if (!device.ok())
+        return device.status();
+      handle->device = *device;
+      memory = &handle->device->pool();
+    }
+    auto pool = llmc::rt::KvPagePool::Create(memory, std::move(o));
+    if (!pool.ok())
+      return pool.status();
+    handle->pool = std::move(*pool);
+    *out_pool = handle.release();
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT void llmc_kv_page_pool_release(llmc_kv_page_pool_t *pool) {
+  if (!pool)
+    return;
+  try {
+    delete pool;
+  } catch (...) {
+  }
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_pages(const llmc_kv_page_pool_t *pool, int64_t layer,
+                        uint64_t *out_key_pages, uint64_t *out_value_pages) {
+  return guarded("llmc_kv_page_pool_pages", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    const int64_t layers = pool->pool->options().num_layers;
+    if (layer < 0 || layer >= layers)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer: expected 0 <= layer < ", layers, ", found ", layer));
+    if (out_key_pages)
+      *out_key_pages = pool->pool->KeyPages(layer);
+    if (out_value_pages)
+      *out_value_pages = pool->pool->ValuePages(layer);
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_add_sequence(llmc_kv_page_pool_t *pool, int64_t *out_sequence) {
+  return guarded("llmc_kv_page_pool_add_sequence", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (!out_sequence)
+      return absl::InvalidArgumentError("out_sequence: NULL output pointer");
+    *out_sequence = pool->pool->AddSequence();
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *llmc_kv_page_pool_append(llmc_kv_page_pool_t *pool,
+                                                    int64_t sequence,
+                                                    int64_t num_tokens,
+                                                    int64_t *out_slots) {
+  return guarded("llmc_kv_page_pool_append", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (num_tokens > 0 && !out_slots)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "out_slots: NULL output pointer with num_tokens = ", num_tokens));
+    auto slots = pool->pool->Append(sequence, num_tokens);
+    if (!slots.ok())
+      return slots.status();
+    std::copy(slots->begin(), slots->end(), out_slots);
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *llmc_kv_page_pool_fork(llmc_kv_page_pool_t *pool,
+                                                  int64_t sequence,
+                                                  int64_t *out_sequence) {
+  return guarded("llmc_kv_page_pool_fork", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (!out_sequence)
+      return absl::InvalidArgumentError("out_sequence: NULL output pointer");
+    auto forked = pool->pool->Fork(sequence);
+    if (!forked.ok())
+      return forked.status();
+    *out_sequence = *forked;
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_release_sequence(llmc_kv_page_pool_t *pool, int64_t sequence) {
+  return guarded("llmc_kv_page_pool_release_sequence", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    return pool->pool->Release(sequence);
+  });
+}
+
+LLMC_EXPORT llmc_status_t *llmc_kv_page_pool_truncate(llmc_kv_page_pool_t *pool,
+                                                      int64_t sequence,
+                                                      int64_t length) {
+  return guarded("llmc_kv_page_pool_truncate", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    return pool->pool->Truncate(sequence, length);
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_length(const llmc_kv_page_pool_t *pool, int64_t sequence,
+                         int64_t *out_length) {
+  return guarded("llmc_kv_page_pool_length", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (!out_length)
+      return absl::InvalidArgumentError("out_length: NULL output pointer");
+    auto length = pool->pool->Length(sequence);
+    if (!length.ok())
+      return length.status();
+    *out_length = *length;
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_block_table(const llmc_kv_page_pool_t *pool, int64_t sequence,
+                              int32_t *out_pages, int64_t capacity,
+                              int64_t *out_num_pages) {
+  return guarded("llmc_kv_page_pool_block_table", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (!out_num_pages)
+      return absl::InvalidArgumentError("out_num_pages: NULL output pointer");
+    if (capacity < 0 || (capacity > 0 && !out_pages))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "out_pages/capacity: expected an array of capacity >= 0 entries, "
+          "found ", out_pages ? "an array" : "NULL", " with capacity ", capacity));
+    auto table = pool->pool->BlockTable(sequence);
+    if (!table.ok())
+      return table.status();
+    const int64_t n = static_cast<int64_t>(table->size());
+    *out_num_pages = n;
+    if (!out_pages)
+      return absl::OkStatus();
+    if (capacity < n)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "capacity: sequence ", sequence, " has ", n,
+          " pages, out_pages holds ", capacity));
+    std::copy(table->begin(), table->end(), out_pages);
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *llmc_kv_page_pool_fill_batch_metadata(
+    const llmc_kv_page_pool_t *pool, const int64_t *sequences,
+    int64_t num_sequences, int64_t max_pages, int32_t *out_block_table,
+    int32_t *out_seq_lens) {
+  return guarded("llmc_kv_page_pool_fill_batch_metadata", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (num_sequences < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_sequences: expected >= 0, found ", num_sequences));
+    if (max_pages < 1)
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_pages: expected >= 1, found ", max_pages));
+    if (num_sequences > 0 && (!sequences || !out_block_table || !out_seq_lens))
+      return absl::InvalidArgumentError(absl::StrCat(
+          !sequences ? "sequences" : !out_block_table ? "out_block_table"
+                                                       : "out_seq_lens",
+          ": NULL with num_sequences = ", num_sequences));
+    if (num_sequences > std::numeric_limits<int64_t>::max() / max_pages)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_sequences x max_pages overflows: ", num_sequences, " x ",
+          max_pages));
+    const size_t n = static_cast<size_t>(num_sequences);
+    return pool->pool->FillBatchMetadata(
+        absl::MakeConstSpan(sequences, n), max_pages,
+        absl::MakeSpan(out_block_table, n * static_cast<size_t>(max_pages)),
+        absl::MakeSpan(out_seq_lens, n));
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_apply_pending_copies(llmc_kv_page_pool_t *pool,
+                                       void *cuda_stream) {
+  return guarded("llmc_kv_page_pool_apply_pending_copies", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (pool->device)
+      if (auto s = pool->device->MakeCurrent(); !s.ok())
+        return s;
+    return pool->pool->ApplyPendingCopies(static_cast<CUstream>(cuda_stream));
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_take_pending_copies(llmc_kv_page_pool_t *pool,
+                                      int64_t *out_pairs, int64_t capacity,
+                                      int64_t *out_num_copies) {
+  return guarded("llmc_kv_page_pool_take_pending_copies", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (!out_num_copies)
+      return absl::InvalidArgumentError("out_num_copies: NULL output pointer");
+    if (capacity < 0 || (capacity > 0 && !out_pairs))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "out_pairs/capacity: expected an array of 2 x capacity >= 0 entries, "
+          "found ", out_pairs ? "an array" : "NULL", " with capacity ", capacity));
+    if (!out_pairs) {
+      *out_num_copies = pool->pool->NumPendingCopies();
+      return absl::OkStatus();
+    }
+    std::vector<llmc::rt::PageCopy> copies =
+        pool->pool->TakePendingCopies(static_cast<size_t>(capacity));
+    for (size_t i = 0; i < copies.size(); ++i) {
+      out_pairs[2 * i] = copies[i].src;
+      out_pairs[2 * i + 1] = copies[i].dst;
+    }
+    *out_num_copies = static_cast<int64_t>(copies.size());
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *llmc_kv_page_pool_stats(const llmc_kv_page_pool_t *pool,
+                                                   int64_t *out_counts, int32_t n,
+                                                   double *out_waste) {
+  return guarded("llmc_kv_page_pool_stats", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    if (n < 0 || n > LLMC_KV_PAGE_POOL_STATS)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "n: expected 0..", LLMC_KV_PAGE_POOL_STATS, ", found ", n));
+    if (n > 0 && !out_counts)
+      return absl::InvalidArgumentError("out_counts: NULL output pointer");
+    llmc::rt::KvPagePoolStats st = pool->pool->Stats();
+    const int64_t counts[LLMC_KV_PAGE_POOL_STATS] = {
+        st.num_pages,     st.free_pages, st.used_pages,
+        st.shared_pages,  st.num_sequences, st.tokens,
+        st.filled_slots,  st.pending_copies, st.copies_on_write};
+    std::copy(counts, counts + n, out_counts);
+    if (out_waste)
+      *out_waste = st.waste;
+    return absl::OkStatus();
+  });
+}
+
+LLMC_EXPORT llmc_status_t *
+llmc_kv_page_pool_check_invariants(const llmc_kv_page_pool_t *pool) {
+  return guarded("llmc_kv_page_pool_check_invariants", [&]() -> absl::Status {
+    if (auto s = checkPool(pool); !s.ok())
+      return s;
+    return pool->pool->CheckInvariants();
   });
 }
 

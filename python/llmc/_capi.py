@@ -30,6 +30,8 @@ LLMC_MAX_RANK = 8
 # absl::StatusCode values used by the C API.
 OK = 0
 INVALID_ARGUMENT = 3
+NOT_FOUND = 5
+RESOURCE_EXHAUSTED = 8
 FAILED_PRECONDITION = 9
 UNIMPLEMENTED = 12
 INTERNAL = 13
@@ -104,6 +106,20 @@ class _Tensor(ctypes.Structure):
     ]
 
 
+class _KvPagePoolOptions(ctypes.Structure):
+    """llmc_kv_page_pool_options."""
+    _fields_ = [
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("num_layers", ctypes.c_int64),
+        ("num_kv_heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("element_bytes", ctypes.c_int64),
+        ("device_ordinal", ctypes.c_int32),
+        ("host_memory", ctypes.c_int32),
+    ]
+
+
 # --- locating and loading the library -------------------------------------
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -174,6 +190,31 @@ _OPTIONAL_SIGNATURES = {
     "llmc_executable_output_alias_input": (_P, [_P, ctypes.c_int32,
                                                 ctypes.POINTER(ctypes.c_int32)]),
     "llmc_executable_stats": (_P, [_P, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]),
+    # KV page pool (llmc.serving.KvPagePool)
+    "llmc_kv_page_pool_create": (_P, [ctypes.POINTER(_KvPagePoolOptions), _PP]),
+    "llmc_kv_page_pool_release": (None, [_P]),
+    "llmc_kv_page_pool_pages": (_P, [_P, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64),
+                                     ctypes.POINTER(ctypes.c_uint64)]),
+    "llmc_kv_page_pool_add_sequence": (_P, [_P, ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_kv_page_pool_append": (_P, [_P, ctypes.c_int64, ctypes.c_int64,
+                                      ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_kv_page_pool_fork": (_P, [_P, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_kv_page_pool_release_sequence": (_P, [_P, ctypes.c_int64]),
+    "llmc_kv_page_pool_truncate": (_P, [_P, ctypes.c_int64, ctypes.c_int64]),
+    "llmc_kv_page_pool_length": (_P, [_P, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_kv_page_pool_block_table": (_P, [_P, ctypes.c_int64, ctypes.POINTER(ctypes.c_int32),
+                                           ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_kv_page_pool_fill_batch_metadata": (_P, [_P, ctypes.POINTER(ctypes.c_int64),
+                                                   ctypes.c_int64, ctypes.c_int64,
+                                                   ctypes.POINTER(ctypes.c_int32),
+                                                   ctypes.POINTER(ctypes.c_int32)]),
+    "llmc_kv_page_pool_apply_pending_copies": (_P, [_P, _P]),
+    "llmc_kv_page_pool_take_pending_copies": (_P, [_P, ctypes.POINTER(ctypes.c_int64),
+                                                   ctypes.c_int64,
+                                                   ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_kv_page_pool_stats": (_P, [_P, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32,
+                                     ctypes.POINTER(ctypes.c_double)]),
+    "llmc_kv_page_pool_check_invariants": (_P, [_P]),
 }
 
 NCCL_UNIQUE_ID_BYTES = 128
