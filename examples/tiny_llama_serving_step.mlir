@@ -4,8 +4,9 @@
 // the sequence layout of llm.paged_attention (cu_seqlens_q [B + 1], seq_lens
 // [B] with the new tokens, block_table [B, 16]), each layer's K and V
 // pages [64, 4, 2, 16] updated in place (donated; result k aliases its
-// argument), and `last_token` [B], the packed row of each sequence's last new
-// token, whose logits [B, 97] the step returns. RoPE (half split) reads
+// argument), and `last_token` [R], the packed rows whose logits [R, 97] the
+// step returns (the last new token of each sequence that samples: a prefill
+// chunk that does not finish its prompt wants none). RoPE (half split) reads
 // precomputed cos/sin tables [256, 16] at each token's position. What a
 // continuous-batching engine runs every iteration: prefill chunks and decode
 // tokens of any mix of requests in one batch.
@@ -17,7 +18,7 @@ func.func @tiny_llama_serving_step(
     %cu_seqlens_q: tensor<?xi32> {llm.dim_names = ["seqs_plus_one"]},
     %seq_lens: tensor<?xi32> {llm.dim_names = ["seqs"]},
     %block_table: tensor<?x16xi32> {llm.dim_names = ["seqs"]},
-    %last_token: tensor<?xi32> {llm.dim_names = ["seqs"]},
+    %last_token: tensor<?xi32> {llm.dim_names = ["logit_rows"]},
     %k_pages0: tensor<64x4x2x16xf32> {llm.donate, llm.aliasing_output = 1 : i64},
     %v_pages0: tensor<64x4x2x16xf32> {llm.donate, llm.aliasing_output = 2 : i64},
     %k_pages1: tensor<64x4x2x16xf32> {llm.donate, llm.aliasing_output = 3 : i64},

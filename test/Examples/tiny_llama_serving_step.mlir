@@ -3,7 +3,7 @@
 // in place (the page outputs alias their inputs) and attend with paged
 // flash-decoding taking ceil(12 / 3) = 4 query rows at a time.
 // RUN: llmc-opt %llmc_src_root/examples/tiny_llama_serving_step.mlir | FileCheck %s --check-prefix=IR
-// RUN: llmc-compile %llmc_src_root/examples/tiny_llama_serving_step.mlir --shape tokens=12 --shape seqs_plus_one=4 --shape seqs=3 --emit=exec | FileCheck %s
+// RUN: llmc-compile %llmc_src_root/examples/tiny_llama_serving_step.mlir --shape tokens=12 --shape seqs_plus_one=4 --shape seqs=3 --shape logit_rows=3 --emit=exec | FileCheck %s
 
 // IR-LABEL: func.func @tiny_llama_serving_step
 // IR-COUNT-2: llm.paged_kv_append
