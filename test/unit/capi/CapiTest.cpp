@@ -1,6 +1,7 @@
 // C API tests (llmc_c.h): misuse is reported as a status naming the argument,
 // compile/save/load round trip, and (with a GPU) runs checked against the CPU
 // reference executor, including two sessions running concurrently.
+#include "CapiTestUtils.h"
 #include "../ExamplePath.h"
 #include "../MlirContext.h"
 #include "llmc/llmc_c.h"
@@ -35,24 +36,8 @@ namespace ref = llmc::reference;
 using llmc::test::ReadExample;
 using llmc::test::SharedContext;
 
-/// Owns a status; reads code and message.
-struct Status {
-  explicit Status(llmc_status_t *s) : s(s) {}
-  ~Status() { llmc_status_free(s); }
-  int code() const { return llmc_status_code(s); }
-  std::string message() const { return llmc_status_message(s); }
-  llmc_status_t *s;
-};
-
-#define EXPECT_LLMC_OK(expr)                                                   \
-  do {                                                                         \
-    Status st_(expr);                                                          \
-    ASSERT_EQ(st_.code(), 0) << st_.message();                                 \
-  } while (0)
-
-bool Contains(const std::string &s, const std::string &part) {
-  return s.find(part) != std::string::npos;
-}
+using llmc::test::Contains;
+using llmc::test::Status;
 
 struct CompilerHandle {
   CompilerHandle() {

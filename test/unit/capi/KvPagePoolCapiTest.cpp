@@ -2,6 +2,7 @@
 // host memory (host_memory = 1, no GPU): append, fork, copy-on-write, tokens
 // read back through the block tables, truncate, release; misuse reported
 // with the documented codes.
+#include "CapiTestUtils.h"
 #include "llmc/llmc_c.h"
 
 #include "gtest/gtest.h"
@@ -13,24 +14,8 @@
 
 namespace {
 
-/// Owns a status; reads code and message.
-struct Status {
-  explicit Status(llmc_status_t *s) : s(s) {}
-  ~Status() { llmc_status_free(s); }
-  int code() const { return llmc_status_code(s); }
-  std::string message() const { return llmc_status_message(s); }
-  llmc_status_t *s;
-};
-
-#define EXPECT_LLMC_OK(expr)                                                   \
-  do {                                                                         \
-    Status st_(expr);                                                          \
-    ASSERT_EQ(st_.code(), 0) << st_.message();                                 \
-  } while (0)
-
-bool Contains(const std::string &s, const std::string &part) {
-  return s.find(part) != std::string::npos;
-}
+using llmc::test::Contains;
+using llmc::test::Status;
 
 llmc_kv_page_pool_options HostOptions() {
   llmc_kv_page_pool_options o = {};
