@@ -366,6 +366,8 @@ static absl::Status lowerPagedAttention(PagedAttentionOp op, Lowering &l) {
           b = bt.getDimSize(0);
   if (kp.getDimSize(0) > std::numeric_limits<int32_t>::max())
     return unsupported(op, "more than 2^31 - 1 pages (the kernel keeps page ids in 32 bits)");
+  if (t == 0 || b == 0)
+    return absl::OkStatus();  // no rows to write (the combine's grid is never empty)
   cu::DecodeConfig dc = pagedDecodeConfig(op, choice->second.query_rows);
   LLMC_ASSIGN_OR_RETURN(cu::DecodeKernels kernels, generated(cu::EmitFlashDecode(dc), op));
   // The combine merges each packed row's splits as the dense one does a

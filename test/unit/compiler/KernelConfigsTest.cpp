@@ -254,6 +254,12 @@ TEST(KernelConfigs, PagedAttentionFollowsItsConfig) {
   EXPECT_EQ(five->launches[0].grid[0], 5u);
   EXPECT_NE(five->kernels[five->launches[0].kernel].name.find("_q2_causal_paged16"), std::string::npos);
 
+  // No new tokens: nothing to launch (a combine grid of one block would
+  // write past the empty result).
+  auto none = Lower(PagedAttention("", 0, ""));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->launches.empty());
+
   std::string msg = LowerError(PagedAttention(R"({kernel = "paged_flash_decode", query_rows = 17 : i64, splits = 5 : i64})"));
   EXPECT_CONTAINS(msg, "'llm.paged_attention' at ");
   EXPECT_CONTAINS(msg, "expected {kernel = \"paged_flash_decode\", splits = <1..256>, query_rows = <1..16>}");
