@@ -19,4 +19,4 @@ if "address" in getattr(config, "llmc_sanitize", ""):
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.llmc_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["llmc-opt", "llmc-compile", "llmc-run"], tool_dirs)
+llvm_config.add_tool_substitutions(["llmc-opt", "llmc-compile", "llmc-run", "llmc-serve"], tool_dirs)

@@ -22,6 +22,12 @@ int runMain(int argc, char **argv);
 /// kernel compiled by NVRTC (no GPU needed).
 int compileMain(int argc, char **argv);
 
+/// `llmc-serve`: serves a JSONL request file with the continuous-batching
+/// engine (rt::ServingEngine) over a serving-step function
+/// (llmc/runtime/ServingStep.h), on the GPU or the CPU reference executor;
+/// prints per-request tokens and latencies and a throughput summary.
+int serveMain(int argc, char **argv);
+
 } // namespace llmc
 
 #endif // LLMC_TOOLS_H

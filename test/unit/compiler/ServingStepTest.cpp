@@ -14,6 +14,7 @@
 #include "../ExamplePath.h"
 #include "ReferenceTestUtils.h"
 
+#include "Tools/ServeSupport.h"
 #include "llmc/runtime/KvPagePool.h"
 #include "llmc/runtime/MemoryPool.h"
 #include "llmc/runtime/ServingEngine.h"
@@ -21,6 +22,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <set>
 
 namespace {
 
@@ -31,70 +34,6 @@ using llmc::reference::testing::ReferenceTest;
 // The example's sizes.
 constexpr int64_t kLayers = 2, kHeadsKV = 2, kHeadDim = 16, kPageSize = 4, kPages = 64,
                   kMaxPages = 16, kVocab = 97, kRopeRows = 256;
-
-/// The step function on the reference executor: the batch's arrays and the
-/// pool's pages in, logits and the updated pages out (written back into
-/// the pool's host memory).
-class ReferenceStepModel : public rt::StepModel {
-public:
-  ReferenceStepModel(mlir::func::FuncOp fn, std::vector<HostTensor> weights,
-                     std::function<HostTensor(std::vector<int64_t>, std::vector<double>)> i32)
-      : fn_(fn), weights_(std::move(weights)), i32_(std::move(i32)) {}
-
-  absl::StatusOr<std::vector<std::vector<float>>> Run(const rt::StepBatch &batch,
-                                                     rt::KvPagePool &pool) override {
-    const int64_t T = batch.num_tokens(), B = batch.num_sequences();
-    if (batch.max_pages > kMaxPages)
-      return absl::InvalidArgumentError("a sequence outgrew the example's block table");
-    auto ints = [](const auto &v) { return std::vector<double>(v.begin(), v.end()); };
-    std::vector<double> table(B * kMaxPages, 0.0);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t p = 0; p < batch.max_pages; ++p)
-        table[b * kMaxPages + p] = batch.block_table[b * batch.max_pages + p];
-    std::vector<HostTensor> inputs = {
-        i32_({T}, ints(batch.token_ids)),          i32_({T}, ints(batch.positions)),
-        i32_({B + 1}, ints(batch.cu_seqlens_q)),   i32_({B}, ints(batch.seq_lens)),
-        i32_({B, kMaxPages}, table),
-        i32_({static_cast<int64_t>(batch.logits_rows.size())}, ints(batch.logits_rows))};
-    // The pool's pages, the example's [64, ...] tensors padded with NaN.
-    const int64_t pageFloats = pool.options().num_pages * kPageSize * kHeadsKV * kHeadDim;
-    for (int64_t l = 0; l < kLayers; ++l)
-      for (uint64_t addr : {pool.KeyPages(l), pool.ValuePages(l)}) {
-        const float *f = reinterpret_cast<const float *>(addr);
-        HostTensor pages = weights_[0];  // for its element type (f32)
-        pages.shape = {kPages, kPageSize, kHeadsKV, kHeadDim};
-        pages.data.assign(kPages * kPageSize * kHeadsKV * kHeadDim, NAN);
-        std::copy(f, f + pageFloats, pages.data.begin());
-        inputs.push_back(std::move(pages));
-      }
-    inputs.insert(inputs.end(), weights_.begin(), weights_.end());
-    absl::StatusOr<std::vector<HostTensor>> out = llmc::reference::Evaluate(fn_, inputs);
-    if (!out.ok())
-      return out.status();
-    // The pages, back into the pool (f32 values: exact).
-    int r = 1;
-    for (int64_t l = 0; l < kLayers; ++l)
-      for (uint64_t addr : {pool.KeyPages(l), pool.ValuePages(l)}) {
-        float *f = reinterpret_cast<float *>(addr);
-        const std::vector<double> &d = (*out)[r++].data;
-        for (int64_t i = 0; i < pageFloats; ++i)
-          f[i] = static_cast<float>(d[i]);
-      }
-    std::vector<std::vector<float>> logits;
-    const std::vector<double> &z = (*out)[0].data;
-    for (size_t i = 0; i < batch.logits_rows.size(); ++i)
-      logits.emplace_back(z.begin() + i * kVocab, z.begin() + (i + 1) * kVocab);
-    ++steps_;
-    return logits;
-  }
-  int steps() const { return steps_; }
-
-private:
-  mlir::func::FuncOp fn_;
-  std::vector<HostTensor> weights_;
-  std::function<HostTensor(std::vector<int64_t>, std::vector<double>)> i32_;
-  int steps_ = 0;
-};
 
 class ServingStepTest : public ReferenceTest {
 protected:
@@ -146,21 +85,28 @@ protected:
 
   /// Runs `requests` through one engine: those with arrival 0 first, the
   /// others added before step `arrival`. Returns each request's tokens.
+  /// With `buckets`, the model pads each batch to them (rt::PadStepBatch)
+  /// and `shapes` receives the padded (T, B) of every step.
   std::map<int64_t, std::vector<int32_t>>
   serve(const std::vector<std::pair<int, rt::Request>> &requests, int64_t pages,
-        int64_t budget, int64_t maxSeqs, rt::ServingEngineStats *stats = nullptr) {
+        int64_t budget, int64_t maxSeqs, rt::ServingEngineStats *stats = nullptr,
+        std::vector<int64_t> buckets = {}, std::vector<rt::StepBucket> *shapes = nullptr) {
     std::map<int64_t, std::vector<int32_t>> tokens;
     std::unique_ptr<rt::KvPagePool> pool = makePool(pages);
     if (!pool)
       return tokens;
-    ReferenceStepModel model(fn_, weights_, [&](std::vector<int64_t> shape, std::vector<double> d) {
-      return tensor(i32(), std::move(shape), std::move(d));
-    });
+    std::optional<rt::StepBucketing> bucketing;
+    if (!buckets.empty())
+      bucketing = rt::StepBucketing{buckets, maxSeqs};
+    auto model = llmc::tools::ReferenceStepModel::create(fn_, weights_, pool.get(), bucketing);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok())
+      return tokens;
     rt::EngineOptions options;
     options.max_batch_tokens = budget;
     options.max_sequences = maxSeqs;
     options.vocab = kVocab;
-    auto engine = rt::ServingEngine::Create(pool.get(), &model, options);
+    auto engine = rt::ServingEngine::Create(pool.get(), model->get(), options);
     EXPECT_TRUE(engine.ok()) << engine.status();
     if (!engine.ok())
       return tokens;
@@ -181,10 +127,14 @@ protected:
         tokens[f.id] = f.tokens;
       }
     }
-    EXPECT_TRUE(pool->CheckInvariants().ok());
-    EXPECT_EQ(pool->Stats().free_pages, pages);
     if (stats)
       *stats = (*engine)->Stats();
+    if (shapes)
+      *shapes = (*model)->shapes();
+    engine->reset();
+    model->reset();  // gives the padding pages back
+    EXPECT_TRUE(pool->CheckInvariants().ok());
+    EXPECT_EQ(pool->Stats().free_pages, pages);
     return tokens;
   }
 
@@ -193,8 +143,10 @@ protected:
   std::vector<std::unique_ptr<rt::MemoryPool>> memory_;
 };
 
-TEST_F(ServingStepTest, EveryRequestGetsTheTokensItGetsAlone) {
-  std::mt19937 gen(20261204);
+/// Ten requests of 1..24 prompt tokens and 3..12 new tokens, half sampled,
+/// some with a stop token, arriving over the first 6 steps.
+std::vector<std::pair<int, rt::Request>> randomRequests(uint32_t seed) {
+  std::mt19937 gen(seed);
   std::vector<std::pair<int, rt::Request>> requests;
   for (int64_t id = 0; id < 10; ++id) {
     rt::Request r;
@@ -212,6 +164,11 @@ TEST_F(ServingStepTest, EveryRequestGetsTheTokensItGetsAlone) {
       r.sampling.stop_tokens = {static_cast<int32_t>(gen() % kVocab)};
     requests.push_back({static_cast<int>(gen() % 6), std::move(r)});
   }
+  return requests;
+}
+
+TEST_F(ServingStepTest, EveryRequestGetsTheTokensItGetsAlone) {
+  const std::vector<std::pair<int, rt::Request>> requests = randomRequests(20261204);
   // Alone: each request in a fresh engine and pool.
   std::map<int64_t, std::vector<int32_t>> alone;
   for (const auto &[arrival, request] : requests) {
@@ -230,6 +187,37 @@ TEST_F(ServingStepTest, EveryRequestGetsTheTokensItGetsAlone) {
   EXPECT_GT(stats.partial_prefills, 0) << stats.ToString();
   EXPECT_GT(stats.preemptions, 0) << stats.ToString();
   EXPECT_GT(stats.max_step_tokens, 1) << stats.ToString();
+}
+
+// The GPU model's padding, on the reference executor: every step padded to
+// a token bucket, with the padding tokens in an extra sequence over pages
+// reserved for them and empty sequences after it. The tokens must be those
+// of the unpadded runs (the padding never reaches a real sequence's pages
+// or logits), and every step must run at a bucket's shape.
+TEST_F(ServingStepTest, PaddingToBucketsChangesNoToken) {
+  const std::vector<std::pair<int, rt::Request>> requests = randomRequests(20261205);
+  std::map<int64_t, std::vector<int32_t>> alone;
+  for (const auto &[arrival, request] : requests)
+    alone[request.id] = serve({{0, request}}, kPages, 64, 4).begin()->second;
+  const std::vector<int64_t> buckets = {1, 2, 4, 8, 12};
+  rt::ServingEngineStats stats;
+  std::vector<rt::StepBucket> shapes;
+  // 12 pages for the requests plus 3 for the 11 padding tokens (page size 4).
+  auto padded = serve(requests, /*pages=*/15, /*budget=*/12, /*maxSeqs=*/6, &stats, buckets,
+                      &shapes);
+  ASSERT_EQ(padded.size(), requests.size());
+  for (const auto &[id, tokens] : alone)
+    EXPECT_EQ(padded[id], tokens) << "request " << id;
+  ASSERT_EQ(static_cast<int64_t>(shapes.size()), stats.steps);
+  std::set<int64_t> used;
+  for (const rt::StepBucket &s : shapes) {
+    EXPECT_TRUE(std::count(buckets.begin(), buckets.end(), s.tokens)) << s.tokens;
+    EXPECT_EQ(s.sequences, std::min<int64_t>(s.tokens, 6) + 1);
+    used.insert(s.tokens);
+  }
+  EXPECT_GT(used.size(), 2u) << "the steps should span several buckets";
+  EXPECT_GT(stats.partial_prefills, 0) << stats.ToString();
+  EXPECT_GT(stats.preemptions, 0) << stats.ToString();
 }
 
 } // namespace
