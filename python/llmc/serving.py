@@ -1,4 +1,7 @@
-"""Serving building blocks over the C API: the paged KV cache's page pool.
+"""Serving building blocks: the paged KV cache's page pool (over the C API)
+and the serving step of a Hugging Face LLaMA/Mistral model in the `llm`
+dialect (`llama_serving_step_mlir`, `llama_serving_step_weights`,
+`write_serving_step_weights`; see "A model step" in docs/serving.md).
 
 `KvPagePool` is llmc_kv_page_pool_t (include/llmc/llmc_c.h;
 llmc::rt::KvPagePool in the runtime): PagedAttention's page pool (Kwon et
@@ -24,7 +27,12 @@ page * page_size + row.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
+import os
+import re
+import string
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -289,3 +297,453 @@ class KvPagePool:
 
     def __del__(self):
         self.close()
+
+
+# --- the serving step of a LLaMA/Mistral model --------------------------------
+#
+# One iteration of a continuous-batching engine in the `llm` dialect, in the
+# calling convention of examples/tiny_llama_serving_step.mlir: the new tokens
+# of B sequences packed without padding, the sequence layout of
+# llm.paged_attention, each layer's K and V pages donated and returned, and
+# the logits of the rows `last_token` names. Weights in nn.Linear layout
+# ([out, in]), hence `transpose_rhs` on every matmul.
+
+_MLIR_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+#: Arguments before the pages: tokens, positions, cu_seqlens_q, seq_lens,
+#: block_table, last_token. The weights start at argument
+#: SERVING_STEP_BATCH_ARGS + 2 * num_layers.
+SERVING_STEP_BATCH_ARGS = 6
+
+
+@dataclass(frozen=True)
+class _StepShape:
+    """The sizes of a LLaMA-style serving step (checked by _step_shape)."""
+    layers: int      # L
+    hidden: int      # d
+    heads: int       # Hq
+    kv_heads: int    # Hkv
+    head_dim: int    # D
+    ffn: int         # F
+    vocab: int       # V
+    eps: float
+    rope_rows: int
+
+    def weight_shapes(self) -> List[Tuple[str, Tuple[int, ...]]]:
+        """(argument name, shape) of every weight argument, in order."""
+        d, f = self.hidden, self.ffn
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        shapes = [("wte", (self.vocab, d)), ("rope_cos", (self.rope_rows, self.head_dim)),
+                  ("rope_sin", (self.rope_rows, self.head_dim))]
+        for l in range(self.layers):
+            shapes += [(f"attn_norm_w{l}", (d,)), (f"wq{l}", (q, d)), (f"wk{l}", (kv, d)),
+                       (f"wv{l}", (kv, d)), (f"wo{l}", (d, q)), (f"ffn_norm_w{l}", (d,)),
+                       (f"w_gate{l}", (f, d)), (f"w_up{l}", (f, d)), (f"w_down{l}", (d, f))]
+        return shapes + [("final_norm_w", (d,)), ("lm_head", (self.vocab, d))]
+
+
+def _positive(x, name: str) -> int:
+    """`x` as a positive int: ValueError otherwise (bool is not an int here)."""
+    if not isinstance(x, bool):
+        try:
+            v = operator.index(x)
+            if v > 0:
+                return v
+        except TypeError:
+            pass
+    raise ValueError(f"{name}: expected a positive int, found {x!r}")
+
+
+def _config_int(config, name: str, default=None) -> int:
+    v = getattr(config, name, None)
+    if v is None:
+        if default is None:
+            raise ValueError(f"config: missing {name} (expected a positive int)")
+        v = default
+    return _positive(v, f"config.{name}")
+
+
+def _rope_parameters(config) -> List[Tuple[str, Dict]]:
+    """The RoPE parameter dicts of an HF config, as (attribute, dict):
+    transformers 5's `rope_parameters` (which `rope_scaling` aliases there)
+    and 4.x's `rope_scaling` (None: default RoPE), those that are set."""
+    found = []
+    for attr in ("rope_scaling", "rope_parameters"):
+        p = getattr(config, attr, None)
+        if p is None:
+            continue
+        if not isinstance(p, dict):
+            raise ValueError(f"config.{attr}: expected a dict or None, found {p!r}")
+        if any(isinstance(v, dict) for v in p.values()):
+            raise ValueError(f"config.{attr} = {p!r}: per-layer-type RoPE parameters are not "
+                             f"supported (LLaMA/Mistral have one set)")
+        found.append((attr, p))
+    return found
+
+
+def _rope_theta(config) -> float:
+    theta = getattr(config, "rope_theta", None)
+    for _, p in _rope_parameters(config):
+        theta = p.get("rope_theta", theta)
+    if theta is None:
+        raise ValueError("config: missing rope_theta (config.rope_theta, or "
+                         "config.rope_parameters['rope_theta'] in transformers 5)")
+    theta = float(theta)
+    if not (math.isfinite(theta) and theta > 0):
+        raise ValueError(f"config rope_theta: expected a positive number, found {theta}")
+    return theta
+
+
+def _step_shape(config, rope_rows: Optional[int]) -> _StepShape:
+    """The step's sizes from a LlamaConfig/MistralConfig-like `config`, or
+    ValueError naming what the step does not support."""
+    for attr, params in _rope_parameters(config):
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type not in (None, "default"):
+            raise ValueError(
+                f"config rope scaling {rope_type!r} (config.{attr} = {params!r}) is not "
+                f"supported: the step's RoPE tables are HF's default RoPE (rope_type "
+                f"'default' or rope_scaling None)")
+    for bias in ("attention_bias", "mlp_bias"):
+        if getattr(config, bias, False):
+            raise ValueError(f"config.{bias} = True is not supported: the step's projections "
+                             f"have no bias (LLaMA/Mistral have none)")
+    act = getattr(config, "hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ValueError(f"config.hidden_act = {act!r} is not supported: the step's MLP is "
+                         f"SwiGLU (silu)")
+    layers = _config_int(config, "num_hidden_layers")
+    hidden = _config_int(config, "hidden_size")
+    heads = _config_int(config, "num_attention_heads")
+    kv_heads = _config_int(config, "num_key_value_heads", heads)
+    if getattr(config, "head_dim", None) is None and hidden % heads:
+        raise ValueError(f"config: hidden_size {hidden} is not a multiple of "
+                         f"num_attention_heads {heads}, and head_dim is not given")
+    head_dim = _config_int(config, "head_dim", hidden // heads)
+    if heads % kv_heads:
+        raise ValueError(f"config: num_key_value_heads {kv_heads} does not divide "
+                         f"num_attention_heads {heads} (grouped-query attention)")
+    if head_dim % 2:
+        raise ValueError(f"config: head_dim {head_dim} is odd (RoPE rotates pairs)")
+    eps = getattr(config, "rms_norm_eps", None)
+    try:
+        ok = not isinstance(eps, bool) and math.isfinite(float(eps)) and float(eps) > 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"config.rms_norm_eps: expected a positive number, found {eps!r}")
+    if rope_rows is None:
+        rope_rows = _config_int(config, "max_position_embeddings")
+    rope_rows = _positive(rope_rows, "rope_rows")
+    window = getattr(config, "sliding_window", None)
+    if window is not None and rope_rows > window:
+        raise ValueError(
+            f"config.sliding_window = {window} is not supported with rope_rows = {rope_rows}: "
+            f"the step's attention is full causal attention, which equals sliding-window "
+            f"attention only while every position is below the window; pass "
+            f"rope_rows <= {window} (positions < rope_rows)")
+    return _StepShape(layers, hidden, heads, kv_heads, head_dim,
+                      _config_int(config, "intermediate_size"),
+                      _config_int(config, "vocab_size"), float(eps), rope_rows)
+
+
+def _f64(x: float) -> str:
+    """`x` as an MLIR float literal (round-trips; always has a '.')."""
+    s = repr(float(x))
+    mantissa, e, exponent = s.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa + e + exponent
+
+
+def _tensor(shape, dtype: str) -> str:
+    return "tensor<" + "x".join("?" if n is None else str(n) for n in shape) + f"x{dtype}>"
+
+
+# One layer of the step: attention over the paged cache (RMSNorm, Q/K/V
+# projections, RoPE from the gathered tables, append K and V into the pages,
+# paged attention, output projection, residual), then the SwiGLU MLP.
+_LAYER = """\
+  // Layer ${l}: attention over the paged cache.
+  %h${l} = llm.rms_norm %x${l}, %attn_norm_w${l} {eps = ${eps} : f64} : ${act_d}, ${vec_d}
+  %q${l} = llm.matmul %h${l}, %wq${l} {transpose_rhs} : ${act_d}, ${w_q} -> ${act_q}
+  %k${l} = llm.matmul %h${l}, %wk${l} {transpose_rhs} : ${act_d}, ${w_kv} -> ${act_kv}
+  %v${l} = llm.matmul %h${l}, %wv${l} {transpose_rhs} : ${act_d}, ${w_kv} -> ${act_kv}
+  %q4_${l} = llm.reshape %q${l} : ${act_q} to ${q4}
+  %k4_${l} = llm.reshape %k${l} : ${act_kv} to ${k4}
+  %qr${l} = llm.rope %q4_${l} cos(%cos : ${table}) sin(%sin : ${table}) half_split : ${q4}
+  %kr${l} = llm.rope %k4_${l} cos(%cos : ${table}) sin(%sin : ${table}) half_split : ${k4}
+  %qt${l} = llm.reshape %qr${l} : ${q4} to ${q3}
+  %kt${l} = llm.reshape %kr${l} : ${k4} to ${k3}
+  %vt${l} = llm.reshape %v${l} : ${act_kv} to ${k3}
+  %kp${l} = llm.paged_kv_append %k_pages${l}, %kt${l}, %block_table, %cu_seqlens_q, %seq_lens : ${pages}, ${k3}, ${bt}, ${i32s}, ${i32s}
+  %vp${l} = llm.paged_kv_append %v_pages${l}, %vt${l}, %block_table, %cu_seqlens_q, %seq_lens : ${pages}, ${k3}, ${bt}, ${i32s}, ${i32s}
+  %a${l} = llm.paged_attention %qt${l}, %kp${l}, %vp${l}, %block_table, %cu_seqlens_q, %seq_lens {causal} : ${q3}, ${pages}, ${pages}, ${bt}, ${i32s}, ${i32s}
+  %a2_${l} = llm.reshape %a${l} : ${q3} to ${act_q}
+  %o${l} = llm.matmul %a2_${l}, %wo${l} {transpose_rhs} : ${act_q}, ${w_o} -> ${act_d}
+  %r${l} = llm.add %x${l}, %o${l} : ${act_d}
+  // Layer ${l}: SwiGLU MLP.
+  %m${l} = llm.rms_norm %r${l}, %ffn_norm_w${l} {eps = ${eps} : f64} : ${act_d}, ${vec_d}
+  %g${l} = llm.matmul %m${l}, %w_gate${l} {transpose_rhs} : ${act_d}, ${w_f} -> ${act_f}
+  %u${l} = llm.matmul %m${l}, %w_up${l} {transpose_rhs} : ${act_d}, ${w_f} -> ${act_f}
+  %s${l} = llm.silu %g${l} : ${act_f}
+  %f${l} = llm.mul %s${l}, %u${l} : ${act_f}
+  %d${l} = llm.matmul %f${l}, %w_down${l} {transpose_rhs} : ${act_f}, ${w_down} -> ${act_d}
+  %x${next} = llm.add %r${l}, %d${l} : ${act_d}
+"""
+
+
+def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages: int,
+                            dtype: torch.dtype = torch.bfloat16, rope_rows: Optional[int] = None,
+                            function: str = "serving_step") -> str:
+    """The serving step of a Hugging Face LLaMA/Mistral model
+    (LlamaForCausalLM, MistralForCausalLM) as `llm` dialect text: one
+    `func.func @<function>` in the calling convention of
+    examples/tiny_llama_serving_step.mlir, over a paged KV cache
+    (PagedAttention: Kwon et al., "Efficient Memory Management for Large
+    Language Model Serving with PagedAttention", SOSP 2023). One step runs
+    the new tokens of B sequences packed together, any mix of prefill
+    chunks and decode tokens.
+
+    `config`: a transformers LlamaConfig / MistralConfig, or any object with
+    num_hidden_layers (L), hidden_size (d), num_attention_heads (Hq),
+    num_key_value_heads (Hkv; default Hq), head_dim (D; default d / Hq),
+    intermediate_size (F), vocab_size (V), rms_norm_eps and
+    max_position_embeddings. DT is `dtype` (torch.float32, bfloat16 or
+    float16: MLIR f32, bf16, f16); every weight, page and the logits are DT.
+
+    Arguments, in order (T tokens, B sequences, R logit rows, P =
+    `num_pages`; `?` dimensions are named by llm.dim_names):
+      0 tokens       [T] i32 ("tokens"): token ids, packed by sequence;
+      1 positions    [T] i32 ("tokens"): each token's position in its
+                     sequence, in [0, rope_rows);
+      2 cu_seqlens_q [B + 1] i32 ("seqs_plus_one"): sequence b's tokens are
+                     rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1;
+      3 seq_lens     [B] i32 ("seqs"): each sequence's length, this step's
+                     tokens included;
+      4 block_table  [B, max_pages] i32 ("seqs"): position j of sequence b
+                     is row j % page_size of page block_table[b, j // page_size];
+      5 last_token   [R] i32 ("logit_rows"): the packed rows whose logits
+                     the step returns;
+      6 + 2l, 7 + 2l k_pages<l>, v_pages<l> [P, page_size, Hkv, D] DT, for
+                     l < L: layer l's key and value pages, row-major, donated
+                     (`llm.donate`); result 1 + 2l and 2 + 2l alias them
+                     (`llm.aliasing_output`);
+      then the weights (llama_serving_step_weights gives them), nn.Linear
+      layout [out, in]: wte [V, d], rope_cos and rope_sin [rope_rows, D]
+      (HF's cat(freqs, freqs) half-split layout), per layer attn_norm_w
+      [d], wq [Hq*D, d], wk [Hkv*D, d], wv [Hkv*D, d], wo [d, Hq*D],
+      ffn_norm_w [d], w_gate [F, d], w_up [F, d], w_down [d, F], then
+      final_norm_w [d] and lm_head [V, d].
+    Results: logits [R, V] DT (row i: the logits after the token in packed
+    row last_token[i]), then the 2L updated pages (K then V per layer).
+
+    Each layer is HF LlamaDecoderLayer: RMSNorm, Q/K/V projections, RoPE
+    (half split, from the tables gathered at `positions`), the new K/V rows
+    appended into the pages (llm.paged_kv_append), causal paged attention
+    with GQA and scale 1/sqrt(D) (llm.paged_attention), output
+    projection, residual; RMSNorm, SwiGLU MLP (silu(x w_gate^T) * x
+    w_up^T) w_down^T, residual. Then the final RMSNorm and the LM head on
+    the `last_token` rows only. With tie_word_embeddings, pass wte again as
+    lm_head.
+
+    `rope_rows` (default max_position_embeddings) is the RoPE tables' row
+    count; positions must be below it. num_pages, page_size, max_pages and
+    rope_rows are positive ints.
+
+    Raises ValueError for a size that is not a positive int, a `dtype`
+    other than float32/bfloat16/float16, a `function` that is not an MLIR
+    identifier, and for what the step does not compute as HF does: a RoPE
+    scaling other than the default (rope_type other than 'default', e.g.
+    'linear', 'llama3', 'yarn'), attention_bias or mlp_bias, a hidden_act
+    other than silu, and a Mistral sliding_window below rope_rows (the step
+    attends to every earlier key; pass rope_rows <= sliding_window, so that
+    no position reaches past the window).
+    """
+    shape = _step_shape(config, rope_rows)
+    num_pages = _positive(num_pages, "num_pages")
+    page_size = _positive(page_size, "page_size")
+    max_pages = _positive(max_pages, "max_pages")
+    if dtype not in _MLIR_DTYPES:
+        raise ValueError(f"dtype: expected torch.float32, torch.bfloat16 or torch.float16, "
+                         f"found {dtype}")
+    if not isinstance(function, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.]*", function):
+        raise ValueError(f"function: expected an MLIR identifier ([A-Za-z_][A-Za-z0-9_$.]*), "
+                         f"found {function!r}")
+    dt = _MLIR_DTYPES[dtype]
+    L, d, Hq, Hkv, D = shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim
+    F, V = shape.ffn, shape.vocab
+    t = _tensor
+    types = dict(
+        eps=_f64(shape.eps), act_d=t([None, d], dt), vec_d=t([d], dt),
+        w_q=t([Hq * D, d], dt), act_q=t([None, Hq * D], dt), w_kv=t([Hkv * D, d], dt),
+        act_kv=t([None, Hkv * D], dt), q4=t([1, None, Hq, D], dt), k4=t([1, None, Hkv, D], dt),
+        table=t([1, None, D], dt), q3=t([None, Hq, D], dt), k3=t([None, Hkv, D], dt),
+        pages=t([num_pages, page_size, Hkv, D], dt), bt=t([None, max_pages], "i32"),
+        i32s=t([None], "i32"), w_o=t([d, Hq * D], dt), w_f=t([F, d], dt),
+        act_f=t([None, F], dt), w_down=t([d, F], dt))
+    pages = types["pages"]
+    i32s = types["i32s"]
+
+    args = [f'%tokens: {i32s} {{llm.dim_names = ["tokens"]}}',
+            f'%positions: {i32s} {{llm.dim_names = ["tokens"]}}',
+            f'%cu_seqlens_q: {i32s} {{llm.dim_names = ["seqs_plus_one"]}}',
+            f'%seq_lens: {i32s} {{llm.dim_names = ["seqs"]}}',
+            f'%block_table: {types["bt"]} {{llm.dim_names = ["seqs"]}}',
+            f'%last_token: {i32s} {{llm.dim_names = ["logit_rows"]}}']
+    for l in range(L):
+        for i, kv in enumerate("kv"):
+            args.append(f"%{kv}_pages{l}: {pages} "
+                        f"{{llm.donate, llm.aliasing_output = {1 + 2 * l + i} : i64}}")
+    args += [f"%{name}: {t(list(s), dt)}" for name, s in shape.weight_shapes()]
+    result_types = [t([None, V], dt)] + [pages] * (2 * L)
+
+    table2 = t([None, D], dt)
+    rope_table = t([shape.rope_rows, D], dt)
+    lines = [
+        "// A serving step of a LLaMA-style model over a paged KV cache, generated by",
+        "// llmc.serving.llama_serving_step_mlir in the calling convention of",
+        "// examples/tiny_llama_serving_step.mlir.",
+        f"// Layers {L}, d = {d}, {Hq} query heads and {Hkv} KV heads of {D}, SwiGLU {F},",
+        f"// vocab {V}, {dt}; pages [{num_pages}, {page_size}, {Hkv}, {D}], block table",
+        f"// [B, {max_pages}], RoPE tables [{shape.rope_rows}, {D}].",
+        f"func.func @{function}(",
+        ",\n".join("    " + a for a in args) + ")",
+        f"    -> ({', '.join(result_types)}) {{",
+        f"  %x0 = llm.gather %wte, %tokens axis = 0 : {t([V, d], dt)}, {i32s}",
+        f"  %cos2 = llm.gather %rope_cos, %positions axis = 0 : {rope_table}, {i32s}",
+        f"  %sin2 = llm.gather %rope_sin, %positions axis = 0 : {rope_table}, {i32s}",
+        f"  %cos = llm.reshape %cos2 : {table2} to {types['table']}",
+        f"  %sin = llm.reshape %sin2 : {table2} to {types['table']}",
+    ]
+    layer = string.Template(_LAYER)
+    body = [layer.substitute(types, l=l, next=l + 1) for l in range(L)]
+    act_d = types["act_d"]
+    results = ["%logits"] + [f"%{kv}p{l}" for l in range(L) for kv in "kv"]
+    tail = [
+        "  // The rows of `last_token`: final norm and LM head.",
+        f"  %xl = llm.gather %x{L}, %last_token axis = 0 : {act_d}, {i32s}",
+        f"  %hn = llm.rms_norm %xl, %final_norm_w {{eps = {types['eps']} : f64}} : "
+        f"{act_d}, {types['vec_d']}",
+        f"  %logits = llm.matmul %hn, %lm_head {{transpose_rhs}} : {act_d}, {t([V, d], dt)} -> "
+        f"{result_types[0]}",
+        f"  return {', '.join(results)} : {', '.join(result_types)}",
+        "}",
+    ]
+    return "\n".join(lines) + "\n" + "".join(body) + "\n".join(tail) + "\n"
+
+
+def _rope_tables(config, rope_rows: int, head_dim: int, dtype: torch.dtype,
+                 device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """HF's default RoPE tables (LlamaRotaryEmbedding): inv_freq = 1 /
+    theta^(2i / D) for i < D/2, freqs = position * inv_freq, cos and sin of
+    cat(freqs, freqs) [rope_rows, D]; float32 as HF, then cast to `dtype`
+    (HF casts cos/sin to the activations' dtype)."""
+    theta = _rope_theta(config)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    freqs = torch.arange(rope_rows, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return (emb.cos().to(device=device, dtype=dtype).contiguous(),
+            emb.sin().to(device=device, dtype=dtype).contiguous())
+
+
+def llama_serving_step_weights(model, *, dtype: Optional[torch.dtype] = None,
+                               rope_rows: Optional[int] = None) -> List[torch.Tensor]:
+    """The weight arguments of llama_serving_step_mlir(model.config, ...),
+    in order, from a Hugging Face LlamaForCausalLM / MistralForCausalLM:
+    wte [V, d] (model.embed_tokens), rope_cos and rope_sin [rope_rows, D],
+    per layer attn_norm_w [d] (input_layernorm), wq [Hq*D, d], wk [Hkv*D,
+    d], wv [Hkv*D, d], wo [d, Hq*D] (self_attn.{q,k,v,o}_proj), ffn_norm_w
+    [d] (post_attention_layernorm), w_gate [F, d], w_up [F, d], w_down [d,
+    F] (mlp.{gate,up,down}_proj), then final_norm_w [d] (model.norm) and
+    lm_head [V, d]. Projections in nn.Linear layout [out, in], all
+    row-major contiguous, detached, on the model's device, in `dtype`
+    (default: the embedding's dtype; float32, bfloat16 or float16). A
+    weight already in `dtype` and contiguous is the model's own storage,
+    not a copy. With tie_word_embeddings lm_head is the same tensor as wte.
+
+    The RoPE tables are HF's default RoPE (LlamaRotaryEmbedding): inv_freq
+    = 1 / theta^(2i / D) (theta: config.rope_theta, or transformers 5's
+    config.rope_parameters["rope_theta"]), row p = cos / sin of cat(p *
+    inv_freq, p * inv_freq) (the half-split layout of HF's rotate_half),
+    computed in float32 and then cast to `dtype`. `rope_rows` (default
+    max_position_embeddings) must be the one given to
+    llama_serving_step_mlir.
+
+    Raises ValueError for what llama_serving_step_mlir rejects (the same
+    config checks) and for a weight whose shape is not the config's, and
+    TypeError for a model without .model.embed_tokens/.layers/.norm and
+    .lm_head.
+    """
+    config = model.config
+    shape = _step_shape(config, rope_rows)
+    base = getattr(model, "model", None)
+    lm_head = getattr(model, "lm_head", None)
+    if base is None or lm_head is None or not all(
+            hasattr(base, a) for a in ("embed_tokens", "layers", "norm")):
+        raise TypeError(f"expected a LlamaForCausalLM or MistralForCausalLM (.model with "
+                        f"embed_tokens, layers and norm; .lm_head), found {type(model).__name__}")
+    if len(base.layers) != shape.layers:
+        raise ValueError(f"model: {len(base.layers)} layers, but config.num_hidden_layers is "
+                         f"{shape.layers}")
+    embed = base.embed_tokens.weight
+    dtype = embed.dtype if dtype is None else dtype
+    if dtype not in _MLIR_DTYPES:
+        raise ValueError(f"dtype: expected torch.float32, torch.bfloat16 or torch.float16, "
+                         f"found {dtype}")
+
+    def w(p: torch.Tensor) -> torch.Tensor:
+        return p.detach().to(dtype=dtype).contiguous()
+
+    wte = w(embed)
+    cos, sin = _rope_tables(config, shape.rope_rows, shape.head_dim, dtype, embed.device)
+    weights = [wte, cos, sin]
+    for layer in base.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        weights += [w(layer.input_layernorm.weight), w(attn.q_proj.weight),
+                    w(attn.k_proj.weight), w(attn.v_proj.weight), w(attn.o_proj.weight),
+                    w(layer.post_attention_layernorm.weight), w(mlp.gate_proj.weight),
+                    w(mlp.up_proj.weight), w(mlp.down_proj.weight)]
+    weights += [w(base.norm.weight), wte if lm_head.weight is embed else w(lm_head.weight)]
+    for tensor, (name, expected) in zip(weights, shape.weight_shapes()):
+        if tuple(tensor.shape) != expected:
+            raise ValueError(f"model weight {name}: expected shape {list(expected)} from the "
+                             f"config, found {list(tensor.shape)}")
+    return weights
+
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def write_serving_step_weights(tensors: Sequence[torch.Tensor], directory: Union[str, os.PathLike],
+                               first_argument: int) -> List[str]:
+    """Writes tensors[i] to DIRECTORY/arg<first_argument + i>.bin (the
+    directory is created if missing) and returns the paths: the tensor's
+    raw storage, row-major, little-endian, no header (bf16 and f16 as their
+    2-byte storage), e.g. the weights of llama_serving_step_weights with
+    first_argument = SERVING_STEP_BATCH_ARGS + 2 * num_layers (6 + 2L).
+    This is the form `llmc-run --input argI=FILE.bin` and `llmc-serve
+    --weights DIR` read (they check that the byte size is exactly the
+    argument's). Tensors on a GPU are copied to the host first.
+
+    Raises TypeError for a non-tensor or an element size other than 1, 2,
+    4 or 8 bytes, ValueError for a negative first_argument.
+    """
+    if isinstance(first_argument, bool) or not isinstance(first_argument, int) \
+            or first_argument < 0:
+        raise ValueError(f"first_argument: expected an int >= 0, found {first_argument!r}")
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tensors[{i}]: expected a torch.Tensor, found {type(t).__name__}")
+        as_int = _INT_OF_SIZE.get(t.element_size())
+        if as_int is None:
+            raise TypeError(f"tensors[{i}]: {t.dtype} ({t.element_size()}-byte elements) has "
+                            f"no raw form here")
+        data = t.detach().to("cpu").contiguous().reshape(-1).view(as_int).numpy()
+        path = os.path.join(os.fspath(directory), f"arg{first_argument + i}.bin")
+        with open(path, "wb") as f:
+            f.write(data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes())
+        paths.append(path)
+    return paths
