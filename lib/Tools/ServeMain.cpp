@@ -32,7 +32,9 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/ADT/APFloat.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Parallel.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
@@ -42,7 +44,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
+#include <cmath>
+#include <cstring>
 #include <thread>
 
 using namespace mlir;
@@ -171,6 +174,61 @@ llvm::json::Object stats(const std::vector<double> &v) {
                             {"p90", quantile(v, 0.9)},
                             {"p99", quantile(v, 0.99)},
                             {"max", quantile(v, 1.0)}};
+}
+
+/// SplitMix64's finalizer (Steele et al., OOPSLA 2014).
+uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/// The storage of a random weight of `type`: matrices (an nn.Linear [out,
+/// in] or an embedding) uniform with standard deviation 1/sqrt(columns),
+/// vectors (norm weights) 1. Counter-based (seed, argument, element), so
+/// it is the same for any thread count; f32, bf16 and f16 only.
+absl::StatusOr<std::string> randomWeight(RankedTensorType type, rt::DType dtype, uint64_t seed,
+                                         unsigned argument) {
+  if (dtype != rt::DType::f32 && dtype != rt::DType::bf16 && dtype != rt::DType::f16)
+    return absl::InvalidArgumentError(
+        "weight argument " + std::to_string(argument) + " is " +
+        llmc::tools::run::typeStr(type) +
+        ": random weights are f32, bf16 or f16 only; give its values with --weights");
+  const int64_t n = type.getNumElements(), size = rt::DTypeSize(dtype);
+  const bool vector = type.getRank() < 2;
+  const double bound =
+      vector ? 0.0 : std::sqrt(3.0) / std::sqrt(double(type.getShape().back()));
+  const uint64_t base = mix64(mix64(seed) ^ argument);
+  std::string out(n * size, '\0');
+  const int64_t chunk = 1 << 16;
+  llvm::parallelFor(0, (n + chunk - 1) / chunk, [&](int64_t c) {
+    for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
+      float f = vector ? 1.0f
+                       : static_cast<float>(
+                             (double(mix64(base ^ static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53 *
+                                  2.0 -
+                              1.0) *
+                             bound);
+      char *dst = &out[i * size];
+      if (dtype == rt::DType::f32) {
+        std::memcpy(dst, &f, 4);
+      } else if (dtype == rt::DType::bf16) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u += 0x7fff + ((u >> 16) & 1);  // round to nearest even (f is finite)
+        uint16_t h = static_cast<uint16_t>(u >> 16);
+        std::memcpy(dst, &h, 2);
+      } else {
+        llvm::APFloat a(f);
+        bool lost;
+        a.convert(llvm::APFloat::IEEEhalf(), llvm::APFloat::rmNearestTiesToEven, &lost);
+        uint16_t h = static_cast<uint16_t>(a.bitcastToAPInt().getZExtValue());
+        std::memcpy(dst, &h, 2);
+      }
+    }
+  });
+  return out;
 }
 
 absl::StatusOr<std::vector<int64_t>> parseBuckets(const std::string &text) {
@@ -303,38 +361,44 @@ int llmc::serveMain(int argc, char **argv) {
                   std::to_string(maxLen) + " per sequence");
   }
 
-  // Weights: the arguments after the batch arrays and the pages.
+  // The GPU first: without one, fail before reading or generating weights.
+  std::shared_ptr<rt::Device> device;
+  if (backend == "cuda") {
+    auto d = rt::Device::Open(0);
+    if (!d.ok())
+      return fail(std::string(d.status().message()));
+    device = *d;
+  }
+
+  // Weights: the arguments after the batch arrays and the pages, as their
+  // storage bytes (a 7B model's weights as float64 host tensors would take
+  // 54 GB; only --backend=ref unpacks them).
   const unsigned firstWeight = 6 + 2 * layout->num_layers;
-  std::vector<ref::HostTensor> hostWeights;
-  std::mt19937_64 rng(seed);
+  std::vector<std::string> weightBytes;
+  std::vector<RankedTensorType> weightTypes;
   for (unsigned i = firstWeight; i < fn.getNumArguments(); ++i) {
     auto type = cast<RankedTensorType>(fn.getArgumentTypes()[i]);
-    if (!type.hasStaticShape())
+    auto dtype = llmc::toRuntimeDType(type.getElementType());
+    if (!type.hasStaticShape() || !dtype.ok())
       return fail("weight argument " + std::to_string(i) + " is " +
-                  llmc::tools::run::typeStr(type) + "; expected a static shape");
-    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+                  llmc::tools::run::typeStr(type) +
+                  "; expected a static shape of a type llmc runs");
+    const int64_t bytes = type.getNumElements() * rt::DTypeSize(*dtype);
     if (!weightsDir.empty()) {
-      std::string path = weightsDir + "/arg" + std::to_string(i) + ".bin";
-      auto dtype = llmc::toRuntimeDType(type.getElementType());
-      if (!dtype.ok())
-        return fail(std::string(dtype.status().message()));
-      const int64_t bytes = type.getNumElements() * rt::DTypeSize(*dtype);
       rt::ReadOptions ro;
       ro.exact_bytes = bytes;
       ro.what = "weight file";
-      auto data = rt::ReadFile(path, ro);
+      auto data = rt::ReadFile(weightsDir + "/arg" + std::to_string(i) + ".bin", ro);
       if (!data.ok())
         return fail(std::string(data.status().message()));
-      hostWeights.push_back(llmc::tools::run::unpack(*data, type.getElementType(), shape));
+      weightBytes.push_back(std::move(*data));
     } else {
-      // Random: N(0, 1/sqrt(fan_in)) for matrices (rows over columns: an
-      // nn.Linear [out, in] or an embedding), 1 for vectors (norm weights).
-      double stddev = shape.size() >= 2 ? 1.0 / std::sqrt(double(shape.back())) : 0.0;
-      ref::HostTensor t = ref::RandomTensor(type.getElementType(), shape, rng, stddev);
-      if (shape.size() < 2)
-        std::fill(t.data.begin(), t.data.end(), 1.0);
-      hostWeights.push_back(std::move(t));
+      auto data = randomWeight(type, *dtype, seed, i);
+      if (!data.ok())
+        return fail(std::string(data.status().message()));
+      weightBytes.push_back(std::move(*data));
     }
+    weightTypes.push_back(type);
   }
 
   rt::KvPagePoolOptions po;
@@ -345,7 +409,6 @@ int llmc::serveMain(int argc, char **argv) {
   po.head_dim = layout->head_dim;
   po.element_bytes = (layout->element_type.getIntOrFloatBitWidth() + 7) / 8;
 
-  std::shared_ptr<rt::Device> device;
   std::unique_ptr<rt::MemoryPool> hostMemory;
   std::unique_ptr<rt::KvPagePool> pool;
   std::unique_ptr<rt::StepModel> model;
@@ -371,15 +434,17 @@ int llmc::serveMain(int argc, char **argv) {
     if (!p.ok())
       return fail(std::string(p.status().message()));
     pool = std::move(*p);
-    auto m = llmc::tools::ReferenceStepModel::create(fn, hostWeights, pool.get(), bucketing);
+    std::vector<ref::HostTensor> hostWeights;
+    for (auto [bytes, type] : llvm::zip(weightBytes, weightTypes))
+      hostWeights.push_back(llmc::tools::run::unpack(
+          bytes, type.getElementType(), {type.getShape().begin(), type.getShape().end()}));
+    weightBytes.clear();
+    auto m = llmc::tools::ReferenceStepModel::create(fn, std::move(hostWeights), pool.get(),
+                                                     bucketing);
     if (!m.ok())
       return fail(std::string(m.status().message()));
     model = std::move(*m);
   } else {
-    auto d = rt::Device::Open(0);
-    if (!d.ok())
-      return fail(std::string(d.status().message()));
-    device = *d;
     auto s = device->CreateStream();
     if (!s.ok())
       return fail(std::string(s.status().message()));
@@ -391,8 +456,7 @@ int llmc::serveMain(int argc, char **argv) {
     }
     pool = std::move(*p);
     std::vector<rt::DeviceTensor> weights;
-    for (auto [k, t] : llvm::enumerate(hostWeights)) {
-      std::string bytes = llmc::tools::run::pack(t);
+    for (auto [bytes, type] : llvm::zip(weightBytes, weightTypes)) {
       auto ptr = device->Alloc(std::max<size_t>(bytes.size(), 1));
       if (!ptr.ok()) {
         cleanup();
@@ -403,9 +467,11 @@ int llmc::serveMain(int argc, char **argv) {
         cleanup();
         return fail(std::string(st.message()));
       }
-      weights.push_back({*ptr, *llmc::toRuntimeDType(t.elementType), t.shape});
+      weights.push_back({*ptr, *llmc::toRuntimeDType(type.getElementType()),
+                         {type.getShape().begin(), type.getShape().end()}});
+      bytes.clear();
+      bytes.shrink_to_fit();
     }
-    hostWeights.clear();
     llmc::CompilerOptions co;
     co.arch = device->Arch();
     co.weight_only = weightOnly;
