@@ -1,6 +1,6 @@
-"""The wheel's console scripts: `llmc-opt`, `llmc-run` and `llmc-compile` run
-the tools packaged in llmc/bin/ (next to llmc/lib/libllmc.so, which they
-load through their $ORIGIN/../lib run path). A checkout's tools are
+"""The wheel's console scripts: `llmc-opt`, `llmc-run`, `llmc-compile` and
+`llmc-serve` run the tools packaged in llmc/bin/ (next to
+llmc/lib/libllmc.so, which they load through their $ORIGIN/../lib run path). A checkout's tools are
 build/bin/llmc-*."""
 
 import os
@@ -27,3 +27,7 @@ def llmc_run() -> None:
 
 def llmc_compile() -> None:
     _exec("llmc-compile")
+
+
+def llmc_serve() -> None:
+    _exec("llmc-serve")

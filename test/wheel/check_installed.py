@@ -103,7 +103,7 @@ if not torch.cuda.is_available():
 
 # --- console scripts ---------------------------------------------------------
 bindir = Path(sys.executable).parent
-for tool in ("llmc-opt", "llmc-run", "llmc-compile"):
+for tool in ("llmc-opt", "llmc-run", "llmc-compile", "llmc-serve"):
     exe = shutil.which(tool, path=str(bindir))
     check(exe is not None, f"{tool} is installed in {bindir}")
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)
