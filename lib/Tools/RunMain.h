@@ -162,10 +162,13 @@ absl::StatusOr<llmc::PipelineOptions> pipelineOptions(const Options &opts,
 
 // RunInputs.cpp
 
-/// Host tensor (values already representable) -> storage bytes, and back.
-std::string pack(const ref::HostTensor &t);
-ref::HostTensor unpack(const std::string &bytes, mlir::Type elementType,
-                       std::vector<int64_t> shape);
+/// Host tensor (values already representable) -> storage bytes, and back
+/// (ref::toStorage, ref::fromStorage).
+inline std::string pack(const ref::HostTensor &t) { return ref::toStorage(t); }
+inline ref::HostTensor unpack(const std::string &bytes, mlir::Type elementType,
+                              std::vector<int64_t> shape) {
+  return ref::fromStorage(bytes, elementType, std::move(shape));
+}
 /// `t` as MLIR prints it.
 std::string typeStr(mlir::Type t);
 /// Why `v` is no value of the integer type `t`; "" when it is one.

@@ -14,10 +14,10 @@
 
 #include "CommandLine.h"
 #include "RunMain.h"
-#include "ServeSupport.h"
 #include "ToolSupport.h"
 
 #include "llmc/Compiler.h"
+#include "llmc/Reference/ServingStep.h"
 #include "llmc/Support/DType.h"
 #include "llmc/Support/ParseSource.h"
 #include "llmc/Support/Version.h"
@@ -316,7 +316,7 @@ int llmc::serveMain(int argc, char **argv) {
   if (!fn)
     return fail(fnName.empty() ? "no function in '" + input + "'"
                                : "no function @" + fnName + " in '" + input + "'");
-  auto layout = llmc::tools::readServingStepPages(fn);
+  auto layout = ref::readServingStepPages(fn);
   if (!layout.ok())
     return fail(std::string(layout.status().message()));
 
@@ -439,7 +439,7 @@ int llmc::serveMain(int argc, char **argv) {
       hostWeights.push_back(llmc::tools::run::unpack(
           bytes, type.getElementType(), {type.getShape().begin(), type.getShape().end()}));
     weightBytes.clear();
-    auto m = llmc::tools::ReferenceStepModel::create(fn, std::move(hostWeights), pool.get(),
+    auto m = ref::ReferenceStepModel::create(fn, std::move(hostWeights), pool.get(),
                                                      bucketing);
     if (!m.ok())
       return fail(std::string(m.status().message()));

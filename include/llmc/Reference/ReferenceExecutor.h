@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llmc::reference {
@@ -105,6 +106,16 @@ EvaluateRanks(llvm::ArrayRef<mlir::func::FuncOp> fns,
 /// `elementType`; integers are uniform in [-4, 4] (i1: 0 or 1).
 HostTensor RandomTensor(mlir::Type elementType, llvm::ArrayRef<int64_t> shape,
                         std::mt19937_64 &rng, double stddev = 1.0);
+
+/// The storage bytes of `t` (values already representable in its element
+/// type): little-endian, row-major, in the runtime's layout of the dtype
+/// (llmc::toRuntimeDType; i1 one byte). The element type must be one the
+/// runtime stores.
+std::string toStorage(const HostTensor &t);
+/// The host tensor of `elementType` and `shape` whose storage is `bytes`
+/// (exactly numElements * the dtype's size bytes).
+HostTensor fromStorage(std::string_view bytes, mlir::Type elementType,
+                       std::vector<int64_t> shape);
 
 /// ‖got − ref‖₂ / ‖ref‖₂ over the positions where `ref` is finite; +inf when
 /// the shapes differ or `got` has a NaN/inf where `ref` is finite. When ‖ref‖₂

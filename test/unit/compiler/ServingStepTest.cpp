@@ -14,7 +14,7 @@
 #include "../ExamplePath.h"
 #include "ReferenceTestUtils.h"
 
-#include "Tools/ServeSupport.h"
+#include "llmc/Reference/ServingStep.h"
 #include "llmc/runtime/KvPagePool.h"
 #include "llmc/runtime/MemoryPool.h"
 #include "llmc/runtime/ServingEngine.h"
@@ -98,7 +98,7 @@ protected:
     std::optional<rt::StepBucketing> bucketing;
     if (!buckets.empty())
       bucketing = rt::StepBucketing{buckets, maxSeqs};
-    auto model = llmc::tools::ReferenceStepModel::create(fn_, weights_, pool.get(), bucketing);
+    auto model = llmc::reference::ReferenceStepModel::create(fn_, weights_, pool.get(), bucketing);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok())
       return tokens;

@@ -1,16 +1,16 @@
-//===- ServeSupport.h - serving-step models shared by llmc-serve and tests -===//
+//===- ServingStep.h - the serving step on the reference executor -*- C++ -*-===//
 //
 // ReferenceStepModel runs a serving-step function (the convention of
 // llmc/runtime/ServingStep.h) on the CPU reference executor, over a
-// KvPagePool whose pages are in host memory: llmc-serve's --backend=ref and
-// the engine's CPU acceptance tests. With a bucketing it pads every batch
+// KvPagePool whose pages are in host memory: llmc-serve's --backend=ref, the
+// C API's reference engine and the engine's CPU acceptance tests. With a bucketing it pads every batch
 // exactly as rt::SessionStepModel does on the GPU (rt::PadStepBatch), so
 // the padding is proven on the CPU.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef LLMC_LIB_TOOLS_SERVESUPPORT_H
-#define LLMC_LIB_TOOLS_SERVESUPPORT_H
+#ifndef LLMC_REFERENCE_SERVINGSTEP_H
+#define LLMC_REFERENCE_SERVINGSTEP_H
 
 #include "llmc/Reference/ReferenceExecutor.h"
 #include "llmc/runtime/ServingStep.h"
@@ -21,7 +21,7 @@
 #include <optional>
 #include <vector>
 
-namespace llmc::tools {
+namespace llmc::reference {
 
 /// The page arguments of a serving-step function: the donated arguments
 /// 6 .. 6 + 2L - 1 (key then value pages of each layer, [P, page_size,
@@ -46,7 +46,7 @@ public:
   /// as rt::SessionStepModel pads it (the padding pages reserved in
   /// `pool` here); without, the arrays are the batch's own.
   static absl::StatusOr<std::unique_ptr<ReferenceStepModel>>
-  create(mlir::func::FuncOp fn, std::vector<reference::HostTensor> weights,
+  create(mlir::func::FuncOp fn, std::vector<HostTensor> weights,
          rt::KvPagePool *pool, std::optional<rt::StepBucketing> bucketing = std::nullopt);
   ~ReferenceStepModel() override;
 
@@ -60,7 +60,7 @@ private:
   ReferenceStepModel() = default;
   mlir::func::FuncOp fn_;
   ServingStepPages layout_;
-  std::vector<reference::HostTensor> weights_;
+  std::vector<HostTensor> weights_;
   rt::KvPagePool *pool_ = nullptr;
   std::optional<rt::StepBucketing> bucketing_;
   int64_t paddingSequence_ = -1;
@@ -69,6 +69,6 @@ private:
   std::vector<rt::StepBucket> shapes_;
 };
 
-} // namespace llmc::tools
+} // namespace llmc::reference
 
-#endif // LLMC_LIB_TOOLS_SERVESUPPORT_H
+#endif // LLMC_REFERENCE_SERVINGSTEP_H

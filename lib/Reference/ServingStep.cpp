@@ -1,20 +1,28 @@
-//===- ServeSupport.cpp - the serving step on the reference executor ------===//
+//===- ServingStep.cpp - the serving step on the reference executor -------===//
 
-#include "ServeSupport.h"
-
-#include "RunMain.h"
+#include "llmc/Reference/ServingStep.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include "absl/strings/str_cat.h"
 
 #include <cmath>
 #include <cstring>
 
-namespace llmc::tools {
+namespace llmc::reference {
 
 namespace rt = llmc::rt;
 namespace ref = llmc::reference;
+
+namespace {
+std::string typeStr(mlir::Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return s;
+}
+} // namespace
 
 absl::StatusOr<ServingStepPages> readServingStepPages(mlir::func::FuncOp fn) {
   auto bad = [&](auto... parts) {
@@ -34,7 +42,7 @@ absl::StatusOr<ServingStepPages> readServingStepPages(mlir::func::FuncOp fn) {
     const int64_t rank = i == 4 ? 2 : 1;
     if (!t || !t.getElementType().isInteger(32) || t.getRank() != rank ||
         (i == 4 && t.isDynamicDim(1)))
-      return bad("argument ", i, " (", names[i], ") is ", run::typeStr(type.getInput(i)),
+      return bad("argument ", i, " (", names[i], ") is ", typeStr(type.getInput(i)),
                  "; expected a rank-", rank, " i32 tensor", i == 4 ? " with static columns" : "");
     if (i == 4)
       p.max_pages = t.getDimSize(1);
@@ -48,12 +56,12 @@ absl::StatusOr<ServingStepPages> readServingStepPages(mlir::func::FuncOp fn) {
   p.num_layers = pages / 2;
   auto first = mlir::dyn_cast<mlir::RankedTensorType>(type.getInput(6));
   if (!first || first.getRank() != 4 || !first.hasStaticShape())
-    return bad("argument 6 (key pages of layer 0) is ", run::typeStr(type.getInput(6)),
+    return bad("argument 6 (key pages of layer 0) is ", typeStr(type.getInput(6)),
                "; expected a static [pages, page_size, kv_heads, head_dim] tensor");
   for (unsigned i = 6; i < 6 + pages; ++i)
     if (type.getInput(i) != first)
-      return bad("argument ", i, " is ", run::typeStr(type.getInput(i)),
-                 "; every page argument must be ", run::typeStr(first));
+      return bad("argument ", i, " is ", typeStr(type.getInput(i)),
+                 "; every page argument must be ", typeStr(first));
   p.num_pages = first.getDimSize(0);
   p.page_size = first.getDimSize(1);
   p.num_kv_heads = first.getDimSize(2);
@@ -61,7 +69,7 @@ absl::StatusOr<ServingStepPages> readServingStepPages(mlir::func::FuncOp fn) {
   p.element_type = first.getElementType();
   auto logits = mlir::dyn_cast<mlir::RankedTensorType>(type.getResult(0));
   if (!logits || logits.getRank() != 2 || logits.isDynamicDim(1))
-    return bad("result 0 is ", run::typeStr(type.getResult(0)),
+    return bad("result 0 is ", typeStr(type.getResult(0)),
                "; expected the logits [logit_rows, vocab]");
   p.vocab = logits.getDimSize(1);
   return p;
@@ -164,7 +172,7 @@ ReferenceStepModel::Run(const rt::StepBatch &batch, rt::KvPagePool &pool) {
   for (int64_t l = 0; l < layout_.num_layers; ++l)
     for (uint64_t addr : {pool.KeyPages(l), pool.ValuePages(l)}) {
       std::string bytes(reinterpret_cast<const char *>(addr), poolBytes);
-      ref::HostTensor pages = run::unpack(
+      ref::HostTensor pages = fromStorage(
           bytes, layout_.element_type,
           {pool.options().num_pages, layout_.page_size, layout_.num_kv_heads, layout_.head_dim});
       pages.shape = pageShape;
@@ -182,7 +190,7 @@ ReferenceStepModel::Run(const rt::StepBatch &batch, rt::KvPagePool &pool) {
     for (uint64_t addr : {pool.KeyPages(l), pool.ValuePages(l)}) {
       ref::HostTensor &pages = (*out)[r++];
       pages.data.resize(poolBytes / pool.options().element_bytes);
-      std::string bytes = run::pack(pages);
+      std::string bytes = toStorage(pages);
       std::memcpy(reinterpret_cast<char *>(addr), bytes.data(), bytes.size());
     }
   std::vector<std::vector<float>> logits;
@@ -194,4 +202,4 @@ ReferenceStepModel::Run(const rt::StepBatch &batch, rt::KvPagePool &pool) {
   return logits;
 }
 
-} // namespace llmc::tools
+} // namespace llmc::reference
