@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define LLMC_C_API_VERSION 6 /* 2: NCCL communicators; 3: llmc_version; 4: llmc_executable_stats; 5: llmc_set_log_callback; 6: KV page pool */
+#define LLMC_C_API_VERSION 7 /* 2: NCCL communicators; 3: llmc_version; 4: llmc_executable_stats; 5: llmc_set_log_callback; 6: KV page pool; 7: serving engine */
 #define LLMC_MAX_RANK 8
 
 /* llmc's version, "MAJOR.MINOR.PATCH" (semantic versioning): a static,
@@ -404,6 +404,98 @@ llmc_status_t *llmc_kv_page_pool_stats(const llmc_kv_page_pool_t *pool,
  * free list against used pages); for tests. Code 13 naming the first
  * violation. */
 llmc_status_t *llmc_kv_page_pool_check_invariants(const llmc_kv_page_pool_t *pool);
+
+/*--- serving engine -----------------------------------------------------------*/
+/* Continuous batching (Orca, OSDI 2022) with chunked prefill
+ * (Sarathi-Serve, OSDI 2024) over a paged KV cache (PagedAttention, SOSP
+ * 2023): llmc::rt::ServingEngine driving a serving-step function, the
+ * calling convention of llmc/runtime/ServingStep.h (the 6 int32 batch
+ * arrays, each layer's key and value pages [P, page_size, Hkv, D] donated,
+ * then the weights; logits [rows, vocab] and the pages out), e.g.
+ * examples/tiny_llama_serving_step.mlir or Python's
+ * llmc.serving.llama_serving_step_mlir. The engine owns a KV page pool of
+ * the function's page shape. On the GPU every step is padded to a token
+ * bucket whose executable is compiled once and replayed as a CUDA graph;
+ * with `reference` the same padding runs on the CPU reference executor (for
+ * tests and CI; no GPU is touched). Not thread-safe beyond serialization:
+ * calls on one engine are serialized inside. */
+typedef struct llmc_serving_engine_t llmc_serving_engine_t;
+
+typedef struct llmc_serving_engine_options {
+  int64_t max_batch_tokens;     /* token budget of a step, >= max_sequences */
+  int64_t max_sequences;        /* running requests at most, >= 1 */
+  const int64_t *token_buckets; /* strictly ascending, the last >=
+                                 * max_batch_tokens; NULL: powers of two up
+                                 * to 32, then multiples of 64 up to
+                                 * max_batch_tokens */
+  int64_t num_token_buckets;
+  int32_t device_ordinal;       /* the GPU (ignored with reference) */
+  int32_t use_cuda_graphs;      /* 0 or 1 */
+  int32_t reference;            /* 1: the CPU reference executor */
+} llmc_serving_engine_options;
+
+/* `compiler` compiles the buckets (NULL with reference). `weights`: the
+ * function's arguments from 6 + 2 * layers on, in order, each with the
+ * argument's dtype and shape; device pointers, or host pointers with
+ * reference (copied). The caller keeps device weights alive and unchanged
+ * while the engine lives. Code 3 for a NULL argument, an option out of
+ * range (named "options.<field>"), MLIR that is not a serving step (naming
+ * the argument) or a weight of the wrong dtype or shape (named); 8 when the
+ * pages do not fit in memory; 9 without a GPU; a compile error of the
+ * first bucket as llmc_compile's. */
+llmc_status_t *llmc_serving_engine_create(llmc_compiler_t *compiler, const char *mlir,
+                                          const char *function, const llmc_tensor *weights,
+                                          int64_t num_weights,
+                                          const llmc_serving_engine_options *options,
+                                          llmc_serving_engine_t **out_engine);
+void llmc_serving_engine_release(llmc_serving_engine_t *engine);
+/* Compiles and loads every token bucket now (no-op with reference). */
+llmc_status_t *llmc_serving_engine_warmup(llmc_serving_engine_t *engine);
+
+typedef struct llmc_sampling_params {
+  float temperature;          /* 0: greedy; > 0: softmax(logits / t) */
+  float top_p;                /* (0, 1]: nucleus sampling */
+  uint64_t seed;              /* with the request id and token index */
+  int64_t max_new_tokens;     /* >= 1 */
+  const int32_t *stop_tokens; /* num_stop_tokens ids, or NULL */
+  int64_t num_stop_tokens;
+} llmc_sampling_params;
+
+/* Queues request `id` (unique among unfinished requests) with `prompt_len`
+ * (>= 1) tokens in [0, vocab). Code 3 naming the field otherwise, or for a
+ * request longer (prompt + max_new_tokens) than the block table holds. */
+llmc_status_t *llmc_serving_engine_add_request(llmc_serving_engine_t *engine, int64_t id,
+                                               const int32_t *prompt, int64_t prompt_len,
+                                               const llmc_sampling_params *params);
+/* One iteration. The tokens generated and the requests finished are kept
+ * until the next step: read them with llmc_serving_engine_step_token and
+ * llmc_serving_engine_step_finished. A failed step keeps no results; the
+ * next step retries. */
+llmc_status_t *llmc_serving_engine_step(llmc_serving_engine_t *engine,
+                                        int64_t *out_num_tokens, int64_t *out_num_finished);
+/* Token i (< out_num_tokens) of the last step. */
+llmc_status_t *llmc_serving_engine_step_token(llmc_serving_engine_t *engine, int64_t i,
+                                              int64_t *out_request_id, int32_t *out_token);
+/* Finished request i (< out_num_finished) of the last step: its reason (0
+ * stop token, 1 max_new_tokens, 2 failed), every generated token (owned by
+ * the engine, valid until the next step) and, when failed, why ("" else). */
+llmc_status_t *llmc_serving_engine_step_finished(llmc_serving_engine_t *engine, int64_t i,
+                                                 int64_t *out_request_id, int32_t *out_reason,
+                                                 const int32_t **out_tokens,
+                                                 int64_t *out_num_tokens,
+                                                 const char **out_error);
+/* 1 while requests wait or run. */
+llmc_status_t *llmc_serving_engine_has_work(llmc_serving_engine_t *engine, int32_t *out);
+/* out_counts[i] for i < n of
+ *   0 steps, 1 batched tokens, 2 prefill tokens, 3 decode tokens,
+ *   4 recomputed tokens, 5 largest step, 6 partial prefills, 7 preemptions,
+ *   8 requests added, 9 finished, 10 failed, 11 generated tokens,
+ *   12 waiting, 13 running, 14 KV pages, 15 KV pages used;
+ * n may be smaller than LLMC_SERVING_ENGINE_STATS but not larger;
+ * out_kv_waste (may be NULL) as llmc_kv_page_pool_stats's. */
+#define LLMC_SERVING_ENGINE_STATS 16
+llmc_status_t *llmc_serving_engine_stats(llmc_serving_engine_t *engine, int64_t *out_counts,
+                                         int32_t n, double *out_kv_waste);
 
 #ifdef __cplusplus
 } /* extern "C" */

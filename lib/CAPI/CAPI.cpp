@@ -12,11 +12,18 @@
 #include "llmc/runtime/Log.h"
 
 #include "llmc/Compiler.h"
+#include "llmc/Support/DType.h"
 #include "llmc/Support/Version.h"
 #include "llmc/runtime/Communicator.h"
 #include "llmc/runtime/Device.h"
 #include "llmc/runtime/KvPagePool.h"
+#include "llmc/runtime/ServingStep.h"
 #include "llmc/runtime/Session.h"
+#include "llmc/Reference/ServingStep.h"
+#include "CompilerInternal.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/MLIRContext.h"
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -62,6 +69,31 @@ struct llmc_kv_page_pool_t {
   std::shared_ptr<llmc::rt::Device> device;         // the GPU's pages, or
   std::unique_ptr<llmc::rt::MemoryPool> host_memory; // host_memory = 1's
   std::unique_ptr<llmc::rt::KvPagePool> pool;        // destroyed first
+};
+
+struct llmc_serving_engine_t {
+  std::mutex mu;  // serializes every call
+  // The serving step's module (the reference model evaluates it).
+  std::unique_ptr<mlir::MLIRContext> context;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::shared_ptr<llmc::Compiler> compiler;
+  std::shared_ptr<llmc::rt::Device> device;
+  CUstream stream = nullptr;
+  std::unique_ptr<llmc::rt::MemoryPool> host_memory;
+  std::unique_ptr<llmc::rt::KvPagePool> pool;
+  std::unique_ptr<llmc::rt::StepModel> model;  // destroyed before the pool
+  llmc::rt::SessionStepModel *gpu_model = nullptr;
+  std::unique_ptr<llmc::rt::ServingEngine> engine;
+  int64_t max_tokens_per_sequence = 0;
+  llmc::rt::StepResult last;  // the last step's results
+  std::vector<std::string> last_errors;  // NUL-terminated, per finished request
+  ~llmc_serving_engine_t() {
+    engine.reset();
+    model.reset();
+    pool.reset();
+    if (device && stream)
+      (void)device->DestroyStream(stream);
+  }
 };
 
 namespace {
@@ -1008,6 +1040,327 @@ llmc_kv_page_pool_check_invariants(const llmc_kv_page_pool_t *pool) {
     if (auto s = checkPool(pool); !s.ok())
       return s;
     return pool->pool->CheckInvariants();
+  });
+}
+
+//--- serving engine ----------------------------------------------------------
+
+llmc_status_t *llmc_serving_engine_create(llmc_compiler_t *compiler, const char *mlir,
+                                          const char *function, const llmc_tensor *weights,
+                                          int64_t num_weights,
+                                          const llmc_serving_engine_options *options,
+                                          llmc_serving_engine_t **out_engine) {
+  namespace rt = llmc::rt;
+  namespace ref = llmc::reference;
+  return guarded("llmc_serving_engine_create", [&]() -> absl::Status {
+    if (!out_engine)
+      return absl::InvalidArgumentError("out_engine: NULL output pointer");
+    *out_engine = nullptr;
+    if (!options)
+      return absl::InvalidArgumentError("options: NULL pointer");
+    if (!mlir)
+      return absl::InvalidArgumentError("mlir: NULL pointer");
+    for (auto [name, v] : {std::pair{"reference", options->reference},
+                           std::pair{"use_cuda_graphs", options->use_cuda_graphs}})
+      if (v != 0 && v != 1)
+        return absl::InvalidArgumentError(
+            absl::StrCat("options.", name, ": expected 0 or 1, found ", v));
+    if (!options->reference && !compiler)
+      return absl::InvalidArgumentError(
+          "compiler: NULL; the GPU engine compiles its token buckets with it (NULL only "
+          "with options.reference = 1)");
+    if (options->max_sequences < 1 || options->max_batch_tokens < options->max_sequences)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.max_sequences = ", options->max_sequences, ", options.max_batch_tokens = ",
+          options->max_batch_tokens,
+          ": expected max_sequences >= 1 and max_batch_tokens >= max_sequences"));
+    rt::StepBucketing bucketing;
+    bucketing.max_sequences = options->max_sequences;
+    if (options->token_buckets) {
+      if (options->num_token_buckets < 1)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "options.num_token_buckets: expected >= 1, found ", options->num_token_buckets));
+      bucketing.token_buckets.assign(options->token_buckets,
+                                     options->token_buckets + options->num_token_buckets);
+    } else {
+      for (int64_t t = 1; t < std::min<int64_t>(64, options->max_batch_tokens); t *= 2)
+        bucketing.token_buckets.push_back(t);
+      for (int64_t t = 64; t < options->max_batch_tokens; t += 64)
+        bucketing.token_buckets.push_back(t);
+      bucketing.token_buckets.push_back(options->max_batch_tokens);
+    }
+    if (absl::Status st = bucketing.Validate(); !st.ok())
+      return absl::InvalidArgumentError(absl::StrCat("options.token_buckets: ", st.message()));
+    if (bucketing.token_buckets.back() < options->max_batch_tokens)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.token_buckets: the largest (", bucketing.token_buckets.back(),
+          ") is below options.max_batch_tokens (", options->max_batch_tokens, ")"));
+    if (num_weights < 0 || (num_weights > 0 && !weights))
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights: NULL or num_weights < 0 (", num_weights, ")"));
+
+    auto h = std::make_unique<llmc_serving_engine_t>();
+    h->context = llmc::makeCompilerContext();
+    auto fn = llmc::parseFunction(h->context.get(), mlir, function ? function : "", h->module);
+    if (!fn.ok())
+      return fn.status();
+    auto layout = ref::readServingStepPages(*fn);
+    if (!layout.ok())
+      return layout.status();
+    h->max_tokens_per_sequence = layout->max_pages * layout->page_size;
+    // The weights against the function's arguments from 6 + 2L on.
+    const int64_t first = 6 + 2 * layout->num_layers;
+    const int64_t want = static_cast<int64_t>(fn->getNumArguments()) - first;
+    if (num_weights != want)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_weights: the serving step takes ", want, " weights (arguments ", first,
+          " on), found ", num_weights));
+    std::vector<rt::TensorSig> sigs;
+    for (int64_t i = 0; i < want; ++i) {
+      auto type = mlir::cast<mlir::RankedTensorType>(fn->getArgumentTypes()[first + i]);
+      auto dtype = llmc::toRuntimeDType(type.getElementType());
+      if (!dtype.ok() || !type.hasStaticShape())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "argument ", first + i, " of the serving step: expected a static tensor of a "
+            "type the runtime stores"));
+      sigs.push_back({absl::StrCat("arg", first + i), *dtype,
+                      std::vector<int64_t>(type.getShape().begin(), type.getShape().end())});
+    }
+    std::vector<rt::DeviceTensor> tensors;
+    if (auto st = convertTensors(weights, static_cast<int32_t>(num_weights), "weight", sigs,
+                                 tensors);
+        !st.ok())
+      return st;
+    if (auto st = rt::CheckTensors(sigs, tensors, "weight"); !st.ok())
+      return st;
+
+    rt::KvPagePoolOptions po;
+    po.num_pages = layout->num_pages;
+    po.page_size = layout->page_size;
+    po.num_layers = layout->num_layers;
+    po.num_kv_heads = layout->num_kv_heads;
+    po.head_dim = layout->head_dim;
+    po.element_bytes = (layout->element_type.getIntOrFloatBitWidth() + 7) / 8;
+    if (options->reference) {
+      h->host_memory = std::make_unique<rt::MemoryPool>(std::make_unique<rt::FakeDeviceAllocator>());
+      po.copy_page = rt::HostPageCopy();
+      auto pool = rt::KvPagePool::Create(h->host_memory.get(), po);
+      if (!pool.ok())
+        return pool.status();
+      h->pool = std::move(*pool);
+      std::vector<ref::HostTensor> host;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        auto type = mlir::cast<mlir::RankedTensorType>(fn->getArgumentTypes()[first + i]);
+        std::string_view bytes(reinterpret_cast<const char *>(tensors[i].dptr),
+                               static_cast<size_t>(sigs[i].Bytes()));
+        host.push_back(ref::fromStorage(bytes, type.getElementType(), sigs[i].shape));
+      }
+      auto model = ref::ReferenceStepModel::create(*fn, std::move(host), h->pool.get(), bucketing);
+      if (!model.ok())
+        return model.status();
+      h->model = std::move(*model);
+    } else {
+      if (options->device_ordinal < 0)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "options.device_ordinal: expected >= 0, found ", options->device_ordinal));
+      auto device = rt::Device::Open(options->device_ordinal);
+      if (!device.ok())
+        return device.status();
+      h->device = *device;
+      auto stream = h->device->CreateStream();
+      if (!stream.ok())
+        return stream.status();
+      h->stream = *stream;
+      auto pool = rt::KvPagePool::Create(&h->device->pool(), po, h->stream);
+      if (!pool.ok())
+        return pool.status();
+      h->pool = std::move(*pool);
+      h->compiler = compiler->compiler;
+      auto text = std::make_shared<std::string>(mlir);
+      std::string name = fn->getSymName().str();
+      auto compilerRef = h->compiler;
+      auto factory = [compilerRef, text, name](rt::StepBucket b)
+          -> absl::StatusOr<std::shared_ptr<const rt::Executable>> {
+        auto exe = compilerRef->Compile(*text, name,
+                                        {{"tokens", b.tokens},
+                                         {"seqs", b.sequences},
+                                         {"seqs_plus_one", b.sequences + 1},
+                                         {"logit_rows", b.sequences}});
+        if (!exe.ok())
+          return exe.status();
+        return std::shared_ptr<const rt::Executable>(std::move(*exe));
+      };
+      rt::SessionStepModelOptions mo;
+      mo.bucketing = bucketing;
+      mo.session.use_cuda_graphs = options->use_cuda_graphs != 0;
+      mo.stream = h->stream;
+      auto model = rt::SessionStepModel::Create(h->device, h->pool.get(), factory,
+                                                std::move(tensors), mo);
+      if (!model.ok())
+        return model.status();
+      h->gpu_model = model->get();
+      h->model = std::move(*model);
+    }
+    rt::EngineOptions eo;
+    eo.max_batch_tokens = options->max_batch_tokens;
+    eo.max_sequences = options->max_sequences;
+    eo.vocab = layout->vocab;
+    eo.stream = h->stream;
+    auto engine = rt::ServingEngine::Create(h->pool.get(), h->model.get(), eo);
+    if (!engine.ok())
+      return engine.status();
+    h->engine = std::move(*engine);
+    *out_engine = h.release();
+    return absl::OkStatus();
+  });
+}
+
+void llmc_serving_engine_release(llmc_serving_engine_t *engine) { delete engine; }
+
+llmc_status_t *llmc_serving_engine_warmup(llmc_serving_engine_t *engine) {
+  return guarded("llmc_serving_engine_warmup", [&]() -> absl::Status {
+    if (!engine)
+      return absl::InvalidArgumentError("engine: NULL handle");
+    std::lock_guard<std::mutex> lock(engine->mu);
+    return engine->gpu_model ? engine->gpu_model->Warmup() : absl::OkStatus();
+  });
+}
+
+llmc_status_t *llmc_serving_engine_add_request(llmc_serving_engine_t *engine, int64_t id,
+                                               const int32_t *prompt, int64_t prompt_len,
+                                               const llmc_sampling_params *params) {
+  return guarded("llmc_serving_engine_add_request", [&]() -> absl::Status {
+    if (!engine)
+      return absl::InvalidArgumentError("engine: NULL handle");
+    if (!params)
+      return absl::InvalidArgumentError("params: NULL pointer");
+    if (prompt_len < 1 || !prompt)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt: expected >= 1 tokens, found ", prompt ? prompt_len : 0, " (request ", id, ")"));
+    if (params->num_stop_tokens < 0 || (params->num_stop_tokens > 0 && !params->stop_tokens))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "params.stop_tokens: NULL or num_stop_tokens < 0 (", params->num_stop_tokens, ")"));
+    std::lock_guard<std::mutex> lock(engine->mu);
+    if (params->max_new_tokens > engine->max_tokens_per_sequence ||
+        prompt_len + params->max_new_tokens > engine->max_tokens_per_sequence)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", id, " needs ", prompt_len, " + ", params->max_new_tokens,
+          " tokens (prompt + max_new_tokens); the serving step's block table holds ",
+          engine->max_tokens_per_sequence, " per sequence"));
+    llmc::rt::Request r;
+    r.id = id;
+    r.prompt.assign(prompt, prompt + prompt_len);
+    r.sampling.temperature = params->temperature;
+    r.sampling.top_p = params->top_p;
+    r.sampling.seed = params->seed;
+    r.sampling.max_new_tokens = params->max_new_tokens;
+    if (params->num_stop_tokens > 0)
+      r.sampling.stop_tokens.assign(params->stop_tokens,
+                                    params->stop_tokens + params->num_stop_tokens);
+    return engine->engine->AddRequest(std::move(r));
+  });
+}
+
+llmc_status_t *llmc_serving_engine_step(llmc_serving_engine_t *engine, int64_t *out_num_tokens,
+                                        int64_t *out_num_finished) {
+  return guarded("llmc_serving_engine_step", [&]() -> absl::Status {
+    if (!engine)
+      return absl::InvalidArgumentError("engine: NULL handle");
+    std::lock_guard<std::mutex> lock(engine->mu);
+    engine->last = {};
+    engine->last_errors.clear();
+    absl::StatusOr<llmc::rt::StepResult> r = engine->engine->Step();
+    if (!r.ok())
+      return r.status();
+    engine->last = std::move(*r);
+    engine->last_errors.clear();
+    for (const llmc::rt::FinishedRequest &f : engine->last.finished)
+      engine->last_errors.emplace_back(f.status.message());
+    if (out_num_tokens)
+      *out_num_tokens = static_cast<int64_t>(engine->last.tokens.size());
+    if (out_num_finished)
+      *out_num_finished = static_cast<int64_t>(engine->last.finished.size());
+    return absl::OkStatus();
+  });
+}
+
+llmc_status_t *llmc_serving_engine_step_token(llmc_serving_engine_t *engine, int64_t i,
+                                              int64_t *out_request_id, int32_t *out_token) {
+  return guarded("llmc_serving_engine_step_token", [&]() -> absl::Status {
+    if (!engine)
+      return absl::InvalidArgumentError("engine: NULL handle");
+    std::lock_guard<std::mutex> lock(engine->mu);
+    const auto &tokens = engine->last.tokens;
+    if (i < 0 || i >= static_cast<int64_t>(tokens.size()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "i: expected a token index in [0, ", tokens.size(), "), found ", i));
+    if (out_request_id)
+      *out_request_id = tokens[i].request_id;
+    if (out_token)
+      *out_token = tokens[i].token;
+    return absl::OkStatus();
+  });
+}
+
+llmc_status_t *llmc_serving_engine_step_finished(llmc_serving_engine_t *engine, int64_t i,
+                                                 int64_t *out_request_id, int32_t *out_reason,
+                                                 const int32_t **out_tokens,
+                                                 int64_t *out_num_tokens,
+                                                 const char **out_error) {
+  return guarded("llmc_serving_engine_step_finished", [&]() -> absl::Status {
+    if (!engine)
+      return absl::InvalidArgumentError("engine: NULL handle");
+    std::lock_guard<std::mutex> lock(engine->mu);
+    const auto &finished = engine->last.finished;
+    if (i < 0 || i >= static_cast<int64_t>(finished.size()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "i: expected a finished-request index in [0, ", finished.size(), "), found ", i));
+    const llmc::rt::FinishedRequest &f = finished[i];
+    if (out_request_id)
+      *out_request_id = f.id;
+    if (out_reason)
+      *out_reason = f.reason == llmc::rt::FinishReason::stop_token      ? 0
+                    : f.reason == llmc::rt::FinishReason::max_new_tokens ? 1
+                                                                         : 2;
+    if (out_tokens)
+      *out_tokens = f.tokens.data();
+    if (out_num_tokens)
+      *out_num_tokens = static_cast<int64_t>(f.tokens.size());
+    if (out_error)
+      *out_error = engine->last_errors[i].c_str();
+    return absl::OkStatus();
+  });
+}
+
+llmc_status_t *llmc_serving_engine_has_work(llmc_serving_engine_t *engine, int32_t *out) {
+  return guarded("llmc_serving_engine_has_work", [&]() -> absl::Status {
+    if (!engine || !out)
+      return absl::InvalidArgumentError("engine or out: NULL pointer");
+    std::lock_guard<std::mutex> lock(engine->mu);
+    *out = engine->engine->HasWork() ? 1 : 0;
+    return absl::OkStatus();
+  });
+}
+
+llmc_status_t *llmc_serving_engine_stats(llmc_serving_engine_t *engine, int64_t *out_counts,
+                                         int32_t n, double *out_kv_waste) {
+  return guarded("llmc_serving_engine_stats", [&]() -> absl::Status {
+    if (!engine)
+      return absl::InvalidArgumentError("engine: NULL handle");
+    if (n < 0 || n > LLMC_SERVING_ENGINE_STATS || (n > 0 && !out_counts))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "n: expected 0..", LLMC_SERVING_ENGINE_STATS, " with out_counts, found ", n));
+    std::lock_guard<std::mutex> lock(engine->mu);
+    const llmc::rt::ServingEngineStats s = engine->engine->Stats();
+    const int64_t all[LLMC_SERVING_ENGINE_STATS] = {
+        s.steps,           s.batched_tokens,  s.prefill_tokens,   s.decode_tokens,
+        s.recomputed_tokens, s.max_step_tokens, s.partial_prefills, s.preemptions,
+        s.requests_added,  s.requests_finished, s.requests_failed, s.generated_tokens,
+        s.waiting,         s.running,         s.kv.num_pages,     s.kv.used_pages};
+    std::copy_n(all, n, out_counts);
+    if (out_kv_waste)
+      *out_kv_waste = s.kv.waste;
+    return absl::OkStatus();
   });
 }
 

@@ -15,6 +15,8 @@
 #include "mlir/IR/Diagnostics.h"
 #include "llmc/runtime/Log.h"
 #include "mlir/IR/MLIRContext.h"
+
+#include "CompilerInternal.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cctype>
@@ -118,8 +120,8 @@ bool validArch(const std::string &arch) {
   return true;
 }
 
-/// Parses `text` into `ctx` and finds `function` (empty: the first). Must be
-/// called with the context's lock held.
+} // namespace
+
 absl::StatusOr<func::FuncOp> parseFunction(MLIRContext *ctx,
                                            std::string_view text,
                                            std::string_view function,
@@ -149,7 +151,15 @@ absl::StatusOr<func::FuncOp> parseFunction(MLIRContext *ctx,
       names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
 }
 
-} // namespace
+std::unique_ptr<MLIRContext> makeCompilerContext() {
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  auto context = std::make_unique<MLIRContext>(registry);
+  context->loadAllAvailableDialects();
+  // Diagnostics go into status messages: no dump of the whole op attached.
+  context->printOpOnDiagnostic(false);
+  return context;
+}
 
 Compiler::Compiler(CompilerOptions options) : options_(std::move(options)) {}
 Compiler::~Compiler() = default;
@@ -187,12 +197,7 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions optio
     return st;
   std::unique_ptr<Compiler> c(new Compiler(options));
   c->pipeline_ = std::move(pipeline);
-  DialectRegistry registry;
-  registerAllDialects(registry);
-  c->context_ = std::make_unique<MLIRContext>(registry);
-  c->context_->loadAllAvailableDialects();
-  // Diagnostics go into status messages: no dump of the whole op attached.
-  c->context_->printOpOnDiagnostic(false);
+  c->context_ = makeCompilerContext();
   rt::KernelCompilerOptions kco;
   kco.cache_dir = options.cache_dir;
   kco.use_disk_cache = options.use_disk_cache;

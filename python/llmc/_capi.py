@@ -120,6 +120,31 @@ class _KvPagePoolOptions(ctypes.Structure):
     ]
 
 
+class _ServingEngineOptions(ctypes.Structure):
+    """llmc_serving_engine_options."""
+    _fields_ = [
+        ("max_batch_tokens", ctypes.c_int64),
+        ("max_sequences", ctypes.c_int64),
+        ("token_buckets", ctypes.POINTER(ctypes.c_int64)),
+        ("num_token_buckets", ctypes.c_int64),
+        ("device_ordinal", ctypes.c_int32),
+        ("use_cuda_graphs", ctypes.c_int32),
+        ("reference", ctypes.c_int32),
+    ]
+
+
+class _SamplingParams(ctypes.Structure):
+    """llmc_sampling_params."""
+    _fields_ = [
+        ("temperature", ctypes.c_float),
+        ("top_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("max_new_tokens", ctypes.c_int64),
+        ("stop_tokens", ctypes.POINTER(ctypes.c_int32)),
+        ("num_stop_tokens", ctypes.c_int64),
+    ]
+
+
 # --- locating and loading the library -------------------------------------
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -191,6 +216,26 @@ _OPTIONAL_SIGNATURES = {
                                                 ctypes.POINTER(ctypes.c_int32)]),
     "llmc_executable_stats": (_P, [_P, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]),
     # KV page pool (llmc.serving.KvPagePool)
+    "llmc_serving_engine_create": (_P, [_P, ctypes.c_char_p, ctypes.c_char_p,
+                                        ctypes.POINTER(_Tensor), ctypes.c_int64,
+                                        ctypes.POINTER(_ServingEngineOptions), _PP]),
+    "llmc_serving_engine_release": (None, [_P]),
+    "llmc_serving_engine_warmup": (_P, [_P]),
+    "llmc_serving_engine_add_request": (_P, [_P, ctypes.c_int64, ctypes.POINTER(ctypes.c_int32),
+                                             ctypes.c_int64, ctypes.POINTER(_SamplingParams)]),
+    "llmc_serving_engine_step": (_P, [_P, ctypes.POINTER(ctypes.c_int64),
+                                      ctypes.POINTER(ctypes.c_int64)]),
+    "llmc_serving_engine_step_token": (_P, [_P, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
+                                            ctypes.POINTER(ctypes.c_int32)]),
+    "llmc_serving_engine_step_finished": (_P, [_P, ctypes.c_int64,
+                                               ctypes.POINTER(ctypes.c_int64),
+                                               ctypes.POINTER(ctypes.c_int32),
+                                               ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)),
+                                               ctypes.POINTER(ctypes.c_int64),
+                                               ctypes.POINTER(ctypes.c_char_p)]),
+    "llmc_serving_engine_has_work": (_P, [_P, ctypes.POINTER(ctypes.c_int32)]),
+    "llmc_serving_engine_stats": (_P, [_P, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32,
+                                       ctypes.POINTER(ctypes.c_double)]),
     "llmc_kv_page_pool_create": (_P, [ctypes.POINTER(_KvPagePoolOptions), _PP]),
     "llmc_kv_page_pool_release": (None, [_P]),
     "llmc_kv_page_pool_pages": (_P, [_P, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64),

@@ -747,3 +747,196 @@ def write_serving_step_weights(tensors: Sequence[torch.Tensor], directory: Union
             f.write(data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes())
         paths.append(path)
     return paths
+
+
+# --- the serving engine ------------------------------------------------------
+
+
+@dataclass
+class FinishedRequest:
+    """A request the engine finished: every generated token (the stop token
+    included), why it ended ("stop_token", "max_new_tokens" or "failed"),
+    and, when failed, the error."""
+    id: int
+    tokens: List[int]
+    reason: str
+    error: str = ""
+
+
+_FINISH_REASONS = ("stop_token", "max_new_tokens", "failed")
+
+
+class ServingEngine:
+    """Continuous batching over a paged KV cache (llmc_serving_engine_t;
+    llmc::rt::ServingEngine): requests join and leave the running batch at
+    every step (Orca, OSDI 2022), prompts are prefilled in chunks alongside
+    the decodes under a token budget (Sarathi-Serve, OSDI 2024), and the
+    KV cache lives in pages (PagedAttention, SOSP 2023) that the engine
+    allocates for the step's shape.
+
+    `step_mlir` is a serving step in the calling convention of
+    llmc/runtime/ServingStep.h (e.g. `llama_serving_step_mlir(config, ...)`)
+    and `weights` its arguments from 6 + 2 * layers on, in order
+    (`llama_serving_step_weights(model)`): CUDA tensors on `device`, kept
+    alive and unchanged by the engine's lifetime. On the GPU every step is
+    padded to one of `token_buckets` (default: powers of two up to 32, then
+    multiples of 64 up to `max_batch_tokens`), each compiled once and
+    replayed as a CUDA graph. `reference=True` runs the same engine on the
+    CPU reference executor (weights on the CPU; tests and CI).
+
+        engine = llmc.serving.ServingEngine(step, weights, max_batch_tokens=512)
+        engine.add_request(0, prompt_ids, max_new_tokens=64)
+        finished = engine.run()            # {request id: FinishedRequest}
+
+    Errors raise `LlmcError` naming the argument or field: code 3 for a bad
+    argument (a weight of the wrong dtype or shape, a request longer than the
+    step's block table, a token outside the vocabulary), 8 when the KV pages
+    do not fit, 9 without a GPU. Not thread-safe beyond serialization.
+    """
+
+    STATS = ("steps", "batched_tokens", "prefill_tokens", "decode_tokens",
+             "recomputed_tokens", "max_step_tokens", "partial_prefills", "preemptions",
+             "requests_added", "requests_finished", "requests_failed", "generated_tokens",
+             "waiting", "running", "kv_pages", "kv_used_pages")
+
+    def __init__(self, step_mlir: str, weights: Sequence[torch.Tensor], *,
+                 function: Optional[str] = None, max_batch_tokens: int = 256,
+                 max_sequences: int = 32, token_buckets: Optional[Sequence[int]] = None,
+                 reference: bool = False, cuda_graphs: bool = True,
+                 device: Union[int, torch.device] = 0,
+                 compiler_options: Optional[Dict[str, object]] = None):
+        self._lib = _capi.load()
+        if getattr(self._lib, "llmc_serving_engine_create", None) is None:
+            raise _capi.LibraryNotFound(
+                f"{self._lib._llmc_path} predates the serving engine (C API version 7)")
+        ordinal = (device.index or 0) if isinstance(device, torch.device) else _i64(device, "device")
+        self._weights = []
+        tensors = (_capi._Tensor * max(1, len(weights)))()
+        self._shapes = []
+        for i, w in enumerate(weights):
+            if not isinstance(w, torch.Tensor):
+                raise TypeError(f"weights[{i}]: expected a torch.Tensor, found {type(w).__name__}")
+            if w.dtype not in _capi.TORCH_TO_LLMC:
+                raise TypeError(f"weights[{i}]: dtype {w.dtype} is not one llmc runs")
+            if reference and w.device.type != "cpu":
+                raise ValueError(f"weights[{i}]: reference=True reads weights on the CPU, "
+                                 f"found {w.device}")
+            if not reference and w.device.type != "cuda":
+                raise ValueError(f"weights[{i}]: the GPU engine reads CUDA tensors, "
+                                 f"found {w.device} (or pass reference=True)")
+            w = w.detach().contiguous()
+            self._weights.append(w)
+            shape = (ctypes.c_int64 * max(1, w.dim()))(*w.shape)
+            self._shapes.append(shape)
+            tensors[i] = _capi._Tensor(w.data_ptr(), _capi.TORCH_TO_LLMC[w.dtype], w.dim(),
+                                       shape, None)
+        buckets = None
+        if token_buckets is not None:
+            buckets = (ctypes.c_int64 * max(1, len(token_buckets)))(
+                *[_i64(t, "token_buckets") for t in token_buckets])
+        options = _capi._ServingEngineOptions(
+            _i64(max_batch_tokens, "max_batch_tokens"), _i64(max_sequences, "max_sequences"),
+            buckets, len(token_buckets) if token_buckets is not None else 0, ordinal,
+            1 if cuda_graphs else 0, 1 if reference else 0)
+        self._compiler = None if reference else _capi.Compiler(compiler_options)
+        handle = ctypes.c_void_p()
+        text = step_mlir.encode()
+        _capi._check(self._lib.llmc_serving_engine_create(
+            self._compiler._handle if self._compiler else None, text,
+            function.encode() if function else None, tensors, len(weights),
+            ctypes.byref(options), ctypes.byref(handle)), "creating the serving engine")
+        self._handle = handle
+
+    def _call(self, fn: str, *args, context: str = ""):
+        if not self._handle:
+            raise ValueError("the serving engine is closed")
+        _capi._check(getattr(self._lib, fn)(self._handle, *args), context or fn)
+
+    def warmup(self):
+        """Compiles and loads every token bucket now (GPU), so that no step
+        waits for a compile."""
+        self._call("llmc_serving_engine_warmup", context="compiling the token buckets")
+
+    def add_request(self, request_id: int, prompt: Sequence[int], *, max_new_tokens: int = 16,
+                    temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+                    stop_tokens: Sequence[int] = ()):
+        """Queues a request (first come, first served). Greedy with
+        temperature 0; else a draw from the top-p nucleus of softmax(logits /
+        temperature) seeded by (seed, request id, token index), so a
+        request's tokens do not depend on its batch."""
+        ids = [int(t) for t in prompt]
+        arr = (ctypes.c_int32 * max(1, len(ids)))(*ids)
+        stop = [int(t) for t in stop_tokens]
+        stop_arr = (ctypes.c_int32 * max(1, len(stop)))(*stop)
+        params = _capi._SamplingParams(float(temperature), float(top_p),
+                                       _i64(seed, "seed") & (2**64 - 1),
+                                       _i64(max_new_tokens, "max_new_tokens"),
+                                       stop_arr if stop else None, len(stop))
+        self._call("llmc_serving_engine_add_request", _i64(request_id, "request_id"), arr,
+                   len(ids), ctypes.byref(params), context=f"adding request {request_id}")
+
+    def step(self) -> Tuple[List[Tuple[int, int]], List[FinishedRequest]]:
+        """One iteration: the (request id, token) pairs generated and the
+        requests finished."""
+        n_tok, n_fin = ctypes.c_int64(), ctypes.c_int64()
+        self._call("llmc_serving_engine_step", ctypes.byref(n_tok), ctypes.byref(n_fin),
+                   context="a serving step")
+        tokens = []
+        rid, tok = ctypes.c_int64(), ctypes.c_int32()
+        for i in range(n_tok.value):
+            self._call("llmc_serving_engine_step_token", i, ctypes.byref(rid), ctypes.byref(tok))
+            tokens.append((rid.value, tok.value))
+        finished = []
+        reason = ctypes.c_int32()
+        data = ctypes.POINTER(ctypes.c_int32)()
+        count = ctypes.c_int64()
+        error = ctypes.c_char_p()
+        for i in range(n_fin.value):
+            self._call("llmc_serving_engine_step_finished", i, ctypes.byref(rid),
+                       ctypes.byref(reason), ctypes.byref(data), ctypes.byref(count),
+                       ctypes.byref(error))
+            finished.append(FinishedRequest(rid.value, [data[k] for k in range(count.value)],
+                                            _FINISH_REASONS[reason.value],
+                                            (error.value or b"").decode(errors="replace")))
+        return tokens, finished
+
+    def has_work(self) -> bool:
+        out = ctypes.c_int32()
+        self._call("llmc_serving_engine_has_work", ctypes.byref(out))
+        return bool(out.value)
+
+    def run(self) -> Dict[int, FinishedRequest]:
+        """Steps until every request has finished."""
+        done: Dict[int, FinishedRequest] = {}
+        while self.has_work():
+            for f in self.step()[1]:
+                done[f.id] = f
+        return done
+
+    def stats(self) -> Dict[str, Union[int, float]]:
+        """The engine's counters (STATS) and kv_waste, the unfilled slots of
+        the used pages. The used pages include those the engine reserves for
+        padding steps to their token bucket (ceil((largest bucket - 1) /
+        page_size))."""
+        counts = (ctypes.c_int64 * len(self.STATS))()
+        waste = ctypes.c_double()
+        self._call("llmc_serving_engine_stats", counts, len(self.STATS), ctypes.byref(waste))
+        out: Dict[str, Union[int, float]] = dict(zip(self.STATS, counts))
+        out["kv_waste"] = waste.value
+        return out
+
+    def close(self):
+        """Releases the engine and its KV pages (idempotent)."""
+        h = getattr(self, "_handle", None)
+        if h:
+            self._lib.llmc_serving_engine_release(h)
+            self._handle = None
+
+    def __enter__(self) -> "ServingEngine":
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
