@@ -43,6 +43,7 @@
 
 #include "llmc/runtime/Executable.h"
 #include "llmc/runtime/KernelCompiler.h"
+#include "llmc/runtime/ServingStep.h"
 #include "llmc/runtime/SpecializationCache.h"
 
 #include "absl/container/flat_hash_map.h"
@@ -132,6 +133,13 @@ private:
   /// options_ as the compilation pipeline, tuning knobs read at Create.
   std::unique_ptr<PipelineOptions> pipeline_;
 };
+
+/// The executable factory of rt::SessionStepModel for serving-step function
+/// `function` of `mlirText` (llmc/runtime/ServingStep.h): each bucket
+/// compiles with the dims tokens = T_b, seqs = B_b, seqs_plus_one = B_b + 1
+/// and logit_rows = B_b. Errors as Compile's.
+rt::StepExecutableFactory ServingStepFactory(std::shared_ptr<Compiler> compiler,
+                                             std::string mlirText, std::string function);
 
 /// A function compiled on demand per shape signature: the first call with
 /// new values of the dynamic dims compiles (after bucketing), later calls

@@ -1074,20 +1074,14 @@ llmc_status_t *llmc_serving_engine_create(llmc_compiler_t *compiler, const char 
           "options.max_sequences = ", options->max_sequences, ", options.max_batch_tokens = ",
           options->max_batch_tokens,
           ": expected max_sequences >= 1 and max_batch_tokens >= max_sequences"));
-    rt::StepBucketing bucketing;
-    bucketing.max_sequences = options->max_sequences;
+    rt::StepBucketing bucketing =
+        rt::StepBucketing::Default(options->max_batch_tokens, options->max_sequences);
     if (options->token_buckets) {
       if (options->num_token_buckets < 1)
         return absl::InvalidArgumentError(absl::StrCat(
             "options.num_token_buckets: expected >= 1, found ", options->num_token_buckets));
       bucketing.token_buckets.assign(options->token_buckets,
                                      options->token_buckets + options->num_token_buckets);
-    } else {
-      for (int64_t t = 1; t < std::min<int64_t>(64, options->max_batch_tokens); t *= 2)
-        bucketing.token_buckets.push_back(t);
-      for (int64_t t = 64; t < options->max_batch_tokens; t += 64)
-        bucketing.token_buckets.push_back(t);
-      bucketing.token_buckets.push_back(options->max_batch_tokens);
     }
     if (absl::Status st = bucketing.Validate(); !st.ok())
       return absl::InvalidArgumentError(absl::StrCat("options.token_buckets: ", st.message()));
@@ -1176,22 +1170,10 @@ llmc_status_t *llmc_serving_engine_create(llmc_compiler_t *compiler, const char 
         return pool.status();
       h->pool = std::move(*pool);
       h->compiler = compiler->compiler;
-      auto text = std::make_shared<std::string>(mlir);
-      std::string name = fn->getSymName().str();
-      auto compilerRef = h->compiler;
-      auto factory = [compilerRef, text, name](rt::StepBucket b)
-          -> absl::StatusOr<std::shared_ptr<const rt::Executable>> {
-        auto exe = compilerRef->Compile(*text, name,
-                                        {{"tokens", b.tokens},
-                                         {"seqs", b.sequences},
-                                         {"seqs_plus_one", b.sequences + 1},
-                                         {"logit_rows", b.sequences}});
-        if (!exe.ok())
-          return exe.status();
-        return std::shared_ptr<const rt::Executable>(std::move(*exe));
-      };
+      auto factory = llmc::ServingStepFactory(h->compiler, mlir, fn->getSymName().str());
       rt::SessionStepModelOptions mo;
       mo.bucketing = bucketing;
+      mo.max_pages = layout->max_pages;
       mo.session.use_cuda_graphs = options->use_cuda_graphs != 0;
       mo.stream = h->stream;
       auto model = rt::SessionStepModel::Create(h->device, h->pool.get(), factory,

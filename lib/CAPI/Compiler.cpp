@@ -308,4 +308,21 @@ JitFunction::Get(const std::vector<std::vector<int64_t>> &shapes) {
   return cache_->Get(shapes);
 }
 
+rt::StepExecutableFactory ServingStepFactory(std::shared_ptr<Compiler> compiler,
+                                             std::string mlirText, std::string function) {
+  auto text = std::make_shared<const std::string>(std::move(mlirText));
+  return [compiler = std::move(compiler), text,
+          function = std::move(function)](rt::StepBucket b)
+             -> absl::StatusOr<std::shared_ptr<const rt::Executable>> {
+    auto exe = compiler->Compile(*text, function,
+                                 {{"tokens", b.tokens},
+                                  {"seqs", b.sequences},
+                                  {"seqs_plus_one", b.sequences + 1},
+                                  {"logit_rows", b.sequences}});
+    if (!exe.ok())
+      return exe.status();
+    return std::shared_ptr<const rt::Executable>(std::move(*exe));
+  };
+}
+
 } // namespace llmc

@@ -67,11 +67,31 @@ absl::StatusOr<ServingStepPages> readServingStepPages(mlir::func::FuncOp fn) {
   p.num_kv_heads = first.getDimSize(2);
   p.head_dim = first.getDimSize(3);
   p.element_type = first.getElementType();
+  if (type.getNumResults() != 1 + pages)
+    return bad(type.getNumResults(), " results; expected the logits and the ", pages,
+               " page tensors");
+  for (unsigned i = 6; i < 6 + pages; ++i) {
+    auto alias = fn.getArgAttrOfType<mlir::IntegerAttr>(i, "llm.aliasing_output");
+    if (!alias || alias.getInt() != static_cast<int64_t>(i) - 5 ||
+        type.getResult(i - 5) != first)
+      return bad("argument ", i, " (page tensor) must be returned in place as result ", i - 5,
+                 " (llm.aliasing_output = ", i - 5, " and the result of type ",
+                 typeStr(first), ")");
+  }
   auto logits = mlir::dyn_cast<mlir::RankedTensorType>(type.getResult(0));
-  if (!logits || logits.getRank() != 2 || logits.isDynamicDim(1))
+  if (!logits || logits.getRank() != 2 || !logits.isDynamicDim(0) || logits.isDynamicDim(1) ||
+      !(logits.getElementType().isF32() || logits.getElementType().isBF16() ||
+        logits.getElementType().isF16()))
     return bad("result 0 is ", typeStr(type.getResult(0)),
-               "; expected the logits [logit_rows, vocab]");
+               "; expected the logits, tensor<?xVOCABxf32> (or bf16, f16) with the "
+               "logit_rows dim dynamic");
   p.vocab = logits.getDimSize(1);
+  for (unsigned i = 6 + pages; i < type.getNumInputs(); ++i) {
+    auto w = mlir::dyn_cast<mlir::RankedTensorType>(type.getInput(i));
+    if (!w || !w.hasStaticShape())
+      return bad("argument ", i, " (a weight) is ", typeStr(type.getInput(i)),
+                 "; expected a tensor of static shape");
+  }
   return p;
 }
 
@@ -107,7 +127,7 @@ ReferenceStepModel::create(mlir::func::FuncOp fn, std::vector<ref::HostTensor> w
   m->pool_ = pool;
   m->bucketing_ = std::move(bucketing);
   if (m->bucketing_) {
-    auto padding = rt::ReservePaddingPages(*pool, *m->bucketing_);
+    auto padding = rt::ReservePaddingPages(*pool, *m->bucketing_, m->layout_.max_pages);
     if (!padding.ok())
       return padding.status();
     m->paddingSequence_ = padding->first;
@@ -184,6 +204,11 @@ ReferenceStepModel::Run(const rt::StepBatch &batch, rt::KvPagePool &pool) {
   absl::StatusOr<std::vector<ref::HostTensor>> out = ref::Evaluate(fn_, inputs);
   if (!out.ok())
     return out.status();
+  const size_t rows = batch.logits_rows.size();
+  if (out->size() != static_cast<size_t>(1 + 2 * layout_.num_layers) ||
+      (*out)[0].data.size() < rows * layout_.vocab)
+    return absl::InternalError("ReferenceStepModel: the step's results do not match its "
+                               "signature (llmc bug)");
   // The pages back into the pool (values of the element type: exact).
   int r = 1;
   for (int64_t l = 0; l < layout_.num_layers; ++l)

@@ -60,6 +60,25 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+StepBucketing StepBucketing::Default(int64_t max_batch_tokens, int64_t max_sequences) {
+  StepBucketing b;
+  b.max_sequences = max_sequences;
+  for (int64_t t = 1; t < max_batch_tokens;
+       t = t < 64 ? 2 * t : t < 512 ? t + 64 : 2 * t)
+    b.token_buckets.push_back(t);
+  b.token_buckets.push_back(max_batch_tokens);
+  return b;
+}
+
+int64_t StepBucketing::MaxPaddingTokens() const {
+  int64_t most = 0, previous = 0;
+  for (int64_t t : token_buckets) {
+    most = std::max(most, t - previous - 1);
+    previous = t;
+  }
+  return most;
+}
+
 absl::Status StepBucketing::Validate() const {
   if (token_buckets.empty())
     return absl::InvalidArgumentError("bucketing.token_buckets: empty; at least one bucket");
@@ -115,7 +134,8 @@ absl::StatusOr<PaddedStepInputs> PadStepBatch(const StepBatch& batch, StepBucket
       static_cast<int64_t>(batch.cu_seqlens_q.size()) != B + 1 ||
       batch.max_pages < 0 ||
       static_cast<int64_t>(batch.block_table.size()) != B * batch.max_pages ||
-      static_cast<int64_t>(batch.logits_rows.size()) > B)
+      static_cast<int64_t>(batch.logits_rows.size()) > B || batch.cu_seqlens_q.front() != 0 ||
+      batch.cu_seqlens_q.back() != T)
     return bad("inconsistent step batch: ", T, " tokens, ", batch.positions.size(),
                " positions, ", batch.cu_seqlens_q.size(), " cu_seqlens_q entries for ", B,
                " sequences, ", batch.block_table.size(), " block-table entries for ",
@@ -154,8 +174,15 @@ absl::StatusOr<PaddedStepInputs> PadStepBatch(const StepBatch& batch, StepBucket
 }
 
 absl::StatusOr<std::pair<int64_t, std::vector<int32_t>>> ReservePaddingPages(
-    KvPagePool& pool, const StepBucketing& bucketing) {
+    KvPagePool& pool, const StepBucketing& bucketing, int64_t max_pages) {
   LLMC_RT_RETURN_IF_ERROR(bucketing.Validate());
+  const int64_t pad = bucketing.MaxPaddingTokens(), pageSize = pool.options().page_size;
+  if (CeilDiv(pad, pageSize) > max_pages)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the token buckets pad a step by up to ", pad, " tokens, which take ",
+        CeilDiv(pad, pageSize), " pages of ", pageSize,
+        " in one padding sequence; the step's block table has ", max_pages,
+        " columns (add buckets between the largest gaps)"));
   const int64_t seq = pool.AddSequence();
   absl::StatusOr<std::vector<int64_t>> slots = pool.Append(seq, bucketing.MaxPaddingTokens());
   if (!slots.ok()) {
@@ -166,7 +193,10 @@ absl::StatusOr<std::pair<int64_t, std::vector<int32_t>>> ReservePaddingPages(
                                      slots.status().message()));
   }
   absl::StatusOr<std::vector<int32_t>> table = pool.BlockTable(seq);
-  if (!table.ok()) return table.status();
+  if (!table.ok()) {
+    (void)pool.Release(seq);
+    return table.status();
+  }
   return std::make_pair(seq, std::move(*table));
 }
 
@@ -235,7 +265,8 @@ struct SessionStepModel::Bucket {
   uint64_t arrays = 0;  // the six int32 arrays, back to back
   uint64_t logits = 0;  // [B_b, vocab]
   std::vector<DeviceTensor> inputs, outputs;
-  std::vector<int32_t> host;      // staging of the arrays
+  std::vector<int64_t> host_offsets;  // byte offset of each array
+  std::vector<int32_t> host;          // staging of the arrays
   std::vector<uint8_t> host_logits;
 };
 
@@ -252,7 +283,11 @@ absl::StatusOr<std::unique_ptr<SessionStepModel>> SessionStepModel::Create(
   m->factory_ = std::move(factory);
   m->weights_ = std::move(weights);
   m->options_ = std::move(options);
-  auto padding = ReservePaddingPages(*pool, m->options_.bucketing);
+  if (m->options_.max_pages < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SessionStepModel: options.max_pages = ", m->options_.max_pages,
+        "; expected the serving step's block-table columns (>= 1)"));
+  auto padding = ReservePaddingPages(*pool, m->options_.bucketing, m->options_.max_pages);
   if (!padding.ok()) return padding.status();
   m->padding_sequence_ = padding->first;
   m->padding_pages_ = std::move(padding->second);
@@ -286,24 +321,36 @@ absl::StatusOr<SessionStepModel::Bucket*> SessionStepModel::GetBucket(StepBucket
     return absl::InvalidArgumentError(absl::StrCat(
         "serving step: ", b->layout.num_weights, " weight inputs; the model was given ",
         weights_.size()));
-  const int64_t Tb = shape.tokens, Bb = shape.sequences, MP = b->layout.max_pages;
-  const int64_t ints = 2 * Tb + (Bb + 1) + Bb + Bb * MP + Bb;
-  auto arrays = device_->Alloc(ints * sizeof(int32_t));
+  if (b->layout.max_pages != options_.max_pages)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "serving step: ", b->layout.max_pages, " block-table columns; the model was made for ",
+        options_.max_pages));
+  // The six arrays back to back, each at a 64-byte boundary (vectorized
+  // loads of the kernels that read them).
+  std::vector<int64_t> offsets;
+  int64_t bytes = 0;
+  for (int i = 0; i < 6; ++i) {
+    offsets.push_back(bytes);
+    bytes += (b->exe->inputs[i].Bytes() + 63) / 64 * 64;
+  }
+  const TensorSig& lsig = b->exe->outputs[0];
+  auto arrays = device_->Alloc(bytes);
   if (!arrays.ok()) return arrays.status();
   b->arrays = *arrays;
-  const TensorSig& lsig = b->exe->outputs[0];
   auto logits = device_->Alloc(lsig.Bytes());
   if (!logits.ok()) {
     (void)device_->Free(b->arrays);
     return logits.status();
   }
   b->logits = *logits;
-  uint64_t at = b->arrays;
-  for (int i = 0; i < 6; ++i) {
-    const TensorSig& s = b->exe->inputs[i];
-    b->inputs.push_back({at, DType::i32, s.shape});
-    at += s.Bytes();
-  }
+  // From here on a failure frees both.
+  auto fail = [&](absl::Status st) {
+    (void)device_->Free(b->arrays);
+    (void)device_->Free(b->logits);
+    return st;
+  };
+  for (int i = 0; i < 6; ++i)
+    b->inputs.push_back({b->arrays + offsets[i], DType::i32, b->exe->inputs[i].shape});
   for (int64_t l = 0; l < b->layout.num_layers; ++l)
     for (bool key : {true, false}) {
       const TensorSig& s = b->exe->inputs[b->inputs.size()];
@@ -312,15 +359,13 @@ absl::StatusOr<SessionStepModel::Bucket*> SessionStepModel::GetBucket(StepBucket
   b->inputs.insert(b->inputs.end(), weights_.begin(), weights_.end());
   b->outputs.push_back({b->logits, lsig.dtype, lsig.shape});
   for (int64_t i = 0; i < 2 * b->layout.num_layers; ++i) b->outputs.push_back(b->inputs[6 + i]);
-  LLMC_RT_RETURN_IF_ERROR(CheckTensors(b->exe->inputs, b->inputs, "input"));
+  if (absl::Status st = CheckTensors(b->exe->inputs, b->inputs, "input"); !st.ok())
+    return fail(st);
   auto session = Session::Load(device_, b->exe, options_.session);
-  if (!session.ok()) {
-    (void)device_->Free(b->arrays);
-    (void)device_->Free(b->logits);
-    return session.status();
-  }
+  if (!session.ok()) return fail(session.status());
   b->session = std::move(*session);
-  b->host.resize(ints);
+  b->host_offsets = offsets;
+  b->host.assign(bytes / sizeof(int32_t), 0);
   b->host_logits.resize(lsig.Bytes());
   Bucket* raw = b.get();
   buckets_[shape.tokens] = std::move(b);
@@ -347,11 +392,11 @@ absl::StatusOr<std::vector<std::vector<float>>> SessionStepModel::Run(const Step
   auto padded = PadStepBatch(batch, b.shape, b.layout.max_pages, padding_pages_,
                              pool.options().page_size);
   if (!padded.ok()) return padded.status();
-  int32_t* out = b.host.data();
+  int i = 0;
   for (const std::vector<int32_t>* v : {&padded->tokens, &padded->positions, &padded->cu_seqlens_q,
                                         &padded->seq_lens, &padded->block_table,
                                         &padded->logits_rows})
-    out = std::copy(v->begin(), v->end(), out);
+    std::copy(v->begin(), v->end(), b.host.begin() + b.host_offsets[i++] / sizeof(int32_t));
   const CudaDriver& drv = device_->driver();
   LLMC_RT_RETURN_IF_ERROR(device_->MakeCurrent());
   CUstream stream = options_.stream;

@@ -25,7 +25,21 @@ TEST(StepBucketingTest, ChoosesTheSmallestBucketAndOneSequenceMore) {
     EXPECT_EQ(s->sequences, c.want_b) << c.tokens;
   }
   EXPECT_EQ(b.All().size(), 6u);
-  EXPECT_EQ(b.MaxPaddingTokens(), 63);
+  // The largest gap below a bucket: 16 .. 64 pads up to 47 tokens.
+  EXPECT_EQ(b.MaxPaddingTokens(), 47);
+  EXPECT_EQ(StepBucketing({{4, 8}, 2}).MaxPaddingTokens(), 3);
+  EXPECT_EQ(StepBucketing({{1, 2, 3}, 2}).MaxPaddingTokens(), 0);
+}
+
+TEST(StepBucketingTest, TheDefaultIsPowersOfTwoThenMultiplesOf64) {
+  EXPECT_EQ(StepBucketing::Default(512, 64).token_buckets,
+            (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 320, 384, 448, 512}));
+  EXPECT_EQ(StepBucketing::Default(16, 4).token_buckets, (std::vector<int64_t>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(StepBucketing::Default(100, 4).token_buckets,
+            (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 100}));
+  EXPECT_EQ(StepBucketing::Default(1, 1).token_buckets, (std::vector<int64_t>{1}));
+  EXPECT_EQ(StepBucketing::Default(100, 4).max_sequences, 4);
+  EXPECT_TRUE(StepBucketing::Default(100, 4).Validate().ok());
 }
 
 TEST(StepBucketingTest, RejectsWhatNoBucketHolds) {
@@ -91,6 +105,9 @@ TEST(PadStepBatchTest, RejectsWhatDoesNotFit) {
   StepBatch bad = TwoSequences();
   bad.positions.pop_back();
   EXPECT_FALSE(PadStepBatch(bad, StepBucket{8, 5}, 3, one, 4).ok());
+  bad = TwoSequences();
+  bad.cu_seqlens_q.back() = 3;  // does not end at T
+  EXPECT_FALSE(PadStepBatch(bad, StepBucket{8, 5}, 3, one, 4).ok());
 }
 
 TEST(ReservePaddingPagesTest, ReservesTheLargestPaddingAndGivesItBack) {
@@ -105,16 +122,22 @@ TEST(ReservePaddingPagesTest, ReservesTheLargestPaddingAndGivesItBack) {
   o.copy_page = HostPageCopy();
   auto pool = KvPagePool::Create(&memory, o);
   ASSERT_TRUE(pool.ok()) << pool.status();
-  auto r = ReservePaddingPages(**pool, Buckets());  // 63 tokens: 16 pages
+  // More pages than the block table's columns: the padding sequence could
+  // not be addressed.
+  absl::Status st = ReservePaddingPages(**pool, Buckets(), /*max_pages=*/11).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("up to 47 tokens, which take 12 pages"), std::string::npos) << st;
+  EXPECT_EQ((*pool)->Stats().free_pages, 20);
+  auto r = ReservePaddingPages(**pool, Buckets(), 12);  // 47 tokens: 12 pages
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->second.size(), 16u);
-  EXPECT_EQ((*pool)->Stats().free_pages, 4);
+  EXPECT_EQ(r->second.size(), 12u);
+  EXPECT_EQ((*pool)->Stats().free_pages, 8);
   // Not enough pages for a second one: an error naming the padding, and the
   // pool unchanged.
-  absl::Status st = ReservePaddingPages(**pool, Buckets()).status();
+  st = ReservePaddingPages(**pool, Buckets(), 12).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(st.message().find("padding"), std::string::npos) << st;
-  EXPECT_EQ((*pool)->Stats().free_pages, 4);
+  EXPECT_EQ((*pool)->Stats().free_pages, 8);
   ASSERT_TRUE((*pool)->Release(r->first).ok());
   EXPECT_EQ((*pool)->Stats().free_pages, 20);
   EXPECT_TRUE((*pool)->CheckInvariants().ok());

@@ -65,6 +65,13 @@ struct StepBucketing {
   std::vector<int64_t> token_buckets;
   int64_t max_sequences = 0;
 
+  /// llmc's default for an engine of `max_batch_tokens` (1 .. 2^31 - 1)
+  /// and `max_sequences`: powers of two below 64, multiples of 64 up to
+  /// 512, then powers of two, each below max_batch_tokens, then
+  /// max_batch_tokens (1, 2, 4, .., 32, 64, 128, .., 448, 512 for 512;
+  /// at most 44 buckets).
+  static StepBucketing Default(int64_t max_batch_tokens, int64_t max_sequences);
+
   /// InvalidArgument naming the field when the buckets are empty, not
   /// strictly ascending or below 1, or max_sequences < 1.
   absl::Status Validate() const;
@@ -76,8 +83,9 @@ struct StepBucketing {
   absl::StatusOr<StepBucket> Choose(int64_t tokens, int64_t sequences) const;
   /// Every bucket, in token order.
   std::vector<StepBucket> All() const;
-  /// The most padding tokens a step can have: the largest bucket - 1.
-  int64_t MaxPaddingTokens() const { return token_buckets.empty() ? 0 : token_buckets.back() - 1; }
+  /// The most padding tokens a step can have: the largest gap below a
+  /// bucket, max over i of T_i - T_{i-1} - 1 (T_0 = 0).
+  int64_t MaxPaddingTokens() const;
 };
 
 /// The integer inputs 0..5 of a serving-step function at a bucket.
@@ -106,9 +114,11 @@ absl::StatusOr<PaddedStepInputs> PadStepBatch(const StepBatch& batch, StepBucket
 /// Reserves the padding sequence's pages in `pool`: a sequence of
 /// `bucketing.MaxPaddingTokens()` tokens that nobody else writes, whose
 /// block table PadStepBatch gets. Returns its pool sequence id and pages.
-/// ResourceExhausted when the pool has too few free pages.
+/// InvalidArgument when those pages are more than `max_pages` (the step's
+/// block-table columns), ResourceExhausted when the pool has too few free
+/// pages; the pool is unchanged then.
 absl::StatusOr<std::pair<int64_t, std::vector<int32_t>>> ReservePaddingPages(
-    KvPagePool& pool, const StepBucketing& bucketing);
+    KvPagePool& pool, const StepBucketing& bucketing, int64_t max_pages);
 
 /// What a serving-step executable looks like (see the file comment),
 /// read from its signature.
@@ -137,6 +147,9 @@ using StepExecutableFactory =
 
 struct SessionStepModelOptions {
   StepBucketing bucketing;
+  /// The serving step's block-table columns (MP, ServingStepLayout's
+  /// max_pages); every bucket's executable must have them.
+  int64_t max_pages = 0;
   /// For every bucket's session; use_cuda_graphs on by default (the batch
   /// arrays live in buffers of the model, so each bucket's graph key never
   /// changes and every step replays).
