@@ -87,12 +87,22 @@ absl::StatusOr<std::vector<Timed>> readRequests(const std::string &path) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ":", lineNo, ": ", what.str()));
     };
+    // llvm::json::parse recurses once per level: bound the nesting first.
+    if (auto deep = llmc::checkNesting(line))
+      return bad("nested too deeply for a request (column " + llvm::Twine(deep->column) + ")");
     llvm::Expected<llvm::json::Value> v = llvm::json::parse(line);
     if (!v)
       return bad("not JSON: " + llvm::toString(v.takeError()));
     const llvm::json::Object *o = v->getAsObject();
     if (!o)
       return bad("expected a JSON object per line");
+    static const char *const kKeys[] = {"id",          "prompt", "max_new_tokens", "arrival_s",
+                                        "temperature", "top_p",  "seed",           "stop"};
+    for (const auto &kv : *o)
+      if (std::find(std::begin(kKeys), std::end(kKeys), kv.first.str()) == std::end(kKeys))
+        return bad("unknown field \"" + kv.first.str() +
+                   "\"; a request has id, prompt, max_new_tokens, arrival_s, temperature, "
+                   "top_p, seed and stop");
     Timed t;
     t.line = lineNo;
     auto id = o->getInteger("id");
@@ -105,7 +115,9 @@ absl::StatusOr<std::vector<Timed>> readRequests(const std::string &path) {
     for (const llvm::json::Value &tok : *prompt) {
       auto i = tok.getAsInteger();
       if (!i || *i < 0 || *i > INT32_MAX)
-        return bad("\"prompt\": expected token ids (integers >= 0)");
+        return bad("\"prompt\"[" + llvm::Twine(t.request.prompt.size()) +
+                   "]: expected a token id in [0, 2^31), found " +
+                   llvm::formatv("{0}", tok).str());
       t.request.prompt.push_back(static_cast<int32_t>(*i));
     }
     rt::SamplingParams &s = t.request.sampling;
@@ -128,8 +140,9 @@ absl::StatusOr<std::vector<Timed>> readRequests(const std::string &path) {
                             std::pair{"top_p", &topP}})
       if (absl::Status st = number(key, *dst); !st.ok())
         return st;
-    if (!(t.arrival_s >= 0))
-      return bad("\"arrival_s\": expected a time >= 0");
+    if (!(t.arrival_s >= 0 && t.arrival_s <= 1e7))
+      return bad("\"arrival_s\": expected seconds in [0, 1e7], found " +
+                 absl::StrCat(t.arrival_s));
     s.temperature = static_cast<float>(temperature);
     s.top_p = static_cast<float>(topP);
     if (const llvm::json::Value *x = o->get("seed")) {
@@ -148,6 +161,10 @@ absl::StatusOr<std::vector<Timed>> readRequests(const std::string &path) {
         s.stop_tokens.push_back(static_cast<int32_t>(*i));
       }
     }
+    for (const Timed &o : out)
+      if (o.request.id == t.request.id)
+        return bad("\"id\": " + llvm::Twine(t.request.id) + " is also the id of line " +
+                   llvm::Twine(o.line) + "; ids must be unique in the file");
     out.push_back(std::move(t));
   }
   std::stable_sort(out.begin(), out.end(),
@@ -295,11 +312,20 @@ int llmc::serveMain(int argc, char **argv) {
     return fail(e);
   if (backend != "cuda" && backend != "ref")
     return fail("--backend=" + backend + ": expected cuda or ref");
-  if (maxSeqs < 1 || maxBatchTokens < maxSeqs)
+  if (maxSeqs < 1 || maxBatchTokens < maxSeqs || maxBatchTokens > INT32_MAX)
     return fail("--max-seqs=" + std::to_string(maxSeqs) + " --max-batch-tokens=" +
                 std::to_string(maxBatchTokens) +
-                ": expected --max-seqs >= 1 and --max-batch-tokens >= --max-seqs (every "
-                "running decode gets a token each step)");
+                ": expected --max-seqs >= 1 and --max-seqs <= --max-batch-tokens <= "
+                "2^31 - 1 (every running decode gets a token each step)");
+  if (backend == "ref")
+    for (const cl::Option *o : {static_cast<const cl::Option *>(&weightOnly),
+                                static_cast<const cl::Option *>(&noGraphs)})
+      if (o->getNumOccurrences())
+        return fail("--" + o->ArgStr.str() + " is for --backend=cuda");
+  for (const std::string *path : {&outPath.getValue(), &summaryPath.getValue()})
+    if (!path->empty())
+      if (absl::Status st = rt::CheckWritableFile(*path); !st.ok())
+        return fail(std::string(st.message()));
 
   std::unique_ptr<MLIRContext> ctx = llmc::tools::makeContext();
   llvm::SourceMgr sm;
@@ -322,15 +348,8 @@ int llmc::serveMain(int argc, char **argv) {
 
   std::optional<rt::StepBucketing> bucketing;
   if (buckets != "none") {
-    rt::StepBucketing b;
-    b.max_sequences = maxSeqs;
-    if (buckets.empty()) {
-      for (int64_t t = 1; t < std::min<int64_t>(64, maxBatchTokens); t *= 2)
-        b.token_buckets.push_back(t);
-      for (int64_t t = 64; t < maxBatchTokens; t += 64)
-        b.token_buckets.push_back(t);
-      b.token_buckets.push_back(maxBatchTokens);
-    } else {
+    rt::StepBucketing b = rt::StepBucketing::Default(maxBatchTokens, maxSeqs);
+    if (!buckets.empty()) {
       auto parsed = parseBuckets(buckets);
       if (!parsed.ok())
         return fail(std::string(parsed.status().message()));
@@ -352,11 +371,13 @@ int llmc::serveMain(int argc, char **argv) {
     return fail(std::string(requests.status().message()));
   const int64_t maxLen = layout->max_pages * layout->page_size;
   for (const Timed &t : *requests) {
-    const int64_t len = static_cast<int64_t>(t.request.prompt.size()) +
-                        t.request.sampling.max_new_tokens;
+    const int64_t newTokens = std::min(t.request.sampling.max_new_tokens, maxLen + 1);
+    const int64_t len = static_cast<int64_t>(t.request.prompt.size()) + newTokens;
     if (len > maxLen)
       return fail(requestsPath + ":" + std::to_string(t.line) + ": request " +
-                  std::to_string(t.request.id) + " needs " + std::to_string(len) +
+                  std::to_string(t.request.id) + " needs " +
+                  std::to_string(t.request.prompt.size()) + " + " +
+                  std::to_string(t.request.sampling.max_new_tokens) +
                   " tokens (prompt + max_new_tokens); the step's block table holds " +
                   std::to_string(maxLen) + " per sequence");
   }
@@ -416,8 +437,11 @@ int llmc::serveMain(int argc, char **argv) {
   std::vector<uint64_t> deviceWeights;
   CUstream stream = nullptr;
   rt::SessionStepModel *gpuModel = nullptr;
+  std::unique_ptr<rt::ServingEngine> engine;
   double compileS = 0;
+  // The engine releases its sequences into the pool: engine, model, pool.
   auto cleanup = [&] {
+    engine.reset();
     model.reset();
     pool.reset();
     if (device) {
@@ -481,23 +505,14 @@ int llmc::serveMain(int argc, char **argv) {
       return fail(std::string(c.status().message()));
     }
     compiler = std::move(*c);
-    auto text = std::make_shared<std::string>(sm.getMemoryBuffer(sm.getMainFileID())->getBuffer());
-    std::string name = fn.getSymName().str();
     rt::SessionStepModelOptions mo;
     mo.bucketing = *bucketing;
+    mo.max_pages = layout->max_pages;
     mo.session.use_cuda_graphs = !noGraphs;
     mo.stream = stream;
-    auto factory = [compiler, text, name](rt::StepBucket b)
-        -> absl::StatusOr<std::shared_ptr<const rt::Executable>> {
-      auto exe = compiler->Compile(*text, name,
-                                   {{"tokens", b.tokens},
-                                    {"seqs", b.sequences},
-                                    {"seqs_plus_one", b.sequences + 1},
-                                    {"logit_rows", b.sequences}});
-      if (!exe.ok())
-        return exe.status();
-      return std::shared_ptr<const rt::Executable>(std::move(*exe));
-    };
+    auto factory = llmc::ServingStepFactory(
+        compiler, sm.getMemoryBuffer(sm.getMainFileID())->getBuffer().str(),
+        fn.getSymName().str());
     auto m = rt::SessionStepModel::Create(device, pool.get(), factory, std::move(weights), mo);
     if (!m.ok()) {
       cleanup();
@@ -525,21 +540,15 @@ int llmc::serveMain(int argc, char **argv) {
     cleanup();
     return fail(std::string(engineOr.status().message()));
   }
-  std::unique_ptr<rt::ServingEngine> engine = std::move(*engineOr);
+  engine = std::move(*engineOr);
+  // Per-request lines, written at the end (atomically into --out).
+  std::string outText;
+  llvm::raw_string_ostream out(outText);
 
-  std::error_code ec;
-  std::unique_ptr<llvm::raw_fd_ostream> outFile;
-  if (!outPath.empty()) {
-    outFile = std::make_unique<llvm::raw_fd_ostream>(outPath, ec);
-    if (ec) {
-      cleanup();
-      return fail("cannot write '" + outPath + "': " + ec.message());
-    }
-  }
-  llvm::raw_ostream &out = outFile ? *outFile : llvm::outs();
-
+  const int64_t paddingTokens = bucketing ? bucketing->MaxPaddingTokens() : 0;
+  const int64_t paddingPages = (paddingTokens + layout->page_size - 1) / layout->page_size;
   struct Track {
-    double arrival = 0, added = 0, first = -1, last = 0;
+    double arrival = 0, first = -1, last = 0;
     int64_t prompt = 0, generated = 0;
   };
   std::map<int64_t, Track> track;
@@ -567,7 +576,6 @@ int llmc::serveMain(int argc, char **argv) {
       }
       Track &k = track[r.request.id];
       k.arrival = realtime ? r.arrival_s : 0.0;
-      k.added = t;
       k.prompt = static_cast<int64_t>(r.request.prompt.size());
     }
     absl::StatusOr<rt::StepResult> step = engine->Step();
@@ -583,12 +591,17 @@ int llmc::serveMain(int argc, char **argv) {
       k.last = t;
       ++k.generated;
     }
+    // The requests' pages: the pool's, less the padding sequence's (all of
+    // its slots filled but the last page's tail).
     rt::KvPagePoolStats kv = pool->Stats();
-    peakUsedPages = std::max(peakUsedPages, kv.used_pages);
-    const double used = double(kv.used_pages) * double(layout->page_size);
+    const int64_t usedPages = kv.used_pages - paddingPages;
+    const double used = double(usedPages) * double(layout->page_size);
+    const double filled = double(kv.filled_slots - paddingTokens);
+    const double waste = used > 0 ? 1.0 - filled / used : 0.0;
+    peakUsedPages = std::max(peakUsedPages, usedPages);
     usedSlotSteps += used;
-    wastedSlotSteps += kv.waste * used;
-    maxWaste = std::max(maxWaste, kv.waste);
+    wastedSlotSteps += waste * used;
+    maxWaste = std::max(maxWaste, waste);
     for (const rt::FinishedRequest &f : step->finished) {
       Track &k = track[f.id];
       llvm::json::Array tokens;
@@ -622,6 +635,19 @@ int llmc::serveMain(int argc, char **argv) {
   }
   const double duration = now();
   out.flush();
+  int rc = 0;
+  if (!outPath.empty()) {
+    if (absl::Status st = rt::AtomicWriteFile(outPath, outText); !st.ok())
+      rc = fail(std::string(st.message()));
+  } else {
+    llvm::outs() << outText;
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      const std::string why = llvm::outs().error().message();
+      llvm::outs().clear_error();
+      rc = fail("cannot write the per-request results to stdout: " + why);
+    }
+  }
   rt::ServingEngineStats es = engine->Stats();
   llvm::json::Object summary{
       {"requests", static_cast<int64_t>(reqs.size())},
@@ -650,6 +676,7 @@ int llmc::serveMain(int argc, char **argv) {
            {"page_size", layout->page_size},
            {"bytes_per_page_all_layers", 2 * layout->num_layers * pool->page_bytes()},
            {"bytes_allocated", 2 * layout->num_layers * layout->num_pages * pool->page_bytes()},
+           {"padding_pages", paddingPages},
            {"peak_used_pages", peakUsedPages},
            {"peak_bytes_used", 2 * layout->num_layers * peakUsedPages * pool->page_bytes()},
            {"waste_mean", usedSlotSteps > 0 ? wastedSlotSteps / usedSlotSteps : 0.0},
@@ -677,14 +704,15 @@ int llmc::serveMain(int argc, char **argv) {
   llvm::raw_string_ostream os(text);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(summary))) << "\n";
   os.flush();
-  int rc = 0;
   if (!summaryPath.empty()) {
     if (absl::Status st = rt::AtomicWriteFile(summaryPath, text); !st.ok())
       rc = fail(std::string(st.message()));
   } else {
     llvm::errs() << text;
   }
-  engine.reset();
   cleanup();
+  if (rc == 0 && failed > 0)
+    rc = fail(std::to_string(failed) + " of " + std::to_string(reqs.size()) +
+              " requests failed (their \"error\" in the per-request results)");
   return rc;
 }

@@ -549,7 +549,8 @@ def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages
 
     `rope_rows` (default max_position_embeddings) is the RoPE tables' row
     count; positions must be below it. num_pages, page_size, max_pages and
-    rope_rows are positive ints.
+    rope_rows are positive ints, and max_pages * page_size <= rope_rows (no
+    sequence reaches past the tables).
 
     Raises ValueError for a size that is not a positive int, a `dtype`
     other than float32/bfloat16/float16, a `function` that is not an MLIR
@@ -564,6 +565,10 @@ def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages
     num_pages = _positive(num_pages, "num_pages")
     page_size = _positive(page_size, "page_size")
     max_pages = _positive(max_pages, "max_pages")
+    if max_pages * page_size > shape.rope_rows:
+        raise ValueError(f"max_pages * page_size = {max_pages * page_size}: a sequence that "
+                         f"long reaches past the RoPE tables' {shape.rope_rows} rows; expected "
+                         f"at most rope_rows (raise rope_rows or lower max_pages)")
     if dtype not in _MLIR_DTYPES:
         raise ValueError(f"dtype: expected torch.float32, torch.bfloat16 or torch.float16, "
                          f"found {dtype}")
@@ -916,8 +921,8 @@ class ServingEngine:
     def stats(self) -> Dict[str, Union[int, float]]:
         """The engine's counters (STATS) and kv_waste, the unfilled slots of
         the used pages. The used pages include those the engine reserves for
-        padding steps to their token bucket (ceil((largest bucket - 1) /
-        page_size))."""
+        padding steps to their token bucket: ceil(the largest gap below a
+        bucket / page_size) pages."""
         counts = (ctypes.c_int64 * len(self.STATS))()
         waste = ctypes.c_double()
         self._call("llmc_serving_engine_stats", counts, len(self.STATS), ctypes.byref(waste))
