@@ -1142,6 +1142,7 @@ llmc_status_t *llmc_serving_engine_create(llmc_compiler_t *compiler, const char 
       if (!pool.ok())
         return pool.status();
       h->pool = std::move(*pool);
+      ref::poisonHostPages(*h->pool);
       std::vector<ref::HostTensor> host;
       for (size_t i = 0; i < tensors.size(); ++i) {
         auto type = mlir::cast<mlir::RankedTensorType>(fn->getArgumentTypes()[first + i]);

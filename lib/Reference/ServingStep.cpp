@@ -95,6 +95,14 @@ absl::StatusOr<ServingStepPages> readServingStepPages(mlir::func::FuncOp fn) {
   return p;
 }
 
+void poisonHostPages(rt::KvPagePool &pool) {
+  const rt::KvPagePoolOptions &o = pool.options();
+  for (int64_t l = 0; l < o.num_layers; ++l)
+    for (uint64_t addr : {pool.KeyPages(l), pool.ValuePages(l)})
+      std::memset(reinterpret_cast<void *>(addr), 0xFF,
+                  static_cast<size_t>(o.num_pages * pool.page_bytes()));
+}
+
 absl::StatusOr<std::unique_ptr<ReferenceStepModel>>
 ReferenceStepModel::create(mlir::func::FuncOp fn, std::vector<ref::HostTensor> weights,
                            rt::KvPagePool *pool, std::optional<rt::StepBucketing> bucketing) {

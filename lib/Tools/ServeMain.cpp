@@ -458,6 +458,7 @@ int llmc::serveMain(int argc, char **argv) {
     if (!p.ok())
       return fail(std::string(p.status().message()));
     pool = std::move(*p);
+    ref::poisonHostPages(*pool);
     std::vector<ref::HostTensor> hostWeights;
     for (auto [bytes, type] : llvm::zip(weightBytes, weightTypes))
       hostWeights.push_back(llmc::tools::run::unpack(

@@ -38,6 +38,11 @@ struct ServingStepPages {
 /// InvalidArgument naming the argument and what was expected.
 absl::StatusOr<ServingStepPages> readServingStepPages(mlir::func::FuncOp fn);
 
+/// Fills every page of `pool`, whose pages are in host memory, with 0xFF
+/// bytes (NaN in f32, bf16 and f16): a row a step reads before any step
+/// wrote it turns the logits into NaN instead of reading stale values.
+void poisonHostPages(rt::KvPagePool &pool);
+
 class ReferenceStepModel : public rt::StepModel {
 public:
   /// `weights`: the arguments from 6 + 2L on. `pool`: pages in host memory,
