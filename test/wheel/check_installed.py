@@ -53,7 +53,7 @@ symbols = [line.split(" ", 2)[2] for line in nm if line.count(" ") >= 2]
 allowed = re.compile(
     r"^(llmc_\w+"
     r"|(typeinfo for |typeinfo name for |vtable for |guard variable for )?"
-    r"llmc::(Compiler|JitFunction|optMain|runMain|compileMain|rt::)\S*.*)$")
+    r"llmc::(Compiler|JitFunction|ServingStepFactory|optMain|runMain|compileMain|serveMain|rt::)\S*.*)$")
 stray = [s for s in symbols if not allowed.match(s)]
 check(not stray, f"{len(symbols)} exported symbols, all llmc_* or the C++ API"
                  + (f"; stray: {stray[:10]}" if stray else ""))

@@ -218,3 +218,38 @@ TEST(JitFunction, CreateErrors) {
 }
 
 } // namespace
+
+// The serving engine's buckets: ServingStepFactory compiles the tiny LLaMA
+// serving step at a bucket's (T_b, B_b), and the executable has the layout
+// rt::SessionStepModel runs (the pages returned in place, logits [B_b, 97]).
+TEST(JitCompiler, ServingStepFactoryCompilesABucket) {
+  llmc::CompilerOptions options;
+  options.arch = "sm_90a";
+  options.compile_kernels = false;
+  auto c = llmc::Compiler::Create(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  llmc::rt::StepExecutableFactory factory = llmc::ServingStepFactory(
+      std::shared_ptr<llmc::Compiler>(std::move(*c)),
+      llmc::test::ReadExample("tiny_llama_serving_step.mlir"), "tiny_llama_serving_step");
+  for (llmc::rt::StepBucket bucket : {llmc::rt::StepBucket{1, 2}, llmc::rt::StepBucket{8, 5}}) {
+    auto exe = factory(bucket);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    llmc::rt::KvPagePoolOptions pool;
+    pool.num_pages = 64;
+    pool.page_size = 4;
+    pool.num_layers = 2;
+    pool.num_kv_heads = 2;
+    pool.head_dim = 16;
+    pool.element_bytes = 4;
+    auto layout = llmc::rt::ReadServingStepLayout(**exe, bucket, pool);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_EQ(layout->num_layers, 2);
+    EXPECT_EQ(layout->max_pages, 16);
+    EXPECT_EQ(layout->vocab, 97);
+    EXPECT_EQ(layout->num_weights, 23);
+  }
+  auto unknown = llmc::ServingStepFactory(
+      std::shared_ptr<llmc::Compiler>(llmc::Compiler::Create(options).value()),
+      llmc::test::ReadExample("tiny_llama_serving_step.mlir"), "nope")({4, 3});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+}
