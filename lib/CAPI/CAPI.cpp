@@ -1128,13 +1128,7 @@ llmc_status_t *llmc_serving_engine_create(llmc_compiler_t *compiler, const char 
     if (auto st = rt::CheckTensors(sigs, tensors, "weight"); !st.ok())
       return st;
 
-    rt::KvPagePoolOptions po;
-    po.num_pages = layout->num_pages;
-    po.page_size = layout->page_size;
-    po.num_layers = layout->num_layers;
-    po.num_kv_heads = layout->num_kv_heads;
-    po.head_dim = layout->head_dim;
-    po.element_bytes = (layout->element_type.getIntOrFloatBitWidth() + 7) / 8;
+    rt::KvPagePoolOptions po = layout->poolOptions();
     if (options->reference) {
       h->host_memory = std::make_unique<rt::MemoryPool>(std::make_unique<rt::FakeDeviceAllocator>());
       po.copy_page = rt::HostPageCopy();

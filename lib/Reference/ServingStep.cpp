@@ -95,6 +95,17 @@ absl::StatusOr<ServingStepPages> readServingStepPages(mlir::func::FuncOp fn) {
   return p;
 }
 
+rt::KvPagePoolOptions ServingStepPages::poolOptions() const {
+  rt::KvPagePoolOptions o;
+  o.num_pages = num_pages;
+  o.page_size = page_size;
+  o.num_layers = num_layers;
+  o.num_kv_heads = num_kv_heads;
+  o.head_dim = head_dim;
+  o.element_bytes = (element_type.getIntOrFloatBitWidth() + 7) / 8;
+  return o;
+}
+
 void poisonHostPages(rt::KvPagePool &pool) {
   const rt::KvPagePoolOptions &o = pool.options();
   for (int64_t l = 0; l < o.num_layers; ++l)
@@ -112,8 +123,7 @@ ReferenceStepModel::create(mlir::func::FuncOp fn, std::vector<ref::HostTensor> w
   if (!pool)
     return absl::InvalidArgumentError("ReferenceStepModel: null page pool");
   const rt::KvPagePoolOptions &o = pool->options();
-  const int64_t elementBytes =
-      (layout->element_type.getIntOrFloatBitWidth() + 7) / 8;
+  const int64_t elementBytes = layout->poolOptions().element_bytes;
   if (o.num_layers != layout->num_layers || o.page_size != layout->page_size ||
       o.num_kv_heads != layout->num_kv_heads || o.head_dim != layout->head_dim ||
       o.element_bytes != elementBytes || o.num_pages > layout->num_pages)

@@ -422,13 +422,7 @@ int llmc::serveMain(int argc, char **argv) {
     weightTypes.push_back(type);
   }
 
-  rt::KvPagePoolOptions po;
-  po.num_pages = layout->num_pages;
-  po.page_size = layout->page_size;
-  po.num_layers = layout->num_layers;
-  po.num_kv_heads = layout->num_kv_heads;
-  po.head_dim = layout->head_dim;
-  po.element_bytes = (layout->element_type.getIntOrFloatBitWidth() + 7) / 8;
+  rt::KvPagePoolOptions po = layout->poolOptions();
 
   std::unique_ptr<rt::MemoryPool> hostMemory;
   std::unique_ptr<rt::KvPagePool> pool;

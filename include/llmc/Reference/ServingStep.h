@@ -32,6 +32,10 @@ struct ServingStepPages {
   mlir::Type element_type;
   int64_t max_pages = 0;  ///< block-table columns
   int64_t vocab = 0;      ///< logits columns
+
+  /// The options of a KvPagePool holding exactly these pages (copy_page
+  /// left to the caller).
+  rt::KvPagePoolOptions poolOptions() const;
 };
 
 /// Reads the layout of serving-step function `fn` from its signature.
