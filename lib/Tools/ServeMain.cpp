@@ -294,8 +294,9 @@ int llmc::serveMain(int argc, char **argv) {
   cl::opt<std::string> buckets(
       "token-buckets",
       cl::desc("comma-separated token counts a step is padded to (default: powers of two "
-               "and multiples of 64 up to --max-batch-tokens); 'none' with --backend=ref: "
-               "no padding"),
+               "below 64, multiples of 64 up to 512, then powers of two, and "
+               "--max-batch-tokens; rt::StepBucketing::Default); 'none' with "
+               "--backend=ref: no padding"),
       cl::cat(cat));
   cl::opt<bool> realtime("realtime",
                          cl::desc("add each request at its arrival_s after the start (wall "
@@ -544,7 +545,7 @@ int llmc::serveMain(int argc, char **argv) {
   const int64_t paddingPages = (paddingTokens + layout->page_size - 1) / layout->page_size;
   struct Track {
     double arrival = 0, first = -1, last = 0;
-    int64_t prompt = 0, generated = 0;
+    int64_t prompt = 0;
   };
   std::map<int64_t, Track> track;
   std::vector<double> ttft, tpot, latency;
@@ -584,7 +585,6 @@ int llmc::serveMain(int argc, char **argv) {
       if (k.first < 0)
         k.first = t;
       k.last = t;
-      ++k.generated;
     }
     // The requests' pages: the pool's, less the padding sequence's (all of
     // its slots filled but the last page's tail).

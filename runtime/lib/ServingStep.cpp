@@ -30,28 +30,25 @@ float HalfToFloat(uint16_t h) {
   return sign ? -v : v;
 }
 
-/// Element `i` of `bytes` holding `dtype` (f32, bf16 or f16) as float.
-float LoadFloat(const uint8_t* bytes, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::bf16: {
+float Bf16ToFloat(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// `rows` rows of `vocab` 2-byte values converted by `convert`.
+template <typename Convert>
+std::vector<std::vector<float>> HalvesToFloat(const uint8_t* bytes, int64_t rows, int64_t vocab,
+                                              Convert convert) {
+  std::vector<std::vector<float>> out(rows, std::vector<float>(vocab));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < vocab; ++v) {
       uint16_t h;
-      std::memcpy(&h, bytes + 2 * i, 2);
-      uint32_t u = static_cast<uint32_t>(h) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
+      std::memcpy(&h, bytes + 2 * (r * vocab + v), 2);
+      out[r][v] = convert(h);
     }
-    case DType::f16: {
-      uint16_t h;
-      std::memcpy(&h, bytes + 2 * i, 2);
-      return HalfToFloat(h);
-    }
-    default: {
-      float f;
-      std::memcpy(&f, bytes + 4 * i, 4);
-      return f;
-    }
-  }
+  return out;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -59,6 +56,16 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+std::vector<std::vector<float>> LogitsToFloat(const uint8_t* bytes, DType dtype, int64_t rows,
+                                             int64_t vocab) {
+  if (dtype == DType::bf16) return HalvesToFloat(bytes, rows, vocab, Bf16ToFloat);
+  if (dtype == DType::f16) return HalvesToFloat(bytes, rows, vocab, HalfToFloat);
+  std::vector<std::vector<float>> out(rows, std::vector<float>(vocab));
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out[r].data(), bytes + 4 * r * vocab, 4 * vocab);
+  return out;
+}
 
 StepBucketing StepBucketing::Default(int64_t max_batch_tokens, int64_t max_sequences) {
   StepBucketing b;
@@ -184,13 +191,13 @@ absl::StatusOr<std::pair<int64_t, std::vector<int32_t>>> ReservePaddingPages(
         " in one padding sequence; the step's block table has ", max_pages,
         " columns (add buckets between the largest gaps)"));
   const int64_t seq = pool.AddSequence();
-  absl::StatusOr<std::vector<int64_t>> slots = pool.Append(seq, bucketing.MaxPaddingTokens());
+  absl::StatusOr<std::vector<int64_t>> slots = pool.Append(seq, pad);
   if (!slots.ok()) {
     (void)pool.Release(seq);
     return absl::Status(slots.status().code(),
-                        absl::StrCat("reserving the pages of ", bucketing.MaxPaddingTokens(),
-                                     " padding tokens (the largest token bucket - 1): ",
-                                     slots.status().message()));
+                        absl::StrCat("reserving the pages of ", pad,
+                                     " padding tokens (the largest gap below a token "
+                                     "bucket): ", slots.status().message()));
   }
   absl::StatusOr<std::vector<int32_t>> table = pool.BlockTable(seq);
   if (!table.ok()) {
@@ -410,13 +417,8 @@ absl::StatusOr<std::vector<std::vector<float>>> SessionStepModel::Run(const Step
     LLMC_RT_RETURN_IF_ERROR(LLMC_VENDOR_CALL(drv, cuMemcpyDtoHAsync, b.host_logits.data(),
                                              b.logits, bytes, stream));
   LLMC_RT_RETURN_IF_ERROR(LLMC_VENDOR_CALL(drv, cuStreamSynchronize, stream));
-  std::vector<std::vector<float>> logits(rows, std::vector<float>(b.layout.vocab));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t v = 0; v < b.layout.vocab; ++v)
-      logits[r][v] = LoadFloat(b.host_logits.data(), b.layout.logits_dtype,
-                               r * b.layout.vocab + v);
   ++steps_per_bucket_[b.shape.tokens];
-  return logits;
+  return LogitsToFloat(b.host_logits.data(), b.layout.logits_dtype, rows, b.layout.vocab);
 }
 
 Session::GraphStats SessionStepModel::graph_stats() const {

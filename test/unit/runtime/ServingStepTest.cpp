@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "llmc/runtime/MemoryPool.h"
 
 namespace llmc::rt {
@@ -40,6 +43,24 @@ TEST(StepBucketingTest, TheDefaultIsPowersOfTwoThenMultiplesOf64) {
   EXPECT_EQ(StepBucketing::Default(1, 1).token_buckets, (std::vector<int64_t>{1}));
   EXPECT_EQ(StepBucketing::Default(100, 4).max_sequences, 4);
   EXPECT_TRUE(StepBucketing::Default(100, 4).Validate().ok());
+}
+
+TEST(LogitsToFloatTest, ConvertsEachDtypeExactly) {
+  // bf16 1.5, -2; f16 1.5, -2, the smallest subnormal, +inf, NaN.
+  const uint16_t bf16[] = {0x3FC0, 0xC000};
+  auto b = LogitsToFloat(reinterpret_cast<const uint8_t*>(bf16), DType::bf16, 2, 1);
+  EXPECT_EQ(b, (std::vector<std::vector<float>>{{1.5f}, {-2.0f}}));
+  const uint16_t f16[] = {0x3E00, 0xC000, 0x0001, 0x7C00, 0x7E00, 0x0000};
+  auto h = LogitsToFloat(reinterpret_cast<const uint8_t*>(f16), DType::f16, 2, 3);
+  EXPECT_EQ(h[0][0], 1.5f);
+  EXPECT_EQ(h[0][1], -2.0f);
+  EXPECT_EQ(h[0][2], std::ldexp(1.0f, -24));
+  EXPECT_EQ(h[1][0], std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(h[1][1]));
+  EXPECT_EQ(h[1][2], 0.0f);
+  const float f32[] = {0.25f, -7.0f, 3.0f, 1e30f};
+  auto f = LogitsToFloat(reinterpret_cast<const uint8_t*>(f32), DType::f32, 2, 2);
+  EXPECT_EQ(f, (std::vector<std::vector<float>>{{0.25f, -7.0f}, {3.0f, 1e30f}}));
 }
 
 TEST(StepBucketingTest, RejectsWhatNoBucketHolds) {

@@ -88,6 +88,12 @@ struct StepBucketing {
   int64_t MaxPaddingTokens() const;
 };
 
+/// `rows` x `vocab` logits stored row-major as `dtype` (f32, bf16 or f16;
+/// IEEE f16 with subnormals, infinities and NaN) at `bytes`, as float rows:
+/// what the engine's sampling reads.
+std::vector<std::vector<float>> LogitsToFloat(const uint8_t* bytes, DType dtype, int64_t rows,
+                                             int64_t vocab);
+
 /// The integer inputs 0..5 of a serving-step function at a bucket.
 struct PaddedStepInputs {
   std::vector<int32_t> tokens;        ///< [T_b]
