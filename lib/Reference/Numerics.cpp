@@ -112,9 +112,12 @@ double RoundToType(double value, Type elementType) {
   auto ft = dyn_cast<FloatType>(elementType);
   if (!ft || std::isnan(value))
     return std::numeric_limits<double>::quiet_NaN();
-  if (isa<Float8E4M3FNType>(ft)) {
-    // No infinities in e4m3fn: saturate (cvt.satfinite), NaN stays NaN.
-    value = std::fmin(std::fmax(value, -448.0), 448.0);
+  if (isa<Float8E4M3FNType, Float8E5M2Type>(ft)) {
+    // Saturate to the largest finite value, as the GPU's conversion does
+    // (cvt.rn.satfinite; e4m3fn has no infinities); NaN stays NaN.
+    double largest =
+        llvm::APFloat::getLargest(ft.getFloatSemantics()).convertToDouble();
+    value = std::fmin(std::fmax(value, -largest), largest);
   }
   llvm::APFloat f(value);
   bool lostInfo = false;

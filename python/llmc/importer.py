@@ -2247,6 +2247,15 @@ def check_node(node: torch.fx.Node) -> Optional[str]:
     return None
 
 
+def _is_tangent(ph: torch.fx.Node) -> bool:
+    """True for a floating-point tangent of AOTAutograd's backward graph
+    (placeholders `tangents_<i>`): a gradient flowing backward, marked
+    `llm.gradient` so that the fp8 policy quantizes GEMM operands computed
+    from it to e5m2 (Transformer Engine's HYBRID format)."""
+    m = _arg_tensor_meta(ph)
+    return ph.name.startswith("tangents_") and m is not None and m.dtype.is_floating_point
+
+
 def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
                  bindings: Optional[Dict[str, int]] = None,
                  donate: Union[Sequence[int], Dict[int, int]] = ()) -> ImportResult:
@@ -2301,6 +2310,8 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main",
             attrs.append("llm.dim_names = [" + ", ".join(f'"{n}"' for n in names) + "]")
         if pi in donate:
             attrs.append("llm.donate")
+        if _is_tangent(ph):
+            attrs.append("llm.gradient")
         args_sig.append(f"%arg{ai}: {v.type}")
         arg_types.append(v.type)
         arg_attrs.append(attrs)

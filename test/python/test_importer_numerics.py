@@ -84,13 +84,14 @@ class RefRunError(AssertionError):
     pass
 
 
-def run_ref(res: importer.ImportResult, args) -> list:
-    """The function's results, evaluated by llmc-run --backend=ref on `args`."""
+def run_ref(res: importer.ImportResult, args, flags=()) -> list:
+    """The function's results, evaluated by llmc-run --backend=ref on `args`
+    (with the extra llmc-run `flags`, e.g. --precision=fp8)."""
     _need_llmc_run()
     with tempfile.TemporaryDirectory(prefix="llmc_num_") as d:
         d = Path(d)
         (d / "f.mlir").write_text(res.text)
-        cmd = [str(LLMC_RUN), str(d / "f.mlir"), "--backend=ref", f"--output-dir={d}"]
+        cmd = [str(LLMC_RUN), str(d / "f.mlir"), "--backend=ref", f"--output-dir={d}", *flags]
         tensors = []
         for ai, pi in enumerate(res.arg_placeholders):
             t = args[pi]

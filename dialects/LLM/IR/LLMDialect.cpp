@@ -58,7 +58,7 @@ LogicalResult LLMDialect::verifyRegionArgAttribute(Operation *op,
     }
     return success();
   }
-  if (name == "llm.donate" || name == "llm.param") {
+  if (name == "llm.donate" || name == "llm.param" || name == "llm.gradient") {
     if (!isa<UnitAttr>(attr.getValue()))
       return emit() << "is a unit attribute (write it without a value), "
                        "found "
@@ -95,5 +95,6 @@ LogicalResult LLMDialect::verifyRegionArgAttribute(Operation *op,
     return success();
   }
   return emit() << "is not an llm argument attribute (expected "
-                   "llm.dim_names, llm.donate, llm.aliasing_output or llm.param)";
+                   "llm.dim_names, llm.donate, llm.aliasing_output, llm.param or "
+                   "llm.gradient)";
 }

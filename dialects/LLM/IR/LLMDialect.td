@@ -51,8 +51,11 @@ def LLM_Dialect : Dialect {
     the argument's only reader and reads it elementwise, as an optimizer's
     update of a parameter, and keeps value semantics otherwise) and
     `llm.param` (the argument is a parameter, see
-    `llm::parameterArguments`); `llm.donate` and `llm.param` are unit
-    attributes.
+    `llm::parameterArguments`) and `llm.gradient` (the argument is a
+    gradient flowing backward, as the tangents of AOTAutograd's backward
+    graph: under `llmc-precision{policy=fp8}` GEMM operands computed from
+    it are quantized to e5m2, Transformer Engine's HYBRID format);
+    `llm.donate`, `llm.param` and `llm.gradient` are unit attributes.
 
     ```mlir
     %h = llm.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<?x4096xbf16>, tensor<4096xbf16>

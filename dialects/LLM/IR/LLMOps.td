@@ -60,8 +60,9 @@ include "LLM/IR/LLMElementwiseOps.td"
 def LLM_CastOp : LLM_Op<"cast", [Pure, Elementwise]> {
   let summary = "Element type conversion with the same shape.";
   let description = [{
-    Float → float rounds to nearest even; float → f8E4M3FN saturates to
-    ±448 (NaN stays NaN); float → int truncates toward zero; int → i1 is
+    Float → float rounds to nearest even; float → f8E4M3FN and f8E5M2
+    saturate to their largest finite values ±448 and ±57344, infinities
+    included (NaN stays NaN), as the GPU's `cvt.rn.satfinite` does; float → int truncates toward zero; int → i1 is
     `x != 0`.
 
     ```mlir

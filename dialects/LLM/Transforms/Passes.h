@@ -94,6 +94,11 @@ llvm::SmallVector<bool> parameterArguments(mlir::func::FuncOp fn);
 /// argument of `fn`.
 bool isParameterArgument(mlir::func::FuncOp fn, mlir::BlockArgument arg);
 
+/// The unit argument attribute of a gradient flowing backward (a tangent
+/// of AOTAutograd's backward graph): under the fp8 policy's HYBRID format,
+/// GEMM operands computed from it are quantized to e5m2 (llmc-precision).
+inline constexpr llvm::StringLiteral kGradientAttr = "llm.gradient";
+
 /// The unit attribute of an op in the parameter-preparation segment
 /// (llmc-hoist-parameter-work), and the function attribute that says the
 /// segment was planned (an unmarked op of a planned function runs on every

@@ -230,12 +230,23 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     is exact).
 
     `policy=fp8`: each matmul operand x (f32/f16/bf16) gets per-tensor
-    current scaling: s = max(reduce_max(abs(x)), 1e-12) / 448, and
-    x8 = cast(x / s) to f8E4M3FN (saturating); the GEMM computes
-    mm = x8a @ x8b in f32, the epilogue multiplies by s_a * s_b (and adds
-    the bias in f32), and the result is rounded to bf16 (the fp8 GEMM's
-    output type) and cast back to the original result type. Attention runs
-    in bf16 under fp8.
+    current scaling: s = max(reduce_max(abs(x)), 1e-12) / m, and
+    x8 = cast(x / s) to the fp8 type (saturating), with m its largest
+    finite value; the GEMM computes mm = x8a @ x8b in f32, the epilogue
+    multiplies by s_a * s_b (and adds the bias in f32), and the result is
+    rounded to bf16 (the fp8 GEMM's output type) and cast back to the
+    original result type. Attention runs in bf16 under fp8.
+
+    The fp8 type follows Transformer Engine's HYBRID format
+    (`fp8-gradients=e5m2`, the default): gradients get f8E5M2 (m = 57344,
+    the range gradients need), everything else f8E4M3FN (m = 448, the
+    precision activations and weights need). A gradient is a value
+    computed from an argument marked `llm.gradient` (the importer marks
+    the tangents of AOTAutograd's backward graphs), so in a backward graph
+    dX = dY W^T takes dY in e5m2 and W in e4m3, and dW = X^T dY takes X in
+    e4m3 and dY in e5m2. cuBLASLt has no e5m2 x e5m2 GEMM: when both
+    operands are gradients the RHS is e4m3. `fp8-gradients=e4m3` quantizes
+    every operand to e4m3 (TE's E4M3 format).
 
     `policy=fp32` leaves the function unchanged.
 
@@ -282,7 +293,9 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     Option<"policy", "policy", "std::string", "\"fp32\"",
            "Compute precision of GEMMs/attention: fp32, bf16, fp16 or fp8">,
     Option<"weightOnly", "weight-only", "std::string", "\"none\"",
-           "Weight-only quantization of parameter matmul weights: none, int8 or int4 (symmetric, groups of 128 along K)">
+           "Weight-only quantization of parameter matmul weights: none, int8 or int4 (symmetric, groups of 128 along K)">,
+    Option<"fp8Gradients", "fp8-gradients", "std::string", "\"e5m2\"",
+           "fp8 type of GEMM operands computed from llm.gradient arguments under policy=fp8: e5m2 (Transformer Engine's HYBRID format) or e4m3">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

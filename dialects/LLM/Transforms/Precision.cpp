@@ -1,8 +1,9 @@
 //===- Precision.cpp - low-precision GEMMs and attention ------------------===//
 //
 // bf16/fp16: casts at the boundary of matmul and attention. fp8: per-tensor
-// current scaling of matmul operands to e4m3 (the recipe of Transformer
-// Engine's "current scaling"), written with llm ops so that the reference
+// current scaling of matmul operands (the recipe of Transformer Engine's
+// "current scaling"), e4m3 for activations and weights and, in the HYBRID
+// format, e5m2 for gradients; written with llm ops so that the reference
 // executor validates it.
 //
 //===----------------------------------------------------------------------===//
@@ -51,10 +52,13 @@ public:
     return c;
   }
 
-  /// Per-tensor e4m3 quantization of `x`: (cast(x / s) to f8E4M3FN, s) with
-  /// s = max(reduce_max(abs(x)), 1e-12) / 448 as a rank-0 f32 tensor.
-  std::pair<Value, Value> quantizeE4M3(Value x) {
-    if (auto it = quantized.find(x); it != quantized.end())
+  /// Per-tensor fp8 quantization of `x` to `fp8` (f8E4M3FN or f8E5M2):
+  /// (cast(x / s) to fp8, s) with s = max(reduce_max(abs(x)), 1e-12) / m as
+  /// a rank-0 f32 tensor, m the format's largest finite value (448 for e4m3,
+  /// 57344 for e5m2).
+  std::pair<Value, Value> quantizeFp8(Value x, FloatType fp8) {
+    auto key = std::make_pair(x, Type(fp8));
+    if (auto it = quantized.find(key); it != quantized.end())
       return it->second;
     Type f32 = b.getF32Type();
     Value xf = castTo(x, f32);
@@ -66,21 +70,22 @@ public:
     SmallVector<int64_t> all;
     for (int64_t d = 0; d < t.getRank(); ++d)
       all.push_back(d);
-    // scale(x) = max(reduce_max(abs(x)), floor) / 448
+    // scale(x) = max(reduce_max(abs(x)), floor) / m
     Value absx = AbsOp::create(b, loc, t, xf);
     Value amax = ReduceMaxOp::create(b, loc, scalar, absx,
                                      all, /*keepdim=*/false);
     Value floor = ConstantOp::create(
         b, loc, scalar, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1e-12f)));
-    Value maxE4M3 = ConstantOp::create(
-        b, loc, scalar, DenseElementsAttr::get(scalar, b.getF32FloatAttr(448.0f)));
+    float largest = static_cast<float>(
+        llvm::APFloat::getLargest(fp8.getFloatSemantics()).convertToDouble());
+    Value maxFp8 = ConstantOp::create(
+        b, loc, scalar, DenseElementsAttr::get(scalar, b.getF32FloatAttr(largest)));
     Value clamped = MaximumOp::create(b, loc, scalar, amax, floor);
-    Value scale = DivOp::create(b, loc, scalar, clamped, maxE4M3);
+    Value scale = DivOp::create(b, loc, scalar, clamped, maxFp8);
     Value scaleB = BroadcastOp::create(b, loc, t, scale);
     Value scaled = DivOp::create(b, loc, t, xf, scaleB);
-    Value q = CastOp::create(
-        b, loc, t.clone(b.getType<Float8E4M3FNType>()), scaled);
-    quantized[x] = {q, scale};
+    Value q = CastOp::create(b, loc, t.clone(fp8), scaled);
+    quantized[key] = {q, scale};
     return {q, scale};
   }
 
@@ -122,9 +127,16 @@ public:
   }
 
   // matmul(a, b) => cast(cast(matmul(q(a), q(b)) * (s_a * s_b) + bias) : bf16)
-  void fp8Matmul(MatmulOp mm) {
-    auto [qa, sa] = quantizeE4M3(mm.getLhs());
-    auto [qb, sb] = quantizeE4M3(mm.getRhs());
+  // with each operand's fp8 type: e4m3, or e5m2 for a gradient under the
+  // HYBRID format. cuBLASLt has no e5m2 x e5m2 GEMM, so when both operands
+  // are gradients the RHS is e4m3.
+  void fp8Matmul(MatmulOp mm, const llvm::DenseSet<Value> &gradients) {
+    FloatType e4m3 = b.getType<Float8E4M3FNType>();
+    FloatType e5m2 = b.getType<Float8E5M2Type>();
+    bool lhsGrad = gradients.contains(mm.getLhs());
+    bool rhsGrad = gradients.contains(mm.getRhs()) && !lhsGrad;
+    auto [qa, sa] = quantizeFp8(mm.getLhs(), lhsGrad ? e5m2 : e4m3);
+    auto [qb, sb] = quantizeFp8(mm.getRhs(), rhsGrad ? e5m2 : e4m3);
     Type f32 = b.getF32Type();
     Location loc = mm.getLoc();
     b.setInsertionPoint(mm);
@@ -159,8 +171,28 @@ private:
   func::FuncOp fn;
   OpBuilder b;
   llvm::DenseMap<std::pair<Value, Type>, Value> casts;
-  llvm::DenseMap<Value, std::pair<Value, Value>> quantized;
+  llvm::DenseMap<std::pair<Value, Type>, std::pair<Value, Value>> quantized;
 };
+
+/// The values computed from a function argument marked `llm.gradient` (the
+/// argument itself included): the gradients of a backward graph.
+llvm::DenseSet<Value> gradientValues(func::FuncOp fn) {
+  llvm::DenseSet<Value> gradients;
+  for (BlockArgument arg : fn.getArguments())
+    if (fn.getArgAttr(arg.getArgNumber(), kGradientAttr))
+      gradients.insert(arg);
+  if (gradients.empty())
+    return gradients;
+  // Operands are defined before their users (the body is in SSA order), so
+  // one walk in order reaches every value computed from a gradient.
+  fn.walk([&](Operation *op) {
+    if (llvm::any_of(op->getOperands(),
+                     [&](Value v) { return gradients.contains(v); }))
+      for (Value r : op->getResults())
+        gradients.insert(r);
+  });
+  return gradients;
+}
 
 } // namespace
 
@@ -229,6 +261,11 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
       fn.emitOpError() << "policy: " << error;
       return signalPassFailure();
     }
+    if (fp8Gradients != "e5m2" && fp8Gradients != "e4m3") {
+      fn.emitOpError() << "fp8-gradients: expected e5m2 or e4m3, found '"
+                       << fp8Gradients << "'";
+      return signalPassFailure();
+    }
     if (fn.isExternal())
       return;
     // Weight-only quantization after the policy's casts: it quantizes the
@@ -249,6 +286,9 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
         targets.push_back(op);
     });
     Rewriter rw(fn);
+    llvm::DenseSet<Value> gradients;
+    if (policy == "fp8" && fp8Gradients == "e5m2")
+      gradients = gradientValues(fn);
     for (Operation *op : targets) {
       if (auto attn = dyn_cast<AttentionOp>(op)) {
         if (elementOf(attn.getQuery()).isF32())
@@ -267,7 +307,7 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
       Type e = elementOf(mm.getLhs());
       if (policy == "fp8") {
         if (isa<Float32Type, Float16Type, BFloat16Type>(e))
-          rw.fp8Matmul(mm);
+          rw.fp8Matmul(mm, gradients);
         continue;
       }
       if (e.isF32())

@@ -930,6 +930,13 @@ func.func @donate_with_a_value(%x: tensor<4xf32>, %c: tensor<4xf32> {llm.donate 
 
 // -----
 
+// expected-error @+1 {{attribute 'llm.gradient' of argument 0 of @gradient_with_a_value is a unit attribute (write it without a value), found true}}
+func.func @gradient_with_a_value(%dy: tensor<4xf32> {llm.gradient = true}) {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{attribute 'llm.aliasing_output' of argument 0 of @alias_without_donate needs llm.donate on the same argument}}
 func.func @alias_without_donate(%p: tensor<4xf32> {llm.aliasing_output = 0 : i64}) -> tensor<4xf32> {
   return %p : tensor<4xf32>
@@ -968,7 +975,7 @@ func.func @alias_not_an_index(%p: tensor<4xf32> {llm.donate, llm.aliasing_output
 
 // -----
 
-// expected-error @+1 {{attribute 'llm.dim_name' of argument 0 of @unknown_argument_attribute is not an llm argument attribute (expected llm.dim_names, llm.donate, llm.aliasing_output or llm.param)}}
+// expected-error @+1 {{attribute 'llm.dim_name' of argument 0 of @unknown_argument_attribute is not an llm argument attribute (expected llm.dim_names, llm.donate, llm.aliasing_output, llm.param or llm.gradient)}}
 func.func @unknown_argument_attribute(%x: tensor<?x4xf32> {llm.dim_name = ["seq"]}) {
   return
 }

@@ -304,4 +304,59 @@ func.func @head(%x: tensor<7x16xf32>, %w: tensor<50257x16xf32>) -> tensor<7x5025
   checkAllPolicies(src, 1, "vocab head");
 }
 
+/// The backward of a two-layer MLP under the fp8 policy's HYBRID format
+/// (llmc-precision): the gradient dy (`llm.gradient`) and what is computed
+/// from it are e5m2, saved activations and weights e4m3. Each GEMM operand
+/// element then carries a relative rounding error of at most u5 = 2^-3
+/// (e5m2, 2 mantissa bits) or u4 = 2^-4 (e4m3), so a product's relative
+/// error is at most u4 + u5 = 0.1875 to first order; with random signs a
+/// GEMM's relative L2 error is about sqrt((u4^2 + u5^2) / 3) ~ 0.08, and
+/// two GEMMs deep (dx, dW1) about 0.115. The bound checked is u4 + u5 for
+/// every result, on fresh random inputs and awkward (padded) shapes.
+TEST_F(PassNumericsTest, Fp8HybridBackwardStaysWithinTheE5M2Bound) {
+  std::string src = R"mlir(
+func.func @mlp_backward(%x: tensor<33x48xf32>, %w1: tensor<40x48xf32>,
+                        %h: tensor<33x40xf32>, %w2: tensor<24x40xf32>,
+                        %dy: tensor<33x24xf32> {llm.gradient})
+    -> (tensor<33x48xf32>, tensor<40x48xf32>, tensor<24x40xf32>) {
+  %dh = llm.matmul %dy, %w2 : tensor<33x24xf32>, tensor<24x40xf32> -> tensor<33x40xf32>
+  %dw2 = llm.matmul %dy, %h {transpose_lhs} : tensor<33x24xf32>, tensor<33x40xf32> -> tensor<24x40xf32>
+  %dh2 = llm.mul %dh, %h : tensor<33x40xf32>
+  %dx = llm.matmul %dh2, %w1 : tensor<33x40xf32>, tensor<40x48xf32> -> tensor<33x48xf32>
+  %dw1 = llm.matmul %dh2, %x {transpose_lhs} : tensor<33x40xf32>, tensor<33x48xf32> -> tensor<40x48xf32>
+  return %dx, %dw1, %dw2 : tensor<33x48xf32>, tensor<40x48xf32>, tensor<24x40xf32>
+}
+)mlir";
+  OwningOpRef<ModuleOp> before = parseAndRun(src, "");
+  ASSERT_TRUE(before);
+  OwningOpRef<ModuleOp> after =
+      parseAndRun(src, "llmc-pipeline{form-kernels=1 pad-all=1 precision=fp8}");
+  ASSERT_TRUE(after);
+  std::string text = print(*after);
+  // Both gradients are quantized to e5m2 (dy once, shared by its two GEMMs).
+  size_t e5m2Casts = 0;
+  for (size_t at = text.find("xf8E5M2>"); at != std::string::npos;
+       at = text.find("xf8E5M2>", at + 1))
+    ++e5m2Casts;
+  EXPECT_GE(e5m2Casts, 4u) << text;
+  const double bound = 0.125 + 0.0625;
+  for (int draw = 0; draw < 3; ++draw) {
+    std::vector<HostTensor> inputs = inputsFor(firstFunc(*before), 1);
+    auto ref = Evaluate(firstFunc(*before), inputs);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    auto got = Evaluate(firstFunc(*after), inputs);
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << text;
+    ASSERT_EQ(got->size(), ref->size());
+    for (size_t r = 0; r < ref->size(); ++r) {
+      double err = RelativeError((*got)[r], (*ref)[r]);
+      EXPECT_LE(err, bound) << "result " << r << ", draw " << draw;
+      // The GEMMs really ran in fp8 (without it the pipeline is exact to 1e-5).
+      EXPECT_GT(err, 1e-3) << "result " << r << ", draw " << draw;
+      if (std::getenv("LLMC_PRINT_ERRORS"))
+        std::printf("mlp_backward fp8 hybrid, result %zu: relative error %.3g "
+                    "(bound %g)\n", r, err, bound);
+    }
+  }
+}
+
 } // namespace

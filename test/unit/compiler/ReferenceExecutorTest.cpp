@@ -47,7 +47,7 @@ TEST_F(ReferenceTest, RoundsF16AndF32ToNearestEven) {
   EXPECT_EQ(RoundToType(1.0 + 3 * 0x1p-24, f32()), 1.0 + 0x1p-22);
 }
 
-TEST_F(ReferenceTest, RoundsFp8WithE4M3Saturation) {
+TEST_F(ReferenceTest, RoundsFp8WithSaturation) {
   EXPECT_EQ(RoundToType(500.0, e4m3()), 448.0);
   EXPECT_EQ(RoundToType(-1e6, e4m3()), -448.0);
   EXPECT_EQ(RoundToType(INFINITY, e4m3()), 448.0);
@@ -58,7 +58,10 @@ TEST_F(ReferenceTest, RoundsFp8WithE4M3Saturation) {
   EXPECT_EQ(RoundToType(1.0 + 0x1p-3, e5m2()), 1.0);
   EXPECT_EQ(RoundToType(1.0 + 3 * 0x1p-3, e5m2()), 1.5);
   EXPECT_EQ(RoundToType(60000.0, e5m2()), 57344.0);
-  EXPECT_TRUE(std::isinf(RoundToType(70000.0, e5m2())));
+  // Saturating like the GPU's cvt.rn.satfinite.e5m2x2.f32, infinities too.
+  EXPECT_EQ(RoundToType(70000.0, e5m2()), 57344.0);
+  EXPECT_EQ(RoundToType(-INFINITY, e5m2()), -57344.0);
+  EXPECT_TRUE(std::isnan(RoundToType(NAN, e5m2())));
 }
 
 TEST_F(ReferenceTest, WrapsIntegers) {
