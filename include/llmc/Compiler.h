@@ -77,6 +77,10 @@ struct CompilerOptions {
   /// llmc::PipelineOptions in llmc/Pipelines/Pipeline.h). fp8 GEMMs are cuBLASLt fp8 GEMMs for
   /// an `arch` of sm_89 or later and dequantize + bf16 GEMMs below.
   std::string precision = "fp32";
+  /// Under precision "fp8": "tensor" (one scale per GEMM operand) or "row"
+  /// (one per row of the LHS and per column of the RHS, torchao's rowwise
+  /// recipe; see llmc-precision's fp8-scaling).
+  std::string fp8_scaling = "tensor";
   /// Weight-only quantization of the rank-2 parameter weights of matmuls
   /// whose K is a multiple of 128: "none", "int8" or "int4" (symmetric, one
   /// scale per 128 weights along K; AWQ/GPTQ-style layout, quantized once

@@ -98,6 +98,9 @@ typedef struct llmc_executable_t llmc_executable_t;
  *   cache_dir=PATH         kernel cache directory
  *   precision=fp32|bf16|fp16|fp8   numerics policy (default fp32: the graph
  *                          as written; see CompilerOptions::precision)
+ *   fp8_scaling=tensor|row         with precision=fp8: one scale per GEMM
+ *                          operand, or per row of the LHS and column of the
+ *                          RHS (CompilerOptions::fp8_scaling)
  *   weight_only=none|int8|int4     weight-only quantization of parameter
  *                          weights (CompilerOptions::weight_only) */
 llmc_status_t *llmc_compiler_create(const char *options,

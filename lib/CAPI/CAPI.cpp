@@ -340,10 +340,13 @@ LLMC_EXPORT llmc_status_t *llmc_compiler_create(const char *options,
         co.precision = value;
       } else if (key == "weight_only") {
         co.weight_only = value;
+      } else if (key == "fp8_scaling") {
+        co.fp8_scaling = value;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
             "options: unknown key '", key,
-            "' (expected arch, fuse, cache_dir, precision, weight_only)"));
+            "' (expected arch, fuse, cache_dir, precision, fp8_scaling, "
+            "weight_only)"));
       }
     }
     auto compiler = llmc::Compiler::Create(co);

@@ -182,6 +182,11 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions optio
   if (!policy)
     return absl::InvalidArgumentError("precision: " + error);
   pipeline->precision = *policy;
+  std::optional<llm::Fp8Scaling> fp8Scaling =
+      llm::parseFp8Scaling(options.fp8_scaling, error);
+  if (!fp8Scaling)
+    return absl::InvalidArgumentError("fp8_scaling: " + error);
+  pipeline->fp8_scaling = *fp8Scaling;
   std::optional<llm::WeightOnlyMode> weightOnly =
       llm::parseWeightOnlyMode(options.weight_only, error);
   if (!weightOnly)

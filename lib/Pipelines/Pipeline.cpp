@@ -38,6 +38,7 @@ void addPrecisionStage(OpPassManager &pm, const PipelineOptions &options) {
   if (options.precision != llm::PrecisionPolicy::fp32) {
     llm::PrecisionPassOptions precision;
     precision.policy = llm::stringifyPrecisionPolicy(options.precision).str();
+    precision.fp8Scaling = llm::stringifyFp8Scaling(options.fp8_scaling).str();
     pm.addPass(llm::createPrecisionPass(precision));
   }
   if (fp8 || options.pad_all) {
@@ -159,6 +160,12 @@ absl::Status ValidatePipelineOptions(const PipelineOptions &options) {
                    llm::stringifyWeightOnlyMode(options.weight_only).str(),
                    " cannot be combined with precision=fp8 (llmc-precision "
                    "quantizes weights either to fp8 or to int8/int4)");
+  if (options.fp8_scaling != llm::Fp8Scaling::tensor &&
+      options.precision != llm::PrecisionPolicy::fp8)
+    return invalid("fp8-scaling=",
+                   llm::stringifyFp8Scaling(options.fp8_scaling).str(),
+                   " needs precision=fp8, found precision=",
+                   llm::stringifyPrecisionPolicy(options.precision).str());
   for (auto [name, value] : {std::pair<const char *, int64_t>{"pad-multiple", options.pad_multiple},
                              {"vocab-multiple", options.vocab_multiple}})
     if (value < 1 || value > 4096)
@@ -188,7 +195,8 @@ absl::Status PrepareForLowering(func::FuncOp fn, bool raise) {
       fn, [&](OpPassManager &pm) { addPrepareStage(pm, raise); }, {});
 }
 
-absl::Status ApplyPrecisionPolicy(func::FuncOp fn, const std::string &policy) {
+absl::Status ApplyPrecisionPolicy(func::FuncOp fn, const std::string &policy,
+                                  llm::Fp8Scaling fp8_scaling) {
   std::string error;
   std::optional<llm::PrecisionPolicy> parsed =
       llm::parsePrecisionPolicy(policy, error);
@@ -196,6 +204,9 @@ absl::Status ApplyPrecisionPolicy(func::FuncOp fn, const std::string &policy) {
     return absl::InvalidArgumentError("precision: " + error);
   PipelineOptions options;
   options.precision = *parsed;
+  options.fp8_scaling = fp8_scaling;
+  if (absl::Status st = ValidatePipelineOptions(options); !st.ok())
+    return st;
   return runOn(
       fn, [&](OpPassManager &pm) { addPrecisionStage(pm, options); }, {});
 }
@@ -273,6 +284,11 @@ struct PipelinePassOptions
   Option<std::string> precision{*this, "precision",
                                 llvm::cl::desc("fp32, bf16, fp16 or fp8"),
                                 llvm::cl::init("fp32")};
+  Option<std::string> fp8Scaling{
+      *this, "fp8-scaling",
+      llvm::cl::desc("fp8 scaling: tensor (one scale per GEMM operand) or "
+                     "row (per row of the LHS and column of the RHS)"),
+      llvm::cl::init("tensor")};
   Option<bool> padAll{
       *this, "pad-all",
       llvm::cl::desc("llmc-pad-layout on every GEMM (default: fp8 ones only)"),
@@ -346,8 +362,15 @@ FailureOr<PipelineOptions> toPipelineOptions(const PipelinePassOptions &in,
     error = "precision: " + error;
     return failure();
   }
+  std::optional<llm::Fp8Scaling> fp8Scaling =
+      llm::parseFp8Scaling(in.fp8Scaling, error);
+  if (!fp8Scaling) {
+    error = "fp8-scaling: " + error;
+    return failure();
+  }
   out.weight_only = *weightOnly;
   out.precision = *precision;
+  out.fp8_scaling = *fp8Scaling;
   out.raise = in.raise;
   out.pad_all = in.padAll;
   out.pad_multiple = in.padMultiple;

@@ -14,8 +14,14 @@ namespace llmc::tools {
 PipelineFlags::PipelineFlags(cl::OptionCategory &category)
     : precision("precision",
                 cl::desc("numerics policy: fp32 (as written), bf16, fp16 or "
-                         "fp8 (per-tensor scaled e4m3 GEMMs)"),
+                         "fp8 (scaled e4m3 GEMMs; e5m2 for gradients, what is "
+                         "computed from llm.gradient arguments)"),
                 cl::init("fp32"), cl::cat(category)),
+      fp8Scaling("fp8-scaling",
+                 cl::desc("with --precision=fp8: tensor (one scale per GEMM "
+                          "operand) or row (one per row of the LHS and per "
+                          "column of the RHS, torchao's rowwise recipe)"),
+                 cl::init("tensor"), cl::cat(category)),
       noHoist("no-hoist",
               cl::desc("run parameter-only work (weight casts, fp8 weight "
                        "scaling, pads, relayouts) on every call instead of "
@@ -54,6 +60,11 @@ absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {
   if (!policy)
     return absl::InvalidArgumentError("--precision: " + error);
   options.precision = *policy;
+  std::optional<llm::Fp8Scaling> scaling =
+      llm::parseFp8Scaling(fp8Scaling, error);
+  if (!scaling)
+    return absl::InvalidArgumentError("--fp8-scaling: " + error);
+  options.fp8_scaling = *scaling;
   options.hoist_parameter_work = !noHoist;
   if (!knobs)
     return options;

@@ -1,7 +1,7 @@
 //===- PipelineFlags.h - pipeline flags of llmc-compile and llmc-run -*- C++ -*-===//
 //
 // The command-line face of llmc::PipelineOptions that both tools share
-// (--precision, --no-hoist and the tuning knobs --attention,
+// (--precision, --fp8-scaling, --no-hoist and the tuning knobs --attention,
 // --attention-tile, --ew-unroll, --gemv-unroll), validated once into PipelineOptions with
 // errors naming the flag, and MLIR's pass-manager flags
 // (--mlir-print-ir-after-all, --mlir-timing, ...) applied to the pipeline's
@@ -24,6 +24,7 @@ struct PipelineFlags {
   explicit PipelineFlags(llvm::cl::OptionCategory &category);
 
   llvm::cl::opt<std::string> precision;
+  llvm::cl::opt<std::string> fp8Scaling;
   llvm::cl::opt<bool> noHoist;
   llvm::cl::opt<std::string> attention;
   llvm::cl::opt<std::string> attentionTile;

@@ -386,7 +386,11 @@ int llmc::runMain(int argc, char **argv) {
 
   const std::string policy = opts.pipeline.precision;
   if (opts.backend == "ref") {
-    if (auto st = llmc::ApplyPrecisionPolicy(refFn, policy); !st.ok())
+    auto flags = opts.pipeline.options(/*knobs=*/false);
+    if (!flags.ok())
+      return fail(std::string(flags.status().message()));
+    if (auto st = llmc::ApplyPrecisionPolicy(refFn, policy, flags->fp8_scaling);
+        !st.ok())
       return fail(std::string(st.message()));
     auto t0 = std::chrono::steady_clock::now();
     auto outs = ref::Evaluate(refFn, inputs, refOptions);

@@ -152,6 +152,7 @@ CHECK_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2,
 # --precision).
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 WEIGHT_ONLY = ("none", "int8", "int4")
+FP8_SCALINGS = ("tensor", "row")
 PARTITIONS = ("default", "mincut")
 
 
@@ -166,7 +167,14 @@ class Options:
     precision: None (the graph's own types) or one of PRECISIONS ("fp32",
         "bf16", "fp16", "fp8"), the compiler's numerics policy; arch: the
         GPU to compile for ("sm_90a"; default: the one present). Any other
-        value is a ValueError, as for every option.
+        value is a ValueError, as for every option. Under "fp8", backward
+        graphs quantize gradients (AOTAutograd's tangents and what is
+        computed from them) to e5m2 and everything else to e4m3
+        (Transformer Engine's HYBRID format).
+    fp8_scaling: "tensor" (default: one scale per GEMM operand) or "row"
+        (one per row of the LHS and per column of the RHS, torchao's
+        rowwise recipe: an outlier row no longer costs the others their
+        precision); only with precision="fp8".
     weight_only: None/"none", "int8" or "int4": weight-only quantization of
         the model's linear weights (parameters of rank 2 whose K is a
         multiple of 128; one scale per 128 weights along K), done once per
@@ -207,6 +215,7 @@ class Options:
         with graphs on.
     """
     precision: Optional[str] = None
+    fp8_scaling: str = "tensor"
     weight_only: Optional[str] = None
     cuda_graphs: bool = False
     dynamic_buckets: Any = "pow2"
@@ -263,6 +272,12 @@ class Options:
         if o.precision is not None and o.precision not in PRECISIONS:
             raise ValueError(f"llmc: precision must be one of {', '.join(PRECISIONS)} "
                              f"(or None: as written), got {o.precision!r}")
+        if o.fp8_scaling not in FP8_SCALINGS:
+            raise ValueError(f"llmc: fp8_scaling must be one of {', '.join(FP8_SCALINGS)}, "
+                             f"got {o.fp8_scaling!r}")
+        if o.fp8_scaling != "tensor" and o.precision != "fp8":
+            raise ValueError(f"llmc: fp8_scaling={o.fp8_scaling!r} needs precision='fp8', "
+                             f"got precision={o.precision!r}")
         if o.weight_only is not None and o.weight_only not in WEIGHT_ONLY:
             raise ValueError(f"llmc: weight_only must be one of {', '.join(WEIGHT_ONLY)} "
                              f"(or None), got {o.weight_only!r}")
@@ -284,6 +299,8 @@ class Options:
             opts["cache_dir"] = self.cache_dir
         if self.precision:
             opts["precision"] = self.precision
+        if self.fp8_scaling != "tensor":
+            opts["fp8_scaling"] = self.fp8_scaling
         if self.weight_only and self.weight_only != "none":
             opts["weight_only"] = self.weight_only
         return opts

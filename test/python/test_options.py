@@ -8,7 +8,8 @@ import warnings
 import pytest
 import torch
 
-from llmc.backend import PRECISIONS, WEIGHT_ONLY, Options
+from llmc import _capi
+from llmc.backend import FP8_SCALINGS, PRECISIONS, WEIGHT_ONLY, Options
 
 
 def test_precision_values():
@@ -29,6 +30,32 @@ def test_weight_only_values():
             Options.from_dict({"weight_only": bad})
     with pytest.raises(ValueError, match=r"weight_only and precision='fp8'"):
         Options.from_dict({"weight_only": "int8", "precision": "fp8"})
+
+
+def test_fp8_scaling_values():
+    assert Options.from_dict({}).fp8_scaling == "tensor"
+    for s in FP8_SCALINGS:
+        o = Options.from_dict({"precision": "fp8", "fp8_scaling": s})
+        assert o.fp8_scaling == s
+    assert Options.from_dict({"precision": "fp8", "fp8_scaling": "row"}).compiler_options() == \
+        {"precision": "fp8", "fp8_scaling": "row"}
+    assert "fp8_scaling" not in Options.from_dict({"precision": "fp8"}).compiler_options()
+    for bad in ("rows", "block", "", None, 1):
+        with pytest.raises(ValueError, match=r"fp8_scaling must be one of tensor, row"):
+            Options.from_dict({"precision": "fp8", "fp8_scaling": bad})
+    with pytest.raises(ValueError, match=r"fp8_scaling='row' needs precision='fp8'"):
+        Options.from_dict({"precision": "bf16", "fp8_scaling": "row"})
+
+
+def test_compiler_checks_fp8_scaling():
+    """The C API's compiler options take fp8_scaling and name a bad value."""
+    try:
+        _capi.load()
+    except Exception as e:  # LibraryNotFound
+        pytest.skip(f"libllmc.so not found: {e}")
+    _capi.Compiler({"precision": "fp8", "fp8_scaling": "row"})
+    with pytest.raises(_capi.LlmcError, match=r"fp8_scaling: expected tensor or row, found 'rows'"):
+        _capi.Compiler({"precision": "fp8", "fp8_scaling": "rows"})
 
 
 def test_arch_values():

@@ -69,6 +69,17 @@ llvm::StringRef stringifyWeightOnlyMode(WeightOnlyMode mode);
 /// Bits per quantized weight: 8, 4, or 0 for none.
 int weightOnlyBits(WeightOnlyMode mode);
 
+/// Scaling granularity of the fp8 policy's GEMM operands
+/// (`llmc-precision`'s fp8-scaling): one scale per tensor, or one per row
+/// of the LHS and per column of the RHS (torchao's rowwise recipe).
+enum class Fp8Scaling { tensor, row };
+
+/// `name` as an fp8 scaling ("tensor", "row"), else std::nullopt with
+/// `error` = "expected tensor or row, found 'x'".
+std::optional<Fp8Scaling> parseFp8Scaling(llvm::StringRef name,
+                                          std::string &error);
+llvm::StringRef stringifyFp8Scaling(Fp8Scaling scaling);
+
 /// True when `v` is a function argument seen through casts, views and pads:
 /// anything computed from it depends on that one argument (a parameter) and
 /// can be computed once per parameter set (llmc-hoist-parameter-work).

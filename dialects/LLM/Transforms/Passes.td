@@ -248,6 +248,16 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     operands are gradients the RHS is e4m3. `fp8-gradients=e4m3` quantizes
     every operand to e4m3 (TE's E4M3 format).
 
+    `fp8-scaling=row` (torchao's rowwise recipe, for accuracy-sensitive
+    GEMMs): instead of one scale per operand, one per row of the LHS
+    ([.., M, K]: s_a[.., m] over its K values) and one per column of the
+    RHS (s_b[.., n]), so one outlier row or channel no longer pushes every
+    other row into e4m3's subnormals; the epilogue multiplies the fp32
+    product by s_a[m] * s_b[n]. Operands of dynamic shape keep one scale
+    per tensor (the pipeline specializes shapes before this pass). The
+    epilogue runs as an elementwise kernel after the GEMM (cuBLASLt's
+    outer-vector scale modes are not used yet).
+
     `policy=fp32` leaves the function unchanged.
 
     `weight-only=int8|int4` (after the policy's casts; not with fp8):
@@ -295,7 +305,9 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     Option<"weightOnly", "weight-only", "std::string", "\"none\"",
            "Weight-only quantization of parameter matmul weights: none, int8 or int4 (symmetric, groups of 128 along K)">,
     Option<"fp8Gradients", "fp8-gradients", "std::string", "\"e5m2\"",
-           "fp8 type of GEMM operands computed from llm.gradient arguments under policy=fp8: e5m2 (Transformer Engine's HYBRID format) or e4m3">
+           "fp8 type of GEMM operands computed from llm.gradient arguments under policy=fp8: e5m2 (Transformer Engine's HYBRID format) or e4m3">,
+    Option<"fp8Scaling", "fp8-scaling", "std::string", "\"tensor\"",
+           "fp8 scaling granularity under policy=fp8: tensor (one scale per GEMM operand) or row (one per row of the LHS and per column of the RHS, torchao's rowwise recipe)">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

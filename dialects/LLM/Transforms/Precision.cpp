@@ -52,12 +52,13 @@ public:
     return c;
   }
 
-  /// Per-tensor fp8 quantization of `x` to `fp8` (f8E4M3FN or f8E5M2):
-  /// (cast(x / s) to fp8, s) with s = max(reduce_max(abs(x)), 1e-12) / m as
-  /// a rank-0 f32 tensor, m the format's largest finite value (448 for e4m3,
-  /// 57344 for e5m2).
-  std::pair<Value, Value> quantizeFp8(Value x, FloatType fp8) {
-    auto key = std::make_pair(x, Type(fp8));
+  /// fp8 quantization of `x` to `fp8` (f8E4M3FN or f8E5M2): (cast(x / s)
+  /// to fp8, s) with s = max(reduce_max(abs(x)), 1e-12) / m, m the format's
+  /// largest finite value (448 for e4m3, 57344 for e5m2). Per tensor (s
+  /// rank-0) when `kAxis` < 0, else one scale per row along axis `kAxis`
+  /// (the reduction keeps that axis with size 1; static shapes only).
+  std::pair<Value, Value> quantizeFp8(Value x, FloatType fp8, int64_t kAxis) {
+    auto key = std::make_tuple(x, Type(fp8), kAxis);
     if (auto it = quantized.find(key); it != quantized.end())
       return it->second;
     Type f32 = b.getF32Type();
@@ -66,22 +67,29 @@ public:
     setAfterDef(xf);
     Location loc = x.getLoc();
     auto t = cast<RankedTensorType>(xf.getType());
-    auto scalar = RankedTensorType::get({}, f32);
-    SmallVector<int64_t> all;
-    for (int64_t d = 0; d < t.getRank(); ++d)
-      all.push_back(d);
+    RankedTensorType scaleT = RankedTensorType::get({}, f32);
+    SmallVector<int64_t> dims;
+    if (kAxis < 0) {
+      for (int64_t d = 0; d < t.getRank(); ++d)
+        dims.push_back(d);
+    } else {
+      SmallVector<int64_t> shape(t.getShape());
+      shape[kAxis] = 1;
+      scaleT = t.clone(shape);
+      dims.push_back(kAxis);
+    }
     // scale(x) = max(reduce_max(abs(x)), floor) / m
     Value absx = AbsOp::create(b, loc, t, xf);
-    Value amax = ReduceMaxOp::create(b, loc, scalar, absx,
-                                     all, /*keepdim=*/false);
+    Value amax = ReduceMaxOp::create(b, loc, scaleT, absx, dims,
+                                     /*keepdim=*/kAxis >= 0);
     Value floor = ConstantOp::create(
-        b, loc, scalar, DenseElementsAttr::get(scalar, b.getF32FloatAttr(1e-12f)));
+        b, loc, scaleT, DenseElementsAttr::get(scaleT, b.getF32FloatAttr(1e-12f)));
     float largest = static_cast<float>(
         llvm::APFloat::getLargest(fp8.getFloatSemantics()).convertToDouble());
     Value maxFp8 = ConstantOp::create(
-        b, loc, scalar, DenseElementsAttr::get(scalar, b.getF32FloatAttr(largest)));
-    Value clamped = MaximumOp::create(b, loc, scalar, amax, floor);
-    Value scale = DivOp::create(b, loc, scalar, clamped, maxFp8);
+        b, loc, scaleT, DenseElementsAttr::get(scaleT, b.getF32FloatAttr(largest)));
+    Value clamped = MaximumOp::create(b, loc, scaleT, amax, floor);
+    Value scale = DivOp::create(b, loc, scaleT, clamped, maxFp8);
     Value scaleB = BroadcastOp::create(b, loc, t, scale);
     Value scaled = DivOp::create(b, loc, t, xf, scaleB);
     Value q = CastOp::create(b, loc, t.clone(fp8), scaled);
@@ -129,14 +137,29 @@ public:
   // matmul(a, b) => cast(cast(matmul(q(a), q(b)) * (s_a * s_b) + bias) : bf16)
   // with each operand's fp8 type: e4m3, or e5m2 for a gradient under the
   // HYBRID format. cuBLASLt has no e5m2 x e5m2 GEMM, so when both operands
-  // are gradients the RHS is e4m3.
-  void fp8Matmul(MatmulOp mm, const llvm::DenseSet<Value> &gradients) {
+  // are gradients the RHS is e4m3. With `rows`, s_a is one scale per row m
+  // of the LHS ([..., M, 1]) and s_b one per column n of the RHS
+  // ([..., 1, N]), each over its K values; an operand of dynamic shape keeps
+  // one scale per tensor.
+  void fp8Matmul(MatmulOp mm, const llvm::DenseSet<Value> &gradients,
+                 bool rows) {
     FloatType e4m3 = b.getType<Float8E4M3FNType>();
     FloatType e5m2 = b.getType<Float8E5M2Type>();
     bool lhsGrad = gradients.contains(mm.getLhs());
     bool rhsGrad = gradients.contains(mm.getRhs()) && !lhsGrad;
-    auto [qa, sa] = quantizeFp8(mm.getLhs(), lhsGrad ? e5m2 : e4m3);
-    auto [qb, sb] = quantizeFp8(mm.getRhs(), rhsGrad ? e5m2 : e4m3);
+    // The K axis of an operand as stored: LHS [.., M, K] ([.., K, M]
+    // transposed), RHS [.., K, N] ([.., N, K] transposed); -1: per tensor.
+    auto kAxisOf = [&](Value v, bool lhs) -> int64_t {
+      auto t = cast<RankedTensorType>(v.getType());
+      if (!rows || !t.hasStaticShape())
+        return -1;
+      int64_t r = t.getRank();
+      bool transposed = lhs ? mm.getTransposeLhs() : mm.getTransposeRhs();
+      return lhs == transposed ? r - 2 : r - 1;
+    };
+    int64_t kA = kAxisOf(mm.getLhs(), true), kB = kAxisOf(mm.getRhs(), false);
+    auto [qa, sa] = quantizeFp8(mm.getLhs(), lhsGrad ? e5m2 : e4m3, kA);
+    auto [qb, sb] = quantizeFp8(mm.getRhs(), rhsGrad ? e5m2 : e4m3, kB);
     Type f32 = b.getF32Type();
     Location loc = mm.getLoc();
     b.setInsertionPoint(mm);
@@ -144,9 +167,30 @@ public:
     auto resF32 = resT.clone(f32);
     Value prod = MatmulOp::create(b, loc, resF32, qa, qb, Value(),
                                   mm.getTransposeLhs(), mm.getTransposeRhs());
-    Value s = MulOp::create(b, loc, RankedTensorType::get({}, f32), sa, sb);
-    Value sB = BroadcastOp::create(b, loc, resF32, s);
-    Value y = MulOp::create(b, loc, resF32, prod, sB);
+    Value y;
+    if (kA < 0 && kB < 0) {
+      Value s = MulOp::create(b, loc, RankedTensorType::get({}, f32), sa, sb);
+      Value sB = BroadcastOp::create(b, loc, resF32, s);
+      y = MulOp::create(b, loc, resF32, prod, sB);
+    } else {
+      // Row scales as the result's rows ([.., M, 1]) and columns ([.., 1, N]):
+      // a scale reduced along the other axis is reshaped (a size-1 swap).
+      auto oriented = [&](Value s, int64_t kAxis, bool lhs) -> Value {
+        if (kAxis < 0)
+          return s;
+        auto st = cast<RankedTensorType>(s.getType());
+        int64_t r = st.getRank();
+        if ((kAxis == r - 1) == lhs)
+          return s;
+        SmallVector<int64_t> shape(st.getShape());
+        std::swap(shape[r - 1], shape[r - 2]);
+        return ReshapeOp::create(b, loc, st.clone(shape), s);
+      };
+      Value rowScale = BroadcastOp::create(b, loc, resF32, oriented(sa, kA, true));
+      Value colScale = BroadcastOp::create(b, loc, resF32, oriented(sb, kB, false));
+      y = MulOp::create(b, loc, resF32, MulOp::create(b, loc, resF32, prod, rowScale),
+                        colScale);
+    }
     if (Value bias = mm.getBias()) {
       Value bf = castTo(bias, f32);
       b.setInsertionPoint(mm);
@@ -171,7 +215,8 @@ private:
   func::FuncOp fn;
   OpBuilder b;
   llvm::DenseMap<std::pair<Value, Type>, Value> casts;
-  llvm::DenseMap<std::pair<Value, Type>, std::pair<Value, Value>> quantized;
+  llvm::DenseMap<std::tuple<Value, Type, int64_t>, std::pair<Value, Value>>
+      quantized;
 };
 
 /// The values computed from a function argument marked `llm.gradient` (the
@@ -235,6 +280,19 @@ llvm::StringRef llmc::llm::stringifyWeightOnlyMode(WeightOnlyMode mode) {
   llvm_unreachable("unknown weight-only mode");
 }
 
+std::optional<Fp8Scaling> llmc::llm::parseFp8Scaling(llvm::StringRef name,
+                                                    std::string &error) {
+  for (Fp8Scaling s : {Fp8Scaling::tensor, Fp8Scaling::row})
+    if (name == stringifyFp8Scaling(s))
+      return s;
+  error = "expected tensor or row, found '" + name.str() + "'";
+  return std::nullopt;
+}
+
+llvm::StringRef llmc::llm::stringifyFp8Scaling(Fp8Scaling scaling) {
+  return scaling == Fp8Scaling::row ? "row" : "tensor";
+}
+
 int llmc::llm::weightOnlyBits(WeightOnlyMode mode) {
   return mode == WeightOnlyMode::int8 ? 8 : mode == WeightOnlyMode::int4 ? 4 : 0;
 }
@@ -259,6 +317,10 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
     }
     if (!parsePrecisionPolicy(policy, error)) {
       fn.emitOpError() << "policy: " << error;
+      return signalPassFailure();
+    }
+    if (!parseFp8Scaling(fp8Scaling, error)) {
+      fn.emitOpError() << "fp8-scaling: " << error;
       return signalPassFailure();
     }
     if (fp8Gradients != "e5m2" && fp8Gradients != "e4m3") {
@@ -307,7 +369,7 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
       Type e = elementOf(mm.getLhs());
       if (policy == "fp8") {
         if (isa<Float32Type, Float16Type, BFloat16Type>(e))
-          rw.fp8Matmul(mm, gradients);
+          rw.fp8Matmul(mm, gradients, fp8Scaling == "row");
         continue;
       }
       if (e.isF32())

@@ -68,6 +68,9 @@ struct PipelineOptions {
   /// canonicalizations; false: canonicalize and CSE only.
   bool raise = true;
   llm::PrecisionPolicy precision = llm::PrecisionPolicy::fp32;
+  /// Under the fp8 policy: one scale per GEMM operand, or per row of the
+  /// LHS and column of the RHS (llmc-precision's fp8-scaling).
+  llm::Fp8Scaling fp8_scaling = llm::Fp8Scaling::tensor;
   /// llmc-pad-layout on every GEMM, not only under the fp8 policy, with
   /// these multiples (llmc-opt's --llmc-pipeline="pad-all=1"; no tool pads
   /// other GEMMs).
@@ -125,7 +128,8 @@ using PassManagerSetup = std::function<mlir::LogicalResult(mlir::PassManager &)>
 inline constexpr int kMaxTensorParallel = 1024;
 
 /// Checks what buildPipeline cannot: 1 <= tp <= kMaxTensorParallel and
-/// 0 <= rank < tp; weight_only none with the fp8 policy; pad_multiple and
+/// 0 <= rank < tp; weight_only none with the fp8 policy; fp8_scaling tensor
+/// unless the policy is fp8; pad_multiple and
 /// vocab_multiple in 1..4096; arena_alignment a positive power of two;
 /// elementwise_unroll 1..4; gemv_unroll 1..16. InvalidArgument naming the option otherwise.
 absl::Status ValidatePipelineOptions(const PipelineOptions &options);
@@ -146,9 +150,11 @@ absl::Status PrepareForLowering(mlir::func::FuncOp fn, bool raise = true);
 /// llmc-precision{policy} (and llmc-pad-layout for fp8) -> canonicalize ->
 /// CSE; nothing for "fp32". llmc-run's reference backend runs it on the
 /// graph as written. Errors: InvalidArgument "precision: expected ..." for
-/// an unknown policy, else as RunPipeline.
-absl::Status ApplyPrecisionPolicy(mlir::func::FuncOp fn,
-                                  const std::string &policy);
+/// an unknown policy, else as RunPipeline. `fp8_scaling` as
+/// PipelineOptions::fp8_scaling.
+absl::Status ApplyPrecisionPolicy(
+    mlir::func::FuncOp fn, const std::string &policy,
+    llm::Fp8Scaling fp8_scaling = llm::Fp8Scaling::tensor);
 
 //===----------------------------------------------------------------------===//
 // Tuning knobs
