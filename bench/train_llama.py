@@ -22,6 +22,17 @@ instead of saving every intermediate) and mode:
 aot_eager (PyTorch's backend that traces with Dynamo and AOTAutograd and
 runs the traced graphs eagerly) shows what tracing alone costs a first step.
 
+FP8 training (issue 20): llmc-fp8 is llmc with options={"precision": "fp8"}
+(every GEMM in fp8 with per-tensor current scaling, gradients in e5m2 and
+the rest in e4m3: Transformer Engine's HYBRID format; attention stays
+bf16), llmc-fp8-row the same with fp8_scaling="row" (one scale per row of
+each GEMM's LHS and column of its RHS); inductor-float8 is Inductor on the
+model converted by torchao's convert_to_float8_training (tensorwise
+dynamic scaling, the LM head left in bf16 as torchao's examples do), when
+torchao is importable (else the run records the import error). MFU stays
+measured against the bf16 GEMM ceiling, so fp8 runs can exceed what bf16
+could reach.
+
 Reported: the first step's time (compiles included) in seconds, split into
 Dynamo's bytecode tracing, AOTAutograd (create_aot_dispatcher_function:
 tracing the joint graph, partitioning it, the backend's partition of the
@@ -49,7 +60,12 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("eager", "inductor", "llmc", "llmc-mincut", "aot_eager")
+BACKENDS = ("eager", "inductor", "llmc", "llmc-mincut", "aot_eager",
+            "llmc-fp8", "llmc-fp8-row", "inductor-float8")
+# torch.compile options of the llmc backends.
+LLMC_OPTIONS = {"llmc": {}, "llmc-mincut": {"partition": "mincut"},
+                "llmc-fp8": {"precision": "fp8"},
+                "llmc-fp8-row": {"precision": "fp8", "fp8_scaling": "row"}}
 MODES = ("fwdbwd", "adamw")
 
 
@@ -142,14 +158,18 @@ def make_step(model, backend, mode):
         fwd = torch.compile(model)
     elif backend == "aot_eager":
         fwd = torch.compile(model, backend="aot_eager")
+    elif backend == "inductor-float8":
+        from torchao.float8 import convert_to_float8_training
+        convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "lm_head")
+        fwd = torch.compile(model)
     else:
-        options = {"partition": "mincut"} if backend == "llmc-mincut" else {}
-        fwd = torch.compile(model, backend="llmc", options=options)
+        fwd = torch.compile(model, backend="llmc", options=LLMC_OPTIONS[backend])
     opt = None
     if mode == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-        opt_step = opt.step if backend == "eager" else torch.compile(
-            opt.step, backend="llmc" if backend.startswith("llmc") else backend)
+        opt_backend = ("llmc" if backend.startswith("llmc")
+                       else "inductor" if backend == "inductor-float8" else backend)
+        opt_step = opt.step if backend == "eager" else torch.compile(opt.step, backend=opt_backend)
     # (opt.step has no backward: the partition option does not apply.)
 
     def step(ids, labels, keep_grads=False):

@@ -68,3 +68,27 @@ def test_profile_writes_the_top_kernels_of_each_run(tmp_path):
                       "--modes", "fwdbwd", "--profile"])
     text = (tmp_path / "profile-fwdbwd-eager.txt").read_text()
     assert "aten::mm" in text and "Self CPU" in text, text[:2000]
+
+
+def test_fp8_backends_run_and_report(tmp_path):
+    """llmc-fp8 and llmc-fp8-row compile the training graphs under the fp8
+    policy (on the CPU they then run in PyTorch: the loss equals eager's);
+    inductor-float8 runs, or records why not (torchao missing), without
+    stopping the others."""
+    capi_or_skip()
+    train_llama.main(["--smoke", "--out", str(tmp_path), "--modes", "fwdbwd",
+                      "--backends", "eager,llmc-fp8,llmc-fp8-row,inductor-float8"])
+    runs = {r["backend"]: r for r in json.loads((tmp_path / "train.json").read_text())["runs"]}
+    assert set(runs) == {"eager", "llmc-fp8", "llmc-fp8-row", "inductor-float8"}, runs
+    for b in ("llmc-fp8", "llmc-fp8-row"):
+        r = runs[b]
+        assert "error" not in r, r
+        for p in r["partitions"]:
+            assert p["subgraphs"] == 1 and not p["compile_failures"], r["partitions"]
+    f8 = runs["inductor-float8"]
+    try:
+        import torchao  # noqa: F401
+    except ImportError:
+        assert "ModuleNotFoundError" in f8["error"] and "torchao" in f8["error"], f8
+    table = (tmp_path / "train.md").read_text()
+    assert "| fwdbwd | llmc-fp8-row |" in table, table

@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../kernels/CpuReference.h"
 #include "../kernels/EmuSupport.h"
 #include "ReferenceTestUtils.h"
 
@@ -196,6 +197,10 @@ std::vector<double> Decode(const uint8_t *p, rt::DType d, int64_t n) {
     float f;
     if (d == rt::DType::f32) {
       std::memcpy(&f, p + 4 * i, 4);
+    } else if (d == rt::DType::f8e4m3) {
+      f = llmc::ref::FromE4M3(p[i]);
+    } else if (d == rt::DType::f8e5m2) {
+      f = llmc::ref::FromE5M2(p[i]);
     } else {
       uint16_t b;
       std::memcpy(&b, p + 2 * i, 2);
@@ -368,6 +373,9 @@ protected:
         for (size_t i = 0; i < got.data.size(); ++i)
           if (std::isfinite(want[o].data[i]))
             maxAbs = std::max(maxAbs, std::fabs(got.data[i] - want[o].data[i]));
+        // fp8: the kernel divides by the scale in f32, the reference in
+        // float64, so a value at a rounding tie may land one e4m3 step
+        // (2^-3 relative) away; a few such elements stay far below 1e-2.
         const double tol = sig.dtype == rt::DType::f32 ? 1e-5 : 1e-2;
         const double err = RelativeError(got, want[o]);
         EXPECT_LE(err, tol) << "output " << o << " (" << want[o].typeString()
@@ -376,6 +384,43 @@ protected:
     }
   }
 };
+
+/// The fp8 policy's row-scaled quantization of a [6, N] activation
+/// (llmc-precision fp8-scaling=row, as it writes it): amax per row, the
+/// scale max(amax, 1e-12) / m, and x / scale cast to `fp8` (f8E4M3FN with
+/// m = 448, f8E5M2 with m = 57344) with its scales as outputs.
+std::string Fp8RowQuantize(int64_t n, const std::string &fp8, const std::string &largest) {
+  std::string s = R"mlir(
+func.func @fp8_rows(%x: tensor<6xNxbf16>) -> (tensor<6xNxFP8>, tensor<6x1xf32>) {
+  %xf = llm.cast %x : tensor<6xNxbf16> to tensor<6xNxf32>
+  %a = llm.abs %xf : tensor<6xNxf32>
+  %m = llm.reduce_max %a [1] keepdim : tensor<6xNxf32>
+  %floor = llm.constant dense<1.000000e-12> : tensor<6x1xf32>
+  %big = llm.constant dense<LARGEST> : tensor<6x1xf32>
+  %c = llm.maximum %m, %floor : tensor<6x1xf32>
+  %s = llm.div %c, %big : tensor<6x1xf32>
+  %sb = llm.broadcast %s : tensor<6x1xf32> to tensor<6xNxf32>
+  %d = llm.div %xf, %sb : tensor<6xNxf32>
+  %q = llm.cast %d : tensor<6xNxf32> to tensor<6xNxFP8>
+  return %q, %s : tensor<6xNxFP8>, tensor<6x1xf32>
+}
+)mlir";
+  ReplaceAll(s, "6xN", "6x" + std::to_string(n));
+  ReplaceAll(s, "FP8", fp8);
+  ReplaceAll(s, "LARGEST", largest);
+  return s;
+}
+
+// fp8 row scaling: the amax reduction, the scale and the scaled cast to
+// e4m3 in one row kernel (one pass over the activation), 16-byte vectors.
+TEST_F(RowKernelEmu, Fp8RowQuantizeE4M3) {
+  check(Fp8RowQuantize(256, "f8E4M3FN", "4.480000e+02"), true);
+}
+
+// The same for a gradient (e5m2), on rows that no vector width divides.
+TEST_F(RowKernelEmu, Fp8RowQuantizeE5M2OddRows) {
+  check(Fp8RowQuantize(37, "f8E5M2", "5.734400e+04"), false);
+}
 
 // The RMSNorm backward (dx) in one kernel: 15 rows of 64.
 TEST_F(RowKernelEmu, RmsNormBackward) { check(RmsNormBackward()); }
