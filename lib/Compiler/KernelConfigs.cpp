@@ -67,6 +67,8 @@ cu::DecodeConfig llmc::pagedDecodeConfig(PagedAttentionOp op, int64_t queryRows)
   dc.block_table = kernelScalarType(op.getBlockTable());
   dc.cu_seqlens = kernelScalarType(op.getCuSeqlensQ());
   dc.seq_lens = kernelScalarType(op.getSeqLens());
+  if (op.getKeyScale())  // an fp8 KV cache (the verifier's rule)
+    dc.kv_fp8 = kernelScalarType(op.getKeyPages());
   return dc;
 }
 

@@ -381,13 +381,17 @@ static absl::Status lowerPagedAttention(PagedAttentionOp op, Lowering &l) {
   int ml = l.newArenaBuffer(std::max<int64_t>(mlBytes, 4), l.getStep(), l.getStep());
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims splitDims,
                         generated(cu::FlashDecodeSplitLaunch(dc, b, hkv, splits), op));
-  l.launch(l.addKernel(kernels.split), splitDims,
-           {l.bufArg(acc), l.bufArg(ml), l.ptrArg(op.getQuery()), l.ptrArg(op.getKeyPages()),
-            l.ptrArg(op.getValuePages()), l.ptrArg(op.getBlockTable()),
-            l.ptrArg(op.getCuSeqlensQ()), l.ptrArg(op.getSeqLens()), i64Arg(bt.getDimSize(1)),
-            i64Arg(kp.getDimSize(0)), i32Arg(hkv), f32Arg(softmaxScale(op.getScale(), d)),
-            i32Arg(splits)},
-           op);
+  std::vector<KernelArg> splitArgs = {
+      l.bufArg(acc), l.bufArg(ml), l.ptrArg(op.getQuery()), l.ptrArg(op.getKeyPages()),
+      l.ptrArg(op.getValuePages()), l.ptrArg(op.getBlockTable()),
+      l.ptrArg(op.getCuSeqlensQ()), l.ptrArg(op.getSeqLens()), i64Arg(bt.getDimSize(1)),
+      i64Arg(kp.getDimSize(0)), i32Arg(hkv), f32Arg(softmaxScale(op.getScale(), d)),
+      i32Arg(splits)};
+  if (op.getKeyScale()) {  // an fp8 KV cache: its per-KV-head scales
+    splitArgs.push_back(l.ptrArg(op.getKeyScale()));
+    splitArgs.push_back(l.ptrArg(op.getValueScale()));
+  }
+  l.launch(l.addKernel(kernels.split), splitDims, splitArgs, op);
   LLMC_ASSIGN_OR_RETURN(cu::LaunchDims combineDims,
                         generated(cu::FlashDecodeCombineLaunch(rows, t, hkv), op));
   l.launch(l.addKernel(kernels.combine), combineDims,

@@ -50,6 +50,8 @@ static absl::Status lowerPagedKVAppend(PagedKVAppendOp o, Lowering &l) {
     return absl::OkStatus();
   cu::PagedKvAppendConfig cfg;
   cfg.dtype = scalarOf(o.getPages());
+  if (o.getScale())  // a float update quantized into fp8 pages
+    cfg.quantize_from = scalarOf(o.getUpdate());
   cfg.heads_kv = pages.getDimSize(2);
   cfg.head_dim = pages.getDimSize(3);
   cfg.page_size = pages.getDimSize(1);
@@ -62,6 +64,8 @@ static absl::Status lowerPagedKVAppend(PagedKVAppendOp o, Lowering &l) {
       l.ptrArg(o.getCuSeqlensQ()),  l.ptrArg(o.getSeqLens()), l.bufArg(err),
       i64Arg(t),                    i64Arg(bt.getDimSize(0)), i64Arg(bt.getDimSize(1)),
       i64Arg(pages.getDimSize(0))};
+  if (o.getScale())  // after the update, as the kernel takes it
+    args.insert(args.begin() + 2, l.ptrArg(o.getScale()));
   return l.launchGenerated(cu::EmitPagedKvAppend(cfg), cu::PagedKvAppendLaunch(cfg, t), args, o);
 }
 

@@ -451,6 +451,23 @@ absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
     return opError(op, *error);
   LLMC_ASSIGN_OR_RETURN(std::vector<PackedSequence> seqs,
                        pagedSequences(op, T, P, pageSize, table, cu, lens));
+  // An fp8 KV cache: the pages times their per-KV-head scales.
+  const HostTensor *keys = &kp, *values = &vp;
+  HostTensor scaledKeys, scaledValues;
+  if (op.getKeyScale()) {
+    const HostTensor &ks = in(op, 6), &vs = in(op, 7);
+    if (ks.shape != Shape{Hkv} || vs.shape != Shape{Hkv})
+      return opError(op, absl::StrCat("key_scale ", shapeStr(ks.shape), " and value_scale ",
+                                      shapeStr(vs.shape), " must be [Hkv] = [", Hkv, "]"));
+    for (auto [pages, scales, out] : {std::tuple{&kp, &ks, &scaledKeys},
+                                      std::tuple{&vp, &vs, &scaledValues}}) {
+      LLMC_ASSIGN_OR_RETURN(*out, newTensor(op, q.elementType, pages->shape));
+      for (size_t i = 0; i < out->data.size(); ++i)
+        out->data[i] = pages->data[i] * scales->data[(i / D) % Hkv];
+    }
+    keys = &scaledKeys;
+    values = &scaledValues;
+  }
   double work = 0;
   int64_t maxLen = 0;
   for (const PackedSequence &seq : seqs) {
@@ -465,7 +482,8 @@ absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
         int64_t page = at(table, b * maxPages + j / pageSize);
         return ((page * pageSize + j % pageSize) * Hkv + hk) * D;
       };
-      packedAttentionRows(q, kp, vp, out, Hkv, scale, op.getCausal(), seqs[b], kvRow, p);
+      packedAttentionRows(q, *keys, *values, out, Hkv, scale, op.getCausal(), seqs[b], kvRow,
+                          p);
     }
   });
 }
@@ -497,10 +515,25 @@ absl::StatusOr<HostTensor> RankState::pagedKVAppend(llm::PagedKVAppendOp op) {
                                         "appends to it)"));
       slots[seqs[b].first + i] = slot;
     }
+  // Into fp8 pages: update / scale[h], rounded (saturating) to the pages'
+  // type.
+  const HostTensor *scale = op.getScale() ? &in(op, 5) : nullptr;
+  const int64_t Hkv = pages.shape[2], D = pages.shape[3];
+  if (scale && scale->shape != Shape{Hkv})
+    return opError(op, absl::StrCat("scale ", shapeStr(scale->shape), " must be [Hkv] = [",
+                                    Hkv, "]"));
+  Type pageType = pages.elementType;
   // `pages` is not used below: taking it ends that reference.
   LLMC_ASSIGN_OR_RETURN(HostTensor out, takeOrCopy(op, 0));
-  for (size_t t = 0; t < slots.size(); ++t)
-    std::copy_n(upd.data.begin() + t * row, row, out.data.begin() + slots[t] * row);
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (!scale) {
+      std::copy_n(upd.data.begin() + t * row, row, out.data.begin() + slots[t] * row);
+      continue;
+    }
+    for (int64_t e = 0; e < row; ++e)
+      out.data[slots[t] * row + e] =
+          RoundToType(upd.data[t * row + e] / scale->data[e / D], pageType);
+  }
   return out;
 }
 

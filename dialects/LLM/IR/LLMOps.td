@@ -726,24 +726,32 @@ def LLM_PagedKVAppendOp : LLM_Op<"paged_kv_append",
     row (two sequences sharing a page they both append to: a page pool must
     copy a shared page before a sequence writes into it).
 
+    Into fp8 pages (f8E4M3FN or f8E5M2) a float update (f32, f16, bf16) is
+    written quantized, with `scale` [Hkv] f32 (one per KV head): the row
+    stored is cast(update / scale[h]) to the page type, saturating as every
+    cast to fp8 does. Pages of the update's type take no scale.
+
     ```mlir
     %kp2 = llm.paged_kv_append %kp, %k, %bt, %cuq, %lens : tensor<512x16x8x128xbf16>, tensor<5x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+    %kp8 = llm.paged_kv_append %kp0, %k, %bt, %cuq, %lens scale %ks : tensor<512x16x8x128xf8E4M3FN>, tensor<5x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>
     ```
   }];
   let arguments = (ins LLM_FloatTensor:$pages, LLM_FloatTensor:$update,
                        LLM_IntTensor:$block_table, LLM_IntTensor:$cu_seqlens_q,
-                       LLM_IntTensor:$seq_lens);
+                       LLM_IntTensor:$seq_lens,
+                       Optional<RankedTensorOf<[F32]>>:$scale);
   let results = (outs LLM_FloatTensor:$result);
   let assemblyFormat = [{
-    $pages `,` $update `,` $block_table `,` $cu_seqlens_q `,` $seq_lens attr-dict `:`
+    $pages `,` $update `,` $block_table `,` $cu_seqlens_q `,` $seq_lens
+    (`scale` $scale^)? attr-dict `:`
     type($pages) `,` type($update) `,` type($block_table) `,` type($cu_seqlens_q) `,`
-    type($seq_lens)
+    type($seq_lens) (`,` type($scale)^)?
   }];
   let hasVerifier = 1;
 }
 
 def LLM_PagedAttentionOp : LLM_Op<"paged_attention",
-    [Pure, AllTypesMatch<["query", "result"]>]> {
+    [Pure, AttrSizedOperandSegments, AllTypesMatch<["query", "result"]>]> {
   let summary = "Attention of packed variable-length queries over a paged KV cache.";
   let description = [{
     The serving form of attention (PagedAttention: Kwon et al., SOSP 2023;
@@ -770,20 +778,31 @@ def LLM_PagedAttentionOp : LLM_Op<"paged_attention",
     outside [0, P). Pages past a sequence's length are never read, so
     block-table entries there may be anything.
 
+    An fp8 KV cache (pages of f8E4M3FN or f8E5M2, queries f32, f16 or bf16;
+    vLLM's `kv_cache_dtype="fp8"`) halves the bytes decode reads. It comes
+    with `scales(key_scale, value_scale)`, one f32 scale per KV head
+    ([Hkv]): attention reads key = key_pages * key_scale[h] and value =
+    value_pages * value_scale[h] (the scales `llm.paged_kv_append` divided
+    by when it wrote them). Pages of the query's type take no scales.
+
     ```mlir
     %o = llm.paged_attention %q, %kp, %vp, %bt, %cuq, %lens {causal} : tensor<5x32x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>
+    %o8 = llm.paged_attention %q, %kp8, %vp8, %bt, %cuq, %lens scales(%ks, %vs) {causal} : tensor<5x32x128xbf16>, tensor<512x16x8x128xf8E4M3FN>, tensor<512x16x8x128xf8E4M3FN>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>, tensor<8xf32>
     ```
   }];
   let arguments = (ins LLM_FloatTensor:$query, LLM_FloatTensor:$key_pages,
                        LLM_FloatTensor:$value_pages, LLM_IntTensor:$block_table,
                        LLM_IntTensor:$cu_seqlens_q, LLM_IntTensor:$seq_lens,
+                       Optional<RankedTensorOf<[F32]>>:$key_scale,
+                       Optional<RankedTensorOf<[F32]>>:$value_scale,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$scale);
   let results = (outs LLM_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key_pages `,` $value_pages `,` $block_table `,` $cu_seqlens_q `,`
-    $seq_lens attr-dict `:` type($query) `,` type($key_pages) `,`
+    $seq_lens (`scales` `(` $key_scale^ `,` $value_scale `)`)? attr-dict `:`
+    type($query) `,` type($key_pages) `,`
     type($value_pages) `,` type($block_table) `,` type($cu_seqlens_q) `,`
-    type($seq_lens)
+    type($seq_lens) (`,` type($key_scale)^ `,` type($value_scale))?
   }];
   let hasVerifier = 1;
 }

@@ -357,15 +357,43 @@ static LogicalResult verifyPagedLayout(Operation *op, StringRef name, RankedTens
   return success();
 }
 
+/// A per-KV-head scale of an fp8 KV cache: [Hkv] f32 of pages [P,
+/// page_size, Hkv, D].
+static LogicalResult verifyKvScale(Operation *op, StringRef name, Value scale,
+                                   RankedTensorType pages) {
+  auto t = cast<RankedTensorType>(scale.getType());
+  if (t.getRank() != 1 || !dimsCompatible(t.getDimSize(0), pages.getDimSize(2)))
+    return op->emitOpError() << name << " must be [Hkv] (one f32 per KV head) of the pages "
+                             << shapeStr(pages.getShape()) << ", found "
+                             << shapeStr(t.getShape());
+  return success();
+}
+
 LogicalResult PagedAttentionOp::verify() {
   auto q = getQuery().getType(), kp = getKeyPages().getType();
   if (failed(verifyPagedLayout(*this, "key_pages", kp, getBlockTable().getType(),
                                getCuSeqlensQ().getType(), getSeqLens().getType())) ||
       failed(verifySameTensor(*this, "value_pages", getValuePages().getType(), "key_pages",
-                              kp)) ||
-      failed(verifyPackedQueryKey(*this, q, "key_pages", kp, 2, getScale())))
+                              kp)))
     return failure();
-  return success();
+  if (isFp8(kp.getElementType())) {
+    if (isFp8(q.getElementType()))
+      return emitOpError() << "query must be f32, f16 or bf16 (the fp8 pages are read into "
+                              "it), found "
+                           << typeStr(q.getElementType());
+    if (!getKeyScale() || !getValueScale())
+      return emitOpError() << "fp8 pages (" << typeStr(kp.getElementType())
+                           << ") need scales(key_scale, value_scale), one f32 per KV head";
+    if (failed(verifyKvScale(*this, "key_scale", getKeyScale(), kp)) ||
+        failed(verifyKvScale(*this, "value_scale", getValueScale(), kp)))
+      return failure();
+    // The rest as for pages of the query's type.
+    kp = kp.clone(q.getElementType());
+  } else if (getKeyScale() || getValueScale()) {
+    return emitOpError() << "scales are for fp8 pages only; the pages are "
+                         << typeStr(kp.getElementType());
+  }
+  return verifyPackedQueryKey(*this, q, "key_pages", kp, 2, getScale());
 }
 
 LogicalResult PagedKVAppendOp::verify() {
@@ -376,9 +404,21 @@ LogicalResult PagedKVAppendOp::verify() {
   if (update.getRank() != 3)
     return emitOpError() << "update must be [T, Hkv, D] (rank 3), found "
                          << shapeStr(update.getShape());
-  if (update.getElementType() != pages.getElementType())
+  if (isFp8(pages.getElementType()) && !isFp8(update.getElementType())) {
+    if (!getScale())
+      return emitOpError() << "a " << typeStr(update.getElementType()) << " update into "
+                           << typeStr(pages.getElementType())
+                           << " pages needs a scale (one f32 per KV head)";
+    if (failed(verifyKvScale(*this, "scale", getScale(), pages)))
+      return failure();
+  } else if (update.getElementType() != pages.getElementType()) {
     return emitOpError() << "update element type " << typeStr(update.getElementType())
                          << " differs from the pages' " << typeStr(pages.getElementType());
+  } else if (getScale()) {
+    return emitOpError() << "a scale is for a float update into fp8 pages only; update and "
+                            "pages are both "
+                         << typeStr(pages.getElementType());
+  }
   for (int i : {1, 2})
     if (!dimsCompatible(update.getDimSize(i), pages.getDimSize(i + 1)))
       return emitOpError() << "update " << shapeStr(update.getShape())

@@ -385,6 +385,8 @@ namespace {
 bool IsIndexType(ScalarType t) { return t == ScalarType::i32 || t == ScalarType::i64; }
 
 bool InSupportedRange(const DecodeConfig &c) {
+  if (c.kv_fp8 && (!c.paged || (*c.kv_fp8 != ScalarType::f8e4m3 && *c.kv_fp8 != ScalarType::f8e5m2)))
+    return false;
   return (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16 || c.dtype == ScalarType::f32) &&
          c.head_dim >= 1 && c.head_dim <= 512 && c.group_size >= 1 && c.q_len >= 1 &&
          Rows(c) * c.head_dim <= 4096 &&
@@ -518,6 +520,38 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitSource(const DecodeConf
          {"      partial_ml[prow * 2 + 1] = S;\n    }\n  }\n",
           "      partial_ml[prow * 2 + 1] = S;\n    }\n  }\n"
           "  __syncthreads();  // the next chunk reuses the shared memory\n  }\n"}}));
+    if (!c.kv_fp8)
+      return std::make_pair(helpers, body);
+    // An fp8 KV cache: K/V rows of KvT, kVec elements per load (half the
+    // bytes of T's); the key scale folds into q (scores = q . k8 *
+    // k_scale[hk]), the value scale into the partial sums (linear in v).
+    LLMC_ASSIGN_OR_RETURN(
+        helpers,
+        SourceVariant(helpers, "flash-decode fp8 kv",
+                      {{"typedef LlmcVec<T, kVec> Vec;\n",
+                        "typedef LlmcVec<T, kVec> Vec;\ntypedef LlmcVec<KvT, kVec> KvVec;  // fp8 K/V\n"},
+                       {"LLMC_DEV void fdLoadTile(Vec (&kt)[kU][kNV], Vec (&vt)[kU][kNV], const T* __restrict__ kb,\n"
+                        "                         const T* __restrict__ vb,",
+                        "LLMC_DEV void fdLoadTile(KvVec (&kt)[kU][kNV], KvVec (&vt)[kU][kNV], const KvT* __restrict__ kb,\n"
+                        "                         const KvT* __restrict__ vb,"},
+                       {"    const Vec* kr = reinterpret_cast<const Vec*>(kb + pr * row_stride);\n"
+                        "    const Vec* vr = reinterpret_cast<const Vec*>(vb + pr * row_stride);\n",
+                        "    const KvVec* kr = reinterpret_cast<const KvVec*>(kb + pr * row_stride);\n"
+                        "    const KvVec* vr = reinterpret_cast<const KvVec*>(vb + pr * row_stride);\n"},
+                       {"        kt[u][i] = Vec{};\n        vt[u][i] = Vec{};",
+                        "        kt[u][i] = KvVec{};\n        vt[u][i] = KvVec{};"},
+                       {"LLMC_DEV void fdTile(const Vec (&kt)[kU][kNV], const Vec (&vt)[kU][kNV],",
+                        "LLMC_DEV void fdTile(const KvVec (&kt)[kU][kNV], const KvVec (&vt)[kU][kNV],"}}));
+    LLMC_ASSIGN_OR_RETURN(
+        body,
+        SourceVariant(body, "flash-decode fp8 kv",
+                      {{"const T* kb = k + (int64_t)hk * kHeadDim;", "const KvT* kb = k + (int64_t)hk * kHeadDim;"},
+                       {"const T* vb = v + (int64_t)hk * kHeadDim;", "const KvT* vb = v + (int64_t)hk * kHeadDim;"},
+                       {"  const float scale_log2 = scale * LLMC_LOG2E;\n",
+                        "  const float scale_log2 = scale * LLMC_LOG2E * k_scale[hk];  // fp8 keys: q . k8 * k_scale\n"
+                        "  const float vscale = v_scale[hk];\n"},
+                       {"  Vec kt[kU][kNV], vt[kU][kNV];", "  KvVec kt[kU][kNV], vt[kU][kNV];"},
+                       {"    partial_acc[prow * kHeadDim + d] = a;", "    partial_acc[prow * kHeadDim + d] = a * vscale;"}}));
     return std::make_pair(helpers, body);
   }
   if (c.kv_hnd) {
@@ -597,7 +631,8 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
                           ScalarTypeTag(x.block_table) + ScalarTypeTag(x.cu_seqlens) +
                           ScalarTypeTag(x.seq_lens)
                     : std::string("_") + KvLenTag(x.kv_len)) +
-           (x.has_mask ? std::string("_mask") + ScalarTypeTag(x.mask) : "") + (x.kv_hnd ? "_hnd" : "");
+           (x.has_mask ? std::string("_mask") + ScalarTypeTag(x.mask) : "") + (x.kv_hnd ? "_hnd" : "") +
+           (x.kv_fp8 ? std::string("_kv") + ScalarTypeTag(*x.kv_fp8) : "");
   };
   // The paged combine is the dense one over T packed rows of one query.
   DecodeConfig combined = c;
@@ -651,17 +686,20 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
          << "typedef " << CTypeName(c.block_table) << " BtT;\n"
          << "typedef " << CTypeName(c.cu_seqlens) << " CuT;\n"
          << "typedef " << CTypeName(c.seq_lens) << " LenT;\n";
+  if (c.kv_fp8) scfg << "typedef " << CTypeName(*c.kv_fp8) << " KvT;  // fp8 K/V, scaled per kv head\n";
   LLMC_ASSIGN_OR_RETURN(auto split, SplitSource(c));
   std::ostringstream b1;
   b1 << split.first << "\nextern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocks) " << k.split.name
      << "(\n"
      << "    float* __restrict__ partial_acc, float* __restrict__ partial_ml, const T* __restrict__ q_in,\n"
-        "    const T* __restrict__ k, const T* __restrict__ v, "
+     << (c.kv_fp8 ? "    const KvT* __restrict__ k, const KvT* __restrict__ v, "
+                  : "    const T* __restrict__ k, const T* __restrict__ v, ")
      << (c.paged ? "const BtT* __restrict__ block_table,\n"
                    "    const CuT* __restrict__ cu_seqlens, const LenT* __restrict__ seq_lens, long long max_pages,\n"
                    "    long long num_pages"
                  : "const void* kv_len_ptr,\n    long long kv_len_arg, long long max_seq")
      << ", int heads_kv, float scale, int num_splits"
+     << (c.kv_fp8 ? ",\n    const float* __restrict__ k_scale, const float* __restrict__ v_scale" : "")
      << (c.has_mask ? ",\n    const MaskT* __restrict__ mask, long long mask_stride_b, long long mask_stride_h,\n"
                       "    long long mask_stride_q"
                     : "")

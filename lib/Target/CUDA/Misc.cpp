@@ -355,14 +355,24 @@ absl::StatusOr<KernelCode> EmitPagedKvAppend(const PagedKvAppendConfig &c) {
     if (t != ScalarType::i32 && t != ScalarType::i64)
       return Invalid("paged kv append: block_table, cu_seqlens and seq_lens must be i32 or i64");
   if (absl::Status st = CheckTokenSize("paged kv append", c.heads_kv, c.head_dim); !st.ok()) return st;
+  const bool quantize = c.quantize_from.has_value();
+  if (quantize && ((c.dtype != ScalarType::f8e4m3 && c.dtype != ScalarType::f8e5m2) ||
+                   !IsFloatType(*c.quantize_from) || *c.quantize_from == ScalarType::f8e4m3 ||
+                   *c.quantize_from == ScalarType::f8e5m2))
+    return Invalid("paged kv append: quantizes an f32/f16/bf16 update into f8e4m3/f8e5m2 pages only");
   const int64_t row = c.heads_kv * c.head_dim;
   const int vec = VecWidth(row, ScalarSize(c.dtype));
   KernelCode kc;
-  kc.name = std::string("llmc_paged_kvappend_") + ScalarTypeTag(c.dtype) + "_h" + std::to_string(c.heads_kv) +
-            "_d" + std::to_string(c.head_dim) + "_ps" + std::to_string(c.page_size) + "_" +
-            ScalarTypeTag(c.block_table) + ScalarTypeTag(c.cu_seqlens) + ScalarTypeTag(c.seq_lens);
+  kc.name = std::string("llmc_paged_kvappend_") + ScalarTypeTag(c.dtype) +
+            (quantize ? std::string("_from_") + ScalarTypeTag(*c.quantize_from) : std::string()) + "_h" +
+            std::to_string(c.heads_kv) + "_d" + std::to_string(c.head_dim) + "_ps" + std::to_string(c.page_size) +
+            "_" + ScalarTypeTag(c.block_table) + ScalarTypeTag(c.cu_seqlens) + ScalarTypeTag(c.seq_lens);
   std::ostringstream cfg;
-  cfg << "typedef " << CTypeName(c.dtype) << " T;\n"
+  cfg << "typedef " << CTypeName(c.dtype) << " T;\n";
+  if (quantize)
+    cfg << "typedef " << CTypeName(*c.quantize_from) << " UpdT;  // quantized to T: update / scale[h]\n"
+        << "static constexpr int kHeadDim = " << c.head_dim << ";\n";
+  cfg
       << "typedef " << CTypeName(c.block_table) << " BtT;\n"
       << "typedef " << CTypeName(c.cu_seqlens) << " CuT;\n"
       << "typedef " << CTypeName(c.seq_lens) << " LenT;\n"
@@ -373,8 +383,9 @@ absl::StatusOr<KernelCode> EmitPagedKvAppend(const PagedKvAppendConfig &c) {
       << "static constexpr int kThreads = " << kAppendThreads << ";\n";
   std::ostringstream b;
   b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name
-    << R"CUDA((
-    T* pages, const T* __restrict__ update, const BtT* __restrict__ block_table,
+    << (quantize ? "(\n    T* pages, const UpdT* __restrict__ update, const float* __restrict__ scale,"
+                 : "(\n    T* pages, const T* __restrict__ update,")
+    << R"CUDA( const BtT* __restrict__ block_table,
     const CuT* __restrict__ cu_seqlens, const LenT* __restrict__ seq_lens, int* error,
     long long num_tokens, long long num_seqs, long long max_pages, long long num_pages) {
   typedef LlmcVec<T, kVec> V;
@@ -394,17 +405,26 @@ absl::StatusOr<KernelCode> EmitPagedKvAppend(const PagedKvAppendConfig &c) {
     if (threadIdx.x == 0 && error) *error = 3;
     return;
   }
-  V* dst = reinterpret_cast<V*>(pages) + (page * kPageSize + pos % kPageSize) * kRowVec;
-  const V* src = reinterpret_cast<const V*>(update) + t * kRowVec;
-  for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = src[i];
+VECTOR_COPY
 }
 )CUDA";
+  const std::string copy = quantize
+      ? "  T* dst = pages + (page * kPageSize + pos % kPageSize) * kRow;\n"
+        "  const UpdT* src = update + t * kRow;\n"
+        "  for (int i = threadIdx.x; i < kRow; i += kThreads) dst[i] = fromF<T>(toF(src[i]) / scale[i / kHeadDim]);"
+      : "  V* dst = reinterpret_cast<V*>(pages) + (page * kPageSize + pos % kPageSize) * kRowVec;\n"
+        "  const V* src = reinterpret_cast<const V*>(update) + t * kRowVec;\n"
+        "  for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = src[i];";
+  std::string body = b.str();
+  body.replace(body.find("VECTOR_COPY"), std::string("VECTOR_COPY").size(), copy);
   LLMC_ASSIGN_OR_RETURN(
       kc.source,
       Assemble("// llmc paged KV append (PagedAttention, Kwon et al. 2023): token t of sequence b, position p,\n"
                "// goes to row p % page_size of page block_table[b, p / page_size] (in place).\n"
-               "// A position or page out of range -> that token is not written, *error = 3.\n",
-               cfg.str(), b.str()));
+               "// A position or page out of range -> that token is not written, *error = 3.\n" +
+                   std::string(quantize ? "// fp8 pages: each element stored as update / scale[kv head], saturating.\n"
+                                        : ""),
+               cfg.str(), body));
   return kc;
 }
 

@@ -1319,3 +1319,51 @@ func.func @varlen_attention_key_rank(%q: tensor<9x32x128xbf16>, %k: tensor<1x12x
   %0 = llm.varlen_attention %q, %k, %k, %cuq, %cuk : tensor<9x32x128xbf16>, tensor<1x12x8x128xbf16>, tensor<1x12x8x128xbf16>, tensor<5xi32>, tensor<5xi32>
   return
 }
+
+// -----
+
+func.func @fp8_pages_without_scales(%q: tensor<5x32x128xbf16>, %kp: tensor<64x16x8x128xf8E4M3FN>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_attention' op fp8 pages (f8E4M3FN) need scales(key_scale, value_scale), one f32 per KV head}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens : tensor<5x32x128xbf16>, tensor<64x16x8x128xf8E4M3FN>, tensor<64x16x8x128xf8E4M3FN>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @scales_on_bf16_pages(%q: tensor<5x32x128xbf16>, %kp: tensor<64x16x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.paged_attention' op scales are for fp8 pages only; the pages are bf16}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens scales(%s, %s) : tensor<5x32x128xbf16>, tensor<64x16x8x128xbf16>, tensor<64x16x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @fp8_page_scale_per_kv_head(%q: tensor<5x32x128xbf16>, %kp: tensor<64x16x8x128xf8E4M3FN>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>, %s: tensor<32xf32>, %vs: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.paged_attention' op key_scale must be [Hkv] (one f32 per KV head) of the pages [64, 16, 8, 128], found [32]}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens scales(%s, %vs) : tensor<5x32x128xbf16>, tensor<64x16x8x128xf8E4M3FN>, tensor<64x16x8x128xf8E4M3FN>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>, tensor<32xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @fp8_queries_over_fp8_pages(%q: tensor<5x32x128xf8E4M3FN>, %kp: tensor<64x16x8x128xf8E4M3FN>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.paged_attention' op query must be f32, f16 or bf16 (the fp8 pages are read into it), found f8E4M3FN}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens scales(%s, %s) : tensor<5x32x128xf8E4M3FN>, tensor<64x16x8x128xf8E4M3FN>, tensor<64x16x8x128xf8E4M3FN>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @fp8_append_without_scale(%kp: tensor<64x16x8x128xf8E4M3FN>, %k: tensor<5x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op a bf16 update into f8E4M3FN pages needs a scale (one f32 per KV head)}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<64x16x8x128xf8E4M3FN>, tensor<5x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @append_scale_without_fp8(%kp: tensor<64x16x8x128xbf16>, %k: tensor<5x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op a scale is for a float update into fp8 pages only; update and pages are both bf16}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens scale %s : tensor<64x16x8x128xbf16>, tensor<5x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>
+  return
+}

@@ -262,6 +262,16 @@ func.func @paged_kv_append(%kp: tensor<512x16x8x128xbf16>, %k: tensor<?x8x128xbf
   return %0 : tensor<512x16x8x128xbf16>
 }
 
+// An fp8 KV cache: e4m3 pages with one f32 scale per KV head.
+// CHECK-LABEL: func.func @fp8_paged_kv
+func.func @fp8_paged_kv(%q: tensor<?x32x128xbf16>, %kp: tensor<512x16x8x128xf8E4M3FN>, %k: tensor<?x8x128xbf16>, %bt: tensor<4x128xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>, %ks: tensor<8xf32>, %vs: tensor<8xf32>) -> (tensor<512x16x8x128xf8E4M3FN>, tensor<?x32x128xbf16>) {
+  // CHECK: llm.paged_kv_append %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scale %{{.*}} : tensor<512x16x8x128xf8E4M3FN>, tensor<?x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens scale %ks : tensor<512x16x8x128xf8E4M3FN>, tensor<?x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>
+  // CHECK: llm.paged_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}}) {causal} : tensor<?x32x128xbf16>, tensor<512x16x8x128xf8E4M3FN>, tensor<512x16x8x128xf8E4M3FN>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>, tensor<8xf32>
+  %1 = llm.paged_attention %q, %0, %0, %bt, %cu, %lens scales(%ks, %vs) {causal} : tensor<?x32x128xbf16>, tensor<512x16x8x128xf8E4M3FN>, tensor<512x16x8x128xf8E4M3FN>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>, tensor<8xf32>
+  return %0, %1 : tensor<512x16x8x128xf8E4M3FN>, tensor<?x32x128xbf16>
+}
+
 // CHECK-LABEL: func.func @varlen_attention
 func.func @varlen_attention(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>, %cuq: tensor<9xi32>, %cuk: tensor<9xi32>) -> tensor<?x32x128xbf16> {
   // CHECK: llm.varlen_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal} : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16>, tensor<9xi32>, tensor<9xi32>

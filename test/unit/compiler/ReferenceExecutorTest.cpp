@@ -1538,6 +1538,91 @@ TEST_F(PagedReferenceTest, PagedAppendThenAttentionEqualsDenseAttention) {
   EXPECT_NE(st.message().find("llm.paged_kv_append"), std::string::npos) << st;
 }
 
+// An fp8 KV cache (issue 20): llm.paged_kv_append quantizes the new tokens'
+// f32 K/V into e4m3 pages as k / scale[h] (one scale per KV head),
+// llm.paged_attention reads the pages times the scales. The attention equals
+// llm.attention over what the cache holds (every key, old and new, as
+// e4m3(k / scale) * scale), and the pages hold exactly e4m3(k / scale) in the
+// new rows. Scales are powers of two so that the dequantized keys are exact
+// f32 inputs of the dense attention.
+TEST_F(PagedReferenceTest, Fp8PagedAppendThenAttentionEqualsDenseAttentionOfTheCache) {
+  const int64_t Hq = 4, Hkv = 2, D = 8, pageSize = 4, P = 12, maxPages = 5;
+  const std::vector<int64_t> lens = {9, 1, 6}, news = {1, 1, 4};
+  const int64_t B = 3, T = 6, row = Hkv * D;
+  const std::vector<double> kScale = {1.0 / 32, 1.0 / 8}, vScale = {1.0 / 64, 1.0 / 4};
+  std::vector<int64_t> stored;
+  for (int64_t b = 0; b < B; ++b)
+    stored.push_back(lens[b] - news[b]);
+  PagedKV c = scatterIntoPages(lens, stored, Hkv, D, pageSize, P, maxPages);
+  // Old rows as the cache holds them, e4m3(k / scale); the dense K/V as
+  // attention reads them, e4m3(k / scale) * scale.
+  auto quantize = [&](double x, int64_t e, const std::vector<double> &scale) {
+    return RoundToType(x / scale[e / D], e4m3());
+  };
+  std::vector<double> cu = {0}, lensD, kNew, vNew;
+  std::vector<HostTensor> kDense, vDense;
+  for (int64_t b = 0; b < B; ++b) {
+    cu.push_back(cu.back() + static_cast<double>(news[b]));
+    lensD.push_back(static_cast<double>(lens[b]));
+    kNew.insert(kNew.end(), c.ks[b].data.begin() + stored[b] * row, c.ks[b].data.end());
+    vNew.insert(vNew.end(), c.vs[b].data.begin() + stored[b] * row, c.vs[b].data.end());
+    HostTensor kd = c.ks[b], vd = c.vs[b];
+    for (int64_t j = 0; j < lens[b]; ++j)
+      for (int64_t e = 0; e < row; ++e) {
+        const double qk = quantize(c.ks[b].data[j * row + e], e, kScale),
+                     qv = quantize(c.vs[b].data[j * row + e], e, vScale);
+        kd.data[j * row + e] = qk * kScale[e / D];
+        vd.data[j * row + e] = qv * vScale[e / D];
+        if (j < stored[b]) {
+          const int64_t slot = slotOf(c.table, b, j, pageSize, maxPages);
+          c.kp.data[slot * row + e] = qk;
+          c.vp.data[slot * row + e] = qv;
+        }
+      }
+    kDense.push_back(std::move(kd));
+    vDense.push_back(std::move(vd));
+  }
+  c.kp.elementType = c.vp.elementType = e4m3();
+  HostTensor q = rand(f32(), {T, Hq, D});
+  const std::string pages = "tensor<12x4x2x8xf8E4M3FN>";
+  const std::string src =
+      "func.func @f(%q: tensor<6x4x8xf32>, %k: tensor<6x2x8xf32>, %v: tensor<6x2x8xf32>, "
+      "%kp: " + pages + ", %vp: " + pages + ", %bt: tensor<3x5xi32>, %cu: tensor<4xi32>, "
+      "%lens: tensor<3xi32>, %ks: tensor<2xf32>, %vs: tensor<2xf32>) -> (tensor<6x4x8xf32>, " +
+      pages + ", " + pages + ") {\n"
+      "  %kp2 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens scale %ks : " + pages +
+      ", tensor<6x2x8xf32>, tensor<3x5xi32>, tensor<4xi32>, tensor<3xi32>, tensor<2xf32>\n"
+      "  %vp2 = llm.paged_kv_append %vp, %v, %bt, %cu, %lens scale %vs : " + pages +
+      ", tensor<6x2x8xf32>, tensor<3x5xi32>, tensor<4xi32>, tensor<3xi32>, tensor<2xf32>\n"
+      "  %o = llm.paged_attention %q, %kp2, %vp2, %bt, %cu, %lens scales(%ks, %vs) {causal} : "
+      "tensor<6x4x8xf32>, " + pages + ", " + pages + ", tensor<3x5xi32>, tensor<4xi32>, "
+      "tensor<3xi32>, tensor<2xf32>, tensor<2xf32>\n"
+      "  return %o, %kp2, %vp2 : tensor<6x4x8xf32>, " + pages + ", " + pages + "\n}";
+  auto out = run(src, {q, tensor(f32(), {T, Hkv, D}, kNew), tensor(f32(), {T, Hkv, D}, vNew),
+                       c.kp, c.vp, tensor(i32(), {B, maxPages}, c.table),
+                       tensor(i32(), {B + 1}, cu), tensor(i32(), {B}, lensD),
+                       tensor(f32(), {Hkv}, kScale), tensor(f32(), {Hkv}, vScale)});
+  ASSERT_EQ(out.size(), 3u);
+  ASSERT_TRUE(allFinite(out[0]));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = news[b], first = static_cast<int64_t>(cu[b]);
+    HostTensor qb = tensor(f32(), {1, n, Hq, D},
+                           std::vector<double>(q.data.begin() + first * Hq * D,
+                                               q.data.begin() + (first + n) * Hq * D));
+    auto dense = run(attentionSrc(1, n, lens[b], Hq, Hkv, D, "f32", true, false),
+                     {qb, kDense[b], vDense[b], scalar(i64(), lens[b])});
+    expectRowsEqual({out[0]}, first, n, dense, b);
+  }
+  // The new rows of the pages: exactly e4m3(k / scale).
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = stored[b]; j < lens[b]; ++j)
+      for (int64_t e = 0; e < row; ++e) {
+        const int64_t at = slotOf(c.table, b, j, pageSize, maxPages) * row + e;
+        ASSERT_EQ(out[1].data[at], quantize(c.ks[b].data[j * row + e], e, kScale)) << b << " " << j;
+        ASSERT_EQ(out[2].data[at], quantize(c.vs[b].data[j * row + e], e, vScale)) << b << " " << j;
+      }
+}
+
 // llm.varlen_attention (issue 19) against llm.attention of each sequence
 // alone: packed sequences with as many queries as keys (training, prefill),
 // fewer (a chunk after a cached prefix), more (causal rows that see no key

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <regex>
 #include <tuple>
@@ -43,6 +44,10 @@ std::vector<char> Pack(std::vector<float> &v, ScalarType t) {
   for (size_t i = 0; i < v.size(); ++i) {
     if (t == ScalarType::f32) {
       std::memcpy(&out[i * 4], &v[i], 4);
+    } else if (t == ScalarType::f8e4m3 || t == ScalarType::f8e5m2) {
+      const uint8_t b = t == ScalarType::f8e4m3 ? llmc::ref::ToE4M3(v[i]) : llmc::ref::ToE5M2(v[i]);
+      v[i] = t == ScalarType::f8e4m3 ? llmc::ref::FromE4M3(b) : llmc::ref::FromE5M2(b);
+      out[i] = static_cast<char>(b);
     } else if (t == ScalarType::bf16) {
       const uint16_t b = ToBf16(v[i]);
       v[i] = FromBf16(b);
@@ -56,6 +61,8 @@ std::vector<char> Pack(std::vector<float> &v, ScalarType t) {
   return out;
 }
 float Unpack(const std::vector<char> &buf, size_t i, ScalarType t) {
+  if (t == ScalarType::f8e4m3) return llmc::ref::FromE4M3(static_cast<uint8_t>(buf[i]));
+  if (t == ScalarType::f8e5m2) return llmc::ref::FromE5M2(static_cast<uint8_t>(buf[i]));
   if (t == ScalarType::f32) {
     float f;
     std::memcpy(&f, &buf[i * 4], 4);
@@ -413,6 +420,24 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* pages, const T* upd,
   emu::Launch(g, b, smem, [&] { KERNEL(pages, upd, bt, cu, lens, err, t, nseq, max_pages, num_pages); });
 })";
 
+// The fp8 KV cache's kernels: the split kernel's per-KV-head scales after
+// num_splits, the append's scale after the update.
+const char *kPagedFp8SplitStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, const T* q, const KvT* k,
+                          const KvT* v, const BtT* bt, const CuT* cu, const LenT* lens, long long max_pages,
+                          long long num_pages, int hkv, float scale, int splits, const float* ksc,
+                          const float* vsc) {
+  emu::Launch(g, b, smem, [&] {
+    KERNEL(pa, pml, q, k, v, bt, cu, lens, max_pages, num_pages, hkv, scale, splits, ksc, vsc);
+  });
+})";
+const char *kPagedFp8AppendStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* pages, const UpdT* upd, const float* sc,
+                          const BtT* bt, const CuT* cu, const LenT* lens, int* err, long long t, long long nseq,
+                          long long max_pages, long long num_pages) {
+  emu::Launch(g, b, smem, [&] { KERNEL(pages, upd, sc, bt, cu, lens, err, t, nseq, max_pages, num_pages); });
+})";
+
 struct PagedCase {
   ScalarType dtype;
   int64_t d, group, query_rows;
@@ -420,10 +445,12 @@ struct PagedCase {
   int64_t page_size, heads_kv;
   std::vector<int64_t> lens, news;  // per sequence: keys (new tokens included), new tokens
   int splits;                       // 0: FlashDecodeNumSplits over max_pages * page_size
+  std::optional<ScalarType> kv_fp8 = std::nullopt;  // an fp8 KV cache, per-KV-head scales
 };
 
 std::string PagedName(const PagedCase &c) {
-  std::string s = std::string(ScalarTypeTag(c.dtype)) + "_d" + std::to_string(c.d) + "_g" +
+  std::string s = std::string(ScalarTypeTag(c.dtype)) + (c.kv_fp8 ? std::string("_kv") + ScalarTypeTag(*c.kv_fp8) : "") +
+                  "_d" + std::to_string(c.d) + "_g" +
                   std::to_string(c.group) + "_r" + std::to_string(c.query_rows) + (c.causal ? "_causal" : "") +
                   "_ps" + std::to_string(c.page_size) + "_L";
   for (size_t b = 0; b < c.lens.size(); ++b) s += std::to_string(c.lens[b]) + "n" + std::to_string(c.news[b]) + "_";
@@ -435,6 +462,10 @@ std::string PagedName(const PagedCase &c) {
 // by the kernel), then the paged split + combine against the float64
 // reference of each sequence alone. Pages no sequence holds are NaN; one
 // page past every table is a poisoned id (read only if the kernel strays).
+// With an fp8 KV cache the pages hold x / scale[h] in fp8 (the append
+// kernel quantizes the new tokens) and the reference attends over what
+// they hold times the scales: the kernel is checked to its dtype's bound,
+// not to fp8's.
 void RunPaged(const PagedCase &c) {
   if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator (set LLMC_EMU_CXX)";
   DecodeConfig cfg;
@@ -448,10 +479,13 @@ void RunPaged(const PagedCase &c) {
   cfg.block_table = ScalarType::i32;
   cfg.cu_seqlens = ScalarType::i64;
   cfg.seq_lens = ScalarType::i32;
+  cfg.kv_fp8 = c.kv_fp8;
+  const ScalarType kvType = c.kv_fp8.value_or(c.dtype);
   ASSERT_TRUE(FlashDecodeSupported(cfg)) << PagedName(c);
   const DecodeKernels kd = Unwrap(EmitFlashDecode(cfg));
   PagedKvAppendConfig ac;
-  ac.dtype = c.dtype;
+  ac.dtype = kvType;
+  if (c.kv_fp8) ac.quantize_from = c.dtype;
   ac.heads_kv = c.heads_kv;
   ac.head_dim = c.d;
   ac.page_size = c.page_size;
@@ -462,9 +496,14 @@ void RunPaged(const PagedCase &c) {
   using CombFn = void (*)(Dim3, Dim3, unsigned, void *, const float *, const float *, int, int);
   using AppendFn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const int32_t *, const int64_t *,
                             const int32_t *, int *, long long, long long, long long, long long);
-  auto split = reinterpret_cast<SplitFn>(BuildEmu(kd.split, kPagedSplitStub));
+  using Fp8SplitFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
+                              const int32_t *, const int64_t *, const int32_t *, long long, long long, int, float,
+                              int, const float *, const float *);
+  using Fp8AppendFn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const float *, const int32_t *,
+                               const int64_t *, const int32_t *, int *, long long, long long, long long, long long);
+  void *split = BuildEmu(kd.split, c.kv_fp8 ? kPagedFp8SplitStub : kPagedSplitStub);
   auto comb = reinterpret_cast<CombFn>(BuildEmu(kd.combine, kCombineStub));
-  auto app = reinterpret_cast<AppendFn>(BuildEmu(append, kPagedAppendStub));
+  void *app = BuildEmu(append, c.kv_fp8 ? kPagedFp8AppendStub : kPagedAppendStub);
   ASSERT_TRUE(split && comb && app);
 
   const int64_t nseq = static_cast<int64_t>(c.lens.size()), Hkv = c.heads_kv, Hq = Hkv * c.group, D = c.d;
@@ -490,37 +529,69 @@ void RunPaged(const PagedCase &c) {
     lens32.push_back(static_cast<int32_t>(c.lens[b]));
   }
   const int64_t T = cu.back();
-  std::vector<std::vector<float>> ks, vs;  // dense per sequence, stored values
+  // fp8: one scale per KV head for K and for V (x / scale spans e4m3's and
+  // e5m2's normal range for N(0, 1) data).
+  std::vector<float> kScale(Hkv), vScale(Hkv);
+  for (int64_t h = 0; h < Hkv; ++h) {
+    kScale[h] = 0.02f * static_cast<float>(h + 1);
+    vScale[h] = 0.05f / static_cast<float>(h + 1);
+  }
+  // What the cache holds for x (already rounded to dtype) at element e of a
+  // row: x itself, or fp8(x / scale[h]) as the append kernel computes it.
+  auto stored = [&](float x, int64_t e, const std::vector<float> &scale) {
+    if (!c.kv_fp8) return x;
+    std::vector<float> one = {x / scale[e / D]};
+    Pack(one, kvType);
+    return one[0];
+  };
+  std::vector<std::vector<float>> ks, vs;  // dense per sequence, what attention reads
   std::vector<float> kp(P * ps * row, NAN), vp = kp, kNew, vNew;
   for (int64_t b = 0; b < nseq; ++b) {
     auto kb = Randn(c.lens[b] * row, seed + 10 + b), vb = Randn(c.lens[b] * row, seed + 100 + b);
     Pack(kb, c.dtype);  // round to what is stored
     Pack(vb, c.dtype);
     const int64_t old = c.lens[b] - c.news[b];
-    for (int64_t j = 0; j < old; ++j) {
-      const int64_t slot = int64_t{table[b * maxPages + j / ps]} * ps + j % ps;
-      std::copy_n(kb.begin() + j * row, row, kp.begin() + slot * row);
-      std::copy_n(vb.begin() + j * row, row, vp.begin() + slot * row);
-    }
     kNew.insert(kNew.end(), kb.begin() + old * row, kb.end());
     vNew.insert(vNew.end(), vb.begin() + old * row, vb.end());
+    for (int64_t j = 0; j < c.lens[b]; ++j)
+      for (int64_t e = 0; e < row; ++e) {
+        const float sk = stored(kb[j * row + e], e, kScale), sv = stored(vb[j * row + e], e, vScale);
+        if (j < old) {
+          const int64_t slot = int64_t{table[b * maxPages + j / ps]} * ps + j % ps;
+          kp[slot * row + e] = sk;
+          vp[slot * row + e] = sv;
+        }
+        kb[j * row + e] = c.kv_fp8 ? sk * kScale[e / D] : sk;
+        vb[j * row + e] = c.kv_fp8 ? sv * vScale[e / D] : sv;
+      }
     ks.push_back(std::move(kb));
     vs.push_back(std::move(vb));
   }
-  auto kps = Pack(kp, c.dtype), vps = Pack(vp, c.dtype), kns = Pack(kNew, c.dtype), vns = Pack(vNew, c.dtype);
+  auto kps = Pack(kp, kvType), vps = Pack(vp, kvType), kns = Pack(kNew, c.dtype), vns = Pack(vNew, c.dtype);
   int err = 0;
   const LaunchDims da = Unwrap(PagedKvAppendLaunch(ac, T));
-  app(G(da), B(da), da.smem, kps.data(), kns.data(), table.data(), cu.data(), lens32.data(), &err, T, nseq,
-      maxPages, P);
-  app(G(da), B(da), da.smem, vps.data(), vns.data(), table.data(), cu.data(), lens32.data(), &err, T, nseq,
-      maxPages, P);
+  if (c.kv_fp8) {
+    auto fn = reinterpret_cast<Fp8AppendFn>(app);
+    fn(G(da), B(da), da.smem, kps.data(), kns.data(), kScale.data(), table.data(), cu.data(), lens32.data(), &err,
+       T, nseq, maxPages, P);
+    fn(G(da), B(da), da.smem, vps.data(), vns.data(), vScale.data(), table.data(), cu.data(), lens32.data(), &err,
+       T, nseq, maxPages, P);
+  } else {
+    auto fn = reinterpret_cast<AppendFn>(app);
+    fn(G(da), B(da), da.smem, kps.data(), kns.data(), table.data(), cu.data(), lens32.data(), &err, T, nseq,
+       maxPages, P);
+    fn(G(da), B(da), da.smem, vps.data(), vns.data(), table.data(), cu.data(), lens32.data(), &err, T, nseq,
+       maxPages, P);
+  }
   EXPECT_EQ(err, 0);
   // The append wrote exactly the new rows.
   for (int64_t b = 0; b < nseq; ++b)
     for (int64_t j = c.lens[b] - c.news[b]; j < c.lens[b]; ++j) {
       const int64_t slot = int64_t{table[b * maxPages + j / ps]} * ps + j % ps;
-      for (int64_t e = 0; e < row; ++e)
-        ASSERT_EQ(Unpack(kps, slot * row + e, c.dtype), ks[b][j * row + e]) << b << " " << j << " " << e;
+      for (int64_t e = 0; e < row; ++e) {
+        const float got = Unpack(kps, slot * row + e, kvType) * (c.kv_fp8 ? kScale[e / D] : 1.0f);
+        ASSERT_EQ(got, ks[b][j * row + e]) << b << " " << j << " " << e;
+      }
     }
 
   auto q = Randn(T * Hq * D, seed + 3);
@@ -535,8 +606,14 @@ void RunPaged(const PagedCase &c) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const LaunchDims d1 = Unwrap(FlashDecodeSplitLaunch(cfg, nseq, Hkv, splits)),
                    d2 = Unwrap(FlashDecodeCombineLaunch(rows, T, Hkv));
-  split(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qs.data(), kps.data(), vps.data(), table.data(), cu.data(),
-        lens32.data(), maxPages, P, Hkv, scale, splits);
+  if (c.kv_fp8)
+    reinterpret_cast<Fp8SplitFn>(split)(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qs.data(), kps.data(),
+                                        vps.data(), table.data(), cu.data(), lens32.data(), maxPages, P, Hkv, scale,
+                                        splits, kScale.data(), vScale.data());
+  else
+    reinterpret_cast<SplitFn>(split)(G(d1), B(d1), d1.smem, pa.data(), pml.data(), qs.data(), kps.data(),
+                                     vps.data(), table.data(), cu.data(), lens32.data(), maxPages, P, Hkv, scale,
+                                     splits);
   comb(G(d2), B(d2), d2.smem, ob.data(), pa.data(), pml.data(), Hkv, splits);
 
   const double tol = c.dtype == ScalarType::f32 ? 1e-5 : 1e-2;
@@ -570,7 +647,12 @@ INSTANTIATE_TEST_SUITE_P(
         // speculative verification: 4 rows per sequence at once, not causal
         PagedCase{f16, 96, 2, 4, false, 16, 2, {40, 70}, {4, 4}, 0},
         PagedCase{f32, 80, 1, 1, true, 3, 1, {10, 2}, {3, 2}, 4},
-        PagedCase{f32, 256, 1, 1, true, 32, 1, {100}, {1}, 0}),
+        PagedCase{f32, 256, 1, 1, true, 32, 1, {100}, {1}, 0},
+        // fp8 KV caches (per-KV-head scales): decode with GQA 4 over pages of 16, e4m3
+        PagedCase{bf, 128, 4, 1, true, 16, 2, {33, 1, 200}, {1, 1, 1}, 0, ScalarType::f8e4m3},
+        // chunked prefill with e5m2 pages, f16 queries, odd head dim
+        PagedCase{f16, 80, 2, 2, true, 8, 2, {13, 9, 21}, {5, 1, 3}, 2, ScalarType::f8e5m2},
+        PagedCase{f32, 64, 1, 1, true, 4, 1, {10, 2}, {3, 2}, 3, ScalarType::f8e4m3}),
     [](const ::testing::TestParamInfo<PagedCase> &i) { return PagedName(i.param); });
 
 } // namespace
@@ -600,6 +682,47 @@ TEST(FlashDecode, PagedCompileWithoutSpills) {
         EXPECT_EQ(p.spill_stores, 0) << kc->name << " (" << arch << "):\n" << log;
         EXPECT_EQ(p.spill_loads, 0) << kc->name << " (" << arch << "):\n" << log;
       }
+  }
+  // fp8 KV caches (issue 20): the split kernel reading e4m3/e5m2 pages and
+  // the quantizing append, for the fp8 targets (sm_90a, sm_89).
+  for (auto [d, g, rows, kv] :
+       {std::tuple<int64_t, int64_t, int64_t, ScalarType>{128, 1, 1, ScalarType::f8e4m3},
+        {128, 4, 1, ScalarType::f8e4m3}, {128, 8, 1, ScalarType::f8e5m2}, {64, 4, 4, ScalarType::f8e4m3},
+        {256, 1, 1, ScalarType::f8e4m3}}) {
+    DecodeConfig c;
+    c.dtype = bf;
+    c.head_dim = d;
+    c.group_size = g;
+    c.q_len = rows;
+    c.paged = true;
+    c.page_size = 16;
+    c.kv_fp8 = kv;
+    ASSERT_TRUE(FlashDecodeSupported(c));
+    const DecodeKernels k = Unwrap(EmitFlashDecode(c));
+    PagedKvAppendConfig ac;
+    ac.dtype = kv;
+    ac.quantize_from = bf;
+    ac.head_dim = d;
+    const KernelCode append = Unwrap(EmitPagedKvAppend(ac));
+    for (const char *arch : {"sm_90a", "sm_89"})
+      for (const KernelCode *kc : {&k.split, &append}) {
+        std::string log;
+        const PtxasInfo p = Ptxas(*kc, arch, &log);
+        ASSERT_GT(p.registers, 0) << kc->name << " (" << arch << "):\n" << log;
+        EXPECT_EQ(p.spill_stores, 0) << kc->name << " (" << arch << "):\n" << log;
+        EXPECT_EQ(p.spill_loads, 0) << kc->name << " (" << arch << "):\n" << log;
+      }
+  }
+  {
+    // fp8 pages are a paged cache's only; the append quantizes only floats
+    // into fp8.
+    DecodeConfig dense;
+    dense.kv_fp8 = ScalarType::f8e4m3;
+    EXPECT_FALSE(FlashDecodeSupported(dense));
+    PagedKvAppendConfig bad;
+    bad.dtype = bf;
+    bad.quantize_from = ScalarType::f32;
+    EXPECT_EQ(EmitPagedKvAppend(bad).status().code(), absl::StatusCode::kInvalidArgument);
   }
   // Not with a mask or an HND cache; index types i32/i64 only.
   DecodeConfig c;

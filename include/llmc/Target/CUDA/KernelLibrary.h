@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -539,6 +540,13 @@ struct DecodeConfig {
   ScalarType block_table = ScalarType::i32;
   ScalarType cu_seqlens = ScalarType::i32;
   ScalarType seq_lens = ScalarType::i32;
+  /// An fp8 KV cache (paged only): pages of this type (f8e4m3 or f8e5m2)
+  /// instead of `dtype`, read as pages * scale[kv head] with the split
+  /// kernel's two extra arguments `const float* k_scale, const float*
+  /// v_scale` ([Hkv] each, after num_splits). K/V rows are loaded kVec
+  /// elements at a time, as for `dtype` (half the bytes). Unset: K/V of
+  /// `dtype`.
+  std::optional<ScalarType> kv_fp8;
 };
 
 struct DecodeKernels {
@@ -577,6 +585,12 @@ absl::StatusOr<KernelCode> EmitKvAppend(const KvAppendConfig &cfg);
 /// pages.
 struct PagedKvAppendConfig {
   ScalarType dtype = ScalarType::bf16;
+  /// A float update (f32, f16, bf16) quantized into fp8 pages (`dtype`
+  /// f8e4m3 or f8e5m2): row element e of KV head h is stored as
+  /// fromF<T>(update / scale[h]), with the kernel's extra argument `const
+  /// float* scale` ([Hkv], after update). Unset: the update is of `dtype`
+  /// and copied.
+  std::optional<ScalarType> quantize_from;
   int64_t heads_kv = 8;
   int64_t head_dim = 128;
   int64_t page_size = 16;
