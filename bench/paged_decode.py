@@ -20,6 +20,12 @@ time from the per-launch events, and KV bytes / median as effective
 bandwidth, next to the device-to-device copy bandwidth torch measures in
 the same run (2 x bytes / time of a 1 GiB copy). Results go to
 DIR/paged_decode_ps<page size>_<order>.json and a table on stdout.
+
+With --fp8-kv the paged graph also runs over an fp8 KV cache (issue 20):
+e4m3 pages with one scale per KV head (llm.paged_attention scales), the
+same block tables; its KV bytes are half the bf16 pages', and the row
+reports its time, its effective bandwidth over those bytes, and the
+speedup over the bf16 pages.
 """
 import argparse
 import json
@@ -34,15 +40,21 @@ import numpy as np
 HQ, D, PAGE = 32, 128, 16
 
 
-def paged_source(b, kv, hkv):
+def paged_source(b, kv, hkv, fp8=False):
+    """The paged attention graph; fp8: e4m3 pages with per-KV-head scales
+    (arguments 6 and 7)."""
     pages = b * kv // PAGE
     q = f"tensor<{b}x{HQ}x{D}xbf16>"
-    kp = f"tensor<{pages}x{PAGE}x{hkv}x{D}xbf16>"
+    kp = f"tensor<{pages}x{PAGE}x{hkv}x{D}x{'f8E4M3FN' if fp8 else 'bf16'}>"
     bt = f"tensor<{b}x{kv // PAGE}xi32>"
+    sc = f"tensor<{hkv}xf32>"
+    scale_args = f", %ks: {sc}, %vs: {sc}" if fp8 else ""
+    scales = " scales(%ks, %vs)" if fp8 else ""
+    scale_types = f", {sc}, {sc}" if fp8 else ""
     return (f"func.func @paged(%q: {q}, %kp: {kp}, %vp: {kp}, %bt: {bt}, "
-            f"%cu: tensor<{b + 1}xi32>, %lens: tensor<{b}xi32>) -> {q} {{\n"
-            f"  %o = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens {{causal}} : "
-            f"{q}, {kp}, {kp}, {bt}, tensor<{b + 1}xi32>, tensor<{b}xi32>\n"
+            f"%cu: tensor<{b + 1}xi32>, %lens: tensor<{b}xi32>{scale_args}) -> {q} {{\n"
+            f"  %o = llm.paged_attention %q, %kp, %vp, %bt, %cu, %lens{scales} {{causal}} : "
+            f"{q}, {kp}, {kp}, {bt}, tensor<{b + 1}xi32>, tensor<{b}xi32>{scale_types}\n"
             f"  return %o : {q}\n}}\n")
 
 
@@ -112,6 +124,8 @@ def main():
     ap.add_argument("--page-order", choices=["shuffled", "sequential"], default="shuffled",
                     help="pages handed out in a random order (a long-running pool) or in order")
     ap.add_argument("--llmc-run", default="llmc-run")
+    ap.add_argument("--fp8-kv", action="store_true",
+                    help="also run the paged graph over e4m3 pages (half the KV bytes)")
     ap.add_argument("--check-max-mb", type=float, default=1100,
                     help="check against the CPU reference up to this many MB of K and V")
     args = ap.parse_args()
@@ -141,12 +155,24 @@ def main():
                            "paged": paged, "dense": dense,
                            "paged_tbps": kv_bytes / (paged["median_ms"] * 1e-3) / 1e12,
                            "dense_tbps": kv_bytes / (dense["median_ms"] * 1e-3) / 1e12}
+                    if args.fp8_kv:
+                        scales = np.full(hkv, 0.0625, dtype=np.float32)
+                        fp8 = run_llmc(args.llmc_run, paged_source(b, kv, hkv, fp8=True),
+                                       "paged_fp8", {3: bt, 4: cu, 5: lens, 6: scales,
+                                                     7: scales}, work, check=check)
+                        row["paged_fp8"] = fp8
+                        row["fp8_kv_mb"] = kv_bytes / 2 / 1e6
+                        row["paged_fp8_tbps"] = kv_bytes / 2 / (fp8["median_ms"] * 1e-3) / 1e12
+                        row["fp8_speedup"] = paged["median_ms"] / fp8["median_ms"]
                     rows.append(row)
                     print(f"Hkv {hkv:2d} B {b:3d} kv {kv:5d}  KV {row['kv_mb']:8.1f} MB  "
                           f"paged {paged['median_ms']:.4f} ms ({row['paged_tbps']:.2f} TB/s)  "
                           f"dense {dense['median_ms']:.4f} ms ({row['dense_tbps']:.2f} TB/s)"
                           + ("" if check else "  (not checked)")
-                          + (f"  paged/copy {row['paged_tbps'] / ceiling:.2f}" if ceiling else ""),
+                          + (f"  paged/copy {row['paged_tbps'] / ceiling:.2f}" if ceiling else "")
+                          + (f"  fp8 KV {row['paged_fp8']['median_ms']:.4f} ms "
+                             f"({row['paged_fp8_tbps']:.2f} TB/s, {row['fp8_speedup']:.2f}x)"
+                             if args.fp8_kv else ""),
                           flush=True)
     result = {"copy_tbps": ceiling, "page_size": PAGE, "page_order": args.page_order,
               "rows": rows}

@@ -309,6 +309,9 @@ class KvPagePool:
 # ([out, in]), hence `transpose_rhs` on every matmul.
 
 _MLIR_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+#: kv_cache_dtype of llama_serving_step_mlir (vLLM's names): None keeps the
+#: pages in the model's dtype; "fp8" is "fp8_e4m3".
+_KV_CACHE_DTYPES = {"fp8": "f8E4M3FN", "fp8_e4m3": "f8E4M3FN", "fp8_e5m2": "f8E5M2"}
 
 #: Arguments before the pages: tokens, positions, cu_seqlens_q, seq_lens,
 #: block_table, last_token. The weights start at argument
@@ -476,9 +479,9 @@ _LAYER = """\
   %qt${l} = llm.reshape %qr${l} : ${q4} to ${q3}
   %kt${l} = llm.reshape %kr${l} : ${k4} to ${k3}
   %vt${l} = llm.reshape %v${l} : ${act_kv} to ${k3}
-  %kp${l} = llm.paged_kv_append %k_pages${l}, %kt${l}, %block_table, %cu_seqlens_q, %seq_lens : ${pages}, ${k3}, ${bt}, ${i32s}, ${i32s}
-  %vp${l} = llm.paged_kv_append %v_pages${l}, %vt${l}, %block_table, %cu_seqlens_q, %seq_lens : ${pages}, ${k3}, ${bt}, ${i32s}, ${i32s}
-  %a${l} = llm.paged_attention %qt${l}, %kp${l}, %vp${l}, %block_table, %cu_seqlens_q, %seq_lens {causal} : ${q3}, ${pages}, ${pages}, ${bt}, ${i32s}, ${i32s}
+  %kp${l} = llm.paged_kv_append %k_pages${l}, %kt${l}, %block_table, %cu_seqlens_q, %seq_lens${append_scale} : ${pages}, ${k3}, ${bt}, ${i32s}, ${i32s}${append_scale_type}
+  %vp${l} = llm.paged_kv_append %v_pages${l}, %vt${l}, %block_table, %cu_seqlens_q, %seq_lens${append_scale} : ${pages}, ${k3}, ${bt}, ${i32s}, ${i32s}${append_scale_type}
+  %a${l} = llm.paged_attention %qt${l}, %kp${l}, %vp${l}, %block_table, %cu_seqlens_q, %seq_lens${attn_scales} {causal} : ${q3}, ${pages}, ${pages}, ${bt}, ${i32s}, ${i32s}${attn_scales_types}
   %a2_${l} = llm.reshape %a${l} : ${q3} to ${act_q}
   %o${l} = llm.matmul %a2_${l}, %wo${l} {transpose_rhs} : ${act_q}, ${w_o} -> ${act_d}
   %r${l} = llm.add %x${l}, %o${l} : ${act_d}
@@ -495,7 +498,8 @@ _LAYER = """\
 
 def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages: int,
                             dtype: torch.dtype = torch.bfloat16, rope_rows: Optional[int] = None,
-                            function: str = "serving_step") -> str:
+                            function: str = "serving_step", kv_cache_dtype: Optional[str] = None,
+                            kv_scale: float = 1.0) -> str:
     """The serving step of a Hugging Face LLaMA/Mistral model
     (LlamaForCausalLM, MistralForCausalLM) as `llm` dialect text: one
     `func.func @<function>` in the calling convention of
@@ -547,13 +551,25 @@ def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages
     the `last_token` rows only. With tie_word_embeddings, pass wte again as
     lm_head.
 
+    `kv_cache_dtype` (vLLM's names): None keeps the pages in DT; "fp8" or
+    "fp8_e4m3" (f8E4M3FN) and "fp8_e5m2" (f8E5M2) store them in 8 bits, half
+    the bytes of bf16 for decode to read (issue 20). Each page element is
+    then k / kv_scale (saturating at the format's largest value, 448 or
+    57344), and attention reads it times kv_scale: one scale, a positive
+    finite float, for every KV head of every layer, K and V (vLLM's
+    default is 1.0; choose about the largest |K| and |V| over 448 for
+    e4m3, so that small values keep their precision). Nothing else
+    changes: the pages' arguments and results take the fp8 type.
+
     `rope_rows` (default max_position_embeddings) is the RoPE tables' row
     count; positions must be below it. num_pages, page_size, max_pages and
     rope_rows are positive ints, and max_pages * page_size <= rope_rows (no
     sequence reaches past the tables).
 
     Raises ValueError for a size that is not a positive int, a `dtype`
-    other than float32/bfloat16/float16, a `function` that is not an MLIR
+    other than float32/bfloat16/float16, a kv_cache_dtype other than None,
+    "fp8", "fp8_e4m3" or "fp8_e5m2", a kv_scale that is not a positive
+    finite number (or given without kv_cache_dtype), a `function` that is not an MLIR
     identifier, and for what the step does not compute as HF does: a RoPE
     scaling other than the default (rope_type other than 'default', e.g.
     'linear', 'llama3', 'yarn'), attention_bias or mlp_bias, a hidden_act
@@ -575,8 +591,23 @@ def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages
     if not isinstance(function, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.]*", function):
         raise ValueError(f"function: expected an MLIR identifier ([A-Za-z_][A-Za-z0-9_$.]*), "
                          f"found {function!r}")
+    if kv_cache_dtype is not None and kv_cache_dtype not in _KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype: expected None, 'fp8', 'fp8_e4m3' or 'fp8_e5m2', "
+                         f"found {kv_cache_dtype!r}")
+    if isinstance(kv_scale, bool) or not isinstance(kv_scale, (int, float)) or \
+            not math.isfinite(kv_scale) or kv_scale <= 0:
+        raise ValueError(f"kv_scale: expected a positive finite number, found {kv_scale!r}")
+    if kv_cache_dtype is None and kv_scale != 1.0:
+        raise ValueError("kv_scale scales an fp8 KV cache: give kv_cache_dtype too")
     dt = _MLIR_DTYPES[dtype]
     L, d, Hq, Hkv, D = shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim
+    page_dt = _KV_CACHE_DTYPES[kv_cache_dtype] if kv_cache_dtype else dt
+    scale_t = _tensor([Hkv], "f32")
+    fp8_kv = dict(append_scale="", append_scale_type="", attn_scales="", attn_scales_types="")
+    if kv_cache_dtype:
+        fp8_kv = dict(append_scale=" scale %kv_scale", append_scale_type=f", {scale_t}",
+                      attn_scales=" scales(%kv_scale, %kv_scale)",
+                      attn_scales_types=f", {scale_t}, {scale_t}")
     F, V = shape.ffn, shape.vocab
     t = _tensor
     types = dict(
@@ -584,7 +615,7 @@ def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages
         w_q=t([Hq * D, d], dt), act_q=t([None, Hq * D], dt), w_kv=t([Hkv * D, d], dt),
         act_kv=t([None, Hkv * D], dt), q4=t([1, None, Hq, D], dt), k4=t([1, None, Hkv, D], dt),
         table=t([1, None, D], dt), q3=t([None, Hq, D], dt), k3=t([None, Hkv, D], dt),
-        pages=t([num_pages, page_size, Hkv, D], dt), bt=t([None, max_pages], "i32"),
+        pages=t([num_pages, page_size, Hkv, D], page_dt), bt=t([None, max_pages], "i32"),
         i32s=t([None], "i32"), w_o=t([d, Hq * D], dt), w_f=t([F, d], dt),
         act_f=t([None, F], dt), w_down=t([d, F], dt))
     pages = types["pages"]
@@ -621,8 +652,12 @@ def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages
         f"  %cos = llm.reshape %cos2 : {table2} to {types['table']}",
         f"  %sin = llm.reshape %sin2 : {table2} to {types['table']}",
     ]
+    if kv_cache_dtype:
+        lines.insert(6, f"// KV cache {page_dt}: pages hold K / {_f64(kv_scale)} and V / "
+                        f"{_f64(kv_scale)} (llm.paged_kv_append scale).")
+        lines.append(f"  %kv_scale = llm.constant dense<{_f64(kv_scale)}> : {scale_t}")
     layer = string.Template(_LAYER)
-    body = [layer.substitute(types, l=l, next=l + 1) for l in range(L)]
+    body = [layer.substitute(types, l=l, next=l + 1, **fp8_kv) for l in range(L)]
     act_d = types["act_d"]
     results = ["%logits"] + [f"%{kv}p{l}" for l in range(L) for kv in "kv"]
     tail = [
