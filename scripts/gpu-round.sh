@@ -97,6 +97,13 @@ if has precision && [ "${SKIP_PRECISION:-0}" != 1 ]; then
   done
   run prec.fp8.llama7b.seq2048 llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --precision=fp8 --check=gpu-f32 --bench --iters=20
   run prec.fp8.mistral.seq512 llmc-run $S/mistral_gqa_block.mlir --shape seq=512 --precision=fp8 --check=gpu-f32
+  # fp8 row scaling (one rowfused quantization kernel per operand), the
+  # HYBRID backward (e5m2 x e4m3 cuBLASLt GEMMs) and the row-scaled linear
+  # against the graph as written (issue 20).
+  run prec.fp8-row.tiny_llama.seq129 llmc-run $S/tiny_llama_block.mlir --shape seq=129 --precision=fp8 --fp8-scaling=row --check
+  run prec.fp8-row.llama7b.seq2048 llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --precision=fp8 --fp8-scaling=row --check=gpu-f32 --bench --iters=20
+  run prec.fp8.hybrid-backward llmc-run test/Tools/fp8-hybrid-backward.mlir --precision=fp8 --check
+  run prec.fp8-row.linear llmc-run test/Tools/fp8-row-scaling.mlir --precision=fp8 --fp8-scaling=row --check
   for d in 80 96; do
     run "prec.fp8.c2_d$d.seq129" llmc-run dist/share/llmc/cases/c2_tiny_decoder_d$d.mlir --shape seq=129 --precision=fp8 --check
   done
