@@ -569,7 +569,7 @@ def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages
     Raises ValueError for a size that is not a positive int, a `dtype`
     other than float32/bfloat16/float16, a kv_cache_dtype other than None,
     "fp8", "fp8_e4m3" or "fp8_e5m2", a kv_scale that is not a positive
-    finite number (or given without kv_cache_dtype), a `function` that is not an MLIR
+    finite float32 normal number (or given without kv_cache_dtype), a `function` that is not an MLIR
     identifier, and for what the step does not compute as HF does: a RoPE
     scaling other than the default (rope_type other than 'default', e.g.
     'linear', 'llama3', 'yarn'), attention_bias or mlp_bias, a hidden_act
@@ -594,9 +594,13 @@ def llama_serving_step_mlir(config, *, num_pages: int, page_size: int, max_pages
     if kv_cache_dtype is not None and kv_cache_dtype not in _KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype: expected None, 'fp8', 'fp8_e4m3' or 'fp8_e5m2', "
                          f"found {kv_cache_dtype!r}")
+    # The scale is an f32 constant of the step: it must stay positive and
+    # finite once rounded to float32 (1e39 would become inf, 1e-46 zero).
     if isinstance(kv_scale, bool) or not isinstance(kv_scale, (int, float)) or \
-            not math.isfinite(kv_scale) or kv_scale <= 0:
-        raise ValueError(f"kv_scale: expected a positive finite number, found {kv_scale!r}")
+            not math.isfinite(kv_scale) or kv_scale <= 0 or \
+            not (torch.finfo(torch.float32).tiny <= kv_scale <= torch.finfo(torch.float32).max):
+        raise ValueError(f"kv_scale: expected a positive finite number within float32's normal "
+                         f"range, found {kv_scale!r}")
     if kv_cache_dtype is None and kv_scale != 1.0:
         raise ValueError("kv_scale scales an fp8 KV cache: give kv_cache_dtype too")
     dt = _MLIR_DTYPES[dtype]

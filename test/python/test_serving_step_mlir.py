@@ -270,7 +270,7 @@ def test_kv_cache_dtype_is_checked():
         with pytest.raises(ValueError, match="kv_cache_dtype: expected None, 'fp8'"):
             serving.llama_serving_step_mlir(_llama_config(), num_pages=8, page_size=4,
                                             max_pages=4, kv_cache_dtype=bad)
-    for bad in (0.0, -1.0, float("inf"), float("nan"), "1", True):
+    for bad in (0.0, -1.0, float("inf"), float("nan"), "1", True, 1e39, 1e-46):
         with pytest.raises(ValueError, match="kv_scale: expected a positive finite number"):
             serving.llama_serving_step_mlir(_llama_config(), num_pages=8, page_size=4,
                                             max_pages=4, kv_cache_dtype="fp8", kv_scale=bad)

@@ -137,16 +137,16 @@ public:
   // matmul(a, b) => cast(cast(matmul(q(a), q(b)) * (s_a * s_b) + bias) : bf16)
   // with each operand's fp8 type: e4m3, or e5m2 for a gradient under the
   // HYBRID format. cuBLASLt has no e5m2 x e5m2 GEMM, so when both operands
-  // are gradients the RHS is e4m3. With `rows`, s_a is one scale per row m
+  // are gradients the RHS is e4m3 (`lhsGrad`, `rhsGrad`: whether each
+  // operand was a gradient before the pass rewrote anything). With `rows`,
+  // s_a is one scale per row m
   // of the LHS ([..., M, 1]) and s_b one per column n of the RHS
   // ([..., 1, N]), each over its K values; an operand of dynamic shape keeps
   // one scale per tensor.
-  void fp8Matmul(MatmulOp mm, const llvm::DenseSet<Value> &gradients,
-                 bool rows) {
+  void fp8Matmul(MatmulOp mm, bool lhsGrad, bool rhsGrad, bool rows) {
     FloatType e4m3 = b.getType<Float8E4M3FNType>();
     FloatType e5m2 = b.getType<Float8E5M2Type>();
-    bool lhsGrad = gradients.contains(mm.getLhs());
-    bool rhsGrad = gradients.contains(mm.getRhs()) && !lhsGrad;
+    rhsGrad = rhsGrad && !lhsGrad;
     // The K axis of an operand as stored: LHS [.., M, K] ([.., K, M]
     // transposed), RHS [.., K, N] ([.., N, K] transposed); -1: per tensor.
     auto kAxisOf = [&](Value v, bool lhs) -> int64_t {
@@ -323,6 +323,11 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
       fn.emitOpError() << "fp8-scaling: " << error;
       return signalPassFailure();
     }
+    if (fp8Scaling != "tensor" && policy != "fp8") {
+      fn.emitOpError() << "fp8-scaling=" << fp8Scaling
+                       << " needs policy=fp8, found policy=" << policy;
+      return signalPassFailure();
+    }
     if (fp8Gradients != "e5m2" && fp8Gradients != "e4m3") {
       fn.emitOpError() << "fp8-gradients: expected e5m2 or e4m3, found '"
                        << fp8Gradients << "'";
@@ -348,9 +353,17 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
         targets.push_back(op);
     });
     Rewriter rw(fn);
-    llvm::DenseSet<Value> gradients;
-    if (policy == "fp8" && fp8Gradients == "e5m2")
-      gradients = gradientValues(fn);
+    // Which operands of each matmul are gradients, decided on the function
+    // as written: a rewritten matmul's result is a new value, which the set
+    // would not know (a matmul reading another's result directly).
+    llvm::DenseMap<Operation *, std::pair<bool, bool>> gradientOperands;
+    if (policy == "fp8" && fp8Gradients == "e5m2") {
+      llvm::DenseSet<Value> gradients = gradientValues(fn);
+      for (Operation *op : targets)
+        if (auto mm = dyn_cast<MatmulOp>(op))
+          gradientOperands[op] = {gradients.contains(mm.getLhs()),
+                                  gradients.contains(mm.getRhs())};
+    }
     for (Operation *op : targets) {
       if (auto attn = dyn_cast<AttentionOp>(op)) {
         if (elementOf(attn.getQuery()).isF32())
@@ -369,7 +382,8 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
       Type e = elementOf(mm.getLhs());
       if (policy == "fp8") {
         if (isa<Float32Type, Float16Type, BFloat16Type>(e))
-          rw.fp8Matmul(mm, gradients, fp8Scaling == "row");
+          rw.fp8Matmul(mm, gradientOperands.lookup(op).first,
+                       gradientOperands.lookup(op).second, fp8Scaling == "row");
         continue;
       }
       if (e.isF32())

@@ -1367,3 +1367,27 @@ func.func @append_scale_without_fp8(%kp: tensor<64x16x8x128xbf16>, %k: tensor<5x
   %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens scale %s : tensor<64x16x8x128xbf16>, tensor<5x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>
   return
 }
+
+// -----
+
+func.func @fp8_value_scale_per_kv_head(%q: tensor<5x32x128xbf16>, %kp: tensor<64x16x8x128xf8E4M3FN>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>, %ks: tensor<8xf32>, %vs: tensor<4xf32>) {
+  // expected-error @+1 {{'llm.paged_attention' op value_scale must be [Hkv] (one f32 per KV head) of the pages [64, 16, 8, 128], found [4]}}
+  %0 = llm.paged_attention %q, %kp, %kp, %bt, %cu, %lens scales(%ks, %vs) : tensor<5x32x128xbf16>, tensor<64x16x8x128xf8E4M3FN>, tensor<64x16x8x128xf8E4M3FN>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>, tensor<8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fp8_append_scale_per_kv_head(%kp: tensor<64x16x8x128xf8E4M3FN>, %k: tensor<5x8x128xbf16>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>, %s: tensor<1xf32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op scale must be [Hkv] (one f32 per KV head) of the pages [64, 16, 8, 128], found [1]}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens scale %s : tensor<64x16x8x128xf8E4M3FN>, tensor<5x8x128xbf16>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>, tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @fp8_append_of_another_fp8_type(%kp: tensor<64x16x8x128xf8E4M3FN>, %k: tensor<5x8x128xf8E5M2>, %bt: tensor<4x8xi32>, %cu: tensor<5xi32>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'llm.paged_kv_append' op update element type f8E5M2 differs from the pages' f8E4M3FN}}
+  %0 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens : tensor<64x16x8x128xf8E4M3FN>, tensor<5x8x128xf8E5M2>, tensor<4x8xi32>, tensor<5xi32>, tensor<4xi32>
+  return
+}

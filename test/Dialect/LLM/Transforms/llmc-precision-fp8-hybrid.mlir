@@ -48,3 +48,17 @@ func.func @derived_gradients(%g: tensor<4x16xf32> {llm.gradient}, %a: tensor<4x1
   %y = llm.matmul %a, %w : tensor<4x16xf32>, tensor<16x16xf32> -> tensor<4x16xf32>
   return %dx, %gg, %y : tensor<4x16xf32>, tensor<16x16xf32>, tensor<4x16xf32>
 }
+
+// -----
+
+// A matmul reading another's result directly (dX = (dY W2) W1): the first
+// product is a gradient, so the second GEMM reads it in e5m2 too.
+// CHECK-LABEL: func.func @chained
+// CHECK: llm.matmul %{{.+}}, %{{.+}} : tensor<8x32xf8E5M2>, tensor<32x64xf8E4M3FN> -> tensor<8x64xf32>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} : tensor<8x64xf8E5M2>, tensor<64x16xf8E4M3FN> -> tensor<8x16xf32>
+func.func @chained(%dy: tensor<8x32xf32> {llm.gradient}, %w2: tensor<32x64xf32>,
+                   %w1: tensor<64x16xf32>) -> tensor<8x16xf32> {
+  %dh = llm.matmul %dy, %w2 : tensor<8x32xf32>, tensor<32x64xf32> -> tensor<8x64xf32>
+  %dx = llm.matmul %dh, %w1 : tensor<8x64xf32>, tensor<64x16xf32> -> tensor<8x16xf32>
+  return %dx : tensor<8x16xf32>
+}
