@@ -26,7 +26,8 @@ positions), bf16, random weights (no download); --model tiny is a 2-layer,
 paged-attention kernels take head dims 64..256).
 
 llmc: the model's serving step (llmc.serving.llama_serving_step_mlir; pages
-of --page-size 16 tokens, --kv-gib 32 GiB of K and V pages over all layers,
+of --page-size 16 tokens, --kv-gib 32 GiB of K and V pages over all layers
+(in --dtype, or fp8 with --kv-cache-dtype: twice the pages),
 a block table of ceil(longest request / page size) pages) served by
 `llmc-serve STEP --realtime --max-batch-tokens 512 --max-seqs 64` per rate:
 continuous batching with chunked prefill over the paged KV cache, CUDA
@@ -152,6 +153,12 @@ def parse_args(argv=None):
         ap.add_argument(f"--{what}-min", type=int, help=f"{help_}: clipped below")
         ap.add_argument(f"--{what}-max", type=int, help=f"{help_}: clipped above")
     ap.add_argument("--page-size", type=int)
+    ap.add_argument("--kv-cache-dtype", choices=("fp8", "fp8_e4m3", "fp8_e5m2"),
+                    help="an fp8 KV cache (issue 20): 1-byte pages, so --kv-gib holds twice "
+                         "the bf16 pages; default: pages in --dtype")
+    ap.add_argument("--kv-scale", type=float, default=1.0,
+                    help="with --kv-cache-dtype: the pages hold K / scale and V / scale "
+                         "(vLLM's default 1.0)")
     ap.add_argument("--kv-gib", type=float, default=32.0,
                     help="GiB of K and V pages (all layers); gives the page count")
     ap.add_argument("--num-pages", type=int, help="the page count (instead of --kv-gib)")
@@ -664,7 +671,7 @@ def main(argv=None):
                  f"{cfg_kw['max_position_embeddings']}")
     L, Hkv = cfg_kw["num_hidden_layers"], cfg_kw["num_key_value_heads"]
     D = cfg_kw["hidden_size"] // cfg_kw["num_attention_heads"]
-    elem = torch.empty((), dtype=DTYPES[args.dtype]).element_size()
+    elem = 1 if args.kv_cache_dtype else torch.empty((), dtype=DTYPES[args.dtype]).element_size()
     page_bytes = 2 * L * args.page_size * Hkv * D * elem  # K and V, every layer
     num_pages = args.num_pages or int(args.kv_gib * 2**30 // page_bytes)
     max_pages = -(-longest // args.page_size)
@@ -695,6 +702,8 @@ def main(argv=None):
                        "drawn": length_stats([r["max_new_tokens"] for r in requests])},
             "longest_request": longest},
         "kv": {"page_size": args.page_size, "num_pages": num_pages, "max_pages": max_pages,
+               "cache_dtype": args.kv_cache_dtype or args.dtype,
+               "scale": args.kv_scale if args.kv_cache_dtype else None,
                "bytes_per_page_all_layers": page_bytes, "bytes_allocated": num_pages * page_bytes,
                "from": "--num-pages" if args.num_pages else f"--kv-gib {args.kv_gib:g}"},
         "llmc": {"llmc_serve": serve, "backend": args.backend, "skipped": args.skip_llmc,
@@ -730,9 +739,11 @@ def main(argv=None):
           f"block table {max_pages}", flush=True)
 
     step = files / "step.mlir"
+    fp8_kv = ({"kv_cache_dtype": args.kv_cache_dtype, "kv_scale": args.kv_scale}
+              if args.kv_cache_dtype else {})
     step.write_text(serving.llama_serving_step_mlir(
         config, num_pages=num_pages, page_size=args.page_size, max_pages=max_pages,
-        dtype=DTYPES[args.dtype]))
+        dtype=DTYPES[args.dtype], **fp8_kv))
     times = {label: arrivals(args, label, len(requests)) for label in args.rate_labels}
     req_files = {}
     for label in args.rate_labels:

@@ -70,3 +70,30 @@ def test_cpu_smoke_serves_every_request_and_matches_hf(tmp_path):
     table = (out / "results.md").read_text()
     assert "| inf | llmc |" in table and "| 20 | hf |" in table, table
     assert "KV waste mean / max" in table and "6/6 requests" in table, table
+
+
+def test_cpu_smoke_with_an_fp8_kv_cache(tmp_path):
+    """--kv-cache-dtype fp8: the step's pages are e4m3 (1 byte), the page
+    pool is 1-byte per element, and every request still finishes."""
+    if not LLMC_SERVE.exists():
+        pytest.skip(f"{LLMC_SERVE} not built (cmake --build build --target llmc-serve)")
+    env = dict(os.environ)
+    env["PATH"] = f"{LLMC_SERVE.parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "python"), env.get("PYTHONPATH")) if p)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(REPO / "bench" / "serving.py"), "--cpu-smoke", "--skip-hf",
+           "--kv-cache-dtype", "fp8", "--kv-scale", "0.0625", "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    result = json.loads((out / "results.json").read_text())
+    kv = result["kv"]
+    assert kv["cache_dtype"] == "fp8" and kv["scale"] == 0.0625, kv
+    model = result["model"]
+    head_dim = model["hidden"] // model["heads"]
+    assert kv["bytes_per_page_all_layers"] == \
+        2 * model["layers"] * kv["page_size"] * model["kv_heads"] * head_dim, kv
+    assert "f8E4M3FN" in (out / "files" / "step.mlir").read_text()
+    for x in result["runs"]:
+        assert "error" not in x and x["finished"] == 6 and x["failed"] == 0, x
+        assert x["kv"]["bytes_allocated"] == kv["bytes_allocated"], (x["kv"], kv)
