@@ -381,6 +381,13 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
       auto mm = cast<MatmulOp>(op);
       Type e = elementOf(mm.getLhs());
       if (policy == "fp8") {
+        // An empty product (M or N = 0) computes nothing: it keeps its
+        // types (a per-tensor amax over no element would be invalid).
+        auto empty = [](Value v) {
+          return llvm::is_contained(cast<RankedTensorType>(v.getType()).getShape(), 0);
+        };
+        if (empty(mm.getLhs()) || empty(mm.getRhs()) || empty(mm.getResult()))
+          continue;
         if (isa<Float32Type, Float16Type, BFloat16Type>(e))
           rw.fp8Matmul(mm, gradientOperands.lookup(op).first,
                        gradientOperands.lookup(op).second, fp8Scaling == "row");

@@ -62,3 +62,15 @@ func.func @chained(%dy: tensor<8x32xf32> {llm.gradient}, %w2: tensor<32x64xf32>,
   %dx = llm.matmul %dh, %w1 : tensor<8x64xf32>, tensor<64x16xf32> -> tensor<8x16xf32>
   return %dx : tensor<8x16xf32>
 }
+
+// -----
+
+// An empty product (no rows: an empty batch) keeps its types under fp8: it
+// computes nothing, and an amax over no element would be invalid.
+// CHECK-LABEL: func.func @empty_rows
+// CHECK-NOT: f8E
+// CHECK: llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<0x64xf32>, tensor<32x64xf32> -> tensor<0x32xf32>
+func.func @empty_rows(%x: tensor<0x64xf32>, %w: tensor<32x64xf32>) -> tensor<0x32xf32> {
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<0x64xf32>, tensor<32x64xf32> -> tensor<0x32xf32>
+  return %y : tensor<0x32xf32>
+}
