@@ -17,13 +17,20 @@ REPO = Path(__file__).resolve().parents[2]
 LLMC_SERVE = Path(os.environ.get("LLMC_SERVE", REPO / "build" / "bin" / "llmc-serve"))
 
 
-def test_cpu_smoke_serves_every_request_and_matches_hf(tmp_path):
-    if not LLMC_SERVE.exists():
-        pytest.skip(f"{LLMC_SERVE} not built (cmake --build build --target llmc-serve)")
+def _bench_env():
+    """The environment of a bench/serving.py run: llmc-serve on PATH, the
+    package from this checkout."""
     env = dict(os.environ)
     env["PATH"] = f"{LLMC_SERVE.parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "python"), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def test_cpu_smoke_serves_every_request_and_matches_hf(tmp_path):
+    if not LLMC_SERVE.exists():
+        pytest.skip(f"{LLMC_SERVE} not built (cmake --build build --target llmc-serve)")
+    env = _bench_env()
     out = tmp_path / "out"
     cmd = [sys.executable, str(REPO / "bench" / "serving.py"), "--cpu-smoke", "--check-hf",
            "--out", str(out)]
@@ -77,10 +84,7 @@ def test_cpu_smoke_with_an_fp8_kv_cache(tmp_path):
     pool is 1-byte per element, and every request still finishes."""
     if not LLMC_SERVE.exists():
         pytest.skip(f"{LLMC_SERVE} not built (cmake --build build --target llmc-serve)")
-    env = dict(os.environ)
-    env["PATH"] = f"{LLMC_SERVE.parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO / "python"), env.get("PYTHONPATH")) if p)
+    env = _bench_env()
     out = tmp_path / "out"
     cmd = [sys.executable, str(REPO / "bench" / "serving.py"), "--cpu-smoke", "--skip-hf",
            "--kv-cache-dtype", "fp8", "--kv-scale", "0.0625", "--out", str(out)]

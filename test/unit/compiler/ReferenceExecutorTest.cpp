@@ -1392,6 +1392,28 @@ protected:
     }
     return c;
   }
+
+  /// Each sequence's rows of the packed attention `packed` [T, Hq, D] (the
+  /// queries `q`, sequence b's n = news[b] rows from cu[b]) against
+  /// llm.attention of that sequence alone over its lens[b] dense keys and
+  /// values ks[b], vs[b] [1, len, Hkv, D].
+  void expectEqualsDenseAttention(const HostTensor &packed, const HostTensor &q,
+                                  const std::vector<double> &cu,
+                                  const std::vector<int64_t> &news,
+                                  const std::vector<int64_t> &lens,
+                                  const std::vector<HostTensor> &ks,
+                                  const std::vector<HostTensor> &vs, bool causal) {
+    const int64_t Hq = q.shape[1], D = q.shape[2], Hkv = ks[0].shape[2];
+    for (size_t b = 0; b < lens.size(); ++b) {
+      const int64_t n = news[b], first = static_cast<int64_t>(cu[b]);
+      HostTensor qb = tensor(f32(), {1, n, Hq, D},
+                             std::vector<double>(q.data.begin() + first * Hq * D,
+                                                 q.data.begin() + (first + n) * Hq * D));
+      auto dense = run(attentionSrc(1, n, lens[b], Hq, Hkv, D, "f32", causal, false),
+                       {qb, ks[b], vs[b], scalar(i64(), lens[b])});
+      expectRowsEqual({packed}, first, n, dense, b);
+    }
+  }
 };
 
 } // namespace
@@ -1431,15 +1453,7 @@ TEST_F(PagedReferenceTest, PagedAttentionEqualsDenseAttentionWithShuffledPages) 
                            tensor(i32(), {B + 1}, cu), tensor(i32(), {B}, lensD)});
     ASSERT_EQ(paged.size(), 1u);
     ASSERT_TRUE(allFinite(paged[0]));
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t n = news[b], first = static_cast<int64_t>(cu[b]);
-      HostTensor qb = tensor(f32(), {1, n, Hq, D},
-                             std::vector<double>(q.data.begin() + first * Hq * D,
-                                                 q.data.begin() + (first + n) * Hq * D));
-      auto dense = run(attentionSrc(1, n, lens[b], Hq, Hkv, D, "f32", causal, false),
-                       {qb, ks[b], vs[b], scalar(i64(), lens[b])});
-      expectRowsEqual(paged, first, n, dense, b);
-    }
+    expectEqualsDenseAttention(paged[0], q, cu, news, lens, ks, vs, causal);
   }
   // Run-time errors name the op and the sequence.
   const std::string bad = source(false);
@@ -1508,15 +1522,7 @@ TEST_F(PagedReferenceTest, PagedAppendThenAttentionEqualsDenseAttention) {
   auto out = run(src, inputs(c.table));
   ASSERT_EQ(out.size(), 3u);
   ASSERT_TRUE(allFinite(out[0]));
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = news[b], first = static_cast<int64_t>(cu[b]);
-    HostTensor qb = tensor(f32(), {1, n, Hq, D},
-                           std::vector<double>(q.data.begin() + first * Hq * D,
-                                               q.data.begin() + (first + n) * Hq * D));
-    auto dense = run(attentionSrc(1, n, lens[b], Hq, Hkv, D, "f32", true, false),
-                     {qb, c.ks[b], c.vs[b], scalar(i64(), lens[b])});
-    expectRowsEqual({out[0]}, first, n, dense, b);
-  }
+  expectEqualsDenseAttention(out[0], q, cu, news, lens, c.ks, c.vs, /*causal=*/true);
   // The pages: the old ones with the new rows written, bit for bit.
   for (auto [pages, old, dense] : {std::tuple{&out[1], &c.kp, &c.ks}, {&out[2], &c.vp, &c.vs}}) {
     std::vector<double> want = old->data;
@@ -1604,15 +1610,7 @@ TEST_F(PagedReferenceTest, Fp8PagedAppendThenAttentionEqualsDenseAttentionOfTheC
                        tensor(f32(), {Hkv}, kScale), tensor(f32(), {Hkv}, vScale)});
   ASSERT_EQ(out.size(), 3u);
   ASSERT_TRUE(allFinite(out[0]));
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = news[b], first = static_cast<int64_t>(cu[b]);
-    HostTensor qb = tensor(f32(), {1, n, Hq, D},
-                           std::vector<double>(q.data.begin() + first * Hq * D,
-                                               q.data.begin() + (first + n) * Hq * D));
-    auto dense = run(attentionSrc(1, n, lens[b], Hq, Hkv, D, "f32", true, false),
-                     {qb, kDense[b], vDense[b], scalar(i64(), lens[b])});
-    expectRowsEqual({out[0]}, first, n, dense, b);
-  }
+  expectEqualsDenseAttention(out[0], q, cu, news, lens, kDense, vDense, /*causal=*/true);
   // The new rows of the pages: exactly e4m3(k / scale).
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = stored[b]; j < lens[b]; ++j)
