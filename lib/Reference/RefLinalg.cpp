@@ -369,11 +369,15 @@ struct PackedSequence {
 /// The rows of `seq` in `out` ([T, Hq, D], zero): softmax(q k^T scale) v
 /// over keys 0 .. len - 1 (causal: up to the row's position), key position
 /// j of KV head hk at element keyRow(j, hk) of `k` and `v`; a row with no
-/// visible key stays zero. `p` holds at least `len` scores.
+/// visible key stays zero. `p` holds at least `len` scores. With
+/// `kvScales` ([Hkv] key scales, then [Hkv] value scales: an fp8 KV cache)
+/// the keys and values of head hk are read times their scales, which factor
+/// out of the dot products and the weighted sum.
 template <typename KeyRow>
 void packedAttentionRows(const HostTensor &q, const HostTensor &k, const HostTensor &v,
                          HostTensor &out, int64_t Hkv, double scale, bool causal,
-                         const PackedSequence &seq, KeyRow keyRow, std::vector<double> &p) {
+                         const PackedSequence &seq, KeyRow keyRow, std::vector<double> &p,
+                         const double *kvScales = nullptr) {
   const int64_t Hq = q.shape[1], D = q.shape[2], group = Hq / Hkv;
   for (int64_t i = 0; i < seq.n; ++i)
     for (int64_t h = 0; h < Hq; ++h) {
@@ -386,12 +390,15 @@ void packedAttentionRows(const HostTensor &q, const HostTensor &k, const HostTen
         double s = 0.0;
         for (int64_t d = 0; d < D; ++d)
           s += qi[d] * kj[d];
-        p[j] = s * scale;
+        p[j] = s * scale * (kvScales ? kvScales[hk] : 1.0);
         mx = nanMax(mx, p[j]);
       }
       double *oi = out.data.data() + ((seq.first + i) * Hq + h) * D;
       addSoftmaxWeighted(p, end, mx, oi, D,
                          [&](int64_t j) { return v.data.data() + keyRow(j, hk); });
+      if (kvScales)
+        for (int64_t d = 0; d < D; ++d)
+          oi[d] *= kvScales[Hkv + hk];
     }
 }
 
@@ -451,22 +458,15 @@ absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
     return opError(op, *error);
   LLMC_ASSIGN_OR_RETURN(std::vector<PackedSequence> seqs,
                        pagedSequences(op, T, P, pageSize, table, cu, lens));
-  // An fp8 KV cache: the pages times their per-KV-head scales.
-  const HostTensor *keys = &kp, *values = &vp;
-  HostTensor scaledKeys, scaledValues;
+  // An fp8 KV cache: the pages are read times their per-KV-head scales.
+  std::vector<double> kvScales;
   if (op.getKeyScale()) {
     const HostTensor &ks = in(op, 6), &vs = in(op, 7);
     if (ks.shape != Shape{Hkv} || vs.shape != Shape{Hkv})
       return opError(op, absl::StrCat("key_scale ", shapeStr(ks.shape), " and value_scale ",
                                       shapeStr(vs.shape), " must be [Hkv] = [", Hkv, "]"));
-    for (auto [pages, scales, out] : {std::tuple{&kp, &ks, &scaledKeys},
-                                      std::tuple{&vp, &vs, &scaledValues}}) {
-      LLMC_ASSIGN_OR_RETURN(*out, newTensor(op, q.elementType, pages->shape));
-      for (size_t i = 0; i < out->data.size(); ++i)
-        out->data[i] = pages->data[i] * scales->data[(i / D) % Hkv];
-    }
-    keys = &scaledKeys;
-    values = &scaledValues;
+    kvScales = ks.data;
+    kvScales.insert(kvScales.end(), vs.data.begin(), vs.data.end());
   }
   double work = 0;
   int64_t maxLen = 0;
@@ -482,8 +482,8 @@ absl::StatusOr<HostTensor> RankState::pagedAttention(llm::PagedAttentionOp op) {
         int64_t page = at(table, b * maxPages + j / pageSize);
         return ((page * pageSize + j % pageSize) * Hkv + hk) * D;
       };
-      packedAttentionRows(q, *keys, *values, out, Hkv, scale, op.getCausal(), seqs[b], kvRow,
-                          p);
+      packedAttentionRows(q, kp, vp, out, Hkv, scale, op.getCausal(), seqs[b], kvRow, p,
+                          kvScales.empty() ? nullptr : kvScales.data());
     }
   });
 }

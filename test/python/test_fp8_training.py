@@ -24,10 +24,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import llmc.backend
 from llmc import importer, partition
-from test_importer_numerics import LLMC_RUN, _flat, _need_llmc_run, import_for, \
-    logical_result, run_ref
+from test_importer_numerics import LLMC_RUN, _flat, _need_llmc_run, assemble_ref_outputs, \
+    import_for, run_ref
 from test_training_graphs import PlainLlama
 
 LLMC_OPT = LLMC_RUN.parent / "llmc-opt"
@@ -63,11 +62,8 @@ class _OnReference(nn.Module):
             self.res = import_for(self.gm, args, self.name)
             self.texts[self.name] = self.res.text
         got = run_ref(self.res, args, flags=self.flags)
-        results = [None] * len(got)
-        for j, (kind, i) in enumerate(self.res.outputs):
-            if kind == "out" and results[i] is None:
-                results[i] = logical_result(self.res, i, got[i], self.metas[j].shape)
-        outs = llmc.backend.assemble_outputs(self.res, results, args)
+        outs = assemble_ref_outputs(self.res, got,
+                                    [getattr(m, "shape", None) for m in self.metas], args)
         outs = [o.to(m.dtype) if isinstance(o, torch.Tensor) and m is not None else o
                 for o, m in zip(outs, self.metas)]
         return tuple(outs) if self.tuple_out else outs[0]

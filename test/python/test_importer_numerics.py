@@ -205,6 +205,18 @@ def logical_result(res: importer.ImportResult, i: int, flat: torch.Tensor, shape
     return flat.reshape([shape[p] for p in fwd]).permute(inv)
 
 
+def assemble_ref_outputs(res: importer.ImportResult, got, shapes, args) -> list:
+    """The FX outputs of a graph from run_ref's results `got`, as the backend
+    assembles them (results viewed back from memory order, inputs passed
+    through, copied or viewed); `shapes`: each FX output's shape."""
+    results = [None] * (1 + max([i for k, i in res.outputs if k == "out"], default=-1))
+    for j, (kind, i) in enumerate(res.outputs):
+        if kind == "out" and results[i] is None:
+            results[i] = logical_result(res, i, got[i], shapes[j])
+    from llmc.backend import assemble_outputs
+    return assemble_outputs(res, results, list(args))
+
+
 def check_graph(gm, args, name="main"):
     """Imports `gm`, evaluates it on `args` with the reference executor and
     compares every result with PyTorch. Returns {output index: error}."""
@@ -224,12 +236,7 @@ def check_graph(gm, args, name="main"):
     # The FX outputs as the backend assembles them (results viewed back from
     # memory order, inputs passed through, copied or viewed), so that every
     # output kind is compared, not only the function's results.
-    results = [None] * (1 + max([i for k, i in res.outputs if k == "out"], default=-1))
-    for j, (kind, i) in enumerate(res.outputs):
-        if kind == "out" and results[i] is None:
-            results[i] = logical_result(res, i, got[i], want[j].shape)
-    from llmc.backend import assemble_outputs
-    outs = assemble_outputs(res, results, list(args))
+    outs = assemble_ref_outputs(res, got, [w.shape for w in want], args)
     errs = {}
     for j, (kind, i) in enumerate(res.outputs):
         if kind in ("none", "empty"):

@@ -405,18 +405,15 @@ absl::StatusOr<KernelCode> EmitPagedKvAppend(const PagedKvAppendConfig &c) {
     if (threadIdx.x == 0 && error) *error = 3;
     return;
   }
-VECTOR_COPY
-}
-)CUDA";
-  const std::string copy = quantize
+)CUDA"
+    << (quantize
       ? "  T* dst = pages + (page * kPageSize + pos % kPageSize) * kRow;\n"
         "  const UpdT* src = update + t * kRow;\n"
         "  for (int i = threadIdx.x; i < kRow; i += kThreads) dst[i] = fromF<T>(toF(src[i]) / scale[i / kHeadDim]);"
       : "  V* dst = reinterpret_cast<V*>(pages) + (page * kPageSize + pos % kPageSize) * kRowVec;\n"
         "  const V* src = reinterpret_cast<const V*>(update) + t * kRowVec;\n"
-        "  for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = src[i];";
-  std::string body = b.str();
-  body.replace(body.find("VECTOR_COPY"), std::string("VECTOR_COPY").size(), copy);
+        "  for (int i = threadIdx.x; i < kRowVec; i += kThreads) dst[i] = src[i];")
+    << "\n}\n";
   LLMC_ASSIGN_OR_RETURN(
       kc.source,
       Assemble("// llmc paged KV append (PagedAttention, Kwon et al. 2023): token t of sequence b, position p,\n"
@@ -424,7 +421,7 @@ VECTOR_COPY
                "// A position or page out of range -> that token is not written, *error = 3.\n" +
                    std::string(quantize ? "// fp8 pages: each element stored as update / scale[kv head], saturating.\n"
                                         : ""),
-               cfg.str(), body));
+               cfg.str(), b.str()));
   return kc;
 }
 
