@@ -15,7 +15,9 @@ export LLMC_CACHE_DIR="${LLMC_CACHE_DIR:-/tmp/llmc-cache}"
 # The test binaries find the examples here, not at the build machine's source path.
 export LLMC_EXAMPLES_DIR="$PWD/dist/share/llmc/examples"
 SUMMARY="$OUT/summary.txt"
-LOGS="$(mktemp -d)"
+# LOGS_DIR: keep the per-run logs there (they survive a timeout of the round).
+LOGS="${LOGS_DIR:-$(mktemp -d)}"
+mkdir -p "$LOGS"
 : > "$SUMMARY"
 nvidia-smi -L | tee -a "$SUMMARY"
 date -u | tee -a "$SUMMARY"
