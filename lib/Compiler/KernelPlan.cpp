@@ -69,7 +69,8 @@ cu::ScalarType llmc::kernelScalarType(Value v) {
 bool llmc::decodeGemvConfig(MatmulOp op, cu::GemvConfig *gc) {
   auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs());
   int64_t lr = lhs.getRank(), rr = rhs.getRank();
-  if (op.getTransposeLhs() || !op.getTransposeRhs() || lr < 2 || rr < 2)
+  if (op.getTransposeLhs() || !op.getTransposeRhs() || lr < 2 || rr < 2 ||
+      op.getScaleLhs())
     return false;
   int64_t lhsBatch = 1, rhsBatch = 1;
   for (int64_t d : lhs.getShape().drop_back(2)) lhsBatch *= d;

@@ -52,6 +52,48 @@ static std::optional<MatrixView> matrixView(Value v, Lowering &l) {
 
 static KernelArg gemvWeightArg(MatmulOp op, Lowering &l);
 
+/// result = round(acc * scale_lhs * scale_rhs [+ bias]) from the f32 product
+/// `acc` in arena buffer `scratch` (a scaled fp8 matmul computed in bf16
+/// below sm_89).
+static absl::Status scaleGemmResult(MatmulOp op, int scratch, Lowering &l) {
+  cu::ElementwiseProgram prog;
+  prog.unroll = l.getKernelConfigs().elementwise_unroll;
+  prog.round_every_node = false;
+  prog.inputs = {{cu::ScalarType::f32, cu::InputLayout::kContiguous},
+                 {cu::ScalarType::f32, cu::InputLayout::kScalar},
+                 {cu::ScalarType::f32, cu::InputLayout::kScalar}};
+  auto node = [](cu::EwOp op, std::vector<int> operands, cu::ScalarType type) {
+    cu::EwNode n;
+    n.op = op;
+    n.operands = std::move(operands);
+    n.type = type;
+    return n;
+  };
+  const cu::ScalarType f32 = cu::ScalarType::f32, out = scalarOf(op.getResult());
+  prog.nodes = {node(cu::EwOp::mul, {-1, -2}, f32), node(cu::EwOp::mul, {0, -3}, f32)};
+  std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.bufArg(scratch),
+                                 l.ptrArg(op.getScaleLhs()), l.ptrArg(op.getScaleRhs())};
+  if (Value bias = op.getBias()) {
+    prog.inputs.push_back({scalarOf(bias), cu::InputLayout::kRowBroadcast});
+    prog.nodes.push_back(node(cu::EwOp::cast, {-4}, f32));
+    prog.nodes.push_back(node(cu::EwOp::add, {1, 2}, f32));
+    args.push_back(l.ptrArg(bias));
+  }
+  prog.nodes.push_back(node(cu::EwOp::cast, {static_cast<int>(prog.nodes.size()) - 1}, out));
+  prog.outputs.push_back({static_cast<int>(prog.nodes.size()) - 1, out});
+  int64_t numel = numElements(op.getResult());
+  args.push_back(i64Arg(numel));
+  if (op.getBias()) {
+    auto res = tensorType(op.getResult());
+    std::vector<int64_t> sizes(res.getShape().begin(), res.getShape().end());
+    LLMC_ASSIGN_OR_RETURN(KernelArg shape,
+                          generated(shapeArg(prog, sizes, {{}, {}, {}, {}}), op));
+    args.push_back(std::move(shape));
+  }
+  return l.launchGenerated(cu::EmitElementwise(prog), cu::ElementwiseLaunch(prog, numel), args,
+                           op);
+}
+
 static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs());
   auto res = tensorType(op.getResult());
@@ -206,7 +248,27 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   g.d = l.storageOf(op.getResult());
   g.c = g.d;
   g.beta = 0.f;
+  // fp8 scales: cuBLASLt multiplies the accumulator by *scale_a * *scale_b
+  // before rounding to D. Below sm_89 the operands were dequantized to bf16
+  // above (no fp8 GEMM, no scale pointers): the GEMM writes f32 scratch and
+  // one elementwise kernel scales, adds the bias and rounds.
+  int scaledScratch = -1;
+  if (op.getScaleLhs()) {
+    if (g.dtype_a != rt::DType::bf16) {
+      g.scale_a = l.storageOf(op.getScaleLhs());
+      g.scale_b = l.storageOf(op.getScaleRhs());
+    } else {
+      int64_t elems = g.m * g.n * g.batch;
+      scaledScratch = l.newArenaBuffer(4 * elems, l.getStep(), l.getStep());
+      g.d = g.c = {scaledScratch, 0};
+      g.dtype_c = g.dtype_d = rt::DType::f32;
+    }
+  }
   bool separateBias = false;
+  if (scaledScratch >= 0) {
+    l.getBuilder().gemm(g, "llm.matmul");
+    return scaleGemmResult(op, scaledScratch, l);
+  }
   if (Value bias = op.getBias()) {
     if (l.getOptions().fuse_gemm_epilogue && dt(bias) == g.dtype_d && !fp8 &&
         !bias.getDefiningOp<BroadcastOp>()) {

@@ -137,6 +137,10 @@ absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
       return opError(op, absl::StrCat("bias must have shape [", N,
                                       "] (N), found ", shapeStr(bias->shape)));
   }
+  // fp8 dequantization scales multiply the exact product (one f32 each).
+  double scale = 1.0;
+  if (op.getScaleLhs())
+    scale = in(op.getScaleLhs()).data.at(0) * in(op.getScaleRhs()).data.at(0);
   // Batch dimensions broadcast NumPy-style.
   Shape lb(a.shape.begin(), a.shape.end() - 2),
       rb(bt.shape.begin(), bt.shape.end() - 2);
@@ -200,7 +204,7 @@ absl::StatusOr<HostTensor> RankState::matmul(llm::MatmulOp op) {
     for (int64_t i0 = 0; i0 < M; i0 += kRowBlock)
       for (int64_t j = 0; j < N; ++j)
         for (int64_t i = i0; i < std::min(M, i0 + kRowBlock); ++i)
-          pc[i * N + j] = dot(&A[i * K], &Bt[j * K], K) +
+          pc[i * N + j] = dot(&A[i * K], &Bt[j * K], K) * scale +
                           (bias ? bias->data[j] : 0.0);
   });
   roundInPlace(out);

@@ -26,6 +26,10 @@ def LLM_FloatTensor : RankedTensorOf<[F32, F16, BF16, F8E4M3FN, F8E5M2]>;
 def LLM_NumericTensor : RankedTensorOf<[F32, F16, BF16, F8E4M3FN, F8E5M2, I8, I32, I64]>;
 def LLM_IntTensor : RankedTensorOf<[I32, I64]>;
 def LLM_BoolTensor : RankedTensorOf<[I1]>;
+// One f32 value as a rank-0 tensor (a per-tensor scale); buildable, so the
+// assembly formats need not spell its type.
+def LLM_F32Scalar : 0DTensorOf<[F32]>,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getF32Type())">;
 
 //===----------------------------------------------------------------------===//
 // Constant
@@ -464,8 +468,8 @@ def LLM_RoPEOp : LLM_Op<"rope",
   let hasVerifier = 1;
 }
 
-def LLM_MatmulOp : LLM_Op<"matmul", [Pure]> {
-  let summary = "Batched matrix product with transpose flags and optional bias.";
+def LLM_MatmulOp : LLM_Op<"matmul", [Pure, AttrSizedOperandSegments]> {
+  let summary = "Batched matrix product with transpose flags, optional bias and fp8 scales.";
   let description = [{
     lhs is [..., M, K] ([..., K, M] with `transpose_lhs`), rhs is
     [..., K, N] ([..., N, K] with `transpose_rhs`, the layout of
@@ -478,17 +482,37 @@ def LLM_MatmulOp : LLM_Op<"matmul", [Pure]> {
     dimensions are (see `llm.reduce_sum`); M or N may be 0 (an empty
     result, nothing to compute).
 
+    `scales(scale_lhs, scale_rhs)` (fp8 operands only; both or neither):
+    per-tensor dequantization scales, f32 scalars, as in
+    `torch._scaled_mm` and cuBLASLt's A/B scale pointers. The result is
+    round((sum_k lhs * rhs) * scale_lhs * scale_rhs + bias) to its element
+    type: the scaling happens on the fp32 accumulator, before the single
+    rounding, so a quantized GEMM writes its bf16 result directly (no fp32
+    product and separate scaling kernel).
+
     ```mlir
     %q = llm.matmul %x, %wq {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16> -> tensor<?x4096xbf16>
+    %y = llm.matmul %x8, %w8 scales(%sx, %sw) {transpose_rhs} : tensor<2048x4096xf8E4M3FN>, tensor<4096x4096xf8E4M3FN> -> tensor<2048x4096xbf16>
     ```
   }];
   let arguments = (ins LLM_NumericTensor:$lhs, LLM_NumericTensor:$rhs,
                        Optional<LLM_NumericTensor>:$bias,
+                       Optional<LLM_F32Scalar>:$scale_lhs,
+                       Optional<LLM_F32Scalar>:$scale_rhs,
                        UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
   let results = (outs LLM_NumericTensor:$result);
   let assemblyFormat = [{
-    $lhs `,` $rhs (`bias` $bias^)? attr-dict `:` type($lhs) `,` type($rhs) (`,` type($bias)^)? `->` type($result)
+    $lhs `,` $rhs (`bias` $bias^)? (`scales` `(` $scale_lhs^ `,` $scale_rhs `)`)? attr-dict `:` type($lhs) `,` type($rhs) (`,` type($bias)^)? `->` type($result)
   }];
+  let builders = [
+    // The unscaled product (every matmul but the fp8 policy's).
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$lhs,
+                   "::mlir::Value":$rhs, "::mlir::Value":$bias,
+                   "bool":$transpose_lhs, "bool":$transpose_rhs), [{
+      build($_builder, $_state, result, lhs, rhs, bias, ::mlir::Value(),
+            ::mlir::Value(), transpose_lhs, transpose_rhs);
+    }]>
+  ];
   let hasVerifier = 1;
 }
 

@@ -155,6 +155,14 @@ LogicalResult MatmulOp::verify() {
       return emitOpError() << "bias must have shape [" << n
                            << "] (N), found " << shapeStr(bt.getShape());
   }
+  // The custom syntax gives both scales or neither; the generic form may not.
+  if (static_cast<bool>(getScaleLhs()) != static_cast<bool>(getScaleRhs()))
+    return emitOpError() << "has a " << (getScaleLhs() ? "lhs" : "rhs")
+                         << " scale but no " << (getScaleLhs() ? "rhs" : "lhs")
+                         << " scale; fp8 scales come in pairs";
+  if (getScaleLhs() && !(isFp8(le) && isFp8(re)))
+    return emitOpError() << "scales dequantize fp8 operands, found "
+                         << typeStr(le) << " and " << typeStr(re);
   return success();
 }
 

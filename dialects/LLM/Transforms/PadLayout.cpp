@@ -72,8 +72,8 @@ struct PadLayoutPass : llmc::llm::impl::PadLayoutPassBase<PadLayoutPass> {
     SmallVector<int64_t> shape(res.getShape());
     shape[shape.size() - 2] = m2;
     shape.back() = n2;
-    auto padded = MatmulOp::create(b, mm.getLoc(), res.clone(shape), a, w,
-                                   bias, tl, tr);
+    auto padded = MatmulOp::create(b, mm.getLoc(), res.clone(shape), a, w, bias,
+                                   mm.getScaleLhs(), mm.getScaleRhs(), tl, tr);
     int64_t rank = res.getRank();
     SmallVector<int64_t> starts(rank, 0), steps(rank, 1);
     SmallVector<int64_t> limits(res.getShape());

@@ -35,7 +35,9 @@ Slot slotOf(Operation *op, unsigned index) {
       return cast<RankedTensorType>(mm.getRhs().getType()).getRank() == 2
                  ? Slot::Weight
                  : Slot::Activation;
-    return Slot::Weight; // bias
+    if (op->getOperand(index) == mm.getBias())
+      return Slot::Weight;
+    return Slot::Neutral; // an fp8 scale
   }
   if (isa<RMSNormOp, LayerNormOp>(op))
     return index == 0 ? Slot::Activation : Slot::Weight;

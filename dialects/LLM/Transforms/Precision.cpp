@@ -134,7 +134,8 @@ public:
     }
   }
 
-  // matmul(a, b) => cast(cast(matmul(q(a), q(b)) * (s_a * s_b) + bias) : bf16)
+  // matmul(a, b) => cast(matmul(q(a), q(b)) scales(s_a, s_b) bias : bf16),
+  // or with row scales cast(matmul(q(a), q(b)) * s_a * s_b + bias : bf16),
   // with each operand's fp8 type: e4m3, or e5m2 for a gradient under the
   // HYBRID format. cuBLASLt has no e5m2 x e5m2 GEMM, so when both operands
   // are gradients the RHS is e4m3 (`lhsGrad`, `rhsGrad`: whether each
@@ -165,14 +166,23 @@ public:
     b.setInsertionPoint(mm);
     auto resT = cast<RankedTensorType>(mm.getResult().getType());
     auto resF32 = resT.clone(f32);
+    auto finish = [&](Value out) {
+      if (resT.getElementType() != b.getBF16Type())
+        out = CastOp::create(b, loc, resT, out);
+      mm.getResult().replaceAllUsesWith(out);
+      mm.erase();
+    };
+    if (kA < 0 && kB < 0) {
+      // Per-tensor scales scale the accumulator inside the GEMM (cuBLASLt's
+      // A/B scale pointers), which writes bf16 directly.
+      finish(MatmulOp::create(b, loc, resT.clone(b.getBF16Type()), qa, qb, mm.getBias(), sa,
+                              sb, mm.getTransposeLhs(), mm.getTransposeRhs()));
+      return;
+    }
     Value prod = MatmulOp::create(b, loc, resF32, qa, qb, Value(),
                                   mm.getTransposeLhs(), mm.getTransposeRhs());
     Value y;
-    if (kA < 0 && kB < 0) {
-      Value s = MulOp::create(b, loc, RankedTensorType::get({}, f32), sa, sb);
-      Value sB = BroadcastOp::create(b, loc, resF32, s);
-      y = MulOp::create(b, loc, resF32, prod, sB);
-    } else {
+    {
       // Row scales as the result's rows ([.., M, 1]) and columns ([.., 1, N]):
       // a scale reduced along the other axis is reshaped (a size-1 swap).
       auto oriented = [&](Value s, int64_t kAxis, bool lhs) -> Value {
@@ -197,11 +207,7 @@ public:
       Value biasB = BroadcastOp::create(b, loc, resF32, bf);
       y = AddOp::create(b, loc, resF32, y, biasB);
     }
-    Value out = CastOp::create(b, loc, resT.clone(b.getBF16Type()), y);
-    if (resT.getElementType() != b.getBF16Type())
-      out = CastOp::create(b, loc, resT, out);
-    mm.getResult().replaceAllUsesWith(out);
-    mm.erase();
+    finish(CastOp::create(b, loc, resT.clone(b.getBF16Type()), y));
   }
 
 private:

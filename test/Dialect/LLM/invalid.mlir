@@ -514,6 +514,30 @@ func.func @matmul_float_to_int(%a: tensor<4x8xbf16>, %b: tensor<8x5xbf16>) {
 
 // -----
 
+func.func @matmul_scales_need_fp8(%a: tensor<4x32xbf16>, %b: tensor<32x16xbf16>, %s: tensor<f32>) {
+  // expected-error @+1 {{'llm.matmul' op scales dequantize fp8 operands, found bf16 and bf16}}
+  %0 = llm.matmul %a, %b scales(%s, %s) : tensor<4x32xbf16>, tensor<32x16xbf16> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_one_scale(%a: tensor<4x32xf8E4M3FN>, %b: tensor<32x16xf8E4M3FN>, %s: tensor<f32>) {
+  // expected-error @+1 {{'llm.matmul' op has a lhs scale but no rhs scale; fp8 scales come in pairs}}
+  %0 = "llm.matmul"(%a, %b, %s) {operandSegmentSizes = array<i32: 1, 1, 0, 1, 0>} : (tensor<4x32xf8E4M3FN>, tensor<32x16xf8E4M3FN>, tensor<f32>) -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+func.func @matmul_scale_rank(%a: tensor<4x32xf8E4M3FN>, %b: tensor<32x16xf8E4M3FN>, %s: tensor<4xf32>) {
+  // expected-error @+1 {{operand #2 must be 0D tensor of 32-bit float values}}
+  %0 = "llm.matmul"(%a, %b, %s, %s) {operandSegmentSizes = array<i32: 1, 1, 0, 1, 1>} : (tensor<4x32xf8E4M3FN>, tensor<32x16xf8E4M3FN>, tensor<4xf32>, tensor<4xf32>) -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
 func.func @matmul_fp8_out(%a: tensor<4x32xf8E4M3FN>, %b: tensor<32x16xf8E4M3FN>) {
   // expected-error @+1 {{'llm.matmul' op fp8 operands need an f32, f16 or bf16 result, found f8E4M3FN}}
   %0 = llm.matmul %a, %b : tensor<4x32xf8E4M3FN>, tensor<32x16xf8E4M3FN> -> tensor<4x16xf8E4M3FN>

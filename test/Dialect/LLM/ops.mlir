@@ -135,6 +135,15 @@ func.func @transformer(%x: tensor<?x4096xbf16>, %wq: tensor<4096x4096xbf16>, %bi
   %1 = llm.matmul %x, %wq bias %bias {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16>, tensor<4096xbf16> -> tensor<?x4096xf32>
   // CHECK: llm.matmul %{{.*}}, %{{.*}} : tensor<8x?x64xf16>, tensor<64x32xf16> -> tensor<8x?x32xf16>
   %2 = llm.matmul %a3, %b2 : tensor<8x?x64xf16>, tensor<64x32xf16> -> tensor<8x?x32xf16>
+  // CHECK: llm.matmul %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}}) {transpose_rhs} : tensor<64x32xf8E4M3FN>, tensor<16x32xf8E5M2> -> tensor<64x16xbf16>
+  %sx = llm.constant dense<0.5> : tensor<f32>
+  %sw = llm.constant dense<0.25> : tensor<f32>
+  %x8 = llm.constant dense<1.0> : tensor<64x32xf8E4M3FN>
+  %w8 = llm.constant dense<1.0> : tensor<16x32xf8E5M2>
+  %s8 = llm.matmul %x8, %w8 scales(%sx, %sw) {transpose_rhs} : tensor<64x32xf8E4M3FN>, tensor<16x32xf8E5M2> -> tensor<64x16xbf16>
+  // CHECK: llm.matmul %{{.*}}, %{{.*}} bias %{{.*}} scales(%{{.*}}, %{{.*}}) {transpose_rhs} : tensor<64x32xf8E4M3FN>, tensor<16x32xf8E5M2>, tensor<16xbf16> -> tensor<64x16xf32>
+  %bias16 = llm.constant dense<1.0> : tensor<16xbf16>
+  %s8b = llm.matmul %x8, %w8 bias %bias16 scales(%sx, %sw) {transpose_rhs} : tensor<64x32xf8E4M3FN>, tensor<16x32xf8E5M2>, tensor<16xbf16> -> tensor<64x16xf32>
   // CHECK: llm.rope %{{.*}} half_split : tensor<4x?x32x128xbf16>
   %3 = llm.rope %q half_split : tensor<4x?x32x128xbf16>
   // CHECK: llm.rope %{{.*}} offset %{{.*}} interleaved {theta = 1.000000e+06 : f64} : tensor<4x?x32x128xbf16>, tensor<4xi32>

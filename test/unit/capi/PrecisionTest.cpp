@@ -119,7 +119,11 @@ TEST(Precision, Fp8GemmsAreCublasLtTnWithAlignedK) {
   for (const rt::GemmSpec &g : (*exe)->gemms) {
     EXPECT_EQ(g.dtype_a, rt::DType::f8e4m3);
     EXPECT_EQ(g.dtype_b, rt::DType::f8e4m3);
-    EXPECT_EQ(g.dtype_d, rt::DType::f32);
+    // The per-tensor scales scale the accumulator (cuBLASLt's A/B scale
+    // pointers), which is written as bf16 directly.
+    EXPECT_EQ(g.dtype_d, rt::DType::bf16);
+    EXPECT_GE(g.scale_a.buffer, 0);
+    EXPECT_GE(g.scale_b.buffer, 0);
     EXPECT_FALSE(g.transa);
     EXPECT_TRUE(g.transb);
     EXPECT_EQ(g.k % 16, 0) << g.k;
@@ -129,9 +133,9 @@ TEST(Precision, Fp8GemmsAreCublasLtTnWithAlignedK) {
     EXPECT_GE(g.m, 15);
     EXPECT_EQ(g.epilogue, rt::Epilogue::none); // the fp8 bias is a kernel
   }
-  // Unaligned operands are padded by llm.pad kernels: x, w, q and w2 (the
-  // fp8 policy adds the bias after the scale multiply, unpadded).
-  EXPECT_EQ(CountKernels(**exe, "llmc_pad_"), 4);
+  // Unaligned operands are padded by llm.pad kernels: x, w, q, w2 and the
+  // bias (an operand of the scaled GEMM, added after its scaling).
+  EXPECT_EQ(CountKernels(**exe, "llmc_pad_"), 5);
   for (const rt::KernelSpec &k : (*exe)->kernels)
     EXPECT_FALSE(k.cubin.empty()) << k.name;
   EXPECT_TRUE((*exe)->Validate().ok());

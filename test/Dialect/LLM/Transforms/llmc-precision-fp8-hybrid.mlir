@@ -15,8 +15,8 @@
 // CHECK-DAG: %[[QDY:.+]] = llm.cast %{{.+}} : tensor<8x32xf32> to tensor<8x32xf8E5M2>
 // CHECK-DAG: llm.cast %{{.+}} : tensor<32x64xf32> to tensor<32x64xf8E4M3FN>
 // CHECK-DAG: llm.cast %{{.+}} : tensor<8x64xf32> to tensor<8x64xf8E4M3FN>
-// CHECK: llm.matmul %[[QDY]], %{{.+}} : tensor<8x32xf8E5M2>, tensor<32x64xf8E4M3FN> -> tensor<8x64xf32>
-// CHECK: llm.matmul %[[QDY]], %{{.+}} {transpose_lhs} : tensor<8x32xf8E5M2>, tensor<8x64xf8E4M3FN> -> tensor<32x64xf32>
+// CHECK: llm.matmul %[[QDY]], %{{.+}} scales(%[[SDY]], %{{.+}}) : tensor<8x32xf8E5M2>, tensor<32x64xf8E4M3FN> -> tensor<8x64xbf16>
+// CHECK: llm.matmul %[[QDY]], %{{.+}} scales(%[[SDY]], %{{.+}}) {transpose_lhs} : tensor<8x32xf8E5M2>, tensor<8x64xf8E4M3FN> -> tensor<32x64xbf16>
 // CHECK-NOT: f8E5M2
 // CHECK: return
 // E4M3-LABEL: func.func @linear_backward
@@ -37,9 +37,9 @@ func.func @linear_backward(%x: tensor<8x64xf32>, %w: tensor<32x64xf32>,
 // (cuBLASLt has no e5m2 x e5m2 GEMM); a GEMM that reads no gradient stays
 // e4m3 x e4m3.
 // CHECK-LABEL: func.func @derived_gradients
-// CHECK: llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<4x16xf8E5M2>, tensor<16x16xf8E4M3FN> -> tensor<4x16xf32>
-// CHECK: llm.matmul %{{.+}}, %{{.+}} {transpose_lhs} : tensor<4x16xf8E5M2>, tensor<4x16xf8E4M3FN> -> tensor<16x16xf32>
-// CHECK: llm.matmul %{{.+}}, %{{.+}} : tensor<4x16xf8E4M3FN>, tensor<16x16xf8E4M3FN> -> tensor<4x16xf32>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_rhs} : tensor<4x16xf8E5M2>, tensor<16x16xf8E4M3FN> -> tensor<4x16xbf16>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_lhs} : tensor<4x16xf8E5M2>, tensor<4x16xf8E4M3FN> -> tensor<16x16xbf16>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) : tensor<4x16xf8E4M3FN>, tensor<16x16xf8E4M3FN> -> tensor<4x16xbf16>
 func.func @derived_gradients(%g: tensor<4x16xf32> {llm.gradient}, %a: tensor<4x16xf32>,
                              %w: tensor<16x16xf32>) -> (tensor<4x16xf32>, tensor<16x16xf32>, tensor<4x16xf32>) {
   %d = llm.mul %g, %a : tensor<4x16xf32>
@@ -54,8 +54,8 @@ func.func @derived_gradients(%g: tensor<4x16xf32> {llm.gradient}, %a: tensor<4x1
 // A matmul reading another's result directly (dX = (dY W2) W1): the first
 // product is a gradient, so the second GEMM reads it in e5m2 too.
 // CHECK-LABEL: func.func @chained
-// CHECK: llm.matmul %{{.+}}, %{{.+}} : tensor<8x32xf8E5M2>, tensor<32x64xf8E4M3FN> -> tensor<8x64xf32>
-// CHECK: llm.matmul %{{.+}}, %{{.+}} : tensor<8x64xf8E5M2>, tensor<64x16xf8E4M3FN> -> tensor<8x16xf32>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) : tensor<8x32xf8E5M2>, tensor<32x64xf8E4M3FN> -> tensor<8x64xbf16>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) : tensor<8x64xf8E5M2>, tensor<64x16xf8E4M3FN> -> tensor<8x16xbf16>
 func.func @chained(%dy: tensor<8x32xf32> {llm.gradient}, %w2: tensor<32x64xf32>,
                    %w1: tensor<64x16xf32>) -> tensor<8x16xf32> {
   %dh = llm.matmul %dy, %w2 : tensor<8x32xf32>, tensor<32x64xf32> -> tensor<8x64xf32>

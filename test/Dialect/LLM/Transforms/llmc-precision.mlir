@@ -27,11 +27,8 @@
 // FP8: %[[SB:.+]] = llm.broadcast %[[S]] : tensor<f32> to tensor<32x64xf32>
 // FP8: %[[Q:.+]] = llm.div %{{.+}}, %[[SB]] : tensor<32x64xf32>
 // FP8: llm.cast %[[Q]] : tensor<32x64xf32> to tensor<32x64xf8E4M3FN>
-// FP8: %[[MM:.+]] = llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<7x64xf8E4M3FN>, tensor<32x64xf8E4M3FN> -> tensor<7x32xf32>
-// FP8: %[[SAB:.+]] = llm.mul %{{.+}}, %{{.+}} : tensor<f32>
-// FP8: %[[SABB:.+]] = llm.broadcast %[[SAB]] : tensor<f32> to tensor<7x32xf32>
-// FP8: %[[D:.+]] = llm.mul %[[MM]], %[[SABB]] : tensor<7x32xf32>
-// FP8: %[[B16:.+]] = llm.cast %[[D]] : tensor<7x32xf32> to tensor<7x32xbf16>
+// FP8: %[[B16:.+]] = llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %[[S]]) {transpose_rhs} : tensor<7x64xf8E4M3FN>, tensor<32x64xf8E4M3FN> -> tensor<7x32xbf16>
+// FP8-NOT: llm.mul
 // FP8: llm.cast %[[B16]] : tensor<7x32xbf16> to tensor<7x32xf32>
 func.func @matmul(%x: tensor<7x64xf32>, %w: tensor<32x64xf32>) -> tensor<7x32xf32> {
   %y = llm.matmul %x, %w {transpose_rhs} : tensor<7x64xf32>, tensor<32x64xf32> -> tensor<7x32xf32>
