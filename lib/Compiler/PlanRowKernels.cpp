@@ -316,14 +316,16 @@ void llmc::formRowKernels(func::FuncOp fn, KernelPlan &plan,
   };
   for (Operation &seed : body) {
     std::optional<RowSpace> space = rowReductionSpace(&seed);
-    if (!space || plan.rowGroupOf.count(&seed) || prepared.contains(&seed))
+    if (!space || plan.rowGroupOf.count(&seed))
       continue;
+    // A kernel runs either once per parameter set or on every call.
+    const bool seedPrepared = prepared.contains(&seed);
     SmallVector<Operation *> ops = {&seed};
     auto tryJoin = [&](ArrayRef<Operation *> more) {
       if (llvm::any_of(more, [&](Operation *m) {
             return plan.rowGroupOf.count(m) || plan.gemvGroupOf.count(m) ||
                    plan.ropeCacheWriteOf.count(m) || plan.attentionStatsOf.count(m) ||
-                   plan.fusedIntoNorm.contains(m) || prepared.contains(m);
+                   plan.fusedIntoNorm.contains(m) || prepared.contains(m) != seedPrepared;
           }))
         return false;
       SmallVector<Operation *> merged(ops);

@@ -79,9 +79,35 @@ public:
       dims.push_back(kAxis);
     }
     // scale(x) = max(reduce_max(abs(x)), floor) / m
-    Value absx = AbsOp::create(b, loc, t, xf);
-    Value amax = ReduceMaxOp::create(b, loc, scaleT, absx, dims,
-                                     /*keepdim=*/kAxis >= 0);
+    Value amax;
+    if (kAxis >= 0) {
+      Value absx = AbsOp::create(b, loc, t, xf);
+      amax = ReduceMaxOp::create(b, loc, scaleT, absx, dims, /*keepdim=*/true);
+    } else {
+      // Per tensor: abs and max in x's own type (both exact), first per row
+      // of the last dimension (one row kernel reads x once, abs fused), then
+      // over the row maxima as one row (a row kernel that also computes the
+      // scale); only the rank-0 result is widened to f32. No f32 copy of x
+      // or of abs(x) is written.
+      auto xt = cast<RankedTensorType>(x.getType());
+      Type xe = xt.getElementType();
+      Value absx = AbsOp::create(b, loc, xt, x);
+      if (xt.getRank() >= 2) {
+        ArrayRef<int64_t> lead = xt.getShape().drop_back();
+        absx = ReduceMaxOp::create(b, loc, RankedTensorType::get(lead, xe), absx,
+                                   ArrayRef<int64_t>{xt.getRank() - 1}, /*keepdim=*/false);
+        dims.pop_back();
+        if (lead.size() > 1 && xt.hasStaticShape()) {
+          absx = ReshapeOp::create(
+              b, loc, RankedTensorType::get({ShapedType::getNumElements(lead)}, xe), absx);
+          dims = {0};
+        }
+      }
+      amax = ReduceMaxOp::create(b, loc, RankedTensorType::get({}, xe), absx, dims,
+                                 /*keepdim=*/false);
+      if (xt.getElementType() != f32)
+        amax = CastOp::create(b, loc, scaleT, amax);
+    }
     Value floor = ConstantOp::create(
         b, loc, scaleT, DenseElementsAttr::get(scaleT, b.getF32FloatAttr(1e-12f)));
     float largest = static_cast<float>(

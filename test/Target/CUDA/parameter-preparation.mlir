@@ -14,19 +14,20 @@
 //
 // LLaMA-2-7B block, fp8: every weight's scaling and e4m3 cast (abs, two
 // reduce_max stages, scale, divide + cast, and the cast to f32 that feeds
-// both) is prepared: 62 -> 27 kernel launches per call (84 -> 42 before an
+// both) is prepared: 40 -> 19 kernel launches per call (84 -> 42 before an
 // activation's scaling kernel also wrote the value it scales: multi-output
 // fusion; 74 -> 39 before the GEMMs took their scales through cuBLASLt's
-// scale pointers and wrote bf16), the seven fp8 weights (1 byte per element)
-// persistent, the arena smaller.
+// scale pointers and wrote bf16; 62 -> 27 before the amax was found per row
+// in the operand's own type by row kernels), the seven fp8 weights (1 byte
+// per element) persistent, the arena smaller.
 // RUN: llmc-compile %llmc_src_root/examples/llama2_7b_block.mlir --shape seq=2048 --precision=fp8 --print-stats | FileCheck %s --check-prefix=LLAMA8
-// LLAMA8: kernel launches: 27 (
+// LLAMA8: kernel launches: 19 (
 // LLAMA8: GEMMs: 7
-// LLAMA8: arena peak bytes: 360714368
-// LLAMA8: persistent bytes: 202375196 (parameter preparation: 35 launches
+// LLAMA8: arena peak bytes: 177213568
+// LLAMA8: persistent bytes: 202375196 (parameter preparation: 21 launches
 // RUN: llmc-compile %llmc_src_root/examples/llama2_7b_block.mlir --shape seq=2048 --precision=fp8 --print-stats --no-hoist | FileCheck %s --check-prefix=LLAMA8-NOHOIST
-// LLAMA8-NOHOIST: kernel launches: 62 (
-// LLAMA8-NOHOIST: arena peak bytes: 450892160
+// LLAMA8-NOHOIST: kernel launches: 40 (
+// LLAMA8-NOHOIST: arena peak bytes: 227549312
 // LLAMA8-NOHOIST: persistent bytes: 0 (parameter preparation: 0 launches
 //
 // The bf16 block has no parameter-only work.
@@ -35,12 +36,12 @@
 // LLAMA16: persistent bytes: 0 (parameter preparation: 0 launches
 //
 // Tiny LLaMA (f32 weights, K/N of 176 padded to 192 under fp8): the weights'
-// scaling, casts and pads are prepared (76 -> 38 per call).
+// scaling, casts and pads are prepared (55 -> 31 per call).
 // RUN: llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --precision=fp8 --print-stats | FileCheck %s --check-prefix=TINY8
-// TINY8: kernel launches: 38 (
-// TINY8: persistent bytes: 49180 (parameter preparation: 38 launches
+// TINY8: kernel launches: 31 (
+// TINY8: persistent bytes: 49180 (parameter preparation: 24 launches
 // RUN: llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --precision=fp8 --print-stats --no-hoist | FileCheck %s --check-prefix=TINY8-NOHOIST
-// TINY8-NOHOIST: kernel launches: 76 (
+// TINY8-NOHOIST: kernel launches: 55 (
 //
 // bf16 policy on f32 weights: the seven weight casts are prepared (25 -> 18;
 // 7 rows: q/k/v and gate/up are multi-output GEMVs reading the prepared
@@ -52,13 +53,13 @@
 // TINY16-NOHOIST: kernel launches: 25 (
 //
 // One rank of TP=2 (llmc-shard): the rank's weight slices are scaled and cast
-// once (62 -> 27 per call; half the weights persistent).
+// once (47 -> 19 per call; half the weights persistent).
 // RUN: llmc-opt --llmc-shard="tp=2 rank=1" %llmc_src_root/examples/llama2_7b_block.mlir | llmc-compile - --shape seq=2048 --precision=fp8 --print-stats | FileCheck %s --check-prefix=TP8
-// TP8: kernel launches: 27 (
+// TP8: kernel launches: 19 (
 // TP8: GEMMs: 7
-// TP8: persistent bytes: 101187612 (parameter preparation: 35 launches
+// TP8: persistent bytes: 101187612 (parameter preparation: 28 launches
 // RUN: llmc-opt --llmc-shard="tp=2 rank=1" %llmc_src_root/examples/llama2_7b_block.mlir | llmc-compile - --shape seq=2048 --precision=fp8 --print-stats --no-hoist | FileCheck %s --check-prefix=TP8-NOHOIST
-// TP8-NOHOIST: kernel launches: 62 (
+// TP8-NOHOIST: kernel launches: 47 (
 //
 // The CPU reference executor evaluates the graph as written: unaffected.
 // RUN: llmc-run %s --backend=ref | FileCheck %s --check-prefix=REF

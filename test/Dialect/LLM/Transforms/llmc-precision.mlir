@@ -21,7 +21,8 @@
 // FP8-LABEL: func.func @matmul
 // FP8-DAG: %[[C448:.+]] = llm.constant dense<4.480000e+02> : tensor<f32>
 // FP8: %[[A:.+]] = llm.abs %{{.+}} : tensor<32x64xf32>
-// FP8: %[[M:.+]] = llm.reduce_max %[[A]] [0, 1] : tensor<32x64xf32>
+// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [1] : tensor<32x64xf32>
+// FP8: %[[M:.+]] = llm.reduce_max %[[R]] [0] : tensor<32xf32>
 // FP8: %[[MC:.+]] = llm.maximum %[[M]]
 // FP8: %[[S:.+]] = llm.div %[[MC]], %[[C448]] : tensor<f32>
 // FP8: %[[SB:.+]] = llm.broadcast %[[S]] : tensor<f32> to tensor<32x64xf32>
@@ -76,4 +77,22 @@ func.func @already_bf16(%x: tensor<8x8xbf16>, %w: tensor<8x8xbf16>) -> tensor<8x
 // ERR-FP8: error: 'func.func' op weight-only=int4 cannot be combined with policy=fp8
 func.func @weight_only(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
   return %x : tensor<8x8xf32>
+}
+
+// -----
+
+// A bf16 operand's per-tensor amax is found in bf16 (abs and max are exact),
+// per row and then over the row maxima as one row; only the rank-0 amax is
+// widened, so no f32 copy of the activation or of its absolute value is made.
+// FP8-LABEL: func.func @bf16_amax
+// FP8: %[[A:.+]] = llm.abs %arg0 : tensor<2x8x64xbf16>
+// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [2] : tensor<2x8x64xbf16>
+// FP8: %[[R1:.+]] = llm.reshape %[[R]] : tensor<2x8xbf16> to tensor<16xbf16>
+// FP8: %[[M:.+]] = llm.reduce_max %[[R1]] [0] : tensor<16xbf16>
+// FP8: llm.cast %[[M]] : tensor<bf16> to tensor<f32>
+// FP8-NOT: llm.abs %{{.+}} : tensor<2x8x64xf32>
+// FP8: return
+func.func @bf16_amax(%x: tensor<2x8x64xbf16>, %w: tensor<32x64xbf16>) -> tensor<2x8x32xbf16> {
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<2x8x64xbf16>, tensor<32x64xbf16> -> tensor<2x8x32xbf16>
+  return %y : tensor<2x8x32xbf16>
 }
