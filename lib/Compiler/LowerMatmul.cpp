@@ -249,12 +249,14 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   g.c = g.d;
   g.beta = 0.f;
   // fp8 scales: cuBLASLt multiplies the accumulator by *scale_a * *scale_b
-  // before rounding to D. Below sm_89 the operands were dequantized to bf16
-  // above (no fp8 GEMM, no scale pointers): the GEMM writes f32 scratch and
-  // one elementwise kernel scales, adds the bias and rounds.
+  // before rounding to D. With a bias, or below sm_89 (the operands were
+  // dequantized to bf16 above: no fp8 GEMM, no scale pointers), the GEMM
+  // writes f32 scratch and one elementwise kernel scales, adds the bias and
+  // rounds once, as llm.matmul specifies (a bias added to a D already
+  // rounded to bf16 would round twice).
   int scaledScratch = -1;
   if (op.getScaleLhs()) {
-    if (g.dtype_a != rt::DType::bf16) {
+    if (g.dtype_a != rt::DType::bf16 && !op.getBias()) {
       g.scale_a = l.storageOf(op.getScaleLhs());
       g.scale_b = l.storageOf(op.getScaleRhs());
     } else {

@@ -157,7 +157,7 @@ LogicalResult MatmulOp::verify() {
   }
   // The custom syntax gives both scales or neither; the generic form may not.
   if (static_cast<bool>(getScaleLhs()) != static_cast<bool>(getScaleRhs()))
-    return emitOpError() << "has a " << (getScaleLhs() ? "lhs" : "rhs")
+    return emitOpError() << "has an " << (getScaleLhs() ? "lhs" : "rhs")
                          << " scale but no " << (getScaleLhs() ? "rhs" : "lhs")
                          << " scale; fp8 scales come in pairs";
   if (getScaleLhs() && !(isFp8(le) && isFp8(re)))

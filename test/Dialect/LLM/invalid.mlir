@@ -523,7 +523,7 @@ func.func @matmul_scales_need_fp8(%a: tensor<4x32xbf16>, %b: tensor<32x16xbf16>,
 // -----
 
 func.func @matmul_one_scale(%a: tensor<4x32xf8E4M3FN>, %b: tensor<32x16xf8E4M3FN>, %s: tensor<f32>) {
-  // expected-error @+1 {{'llm.matmul' op has a lhs scale but no rhs scale; fp8 scales come in pairs}}
+  // expected-error @+1 {{'llm.matmul' op has an lhs scale but no rhs scale; fp8 scales come in pairs}}
   %0 = "llm.matmul"(%a, %b, %s) {operandSegmentSizes = array<i32: 1, 1, 0, 1, 0>} : (tensor<4x32xf8E4M3FN>, tensor<32x16xf8E4M3FN>, tensor<f32>) -> tensor<4x16xbf16>
   return
 }
