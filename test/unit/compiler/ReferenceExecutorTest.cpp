@@ -560,6 +560,40 @@ func.func @f(%a: tensor<4x32xbf16>, %b: tensor<32x8xbf16>, %a8: tensor<4x32xf8E4
     }
 }
 
+// `scales(sa, sb)`: the exact product times sa * sb plus the bias, rounded
+// once to the result type (torch._scaled_mm; what the GPU's scaling kernel
+// and cuBLASLt's scale pointers compute), batched and with a bias.
+TEST_F(ReferenceTest, MatmulScalesScaleTheProductBeforeTheOneRounding) {
+  const char *src = R"mlir(
+func.func @f(%a8: tensor<2x3x32xf8E4M3FN>, %b8: tensor<8x32xf8E5M2>, %sa: tensor<f32>, %sb: tensor<f32>,
+             %bias: tensor<8xbf16>) -> (tensor<2x3x8xbf16>, tensor<2x3x8xf32>) {
+  %y = llm.matmul %a8, %b8 bias %bias scales(%sa, %sb) {transpose_rhs} : tensor<2x3x32xf8E4M3FN>, tensor<8x32xf8E5M2>, tensor<8xbf16> -> tensor<2x3x8xbf16>
+  %z = llm.matmul %a8, %b8 scales(%sa, %sb) {transpose_rhs} : tensor<2x3x32xf8E4M3FN>, tensor<8x32xf8E5M2> -> tensor<2x3x8xf32>
+  return %y, %z : tensor<2x3x8xbf16>, tensor<2x3x8xf32>
+})mlir";
+  HostTensor a8 = rand(e4m3(), {2, 3, 32}), b8 = rand(e5m2(), {8, 32}),
+             sa = rand(f32(), {}), sb = rand(f32(), {}), bias = rand(bf16(), {8});
+  auto out = run(src, {a8, b8, sa, sb, bias});
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[0].shape, (std::vector<int64_t>{2, 3, 8}));
+  const double scale = sa.data[0] * sb.data[0];
+  ASSERT_NE(scale, 0.0);
+  int differsFromTwoRoundings = 0;
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double t = 0;
+      for (int k = 0; k < 32; ++k)
+        t += a8.data[i * 32 + k] * b8.data[j * 32 + k];
+      EXPECT_EQ(out[0].data[i * 8 + j], RoundToType(t * scale + bias.data[j], bf16()));
+      EXPECT_EQ(out[1].data[i * 8 + j], RoundToType(t * scale, f32()));
+      differsFromTwoRoundings +=
+          out[0].data[i * 8 + j] != RoundToType(RoundToType(t * scale, bf16()) + bias.data[j], bf16());
+    }
+  // The inputs are such that rounding the product first would differ
+  // somewhere (else this test could not tell one rounding from two).
+  EXPECT_GT(differsFromTwoRoundings, 0);
+}
+
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//
