@@ -18,6 +18,10 @@
 // its grid is not cut (the partials' shape is its grid), so those tests
 // take more rows than the grid has blocks.
 //
+// One test runs an elementwise kernel the same way: the scaling epilogue of
+// a scaled fp8 GEMM with a bias, whose GEMM (cuBLASLt) the emulator cannot
+// run, so its f32 accumulator is written into the scratch from the host.
+//
 //===----------------------------------------------------------------------===//
 
 #include "../kernels/CpuReference.h"
@@ -420,6 +424,114 @@ TEST_F(RowKernelEmu, Fp8RowQuantizeE4M3) {
 // The same for a gradient (e5m2), on rows that no vector width divides.
 TEST_F(RowKernelEmu, Fp8RowQuantizeE5M2OddRows) {
   check(Fp8RowQuantize(37, "f8E5M2", "5.734400e+04"), false);
+}
+
+// A scaled fp8 GEMM with a bias (llm.matmul ... bias scales(sa, sb)): the
+// GEMM writes its f32 accumulator to scratch and one elementwise kernel
+// computes round(acc * sa * sb + bias) once. The GEMM itself (cuBLASLt) does
+// not run here: the scratch is filled with the f32 accumulators computed on
+// the host, the kernel runs on the emulator, and its result must equal the
+// host's f32 evaluation of the same expression bit for bit, and the float64
+// reference executor within bf16 rounding.
+TEST_F(RowKernelEmu, ScaledFp8GemmWithBiasRoundsOnce) {
+  const char *src = R"mlir(
+func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa: tensor<f32>,
+                  %sb: tensor<f32>, %bias: tensor<32xbf16>) -> tensor<13x32xbf16> {
+  %y = llm.matmul %a8, %b8 bias %bias scales(%sa, %sb) {transpose_rhs} : tensor<13x32xf8E4M3FN>, tensor<32x32xf8E4M3FN>, tensor<32xbf16> -> tensor<13x32xbf16>
+  return %y : tensor<13x32xbf16>
+})mlir";
+  mlir::func::FuncOp fn = parse(src);
+  ASSERT_TRUE(fn);
+  const std::vector<HostTensor> inputs = randomInputs(fn);
+  const std::vector<HostTensor> want = run(src, inputs);
+  ASSERT_EQ(want.size(), 1u);
+  fn = parse(src);
+  ASSERT_TRUE(fn);
+  absl::StatusOr<rt::Executable> exe = llmc::LowerToExecutable(fn, {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  // The GEMM (f32 D, no scale pointers), then the scaling kernel.
+  ASSERT_EQ(exe->launches.size(), 2u) << rt::DescribeExecutable(*exe);
+  ASSERT_EQ(exe->launches[0].kind, rt::Launch::Gemm);
+  const rt::GemmSpec &g = exe->gemms[exe->launches[0].gemm];
+  EXPECT_EQ(g.dtype_d, rt::DType::f32);
+  EXPECT_LT(g.scale_a.buffer, 0);
+  const rt::Launch &l = exe->launches[1];
+  ASSERT_EQ(l.kind, rt::Launch::Kernel);
+  const rt::KernelSpec &k = exe->kernels[l.kernel];
+  std::vector<Param> params = KernelParams(k.source, k.name);
+  ASSERT_EQ(params.size(), l.args.size()) << k.name;
+  if (!llmc::test::HaveCompiler())
+    GTEST_SKIP() << "no host C++ compiler (" << llmc::test::HostCompiler() << ")";
+  // The stub of Stub(), with the by-value shape struct (Arg::Bytes) read
+  // through ptrs[i].
+  std::string call;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string slot = std::to_string(i);
+    call += i ? ", " : "";
+    call += l.args[i].kind == rt::Arg::Bytes
+                ? "*(const " + params[i].type + "*)ptrs[" + slot + "]"
+                : "(" + params[i].type + ")" + (params[i].pointer ? "ptrs[" : "ints[") + slot + "]";
+  }
+  const std::string stub =
+      "\nextern \"C\" void emu_entry(dim3 g, dim3 b, unsigned smem, void* const* ptrs, "
+      "const long long* ints) {\n  emu::Launch(g, b, smem, [&] { KERNEL(" + call + "); });\n}\n";
+  auto entry = reinterpret_cast<EmuFn>(llmc::test::BuildEmu({k.name, k.source}, stub));
+  ASSERT_NE(entry, nullptr) << k.name;
+
+  // The f32 accumulators, as the GEMM writes them (D = g.d).
+  const HostTensor &a = inputs[0], &b = inputs[1];
+  const int64_t M = 13, N = 32, K = 32;
+  std::vector<float> acc(M * N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double t = 0;
+      for (int64_t kk = 0; kk < K; ++kk)
+        t += a.data[i * K + kk] * b.data[j * K + kk];
+      acc[i * N + j] = static_cast<float>(t); // exact: few fp8 products
+    }
+  HostBuffer arena(exe->arena_bytes, 0), out(exe->outputs[0].Bytes(), 0);
+  ASSERT_EQ(exe->buffers[g.d.buffer].kind, rt::Buffer::Arena);
+  std::memcpy(arena.data + exe->buffers[g.d.buffer].arena_offset + g.d.offset, acc.data(),
+              acc.size() * 4);
+  std::vector<HostBuffer> in;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    in.emplace_back(exe->inputs[i].Bytes(), 0);
+    if (exe->inputs[i].dtype == rt::DType::f32 || exe->inputs[i].dtype == rt::DType::bf16) {
+      ASSERT_TRUE(Encode(inputs[i], exe->inputs[i].dtype, in.back().data).ok());
+    }
+  }
+  std::vector<void *> ptrs(l.args.size(), nullptr);
+  std::vector<long long> ints(l.args.size(), 0);
+  for (size_t i = 0; i < l.args.size(); ++i) {
+    const rt::Arg &arg = l.args[i];
+    if (arg.kind == rt::Arg::Bytes) {
+      ptrs[i] = const_cast<char *>(arg.bytes.data());
+      continue;
+    }
+    if (arg.kind != rt::Arg::BufferPtr) {
+      ints[i] = arg.i;
+      continue;
+    }
+    const rt::Buffer &buf = exe->buffers[arg.buffer];
+    uint8_t *base = buf.kind == rt::Buffer::Input    ? in[buf.io_index].data
+                    : buf.kind == rt::Buffer::Output ? out.data
+                    : buf.kind == rt::Buffer::Arena  ? arena.data + buf.arena_offset
+                                                     : nullptr;
+    ASSERT_NE(base, nullptr) << "argument " << i << " names buffer kind " << int(buf.kind);
+    ptrs[i] = base + arg.byte_offset;
+  }
+  entry({l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, l.smem,
+        ptrs.data(), ints.data());
+
+  const std::vector<double> got = Decode(out.data, rt::DType::bf16, M * N);
+  const float sa = static_cast<float>(inputs[2].data[0]), sb = static_cast<float>(inputs[3].data[0]);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float f32 = acc[i * N + j] * sa * sb + static_cast<float>(inputs[4].data[j]);
+      ASSERT_EQ(got[i * N + j], RoundToType(f32, bf16())) << "element " << i << "," << j;
+    }
+  HostTensor g16{want[0].elementType, want[0].shape, got};
+  EXPECT_LE(RelativeError(g16, want[0]), 1e-2);
 }
 
 // The RMSNorm backward (dx) in one kernel: 15 rows of 64.
