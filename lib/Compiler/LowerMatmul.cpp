@@ -53,8 +53,8 @@ static std::optional<MatrixView> matrixView(Value v, Lowering &l) {
 static KernelArg gemvWeightArg(MatmulOp op, Lowering &l);
 
 /// result = round(acc * scale_lhs * scale_rhs [+ bias]) from the f32 product
-/// `acc` in arena buffer `scratch` (a scaled fp8 matmul computed in bf16
-/// below sm_89).
+/// `acc` in arena buffer `scratch`: the epilogue of a scaled fp8 matmul with
+/// a bias, or of one computed in bf16 below sm_89 (see lowerMatmul).
 static absl::Status scaleGemmResult(MatmulOp op, int scratch, Lowering &l) {
   cu::ElementwiseProgram prog;
   prog.unroll = l.getKernelConfigs().elementwise_unroll;
@@ -62,24 +62,18 @@ static absl::Status scaleGemmResult(MatmulOp op, int scratch, Lowering &l) {
   prog.inputs = {{cu::ScalarType::f32, cu::InputLayout::kContiguous},
                  {cu::ScalarType::f32, cu::InputLayout::kScalar},
                  {cu::ScalarType::f32, cu::InputLayout::kScalar}};
-  auto node = [](cu::EwOp op, std::vector<int> operands, cu::ScalarType type) {
-    cu::EwNode n;
-    n.op = op;
-    n.operands = std::move(operands);
-    n.type = type;
-    return n;
-  };
   const cu::ScalarType f32 = cu::ScalarType::f32, out = scalarOf(op.getResult());
-  prog.nodes = {node(cu::EwOp::mul, {-1, -2}, f32), node(cu::EwOp::mul, {0, -3}, f32)};
+  prog.nodes = {cu::EwNode{cu::EwOp::mul, {-1, -2}, f32}, cu::EwNode{cu::EwOp::mul, {0, -3}, f32}};
   std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.bufArg(scratch),
                                  l.ptrArg(op.getScaleLhs()), l.ptrArg(op.getScaleRhs())};
   if (Value bias = op.getBias()) {
     prog.inputs.push_back({scalarOf(bias), cu::InputLayout::kRowBroadcast});
-    prog.nodes.push_back(node(cu::EwOp::cast, {-4}, f32));
-    prog.nodes.push_back(node(cu::EwOp::add, {1, 2}, f32));
+    prog.nodes.push_back(cu::EwNode{cu::EwOp::cast, {-4}, f32});
+    prog.nodes.push_back(cu::EwNode{cu::EwOp::add, {1, 2}, f32});
     args.push_back(l.ptrArg(bias));
   }
-  prog.nodes.push_back(node(cu::EwOp::cast, {static_cast<int>(prog.nodes.size()) - 1}, out));
+  prog.nodes.push_back(
+      cu::EwNode{cu::EwOp::cast, {static_cast<int>(prog.nodes.size()) - 1}, out});
   prog.outputs.push_back({static_cast<int>(prog.nodes.size()) - 1, out});
   int64_t numel = numElements(op.getResult());
   args.push_back(i64Arg(numel));
@@ -266,11 +260,11 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
       g.dtype_c = g.dtype_d = rt::DType::f32;
     }
   }
-  bool separateBias = false;
   if (scaledScratch >= 0) {
     l.getBuilder().gemm(g, "llm.matmul");
     return scaleGemmResult(op, scaledScratch, l);
   }
+  bool separateBias = false;
   if (Value bias = op.getBias()) {
     if (l.getOptions().fuse_gemm_epilogue && dt(bias) == g.dtype_d && !fp8 &&
         !bias.getDefiningOp<BroadcastOp>()) {

@@ -487,8 +487,9 @@ def LLM_MatmulOp : LLM_Op<"matmul", [Pure, AttrSizedOperandSegments]> {
     `torch._scaled_mm` and cuBLASLt's A/B scale pointers. The result is
     round((sum_k lhs * rhs) * scale_lhs * scale_rhs + bias) to its element
     type: the scaling happens on the fp32 accumulator, before the single
-    rounding, so a quantized GEMM writes its bf16 result directly (no fp32
-    product and separate scaling kernel).
+    rounding. Without a bias the CUDA backend passes the scales to cuBLASLt,
+    which writes the (bf16) result directly; with a bias, or below sm_89, it
+    writes the fp32 product and one kernel scales, adds and rounds.
 
     ```mlir
     %q = llm.matmul %x, %wq {transpose_rhs} : tensor<?x4096xbf16>, tensor<4096x4096xbf16> -> tensor<?x4096xbf16>

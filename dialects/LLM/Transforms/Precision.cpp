@@ -207,26 +207,23 @@ public:
     }
     Value prod = MatmulOp::create(b, loc, resF32, qa, qb, Value(),
                                   mm.getTransposeLhs(), mm.getTransposeRhs());
-    Value y;
-    {
-      // Row scales as the result's rows ([.., M, 1]) and columns ([.., 1, N]):
-      // a scale reduced along the other axis is reshaped (a size-1 swap).
-      auto oriented = [&](Value s, int64_t kAxis, bool lhs) -> Value {
-        if (kAxis < 0)
-          return s;
-        auto st = cast<RankedTensorType>(s.getType());
-        int64_t r = st.getRank();
-        if ((kAxis == r - 1) == lhs)
-          return s;
-        SmallVector<int64_t> shape(st.getShape());
-        std::swap(shape[r - 1], shape[r - 2]);
-        return ReshapeOp::create(b, loc, st.clone(shape), s);
-      };
-      Value rowScale = BroadcastOp::create(b, loc, resF32, oriented(sa, kA, true));
-      Value colScale = BroadcastOp::create(b, loc, resF32, oriented(sb, kB, false));
-      y = MulOp::create(b, loc, resF32, MulOp::create(b, loc, resF32, prod, rowScale),
-                        colScale);
-    }
+    // Row scales as the result's rows ([.., M, 1]) and columns ([.., 1, N]):
+    // a scale reduced along the other axis is reshaped (a size-1 swap).
+    auto oriented = [&](Value s, int64_t kAxis, bool lhs) -> Value {
+      if (kAxis < 0)
+        return s;
+      auto st = cast<RankedTensorType>(s.getType());
+      int64_t r = st.getRank();
+      if ((kAxis == r - 1) == lhs)
+        return s;
+      SmallVector<int64_t> shape(st.getShape());
+      std::swap(shape[r - 1], shape[r - 2]);
+      return ReshapeOp::create(b, loc, st.clone(shape), s);
+    };
+    Value rowScale = BroadcastOp::create(b, loc, resF32, oriented(sa, kA, true));
+    Value colScale = BroadcastOp::create(b, loc, resF32, oriented(sb, kB, false));
+    Value y = MulOp::create(b, loc, resF32, MulOp::create(b, loc, resF32, prod, rowScale),
+                            colScale);
     if (Value bias = mm.getBias()) {
       Value bf = castTo(bias, f32);
       b.setInsertionPoint(mm);

@@ -145,13 +145,16 @@ std::vector<Param> KernelParams(const std::string &source, const std::string &na
 }
 
 /// `emu_entry(grid, block, smem, void* const* ptrs, const long long* ints)`:
-/// KERNEL(...) with parameter i from ptrs[i] (pointers) or ints[i].
-std::string Stub(const std::vector<Param> &params) {
+/// KERNEL(...) with parameter i from ptrs[i] (pointers, and by-value structs,
+/// rt::Arg::Bytes in `args`, read through ptrs[i]) or ints[i].
+std::string Stub(const std::vector<Param> &params, const std::vector<rt::Arg> &args) {
   std::string call;
   for (size_t i = 0; i < params.size(); ++i) {
+    const std::string slot = std::to_string(i);
     call += i ? ", " : "";
-    call += "(" + params[i].type + ")" + (params[i].pointer ? "ptrs[" : "ints[") +
-            std::to_string(i) + "]";
+    call += i < args.size() && args[i].kind == rt::Arg::Bytes
+                ? "*(const " + params[i].type + "*)ptrs[" + slot + "]"
+                : "(" + params[i].type + ")" + (params[i].pointer ? "ptrs[" : "ints[") + slot + "]";
   }
   return "\nextern \"C\" void emu_entry(dim3 g, dim3 b, unsigned smem, void* const* ptrs, "
          "const long long* ints) {\n  emu::Launch(g, b, smem, [&] { KERNEL(" +
@@ -214,6 +217,56 @@ std::vector<double> Decode(const uint8_t *p, rt::DType d, int64_t n) {
     v[i] = f;
   }
   return v;
+}
+
+/// The emulator arguments of launch `l`: each buffer pointer from the host
+/// memory of the buffer it names (inputs `in`, outputs `out`, the `arena`,
+/// constants copied into `constants`), by-value structs from the launch
+/// itself, integers into `ints`. A persistent buffer is a test failure.
+void BindArgs(const rt::Executable &exe, const rt::Launch &l, std::vector<HostBuffer> &in,
+              std::vector<HostBuffer> &out, HostBuffer &arena,
+              std::vector<std::string> &constants, std::vector<void *> &ptrs,
+              std::vector<long long> &ints) {
+  ptrs.assign(l.args.size(), nullptr);
+  ints.assign(l.args.size(), 0);
+  for (size_t i = 0; i < l.args.size(); ++i) {
+    const rt::Arg &a = l.args[i];
+    if (a.kind == rt::Arg::I64 || a.kind == rt::Arg::I32) {
+      ints[i] = a.i;
+      continue;
+    }
+    if (a.kind == rt::Arg::Bytes) {
+      ptrs[i] = const_cast<char *>(a.bytes.data());
+      continue;
+    }
+    ASSERT_EQ(a.kind, rt::Arg::BufferPtr) << "argument " << i;
+    ASSERT_TRUE(a.buffer >= 0 && a.buffer < static_cast<int>(exe.buffers.size()))
+        << "argument " << i;
+    const rt::Buffer &b = exe.buffers[a.buffer];
+    ASSERT_LE(a.byte_offset, b.bytes) << "argument " << i;
+    uint8_t *base = nullptr;
+    switch (b.kind) {
+    case rt::Buffer::Input:
+      ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(in.size()));
+      base = in[b.io_index].data;
+      break;
+    case rt::Buffer::Output:
+      ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(out.size()));
+      base = out[b.io_index].data;
+      break;
+    case rt::Buffer::Arena:
+      base = arena.data + b.arena_offset;
+      break;
+    case rt::Buffer::Constant:
+      constants.resize(exe.buffers.size());
+      constants[a.buffer] = b.constant_data;
+      base = reinterpret_cast<uint8_t *>(constants[a.buffer].data());
+      break;
+    default:
+      FAIL() << "argument " << i << " names a persistent buffer\n" << rt::DescribeExecutable(exe);
+    }
+    ptrs[i] = base + a.byte_offset;
+  }
 }
 
 class RowKernelEmu : public ReferenceTest {
@@ -295,7 +348,8 @@ protected:
     std::vector<EmuFn> entries;
     for (auto [i, l] : llvm::enumerate(exe->launches)) {
       const rt::KernelSpec &k = exe->kernels[l.kernel];
-      entries.push_back(reinterpret_cast<EmuFn>(llmc::test::BuildEmu({k.name, k.source}, Stub(params[i]))));
+      entries.push_back(
+          reinterpret_cast<EmuFn>(llmc::test::BuildEmu({k.name, k.source}, Stub(params[i], l.args))));
       ASSERT_NE(entries.back(), nullptr) << k.name;
     }
 
@@ -323,44 +377,9 @@ protected:
       std::vector<std::string> constants(exe->buffers.size());
 
       for (const rt::Launch &l : exe->launches) {
-        // Each argument from the buffer it names (generally: inputs, outputs,
-        // the arena and constants; the row kernel should need only the first two).
-        std::vector<void *> ptrs(l.args.size(), nullptr);
-        std::vector<long long> ints(l.args.size(), 0);
-        for (size_t i = 0; i < l.args.size(); ++i) {
-          const rt::Arg &a = l.args[i];
-          if (a.kind == rt::Arg::I64 || a.kind == rt::Arg::I32) {
-            ints[i] = a.i;
-            continue;
-          }
-          ASSERT_EQ(a.kind, rt::Arg::BufferPtr) << "argument " << i;
-          ASSERT_TRUE(a.buffer >= 0 && a.buffer < static_cast<int>(exe->buffers.size()))
-              << "argument " << i;
-          const rt::Buffer &b = exe->buffers[a.buffer];
-          ASSERT_LE(a.byte_offset, b.bytes) << "argument " << i;
-          uint8_t *base = nullptr;
-          switch (b.kind) {
-          case rt::Buffer::Input:
-            ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(in.size()));
-            base = in[b.io_index].data;
-            break;
-          case rt::Buffer::Output:
-            ASSERT_TRUE(b.io_index >= 0 && b.io_index < static_cast<int>(out.size()));
-            base = out[b.io_index].data;
-            break;
-          case rt::Buffer::Arena:
-            base = arena.data + b.arena_offset;
-            break;
-          case rt::Buffer::Constant:
-            constants[a.buffer] = b.constant_data;
-            base = reinterpret_cast<uint8_t *>(constants[a.buffer].data());
-            break;
-          default:
-            FAIL() << "argument " << i << " names a persistent buffer\n"
-                   << rt::DescribeExecutable(*exe);
-          }
-          ptrs[i] = base + a.byte_offset;
-        }
+        std::vector<void *> ptrs;
+        std::vector<long long> ints;
+        ASSERT_NO_FATAL_FAILURE(BindArgs(*exe, l, in, out, arena, constants, ptrs, ints));
         llmc::test::Dim3 grid{l.grid[0], l.grid[1], l.grid[2]}, block{l.block[0], l.block[1], l.block[2]};
         grid.x = std::min(grid.x, v.max_grid_x);
         entries[&l - exe->launches.data()](grid, block, l.smem, ptrs.data(), ints.data());
@@ -462,20 +481,7 @@ func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa:
   ASSERT_EQ(params.size(), l.args.size()) << k.name;
   if (!llmc::test::HaveCompiler())
     GTEST_SKIP() << "no host C++ compiler (" << llmc::test::HostCompiler() << ")";
-  // The stub of Stub(), with the by-value shape struct (Arg::Bytes) read
-  // through ptrs[i].
-  std::string call;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string slot = std::to_string(i);
-    call += i ? ", " : "";
-    call += l.args[i].kind == rt::Arg::Bytes
-                ? "*(const " + params[i].type + "*)ptrs[" + slot + "]"
-                : "(" + params[i].type + ")" + (params[i].pointer ? "ptrs[" : "ints[") + slot + "]";
-  }
-  const std::string stub =
-      "\nextern \"C\" void emu_entry(dim3 g, dim3 b, unsigned smem, void* const* ptrs, "
-      "const long long* ints) {\n  emu::Launch(g, b, smem, [&] { KERNEL(" + call + "); });\n}\n";
-  auto entry = reinterpret_cast<EmuFn>(llmc::test::BuildEmu({k.name, k.source}, stub));
+  auto entry = reinterpret_cast<EmuFn>(llmc::test::BuildEmu({k.name, k.source}, Stub(params, l.args)));
   ASSERT_NE(entry, nullptr) << k.name;
 
   // The f32 accumulators, as the GEMM writes them (D = g.d).
@@ -489,7 +495,9 @@ func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa:
         t += a.data[i * K + kk] * b.data[j * K + kk];
       acc[i * N + j] = static_cast<float>(t); // exact: few fp8 products
     }
-  HostBuffer arena(exe->arena_bytes, 0), out(exe->outputs[0].Bytes(), 0);
+  HostBuffer arena(exe->arena_bytes, 0);
+  std::vector<HostBuffer> outs;
+  outs.emplace_back(exe->outputs[0].Bytes(), 0);
   ASSERT_EQ(exe->buffers[g.d.buffer].kind, rt::Buffer::Arena);
   std::memcpy(arena.data + exe->buffers[g.d.buffer].arena_offset + g.d.offset, acc.data(),
               acc.size() * 4);
@@ -500,30 +508,14 @@ func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa:
       ASSERT_TRUE(Encode(inputs[i], exe->inputs[i].dtype, in.back().data).ok());
     }
   }
-  std::vector<void *> ptrs(l.args.size(), nullptr);
-  std::vector<long long> ints(l.args.size(), 0);
-  for (size_t i = 0; i < l.args.size(); ++i) {
-    const rt::Arg &arg = l.args[i];
-    if (arg.kind == rt::Arg::Bytes) {
-      ptrs[i] = const_cast<char *>(arg.bytes.data());
-      continue;
-    }
-    if (arg.kind != rt::Arg::BufferPtr) {
-      ints[i] = arg.i;
-      continue;
-    }
-    const rt::Buffer &buf = exe->buffers[arg.buffer];
-    uint8_t *base = buf.kind == rt::Buffer::Input    ? in[buf.io_index].data
-                    : buf.kind == rt::Buffer::Output ? out.data
-                    : buf.kind == rt::Buffer::Arena  ? arena.data + buf.arena_offset
-                                                     : nullptr;
-    ASSERT_NE(base, nullptr) << "argument " << i << " names buffer kind " << int(buf.kind);
-    ptrs[i] = base + arg.byte_offset;
-  }
+  std::vector<std::string> constants;
+  std::vector<void *> ptrs;
+  std::vector<long long> ints;
+  ASSERT_NO_FATAL_FAILURE(BindArgs(*exe, l, in, outs, arena, constants, ptrs, ints));
   entry({l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, l.smem,
         ptrs.data(), ints.data());
 
-  const std::vector<double> got = Decode(out.data, rt::DType::bf16, M * N);
+  const std::vector<double> got = Decode(outs[0].data, rt::DType::bf16, M * N);
   const float sa = static_cast<float>(inputs[2].data[0]), sb = static_cast<float>(inputs[3].data[0]);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
