@@ -52,36 +52,47 @@ static std::optional<MatrixView> matrixView(Value v, Lowering &l) {
 
 static KernelArg gemvWeightArg(MatmulOp op, Lowering &l);
 
-/// result = round(acc * scale_lhs * scale_rhs [+ bias]) from the f32 product
-/// `acc` in arena buffer `scratch`: the epilogue of a scaled fp8 matmul with
-/// a bias, or of one computed in bf16 below sm_89 (see lowerMatmul).
-static absl::Status scaleGemmResult(MatmulOp op, int scratch, Lowering &l) {
+/// result = round(acc [* scale_lhs * scale_rhs] [+ bias]) from the f32
+/// product `acc` in arena buffer `scratch`, rounded once as llm.matmul
+/// specifies: the epilogue of a scaled fp8 matmul with a bias, of one computed
+/// in bf16 below sm_89, and of a low-precision matmul whose bias cuBLASLt's
+/// epilogue cannot take (see lowerMatmul).
+static absl::Status finishGemmFromF32(MatmulOp op, int scratch, Lowering &l) {
   cu::ElementwiseProgram prog;
   prog.unroll = l.getKernelConfigs().elementwise_unroll;
   prog.round_every_node = false;
-  prog.inputs = {{cu::ScalarType::f32, cu::InputLayout::kContiguous},
-                 {cu::ScalarType::f32, cu::InputLayout::kScalar},
-                 {cu::ScalarType::f32, cu::InputLayout::kScalar}};
   const cu::ScalarType f32 = cu::ScalarType::f32, out = scalarOf(op.getResult());
-  prog.nodes = {cu::EwNode{cu::EwOp::mul, {-1, -2}, f32}, cu::EwNode{cu::EwOp::mul, {0, -3}, f32}};
-  std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.bufArg(scratch),
-                                 l.ptrArg(op.getScaleLhs()), l.ptrArg(op.getScaleRhs())};
-  if (Value bias = op.getBias()) {
-    prog.inputs.push_back({scalarOf(bias), cu::InputLayout::kRowBroadcast});
-    prog.nodes.push_back(cu::EwNode{cu::EwOp::cast, {-4}, f32});
-    prog.nodes.push_back(cu::EwNode{cu::EwOp::add, {1, 2}, f32});
-    args.push_back(l.ptrArg(bias));
+  prog.inputs = {{f32, cu::InputLayout::kContiguous}};
+  std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.bufArg(scratch)};
+  // Node operands: -1 - i is input i, j >= 0 is node j.
+  int last = -1;
+  auto addInput = [&](cu::ScalarType type, cu::InputLayout layout, Value v) {
+    prog.inputs.push_back({type, layout});
+    args.push_back(l.ptrArg(v));
+    return -static_cast<int>(prog.inputs.size());
+  };
+  auto addNode = [&](cu::EwOp kind, std::vector<int> operands) {
+    prog.nodes.push_back(cu::EwNode{kind, std::move(operands), f32});
+    return last = static_cast<int>(prog.nodes.size()) - 1;
+  };
+  if (op.getScaleLhs()) {
+    int sa = addInput(f32, cu::InputLayout::kScalar, op.getScaleLhs());
+    int sb = addInput(f32, cu::InputLayout::kScalar, op.getScaleRhs());
+    addNode(cu::EwOp::mul, {addNode(cu::EwOp::mul, {-1, sa}), sb});
   }
-  prog.nodes.push_back(
-      cu::EwNode{cu::EwOp::cast, {static_cast<int>(prog.nodes.size()) - 1}, out});
+  if (Value bias = op.getBias()) {
+    int b = addInput(scalarOf(bias), cu::InputLayout::kRowBroadcast, bias);
+    addNode(cu::EwOp::add, {last, addNode(cu::EwOp::cast, {b})});
+  }
+  prog.nodes.push_back(cu::EwNode{cu::EwOp::cast, {last}, out});
   prog.outputs.push_back({static_cast<int>(prog.nodes.size()) - 1, out});
   int64_t numel = numElements(op.getResult());
   args.push_back(i64Arg(numel));
   if (op.getBias()) {
     auto res = tensorType(op.getResult());
     std::vector<int64_t> sizes(res.getShape().begin(), res.getShape().end());
-    LLMC_ASSIGN_OR_RETURN(KernelArg shape,
-                          generated(shapeArg(prog, sizes, {{}, {}, {}, {}}), op));
+    std::vector<std::vector<int64_t>> inputShapes(prog.inputs.size());
+    LLMC_ASSIGN_OR_RETURN(KernelArg shape, generated(shapeArg(prog, sizes, inputShapes), op));
     args.push_back(std::move(shape));
   }
   return l.launchGenerated(cu::EmitElementwise(prog), cu::ElementwiseLaunch(prog, numel), args,
@@ -243,66 +254,50 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   g.c = g.d;
   g.beta = 0.f;
   // fp8 scales: cuBLASLt multiplies the accumulator by *scale_a * *scale_b
-  // before rounding to D. With a bias, or below sm_89 (the operands were
-  // dequantized to bf16 above: no fp8 GEMM, no scale pointers), the GEMM
-  // writes f32 scratch and one elementwise kernel scales, adds the bias and
-  // rounds once, as llm.matmul specifies (a bias added to a D already
-  // rounded to bf16 would round twice).
-  int scaledScratch = -1;
-  if (op.getScaleLhs()) {
-    if (g.dtype_a != rt::DType::bf16 && !op.getBias()) {
-      g.scale_a = l.storageOf(op.getScaleLhs());
-      g.scale_b = l.storageOf(op.getScaleRhs());
-    } else {
-      int64_t elems = g.m * g.n * g.batch;
-      scaledScratch = l.newArenaBuffer(4 * elems, l.getStep(), l.getStep());
-      g.d = g.c = {scaledScratch, 0};
-      g.dtype_c = g.dtype_d = rt::DType::f32;
-    }
-  }
-  if (scaledScratch >= 0) {
+  // before rounding to D. A bias goes to cuBLASLt's epilogue, which adds it
+  // to the fp32 accumulator, when its dtype is D's and it is not fp8. In
+  // every other case where D is narrower than fp32 (a scaled GEMM with a
+  // bias, scales below sm_89 where the operands were dequantized to bf16
+  // above, a bias of another dtype, a broadcast bias, or the epilogue fusion
+  // turned off) the GEMM writes fp32 scratch and one elementwise kernel
+  // scales, adds the bias and rounds once, as llm.matmul specifies: a bias
+  // added to a D already rounded to bf16 would round twice.
+  Value bias = op.getBias();
+  bool scaled = static_cast<bool>(op.getScaleLhs());
+  bool biasInEpilogue = bias && l.getOptions().fuse_gemm_epilogue && dt(bias) == g.dtype_d &&
+                        !fp8 && !bias.getDefiningOp<BroadcastOp>();
+  if (scaled && g.dtype_a != rt::DType::bf16 && !bias) {
+    g.scale_a = l.storageOf(op.getScaleLhs());
+    g.scale_b = l.storageOf(op.getScaleRhs());
+  } else if (biasInEpilogue) {
+    g.epilogue = exec::Epilogue::bias;
+    g.bias = l.storageOf(bias);
+  } else if (scaled || (bias && g.dtype_d != rt::DType::f32)) {
+    int scratch = l.newArenaBuffer(4 * g.m * g.n * g.batch, l.getStep(), l.getStep());
+    g.d = g.c = {scratch, 0};
+    g.dtype_c = g.dtype_d = rt::DType::f32;
     l.getBuilder().gemm(g, "llm.matmul");
-    return scaleGemmResult(op, scaledScratch, l);
-  }
-  bool separateBias = false;
-  if (Value bias = op.getBias()) {
-    if (l.getOptions().fuse_gemm_epilogue && dt(bias) == g.dtype_d && !fp8 &&
-        !bias.getDefiningOp<BroadcastOp>()) {
-      g.epilogue = exec::Epilogue::bias;
-      g.bias = l.storageOf(bias);
-    } else {
-      separateBias = true;
-    }
+    return finishGemmFromF32(op, scratch, l);
   }
   l.getBuilder().gemm(g, "llm.matmul");
-  if (separateBias) {
-    // out = out + cast(bias), bias broadcast along rows; in place.
+  if (bias && !biasInEpilogue) {
+    // An fp32 D: out = out + cast(bias), bias broadcast along rows, in place.
     cu::ElementwiseProgram prog;
     prog.unroll = l.getKernelConfigs().elementwise_unroll;
     prog.outputs_alias_inputs = true; // out is in0
-    prog.inputs.push_back({scalarOf(op.getResult()), cu::InputLayout::kContiguous});
-    prog.inputs.push_back({scalarOf(op.getBias()), cu::InputLayout::kRowBroadcast});
-    cu::EwNode c;
-    c.op = cu::EwOp::cast;
-    c.type = scalarOf(op.getResult());
-    c.operands = {-2};
-    cu::EwNode a;
-    a.op = cu::EwOp::add;
-    a.type = scalarOf(op.getResult());
-    a.operands = {-1, 0};
-    prog.nodes = {c, a};
-    prog.outputs.push_back({1, scalarOf(op.getResult())});
+    const cu::ScalarType out = scalarOf(op.getResult());
+    prog.inputs = {{out, cu::InputLayout::kContiguous},
+                   {scalarOf(bias), cu::InputLayout::kRowBroadcast}};
+    prog.nodes = {cu::EwNode{cu::EwOp::cast, {-2}, out}, cu::EwNode{cu::EwOp::add, {-1, 0}, out}};
+    prog.outputs.push_back({1, out});
     int64_t numel = numElements(op.getResult());
     std::vector<KernelArg> args = {l.ptrArg(op.getResult()), l.ptrArg(op.getResult()),
-                                   l.ptrArg(op.getBias()), i64Arg(numel)};
+                                   l.ptrArg(bias), i64Arg(numel)};
     std::vector<int64_t> sizes(res.getShape().begin(), res.getShape().end());
-    LLMC_ASSIGN_OR_RETURN(KernelArg shape,
-                          generated(shapeArg(prog, sizes, {{}, {}}), op));
+    LLMC_ASSIGN_OR_RETURN(KernelArg shape, generated(shapeArg(prog, sizes, {{}, {}}), op));
     args.push_back(std::move(shape));
-    if (absl::Status st = l.launchGenerated(cu::EmitElementwise(prog),
-                                            cu::ElementwiseLaunch(prog, numel), args, op);
-        !st.ok())
-      return st;
+    return l.launchGenerated(cu::EmitElementwise(prog), cu::ElementwiseLaunch(prog, numel), args,
+                             op);
   }
   return absl::OkStatus();
 }

@@ -18,9 +18,10 @@
 // its grid is not cut (the partials' shape is its grid), so those tests
 // take more rows than the grid has blocks.
 //
-// One test runs an elementwise kernel the same way: the scaling epilogue of
-// a scaled fp8 GEMM with a bias, whose GEMM (cuBLASLt) the emulator cannot
-// run, so its f32 accumulator is written into the scratch from the host.
+// Two tests run an elementwise kernel the same way: the kernel that finishes
+// a GEMM written to f32 scratch (a scaled fp8 GEMM with a bias, a bf16 GEMM
+// with an f32 bias), whose GEMM (cuBLASLt) the emulator cannot run, so its
+// f32 accumulator is written into the scratch from the host.
 //
 //===----------------------------------------------------------------------===//
 
@@ -271,6 +272,7 @@ void BindArgs(const rt::Executable &exe, const rt::Launch &l, std::vector<HostBu
 
 class RowKernelEmu : public ReferenceTest {
 protected:
+  void checkGemmFinishRoundsOnce(const char *src, int64_t M, int64_t N, int64_t K, bool scaled);
   /// Random N(0, 1) inputs for `fn`'s arguments (rounded to their types),
   /// with no element exactly zero.
   std::vector<HostTensor> randomInputs(mlir::func::FuncOp fn) {
@@ -445,20 +447,16 @@ TEST_F(RowKernelEmu, Fp8RowQuantizeE5M2OddRows) {
   check(Fp8RowQuantize(37, "f8E5M2", "5.734400e+04"), false);
 }
 
-// A scaled fp8 GEMM with a bias (llm.matmul ... bias scales(sa, sb)): the
-// GEMM writes its f32 accumulator to scratch and one elementwise kernel
-// computes round(acc * sa * sb + bias) once. The GEMM itself (cuBLASLt) does
-// not run here: the scratch is filled with the f32 accumulators computed on
-// the host, the kernel runs on the emulator, and its result must equal the
-// host's f32 evaluation of the same expression bit for bit, and the float64
-// reference executor within bf16 rounding.
-TEST_F(RowKernelEmu, ScaledFp8GemmWithBiasRoundsOnce) {
-  const char *src = R"mlir(
-func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa: tensor<f32>,
-                  %sb: tensor<f32>, %bias: tensor<32xbf16>) -> tensor<13x32xbf16> {
-  %y = llm.matmul %a8, %b8 bias %bias scales(%sa, %sb) {transpose_rhs} : tensor<13x32xf8E4M3FN>, tensor<32x32xf8E4M3FN>, tensor<32xbf16> -> tensor<13x32xbf16>
-  return %y : tensor<13x32xbf16>
-})mlir";
+/// Runs a one-matmul function `src` whose lowering is a GEMM into f32
+/// scratch followed by one elementwise kernel that finishes the result
+/// (round(acc [* sa * sb] [+ bias]) once). The GEMM itself (cuBLASLt) does
+/// not run here: the scratch is filled with f32 accumulators computed on
+/// the host, the kernel runs on the emulator, and its result must equal the
+/// host's f32 evaluation of the same expression rounded once, bit for bit,
+/// and the float64 reference executor within bf16 rounding. Inputs are
+/// (a [M,K], b [N,K], then sa, sb when `scaled`, then bias [N]).
+void RowKernelEmu::checkGemmFinishRoundsOnce(const char *src, int64_t M, int64_t N, int64_t K,
+                                             bool scaled) {
   mlir::func::FuncOp fn = parse(src);
   ASSERT_TRUE(fn);
   const std::vector<HostTensor> inputs = randomInputs(fn);
@@ -468,7 +466,7 @@ func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa:
   ASSERT_TRUE(fn);
   absl::StatusOr<rt::Executable> exe = llmc::LowerToExecutable(fn, {});
   ASSERT_TRUE(exe.ok()) << exe.status();
-  // The GEMM (f32 D, no scale pointers), then the scaling kernel.
+  // The GEMM (f32 D, no scale pointers, no epilogue), then the kernel.
   ASSERT_EQ(exe->launches.size(), 2u) << rt::DescribeExecutable(*exe);
   ASSERT_EQ(exe->launches[0].kind, rt::Launch::Gemm);
   const rt::GemmSpec &g = exe->gemms[exe->launches[0].gemm];
@@ -486,14 +484,14 @@ func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa:
 
   // The f32 accumulators, as the GEMM writes them (D = g.d).
   const HostTensor &a = inputs[0], &b = inputs[1];
-  const int64_t M = 13, N = 32, K = 32;
+  const HostTensor &bias = inputs[scaled ? 4 : 2];
   std::vector<float> acc(M * N);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
-      double t = 0;
+      double s = 0;
       for (int64_t kk = 0; kk < K; ++kk)
-        t += a.data[i * K + kk] * b.data[j * K + kk];
-      acc[i * N + j] = static_cast<float>(t); // exact: few fp8 products
+        s += a.data[i * K + kk] * b.data[j * K + kk];
+      acc[i * N + j] = static_cast<float>(s);
     }
   HostBuffer arena(exe->arena_bytes, 0);
   std::vector<HostBuffer> outs;
@@ -515,15 +513,45 @@ func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa:
   entry({l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, l.smem,
         ptrs.data(), ints.data());
 
-  const std::vector<double> got = Decode(outs[0].data, rt::DType::bf16, M * N);
-  const float sa = static_cast<float>(inputs[2].data[0]), sb = static_cast<float>(inputs[3].data[0]);
+  const rt::DType outType = exe->outputs[0].dtype;
+  const std::vector<double> got = Decode(outs[0].data, outType, M * N);
+  const float sa = scaled ? static_cast<float>(inputs[2].data[0]) : 1.f;
+  const float sb = scaled ? static_cast<float>(inputs[3].data[0]) : 1.f;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
-      const float f32 = acc[i * N + j] * sa * sb + static_cast<float>(inputs[4].data[j]);
-      ASSERT_EQ(got[i * N + j], RoundToType(f32, bf16())) << "element " << i << "," << j;
+      float f32 = acc[i * N + j];
+      if (scaled)
+        f32 = f32 * sa * sb;
+      f32 += static_cast<float>(bias.data[j]);
+      ASSERT_EQ(got[i * N + j], RoundToType(f32, want[0].elementType))
+          << "element " << i << "," << j;
     }
-  HostTensor g16{want[0].elementType, want[0].shape, got};
-  EXPECT_LE(RelativeError(g16, want[0]), 1e-2);
+  HostTensor res{want[0].elementType, want[0].shape, got};
+  EXPECT_LE(RelativeError(res, want[0]), 1e-2);
+}
+
+// A scaled fp8 GEMM with a bias (llm.matmul ... bias scales(sa, sb)): the
+// GEMM writes its f32 accumulator to scratch and one elementwise kernel
+// computes round(acc * sa * sb + bias) once (acc is exact here: few fp8
+// products).
+TEST_F(RowKernelEmu, ScaledFp8GemmWithBiasRoundsOnce) {
+  checkGemmFinishRoundsOnce(R"mlir(
+func.func @scaled(%a8: tensor<13x32xf8E4M3FN>, %b8: tensor<32x32xf8E4M3FN>, %sa: tensor<f32>,
+                  %sb: tensor<f32>, %bias: tensor<32xbf16>) -> tensor<13x32xbf16> {
+  %y = llm.matmul %a8, %b8 bias %bias scales(%sa, %sb) {transpose_rhs} : tensor<13x32xf8E4M3FN>, tensor<32x32xf8E4M3FN>, tensor<32xbf16> -> tensor<13x32xbf16>
+  return %y : tensor<13x32xbf16>
+})mlir", 13, 32, 32, /*scaled=*/true);
+}
+
+// A bf16 GEMM whose bias cuBLASLt's epilogue cannot take (an f32 bias for a
+// bf16 result) rounds once too: adding the bias to a D already rounded to
+// bf16 would round twice.
+TEST_F(RowKernelEmu, Bf16GemmWithF32BiasRoundsOnce) {
+  checkGemmFinishRoundsOnce(R"mlir(
+func.func @biased(%a: tensor<13x40xbf16>, %b: tensor<24x40xbf16>, %bias: tensor<24xf32>) -> tensor<13x24xbf16> {
+  %y = llm.matmul %a, %b bias %bias {transpose_rhs} : tensor<13x40xbf16>, tensor<24x40xbf16>, tensor<24xf32> -> tensor<13x24xbf16>
+  return %y : tensor<13x24xbf16>
+})mlir", 13, 24, 40, /*scaled=*/false);
 }
 
 // The RMSNorm backward (dx) in one kernel: 15 rows of 64.
