@@ -176,6 +176,49 @@ LLMC_DEV void fdTile(const Vec (&kt)[kU][kNV], const Vec (&vt)[kU][kNV], const f
 }
 )CUDA";
 
+// An fp8 K/V vector to fp32, on sm_89+ four elements at a time from one
+// 32-bit word of the loaded vector: e4m3 pairs through one
+// cvt.rn.f16x2.e4m3x2 each (PTX ISA: the upper byte becomes the upper f16),
+// e5m2 bytes moved into the upper halves of f16x2 words by prmt (e5m2 is the
+// upper byte of an f16), then f16 -> f32. Taking the bytes one at a time
+// (toF per element) made ptxas unpack every byte of a tile into its own
+// register (231 registers instead of 137 for head dim 128, 4 key slots) and
+// convert one element per instruction. Elsewhere, and on the emulator, toF
+// per element.
+constexpr const char *kFp8KvToFloat = R"CUDA(
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+LLMC_DEV void fdWordToF(fp8e4m3, uint32_t w, float* f) {
+  asm("{.reg .b16 a, b, c, d;\n .reg .b32 x, y;\n"
+      " mov.b32 {a, b}, %4;\n cvt.rn.f16x2.e4m3x2 x, a;\n cvt.rn.f16x2.e4m3x2 y, b;\n"
+      " mov.b32 {a, b}, x;\n mov.b32 {c, d}, y;\n"
+      " cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n cvt.f32.f16 %2, c;\n cvt.f32.f16 %3, d;}"
+      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3]) : "r"(w));
+}
+LLMC_DEV void fdWordToF(fp8e5m2, uint32_t w, float* f) {
+  asm("{.reg .b16 a, b, c, d;\n .reg .b32 x, y;\n"
+      " prmt.b32 x, %4, 0, 0x1404;\n prmt.b32 y, %4, 0, 0x3424;\n"
+      " mov.b32 {a, b}, x;\n mov.b32 {c, d}, y;\n"
+      " cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n cvt.f32.f16 %2, c;\n cvt.f32.f16 %3, d;}"
+      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3]) : "r"(w));
+}
+#define LLMC_FD_KV_WORDS (kVec % 4 == 0)
+#else
+#define LLMC_FD_KV_WORDS false
+#endif
+LLMC_DEV void fdKvToF(const KvVec& x, float (&f)[kVec]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (LLMC_FD_KV_WORDS) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(x.v);
+#pragma unroll
+    for (int p = 0; p < kVec / 4; ++p) fdWordToF(KvT{}, w[p], &f[4 * p]);
+    return;
+  }
+#endif
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) f[e] = toF(x.v[e]);
+}
+)CUDA";
+
 constexpr const char *kSplitBody = R"CUDA(
   // Block = (split, kv head, batch). Row r = qi * kGroup + g: query qi, q head hk * kGroup + g.
   // Warp w: row set w % kRowSets (rows row0 .. row0 + kRowsW - 1), key stream w / kRowSets.
@@ -344,14 +387,24 @@ int MinBlocks(const FlashDecodeGeometry &g, bool causal) {
   return g.rows_per_warp <= (causal ? 2 : 4) ? 3 : 1;
 }
 
+// MinBlocks for c's kernel: causal over several query rows, a mask, or a
+// paged cache with its rows split over warps count as causal.
+int MinBlocksOf(const DecodeConfig &c, const FlashDecodeGeometry &g) {
+  return MinBlocks(g, (c.causal && c.q_len > 1) || c.has_mask || (c.paged && g.row_sets > 1));
+}
+
 struct Candidate {
   FlashDecodeGeometry g;
   double waste = 0;
 };
 
 // Best (vec, lanes) for rows_per_warp rows, or false. lanes <= max_lanes.
+// The bytes of one K/V element: loads are sized by the cache's type (an fp8
+// cache gets 16 elements per 16-byte load), Q and O are fp32 in registers.
+int KvSize(const DecodeConfig &c) { return ScalarSize(c.kv_fp8.value_or(c.dtype)); }
+
 bool PickLayout(const DecodeConfig &c, int rows_per_warp, int max_lanes, int qo_budget, Candidate *out) {
-  const int esize = ScalarSize(c.dtype);
+  const int esize = KvSize(c);
   const int v0 = VecWidth(c.head_dim, esize);
   const int min_vec = std::max(1, std::min(v0, 4 / esize));  // >= 4-byte loads unless D forbids
   bool found = false;
@@ -427,10 +480,17 @@ absl::StatusOr<FlashDecodeGeometry> FlashDecodeGeometryOf(const DecodeConfig &c)
   // on sm_80; FlashAttention-2 serves those.
   if (c.has_mask && g.rows_per_warp > 8)
     return Unsupported("flash decode: no register layout for a mask with more than 8 query rows per warp");
-  const int slot_bytes = g.vecs_per_lane * g.vec * ScalarSize(c.dtype);  // K bytes per lane per slot
+  const int slot_bytes = g.vecs_per_lane * g.vec * KvSize(c);  // K bytes per lane per slot
   // A mask costs registers (its pointer, strides and per-slot liveness):
   // half the scores in flight keeps its kernels spill-free.
-  const int max_scores = c.has_mask ? kMaxScores / 2 : kMaxScores;
+  int max_scores = c.has_mask ? kMaxScores / 2 : kMaxScores;
+  // An fp8 cache fills kTileBytes with twice the key slots of a 16-bit one,
+  // and every slot costs a page id, an address and a score per row. Under
+  // the 168-register cap of 3 blocks per SM, 4 rows per warp (GQA group 4,
+  // head dim 128) compile without spills at 5 slots (167 registers) and
+  // spill from 6; one row fits the 4 slots of 64 bytes at 137.
+  if (c.kv_fp8 && g.rows_per_warp > 1 && MinBlocksOf(c, g) == 3)
+    max_scores = std::min(max_scores, 20);
   g.unroll = std::clamp(std::min(kTileBytes / slot_bytes, max_scores / g.rows_per_warp), 1, 8);
   g.streams = kWarps / g.row_sets;
   g.tile_keys = g.unroll * (32 / g.lanes);
@@ -529,7 +589,8 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitSource(const DecodeConf
         helpers,
         SourceVariant(helpers, "flash-decode fp8 kv",
                       {{"typedef LlmcVec<T, kVec> Vec;\n",
-                        "typedef LlmcVec<T, kVec> Vec;\ntypedef LlmcVec<KvT, kVec> KvVec;  // fp8 K/V\n"},
+                        "typedef LlmcVec<T, kVec> Vec;\ntypedef LlmcVec<KvT, kVec> KvVec;  // fp8 K/V\n" +
+                            std::string(kFp8KvToFloat)},
                        {"LLMC_DEV void fdLoadTile(Vec (&kt)[kU][kNV], Vec (&vt)[kU][kNV], const T* __restrict__ kb,\n"
                         "                         const T* __restrict__ vb,",
                         "LLMC_DEV void fdLoadTile(KvVec (&kt)[kU][kNV], KvVec (&vt)[kU][kNV], const KvT* __restrict__ kb,\n"
@@ -541,7 +602,37 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitSource(const DecodeConf
                        {"        kt[u][i] = Vec{};\n        vt[u][i] = Vec{};",
                         "        kt[u][i] = KvVec{};\n        vt[u][i] = KvVec{};"},
                        {"LLMC_DEV void fdTile(const Vec (&kt)[kU][kNV], const Vec (&vt)[kU][kNV],",
-                        "LLMC_DEV void fdTile(const KvVec (&kt)[kU][kNV], const KvVec (&vt)[kU][kNV],"}}));
+                        "LLMC_DEV void fdTile(const KvVec (&kt)[kU][kNV], const KvVec (&vt)[kU][kNV],"},
+                       {"    for (int i = 0; i < kNV; ++i)\n"
+                        "#pragma unroll\n"
+                        "      for (int e = 0; e < kVec; ++e) {\n"
+                        "        const float kf = toF(kt[u][i].v[e]);\n"
+                        "#pragma unroll\n"
+                        "        for (int r = 0; r < kRowsW; ++r) s[u][r] += q[r][i * kVec + e] * kf;\n"
+                        "      }\n",
+                        "    for (int i = 0; i < kNV; ++i) {\n"
+                        "      float kf[kVec];\n"
+                        "      fdKvToF(kt[u][i], kf);\n"
+                        "#pragma unroll\n"
+                        "      for (int e = 0; e < kVec; ++e)\n"
+                        "#pragma unroll\n"
+                        "        for (int r = 0; r < kRowsW; ++r) s[u][r] += q[r][i * kVec + e] * kf[e];\n"
+                        "    }\n"},
+                       {"    for (int i = 0; i < kNV; ++i)\n"
+                        "#pragma unroll\n"
+                        "      for (int e = 0; e < kVec; ++e) {\n"
+                        "        const float vf = toF(vt[u][i].v[e]);\n"
+                        "#pragma unroll\n"
+                        "        for (int r = 0; r < kRowsW; ++r) acc[r][i * kVec + e] += s[u][r] * vf;\n"
+                        "      }\n",
+                        "    for (int i = 0; i < kNV; ++i) {\n"
+                        "      float vf[kVec];\n"
+                        "      fdKvToF(vt[u][i], vf);\n"
+                        "#pragma unroll\n"
+                        "      for (int e = 0; e < kVec; ++e)\n"
+                        "#pragma unroll\n"
+                        "        for (int r = 0; r < kRowsW; ++r) acc[r][i * kVec + e] += s[u][r] * vf[e];\n"
+                        "    }\n"}}));
     LLMC_ASSIGN_OR_RETURN(
         body,
         SourceVariant(body, "flash-decode fp8 kv",
@@ -671,7 +762,7 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
        << "static constexpr int kStreams = kWarps / kRowSets;  // warps splitting the keys\n"
        << "static constexpr int kKeysPerLoad = 32 / kLanes;\n"
        << "static constexpr int kTileKeys = kU * kKeysPerLoad;\n"
-       << "static constexpr int kMinBlocks = " << MinBlocks(g, causalOf(c) || c.has_mask || (c.paged && g.row_sets > 1)) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
+       << "static constexpr int kMinBlocks = " << MinBlocksOf(c, g) << ";  // per SM (register cap 65536 / (128 * kMinBlocks))\n";
   const std::string hdr =
       "// llmc flash-decoding (split-KV; Dao, Haziza, Massa, Sizov 2023) for short queries against a\n"
       "// KV cache [B, Smax, Hkv, D] of which the first kv_len rows are valid. Phase 1: block per\n"

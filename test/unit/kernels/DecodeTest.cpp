@@ -650,12 +650,69 @@ INSTANTIATE_TEST_SUITE_P(
         PagedCase{f32, 256, 1, 1, true, 32, 1, {100}, {1}, 0},
         // fp8 KV caches (per-KV-head scales): decode with GQA 4 over pages of 16, e4m3
         PagedCase{bf, 128, 4, 1, true, 16, 2, {33, 1, 200}, {1, 1, 1}, 0, ScalarType::f8e4m3},
+        // MHA: 16 e4m3 elements per load, 4 key slots per tile; 3 splits
+        PagedCase{bf, 128, 1, 1, true, 16, 2, {300, 5, 64}, {1, 1, 1}, 3, ScalarType::f8e4m3},
         // chunked prefill with e5m2 pages, f16 queries, odd head dim
         PagedCase{f16, 80, 2, 2, true, 8, 2, {13, 9, 21}, {5, 1, 3}, 2, ScalarType::f8e5m2},
         PagedCase{f32, 64, 1, 1, true, 4, 1, {10, 2}, {3, 2}, 3, ScalarType::f8e4m3}),
     [](const ::testing::TestParamInfo<PagedCase> &i) { return PagedName(i.param); });
 
 } // namespace
+
+// An fp8 KV cache streams like a bf16 one (issue 20: the fp8 pages read
+// half the bytes but were not faster on the H200, because slots were sized
+// by the queries' type: 8-byte loads, half the bytes in flight per lane, one
+// conversion per element). Now, for head dim 128: one query row per warp
+// (MHA) loads 16 fp8 elements per 16-byte load and keeps bf16's 64 K bytes
+// per lane per tile in flight; 4 rows per warp (GQA group 4) keep more than
+// half of them (the register cap of 3 blocks per SM allows 5 slots). In the
+// sm_90a PTX of the MHA kernel every K/V load is 16 bytes wide and e4m3
+// elements are converted two per cvt.rn.f16x2.e4m3x2.
+TEST(FlashDecode, Fp8KvCacheLoadsSixteenBytesAndConvertsPairs) {
+  auto tileBytes = [](const FlashDecodeGeometry &g, int esize) {
+    return g.vec * g.vecs_per_lane * g.unroll * esize;
+  };
+  for (int64_t group : {1, 4}) {
+    DecodeConfig c;
+    c.dtype = bf;
+    c.head_dim = 128;
+    c.group_size = group;
+    c.paged = true;
+    c.page_size = 16;
+    const FlashDecodeGeometry g16 = Unwrap(FlashDecodeGeometryOf(c));
+    c.kv_fp8 = ScalarType::f8e4m3;
+    const FlashDecodeGeometry g8 = Unwrap(FlashDecodeGeometryOf(c));
+    SCOPED_TRACE("group " + std::to_string(group) + ": bf16 " + FlashDecodeGeometryName(g16) + ", fp8 " +
+                 FlashDecodeGeometryName(g8));
+    if (group == 1) {
+      EXPECT_EQ(g8.vec, 16);
+      EXPECT_EQ(tileBytes(g8, 1), tileBytes(g16, 2));
+    } else {
+      EXPECT_GT(2 * tileBytes(g8, 1), tileBytes(g16, 2));
+    }
+  }
+  if (!llmc::test::NvrtcAvailable()) GTEST_SKIP() << "libnvrtc not available";
+  DecodeConfig c;
+  c.dtype = bf;
+  c.head_dim = 128;
+  c.group_size = 1;
+  c.paged = true;
+  c.page_size = 16;
+  c.kv_fp8 = ScalarType::f8e4m3;
+  const FlashDecodeGeometry g = Unwrap(FlashDecodeGeometryOf(c));
+  const DecodeKernels k = Unwrap(EmitFlashDecode(c));
+  std::string ptx, log;
+  ASSERT_TRUE(llmc::test::NvrtcPtx(k.split.source, k.split.name, "compute_90a", &ptx, &log)) << log;
+  auto count = [&](const std::string &re) {
+    const std::regex r(re);
+    return std::distance(std::sregex_iterator(ptx.begin(), ptx.end(), r), std::sregex_iterator());
+  };
+  // K and V of every slot: one 16-byte load each (plus the Q row's).
+  EXPECT_GE(count(R"(ld\.global\.nc\.v4\.u32)"), 2 * g.unroll);
+  EXPECT_EQ(count(R"(ld\.global(\.nc)?\.(v2\.u32|u8|u16|b8))"), 0) << "narrow K/V loads";
+  // 2 * kPer elements (K and V) per slot, two per conversion.
+  EXPECT_EQ(count(R"(cvt\.rn\.f16x2\.e4m3x2)"), g.unroll * g.vec * g.vecs_per_lane);
+}
 
 // The paged kernels compile for sm_90a and sm_80 with no spills; with an
 // fp8 KV cache (issue 20: the split kernel reading e4m3/e5m2 pages, the

@@ -24,6 +24,8 @@ struct Nvrtc {
   SizeFn log_size = nullptr;
   GetFn get_log = nullptr;
   SizeFn cubin_size = nullptr;
+  SizeFn ptx_size = nullptr;
+  GetFn get_ptx = nullptr;
   DestroyFn destroy = nullptr;
 };
 
@@ -46,12 +48,19 @@ const Nvrtc &Get() {
     n.log_size = reinterpret_cast<SizeFn>(dlsym(n.handle, "nvrtcGetProgramLogSize"));
     n.get_log = reinterpret_cast<GetFn>(dlsym(n.handle, "nvrtcGetProgramLog"));
     n.cubin_size = reinterpret_cast<SizeFn>(dlsym(n.handle, "nvrtcGetCUBINSize"));
+    n.ptx_size = reinterpret_cast<SizeFn>(dlsym(n.handle, "nvrtcGetPTXSize"));
+    n.get_ptx = reinterpret_cast<GetFn>(dlsym(n.handle, "nvrtcGetPTX"));
     n.destroy = reinterpret_cast<DestroyFn>(dlsym(n.handle, "nvrtcDestroyProgram"));
-    if (!n.create || !n.compile || !n.log_size || !n.get_log || !n.cubin_size || !n.destroy)
+    if (!n.create || !n.compile || !n.log_size || !n.get_log || !n.cubin_size || !n.ptx_size ||
+        !n.get_ptx || !n.destroy)
       n.handle = nullptr;
   });
   return n;
 }
+
+bool NvrtcCompileImpl(const std::string &source, const std::string &name,
+                      const std::string &arch, const std::vector<std::string> &extra_options,
+                      std::string *log, size_t *cubin_size, std::string *ptx);
 } // namespace
 
 bool NvrtcAvailable() { return Get().handle != nullptr; }
@@ -66,6 +75,18 @@ bool NvrtcCompileWithOptions(const std::string &source, const std::string &name,
                              const std::string &arch,
                              const std::vector<std::string> &extra_options,
                              std::string *log, size_t *cubin_size) {
+  return NvrtcCompileImpl(source, name, arch, extra_options, log, cubin_size, nullptr);
+}
+
+bool NvrtcPtx(const std::string &source, const std::string &name, const std::string &arch,
+              std::string *ptx, std::string *log) {
+  return NvrtcCompileImpl(source, name, arch, {}, log, nullptr, ptx);
+}
+
+namespace {
+bool NvrtcCompileImpl(const std::string &source, const std::string &name,
+                      const std::string &arch, const std::vector<std::string> &extra_options,
+                      std::string *log, size_t *cubin_size, std::string *ptx) {
   const Nvrtc &n = Get();
   if (!n.handle) {
     if (log) *log = "libnvrtc not found";
@@ -86,7 +107,14 @@ bool NvrtcCompileWithOptions(const std::string &source, const std::string &name,
   if (ls) n.get_log(prog, l.data());
   if (log) *log = l;
   if (rc == 0 && cubin_size) n.cubin_size(prog, cubin_size);
+  if (rc == 0 && ptx) {
+    size_t ps = 0;
+    rc = n.ptx_size(prog, &ps);
+    ptx->assign(ps, '\0');
+    if (rc == 0 && ps) rc = n.get_ptx(prog, ptx->data());
+  }
   n.destroy(&prog);
   return rc == 0;
 }
+} // namespace
 } // namespace llmc::test

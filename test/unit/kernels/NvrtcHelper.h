@@ -19,5 +19,9 @@ bool NvrtcCompileWithOptions(const std::string &source, const std::string &name,
                              const std::string &arch,
                              const std::vector<std::string> &extra_options,
                              std::string *log, size_t *cubin_size = nullptr);
+/// Compiles `source` to PTX for the virtual architecture `arch` (e.g.
+/// "compute_90a") into `ptx`; true on success, the compile log in `log`.
+bool NvrtcPtx(const std::string &source, const std::string &name, const std::string &arch,
+              std::string *ptx, std::string *log);
 } // namespace llmc::test
 #endif
