@@ -176,46 +176,56 @@ LLMC_DEV void fdTile(const Vec (&kt)[kU][kNV], const Vec (&vt)[kU][kNV], const f
 }
 )CUDA";
 
-// An fp8 K/V vector to fp32, on sm_89+ four elements at a time from one
-// 32-bit word of the loaded vector: e4m3 pairs through one
-// cvt.rn.f16x2.e4m3x2 each (PTX ISA: the upper byte becomes the upper f16),
-// e5m2 bytes moved into the upper halves of f16x2 words by prmt (e5m2 is the
-// upper byte of an f16), then f16 -> f32. Taking the bytes one at a time
-// (toF per element) made ptxas unpack every byte of a tile into its own
-// register (231 registers instead of 137 for head dim 128, 4 key slots) and
-// convert one element per instruction. Elsewhere, and on the emulator, toF
-// per element.
+// An fp8 K/V vector to fp32, four elements at a time from each 32-bit word
+// of the loaded vector: e4m3 pairs through one cvt.rn.f16x2.e4m3x2 each on
+// sm_89+ (PTX ISA: the upper byte becomes the upper f16), e5m2 bytes moved
+// into the upper halves of f16x2 words by __byte_perm (e5m2 is the upper
+// byte of an f16), then f16 -> f32. Taking the bytes one at a time (toF per
+// element) made ptxas unpack every byte of a tile into its own register
+// (231 registers instead of 137 for head dim 128, 4 key slots) and convert
+// one element per instruction. Below sm_89, and on the CPU emulator, the
+// pair conversion is computed per byte with the instruction's semantics.
 constexpr const char *kFp8KvToFloat = R"CUDA(
+// Two e4m3 codes (bits 0..7 and 8..15 of `pair`) as an f16x2 word: the
+// first in the low half.
+LLMC_DEV uint32_t fdE4m3x2ToF16x2(uint32_t pair) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t h2;
+  asm("{.reg .b16 a;\n cvt.u16.u32 a, %1;\n cvt.rn.f16x2.e4m3x2 %0, a;}" : "=r"(h2) : "r"(pair));
+  return h2;
+#else
+  fp8e4m3 lo, hi;
+  lo.bits = (uint8_t)(pair & 0xffu);
+  hi.bits = (uint8_t)((pair >> 8) & 0xffu);
+  return (uint32_t)fromF<f16>(toF(lo)).bits | ((uint32_t)fromF<f16>(toF(hi)).bits << 16);
+#endif
+}
+LLMC_DEV void fdF16x2ToF(uint32_t h2, float* f) {
+  f16 lo, hi;
+  lo.bits = (uint16_t)(h2 & 0xffffu);
+  hi.bits = (uint16_t)(h2 >> 16);
+  f[0] = toF(lo);
+  f[1] = toF(hi);
+}
+// Elements 0..3 of word w (element 0 in its low byte).
 LLMC_DEV void fdWordToF(fp8e4m3, uint32_t w, float* f) {
-  asm("{.reg .b16 a, b, c, d;\n .reg .b32 x, y;\n"
-      " mov.b32 {a, b}, %4;\n cvt.rn.f16x2.e4m3x2 x, a;\n cvt.rn.f16x2.e4m3x2 y, b;\n"
-      " mov.b32 {a, b}, x;\n mov.b32 {c, d}, y;\n"
-      " cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n cvt.f32.f16 %2, c;\n cvt.f32.f16 %3, d;}"
-      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3]) : "r"(w));
+  fdF16x2ToF(fdE4m3x2ToF16x2(w & 0xffffu), f);
+  fdF16x2ToF(fdE4m3x2ToF16x2(w >> 16), f + 2);
 }
 LLMC_DEV void fdWordToF(fp8e5m2, uint32_t w, float* f) {
-  asm("{.reg .b16 a, b, c, d;\n .reg .b32 x, y;\n"
-      " prmt.b32 x, %4, 0, 0x1404;\n prmt.b32 y, %4, 0, 0x3424;\n"
-      " mov.b32 {a, b}, x;\n mov.b32 {c, d}, y;\n"
-      " cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n cvt.f32.f16 %2, c;\n cvt.f32.f16 %3, d;}"
-      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3]) : "r"(w));
+  fdF16x2ToF(__byte_perm(w, 0u, 0x1404u), f);  // bytes 0, 1 -> bits 8..15, 24..31
+  fdF16x2ToF(__byte_perm(w, 0u, 0x3424u), f + 2);
 }
-#define LLMC_FD_KV_WORDS (kVec % 4 == 0)
-#else
-#define LLMC_FD_KV_WORDS false
-#endif
 LLMC_DEV void fdKvToF(const KvVec& x, float (&f)[kVec]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if (LLMC_FD_KV_WORDS) {
+  if (kVec % 4 == 0) {
+    // KvVec is aligned to min(kVec, 16) bytes: its words are aligned.
     const uint32_t* w = reinterpret_cast<const uint32_t*>(x.v);
 #pragma unroll
     for (int p = 0; p < kVec / 4; ++p) fdWordToF(KvT{}, w[p], &f[4 * p]);
-    return;
-  }
-#endif
+  } else {
 #pragma unroll
-  for (int e = 0; e < kVec; ++e) f[e] = toF(x.v[e]);
+    for (int e = 0; e < kVec; ++e) f[e] = toF(x.v[e]);
+  }
 }
 )CUDA";
 
