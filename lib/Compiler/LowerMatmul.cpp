@@ -254,14 +254,15 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   g.c = g.d;
   g.beta = 0.f;
   // fp8 scales: cuBLASLt multiplies the accumulator by *scale_a * *scale_b
-  // before rounding to D. A bias goes to cuBLASLt's epilogue, which adds it
-  // to the fp32 accumulator, when its dtype is D's and it is not fp8. In
-  // every other case where D is narrower than fp32 (a scaled GEMM with a
-  // bias, scales below sm_89 where the operands were dequantized to bf16
-  // above, a bias of another dtype, a broadcast bias, or the epilogue fusion
-  // turned off) the GEMM writes fp32 scratch and one elementwise kernel
-  // scales, adds the bias and rounds once, as llm.matmul specifies: a bias
-  // added to a D already rounded to bf16 would round twice.
+  // before rounding to D (sm_89+, no bias). A bias goes to cuBLASLt's
+  // epilogue, which adds it to the fp32 accumulator, when the operands are
+  // not fp8, the bias has D's dtype and is no llm.broadcast, and epilogue
+  // fusion is on. Otherwise the GEMM writes fp32 scratch and one elementwise
+  // kernel scales, adds the bias and rounds once, as llm.matmul specifies (a
+  // bias added to a D already rounded to bf16 would round twice): for every
+  // scaled GEMM with a bias or below sm_89 (where the operands were
+  // dequantized to bf16 above), and for every other biased GEMM whose D is
+  // narrower than fp32. An fp32 D adds its bias in place.
   Value bias = op.getBias();
   bool scaled = static_cast<bool>(op.getScaleLhs());
   bool biasInEpilogue = bias && l.getOptions().fuse_gemm_epilogue && dt(bias) == g.dtype_d &&

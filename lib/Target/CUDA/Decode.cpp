@@ -187,7 +187,8 @@ LLMC_DEV void fdTile(const Vec (&kt)[kU][kNV], const Vec (&vt)[kU][kNV], const f
 // pair conversion is computed per byte with the instruction's semantics.
 constexpr const char *kFp8KvToFloat = R"CUDA(
 // Two e4m3 codes (bits 0..7 and 8..15 of `pair`) as an f16x2 word: the
-// first in the low half.
+// first in the low half. Below sm_89 and on the emulator, the instruction's
+// semantics computed per byte.
 LLMC_DEV uint32_t fdE4m3x2ToF16x2(uint32_t pair) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint32_t h2;
@@ -490,7 +491,10 @@ absl::StatusOr<FlashDecodeGeometry> FlashDecodeGeometryOf(const DecodeConfig &c)
   // on sm_80; FlashAttention-2 serves those.
   if (c.has_mask && g.rows_per_warp > 8)
     return Unsupported("flash decode: no register layout for a mask with more than 8 query rows per warp");
-  const int slot_bytes = g.vecs_per_lane * g.vec * KvSize(c);  // K bytes per lane per slot
+  // K register bytes per lane per slot: a load narrower than 4 bytes (an
+  // fp8 head dim that is no multiple of 4) still takes a whole register.
+  const int load_bytes = g.vec * KvSize(c);
+  const int slot_bytes = g.vecs_per_lane * (c.kv_fp8 ? std::max(load_bytes, 4) : load_bytes);
   // A mask costs registers (its pointer, strides and per-slot liveness):
   // half the scores in flight keeps its kernels spill-free.
   int max_scores = c.has_mask ? kMaxScores / 2 : kMaxScores;
@@ -592,8 +596,8 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitSource(const DecodeConf
           "  __syncthreads();  // the next chunk reuses the shared memory\n  }\n"}}));
     if (!c.kv_fp8)
       return std::make_pair(helpers, body);
-    // An fp8 KV cache: K/V rows of KvT, kVec elements per load (half the
-    // bytes of T's); the key scale folds into q (scores = q . k8 *
+    // An fp8 KV cache: K/V rows of KvT, kVec elements per load (sized by
+    // KvT, see PickLayout); the key scale folds into q (scores = q . k8 *
     // k_scale[hk]), the value scale into the partial sums (linear in v).
     LLMC_ASSIGN_OR_RETURN(
         helpers,

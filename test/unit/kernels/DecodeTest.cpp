@@ -707,9 +707,14 @@ TEST(FlashDecode, Fp8KvCacheLoadsSixteenBytesAndConvertsPairs) {
     const std::regex r(re);
     return std::distance(std::sregex_iterator(ptx.begin(), ptx.end(), r), std::sregex_iterator());
   };
-  // K and V of every slot: one 16-byte load each (plus the Q row's).
-  EXPECT_GE(count(R"(ld\.global\.nc\.v4\.u32)"), 2 * g.unroll);
-  EXPECT_EQ(count(R"(ld\.global(\.nc)?\.(v2\.u32|u8|u16|b8))"), 0) << "narrow K/V loads";
+  // K and V of every slot: one 16-byte load each, and the Q row's 16 bf16
+  // (two). Nothing narrower than 4 bytes, nor 8-byte vectors (the other
+  // loads are the 4-byte page ids and lengths and the two f32 scales).
+  EXPECT_EQ(count(R"(ld\.global\.nc\.v4\.u32)"),
+            2 * g.unroll * g.vecs_per_lane + g.vecs_per_lane * g.vec * 2 / 16);
+  EXPECT_EQ(count(R"(ld\.global(\.nc)?(\.v[24])?\.[usb](8|16)\b)"), 0) << "narrow loads";
+  EXPECT_EQ(count(R"(ld\.global(\.nc)?\.(v2\.[usb]32|[usb]64|v2\.[usb]64))"), 0)
+      << "8-byte loads";
   // 2 * kPer elements (K and V) per slot, two per conversion.
   EXPECT_EQ(count(R"(cvt\.rn\.f16x2\.e4m3x2)"), g.unroll * g.vec * g.vecs_per_lane);
 }
@@ -723,7 +728,9 @@ TEST(FlashDecode, PagedCompileWithoutSpills) {
   for (auto [d, g, rows, kv] :
        {std::tuple<int64_t, int64_t, int64_t, std::optional<ScalarType>>{128, 1, 1, none},
         {128, 4, 1, none}, {128, 8, 1, none}, {64, 4, 4, none}, {256, 1, 1, none}, {128, 4, 2, none},
-        {128, 1, 1, e4m3}, {128, 4, 1, e4m3}, {128, 8, 1, e5m2}, {64, 4, 4, e4m3}, {256, 1, 1, e4m3}}) {
+        {128, 1, 1, e4m3}, {128, 4, 1, e4m3}, {128, 8, 1, e5m2}, {64, 4, 4, e4m3}, {256, 1, 1, e4m3},
+        // fp8 head dims with loads under 4 bytes (each still a register)
+        {9, 1, 1, e4m3}, {18, 4, 1, e5m2}}) {
     DecodeConfig c;
     c.dtype = bf;
     c.head_dim = d;

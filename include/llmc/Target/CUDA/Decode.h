@@ -76,7 +76,7 @@ namespace llmc::cuda {
 ///    issued before the first is used (memory-level parallelism).
 struct FlashDecodeGeometry {
   int lanes = 16;        // lanes per key row (power of two, 1..32)
-  int vec = 8;           // elements per load (vec * K/V element size <= 16 bytes: 16 for fp8 K/V)
+  int vec = 8;           // elements per load (vec * K/V element size <= 16 bytes: up to 16 for fp8 K/V)
   int vecs_per_lane = 1; // ceil(head_dim / vec / lanes)
   int row_sets = 1;      // 1, 2 or 4
   int rows_per_warp = 1; // ceil(group_size * q_len / row_sets)

@@ -543,9 +543,10 @@ struct DecodeConfig {
   /// An fp8 KV cache (paged only): pages of this type (f8e4m3 or f8e5m2)
   /// instead of `dtype`, read as pages * scale[kv head] with the split
   /// kernel's two extra arguments `const float* k_scale, const float*
-  /// v_scale` ([Hkv] each, after num_splits). K/V rows are loaded kVec
-  /// elements at a time, as for `dtype` (half the bytes). Unset: K/V of
-  /// `dtype`.
+  /// v_scale` ([Hkv] each, after num_splits). Loads and key slots are sized
+  /// by the 1-byte element (up to 16 elements per 16-byte load), and each
+  /// 32-bit word of a load is converted at once (FlashDecodeGeometryOf,
+  /// lib/Target/CUDA/Decode.cpp). Unset: K/V of `dtype`.
   std::optional<ScalarType> kv_fp8;
 };
 
