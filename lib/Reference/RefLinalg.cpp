@@ -534,9 +534,15 @@ absl::StatusOr<HostTensor> RankState::pagedKVAppend(llm::PagedKVAppendOp op) {
       std::copy_n(upd.data.begin() + t * row, row, out.data.begin() + slots[t] * row);
       continue;
     }
+    // The quotient in f32, as the append kernel, torch's `(x.float() /
+    // scale).to(fp8)` and llm.div + llm.cast compute it: an f32 quotient on
+    // an fp8 rounding tie must round as a tie (a float64 quotient just off
+    // it would land one fp8 step away).
     for (int64_t e = 0; e < row; ++e)
       out.data[slots[t] * row + e] =
-          RoundToType(upd.data[t * row + e] / scale->data[e / D], pageType);
+          RoundToType(static_cast<float>(upd.data[t * row + e]) /
+                          static_cast<float>(scale->data[e / D]),
+                      pageType);
   }
   return out;
 }

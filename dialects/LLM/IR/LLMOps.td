@@ -753,8 +753,9 @@ def LLM_PagedKVAppendOp : LLM_Op<"paged_kv_append",
 
     Into fp8 pages (f8E4M3FN or f8E5M2) a float update (f32, f16, bf16) is
     written quantized, with `scale` [Hkv] f32 (one per KV head): the row
-    stored is cast(update / scale[h]) to the page type, saturating as every
-    cast to fp8 does. Pages of the update's type take no scale.
+    stored is cast(update / scale[h]) to the page type, the quotient in f32
+    (as torch's `(x.float() / scale).to(fp8)`), saturating as every cast to
+    fp8 does. Pages of the update's type take no scale.
 
     ```mlir
     %kp2 = llm.paged_kv_append %kp, %k, %bt, %cuq, %lens : tensor<512x16x8x128xbf16>, tensor<5x8x128xbf16>, tensor<4x128xi32>, tensor<5xi32>, tensor<4xi32>

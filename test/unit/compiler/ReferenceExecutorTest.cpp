@@ -1655,6 +1655,62 @@ TEST_F(PagedReferenceTest, Fp8PagedAppendThenAttentionEqualsDenseAttentionOfTheC
       }
 }
 
+// The quotient update / scale[h] of an fp8 paged append is an f32 division,
+// as in the append kernel, in torch's `(x.float() / scale).to(fp8)` and in
+// llm.div + llm.cast. 1.5 / 0.05f is 30.0 in f32, a tie between the e5m2
+// values 28 and 32 (even: 32); the float64 quotient 29.9999996 rounds to 28.
+// (Found by a hostile-input review: the reference stored 28 where the
+// kernel stores 32, and a serving step's logits differed by 3%.)
+TEST_F(ReferenceTest, Fp8PagedAppendDividesInF32) {
+  const float s = 0.05f;
+  ASSERT_EQ(RoundToType(1.5 / static_cast<double>(s), e5m2()), 28.0);
+  const std::vector<double> x = {1.5, 1, .5, 3, -1, .75, 2.5, 5, .3, .7, 1.1, 1.3, .9, 2, 4, 6};
+  std::vector<double> update;
+  for (double v : x)
+    update.push_back(RoundToType(v, f32()));
+  const std::string pages = "tensor<2x4x1x16xf8E5M2>";
+  const std::string src =
+      "func.func @f(%kp: " + pages + ", %k: tensor<1x1x16xf32>, %bt: tensor<1x1xi32>, "
+      "%cu: tensor<2xi32>, %lens: tensor<1xi32>, %s: tensor<1xf32>) -> " + pages + " {\n"
+      "  %kp2 = llm.paged_kv_append %kp, %k, %bt, %cu, %lens scale %s : " + pages +
+      ", tensor<1x1x16xf32>, tensor<1x1xi32>, tensor<2xi32>, tensor<1xi32>, tensor<1xf32>\n"
+      "  return %kp2 : " + pages + "\n}";
+  auto out = run(src, {tensor(e5m2(), {2, 4, 1, 16}, std::vector<double>(128, 0.0)),
+                       tensor(f32(), {1, 1, 16}, update), tensor(i32(), {1, 1}, {1}),
+                       tensor(i32(), {2}, {0, 1}), tensor(i32(), {1}, {1}),
+                       tensor(f32(), {1}, {static_cast<double>(s)})});
+  ASSERT_EQ(out.size(), 1u);
+  const int64_t at = 1 * 4 * 16;  // page 1, slot 0
+  EXPECT_EQ(out[0].data[at], 32.0);
+  for (int64_t e = 0; e < 16; ++e)
+    EXPECT_EQ(out[0].data[at + e],
+              RoundToType(static_cast<float>(update[e]) / s, e5m2()))
+        << "element " << e;
+}
+
+// A tensor of e5m2 may hold +-inf (0x7c, 0xfc), which torch's
+// `x.to(torch.float8_e5m2)` produces; e4m3fn has no infinity.
+TEST_F(ReferenceTest, E5m2InputsMayHoldInfinities) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::string src =
+      "func.func @f(%a: tensor<3xf8E5M2>) -> tensor<3xf32> {\n"
+      "  %b = llm.cast %a : tensor<3xf8E5M2> to tensor<3xf32>\n"
+      "  return %b : tensor<3xf32>\n}";
+  auto out = run(src, {tensor(e5m2(), {3}, {inf, -inf, 1.0})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data[0], inf);
+  EXPECT_EQ(out[0].data[1], -inf);
+  EXPECT_EQ(out[0].data[2], 1.0);
+  mlir::func::FuncOp fn = parse(
+      "func.func @g(%a: tensor<2xf8E4M3FN>) -> tensor<2xf8E4M3FN> {\n"
+      "  return %a : tensor<2xf8E4M3FN>\n}");
+  ASSERT_TRUE(fn);
+  auto st = Evaluate(fn, {tensor(e4m3(), {2}, {inf, 1.0})});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("not representable in f8E4M3FN"), std::string::npos)
+      << st.status();
+}
+
 // llm.varlen_attention (issue 19) against llm.attention of each sequence
 // alone: packed sequences with as many queries as keys (training, prefill),
 // fewer (a chunk after a cached prefix), more (causal rows that see no key
