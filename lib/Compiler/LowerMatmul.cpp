@@ -159,9 +159,13 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
     tb = tb != bView->transposed;
   bool fp8 = isFp8(g.dtype_a) || isFp8(g.dtype_b);
   if (fp8) {
+    // cuBLASLt has no e5m2 x e5m2 GEMM (torch._scaled_mm refuses it too):
+    // such a pair takes the dequantizing path below, as below sm_89.
+    bool fp8Gemm = l.getOptions().target_sm >= 89 &&
+                   !(g.dtype_a == rt::DType::f8e5m2 && g.dtype_b == rt::DType::f8e5m2);
     // The relayouts below read the logical operands: keep an in-place view
-    // only where it already gives cuBLASLt's TN layout on sm_89+.
-    bool tn = l.getOptions().target_sm >= 89;
+    // only where it already gives cuBLASLt's TN layout for an fp8 GEMM.
+    bool tn = fp8Gemm;
     if (aView && !(tn && !ta))
       aView.reset(), ta = op.getTransposeLhs();
     if (bView && !(tn && tb))
@@ -175,10 +179,11 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
       return unsupported(op, absl::StrCat("an fp8 GEMM with a ",
                                           rt::DTypeName(g.dtype_d),
                                           " result (expected f32, bf16 or f16)"));
-    if (l.getOptions().target_sm < 89) {
-      // No fp8 tensor cores below sm_89 (cuBLASLt fp8 needs Ada/Hopper):
-      // dequantize both operands to bf16 (exact: every e4m3/e5m2 value is a
-      // bf16 value) and run a bf16 GEMM with the same f32 accumulation.
+    if (!fp8Gemm) {
+      // No fp8 tensor cores below sm_89 (cuBLASLt fp8 needs Ada/Hopper), or
+      // no fp8 kernel for the pair: dequantize both operands to bf16 (exact:
+      // every e4m3/e5m2 value is a bf16 value) and run a bf16 GEMM with the
+      // same f32 accumulation.
       auto a = l.emitRelayout(op.getLhs(), false, cu::ScalarType::bf16, op);
       if (!a.ok())
         return a.status();
