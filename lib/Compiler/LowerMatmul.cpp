@@ -2,6 +2,8 @@
 
 #include "Lowering.h"
 
+#include "absl/strings/str_join.h"
+
 namespace llmc::codegen {
 
 /// A rank-2 operand read in place as a matrix.
@@ -233,7 +235,12 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   } else {
     if ((lhsBatch != resBatch && lhsBatch != 1) ||
         (rhsBatch != resBatch && rhsBatch != 1))
-      return unsupported(op, "partially broadcast batch dimensions");
+      return unsupported(
+          op, absl::StrCat("batch dimensions [", absl::StrJoin(lhs.getShape().drop_back(2), ","),
+                           "] (lhs) and [", absl::StrJoin(rhs.getShape().drop_back(2), ","),
+                           "] (rhs) that broadcast only in part; the CUDA backend's GEMMs take "
+                           "equal batch counts, or a batch count of 1 on one side (broadcast "
+                           "the operand with llm.broadcast first)"));
     g.m = m;
     g.batch = resBatch;
     g.stride_a = lhsBatch == 1 ? 0 : m * k;

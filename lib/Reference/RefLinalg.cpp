@@ -272,7 +272,9 @@ absl::StatusOr<Scores> scoresOf(OpT op, const HostTensor &q, const HostTensor &k
   // The verifier's rule, for shapes that were dynamic there.
   if (std::optional<std::string> error = llm::checkAttentionHeadDim(g.D))
     return opError(op, *error);
-  if (g.Hkv == 0 || g.Hq % g.Hkv != 0)
+  if (g.Hkv == 0)
+    return opError(op, "expected at least one key/value head, found 0");
+  if (g.Hq % g.Hkv != 0)
     return opError(op, absl::StrCat("query heads (", g.Hq,
                                     ") must be a multiple of key/value heads (",
                                     g.Hkv, ")"));

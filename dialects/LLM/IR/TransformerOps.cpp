@@ -201,8 +201,10 @@ static LogicalResult verifyQueryKey(Operation *op, RankedTensorType q,
     return op->emitOpError() << *error;
   const unsigned seqDim = kvHnd ? 2 : 1, headsDim = kvHnd ? 1 : 2;
   int64_t hq = q.getDimSize(2), hkv = k.getDimSize(headsDim);
-  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
-      (hkv == 0 || hq % hkv != 0))
+  if (hkv == 0)
+    return op->emitOpError() << "expected at least one key/value head, found 0"
+                             << (kvHnd ? " (key dimension 1 with kv_hnd)" : "");
+  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) && hq % hkv != 0)
     return op->emitOpError()
            << "query heads (" << hq << ") must be a multiple of key/value heads ("
            << hkv << ") for grouped-query attention"
@@ -309,8 +311,9 @@ static LogicalResult verifyPackedQueryKey(Operation *op, RankedTensorType q,
           checkAttentionHeadDim(q.isDynamicDim(2) ? dk : q.getDimSize(2)))
     return op->emitOpError() << *error;
   int64_t hq = q.getDimSize(1), hkv = k.getDimSize(headsDim);
-  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) &&
-      (hkv == 0 || hq % hkv != 0))
+  if (hkv == 0)
+    return op->emitOpError() << "expected at least one key/value head, found 0";
+  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hkv) && hq % hkv != 0)
     return op->emitOpError() << "query heads (" << hq
                              << ") must be a multiple of key/value heads (" << hkv
                              << ") for grouped-query attention";

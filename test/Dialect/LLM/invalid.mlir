@@ -572,6 +572,14 @@ func.func @attention_hnd_gqa(%q: tensor<1x1x9x64xbf16>, %k: tensor<1x2x7x64xbf16
 
 // -----
 
+func.func @attention_no_kv_heads(%q: tensor<1x7x2x64xbf16>, %k: tensor<1x7x0x64xbf16>) {
+  // expected-error @+1 {{'llm.attention' op expected at least one key/value head, found 0}}
+  %0 = llm.attention %q, %k, %k : tensor<1x7x2x64xbf16>, tensor<1x7x0x64xbf16>, tensor<1x7x0x64xbf16>
+  return
+}
+
+// -----
+
 func.func @attention_gqa(%q: tensor<1x7x9x64xbf16>, %k: tensor<1x7x2x64xbf16>) {
   // expected-error @+1 {{'llm.attention' op query heads (9) must be a multiple of key/value heads (2) for grouped-query attention}}
   %0 = llm.attention %q, %k, %k : tensor<1x7x9x64xbf16>, tensor<1x7x2x64xbf16>, tensor<1x7x2x64xbf16>
