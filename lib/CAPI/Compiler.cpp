@@ -173,6 +173,8 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions optio
     return absl::InvalidArgumentError(
         absl::StrCat("arch: expected sm_<NN>[a] or compute_<NN>[a], found '",
                      options.arch, "'"));
+  if (std::string why = UnsupportedArchReason(options.arch); !why.empty())
+    return absl::InvalidArgumentError("arch " + why);
   // The pipeline of every Compile, with the tuning knobs read from the
   // environment once, here.
   auto pipeline = std::make_unique<PipelineOptions>();

@@ -392,6 +392,14 @@ int llmc::ComputeCapabilityOfArch(const std::string &arch) {
   return cc;
 }
 
+std::string llmc::UnsupportedArchReason(const std::string &arch) {
+  int cc = ComputeCapabilityOfArch(arch);
+  if (cc <= 0 || cc >= kMinComputeCapability)
+    return "";
+  return absl::StrCat(arch, ": llmc's kernels need sm_", kMinComputeCapability,
+                      " or newer (bf16, cp.async, mma.sync); give sm_80, sm_89 or sm_90a");
+}
+
 /// What the exec IR of one lowering holds, for reports: launches by kind
 /// (the preparation's apart), kernels, arena and persistent bytes.
 static void collectStats(func::FuncOp fn, exec::ExecutableOp exe, LowerStats &stats) {

@@ -123,10 +123,8 @@ int llmc::compileMain(int argc, char **argv) {
       return fail("--arch=" + arch +
                   ": expected sm_<NN> or compute_<NN>, optionally with an 'a' "
                   "or 'f' suffix (sm_90a, sm_80, compute_90)");
-    if (int cc = llmc::ComputeCapabilityOfArch(arch); cc > 0 && cc < 80)
-      return fail("--arch=" + arch +
-                  ": llmc's kernels need sm_80 or newer (bf16, cp.async, mma.sync); "
-                  "give sm_80, sm_89 or sm_90a");
+    if (std::string why = llmc::UnsupportedArchReason(arch); !why.empty())
+      return fail("--arch=" + why);
     if (llvm::is_contained(archList, arch))
       return fail("--arch=" + arch + " is given twice; give each arch once");
     archList.push_back(arch);

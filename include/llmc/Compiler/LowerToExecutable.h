@@ -109,6 +109,16 @@ struct LowerOptions {
 /// 80, "compute_89" -> 89); 0 when `arch` is not of that form.
 int ComputeCapabilityOfArch(const std::string &arch);
 
+/// The oldest target llmc's kernels compile for: they use bf16, cp.async and
+/// mma.sync (sm_80, Ampere).
+inline constexpr int kMinComputeCapability = 80;
+
+/// "" when `arch` (an NVRTC arch name) is one llmc compiles for, else why
+/// not, naming the arch: below sm_80 (kMinComputeCapability) the kernels
+/// would fail late in NVRTC or ptxas. Names that are not of the sm_<NN> /
+/// compute_<NN> form are left to the caller's syntax check.
+std::string UnsupportedArchReason(const std::string &arch);
+
 /// Statistics of one lowering, for reports (`llmc-compile --print-stats`).
 /// The launch counts are those of every call (the per-call launches); the
 /// parameter-preparation segment, run once per parameter set, is counted

@@ -409,11 +409,11 @@ struct Candidate {
   double waste = 0;
 };
 
-// Best (vec, lanes) for rows_per_warp rows, or false. lanes <= max_lanes.
 // The bytes of one K/V element: loads are sized by the cache's type (an fp8
 // cache gets 16 elements per 16-byte load), Q and O are fp32 in registers.
 int KvSize(const DecodeConfig &c) { return ScalarSize(c.kv_fp8.value_or(c.dtype)); }
 
+// Best (vec, lanes) for rows_per_warp rows, or false. lanes <= max_lanes.
 bool PickLayout(const DecodeConfig &c, int rows_per_warp, int max_lanes, int qo_budget, Candidate *out) {
   const int esize = KvSize(c);
   const int v0 = VecWidth(c.head_dim, esize);

@@ -36,6 +36,23 @@ TEST(JitCompiler, RejectsBadArch) {
   EXPECT_NE(c.status().message().find("hopper"), std::string::npos);
 }
 
+// A well-formed arch older than sm_80 is refused when the compiler is made,
+// not late in NVRTC or ptxas (the kernels use bf16, cp.async, mma.sync).
+TEST(JitCompiler, RejectsArchBelowSm80) {
+  for (const char *arch : {"sm_75", "sm_70", "compute_60"}) {
+    llmc::CompilerOptions options;
+    options.arch = arch;
+    auto c = llmc::Compiler::Create(options);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << arch;
+    EXPECT_NE(c.status().message().find(std::string(arch) + ": llmc's kernels need sm_80"),
+              std::string::npos)
+        << c.status();
+  }
+  llmc::CompilerOptions options;
+  options.arch = "sm_80";
+  EXPECT_TRUE(llmc::Compiler::Create(options).ok());
+}
+
 // Every executable says which llmc made it (rt::Executable::producer, kept
 // in the .llmcx file) for diagnostics of cached or shipped files.
 TEST(JitCompiler, ExecutablesNameTheirProducer) {
