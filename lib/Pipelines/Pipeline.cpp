@@ -30,9 +30,21 @@ void addPrepareStage(OpPassManager &pm, bool raise) {
 
 /// llmc-precision{policy} [-> llmc-pad-layout] -> canonicalize -> CSE; the
 /// pad for fp8 (cuBLASLt's fp8 GEMMs need K and the leading dims in
-/// multiples of 16) or, with pad_all, for every policy.
+/// multiples of 16) or, with pad_all, for every policy; under other
+/// policies llmc-pad-layout{fp8-only} pads the fp8 GEMMs the graph states.
 void addPrecisionStage(OpPassManager &pm, const PipelineOptions &options) {
   const bool fp8 = options.precision == llm::PrecisionPolicy::fp8;
+  auto addPad = [&](bool fp8Only) {
+    llm::PadLayoutPassOptions pad;
+    pad.multiple = options.pad_multiple;
+    pad.vocabMultiple = options.vocab_multiple;
+    pad.fp8Only = fp8Only;
+    pm.addPass(llm::createPadLayoutPass(pad));
+  };
+  // fp8 GEMMs the graph states itself (not the policy's) are padded under
+  // every policy: cuBLASLt's fp8 GEMMs need K and N in multiples of 16.
+  if (!fp8 && !options.pad_all)
+    addPad(/*fp8Only=*/true);
   if (options.precision == llm::PrecisionPolicy::fp32 && !options.pad_all)
     return;
   if (options.precision != llm::PrecisionPolicy::fp32) {
@@ -41,12 +53,8 @@ void addPrecisionStage(OpPassManager &pm, const PipelineOptions &options) {
     precision.fp8Scaling = llm::stringifyFp8Scaling(options.fp8_scaling).str();
     pm.addPass(llm::createPrecisionPass(precision));
   }
-  if (fp8 || options.pad_all) {
-    llm::PadLayoutPassOptions pad;
-    pad.multiple = options.pad_multiple;
-    pad.vocabMultiple = options.vocab_multiple;
-    pm.addPass(llm::createPadLayoutPass(pad));
-  }
+  if (fp8 || options.pad_all)
+    addPad(/*fp8Only=*/false);
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }

@@ -52,7 +52,11 @@ struct PadLayoutPass : llmc::llm::impl::PadLayoutPassBase<PadLayoutPass> {
     int64_t m = lhs.getDimSize(mDim), k = lhs.getDimSize(kDimL),
             n = rhs.getDimSize(nDim);
     int64_t mult = multiple;
-    if (isa<Float8E4M3FNType, Float8E5M2Type>(lhs.getElementType()))
+    bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(lhs.getElementType()) ||
+               isa<Float8E4M3FNType, Float8E5M2Type>(rhs.getElementType());
+    if (fp8Only && !fp8)
+      return;
+    if (fp8)
       mult = std::max<int64_t>(mult, 32);
     int64_t m2 = llvm::alignTo(m, mult), k2 = llvm::alignTo(k, mult);
     int64_t n2 = llvm::alignTo(n, n >= 32000 ? vocabMultiple : mult);

@@ -322,7 +322,11 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
     both operands, so the padded products add zeros), a bias along N, and
     the result is sliced back with `llm.slice`: the function computes
     exactly what it computed before. Dimensions already aligned are left
-    alone, and a matmul with nothing to pad is not touched.
+    alone, and a matmul with nothing to pad is not touched. With `fp8-only`,
+    only matmuls with fp8 operands are padded: the pipeline runs the pass so
+    under every policy but fp8 (which pads every GEMM), so that fp8 GEMMs a
+    graph states itself (`torch._scaled_mm`, hand-written IR) reach
+    cuBLASLt with the multiples it needs.
 
     Padding a function argument (a weight) is a pure function of it, so
     llmc-hoist-parameter-work puts such pads (also through casts, reshapes
@@ -345,7 +349,11 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
     Option<"multiple", "multiple", "int64_t", "16",
            "Multiple for M, N and K (fp8 operands use at least 32)">,
     Option<"vocabMultiple", "vocab-multiple", "int64_t", "64",
-           "Multiple for an N of 32000 or more (a vocabulary)">
+           "Multiple for an N of 32000 or more (a vocabulary)">,
+    Option<"fp8Only", "fp8-only", "bool", "false",
+           "Pad only the matmuls whose operands are fp8 (cuBLASLt's fp8 "
+           "GEMMs need K and N in multiples of 16); the pipeline runs it so "
+           "under every policy other than fp8">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

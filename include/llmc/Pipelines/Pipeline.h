@@ -8,7 +8,8 @@
 //   -> llmc-shard{tp rank}               (tp > 1)
 //   -> llmc-precision{weight-only}       (weight-only != none)
 //   -> canonicalize -> llmc-raise -> canonicalize -> cse   (no raise: canonicalize, cse)
-//   -> llmc-precision{policy} [-> llmc-pad-layout for fp8] -> canonicalize -> cse
+//   -> llmc-precision{policy} [-> llmc-pad-layout: every GEMM for fp8, the
+//   fp8 GEMMs a graph states under other policies] -> canonicalize -> cse
 //                                        (policy != fp32)
 //   -> llmc-hoist-parameter-work         (hoist_parameter_work)
 //   -> llmc-form-kernels -> llmc-select-kernel-configs
@@ -148,7 +149,8 @@ absl::Status PrepareForLowering(mlir::func::FuncOp fn, bool raise = true);
 
 /// The pipeline's precision stage alone on `fn`, in place:
 /// llmc-precision{policy} (and llmc-pad-layout for fp8) -> canonicalize ->
-/// CSE; nothing for "fp32". llmc-run's reference backend runs it on the
+/// CSE; for "fp32" only llmc-pad-layout{fp8-only} (a graph's own fp8 GEMMs,
+/// padded exactly). llmc-run's reference backend runs it on the
 /// graph as written. Errors: InvalidArgument "precision: expected ..." for
 /// an unknown policy, else as RunPipeline. `fp8_scaling` as
 /// PipelineOptions::fp8_scaling.
