@@ -362,6 +362,11 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
                        << fp8Gradients << "'";
       return signalPassFailure();
     }
+    if (fp8Gradients != "e5m2" && policy != "fp8") {
+      fn.emitOpError() << "fp8-gradients=" << fp8Gradients
+                       << " needs policy=fp8, found policy=" << policy;
+      return signalPassFailure();
+    }
     if (fn.isExternal())
       return;
     // Weight-only quantization after the policy's casts: it quantizes the

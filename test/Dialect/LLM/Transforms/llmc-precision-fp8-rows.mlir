@@ -5,6 +5,7 @@
 // RUN: not llmc-opt --split-input-file --llmc-precision="policy=fp8 fp8-scaling=block" %s 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not llmc-opt --llmc-pipeline="precision=fp8 fp8-scaling=rows" %s 2>&1 | FileCheck %s --check-prefix=ERR-PIPE
 // RUN: not llmc-opt --split-input-file --llmc-precision="policy=bf16 fp8-scaling=row" %s 2>&1 | FileCheck %s --check-prefix=ERR-POLICY
+// RUN: not llmc-opt --split-input-file --llmc-precision="policy=fp32 fp8-gradients=e4m3" %s 2>&1 | FileCheck %s --check-prefix=ERR-GRAD
 
 // A linear layer: x [7, 64] scaled per row (reduce over K = dim 1 -> [7, 1]),
 // the nn.Linear weight [32, 64] per output channel (reduce over dim 1 ->
@@ -25,6 +26,7 @@
 // ERR: error: 'func.func' op fp8-scaling: expected tensor or row, found 'block'
 // ERR-PIPE: fp8-scaling: expected tensor or row, found 'rows'
 // ERR-POLICY: error: 'func.func' op fp8-scaling=row needs policy=fp8, found policy=bf16
+// ERR-GRAD: error: 'func.func' op fp8-gradients=e4m3 needs policy=fp8, found policy=fp32
 func.func @linear(%x: tensor<7x64xf32>, %w: tensor<32x64xf32>) -> tensor<7x32xf32> {
   %y = llm.matmul %x, %w {transpose_rhs} : tensor<7x64xf32>, tensor<32x64xf32> -> tensor<7x32xf32>
   return %y : tensor<7x32xf32>
