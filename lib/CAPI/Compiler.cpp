@@ -6,6 +6,7 @@
 #include "llmc/InitAllDialects.h"
 #include "llmc/Pipelines/Pipeline.h"
 #include "llmc/Support/ParseSource.h"
+#include "llmc/runtime/KernelCompiler.h"
 #include "llmc/runtime/Session.h"
 
 #include "LLM/Transforms/Passes.h"
@@ -19,7 +20,6 @@
 #include "CompilerInternal.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cctype>
 
 using namespace mlir;
 
@@ -102,24 +102,6 @@ private:
   ScopedDiagnosticHandler handler_;
 };
 
-bool validArch(const std::string &arch) {
-  std::string_view digits;
-  if (arch.rfind("sm_", 0) == 0)
-    digits = std::string_view(arch).substr(3);
-  else if (arch.rfind("compute_", 0) == 0)
-    digits = std::string_view(arch).substr(8);
-  else
-    return false;
-  if (!digits.empty() && digits.back() == 'a')
-    digits.remove_suffix(1);
-  if (digits.size() < 2)
-    return false;
-  for (char c : digits)
-    if (!std::isdigit(static_cast<unsigned char>(c)))
-      return false;
-  return true;
-}
-
 } // namespace
 
 absl::StatusOr<func::FuncOp> parseFunction(MLIRContext *ctx,
@@ -169,10 +151,11 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions optio
     auto device = rt::Device::Open(0);
     options.arch = device.ok() ? (*device)->Arch() : "sm_90a";
   }
-  if (!validArch(options.arch))
-    return absl::InvalidArgumentError(
-        absl::StrCat("arch: expected sm_<NN>[a] or compute_<NN>[a], found '",
-                     options.arch, "'"));
+  if (!rt::IsValidArch(options.arch))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "arch: expected sm_<NN> or compute_<NN>, optionally with an 'a' or 'f' "
+        "suffix (sm_90a, sm_80, compute_90), found '",
+        options.arch, "'"));
   if (std::string why = UnsupportedArchReason(options.arch); !why.empty())
     return absl::InvalidArgumentError("arch " + why);
   // The pipeline of every Compile, with the tuning knobs read from the

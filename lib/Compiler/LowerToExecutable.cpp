@@ -385,7 +385,8 @@ int llmc::ComputeCapabilityOfArch(const std::string &arch) {
   llvm::StringRef digits(arch);
   if (!digits.consume_front("sm_") && !digits.consume_front("compute_"))
     return 0;
-  digits.consume_back("a");
+  if (!digits.consume_back("a"))
+    digits.consume_back("f");
   int cc = 0;
   if (digits.size() < 2 || digits.getAsInteger(10, cc))
     return 0;

@@ -130,7 +130,9 @@ bool IsValidArch(const std::string& arch) {
   else return false;
   size_t i = digits;
   while (i < arch.size() && arch[i] >= '0' && arch[i] <= '9') ++i;
-  if (i == digits || i - digits > 4) return false;
+  // Two to four digits: every CUDA arch has at least two (sm_80, sm_100);
+  // "sm_9" is not one, and NVRTC would refuse it late.
+  if (i - digits < 2 || i - digits > 4) return false;
   return i == arch.size() ||
          (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
 }

@@ -24,6 +24,7 @@
 // RUN: not llmc-compile %s --shape seq=8 --shape seq=9 2>&1 | FileCheck %s --check-prefix=SHAPE
 // RUN: not llmc-compile %s --arch=sm_90a,sm_80 2>&1 | FileCheck %s --check-prefix=BADARCH
 // RUN: not llmc-compile %s --arch=sm_75 2>&1 | FileCheck %s --check-prefix=OLDARCH
+// RUN: not llmc-compile %s --arch=sm_9 2>&1 | FileCheck %s --check-prefix=ONEDIGIT
 // RUN: ls %t | FileCheck %s --check-prefix=NOTEMP
 // llmc-run: --output-dir must exist; --profile is checked before anything runs.
 // RUN: not llmc-run %s --backend=ref --output-dir=%t/nodir 2>&1 | FileCheck %s --check-prefix=OUTDIR
@@ -44,6 +45,7 @@
 // TWICE: llmc-compile: error: -o is given 2 times (-o={{.*}}a.llmcx, then -o={{.*}}b.llmcx); give it once
 // ARCH: llmc-compile: error: --arch=sm_80 is given twice; give each arch once
 // BADARCH: llmc-compile: error: --arch=sm_90a,sm_80: expected sm_<NN> or compute_<NN>, optionally with an 'a' or 'f' suffix (sm_90a, sm_80, compute_90)
+// ONEDIGIT: llmc-compile: error: --arch=sm_9: expected sm_<NN> or compute_<NN>
 // OLDARCH: llmc-compile: error: --arch=sm_75: llmc's kernels need sm_80 or newer (bf16, cp.async, mma.sync); give sm_80, sm_89 or sm_90a
 // SHAPE: llmc-compile: error: --shape seq=9: 'seq' is already bound by --shape seq=8 (bind each dynamic dimension once)
 // NOTEMP-NOT: .tmp.

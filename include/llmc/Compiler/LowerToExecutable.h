@@ -106,7 +106,8 @@ struct LowerOptions {
 };
 
 /// The compute capability of an NVRTC arch name ("sm_90a" -> 90, "sm_80" ->
-/// 80, "compute_89" -> 89); 0 when `arch` is not of that form.
+/// 80, "compute_89" -> 89, "sm_100f" -> 100); 0 when `arch` is not of that
+/// form.
 int ComputeCapabilityOfArch(const std::string &arch);
 
 /// The oldest target llmc's kernels compile for: they use bf16, cp.async and

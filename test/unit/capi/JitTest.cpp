@@ -28,12 +28,26 @@ std::vector<std::vector<int64_t>> TinyLlamaShapes(int64_t seq) {
           {64, 64},     {64},      {176, 64}, {176, 64}, {64, 176}};
 }
 
+// The C API takes exactly the arch spellings llmc-compile and NVRTC take
+// (rt::IsValidArch): the 'f' suffix too, and no malformed one.
 TEST(JitCompiler, RejectsBadArch) {
-  llmc::CompilerOptions options;
-  options.arch = "hopper";
-  auto c = llmc::Compiler::Create(options);
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(c.status().message().find("hopper"), std::string::npos);
+  for (const char *arch : {"hopper", "sm_9", "sm_", "sm_90x", "compute_90af", "sm_123456"}) {
+    llmc::CompilerOptions options;
+    options.arch = arch;
+    auto c = llmc::Compiler::Create(options);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << arch;
+    EXPECT_NE(c.status().message().find(std::string("expected sm_<NN> or compute_<NN>, "
+                                                     "optionally with an 'a' or 'f' suffix "
+                                                     "(sm_90a, sm_80, compute_90), found '") +
+                                        arch + "'"),
+              std::string::npos)
+        << c.status();
+  }
+  for (const char *arch : {"sm_100f", "compute_90a", "sm_89"}) {
+    llmc::CompilerOptions options;
+    options.arch = arch;
+    EXPECT_TRUE(llmc::Compiler::Create(options).ok()) << arch;
+  }
 }
 
 // A well-formed arch older than sm_80 is refused when the compiler is made,

@@ -108,8 +108,9 @@ class KernelCompiler {
       corrupt_{0};
 };
 
-/// Whether `arch` is one NVRTC takes: sm_<NN> (cubin) or compute_<NN> (PTX),
-/// optionally with an 'a' or 'f' suffix ("sm_90a", "sm_100f", "compute_90").
+/// Whether `arch` is one NVRTC takes: sm_<NN> (cubin) or compute_<NN> (PTX)
+/// with two to four digits, optionally with an 'a' or 'f' suffix ("sm_90a",
+/// "sm_100f", "compute_90").
 bool IsValidArch(const std::string& arch);
 
 /// Default cache root ($LLMC_CACHE_DIR, $XDG_CACHE_HOME/llmc, ~/.cache/llmc).
