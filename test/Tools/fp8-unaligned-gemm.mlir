@@ -7,6 +7,10 @@
 // RUN: llmc-compile %s --arch=sm_90a --emit=executable-dump | FileCheck %s
 // RUN: llmc-compile %s --arch=sm_90a --precision=bf16 --emit=executable-dump | FileCheck %s
 // RUN: llmc-opt %s --llmc-pad-layout="fp8-only=1" | FileCheck %s --check-prefix=PASS
+// An fp8 GEMM's dimensions are multiples of 32 and of the option's multiple
+// (lcm: 40 -> 160), never 40 alone, which cuBLASLt would refuse.
+// RUN: llmc-opt %s --llmc-pad-layout="fp8-only=1 multiple=40" | FileCheck %s --check-prefix=LCM
+// LCM: llm.matmul {{.*}} : tensor<160x160xf8E4M3FN>, tensor<160x160xf8E4M3FN> -> tensor<160x160xbf16>
 // CHECK-DAG: gemm {{[0-9]+}} m=32 n=64 k=32 {{.*}} dtypes=[f8e4m3,f8e4m3,bf16,bf16]
 // CHECK-DAG: gemm {{[0-9]+}} m=24 n=40 k=20 {{.*}} dtypes=[bf16,bf16,bf16,bf16]
 // PASS-LABEL: func.func @f

@@ -2,6 +2,8 @@
 
 #include "LLM/Transforms/Passes.h"
 
+#include <numeric>
+
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -56,10 +58,15 @@ struct PadLayoutPass : llmc::llm::impl::PadLayoutPassBase<PadLayoutPass> {
                isa<Float8E4M3FNType, Float8E5M2Type>(rhs.getElementType());
     if (fp8Only && !fp8)
       return;
-    if (fp8)
-      mult = std::max<int64_t>(mult, 32);
+    // fp8: multiples of 32 as well as of the options' (cuBLASLt's fp8 GEMMs
+    // need K and N in multiples of 16; multiple=40 alone would give 40).
+    int64_t vocabMult = vocabMultiple;
+    if (fp8) {
+      mult = std::lcm<int64_t>(mult, 32);
+      vocabMult = std::lcm<int64_t>(vocabMult, 32);
+    }
     int64_t m2 = llvm::alignTo(m, mult), k2 = llvm::alignTo(k, mult);
-    int64_t n2 = llvm::alignTo(n, n >= 32000 ? vocabMultiple : mult);
+    int64_t n2 = llvm::alignTo(n, n >= 32000 ? vocabMult : mult);
     if (m2 == m && k2 == k && n2 == n)
       return;
     OpBuilder b(mm);

@@ -316,7 +316,7 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
   let summary = "Pads static GEMM dimensions to tensor-core multiples.";
   let description = [{
     For every `llm.matmul` with static shapes, M, N and K are rounded up to
-    `multiple` (at least 32 when the operands are fp8); an N of 32000 or
+    `multiple` (for fp8 operands a multiple of 32 as well); an N of 32000 or
     more (a vocabulary) is rounded up to `vocab-multiple` instead
     (50257 -> 50304). Operands are padded with zeros by `llm.pad` (along K
     both operands, so the padded products add zeros), a bias along N, and
@@ -347,7 +347,7 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
   }];
   let options = [
     Option<"multiple", "multiple", "int64_t", "16",
-           "Multiple for M, N and K (fp8 operands use at least 32)">,
+           "Multiple for M, N and K (fp8 operands: also of 32)">,
     Option<"vocabMultiple", "vocab-multiple", "int64_t", "64",
            "Multiple for an N of 32000 or more (a vocabulary)">,
     Option<"fp8Only", "fp8-only", "bool", "false",
