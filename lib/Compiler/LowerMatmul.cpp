@@ -176,11 +176,6 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
       return unsupported(op, absl::StrCat(
           "a matmul of ", rt::DTypeName(g.dtype_a), " by ",
           rt::DTypeName(g.dtype_b), "; fp8 GEMMs need both operands in fp8"));
-    if (g.dtype_d != rt::DType::f32 && g.dtype_d != rt::DType::bf16 &&
-        g.dtype_d != rt::DType::f16)
-      return unsupported(op, absl::StrCat("an fp8 GEMM with a ",
-                                          rt::DTypeName(g.dtype_d),
-                                          " result (expected f32, bf16 or f16)"));
     if (!fp8Gemm) {
       // No fp8 tensor cores below sm_89 (cuBLASLt fp8 needs Ada/Hopper), or
       // no fp8 kernel for the pair: dequantize both operands to bf16 (exact:
@@ -275,17 +270,23 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   // scaled GEMM with a bias or below sm_89 (where the operands were
   // dequantized to bf16 above), and for every other biased GEMM whose D is
   // narrower than fp32. An fp32 D adds its bias in place.
+  //
+  // A result cuBLASLt cannot write from these operands (llm.matmul allows
+  // any float result: bf16 x bf16 -> f16, f32 x f32 -> bf16, an fp8 result,
+  // fp8 operands dequantized to bf16 with an f16 result) takes the f32
+  // scratch too, the finishing kernel rounding once to the result's type.
   Value bias = op.getBias();
   bool scaled = static_cast<bool>(op.getScaleLhs());
-  bool biasInEpilogue = bias && l.getOptions().fuse_gemm_epilogue && dt(bias) == g.dtype_d &&
-                        !fp8 && !bias.getDefiningOp<BroadcastOp>();
-  if (scaled && g.dtype_a != rt::DType::bf16 && !bias) {
+  bool direct = rt::UnsupportedGemmDTypes(g.dtype_a, g.dtype_b, g.dtype_d).empty();
+  bool biasInEpilogue = direct && bias && l.getOptions().fuse_gemm_epilogue &&
+                        dt(bias) == g.dtype_d && !fp8 && !bias.getDefiningOp<BroadcastOp>();
+  if (direct && scaled && g.dtype_a != rt::DType::bf16 && !bias) {
     g.scale_a = l.storageOf(op.getScaleLhs());
     g.scale_b = l.storageOf(op.getScaleRhs());
   } else if (biasInEpilogue) {
     g.epilogue = exec::Epilogue::bias;
     g.bias = l.storageOf(bias);
-  } else if (scaled || (bias && g.dtype_d != rt::DType::f32)) {
+  } else if (!direct || scaled || (bias && g.dtype_d != rt::DType::f32)) {
     int scratch = l.newArenaBuffer(4 * g.m * g.n * g.batch, l.getStep(), l.getStep());
     g.d = g.c = {scratch, 0};
     g.dtype_c = g.dtype_d = rt::DType::f32;

@@ -175,6 +175,30 @@ constexpr int64_t kMaxKernelParamBytes = 32764;
 
 }  // namespace
 
+std::string UnsupportedGemmDTypes(DType a, DType b, DType d) {
+  auto fp8 = [](DType t) { return t == DType::f8e4m3 || t == DType::f8e5m2; };
+  auto pair = [&] {
+    return absl::StrCat(DTypeName(a), " x ", DTypeName(b), " -> ", DTypeName(d));
+  };
+  if (fp8(a) || fp8(b)) {
+    if (!fp8(a) || !fp8(b))
+      return absl::StrCat(pair(), ": an fp8 GEMM needs both operands in fp8");
+    if (a == DType::f8e5m2 && b == DType::f8e5m2)
+      return absl::StrCat(pair(), ": cuBLASLt has no e5m2 x e5m2 GEMM");
+    if (d != DType::bf16 && d != DType::f16 && d != DType::f32)
+      return absl::StrCat(pair(), ": an fp8 GEMM writes bf16, f16 or f32");
+    return "";
+  }
+  if (a != b)
+    return absl::StrCat(pair(), ": A and B need one dtype");
+  if (a != DType::f32 && a != DType::f16 && a != DType::bf16)
+    return absl::StrCat(pair(), ": GEMM operands are f32, f16, bf16 or fp8");
+  if (d != a && d != DType::f32)
+    return absl::StrCat(pair(), ": a ", DTypeName(a), " GEMM writes ", DTypeName(a),
+                        a == DType::f32 ? "" : " or f32");
+  return "";
+}
+
 absl::Status Executable::Validate() const {
   auto bad = [](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("invalid executable: ", parts...));
@@ -354,6 +378,11 @@ absl::Status Executable::Validate() const {
                      g.dtype_b == DType::f8e4m3 || g.dtype_b == DType::f8e5m2;
     if (fp8 && (g.transa || !g.transb))
       return bad(w, " is an fp8 GEMM but not transa=false, transb=true");
+    if (std::string why = UnsupportedGemmDTypes(g.dtype_a, g.dtype_b, g.dtype_d); !why.empty())
+      return bad(w, " has no cuBLASLt kernel: ", why);
+    if (g.c.buffer >= 0 && g.dtype_c != g.dtype_d)
+      return bad(w, " has C of ", DTypeName(g.dtype_c), " and D of ", DTypeName(g.dtype_d),
+                 " (expected one dtype)");
     if (g.stride_a < 0 || g.stride_b < 0 || g.stride_c < 0 || g.stride_d < 0)
       return bad(w, " has a negative batch stride");
     // Stored shapes (Executable.h, GemmSpec): A [m,k] or [k,m], B [k,n] or

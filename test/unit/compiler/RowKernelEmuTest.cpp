@@ -209,6 +209,10 @@ std::vector<double> Decode(const uint8_t *p, rt::DType d, int64_t n) {
       f = llmc::ref::FromE4M3(p[i]);
     } else if (d == rt::DType::f8e5m2) {
       f = llmc::ref::FromE5M2(p[i]);
+    } else if (d == rt::DType::f16) {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      f = llmc::ref::FromF16(b);
     } else {
       uint16_t b;
       std::memcpy(&b, p + 2 * i, 2);
@@ -272,7 +276,8 @@ void BindArgs(const rt::Executable &exe, const rt::Launch &l, std::vector<HostBu
 
 class RowKernelEmu : public ReferenceTest {
 protected:
-  void checkGemmFinishRoundsOnce(const char *src, int64_t M, int64_t N, int64_t K, bool scaled);
+  void checkGemmFinishRoundsOnce(const char *src, int64_t M, int64_t N, int64_t K, bool scaled,
+                                 bool biased = true);
   /// Random N(0, 1) inputs for `fn`'s arguments (rounded to their types),
   /// with no element exactly zero.
   std::vector<HostTensor> randomInputs(mlir::func::FuncOp fn) {
@@ -454,9 +459,10 @@ TEST_F(RowKernelEmu, Fp8RowQuantizeE5M2OddRows) {
 /// the host, the kernel runs on the emulator, and its result must equal the
 /// host's f32 evaluation of the same expression rounded once, bit for bit,
 /// and the float64 reference executor within bf16 rounding. Inputs are
-/// (a [M,K], b [N,K], then sa, sb when `scaled`, then bias [N]).
+/// (a [M,K], b [N,K], then sa, sb when `scaled`, then bias [N] when
+/// `biased`).
 void RowKernelEmu::checkGemmFinishRoundsOnce(const char *src, int64_t M, int64_t N, int64_t K,
-                                             bool scaled) {
+                                             bool scaled, bool biased) {
   mlir::func::FuncOp fn = parse(src);
   ASSERT_TRUE(fn);
   const std::vector<HostTensor> inputs = randomInputs(fn);
@@ -484,7 +490,7 @@ void RowKernelEmu::checkGemmFinishRoundsOnce(const char *src, int64_t M, int64_t
 
   // The f32 accumulators, as the GEMM writes them (D = g.d).
   const HostTensor &a = inputs[0], &b = inputs[1];
-  const HostTensor &bias = inputs[scaled ? 4 : 2];
+  const HostTensor *bias = biased ? &inputs[scaled ? 4 : 2] : nullptr;
   std::vector<float> acc(M * N);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -522,7 +528,8 @@ void RowKernelEmu::checkGemmFinishRoundsOnce(const char *src, int64_t M, int64_t
       float f32 = acc[i * N + j];
       if (scaled)
         f32 = f32 * sa * sb;
-      f32 += static_cast<float>(bias.data[j]);
+      if (bias)
+        f32 += static_cast<float>(bias->data[j]);
       ASSERT_EQ(got[i * N + j], RoundToType(f32, want[0].elementType))
           << "element " << i << "," << j;
     }
@@ -552,6 +559,28 @@ func.func @biased(%a: tensor<13x40xbf16>, %b: tensor<24x40xbf16>, %bias: tensor<
   %y = llm.matmul %a, %b bias %bias {transpose_rhs} : tensor<13x40xbf16>, tensor<24x40xbf16>, tensor<24xf32> -> tensor<13x24xbf16>
   return %y : tensor<13x24xbf16>
 })mlir", 13, 24, 40, /*scaled=*/false);
+}
+
+// A result cuBLASLt cannot write from the operands' type (llm.matmul takes
+// any float result; cuBLASLt's bf16 GEMMs write bf16 or f32 only): the GEMM
+// writes f32 and one kernel rounds it once to f16. Before, the lowering
+// emitted a bf16 x bf16 -> f16 cuBLASLt GEMM that does not exist.
+TEST_F(RowKernelEmu, Bf16GemmWithF16ResultRoundsOnce) {
+  checkGemmFinishRoundsOnce(R"mlir(
+func.func @f16out(%a: tensor<13x40xbf16>, %b: tensor<24x40xbf16>) -> tensor<13x24xf16> {
+  %y = llm.matmul %a, %b {transpose_rhs} : tensor<13x40xbf16>, tensor<24x40xbf16> -> tensor<13x24xf16>
+  return %y : tensor<13x24xf16>
+})mlir", 13, 24, 40, /*scaled=*/false, /*biased=*/false);
+}
+
+// The same for an f32 GEMM with a bf16 result (cuBLASLt's f32 GEMMs write
+// f32 only).
+TEST_F(RowKernelEmu, F32GemmWithBf16ResultRoundsOnce) {
+  checkGemmFinishRoundsOnce(R"mlir(
+func.func @bf16out(%a: tensor<13x40xf32>, %b: tensor<24x40xf32>) -> tensor<13x24xbf16> {
+  %y = llm.matmul %a, %b {transpose_rhs} : tensor<13x40xf32>, tensor<24x40xf32> -> tensor<13x24xbf16>
+  return %y : tensor<13x24xbf16>
+})mlir", 13, 24, 40, /*scaled=*/false, /*biased=*/false);
 }
 
 // The RMSNorm backward (dx) in one kernel: 15 rows of 64.

@@ -215,6 +215,36 @@ TEST(ExecutableTest, ValidateRejectsOutOfRangeReferences) {
   EXPECT_FALSE(e.Validate().ok());
 }
 
+// GEMM dtypes cuBLASLt has no kernel for are refused at validation (they
+// would fail in cublasLtMatmulAlgoGetHeuristic on the GPU), naming the gemm
+// and the pair; the pairs it has pass.
+TEST(ExecutableTest, ValidateRefusesGemmDTypesCublasLtLacks) {
+  struct Case { DType a, b, d; const char* why; };
+  const Case bad[] = {
+      {DType::bf16, DType::bf16, DType::f16, "gemm 0 has no cuBLASLt kernel: bf16 x bf16 -> f16"},
+      {DType::f32, DType::f32, DType::bf16, "f32 x f32 -> bf16: a f32 GEMM writes f32"},
+      {DType::f16, DType::bf16, DType::f32, "A and B need one dtype"},
+      {DType::f8e5m2, DType::f8e5m2, DType::bf16, "no e5m2 x e5m2 GEMM"},
+      {DType::f8e4m3, DType::bf16, DType::bf16, "needs both operands in fp8"},
+      {DType::f8e4m3, DType::f8e4m3, DType::f8e4m3, "writes bf16, f16 or f32"},
+      {DType::i8, DType::i8, DType::i32, "operands are f32, f16, bf16 or fp8"}};
+  for (const Case& c : bad) {
+    Executable e = Sample();
+    GemmSpec& g = e.gemms[0];
+    g.dtype_a = c.a, g.dtype_b = c.b, g.dtype_c = g.dtype_d = c.d;
+    g.transa = false, g.transb = true;
+    EXPECT_THAT(std::string(e.Validate().message()), ::testing::HasSubstr(c.why));
+  }
+  const Case good[] = {{DType::f32, DType::f32, DType::f32},
+                       {DType::f16, DType::f16, DType::f16},
+                       {DType::bf16, DType::bf16, DType::f32},
+                       {DType::f8e4m3, DType::f8e5m2, DType::f16},
+                       {DType::f8e5m2, DType::f8e4m3, DType::bf16}};
+  for (const Case& c : good)
+    EXPECT_EQ(UnsupportedGemmDTypes(c.a, c.b, c.d), "")
+        << DTypeName(c.a) << " x " << DTypeName(c.b) << " -> " << DTypeName(c.d);
+}
+
 // ---------------------------------------------------------------------------
 // Forged executables: a valid file, one field changed in its JSON payload,
 // the header's size and checksum recomputed (what an attacker or a buggy

@@ -134,6 +134,15 @@ struct GemmSpec {
   BufferRef scale_a, scale_b;
 };
 
+/// Why cuBLASLt (f32 accumulation, f32 scale type) has no GEMM reading A and
+/// B of these dtypes and writing D (and C) of `d`; "" when it has one. The
+/// pairs it has: f32 x f32 -> f32; f16 x f16 -> f16 or f32; bf16 x bf16 ->
+/// bf16 or f32; fp8 x fp8 (e4m3/e5m2, not e5m2 x e5m2) -> bf16, f16 or f32
+/// (cuBLASLt's "cublasLtMatmul regular" type table; an fp8 D, which needs a
+/// D scale, is not used). The lowering writes other results through an f32
+/// product; Executable::Validate refuses them.
+std::string UnsupportedGemmDTypes(DType a, DType b, DType d);
+
 /// NCCL collective over the session's communicator.
 struct CollectiveSpec {
   enum Op { AllReduce, AllGather, ReduceScatter };
