@@ -76,7 +76,8 @@ def _static_numel(node: torch.fx.Node) -> Optional[int]:
 
 def _constant_subgraph(mask: torch.fx.Node) -> Optional[List[torch.fx.Node]]:
     """The nodes `mask` is computed from, in graph order, when none is an
-    input and all are static calls of bounded size; else None."""
+    input or draws random numbers and all are static calls of bounded size;
+    else None."""
     seen: Set[torch.fx.Node] = set()
     stack = [mask]
     while stack:
@@ -86,6 +87,8 @@ def _constant_subgraph(mask: torch.fx.Node) -> Optional[List[torch.fx.Node]]:
         seen.add(n)
         if n.op != "call_function":
             return None  # a placeholder (input, parameter) or get_attr
+        if torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
+            return None  # rand, bernoulli, dropout: a new value on every call
         numel = _static_numel(n)
         if numel is None:
             return None

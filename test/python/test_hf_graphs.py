@@ -91,6 +91,26 @@ def test_mask_from_an_input_is_not_folded():
     assert fold.fold_causal_masks(gm) == 0
 
 
+def test_mask_drawing_random_numbers_is_not_folded():
+    # A mask computed from rand/bernoulli/dropout is new on every call: it is
+    # no constant even when one draw comes out causal (here every draw keeps
+    # every pair, so one evaluation would look causal). Before, the fold
+    # evaluated it once (consuming the user's RNG) and replaced it with
+    # is_causal=True for every later call.
+    def f(q, k, v):
+        s = q.shape[2]
+        causal = torch.ones(s, s, dtype=torch.bool).tril()
+        keep = torch.rand(s, s) >= 0.0
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal & keep)
+    q = torch.randn(1, 2, 8, 16)
+    gm = trace(f, q, q, q)
+    assert any("rand" in importer.op_name(n) for n in gm.graph.nodes if n.op == "call_function")
+    state = torch.get_rng_state()
+    assert fold.fold_causal_masks(gm) == 0
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_constant_causal_mask_folded_and_exact():
     def f(q, k, v):
         s = q.shape[2]
