@@ -130,11 +130,16 @@ bool IsValidArch(const std::string& arch) {
   else return false;
   size_t i = digits;
   while (i < arch.size() && arch[i] >= '0' && arch[i] <= '9') ++i;
-  // Two to four digits: every CUDA arch has at least two (sm_80, sm_100);
-  // "sm_9" is not one, and NVRTC would refuse it late.
-  if (i - digits < 2 || i - digits > 4) return false;
-  return i == arch.size() ||
-         (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
+  // Two to four digits without a leading zero: every CUDA arch has at least
+  // two (sm_80, sm_100); "sm_9" and "sm_090" are none, and NVRTC would
+  // refuse them late.
+  if (i - digits < 2 || i - digits > 4 || arch[digits] == '0') return false;
+  if (i == arch.size()) return true;
+  // Arch-specific ('a') targets exist from sm_90, family ('f') ones from
+  // sm_100: there is no sm_80a or sm_90f.
+  const int cc = std::stoi(arch.substr(digits, i - digits));
+  return i + 1 == arch.size() &&
+         ((arch[i] == 'a' && cc >= 90) || (arch[i] == 'f' && cc >= 100));
 }
 
 std::string DefaultCacheDir() {

@@ -31,7 +31,8 @@ std::vector<std::vector<int64_t>> TinyLlamaShapes(int64_t seq) {
 // The C API takes exactly the arch spellings llmc-compile and NVRTC take
 // (rt::IsValidArch): the 'f' suffix too, and no malformed one.
 TEST(JitCompiler, RejectsBadArch) {
-  for (const char *arch : {"hopper", "sm_9", "sm_", "sm_90x", "compute_90af", "sm_123456"}) {
+  for (const char *arch : {"hopper", "sm_9", "sm_", "sm_90x", "compute_90af", "sm_123456",
+                           "sm_090", "compute_0090", "sm_80a", "sm_89a", "sm_90f"}) {
     llmc::CompilerOptions options;
     options.arch = arch;
     auto c = llmc::Compiler::Create(options);
@@ -43,7 +44,7 @@ TEST(JitCompiler, RejectsBadArch) {
               std::string::npos)
         << c.status();
   }
-  for (const char *arch : {"sm_100f", "compute_90a", "sm_89"}) {
+  for (const char *arch : {"sm_100f", "compute_90a", "sm_89", "sm_100a", "sm_120"}) {
     llmc::CompilerOptions options;
     options.arch = arch;
     EXPECT_TRUE(llmc::Compiler::Create(options).ok()) << arch;

@@ -109,8 +109,9 @@ class KernelCompiler {
 };
 
 /// Whether `arch` is one NVRTC takes: sm_<NN> (cubin) or compute_<NN> (PTX)
-/// with two to four digits, optionally with an 'a' or 'f' suffix ("sm_90a",
-/// "sm_100f", "compute_90").
+/// with two to four digits and no leading zero, optionally with an 'a'
+/// suffix from 90 on or an 'f' suffix from 100 on ("sm_90a", "sm_100f",
+/// "compute_90").
 bool IsValidArch(const std::string& arch);
 
 /// Default cache root ($LLMC_CACHE_DIR, $XDG_CACHE_HOME/llmc, ~/.cache/llmc).
