@@ -168,6 +168,16 @@ _lib = None
 _lib_error: Optional[str] = None
 _lib_lock = threading.Lock()
 
+# Every live Session (weakly), for invalidate_all_parameters.
+_SESSIONS: "weakref.WeakSet[Session]" = weakref.WeakSet()
+
+
+def invalidate_all_parameters():
+    """Session.invalidate_parameters() on every live session."""
+    for s in list(_SESSIONS):
+        s.invalidate_parameters()
+
+
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(ctypes.c_void_p)
 
@@ -668,6 +678,7 @@ class Session:
         bench/plugin_overhead.py with a stand-in library)."""
         self._lib = lib
         self.always_prepare = always_prepare
+        _SESSIONS.add(self)
         self.executable = executable  # keeps it alive
         self.output_info = executable.outputs
         self.input_info = executable.inputs
@@ -851,6 +862,17 @@ class Session:
         copy = t.contiguous()
         self._param_copies[k] = (key, copy)  # the old copy is freed only now
         return copy
+
+    def invalidate_parameters(self):
+        """Makes the next call prepare the parameters again and copy
+        non-contiguous ones anew: for weights changed in a way the version
+        counters do not see (writes through `.data`, into a flat buffer the
+        parameters are `.data` views of, into a tensor assigned to `.data`)."""
+        self._param_copies.clear()
+        self._held_keys = None
+        if self._params and hasattr(self, "_handle"):  # created (or a test's stand-in)
+            _check(self._lib.llmc_session_invalidate_parameters(self._handle),
+                   "invalidating the session's prepared parameters")
 
     def _guard(self, inputs: Sequence[torch.Tensor]):
         """Before a run: invalidates the runtime's prepared parameters when a

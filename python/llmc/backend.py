@@ -154,6 +154,16 @@ PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 WEIGHT_ONLY = ("none", "int8", "int4")
 FP8_SCALINGS = ("tensor", "row")
 PARTITIONS = ("default", "mincut")
+PREPARE_PARAMETERS = ("on_change", "every_call")
+
+
+def invalidate_parameters():
+    """Makes every live llmc session prepare its weights again on its next
+    call (Options.prepare_parameters): call it after changing weights in a
+    way PyTorch's version counters do not see, e.g. `p.data.add_(...)`, an
+    update of a flat buffer the parameters are `.data` views of, or
+    `staging.copy_(w)` into a tensor assigned to `p.data`."""
+    _capi.invalidate_all_parameters()
 
 
 @dataclass
@@ -187,6 +197,17 @@ class Options:
         min-cut rematerialization: fewer, smaller saved tensors, cheap ops
         recomputed in the backward); LLMC_PARTITION sets it when not given.
         How AOTAutograd splits a training graph; inference graphs ignore it.
+    prepare_parameters: "on_change" (default) or "every_call". Under
+        precision "bf16"/"fp16"/"fp8" or weight_only, work that depends on
+        the weights alone (their casts, fp8 scaling, quantization, padding)
+        runs once per set of weights, not on every call. "on_change" redoes
+        it when a weight is a new tensor or was updated in place where
+        PyTorch's version counter sees it (optimizer steps, no_grad in-place
+        ops, load_state_dict, copy_). Writes the counter does not see (through
+        `p.data`, into a flat buffer the parameters are `.data` views of,
+        into a tensor assigned to `p.data`) need `llmc.invalidate_parameters()`
+        after them, or "every_call" (preparation on every call, as training
+        graphs always do).
     strict: False (default; LLMC_STRICT=1 sets it) or True: raise
         FallbackRefused where llmc would run a subgraph in PyTorch because it
         could not import, compile or load it, or the library is missing.
@@ -227,6 +248,7 @@ class Options:
     check_tol: Optional[float] = None
     strict: Optional[bool] = None
     partition: Optional[str] = None
+    prepare_parameters: str = "on_change"
 
     @classmethod
     def from_dict(cls, d: Optional[Dict[str, Any]]) -> "Options":
@@ -260,6 +282,9 @@ class Options:
         if o.partition not in PARTITIONS:
             raise ValueError(f"llmc: partition (or LLMC_PARTITION) must be one of "
                              f"{', '.join(PARTITIONS)}, got {o.partition!r}")
+        if o.prepare_parameters not in PREPARE_PARAMETERS:
+            raise ValueError(f"llmc: prepare_parameters must be one of "
+                             f"{', '.join(PREPARE_PARAMETERS)}, got {o.prepare_parameters!r}")
         if o.strict not in (False, True):
             raise ValueError(f"llmc: strict must be False or True, got {o.strict!r}")
         if o.check not in (False, True, "warn"):
@@ -284,11 +309,16 @@ class Options:
         if o.weight_only in ("int8", "int4") and o.precision == "fp8":
             raise ValueError("llmc: weight_only and precision='fp8' both quantize the weights; "
                              "choose one")
-        if o.arch is not None and not (isinstance(o.arch, str)
-                                       and re.fullmatch(r"(sm|compute)_\d{2,4}[af]?", o.arch)):
+        # rt::IsValidArch's rule: 2-4 digits, no leading zero, 'a' from 90
+        # and 'f' from 100 on.
+        m = re.fullmatch(r"(?:sm|compute)_([1-9]\d{1,3})([af]?)", o.arch) \
+            if isinstance(o.arch, str) else None
+        if o.arch is not None and not (m and (m.group(2) == ""
+                                              or (m.group(2) == "a" and int(m.group(1)) >= 90)
+                                              or (m.group(2) == "f" and int(m.group(1)) >= 100))):
             raise ValueError(f"llmc: arch must look like sm_90a, sm_80 or compute_90 "
-                             f"(sm_<NN> or compute_<NN>, optionally with an 'a' or 'f' "
-                             f"suffix), got {o.arch!r}")
+                             f"(sm_<NN> or compute_<NN>, optionally with an 'a' suffix from "
+                             f"sm_90 on or an 'f' suffix from sm_100 on), got {o.arch!r}")
         return o
 
     def compiler_options(self) -> Dict[str, Any]:
@@ -953,9 +983,10 @@ class LlmcSubgraph(torch.nn.Module):
                 # Training graphs: the optimizer may change weights in ways
                 # the version counters miss (.data): prepare on every call.
                 training = not self.report.graph.endswith("_inference")
+                every_call = self.options.prepare_parameters == "every_call"
                 session = _capi.Session(exe, tensors[0].device.index or 0,
                                         cuda_graphs=self.options.cuda_graphs,
-                                        always_prepare=training,
+                                        always_prepare=training or every_call,
                                         staged_inputs=self._staged_inputs(exe, imp),
                                         staged_output_bytes=STAGE_BYTES,
                                         packed_outputs=self._packed_outputs(imp),

@@ -61,7 +61,10 @@ def test_compiler_checks_fp8_scaling():
 def test_arch_values():
     for a in ("sm_90a", "sm_80", "sm_100f", "compute_90"):
         assert Options.from_dict({"arch": a}).arch == a
-    for bad in ("sm90", "gfx90a", "sm_9x", "", 90):
+    # The C API's rule (rt::IsValidArch): no leading zero, 'a' from sm_90
+    # and 'f' from sm_100 on; such values would only fail in the compiler,
+    # a silent fallback to eager.
+    for bad in ("sm90", "gfx90a", "sm_9x", "", 90, "sm_9", "sm_090", "sm_80a", "sm_90f"):
         with pytest.raises(ValueError, match="arch must look like sm_90a"):
             Options.from_dict({"arch": bad})
 

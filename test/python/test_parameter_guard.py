@@ -218,3 +218,49 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> tensor<4x16xf32> {
     assert [i.parameter for i in exe.outputs] == [False]
     exe = _capi.Compiler({"arch": "sm_90a"}).compile(text)
     assert [i.parameter for i in exe.inputs] == [False, False]
+
+
+def test_writes_behind_the_version_counter_need_invalidate_parameters():
+    """`w.data.add_()` writes w's memory without bumping w's version counter
+    (`.data` has its own), so the guard cannot see it: the next call would
+    reuse the preparation of the old values. llmc.invalidate_parameters()
+    (every live session) makes the next call prepare again; non-contiguous
+    parameters are copied anew too."""
+    import llmc
+    s, rt = _session()
+    w, x = torch.randn(16, 16), torch.randn(16)
+    assert torch.equal(_run(s, x, w), w)
+    w.data.add_(1.0)
+    assert w._version == 0
+    stale = _run(s, x, w)
+    assert not torch.equal(stale, w)  # the documented limit (Options.prepare_parameters)
+    llmc.invalidate_parameters()
+    assert torch.equal(_run(s, x, w), w)
+    assert rt.invalidations == 1 and rt.preparations == 2
+
+    s2, rt2 = _session()
+    base = torch.randn(16, 16)
+    wt = base.t()
+    assert torch.equal(_run(s2, x, wt), wt.contiguous())
+    base.data.mul_(-2.0)
+    llmc.invalidate_parameters()
+    assert torch.equal(_run(s2, x, wt), wt.contiguous())  # a new copy of the new values
+
+
+def test_every_call_preparation_sees_writes_behind_the_version_counter():
+    """Options(prepare_parameters="every_call") gives inference sessions the
+    training graphs' always_prepare: a flat buffer updated in place, which
+    the parameters are `.data` views of, is seen without any call."""
+    from llmc import backend
+    assert backend.Options.from_dict({"prepare_parameters": "every_call"}).prepare_parameters \
+        == "every_call"
+    with pytest.raises(ValueError, match="prepare_parameters must be one of on_change, every_call"):
+        backend.Options.from_dict({"prepare_parameters": "always"})
+    s, rt = _session(always_prepare=True)
+    flat = torch.randn(16 * 16 + 8)
+    w = torch.empty(0)
+    w.data = flat[8:].view(16, 16)
+    x = torch.randn(16)
+    assert torch.equal(_run(s, x, w), w)
+    flat.mul_(0.5)  # bumps flat's counter, not w's
+    assert torch.equal(_run(s, x, w), w)
