@@ -35,6 +35,13 @@ func::FuncOp llmc::tools::findFunction(ModuleOp module, llvm::StringRef name,
   error = name.empty() ? "no function with a body in the module"
                        : "no function named '" + name.str() +
                              "' (the module has: " + names + ")";
+  // Functions are looked up at the top level only: say so when one sits in a
+  // nested module (the tools compile one top-level func.func).
+  bool nested = false;
+  module.walk([&](func::FuncOp f) { nested |= f->getParentOp() != module.getOperation(); });
+  if (nested)
+    error += "; functions in nested modules are not searched: put the function at the "
+             "top level of the file";
   return nullptr;
 }
 
