@@ -25,6 +25,7 @@ or not causal are left alone.
 from __future__ import annotations
 
 import logging
+import operator
 from typing import Dict, List, Optional, Set
 
 import torch
@@ -87,6 +88,8 @@ def _constant_subgraph(mask: torch.fx.Node) -> Optional[List[torch.fx.Node]]:
         seen.add(n)
         if n.op != "call_function":
             return None  # a placeholder (input, parameter) or get_attr
+        if n.target is not operator.getitem and not isinstance(n.target, torch._ops.OpOverload):
+            return None  # a higher-order op (checkpointing's run_and_save_rng_state), a Python call
         if torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
             return None  # rand, bernoulli, dropout: a new value on every call
         numel = _static_numel(n)

@@ -111,6 +111,40 @@ def test_mask_drawing_random_numbers_is_not_folded():
     assert torch.equal(torch.get_rng_state(), state)
 
 
+def test_random_mask_under_activation_checkpointing_is_not_folded():
+    # Under torch.utils.checkpoint AOTAutograd wraps the random op in a
+    # higher-order op (run_and_save_rng_state) that carries no tags: it is
+    # no constant either (the backward replays the draw from the saved RNG
+    # state, so a folded forward would disagree with its own backward).
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def block(q, k, v):
+        s = q.shape[2]
+        causal = torch.ones(s, s, dtype=torch.bool).tril()
+        keep_ = torch.rand(s, s) >= 0.0
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                 attn_mask=causal & keep_)
+
+    def f(q, k, v):
+        return torch.utils.checkpoint.checkpoint(block, q, k, v, use_reentrant=False)
+
+    q = torch.randn(1, 2, 8, 16, requires_grad=True)
+    torch._dynamo.reset()
+    torch.compile(f, backend=lambda gm, ex: aot_module_simplified(
+        gm, ex, fw_compiler=keep, bw_compiler=keep), dynamic=False)(q, q, q)
+    forward = graphs[0]
+    assert any("run_and_save_rng_state" in str(n.target) for n in forward.graph.nodes)
+    state = torch.get_rng_state()
+    assert fold.fold_causal_masks(forward) == 0
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_constant_causal_mask_folded_and_exact():
     def f(q, k, v):
         s = q.shape[2]
