@@ -168,14 +168,25 @@ _lib = None
 _lib_error: Optional[str] = None
 _lib_lock = threading.Lock()
 
-# Every live Session (weakly), for invalidate_all_parameters.
+# Every live Session (weakly), for invalidate_all_parameters; sessions are
+# made lazily on any thread (a first call per shape), hence the lock.
 _SESSIONS: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_SESSIONS_LOCK = threading.Lock()
 
 
 def invalidate_all_parameters():
-    """Session.invalidate_parameters() on every live session."""
-    for s in list(_SESSIONS):
-        s.invalidate_parameters()
+    """Session.invalidate_parameters() on every live session; every one is
+    tried, and the first failure is raised after the others."""
+    with _SESSIONS_LOCK:
+        sessions = list(_SESSIONS)
+    first = None
+    for s in sessions:
+        try:
+            s.invalidate_parameters()
+        except LlmcError as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 _P = ctypes.c_void_p
@@ -678,7 +689,6 @@ class Session:
         bench/plugin_overhead.py with a stand-in library)."""
         self._lib = lib
         self.always_prepare = always_prepare
-        _SESSIONS.add(self)
         self.executable = executable  # keeps it alive
         self.output_info = executable.outputs
         self.input_info = executable.inputs
@@ -729,6 +739,8 @@ class Session:
         self.fixed_input_moved = False
         self._n_in = len(self.input_info)
         self._n_out = len(self.output_info)
+        with _SESSIONS_LOCK:  # last: invalidate_all_parameters sees it complete
+            _SESSIONS.add(self)
 
     # Byte alignment of each packed output in its shared allocation (the
     # kernels' 16-byte vector paths need 16; the caching allocator gives 512).
@@ -868,11 +880,12 @@ class Session:
         non-contiguous ones anew: for weights changed in a way the version
         counters do not see (writes through `.data`, into a flat buffer the
         parameters are `.data` views of, into a tensor assigned to `.data`)."""
-        self._param_copies.clear()
-        self._held_keys = None
-        if self._params and hasattr(self, "_handle"):  # created (or a test's stand-in)
-            _check(self._lib.llmc_session_invalidate_parameters(self._handle),
-                   "invalidating the session's prepared parameters")
+        with self._run_lock:
+            self._param_copies.clear()
+            self._held_keys = None
+            if self._params and hasattr(self, "_handle"):  # created (or a test's stand-in)
+                _check(self._lib.llmc_session_invalidate_parameters(self._handle),
+                       "invalidating the session's prepared parameters")
 
     def _guard(self, inputs: Sequence[torch.Tensor]):
         """Before a run: invalidates the runtime's prepared parameters when a

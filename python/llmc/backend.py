@@ -197,10 +197,10 @@ class Options:
         min-cut rematerialization: fewer, smaller saved tensors, cheap ops
         recomputed in the backward); LLMC_PARTITION sets it when not given.
         How AOTAutograd splits a training graph; inference graphs ignore it.
-    prepare_parameters: "on_change" (default) or "every_call". Under
-        precision "bf16"/"fp16"/"fp8" or weight_only, work that depends on
-        the weights alone (their casts, fp8 scaling, quantization, padding)
-        runs once per set of weights, not on every call. "on_change" redoes
+    prepare_parameters: "on_change" (default) or "every_call". Work that
+        depends on the weights alone (bf16/fp16 casts, fp8 scaling,
+        weight_only quantization, pads and relayouts of weights, whatever
+        the precision) runs once per set of weights, not on every call. "on_change" redoes
         it when a weight is a new tensor or was updated in place where
         PyTorch's version counter sees it (optimizer steps, no_grad in-place
         ops, load_state_dict, copy_). Writes the counter does not see (through

@@ -244,6 +244,38 @@ def test_parameter_update_in_place_invalidates_on_the_fast_path(fake_gpu):
     assert lib.invalidations == before + 1
 
 
+@pytest.mark.parametrize("mode", ["on_change", "every_call"])
+def test_writes_behind_version_counters_on_the_fast_path(fake_gpu, mode):
+    """`w.data.add_()` bumps no version counter the guard sees: by default
+    (prepare_parameters="on_change") the inference session keeps its
+    preparation until llmc.invalidate_parameters(); with "every_call" it
+    prepares on every call, as training graphs do."""
+    import llmc
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = record_subgraphs(model, [torch.randint(0, 1000, (1, 4))], dynamic=False,
+                            options={"dynamic_buckets": "none", "precision": "bf16",
+                                     "prepare_parameters": mode})
+    sub, recorded = max(subs, key=lambda s: len(s[1][0]))
+    args = recorded[0]
+    fake_gpu()
+    _prime(sub, args)
+    entry = next(iter(sub.sessions.values()))
+    assert entry.session.always_prepare == (mode == "every_call")
+    lib = entry.session._lib
+    _call(sub, fake_gpu, args)
+    before = lib.invalidations
+    w = next(args[i] for i in _parameter_args(entry, args) if args[i].dim() == 2)
+    w.data.add_(1.0)  # no version bump on w
+    _call(sub, fake_gpu, args)
+    if mode == "on_change":
+        assert lib.invalidations == before  # the documented limit
+        llmc.invalidate_parameters()
+        assert lib.invalidations == before + 1
+    else:
+        assert lib.invalidations > before  # every call prepares again
+
+
 def test_non_contiguous_parameters_reach_the_runtime_at_distinct_addresses(fake_gpu):
     """A layer compiled once and applied to other weights laid out
     transposed: each is passed as a contiguous copy, and the runtime keys
