@@ -152,10 +152,8 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(CompilerOptions optio
     options.arch = device.ok() ? (*device)->Arch() : "sm_90a";
   }
   if (!rt::IsValidArch(options.arch))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "arch: expected sm_<NN> or compute_<NN>, optionally with an 'a' or 'f' "
-        "suffix (sm_90a, sm_80, compute_90), found '",
-        options.arch, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("arch: expected ", rt::kArchSpelling, ", found '", options.arch, "'"));
   if (std::string why = UnsupportedArchReason(options.arch); !why.empty())
     return absl::InvalidArgumentError("arch " + why);
   // The pipeline of every Compile, with the tuning knobs read from the

@@ -198,7 +198,8 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
         return unsupported(op, absl::StrCat(
             "an fp8 GEMM with K = ", k, " and N = ", n,
             "; cuBLASLt needs both to be multiples of 16: run llmc-pad-layout "
-            "first (llmc-run and llmc-compile do with --precision=fp8)"));
+            "first (every llmc pipeline does; llmc-opt: --llmc-pipeline or "
+            "--llmc-pad-layout=\"fp8-only=1\")"));
       // A stored [k,m] or B stored [k,n] is transposed into a scratch buffer
       // on every call (one read and one write of the operand, small next to
       // the GEMM); weight-only operands are candidates for hoisting out of

@@ -120,9 +120,7 @@ int llmc::compileMain(int argc, char **argv) {
   std::vector<std::string> archList;
   for (const std::string &arch : arches) {
     if (!llmc::rt::IsValidArch(arch))
-      return fail("--arch=" + arch +
-                  ": expected sm_<NN> or compute_<NN>, optionally with an 'a' "
-                  "or 'f' suffix (sm_90a, sm_80, compute_90)");
+      return fail("--arch=" + arch + ": expected " + llmc::rt::kArchSpelling);
     if (std::string why = llmc::UnsupportedArchReason(arch); !why.empty())
       return fail("--arch=" + why);
     if (llvm::is_contained(archList, arch))

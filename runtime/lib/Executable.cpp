@@ -194,7 +194,8 @@ std::string UnsupportedGemmDTypes(DType a, DType b, DType d) {
   if (a != DType::f32 && a != DType::f16 && a != DType::bf16)
     return absl::StrCat(pair(), ": GEMM operands are f32, f16, bf16 or fp8");
   if (d != a && d != DType::f32)
-    return absl::StrCat(pair(), ": a ", DTypeName(a), " GEMM writes ", DTypeName(a),
+    return absl::StrCat(pair(), ": ", a == DType::f32 ? "an " : "a ", DTypeName(a),
+                        " GEMM writes ", DTypeName(a),
                         a == DType::f32 ? "" : " or f32");
   return "";
 }
@@ -346,8 +347,7 @@ absl::Status Executable::Validate() const {
     if (k.cubin.empty() && k.source.empty())
       return bad(w, " has neither a cubin nor CUDA source");
     if (!k.arch.empty() && !IsValidArch(k.arch))
-      return bad(w, " has arch '", k.arch,
-                 "' (expected sm_<NN>, compute_<NN>, optionally with an 'a' or 'f' suffix)");
+      return bad(w, " has arch '", k.arch, "' (expected ", kArchSpelling, ")");
     if (!k.cubin.empty()) {
       if (k.arch.empty())
         return bad(w, " has a cubin but no arch");

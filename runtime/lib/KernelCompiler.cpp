@@ -264,8 +264,8 @@ absl::StatusOr<CompiledKernel> KernelCompiler::CompileUncached(
   bool want_ptx = absl::StartsWith(src.arch, "compute_");
   if (!IsValidArch(src.arch))
     return absl::InvalidArgumentError(absl::StrCat(
-        "kernel '", src.name, "': arch must be sm_<NN> or compute_<NN>, "
-        "optionally with an 'a' or 'f' suffix, got '", src.arch, "'"));
+        "kernel '", src.name, "': arch must be ", kArchSpelling, ", got '", src.arch,
+        "'"));
   std::vector<const char*> header_texts, header_names;
   for (const auto& [name, text] : src.headers) {
     header_names.push_back(name.c_str());

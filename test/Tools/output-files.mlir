@@ -44,7 +44,7 @@
 // STATS: llmc-compile: error: -o - writes the executable to stdout, where --print-stats prints too; write the executable to a file
 // TWICE: llmc-compile: error: -o is given 2 times (-o={{.*}}a.llmcx, then -o={{.*}}b.llmcx); give it once
 // ARCH: llmc-compile: error: --arch=sm_80 is given twice; give each arch once
-// BADARCH: llmc-compile: error: --arch=sm_90a,sm_80: expected sm_<NN> or compute_<NN>, optionally with an 'a' or 'f' suffix (sm_90a, sm_80, compute_90)
+// BADARCH: llmc-compile: error: --arch=sm_90a,sm_80: expected sm_<NN> or compute_<NN>, optionally with an 'a' suffix from sm_90 on or an 'f' suffix from sm_100 on (sm_90a, sm_80, sm_100f, compute_90)
 // ONEDIGIT: llmc-compile: error: --arch=sm_9: expected sm_<NN> or compute_<NN>
 // OLDARCH: llmc-compile: error: --arch=sm_75: llmc's kernels need sm_80 or newer (bf16, cp.async, mma.sync); give sm_80, sm_89 or sm_90a
 // SHAPE: llmc-compile: error: --shape seq=9: 'seq' is already bound by --shape seq=8 (bind each dynamic dimension once)

@@ -67,6 +67,13 @@ struct PadLayoutPass : llmc::llm::impl::PadLayoutPassBase<PadLayoutPass> {
     }
     int64_t m2 = llvm::alignTo(m, mult), k2 = llvm::alignTo(k, mult);
     int64_t n2 = llvm::alignTo(n, n >= 32000 ? vocabMult : mult);
+    if (fp8Only) {
+      // Only what cuBLASLt's fp8 GEMMs need: K and N in multiples of 16. M
+      // stays (a decode-shaped GEMM of a few rows is not padded to 32).
+      m2 = m;
+      k2 = llvm::alignTo(k, 16);
+      n2 = llvm::alignTo(n, 16);
+    }
     if (m2 == m && k2 == k && n2 == n)
       return;
     OpBuilder b(mm);

@@ -323,10 +323,12 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
     the result is sliced back with `llm.slice`: the function computes
     exactly what it computed before. Dimensions already aligned are left
     alone, and a matmul with nothing to pad is not touched. With `fp8-only`,
-    only matmuls with fp8 operands are padded: the pipeline runs the pass so
-    under every policy but fp8 (which pads every GEMM), so that fp8 GEMMs a
-    graph states itself (`torch._scaled_mm`, hand-written IR) reach
-    cuBLASLt with the multiples it needs.
+    only matmuls with fp8 operands are padded, and only K and N, to
+    multiples of 16 (what cuBLASLt's fp8 GEMMs need; M and the multiple
+    options are left alone): the pipeline runs the pass so under every
+    policy but fp8 (which pads every GEMM), so that fp8 GEMMs a graph states
+    itself (`torch._scaled_mm`, hand-written IR) reach cuBLASLt as it needs
+    them.
 
     Padding a function argument (a weight) is a pure function of it, so
     llmc-hoist-parameter-work puts such pads (also through casts, reshapes
@@ -351,9 +353,9 @@ def PadLayoutPass : Pass<"llmc-pad-layout", "::mlir::func::FuncOp"> {
     Option<"vocabMultiple", "vocab-multiple", "int64_t", "64",
            "Multiple for an N of 32000 or more (a vocabulary)">,
     Option<"fp8Only", "fp8-only", "bool", "false",
-           "Pad only the matmuls whose operands are fp8 (cuBLASLt's fp8 "
-           "GEMMs need K and N in multiples of 16); the pipeline runs it so "
-           "under every policy other than fp8">
+           "Pad only the K and N of matmuls whose operands are fp8, to "
+           "multiples of 16 (what cuBLASLt's fp8 GEMMs need); the pipeline "
+           "runs it so under every policy other than fp8">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

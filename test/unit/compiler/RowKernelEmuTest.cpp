@@ -583,6 +583,16 @@ func.func @bf16out(%a: tensor<13x40xf32>, %b: tensor<24x40xf32>) -> tensor<13x24
 })mlir", 13, 24, 40, /*scaled=*/false, /*biased=*/false);
 }
 
+// An fp8 result (cuBLASLt writes none from bf16 operands): f32 product,
+// then one saturating rounding to e4m3.
+TEST_F(RowKernelEmu, Bf16GemmWithFp8ResultRoundsOnce) {
+  checkGemmFinishRoundsOnce(R"mlir(
+func.func @fp8out(%a: tensor<13x40xbf16>, %b: tensor<24x40xbf16>) -> tensor<13x24xf8E4M3FN> {
+  %y = llm.matmul %a, %b {transpose_rhs} : tensor<13x40xbf16>, tensor<24x40xbf16> -> tensor<13x24xf8E4M3FN>
+  return %y : tensor<13x24xf8E4M3FN>
+})mlir", 13, 24, 40, /*scaled=*/false, /*biased=*/false);
+}
+
 // The RMSNorm backward (dx) in one kernel: 15 rows of 64.
 TEST_F(RowKernelEmu, RmsNormBackward) { check(RmsNormBackward()); }
 
