@@ -31,6 +31,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Lowering.h"
+#include "llmc/runtime/KernelCompiler.h"
 
 #include "Exec/Transforms/Passes.h"
 #include "llmc/Target/Executable/TranslateToExecutable.h"
@@ -382,6 +383,9 @@ llmc::ParseAttentionBackend(const std::string &name) {
 }
 
 int llmc::ComputeCapabilityOfArch(const std::string &arch) {
+  // One rule for what an arch name is (rt::IsValidArch); here only its digits.
+  if (!rt::IsValidArch(arch))
+    return 0;
   llvm::StringRef digits(arch);
   if (!digits.consume_front("sm_") && !digits.consume_front("compute_"))
     return 0;

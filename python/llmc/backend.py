@@ -200,10 +200,10 @@ class Options:
     prepare_parameters: "on_change" (default) or "every_call". Work that
         depends on the weights alone (bf16/fp16 casts, fp8 scaling,
         weight_only quantization, pads and relayouts of weights, whatever
-        the precision) runs once per set of weights, not on every call. "on_change" redoes
-        it when a weight is a new tensor or was updated in place where
-        PyTorch's version counter sees it (optimizer steps, no_grad in-place
-        ops, load_state_dict, copy_). Writes the counter does not see (through
+        the precision) runs once per set of weights, not on every call.
+        "on_change" redoes it when a weight is a new tensor or was updated
+        in place where PyTorch's version counter sees it (optimizer steps,
+        no_grad in-place ops, load_state_dict, copy_). Writes the counter does not see (through
         `p.data`, into a flat buffer the parameters are `.data` views of,
         into a tensor assigned to `p.data`) need `llmc.invalidate_parameters()`
         after them, or "every_call" (preparation on every call, as training

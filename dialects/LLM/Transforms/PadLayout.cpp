@@ -53,26 +53,25 @@ struct PadLayoutPass : llmc::llm::impl::PadLayoutPassBase<PadLayoutPass> {
     int64_t kDimR = rr - (tr ? 1 : 2), nDim = rr - (tr ? 2 : 1);
     int64_t m = lhs.getDimSize(mDim), k = lhs.getDimSize(kDimL),
             n = rhs.getDimSize(nDim);
-    int64_t mult = multiple;
     bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(lhs.getElementType()) ||
                isa<Float8E4M3FNType, Float8E5M2Type>(rhs.getElementType());
-    if (fp8Only && !fp8)
-      return;
-    // fp8: multiples of 32 as well as of the options' (cuBLASLt's fp8 GEMMs
-    // need K and N in multiples of 16; multiple=40 alone would give 40).
-    int64_t vocabMult = vocabMultiple;
-    if (fp8) {
-      mult = std::lcm<int64_t>(mult, 32);
-      vocabMult = std::lcm<int64_t>(vocabMult, 32);
-    }
-    int64_t m2 = llvm::alignTo(m, mult), k2 = llvm::alignTo(k, mult);
-    int64_t n2 = llvm::alignTo(n, n >= 32000 ? vocabMult : mult);
+    int64_t m2 = m, k2, n2;
     if (fp8Only) {
       // Only what cuBLASLt's fp8 GEMMs need: K and N in multiples of 16. M
       // stays (a decode-shaped GEMM of a few rows is not padded to 32).
-      m2 = m;
+      if (!fp8)
+        return;
       k2 = llvm::alignTo(k, 16);
       n2 = llvm::alignTo(n, 16);
+    } else {
+      // fp8: multiples of 32 as well as of the options' (cuBLASLt's fp8
+      // GEMMs need K and N in multiples of 16; multiple=40 alone would give
+      // 40).
+      int64_t mult = fp8 ? std::lcm<int64_t>(multiple, 32) : int64_t(multiple);
+      int64_t vocabMult = fp8 ? std::lcm<int64_t>(vocabMultiple, 32) : int64_t(vocabMultiple);
+      m2 = llvm::alignTo(m, mult);
+      k2 = llvm::alignTo(k, mult);
+      n2 = llvm::alignTo(n, n >= 32000 ? vocabMult : mult);
     }
     if (m2 == m && k2 == k && n2 == n)
       return;

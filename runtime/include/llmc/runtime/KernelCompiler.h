@@ -116,7 +116,8 @@ bool IsValidArch(const std::string& arch);
 
 /// What IsValidArch takes, for error messages ("expected " + kArchSpelling).
 inline constexpr const char* kArchSpelling =
-    "sm_<NN> or compute_<NN>, optionally with an 'a' suffix from sm_90 on or an 'f' suffix from sm_100 on (sm_90a, sm_80, sm_100f, compute_90)";
+    "sm_<NN> or compute_<NN>, optionally with an 'a' suffix from sm_90 on or an "
+    "'f' suffix from sm_100 on (sm_90a, sm_80, sm_100f, compute_90)";
 
 /// Default cache root ($LLMC_CACHE_DIR, $XDG_CACHE_HOME/llmc, ~/.cache/llmc).
 std::string DefaultCacheDir();
