@@ -274,14 +274,13 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
   auto unroll = dict ? dict.getAs<IntegerAttr>("elementwise_unroll") : nullptr;
   // gemv_unroll may be absent (IR written before it existed): the default.
   auto gemvUnroll = dict ? dict.getAs<IntegerAttr>("gemv_unroll") : nullptr;
-  auto inRange = [](IntegerAttr a, int64_t lo, int64_t hi) {
-    return a.getType().isSignlessInteger(64) && a.getInt() >= lo && a.getInt() <= hi;
+  auto inRange = [](IntegerAttr a, int64_t hi) {
+    return a.getType().isSignlessInteger(64) && a.getInt() >= 1 && a.getInt() <= hi;
   };
-  if (!unroll || !inRange(unroll, 1, 4) ||
-      (gemvUnroll && !inRange(gemvUnroll, cu::kGemvUnrollPerKernel, cu::kGemvMaxUnroll)) ||
+  if (!unroll || !inRange(unroll, 4) || (gemvUnroll && !inRange(gemvUnroll, cu::kGemvMaxUnroll)) ||
       dict.size() != (gemvUnroll ? 2u : 1u))
     return invalid(fn, kKernelConfigsAttr.str(), fnConfigs,
-                   "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <0..16>}");
+                   "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <1..16>}");
   configs.elementwise_unroll = static_cast<int>(unroll.getInt());
   if (gemvUnroll)
     configs.gemv_unroll = static_cast<int>(gemvUnroll.getInt());
@@ -444,8 +443,8 @@ struct SelectKernelConfigsPass
       return signalPassFailure();
     }
     options.elementwise_unroll = static_cast<int>(elementwiseUnroll);
-    if (gemvUnroll < cu::kGemvUnrollPerKernel || gemvUnroll > cu::kGemvMaxUnroll) {
-      fn.emitOpError() << "llmc-select-kernel-configs: gemv-unroll: expected 0..16, found "
+    if (gemvUnroll < 1 || gemvUnroll > cu::kGemvMaxUnroll) {
+      fn.emitOpError() << "llmc-select-kernel-configs: gemv-unroll: expected 1..16, found "
                        << static_cast<int64_t>(gemvUnroll);
       return signalPassFailure();
     }

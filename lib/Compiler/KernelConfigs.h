@@ -19,9 +19,8 @@
 //  - on the function, `llm.kernel_configs = {elementwise_unroll = U,
 //    gemv_unroll = G}`: the 16-byte vectors per input each thread of an
 //    elementwise kernel loads before using any (1..4), and the 16-byte
-//    weight loads each lane of a decode GEMV has in flight (1..16; 0: each
-//    kernel's default, cu::kGemvUnrollPerKernel; results are bitwise the
-//    same for every G).
+//    weight loads each lane of a decode GEMV has in flight (1..16; results
+//    are bitwise the same for every G).
 //
 // The lowering reads them back (decidedKernelConfigs) and checks each where
 // it emits the kernel, so a configuration written in IR is either computed
@@ -67,7 +66,7 @@ struct AttentionChoice {
 
 struct KernelConfigs {
   int elementwise_unroll = cuda::kElementwiseUnroll;
-  int gemv_unroll = cuda::kGemvUnrollPerKernel;
+  int gemv_unroll = cuda::kGemvUnroll;
   llvm::DenseMap<mlir::Operation *, AttentionChoice> attention;
 };
 

@@ -54,13 +54,6 @@ static std::optional<MatrixView> matrixView(Value v, Lowering &l) {
 
 static KernelArg gemvWeightArg(MatmulOp op, Lowering &l);
 
-/// The decided gemv_unroll, or the kernel's own default where it is 0
-/// (cu::kGemvUnrollPerKernel).
-static int gemvUnroll(Lowering &l, int kernelDefault) {
-  int unroll = l.getKernelConfigs().gemv_unroll;
-  return unroll == cu::kGemvUnrollPerKernel ? kernelDefault : unroll;
-}
-
 /// result = round(acc [* scale_lhs * scale_rhs] [+ bias]) from the f32
 /// product `acc` in arena buffer `scratch`, rounded once as llm.matmul
 /// specifies: the epilogue of a scaled fp8 matmul with a bias, of one computed
@@ -137,7 +130,7 @@ static absl::Status lowerMatmul(MatmulOp op, Lowering &l) {
   // Decode-shaped projections (a few rows against an nn.Linear weight): the
   // weight read is the whole cost; a GEMV kernel streams it at full bandwidth.
   if (cu::GemvConfig gc; decodeGemvConfig(op, &gc)) {
-    gc.unroll = gemvUnroll(l, cu::kGemvUnroll);
+    gc.unroll = l.getKernelConfigs().gemv_unroll;
     std::vector<KernelArg> args = {
         l.ptrArg(op.getResult()), l.ptrArg(op.getLhs()), gemvWeightArg(op, l),
         gc.has_bias ? l.ptrArg(op.getBias()) : nullArg(), i64Arg(n)};
@@ -352,7 +345,7 @@ absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l) {
     MatmulOp up = group.members[1];
     cu::SwiGluGemvConfig c;
     swiGluGemvConfig(gate, up, group.silu, group.emitAt, &c); // planned: true
-    c.unroll = gemvUnroll(l, cu::SwiGluGemvDefaultUnroll(c.m, c.k));
+    c.unroll = l.getKernelConfigs().gemv_unroll;
     std::vector<KernelArg> args = {l.ptrArg(group.emitAt->getResult(0)),
                                    l.ptrArg(gate.getLhs()),
                                    gemvWeightArg(gate, l),
@@ -365,7 +358,7 @@ absl::Status lowerGemvGroup(const GemvGroup &group, Lowering &l) {
   }
   cu::MultiGemvConfig c;
   c.num_outputs = group.members.size();
-  c.unroll = gemvUnroll(l, cu::kGemvUnroll);
+  c.unroll = l.getKernelConfigs().gemv_unroll;
   std::vector<KernelArg> args = {l.ptrArg(MatmulOp(group.members[0]).getLhs())};
   for (auto [i, member] : llvm::enumerate(group.members)) {
     MatmulOp mm = member;

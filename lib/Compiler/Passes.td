@@ -136,9 +136,8 @@ def SelectKernelConfigsPass
            "::llmc::cuda::kElementwiseUnroll",
            "16-byte vectors per input in flight per thread of an elementwise "
            "kernel (1..4)">,
-    Option<"gemvUnroll", "gemv-unroll", "int64_t", "::llmc::cuda::kGemvUnrollPerKernel",
-           "16-byte weight loads in flight per lane of a decode GEMV (1..16; "
-           "0: each kernel's default)">
+    Option<"gemvUnroll", "gemv-unroll", "int64_t", "::llmc::cuda::kGemvUnroll",
+           "16-byte weight loads in flight per lane of a decode GEMV (1..16)">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

@@ -185,10 +185,8 @@ absl::Status ValidatePipelineOptions(const PipelineOptions &options) {
   if (options.elementwise_unroll < 1 || options.elementwise_unroll > 4)
     return invalid("elementwise unroll: expected 1, 2, 3 or 4, found ",
                    options.elementwise_unroll);
-  if (options.gemv_unroll < cuda::kGemvUnrollPerKernel ||
-      options.gemv_unroll > cuda::kGemvMaxUnroll)
-    return invalid("gemv unroll: expected 1..16 (0: each kernel's default), found ",
-                   options.gemv_unroll);
+  if (options.gemv_unroll < 1 || options.gemv_unroll > cuda::kGemvMaxUnroll)
+    return invalid("gemv unroll: expected 1..16, found ", options.gemv_unroll);
   return absl::OkStatus();
 }
 

@@ -49,8 +49,7 @@ PipelineFlags::PipelineFlags(cl::OptionCategory &category)
                  cl::desc("16-byte weight loads in flight per lane of a bf16/f16 "
                           "decode GEMV (not the int8/int4 weight-only one), 1..16, for sweeps (results are bitwise the same; "
                           "above 8, or at batch > 1, kernels may spill registers); "
-                          "default: $LLMC_GEMV_UNROLL, else each kernel's own (4; 16 for "
-                          "the batch-1 SwiGLU GEMV at k = 4096)"),
+                          "default: $LLMC_GEMV_UNROLL, else 4"),
                  cl::init(""), cl::cat(category)) {}
 
 absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {

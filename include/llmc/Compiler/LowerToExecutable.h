@@ -88,10 +88,8 @@ struct LowerOptions {
   /// path loads before using any, 1..4 (--ew-unroll, LLMC_EW_UNROLL).
   int elementwise_unroll = cuda::kElementwiseUnroll;
   /// 16-byte weight loads each lane of a decode GEMV has in flight, 1..16
-  /// (--gemv-unroll, LLMC_GEMV_UNROLL), or 0: each kernel's default
-  /// (cu::kGemvUnroll; cu::SwiGluGemvDefaultUnroll). Results are bitwise
-  /// the same.
-  int gemv_unroll = cuda::kGemvUnrollPerKernel;
+  /// (--gemv-unroll, LLMC_GEMV_UNROLL); results are bitwise the same.
+  int gemv_unroll = cuda::kGemvUnroll;
   /// Move work that depends on parameters only (llm::parameterArguments) into
   /// the parameter-preparation segment, run once per parameter set
   /// (rt::Executable::num_prepare_launches). Off: every launch runs on every

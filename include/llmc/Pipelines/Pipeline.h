@@ -110,8 +110,7 @@ struct PipelineOptions {
   /// 16-byte vectors per input in flight per thread in elementwise kernels.
   int elementwise_unroll = cuda::kElementwiseUnroll;
   /// 16-byte weight loads in flight per lane of a decode GEMV.
-  /// 0: each kernel's default (cuda::kGemvUnrollPerKernel).
-  int gemv_unroll = cuda::kGemvUnrollPerKernel;
+  int gemv_unroll = cuda::kGemvUnroll;
 };
 
 /// The LowerOptions of `options`.
@@ -133,7 +132,7 @@ inline constexpr int kMaxTensorParallel = 1024;
 /// 0 <= rank < tp; weight_only none with the fp8 policy; fp8_scaling tensor
 /// unless the policy is fp8; pad_multiple and
 /// vocab_multiple in 1..4096; arena_alignment a positive power of two;
-/// elementwise_unroll 1..4; gemv_unroll 0..16. InvalidArgument naming the option otherwise.
+/// elementwise_unroll 1..4; gemv_unroll 1..16. InvalidArgument naming the option otherwise.
 absl::Status ValidatePipelineOptions(const PipelineOptions &options);
 
 /// Runs buildPipeline(options) on `fn` in place, after

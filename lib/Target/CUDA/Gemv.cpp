@@ -256,10 +256,6 @@ bool SwiGluGemvSupported(const SwiGluGemvConfig &c) {
          OutTypeOk(c.act_out) && OutTypeOk(c.out);
 }
 
-int SwiGluGemvDefaultUnroll(int64_t m, int64_t k) {
-  return m == 1 && k == 4096 ? 16 : kGemvUnroll;
-}
-
 absl::StatusOr<KernelCode> EmitSwiGluGemv(const SwiGluGemvConfig &c) {
   if (!SwiGluGemvSupported(c)) return Invalid("swiglu gemv: unsupported configuration");
   KernelCode kc;

@@ -13,7 +13,7 @@
 // One query against a GQA KV cache: split-KV flash-decoding; the knobs do
 // not change it.
 // CHECK-LABEL: func.func @decode
-// CHECK-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 0 : i64}}
+// CHECK-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 4 : i64}}
 // CHECK: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = 32 : i64}
 // KNOBS-LABEL: func.func @decode
 // KNOBS-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 4 : i64, gemv_unroll = 8 : i64}}
@@ -53,7 +53,7 @@ func.func @no_cudnn(%q: tensor<1x64x4x64xf32>, %k: tensor<1x64x4x64xf32>, %v: te
 
 // BAD-TILE: error: 'func.func' op llmc-select-kernel-configs: attention-tile: attention tile 'bm64': expected bm<M>_bn<N>_w<warps>_s<stages>[_gh]
 // BAD-UNROLL: error: 'func.func' op llmc-select-kernel-configs: elementwise-unroll: expected 1, 2, 3 or 4, found 5
-// BAD-GEMV: error: 'func.func' op llmc-select-kernel-configs: gemv-unroll: expected 0..16, found 17
+// BAD-GEMV: error: 'func.func' op llmc-select-kernel-configs: gemv-unroll: expected 1..16, found 17
 // BAD-BACKEND: error: 'func.func' op llmc-select-kernel-configs: attention-backend: unknown attention backend 'fast' (expected auto, llmc or cudnn)
 
 // -----

@@ -162,51 +162,6 @@ func.func @f(%x: tensor<1x256xbf16>, %w: tensor<512x256xbf16>) -> tensor<1x512xb
   EXPECT_EQ(rt::DescribeExecutable(*plain), rt::DescribeExecutable(*four));
 }
 
-// gemv_unroll 0 (the default; also what an unconfigured function gets) lets
-// each GEMV kernel take its own unroll: 16 for the batch-1 SwiGLU GEMV at
-// k = 4096 (cu::SwiGluGemvDefaultUnroll), 4 for the plain GEMV of the same
-// shape and for the SwiGLU GEMV of two rows. A given unroll wins over both.
-TEST(KernelConfigs, GemvUnrollZeroTakesEachKernelsDefault) {
-  const char *swiglu = R"(
-func.func @f(%x: tensor<MROWSx4096xbf16>, %wg: tensor<64x4096xbf16>, %wu: tensor<64x4096xbf16>) -> tensor<MROWSx64xbf16> ATTRS {
-  %g = llm.matmul %x, %wg {transpose_rhs} : tensor<MROWSx4096xbf16>, tensor<64x4096xbf16> -> tensor<MROWSx64xbf16>
-  %u = llm.matmul %x, %wu {transpose_rhs} : tensor<MROWSx4096xbf16>, tensor<64x4096xbf16> -> tensor<MROWSx64xbf16>
-  %s = llm.silu %g : tensor<MROWSx64xbf16>
-  %y = llm.mul %s, %u : tensor<MROWSx64xbf16>
-  return %y : tensor<MROWSx64xbf16>
-})";
-  const char *plain = R"(
-func.func @f(%x: tensor<1x4096xbf16>, %w: tensor<64x4096xbf16>) -> tensor<1x64xbf16> ATTRS {
-  %y = llm.matmul %x, %w {transpose_rhs} : tensor<1x4096xbf16>, tensor<64x4096xbf16> -> tensor<1x64xbf16>
-  return %y : tensor<1x64xbf16>
-})";
-  auto kernelNames = [](std::string src, const std::string &rows, const std::string &unroll) {
-    for (size_t at; (at = src.find("MROWS")) != std::string::npos;)
-      src.replace(at, 5, rows);
-    src.replace(src.find("ATTRS"), 5,
-                unroll.empty() ? ""
-                               : "attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, "
-                                 "gemv_unroll = " + unroll + " : i64}}");
-    absl::StatusOr<rt::Executable> exe = Lower(src);
-    EXPECT_TRUE(exe.ok()) << exe.status();
-    std::string names;
-    if (exe.ok())
-      for (const rt::KernelSpec &k : exe->kernels)
-        names += k.name + ";";
-    return names;
-  };
-  const std::string u16 = "llmc_swiglu_gemv_bf16_m1_k4096_bf16bf16bf16bf16_u16;";
-  EXPECT_EQ(kernelNames(swiglu, "1", "0"), u16);
-  EXPECT_EQ(kernelNames(swiglu, "1", ""), u16);
-  EXPECT_EQ(kernelNames(swiglu, "1", "4"), "llmc_swiglu_gemv_bf16_m1_k4096_bf16bf16bf16bf16;");
-  EXPECT_EQ(kernelNames(swiglu, "1", "8"), "llmc_swiglu_gemv_bf16_m1_k4096_bf16bf16bf16bf16_u8;");
-  EXPECT_EQ(kernelNames(swiglu, "2", "0"), "llmc_swiglu_gemv_bf16_m2_k4096_bf16bf16bf16bf16;");
-  EXPECT_EQ(kernelNames(plain, "1", "0"), "llmc_gemv_bf16_bf16_m1_k4096;");
-  EXPECT_EQ(llmc::cuda::SwiGluGemvDefaultUnroll(1, 4096), 16);
-  EXPECT_EQ(llmc::cuda::SwiGluGemvDefaultUnroll(1, 11008), llmc::cuda::kGemvUnroll);
-  EXPECT_EQ(llmc::cuda::SwiGluGemvDefaultUnroll(8, 4096), llmc::cuda::kGemvUnroll);
-}
-
 std::string LowerError(const std::string &src) {
   auto exe = Lower(src);
   if (exe.ok())
@@ -256,7 +211,7 @@ TEST(KernelConfigs, MalformedOrMissingConfigurationsAreErrors) {
   msg = LowerError(Attention(kPrefill, kPrefill, "", "{llm.kernel_configs = {elementwise_unroll = 7 : i64}}"));
   EXPECT_CONTAINS(msg, "'func.func' at ");
   EXPECT_CONTAINS(msg, "has llm.kernel_configs = {elementwise_unroll = 7 : i64}; expected "
-                       "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <0..16>}");
+                       "{elementwise_unroll = <1, 2, 3 or 4>, gemv_unroll = <1..16>}");
 
   msg = LowerError(Attention(kPrefill, kPrefill, "",
                              "{llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 32 : i64}}"));

@@ -254,7 +254,6 @@ struct SwiGluCase {
   int64_t m, k, n;
   bool bias;
   bool bitwise;
-  int unroll = kGemvUnroll;
 };
 
 void RunSwiGlu(const SwiGluCase &t) {
@@ -269,7 +268,6 @@ void RunSwiGlu(const SwiGluCase &t) {
   c.k = t.k;
   c.n = t.n;
   c.has_bias = t.bias;
-  c.unroll = t.unroll;
   ASSERT_TRUE(SwiGluGemvSupported(c));
   const KernelCode kc = Unwrap(EmitSwiGluGemv(c));
   const char *stub = R"(
@@ -333,10 +331,6 @@ TEST(GemvEmu, SwiGluBitwiseEqualsUnfused) { RunSwiGlu({bf, bf, bf, bf, bf, 1, 64
 TEST(GemvEmu, SwiGluOddShapesBias) { RunSwiGlu({f16, f16, f16, f16, f16, 3, 1000, 9, true, true}); }
 TEST(GemvEmu, SwiGluMixedTypes) { RunSwiGlu({bf, f32, bf, f32, f32, 8, 1000, 1, true, true}); }
 TEST(GemvEmu, SwiGluDecodeShape) { RunSwiGlu({bf, bf, bf, bf, bf, 1, 4096, 1031, false, false}); }
-// The unroll the compiler picks for this shape (SwiGluGemvDefaultUnroll).
-TEST(GemvEmu, SwiGluDecodeShapeDefaultUnroll) {
-  RunSwiGlu({bf, bf, bf, bf, bf, 1, 4096, 67, false, true, SwiGluGemvDefaultUnroll(1, 4096)});
-}
 
 // The unroll (16-byte loads in flight per lane) changes when loads are
 // issued, not the order in which a lane adds its chunks: every unroll gives
@@ -449,12 +443,6 @@ TEST(GemvKernels, CompileWithoutSpills) {
         s.k = k;
         s.has_bias = m == 3;
         kernels.push_back(Unwrap(EmitSwiGluGemv(s)));
-        // The unroll the compiler picks by default (16 at m = 1, k = 4096).
-        if (SwiGluGemvDefaultUnroll(m, k) != kGemvUnroll) {
-          s.unroll = SwiGluGemvDefaultUnroll(m, k);
-          kernels.push_back(Unwrap(EmitSwiGluGemv(s)));
-          s.unroll = kGemvUnroll;
-        }
         // More loads in flight (--gemv-unroll) for the decode shapes.
         // m = 1 (batch-1 decode) only: at m = 8 the SwiGLU kernel's 2 x 8
         // accumulators and 2 x unroll vectors spill from unroll 8 on, and

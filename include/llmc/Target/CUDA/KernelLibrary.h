@@ -906,9 +906,6 @@ inline constexpr int kGemvMaxRows = 8;
 /// the bytes in flight change.
 inline constexpr int kGemvUnroll = 4;
 inline constexpr int kGemvMaxUnroll = 16;
-/// A gemv_unroll of 0 (the compiler's default) lets every GEMV kernel take
-/// its own default: kGemvUnroll, except SwiGluGemvDefaultUnroll.
-inline constexpr int kGemvUnrollPerKernel = 0;
 
 struct GemvConfig {
   ScalarType dtype = ScalarType::bf16; // x, w, bias: bf16 or f16
@@ -990,15 +987,6 @@ struct SwiGluGemvConfig {
   int unroll = kGemvUnroll;               // loads in flight per lane, 1..kGemvMaxUnroll
 };
 bool SwiGluGemvSupported(const SwiGluGemvConfig &cfg);
-/// The unroll a SwiGLU GEMV takes when none is given (gemv_unroll 0): 16
-/// for one row of x with k = 4096, where that is the whole of a lane's 16
-/// weight chunks per row in one iteration (LLaMA/Mistral-7B gate/up). On
-/// the H200 (docs/performance.md, 2026-12-02, commit 51f14b7) those GEMVs
-/// went from 3.46-3.50 TB/s at unroll 4 to 3.71 at 16, and the 7B decode
-/// step from 4.26 to 4.14 ms; the single and multi-output GEMVs did not
-/// move, and at m = 8 the kernel spills from unroll 8 on. kGemvUnroll
-/// for every other shape (not measured).
-int SwiGluGemvDefaultUnroll(int64_t m, int64_t k);
 /// x [M, K], y [M, N] row-major; w_gate, w_up [N, K] row-major, 16-byte
 /// aligned. Kernel arguments:
 ///   (OutT* y, const T* x, const T* w_gate, const T* w_up,

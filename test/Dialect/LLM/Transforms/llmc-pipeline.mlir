@@ -16,7 +16,7 @@
 // second norm's kernel, SiLU * up as one elementwise kernel) and the
 // attention's configuration (FlashAttention-2 with cuDNN's SDPA first).
 // CHECK-LABEL: func.func @llama2_7b_block
-// CHECK-SAME: llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 0 : i64}
+// CHECK-SAME: llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 4 : i64}
 // CHECK-SAME: llm.kernels_formed
 // CHECK: llm.rms_norm
 // CHECK: llm.rope
