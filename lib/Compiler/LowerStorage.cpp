@@ -225,6 +225,44 @@ absl::Status Lowering::emitCopyToBuffer(int dstBuffer, Value src, Operation *op,
   return absl::OkStatus();
 }
 
+namespace {
+/// A relayout that the tiled transpose kernel does: a batch of [rows, cols]
+/// matrices, row stride ld, batch stride batchStride (elements), their last
+/// two dims swapped.
+struct TiledTranspose {
+  int64_t batch = 1, rows = 0, cols = 0, ld = 0, batchStride = 0;
+};
+
+/// The tiled transpose of a read of `shape` through `strides` (its last two
+/// dims swapped), when the innermost dim has stride 1 and the outer dims
+/// collapse into one batch dim with one stride; none for empty tensors.
+std::optional<TiledTranspose> tiledTranspose(bool swapLastTwo, ArrayRef<int64_t> shape,
+                                             ArrayRef<int64_t> strides, int64_t numel) {
+  const size_t rank = shape.size();
+  if (!swapLastTwo || rank < 2 || numel == 0 || strides[rank - 1] != 1)
+    return std::nullopt;
+  TiledTranspose t;
+  t.rows = shape[rank - 2];
+  t.cols = shape[rank - 1];
+  t.ld = t.rows == 1 ? t.cols : strides[rank - 2];
+  if (t.ld < t.cols)
+    return std::nullopt;
+  // Outer dims, innermost first; size-1 dims have no stride that matters.
+  int64_t nextStride = -1;
+  for (size_t d = rank - 2; d-- > 0;) {
+    if (shape[d] == 1)
+      continue;
+    if (nextStride == -1)
+      t.batchStride = strides[d];
+    else if (strides[d] != nextStride)
+      return std::nullopt;
+    nextStride = strides[d] * shape[d];
+    t.batch *= shape[d];
+  }
+  return t;
+}
+} // namespace
+
 /// A fresh dense buffer holding `src` (read through its view strides) with
 /// its last two dims swapped when `swapLastTwo`, converted to `to`; live for
 /// the current step only. One elementwise kernel.
@@ -258,6 +296,24 @@ absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo, cu::Scal
     hoistedRelayouts[key] = dst;
   } else {
     dst = newArenaBuffer(numel * cu::ScalarSize(to), step, step);
+  }
+  // A transpose of matrices whose rows are contiguous (an activation or
+  // gradient [tokens, features] into cuBLASLt's fp8 [features, tokens]):
+  // the tiled kernel, with coalesced reads and writes.
+  if (std::optional<TiledTranspose> t =
+          tiledTranspose(swapLastTwo, tensorType(src).getShape(), read->strides, numel)) {
+    cu::TransposeConfig cfg;
+    cfg.in = scalarOf(src);
+    cfg.out = to;
+    absl::StatusOr<cu::LaunchDims> dims = cu::TransposeLaunch(t->batch, t->rows, t->cols);
+    if (cu::TransposeSupported(cfg) && dims.ok()) {
+      LLMC_ASSIGN_OR_RETURN(cu::KernelCode code, generated(cu::EmitTranspose(cfg), op));
+      launch(addKernel(code), *dims,
+             {bufArg(dst), ptrArg(read->root, read->elementOffset * cu::ScalarSize(cfg.in)),
+              i64Arg(t->rows), i64Arg(t->cols), i64Arg(t->ld), i64Arg(t->batchStride)},
+             op);
+      return dst;
+    }
   }
   cu::ElementwiseProgram prog;
   prog.unroll = kernelConfigs.elementwise_unroll;

@@ -19,7 +19,9 @@
 // CHECK:         exec.prepare {
 // CHECK-NEXT:      exec.launch @llmc_rowfused_{{.+}}(%[[ROWMAX]][0], %[[W]][0], 64 : i64) label "llm.reduce_max"
 // CHECK-NEXT:      exec.launch @llmc_rowfused_{{.+}}(%[[SCALE]][0], %[[ROWMAX]][0], 1 : i64) label "llm.div"
-// CHECK:           exec.launch @{{.+}}(%[[WT]][0], %{{.+}}[0], 2048 : i64, "{{.*}}") label "llm.matmul"
+// The [k,n] weight into [n,k] by the tiled transpose: rows 64, cols 32, row
+// stride 32, no batch.
+// CHECK:           exec.launch @llmc_transpose_e4m3_e4m3 {{.+}}(%[[WT]][0], %{{.+}}[0], 64 : i64, 32 : i64, 32 : i64, 0 : i64) label "llm.matmul"
 // CHECK-NEXT:    }
 // CHECK-NEXT:    exec.launch @llmc_rowfused_{{.+}} label "llm.reduce_max"
 // CHECK:         exec.gemm a %{{.+}}[0] b %[[WT]][0] c %{{.+}}[0] d %{{.+}}[0] scale_a %{{.+}}[0] scale_b %[[SCALE]][0]

@@ -583,6 +583,62 @@ absl::StatusOr<LaunchDims> PadLaunch(const PadConfig &c, int64_t numel_out) {
   return Dims(std::min<int64_t>(CeilDiv(items, kPadThreads), int64_t{kAssumedNumSMs} * 8), 1, 1, kPadThreads);
 }
 
+//===----------------------------------------------------------------------===//
+// Tiled transpose
+//===----------------------------------------------------------------------===//
+
+bool TransposeSupported(const TransposeConfig &c) {
+  return c.in == c.out || (IsFloatType(c.in) && IsFloatType(c.out));
+}
+
+absl::StatusOr<KernelCode> EmitTranspose(const TransposeConfig &c) {
+  if (!TransposeSupported(c))
+    return Invalid("transpose: a conversion between types that are not both float");
+  KernelCode kc;
+  kc.name = std::string("llmc_transpose_") + ScalarTypeTag(c.in) + "_" + ScalarTypeTag(c.out);
+  std::ostringstream cfg;
+  cfg << "typedef " << CTypeName(c.in) << " InT;\n"
+      << "typedef " << CTypeName(c.out) << " OutT;\n"
+      << "static constexpr int kTile = " << kTransposeTile << ";\n"
+      << "static constexpr int kThreads = " << kTransposeThreads << ";\n";
+  const std::string load = c.in == c.out ? "src[r * ld + c]" : "fromF<OutT>(toF(src[r * ld + c]))";
+  std::ostringstream b;
+  b << "\nextern \"C\" __global__ void __launch_bounds__(kThreads) " << kc.name << R"CUDA((
+    OutT* __restrict__ out, const InT* __restrict__ in, long long rows, long long cols,
+    long long ld, long long batch_stride) {
+  // One extra column: the column-wise reads of the write phase fall in
+  // different banks.
+  __shared__ OutT tile[kTile][kTile + 1];
+  constexpr int kRowsPerPass = kThreads / kTile;
+  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+  const long long r0 = (long long)blockIdx.y * kTile, c0 = (long long)blockIdx.x * kTile;
+  const InT* src = in + (long long)blockIdx.z * batch_stride;
+  for (int i = ty; i < kTile; i += kRowsPerPass) {
+    const long long r = r0 + i, c = c0 + tx;
+    if (r < rows && c < cols) tile[i][tx] = )CUDA"
+    << load << R"CUDA(;
+  }
+  __syncthreads();
+  OutT* dst = out + (long long)blockIdx.z * rows * cols;
+  for (int i = ty; i < kTile; i += kRowsPerPass) {
+    const long long c = c0 + i, r = r0 + tx;
+    if (c < cols && r < rows) dst[c * rows + r] = tile[tx][i];
+  }
+}
+)CUDA";
+  LLMC_ASSIGN_OR_RETURN(
+      kc.source,
+      Assemble("// llmc tiled transpose: out[b, c, r] = convert(in[b * batch_stride + r * ld + c]),\n"
+               "// 64 x 64 tiles through shared memory (coalesced reads and writes).\n",
+               cfg.str(), b.str()));
+  return kc;
+}
+
+absl::StatusOr<LaunchDims> TransposeLaunch(int64_t batch, int64_t rows, int64_t cols) {
+  return Dims(CeilDiv(cols, kTransposeTile), CeilDiv(rows, kTransposeTile), batch,
+              kTransposeThreads);
+}
+
 absl::StatusOr<std::vector<int64_t>> PackPadShape(const std::vector<int64_t> &out_sizes,
                                                   const std::vector<int64_t> &in_sizes) {
   if (out_sizes.size() != in_sizes.size() || out_sizes.empty() || out_sizes.size() > size_t{kPadMaxRank})

@@ -1614,6 +1614,84 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, E* out, const E* in, lo
   }
 }
 
+// The tiled transpose (the fp8 GEMM operand relayout): partial tiles on both
+// sides, a row stride above the row, a batch stride above the matrix; a
+// bit-exact copy for one type, round-to-nearest-even through float for two.
+// Bytes past the output stay untouched.
+TEST(Emu, TransposePartialTilesAndConversions) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  struct Case {
+    ScalarType in, out;
+    int64_t batch, rows, cols, ld, batch_stride;
+  };
+  const ScalarType e4 = ScalarType::f8e4m3, e5 = ScalarType::f8e5m2, bf = ScalarType::bf16,
+                   f32 = ScalarType::f32;
+  const Case cases[] = {
+      {e4, e4, 2, 70, 100, 112, 70 * 112 + 13}, // fp8 weight-gradient operand
+      {e5, e5, 1, 130, 64, 64, 0},
+      {bf, bf, 3, 5, 129, 129, 5 * 129},
+      {e4, bf, 2, 65, 33, 40, 65 * 40}, // the dequantizing path below sm_89
+      {f32, bf, 1, 64, 64, 64, 0},
+  };
+  for (const Case &c : cases) {
+    TransposeConfig cfg;
+    cfg.in = c.in;
+    cfg.out = c.out;
+    ASSERT_TRUE(TransposeSupported(cfg));
+    const KernelCode k = Unwrap(EmitTranspose(cfg));
+    const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, void* out, const void* in, long long rows, long long cols,
+                          long long ld, long long bs) {
+  emu::Launch(g, b, 0, [&] { KERNEL((OutT*)out, (const InT*)in, rows, cols, ld, bs); });
+})";
+    using Fn = void (*)(Dim3, Dim3, void *, const void *, long long, long long, long long, long long);
+    auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+    ASSERT_NE(fn, nullptr) << k.name;
+    const int isz = ScalarSize(c.in), osz = ScalarSize(c.out);
+    const int64_t span = (c.batch - 1) * c.batch_stride + (c.rows - 1) * c.ld + c.cols;
+    std::mt19937 rng(7);
+    std::vector<uint8_t> in(span * isz);
+    const std::vector<float> values = Randn(span, 8, 3.f);
+    for (int64_t i = 0; i < span; ++i) {
+      if (c.in == f32) {
+        std::memcpy(&in[i * 4], &values[i], 4);
+      } else if (c.in == bf) {
+        const uint16_t h = llmc::ref::ToBf16(values[i]);
+        std::memcpy(&in[i * 2], &h, 2);
+      } else {
+        uint8_t v = static_cast<uint8_t>(rng());
+        if ((v & 0x7f) == 0x7f) v ^= 1; // no NaN: a NaN's payload is not compared
+        in[i] = v;
+      }
+    }
+    const int64_t nout = c.batch * c.rows * c.cols;
+    std::vector<uint8_t> out((nout + 64) * osz, 0xAB);
+    const LaunchDims d = Unwrap(TransposeLaunch(c.batch, c.rows, c.cols));
+    fn(G(d), B(d), out.data(), in.data(), c.rows, c.cols, c.ld, c.batch_stride);
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t col = 0; col < c.cols; ++col) {
+          const int64_t src = b * c.batch_stride + r * c.ld + col;
+          const int64_t dst = (b * c.cols + col) * c.rows + r;
+          std::vector<uint8_t> want(in.begin() + src * isz, in.begin() + (src + 1) * isz);
+          if (c.in != c.out) {
+            const float v = c.in == f32 ? values[src] : c.in == e4 ? llmc::ref::FromE4M3(in[src]) : 0.f;
+            const uint16_t h = llmc::ref::ToBf16(v);
+            want.assign(reinterpret_cast<const uint8_t *>(&h), reinterpret_cast<const uint8_t *>(&h) + 2);
+          }
+          ASSERT_EQ(0, std::memcmp(&out[dst * osz], want.data(), osz))
+              << k.name << " [" << b << ", " << col << ", " << r << "]";
+        }
+    for (size_t i = nout * osz; i < out.size(); ++i)
+      ASSERT_EQ(out[i], 0xAB) << k.name << " wrote past the output";
+  }
+  TransposeConfig bad;
+  bad.in = ScalarType::i64;
+  bad.out = bf;
+  EXPECT_FALSE(TransposeSupported(bad));
+  EXPECT_FALSE(EmitTranspose(bad).ok());
+}
+
 //===----------------------------------------------------------------------===//
 // Fused row kernels (EmitRowFused) against float64 references
 //===----------------------------------------------------------------------===//

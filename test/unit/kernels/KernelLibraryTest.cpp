@@ -55,6 +55,20 @@ const ScalarType kFloatTypes[] = {ScalarType::f32, ScalarType::f16, ScalarType::
 
 } // namespace
 
+// The tiled transpose for every pair the fp8 GEMM relayouts use: a bit-exact
+// copy of each fp8 and 16-bit type, and fp8 to bf16 (the path below sm_89).
+TEST(Transpose, Compiles) {
+  const ScalarType e4 = ScalarType::f8e4m3, e5 = ScalarType::f8e5m2, bf = ScalarType::bf16;
+  const std::pair<ScalarType, ScalarType> pairs[] = {
+      {e4, e4}, {e5, e5}, {bf, bf}, {ScalarType::f16, ScalarType::f16}, {e4, bf}, {e5, bf}};
+  for (const auto &[in, out] : pairs) {
+    TransposeConfig cfg;
+    cfg.in = in;
+    cfg.out = out;
+    ExpectCompiles(Unwrap(EmitTranspose(cfg)));
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Preamble / types
 //===----------------------------------------------------------------------===//

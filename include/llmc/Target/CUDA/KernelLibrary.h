@@ -1032,6 +1032,41 @@ absl::StatusOr<LaunchDims> PadLaunch(const PadConfig &cfg, int64_t numel_out);
 absl::StatusOr<std::vector<int64_t>> PackPadShape(const std::vector<int64_t> &out_sizes,
                                                   const std::vector<int64_t> &in_sizes);
 
+//===----------------------------------------------------------------------===//
+// 13. Tiled transpose (the last two dims of a batch of matrices)
+//===----------------------------------------------------------------------===//
+
+/// Elements per side of the square tile a transpose block moves through
+/// shared memory; kTransposeThreads threads per block.
+inline constexpr int kTransposeTile = 64;
+inline constexpr int kTransposeThreads = 256;
+
+struct TransposeConfig {
+  ScalarType in = ScalarType::bf16;  // element type read
+  ScalarType out = ScalarType::bf16; // `in` (a bit-exact copy) or, for a float `in`, another float type
+};
+/// True when out == in (any type), or both are float types (IsFloatType).
+bool TransposeSupported(const TransposeConfig &cfg);
+/// out[b, c, r] = convert(in[b * batch_stride + r * ld + c]) for b < batch,
+/// r < rows, c < cols: the input a batch of row-major [rows, cols]
+/// matrices with row stride ld >= cols (elements) and batch stride
+/// batch_stride, the output dense [batch, cols, rows]. convert is the
+/// identity (bit-exact) when out == in, else round-to-nearest-even through
+/// float (fp8 saturating, as every llmc cast). This is the relayout of a
+/// GEMM operand into cuBLASLt's fp8 "TN" layout: each block reads a 64 x 64
+/// tile row by row (a warp reads 32 consecutive elements) into shared
+/// memory and writes it column by column (a warp writes 32 consecutive
+/// elements), where an elementwise kernel with strided reads touches a
+/// 32-byte sector per element read.
+/// Kernel arguments:
+///   (OutT* out, const InT* in, long long rows, long long cols, long long ld,
+///    long long batch_stride)
+/// Grid (ceil(cols / 64), ceil(rows / 64), batch), kTransposeThreads threads.
+/// InvalidArgument: a config TransposeSupported rejects. TransposeLaunch:
+/// Unimplemented beyond CUDA's grid (rows over 65535 tiles, batch over 65535).
+absl::StatusOr<KernelCode> EmitTranspose(const TransposeConfig &cfg);
+absl::StatusOr<LaunchDims> TransposeLaunch(int64_t batch, int64_t rows, int64_t cols);
+
 } // namespace llmc::cuda
 
 #endif // LLMC_TARGET_CUDA_KERNELLIBRARY_H
