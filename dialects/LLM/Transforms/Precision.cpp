@@ -62,11 +62,16 @@ public:
     if (auto it = quantized.find(key); it != quantized.end())
       return it->second;
     Type f32 = b.getF32Type();
-    Value xf = castTo(x, f32);
+    // Row scaling reads x in f32 for its abs and max (one row kernel);
+    // per-tensor scaling widens x only where it divides by the scale, so
+    // that the widening joins the scaling cast's kernel and no f32 copy of
+    // x is written (a cast placed at x's definition joined x's producer
+    // kernel as one more output, twice x's bytes).
+    Value xf = kAxis >= 0 ? castTo(x, f32) : Value();
     OpBuilder::InsertionGuard g(b);
-    setAfterDef(xf);
+    setAfterDef(kAxis >= 0 ? xf : x);
     Location loc = x.getLoc();
-    auto t = cast<RankedTensorType>(xf.getType());
+    auto t = cast<RankedTensorType>(x.getType()).clone(f32);
     RankedTensorType scaleT = RankedTensorType::get({}, f32);
     SmallVector<int64_t> dims;
     if (kAxis < 0) {
@@ -117,6 +122,8 @@ public:
     Value clamped = MaximumOp::create(b, loc, scaleT, amax, floor);
     Value scale = DivOp::create(b, loc, scaleT, clamped, maxFp8);
     Value scaleB = BroadcastOp::create(b, loc, t, scale);
+    if (!xf)
+      xf = elementOf(x) == f32 ? x : CastOp::create(b, loc, t, x).getResult();
     Value scaled = DivOp::create(b, loc, t, xf, scaleB);
     Value q = CastOp::create(b, loc, t.clone(fp8), scaled);
     quantized[key] = {q, scale};
