@@ -5,7 +5,8 @@
 # GPU (large shapes), the shared cases, and per-kernel timings. Logs go to
 # $OUT (or ./gpu-out). SECTIONS="unit examples cases precision tp python" (the
 # default) picks what runs; "sanitize" (compute-sanitizer memcheck and
-# racecheck over the GPU unit tests and small examples) runs only when named.
+# racecheck over the GPU unit tests and small examples) and "fp8bench" (fp8
+# against bf16: 7B block prefill, 1B training step) run only when named.
 set -uo pipefail
 OUT="${OUT:-gpu-out}"
 mkdir -p "$OUT"
@@ -207,6 +208,23 @@ if has sanitize; then
     done
   done
   grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|LEAK SUMMARY\|^racecheck:" "$LOGS"/san.*.log | sort | uniq -c | tee -a "$SUMMARY"
+fi
+# fp8 against bf16 in one run (issue 20; only when named: SECTIONS=fp8bench):
+# the LLaMA-2-7B block prefill in both precisions and the 1B training step
+# (eager, llmc bf16 and fp8) with per-kernel profiles in $OUT/train.
+if has fp8bench; then
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e python/ >/dev/null 2>&1 || true
+  ls dist/wheels/torchao-*.whl >/dev/null 2>&1 &&
+    python3 -m pip install -q --no-deps --no-index dist/wheels/torchao-*.whl >/dev/null 2>&1
+  export LLMC_LIB="$PWD/dist/lib/libllmc.so"
+  for p in bf16 fp8; do
+    run "fp8bench.llama7b.seq2048.$p" llmc-run $S/llama2_7b_block.mlir --shape seq=2048 --precision=$p --check=gpu-f32 --bench
+  done
+  # FP8BENCH_BACKENDS=...,inductor-float8 adds torchao + Inductor (its first
+  # step compiles for ~100 s).
+  run fp8bench.train timeout 300 python3 bench/train_llama.py --out "$OUT/train" --modes fwdbwd --steps 5 \
+    --backends "${FP8BENCH_BACKENDS:-eager,llmc,llmc-fp8}" --profile
+  grep -E "^\| fwdbwd" "$OUT/train/train.md" 2>/dev/null | tee -a "$SUMMARY"
 fi
 # The torch.compile backend against eager on the GPU (PyTorch there).
 if has python && [ "${SKIP_PYTHON:-0}" != 1 ] && python3 -c "import torch, transformers, pytest" 2>/dev/null; then
