@@ -265,7 +265,9 @@ std::optional<TiledTranspose> tiledTranspose(bool swapLastTwo, ArrayRef<int64_t>
 
 /// A fresh dense buffer holding `src` (read through its view strides) with
 /// its last two dims swapped when `swapLastTwo`, converted to `to`; live for
-/// the current step only. One elementwise kernel.
+/// the current step only. One kernel: the tiled transpose where the read
+/// is a batch of matrices with contiguous rows within CUDA's grid
+/// (tiledTranspose), else an elementwise kernel.
 absl::StatusOr<int> Lowering::emitRelayout(Value src, bool swapLastTwo, cu::ScalarType to,
                                            Operation *op) {
   // A parameter's relayout (an fp8 weight into cuBLASLt's [n,k]) is done

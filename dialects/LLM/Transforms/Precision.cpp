@@ -92,8 +92,9 @@ public:
       // Per tensor: abs and max in x's own type (both exact), first per row
       // of the last dimension (one row kernel reads x once, abs fused), then
       // over the row maxima as one row (a row kernel that also computes the
-      // scale); only the rank-0 result is widened to f32. No f32 copy of x
-      // or of abs(x) is written.
+      // scale); only the rank-0 result is widened to f32 here (x itself only
+      // inside the scaling cast's kernel, below). No f32 copy of x or of
+      // abs(x) is written.
       auto xt = cast<RankedTensorType>(x.getType());
       Type xe = xt.getElementType();
       Value absx = AbsOp::create(b, loc, xt, x);

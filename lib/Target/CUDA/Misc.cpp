@@ -607,7 +607,8 @@ absl::StatusOr<KernelCode> EmitTranspose(const TransposeConfig &c) {
     OutT* __restrict__ out, const InT* __restrict__ in, long long rows, long long cols,
     long long ld, long long batch_stride) {
   // One extra column: the column-wise reads of the write phase fall in
-  // different banks.
+  // different banks for 4-byte elements; 2-byte and 1-byte elements still
+  // share banks two ways there (32 and 16 ways without the column).
   __shared__ OutT tile[kTile][kTile + 1];
   constexpr int kRowsPerPass = kThreads / kTile;
   const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;

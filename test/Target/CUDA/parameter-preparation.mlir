@@ -12,9 +12,9 @@
 // MIXED: GEMMs: 2
 // MIXED: persistent bytes: 16384 (parameter preparation: 1 launches, once per parameter set)
 //
-// LLaMA-2-7B block, fp8: every weight's scaling and e4m3 cast (abs, two
-// reduce_max stages, scale, divide + cast, and the cast to f32 that feeds
-// both) is prepared: 39 -> 18 kernel launches per call (40 -> 19 before the
+// LLaMA-2-7B block, fp8: every weight's scaling and e4m3 cast (the row
+// maxima of |w| in w's own type, the amax and scale, then widen + divide +
+// cast in one kernel) is prepared: 39 -> 18 kernel launches per call (40 -> 19 before the
 // widening of an activation to f32 moved next to its scaling division,
 // where it stopped keeping the SwiGLU product's row maxima out of the
 // product's kernel; 84 -> 42 before an

@@ -1630,7 +1630,7 @@ TEST(Emu, TransposePartialTilesAndConversions) {
       {e4, e4, 2, 70, 100, 112, 70 * 112 + 13}, // fp8 weight-gradient operand
       {e5, e5, 1, 130, 64, 64, 0},
       {bf, bf, 3, 5, 129, 129, 5 * 129},
-      {e4, bf, 2, 65, 33, 40, 65 * 40}, // the dequantizing path below sm_89
+      {e4, bf, 2, 65, 33, 40, 65 * 40}, // converting (no lowering uses it yet)
       {f32, bf, 1, 64, 64, 64, 0},
   };
   for (const Case &c : cases) {

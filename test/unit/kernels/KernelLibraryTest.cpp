@@ -55,8 +55,8 @@ const ScalarType kFloatTypes[] = {ScalarType::f32, ScalarType::f16, ScalarType::
 
 } // namespace
 
-// The tiled transpose for every pair the fp8 GEMM relayouts use: a bit-exact
-// copy of each fp8 and 16-bit type, and fp8 to bf16 (the path below sm_89).
+// The tiled transpose: a bit-exact copy of each fp8 and 16-bit type (the fp8
+// GEMM relayouts), and the converting form fp8 to bf16.
 TEST(Transpose, Compiles) {
   const ScalarType e4 = ScalarType::f8e4m3, e5 = ScalarType::f8e5m2, bf = ScalarType::bf16;
   const std::pair<ScalarType, ScalarType> pairs[] = {

@@ -1057,7 +1057,9 @@ bool TransposeSupported(const TransposeConfig &cfg);
 /// tile row by row (a warp reads 32 consecutive elements) into shared
 /// memory and writes it column by column (a warp writes 32 consecutive
 /// elements), where an elementwise kernel with strided reads touches a
-/// 32-byte sector per element read.
+/// 32-byte sector per element read. One element per access (for fp8 a warp
+/// moves 32 bytes, one or two sectors). The lowering uses the bit-exact
+/// copy only; the converting form is tested but has no caller yet.
 /// Kernel arguments:
 ///   (OutT* out, const InT* in, long long rows, long long cols, long long ld,
 ///    long long batch_stride)
