@@ -194,20 +194,25 @@ def gradients(model, step, ids, labels):
     return grads
 
 
-def gradient_error(grads, reference):
-    """(largest relative L2 error over parameters, its name); inf for a
-    missing gradient or a NaN."""
-    worst, name = 0.0, ""
+def gradient_errors(grads, reference):
+    """{parameter: relative L2 error of its gradient}; inf for a missing
+    gradient or a NaN."""
+    errors = {}
     for n, ref in reference.items():
         g = grads.get(n)
         if g is None:
-            return float("inf"), n
+            errors[n] = float("inf")
+            continue
         err = float((g.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
-        if not err == err:  # NaN
-            return float("inf"), n
-        if err > worst:
-            worst, name = err, n
-    return worst, name
+        errors[n] = err if err == err else float("inf")
+    return errors
+
+
+def gradient_error(grads, reference):
+    """(largest relative L2 error over parameters, its name)."""
+    errors = gradient_errors(grads, reference)
+    name = max(errors, key=errors.get, default="")
+    return errors.get(name, 0.0), name
 
 
 def llmc_report():
@@ -298,6 +303,10 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
             rec["_grads"] = grads
         elif eager_grads is not None:
             rec["grad_rel_to_eager"], rec["grad_worst_param"] = gradient_error(grads, eager_grads)
+            # Every parameter's error, worst first (train.json; the table
+            # shows the worst).
+            errors = gradient_errors(grads, eager_grads)
+            rec["grad_errors"] = dict(sorted(errors.items(), key=lambda kv: -kv[1]))
         del grads
     if backend.startswith("llmc"):
         rec["partitions"] = llmc_report()

@@ -225,6 +225,14 @@ if has fp8bench; then
   run fp8bench.train timeout 300 python3 bench/train_llama.py --out "$OUT/train" --modes fwdbwd --steps 5 \
     --backends "${FP8BENCH_BACKENDS:-eager,llmc,llmc-fp8}" --profile
   grep -E "^\| fwdbwd" "$OUT/train/train.md" 2>/dev/null | tee -a "$SUMMARY"
+  # That step's backward graph on fresh random inputs against its f32
+  # instance: every gradient's error is fp8 noise (about 0.1, more through
+  # 16 layers) or a bug (about 1: the gradients of the training bench against
+  # eager were 0.8-1.3 on 2026-12-05). Also the tiny step's backward against
+  # the float64 reference executor.
+  run fp8bench.llama1b.train_bwd timeout 400 llmc-run bench/testdata/llama1b_train_bwd.mlir \
+    --precision=fp8 --check=gpu-f32
+  run fp8bench.tiny_llama.train_bwd llmc-run bench/testdata/tiny_llama_train_bwd.mlir --precision=fp8 --check=ref
 fi
 # The torch.compile backend against eager on the GPU (PyTorch there).
 if has python && [ "${SKIP_PYTHON:-0}" != 1 ] && python3 -c "import torch, transformers, pytest" 2>/dev/null; then
