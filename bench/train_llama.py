@@ -208,13 +208,6 @@ def gradient_errors(grads, reference):
     return errors
 
 
-def gradient_error(grads, reference):
-    """(largest relative L2 error over parameters, its name)."""
-    errors = gradient_errors(grads, reference)
-    name = max(errors, key=errors.get, default="")
-    return errors.get(name, 0.0), name
-
-
 def llmc_report():
     import llmc.backend
     out = []
@@ -302,11 +295,12 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
         if backend == "eager":
             rec["_grads"] = grads
         elif eager_grads is not None:
-            rec["grad_rel_to_eager"], rec["grad_worst_param"] = gradient_error(grads, eager_grads)
             # Every parameter's error, worst first (train.json; the table
             # shows the worst).
-            errors = gradient_errors(grads, eager_grads)
-            rec["grad_errors"] = dict(sorted(errors.items(), key=lambda kv: -kv[1]))
+            errors = sorted(gradient_errors(grads, eager_grads).items(), key=lambda kv: -kv[1])
+            rec["grad_rel_to_eager"], rec["grad_worst_param"] = (
+                (errors[0][1], errors[0][0]) if errors else (0.0, ""))
+            rec["grad_errors"] = dict(errors)
         del grads
     if backend.startswith("llmc"):
         rec["partitions"] = llmc_report()
