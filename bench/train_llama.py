@@ -93,6 +93,10 @@ def parse_args(argv=None):
     ap.add_argument("--trace", action="store_true",
                     help="with --profile: also the profiled step's timeline, "
                          "DIR/profile-MODE-BACKEND.json.gz (Chrome trace format)")
+    ap.add_argument("--grad-reference", choices=("eager", "f32"), default="eager",
+                    help="what every backend's gradients are compared with: eager's in "
+                         "--dtype (default), or eager's in float32 on the same weights (the "
+                         "--dtype weights widened), which also measures eager's own error")
     ap.add_argument("--smoke", action="store_true",
                     help="a 2-layer, 64-wide model on the CPU: checks this script, not speed")
     args = ap.parse_args(argv)
@@ -208,6 +212,20 @@ def gradient_errors(grads, reference):
     return errors
 
 
+def f32_reference(args, device, dtype):
+    """(loss, gradients) of eager in float32 on the weights of build_model
+    (--dtype values widened exactly) and the same tokens as run_one."""
+    model = build_model(args, device, dtype).float()
+    g = torch.Generator(device="cpu").manual_seed(1)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g).to(device)
+    labels = torch.roll(ids, -1, dims=1)
+    step = make_step(model, "eager", "fwdbwd")
+    loss = step(ids, labels, keep_grads=True)
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    del model
+    return loss, grads
+
+
 def llmc_report():
     import llmc.backend
     out = []
@@ -292,7 +310,7 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
         rec["loss_rel_to_eager"] = abs(first_loss - eager_loss) / max(abs(eager_loss), 1e-30)
     if mode == "fwdbwd":
         grads = gradients(model, step, ids, labels)
-        if backend == "eager":
+        if backend == "eager" and args.grad_reference == "eager":
             rec["_grads"] = grads
         elif eager_grads is not None:
             # Every parameter's error, worst first (train.json; the table
@@ -301,6 +319,9 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
             rec["grad_rel_to_eager"], rec["grad_worst_param"] = (
                 (errors[0][1], errors[0][0]) if errors else (0.0, ""))
             rec["grad_errors"] = dict(errors)
+            rec["grad_median"] = statistics.median(e for _, e in errors) if errors else 0.0
+            rec["grad_reference"] = ("eager in float32" if args.grad_reference == "f32"
+                                     else f"eager in {args.dtype}")
         del grads
     if backend.startswith("llmc"):
         rec["partitions"] = llmc_report()
@@ -312,13 +333,15 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
 
 
 def table(args, runs, ceiling):
+    ref = "eager in float32" if args.grad_reference == "f32" else "eager"
     lines = [f"LLaMA {args.layers} layers, hidden {args.dim}, {args.heads} heads "
              f"({args.kv_heads} KV), FFN {args.ffn}, vocab {args.vocab}; {args.dtype}; "
              f"batch {args.batch} x {args.seq}; GEMM ceiling "
              + (f"{ceiling / 1e12:.0f} TFLOP/s" if ceiling else "not measured (CPU)"), "",
              "| mode | backend | first step s | of which Dynamo / AOTAutograd / llmc compile s "
              "| step ms | tokens/s | MFU | loss vs eager "
-             "| gradients vs eager (worst parameter, relative L2) | llmc subgraphs (kept in PyTorch) |",
+             f"| gradients vs {ref} (relative L2: worst parameter; median) "
+             "| llmc subgraphs (kept in PyTorch) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "error" in r:
@@ -329,8 +352,8 @@ def table(args, runs, ceiling):
                           for p in r.get("partitions", []))
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
         rel = f"{r['loss_rel_to_eager']:.1e}" if "loss_rel_to_eager" in r else "-"
-        grad = (f"{r['grad_rel_to_eager']:.1e} ({r['grad_worst_param']})"
-                if "grad_rel_to_eager" in r else "-")
+        grad = (f"{r['grad_rel_to_eager']:.1e} ({r['grad_worst_param']}); "
+                f"{r.get('grad_median', 0.0):.1e}" if "grad_rel_to_eager" in r else "-")
         fp = r.get("first_step_parts_s", {})
         split = (" / ".join(f"{fp[k]:.2f}" if k in fp else "-"
                             for k in ("dynamo_tracing", "aot_autograd", "llmc_compile"))
@@ -352,8 +375,14 @@ def main(argv=None):
               "gemm_flops": ceiling, "runs": []}
     path = out / "train.json"
     warnings.simplefilter("ignore")
+    reference = None
+    if args.grad_reference == "f32" and "fwdbwd" in args.modes:
+        ref_loss, ref_grads = f32_reference(args, device, dtype)
+        result["f32_reference_loss"] = ref_loss
+        reference = ref_grads
     for mode in args.modes:
-        eager_loss = eager_grads = None
+        eager_loss = None
+        eager_grads = reference if mode == "fwdbwd" else None
         for backend in args.backends:
             try:
                 rec = run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads)
