@@ -855,23 +855,34 @@ class Session:
             return get(self._device_index)
         return torch.cuda.current_stream(self.device).cuda_stream
 
+    # The runtime's kTensorAlignment (Session.h): every input and output
+    # address a multiple of it (its kernels use 16-byte vectors).
+    TENSOR_ALIGN = 16
+
+    @classmethod
+    def _needs_copy(cls, t: torch.Tensor) -> bool:
+        """Whether input `t` must be passed as a copy: non-contiguous, or
+        contiguous at an address the runtime refuses (a view into the
+        middle of a row, e.g. a flat buffer's slice)."""
+        return not t.is_contiguous() or (t.data_ptr() % cls.TENSOR_ALIGN != 0 and t.numel() > 0)
+
     @staticmethod
     def _version(t: torch.Tensor) -> Optional[int]:
         """t's version counter; None for an inference tensor (none kept)."""
         return None if t.is_inference() else t._version
 
     def _contiguous(self, k: int, t: torch.Tensor) -> torch.Tensor:
-        """The contiguous form of non-contiguous input `k`: for a parameter,
-        the kept copy while its source is unchanged (see the class
-        docstring), else a new copy."""
+        """The contiguous, aligned copy of input `k` (one that _needs_copy):
+        for a parameter, the kept copy while its source is unchanged (see
+        the class docstring), else a new copy."""
         if self.always_prepare or k not in self._param_set:
-            return t.contiguous()
+            return t.clone(memory_format=torch.contiguous_format)
         version = self._version(t)
         key = (t.data_ptr(), version, t.stride())
         kept = self._param_copies.get(k)
         if kept is not None and version is not None and kept[0] == key:
             return kept[1]
-        copy = t.contiguous()
+        copy = t.clone(memory_format=torch.contiguous_format)
         self._param_copies[k] = (key, copy)  # the old copy is freed only now
         return copy
 
@@ -947,7 +958,7 @@ class Session:
             data[k] = t.data_ptr()
             refs[k] = weakref.ref(t)
             versions[k] = None
-            if not t.is_contiguous():
+            if self._needs_copy(t):
                 copies = copies or {}
                 copies[k] = t
             elif not t.is_inference():
@@ -1031,7 +1042,8 @@ class Session:
         for o, i in self.aliases.items():
             if o < len(outs) and i < len(inputs):
                 t = inputs[i]
-                if (t.is_contiguous() and t.dtype is outs[o].dtype and t.shape == outs[o].shape
+                if (not self._needs_copy(t) and t.dtype is outs[o].dtype
+                        and t.shape == outs[o].shape
                         and t.get_device() == self._device_index):
                     outs[o] = t
         for o, b in self._views.items():
@@ -1051,7 +1063,7 @@ class Session:
                 self._guard(inputs)
             ins = []
             for k, t in enumerate(inputs):
-                if not t.is_contiguous():
+                if self._needs_copy(t):
                     t = self._contiguous(k, t)
                 keep.append(t)
                 ins.append(_tensor_struct(t, keep))

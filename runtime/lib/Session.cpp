@@ -45,6 +45,12 @@ absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
     if (t.dptr == 0 && s.Bytes() > 0)
       return absl::InvalidArgumentError(
           absl::StrCat(what, " '", s.name, "' (#", i, ") has a null pointer"));
+    if (t.dptr % kTensorAlignment != 0 && s.Bytes() > 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " '", s.name, "' (#", i, ") at 0x", absl::Hex(t.dptr), " is not ",
+          kTensorAlignment, "-byte aligned (address % ", kTensorAlignment, " = ",
+          t.dptr % kTensorAlignment, "): llmc's kernels access inputs and outputs with ",
+          kTensorAlignment, "-byte vectors; pass an aligned copy"));
   }
   return absl::OkStatus();
 }

@@ -504,3 +504,39 @@ def test_permuted_inputs_and_results_cross_without_copies(fake_gpu):
             assert shape == tuple(args[k].permute(imp.arg_perms[imp.arg_placeholders.index(k)]).shape)
         out_ptrs = {p for p, _, _ in outs}
         assert got[1].data_ptr() in out_ptrs, f"call {n}: the permuted result was copied"
+
+
+def test_misaligned_inputs_reach_the_runtime_as_aligned_copies(fake_gpu):
+    """The runtime refuses an input or output address that is not 16-byte
+    aligned (its kernels use 16-byte vectors; rt::kTensorAlignment). A
+    contiguous input at such an address, here each floating-point input in
+    turn as a view one element into a flat buffer, is passed as an aligned
+    copy with the same contents (and the results stay PyTorch's); an aligned
+    input is still passed as it is."""
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = _record_bf16(model, [torch.randint(0, 1000, (1, 4))])
+    sub, recorded = max(subs, key=lambda s: len(s[1][0]))
+    args = list(recorded[0])
+    fake_gpu()
+    _prime(sub, args)
+    entry = next(iter(sub.sessions.values()))
+    lib = entry.session._lib
+    floats = [k for k, a in enumerate(args)
+              if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 1]
+    assert floats
+    for k in floats:
+        flat = torch.empty(args[k].numel() + 16, dtype=args[k].dtype)
+        view = flat[1:1 + args[k].numel()].view(args[k].shape)
+        view.copy_(args[k])
+        assert view.is_contiguous() and view.data_ptr() % 16 != 0
+        call = list(args)
+        call[k] = view
+        for _ in range(2):  # the first call checks every input, the next keeps some
+            lib.calls.clear()
+            got, want = _call(sub, fake_gpu, call)
+            _assert_same(got, want)
+            (ins, outs), = lib.calls
+            assert all(p % 16 == 0 for p, _, shape in ins + outs if p), (k, ins)
+            ai = entry.imp.arg_placeholders.index(k)
+            assert ins[ai][0] != view.data_ptr()

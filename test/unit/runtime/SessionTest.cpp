@@ -34,6 +34,17 @@ TEST(CheckTensorsTest, NamesTensorAndExpectedVsActual) {
             std::string::npos);
   EXPECT_EQ(CheckTensors(sigs, {ok[0]}, "input").message(),
             "expected 2 inputs, got 1");
+  // Kernels read inputs and write outputs with 16-byte vectors: a misaligned
+  // address (a view into the middle of a row) is refused, not launched.
+  bad = ok;
+  bad[0].dptr = 0x1008;
+  EXPECT_EQ(CheckTensors(sigs, bad, "output").message(),
+            "output 'x' (#0) at 0x1008 is not 16-byte aligned (address % 16 = 8): "
+            "llmc's kernels access inputs and outputs with 16-byte vectors; pass an "
+            "aligned copy");
+  // An empty tensor's address is never read.
+  std::vector<TensorSig> empty = {{"e", DType::bf16, {0, 64}}};
+  EXPECT_TRUE(CheckTensors(empty, {{0x1002, DType::bf16, {0, 64}}}, "input").ok());
 }
 
 std::shared_ptr<Device> OpenOrSkip() {

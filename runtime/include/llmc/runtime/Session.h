@@ -21,16 +21,23 @@ namespace llmc::rt {
 
 class Communicator;
 
-/// A tensor in device memory (dense, row-major).
+/// The alignment, in bytes, every input and output tensor's address must
+/// have: llmc's kernels read and write them with 16-byte vectors (cp.async
+/// in attention, the GEMVs, the row kernels), and a misaligned access is a
+/// sticky CUDA error that ends the process's context.
+inline constexpr uint64_t kTensorAlignment = 16;
+
+/// A tensor in device memory (dense, row-major; `dptr` a multiple of
+/// kTensorAlignment unless the tensor is empty).
 struct DeviceTensor {
   uint64_t dptr = 0;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
 };
 
-/// Checks `tensors` against `sigs` (count, dtype, shape, non-null pointer).
-/// InvalidArgument naming the tensor, expected vs actual. `what` is "input"
-/// or "output".
+/// Checks `tensors` against `sigs` (count, dtype, shape, non-null pointer
+/// aligned to kTensorAlignment). InvalidArgument naming the tensor, expected
+/// vs actual. `what` is "input" or "output".
 absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
                           const std::vector<DeviceTensor>& tensors,
                           const char* what);
@@ -145,7 +152,8 @@ class Session {
   ~Session();
 
   /// Enqueues the executable on `stream` (asynchronous). Inputs/outputs must
-  /// match the signature exactly (InvalidArgument otherwise). The arena and
+  /// match the signature exactly and lie at kTensorAlignment-aligned
+  /// addresses (InvalidArgument otherwise, before anything is enqueued). The arena and
   /// the Persistent buffers (parameter-preparation results) belong to the
   /// session, not to a stream: a caller that alternates streams must order
   /// the runs itself (an event or a synchronize between them), as with any
