@@ -199,8 +199,9 @@ void llmc_session_release(llmc_session_t *session);
 
 /* Enqueues one run on `cuda_stream` (a CUstream; NULL = the legacy default
  * stream). Inputs and outputs must match the executable's signature exactly
- * (code 3 otherwise, naming the tensor). Asynchronous: outputs are ready when
- * the stream reaches this point. */
+ * and lie at 16-byte aligned addresses, since the kernels access them with
+ * 16-byte vectors (code 3 otherwise, naming the tensor; nothing is enqueued).
+ * Asynchronous: outputs are ready when the stream reaches this point. */
 llmc_status_t *llmc_session_run(llmc_session_t *session,
                                 const llmc_tensor *inputs, int32_t num_inputs,
                                 const llmc_tensor *outputs, int32_t num_outputs,
