@@ -45,8 +45,11 @@ bf16 (or f32) GEMM ceiling measured in this run (torch.mm of 8192^3), with
 model FLOPs = 6 * N * tokens (N: parameters of the matmuls, the LM head
 included, the embedding not) + 6 * layers * seq * hidden * tokens (causal
 attention's score and value products, forward and backward); the first
-step's loss relative to eager's; and llmc's partition report (subgraphs and
-ops kept in PyTorch for each graph). Each measurement is appended to
+step's loss relative to eager's; every step's loss (`losses`; in adamw mode
+a training curve on the fixed batch); in fwdbwd mode every parameter's
+gradient error against eager's (or, with --grad-reference f32, against
+eager's in float32 on the same weights); and llmc's partition report
+(subgraphs and ops kept in PyTorch for each graph). Each measurement is appended to
 DIR/train.json as soon as it is made; DIR/train.md gets the table.
 """
 import argparse
@@ -293,10 +296,10 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
     sync(device)
     first = time.perf_counter() - t0
     first_parts = first_step_parts(backend)
-    times = []
+    times, losses = [], [first_loss]
     for _ in range(args.steps):
         t0 = time.perf_counter()
-        step(ids, labels)
+        losses.append(step(ids, labels))  # float(): synchronizes, as sync() below
         sync(device)
         times.append(time.perf_counter() - t0)
     t = statistics.median(times)
@@ -305,7 +308,10 @@ def run_one(args, device, dtype, backend, mode, eager_loss, ceiling, eager_grads
     rec = {"backend": backend, "mode": mode, "dtype": args.dtype, "first_step_s": first,
            "first_step_parts_s": first_parts,
            "step_ms": t * 1e3, "tokens_s": tokens / t, "first_loss": first_loss,
-           "mfu": flops / t / ceiling if ceiling else None}
+           "mfu": flops / t / ceiling if ceiling else None,
+           # Every step's loss: in adamw mode a training curve on the fixed
+           # batch (fp8 against bf16: issue 20's loss-curve criterion).
+           "losses": losses}
     if eager_loss is not None:
         rec["loss_rel_to_eager"] = abs(first_loss - eager_loss) / max(abs(eager_loss), 1e-30)
     if mode == "fwdbwd":
