@@ -157,11 +157,31 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Load(
     LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtCreate, &im.lt_handle));
     LLMC_RT_ASSIGN_OR_RETURN(
         im.workspace, PooledBuffer::Allocate(im.pool, options.gemm_workspace_bytes));
+    // Each GEMM's first plan: for the alignment of its operands' addresses
+    // in the arena and constants, which stay for the session, and of
+    // inputs and outputs at 256-byte aligned tensors (PyTorch's caching
+    // allocator gives 512); a caller's tensor aligned less gets another
+    // plan when it comes (Impl::GemmPlanFor).
+    auto aligned = [&](const BufferRef& r) -> uint32_t {
+      if (r.buffer < 0) return 256;
+      const Buffer& b = exe->buffers[r.buffer];
+      uint64_t at = 256;
+      if (b.kind == Buffer::Arena) at = im.arena.ptr() + b.arena_offset;
+      if (b.kind == Buffer::Constant || b.kind == Buffer::Persistent)
+        at = im.constants[b.id].ptr();
+      return detail::GemmAlignment(at + r.offset);
+    };
     im.gemms.resize(exe->gemms.size());
-    for (size_t i = 0; i < exe->gemms.size(); ++i)
+    for (size_t i = 0; i < exe->gemms.size(); ++i) {
+      const GemmSpec& g = exe->gemms[i];
+      const uint32_t d = aligned(g.d);
+      im.gemms[i].emplace_back();
       LLMC_RT_RETURN_IF_ERROR(Annotate(
-          im.PlanGemm(exe->gemms[i], options.gemm_workspace_bytes, &im.gemms[i]),
+          im.PlanGemm(g, options.gemm_workspace_bytes,
+                      {aligned(g.a), aligned(g.b), g.c.buffer >= 0 ? aligned(g.c) : d, d},
+                      &im.gemms[i].back()),
           absl::StrCat("gemm ", i)));
+    }
   }
   // cuDNN attention plans (never fails: a spec without a plan runs its
   // kernel; attention_report() says which and why).

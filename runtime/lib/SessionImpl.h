@@ -7,6 +7,7 @@
 
 #include <nvtx3/nvToolsExt.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,11 +26,25 @@ namespace detail {
 /// NCCL's data type for `t`; Unimplemented for the dtypes NCCL lacks.
 absl::StatusOr<ncclDataType_t> NcclType(DType t);
 
+/// Byte alignment of a device address that cuBLASLt's heuristics can use:
+/// its largest power-of-two divisor, at most 256 (their default
+/// assumption); 256 for a null address.
+uint32_t GemmAlignment(uint64_t address);
+
+/// One cuBLASLt plan of a GemmSpec: descriptors and the algorithm its
+/// heuristics chose for operands aligned to at least `alignment` bytes
+/// ({A, B, C, D} of the GemmSpec; CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*,
+/// whose default, 256, would let an algorithm assume more than the arena's
+/// 128 bytes or a caller's tensor gives).
 struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::array<uint32_t, 4> alignment{256, 256, 256, 256};
 };
+
+/// Destroys `plan`'s descriptors (those it has) and clears it.
+void DestroyGemmPlan(const CublasLt& lt, GemmPlan& plan);
 
 /// An NVTX range (header-only NVTX v3: a no-op unless a tool such as Nsight
 /// Systems is attached), so `nsys profile` shows llmc runs and, for eager and
@@ -56,7 +71,11 @@ struct Session::Impl {
   ParameterGuard parameters;            // when to run the preparation segment
   PooledBuffer arena, workspace;
   cublasLtHandle_t lt_handle = nullptr;
-  std::vector<detail::GemmPlan> gemms;
+  // Per GemmSpec, its plans: the first made at load for the alignments of
+  // the arena's and constants' addresses (and 256-byte aligned inputs and
+  // outputs), more on demand for callers' tensors aligned less
+  // (GemmPlanFor).
+  std::vector<std::vector<detail::GemmPlan>> gemms;
   // Instantiated CUDA graphs by input/output pointer key, least recently
   // used first out (SessionOptions::use_cuda_graphs).
   struct CachedGraph {
@@ -107,17 +126,20 @@ struct Session::Impl {
       if (ev.second) driver_->cuEventDestroy(ev.second);
     }
     if (comm_stream) driver_->cuStreamDestroy(comm_stream);
-    for (detail::GemmPlan& g : gemms) {
-      if (g.desc) lt->cublasLtMatmulDescDestroy(g.desc);
-      for (auto* l : {g.a, g.b, g.c, g.d})
-        if (l) lt->cublasLtMatrixLayoutDestroy(l);
-    }
+    for (std::vector<detail::GemmPlan>& plans : gemms)
+      for (detail::GemmPlan& g : plans) detail::DestroyGemmPlan(*lt, g);
     if (lt_handle) lt->cublasLtDestroy(lt_handle);
     for (CUmodule m : modules) driver_->cuModuleUnload(m);
   }
 
+  /// Plans `g` for operands aligned to `alignment` ({A, B, C, D} bytes).
   absl::Status PlanGemm(const GemmSpec& g, size_t workspace_bytes,
+                        const std::array<uint32_t, 4>& alignment,
                         detail::GemmPlan* plan);
+  /// A plan of gemm `index` valid for operands aligned to `alignment`: the
+  /// first planned one that asks no more of any operand, else a new one.
+  absl::StatusOr<detail::GemmPlan*> GemmPlanFor(
+      const Executable& exe, int index, const std::array<uint32_t, 4>& alignment);
   /// `programmatic`: a kernel launch starts while the previous kernel
   /// finishes (programmatic dependent launch).
   absl::Status Enqueue(const Executable& exe, const Launch& l, CUstream stream,

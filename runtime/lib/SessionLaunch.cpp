@@ -58,8 +58,26 @@ absl::StatusOr<ncclDataType_t> NcclType(DType t) {
 #define CU_CALL(fn, ...) LLMC_VENDOR_CALL(*driver_, fn, __VA_ARGS__)
 #define LT_CALL(fn, ...) LLMC_VENDOR_CALL(*lt, fn, __VA_ARGS__)
 
+namespace detail {
+
+uint32_t GemmAlignment(uint64_t address) {
+  if (address == 0) return 256;
+  return static_cast<uint32_t>(std::min<uint64_t>(256, address & (~address + 1)));
+}
+
+void DestroyGemmPlan(const CublasLt& lt, GemmPlan& plan) {
+  if (plan.desc) lt.cublasLtMatmulDescDestroy(plan.desc);
+  for (cublasLtMatrixLayout_t l : {plan.a, plan.b, plan.c, plan.d})
+    if (l) lt.cublasLtMatrixLayoutDestroy(l);
+  plan = GemmPlan{};
+}
+
+}  // namespace detail
+
 absl::Status Session::Impl::PlanGemm(const GemmSpec& g, size_t workspace_bytes,
+                                     const std::array<uint32_t, 4>& alignment,
                                      GemmPlan* p) {
+  p->alignment = alignment;
   if (g.compute != DType::f32)
     return absl::UnimplementedError("only f32 GEMM accumulation is supported");
   bool fp8 = IsFp8(g.dtype_a) || IsFp8(g.dtype_b);
@@ -137,6 +155,15 @@ absl::Status Session::Impl::PlanGemm(const GemmSpec& g, size_t workspace_bytes,
   LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulPreferenceSetAttribute, pref,
                                   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                   sizeof(ws)));
+  // cuBLASLt's A is our B (see the layouts above).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligned[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment[1]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment[0]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment[2]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment[3]}};
+  for (const auto& [attribute, bytes] : aligned)
+    LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulPreferenceSetAttribute, pref,
+                                    attribute, &bytes, sizeof(bytes)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulAlgoGetHeuristic, lt_handle,
@@ -146,9 +173,27 @@ absl::Status Session::Impl::PlanGemm(const GemmSpec& g, size_t workspace_bytes,
     return absl::UnimplementedError(absl::StrCat(
         "cuBLASLt has no algorithm for GEMM m=", g.m, " n=", g.n, " k=", g.k,
         " ", DTypeName(g.dtype_a), "x", DTypeName(g.dtype_b), "->",
-        DTypeName(g.dtype_d)));
+        DTypeName(g.dtype_d), " with operands aligned to ", alignment[0], "/",
+        alignment[1], "/", alignment[2], "/", alignment[3], " bytes (A/B/C/D)"));
   p->algo = result.algo;
   return absl::OkStatus();
+}
+
+absl::StatusOr<GemmPlan*> Session::Impl::GemmPlanFor(
+    const Executable& exe, int index, const std::array<uint32_t, 4>& alignment) {
+  std::vector<GemmPlan>& plans = gemms[index];
+  for (GemmPlan& p : plans)
+    if (p.alignment[0] <= alignment[0] && p.alignment[1] <= alignment[1] &&
+        p.alignment[2] <= alignment[2] && p.alignment[3] <= alignment[3])
+      return &p;
+  GemmPlan p;
+  if (absl::Status planned = PlanGemm(exe.gemms[index], workspace.bytes(), alignment, &p);
+      !planned.ok()) {
+    DestroyGemmPlan(*lt, p);
+    return Annotate(planned, absl::StrCat("gemm ", index));
+  }
+  plans.push_back(p);
+  return &plans.back();
 }
 
 absl::Status Session::Impl::Join(int launch, CUstream stream) {
@@ -247,7 +292,13 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
     }
     case Launch::Gemm: {
       const GemmSpec& g = exe.gemms[l.gemm];
-      GemmPlan& p = gemms[l.gemm];
+      const uint64_t a = addr(g.a), b = addr(g.b), d = addr(g.d);
+      const uint64_t c = g.c.buffer >= 0 ? addr(g.c) : d;
+      LLMC_RT_ASSIGN_OR_RETURN(
+          GemmPlan * plan,
+          GemmPlanFor(exe, l.gemm,
+                      {GemmAlignment(a), GemmAlignment(b), GemmAlignment(c), GemmAlignment(d)}));
+      GemmPlan& p = *plan;
       if (g.bias.buffer >= 0) {
         uint64_t bias = addr(g.bias);
         LLMC_RT_RETURN_IF_ERROR(LT_CALL(cublasLtMatmulDescSetAttribute, p.desc,
@@ -267,12 +318,10 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
                                         CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                         &s, sizeof(s)));
       }
-      uint64_t d = addr(g.d);
-      uint64_t c = g.c.buffer >= 0 ? addr(g.c) : d;
       float beta = g.c.buffer >= 0 ? g.beta : 0.f;
       return LT_CALL(cublasLtMatmul, lt_handle, p.desc, &g.alpha,
-                     reinterpret_cast<void*>(addr(g.b)), p.a,
-                     reinterpret_cast<void*>(addr(g.a)), p.b, &beta,
+                     reinterpret_cast<void*>(b), p.a,
+                     reinterpret_cast<void*>(a), p.b, &beta,
                      reinterpret_cast<void*>(c), p.c,
                      reinterpret_cast<void*>(d), p.d, &p.algo,
                      reinterpret_cast<void*>(workspace.ptr()), workspace.bytes(),

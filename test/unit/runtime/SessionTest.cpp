@@ -174,9 +174,10 @@ TEST(SessionGpuTest, KernelsCopiesConstantsAndGraphReplay) {
   for (uint64_t p : {*x, *y1, *y2}) (void)dev->Free(p);
 }
 
-// Row-major D[m,n] = act(A[m,k] @ B + bias), f32 and bf16, B both layouts.
+// Row-major D[m,n] = act(A[m,k] @ B + bias), f32 and bf16, B both layouts;
+// A and D are the caller's tensors at `shift` bytes past an allocation.
 void RunGemm(const std::shared_ptr<Device>& dev, DType dt, bool transb,
-             Epilogue epi) {
+             Epilogue epi, int64_t shift = 0) {
   const int m = 5, n = 24, k = 40;
   auto bf16 = [](float f) {
     uint32_t u;
@@ -227,16 +228,17 @@ void RunGemm(const std::shared_ptr<Device>& dev, DType dt, bool transb,
   auto session = Session::Load(dev, e);
   ASSERT_TRUE(session.ok()) << session.status();
   std::string ha = encode(A);
-  auto da = dev->Alloc(ha.size()), dd = dev->Alloc(m * n * es);
+  auto da = dev->Alloc(ha.size() + shift), dd = dev->Alloc(m * n * es + shift);
   ASSERT_TRUE(da.ok() && dd.ok());
-  ASSERT_TRUE(dev->CopyToDevice(*da, ha.data(), ha.size()).ok());
+  const uint64_t a_at = *da + shift, d_at = *dd + shift;
+  ASSERT_TRUE(dev->CopyToDevice(a_at, ha.data(), ha.size()).ok());
   auto stream = dev->CreateStream();
   ASSERT_TRUE(stream.ok());
-  absl::Status st = (*session)->Run({{*da, dt, {m, k}}}, {{*dd, dt, {m, n}}}, *stream);
+  absl::Status st = (*session)->Run({{a_at, dt, {m, k}}}, {{d_at, dt, {m, n}}}, *stream);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_TRUE(dev->SynchronizeStream(*stream).ok());
   std::string hd(m * n * es, '\0');
-  ASSERT_TRUE(dev->CopyToHost(hd.data(), *dd, hd.size()).ok());
+  ASSERT_TRUE(dev->CopyToHost(hd.data(), d_at, hd.size()).ok());
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       double ref = 0;
@@ -490,6 +492,17 @@ TEST(SessionGpuTest, GemmF32RowMajor) {
   REQUIRE_GPU(dev);
   RunGemm(dev, DType::f32, false, Epilogue::none);
   RunGemm(dev, DType::f32, true, Epilogue::bias);
+}
+
+// cuBLASLt's heuristics assume 256-byte aligned operands unless told
+// otherwise: a caller's tensors aligned to 16..128 bytes get a plan of
+// their own (Session::Impl::GemmPlanFor) and the right product.
+TEST(SessionGpuTest, GemmOperandsAlignedLessThan256Bytes) {
+  REQUIRE_GPU(dev);
+  for (int64_t shift : {16, 48, 128}) {
+    RunGemm(dev, DType::bf16, true, Epilogue::bias, shift);
+    RunGemm(dev, DType::f32, false, Epilogue::none, shift);
+  }
 }
 
 TEST(SessionGpuTest, GemmBf16BiasRelu) {
