@@ -33,6 +33,22 @@ Type elementOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getElementType();
 }
 
+/// Matmuls contracting over fewer values than this keep their types under
+/// every policy (see PrecisionPass in Passes.td).
+constexpr int64_t kMinLowPrecisionK = 16;
+
+/// Whether `mm` contracts over a static K < kMinLowPrecisionK: an outer
+/// product such as Hugging Face's RoPE angles, inverse frequencies [.., D/2, 1]
+/// x positions [.., 1, S] in float32 with autocast off. Such a GEMM is
+/// memory-bound in any type, and a rounded operand is not averaged over K:
+/// positions above 256 round in bf16 (above 16 in e4m3), which turns the
+/// cos/sin tables into noise.
+bool isNarrowContraction(MatmulOp mm) {
+  auto lhs = cast<RankedTensorType>(mm.getLhs().getType());
+  int64_t k = lhs.getDimSize(lhs.getRank() - (mm.getTransposeLhs() ? 2 : 1));
+  return !ShapedType::isDynamic(k) && k < kMinLowPrecisionK;
+}
+
 class Rewriter {
 public:
   explicit Rewriter(func::FuncOp fn) : fn(fn), b(fn.getContext()) {}
@@ -421,6 +437,8 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
         continue;
       }
       auto mm = cast<MatmulOp>(op);
+      if (isNarrowContraction(mm))
+        continue;
       Type e = elementOf(mm.getLhs());
       if (policy == "fp8") {
         // An empty product (M or N = 0) computes nothing: it keeps its

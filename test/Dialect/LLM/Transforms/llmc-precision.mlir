@@ -97,3 +97,26 @@ func.func @bf16_amax(%x: tensor<2x8x64xbf16>, %w: tensor<32x64xbf16>) -> tensor<
   %y = llm.matmul %x, %w {transpose_rhs} : tensor<2x8x64xbf16>, tensor<32x64xbf16> -> tensor<2x8x32xbf16>
   return %y : tensor<2x8x32xbf16>
 }
+
+// -----
+
+// An outer product (K = 1: Hugging Face LLaMA's RoPE angles, inverse
+// frequencies x positions in float32 with autocast off) keeps its types
+// under every policy: rounding the positions (above 256 in bf16, above 16 in
+// e4m3) made the cos/sin tables noise. The linear layer beside it is cast.
+// CHECK-LABEL: func.func @narrow_contraction
+// CHECK: llm.matmul %arg0, %arg1 : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<8x16xbf16>, tensor<4x16xbf16> -> tensor<8x4xf32>
+// F16-LABEL: func.func @narrow_contraction
+// F16: llm.matmul %arg0, %arg1 : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
+// FP8-LABEL: func.func @narrow_contraction
+// FP8: llm.matmul %arg0, %arg1 : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
+// FP8: llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<8x16xf8E4M3FN>, tensor<4x16xf8E4M3FN>
+// FP8: return
+func.func @narrow_contraction(%inv: tensor<1x64x1xf32>, %pos: tensor<1x1x2048xf32>,
+                              %x: tensor<8x16xf32>, %w: tensor<4x16xf32>)
+    -> (tensor<1x64x2048xf32>, tensor<8x4xf32>) {
+  %f = llm.matmul %inv, %pos : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>
+  return %f, %y : tensor<1x64x2048xf32>, tensor<8x4xf32>
+}
