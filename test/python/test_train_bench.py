@@ -92,3 +92,37 @@ def test_fp8_backends_run_and_report(tmp_path):
         assert "ModuleNotFoundError" in f8["error"] and "torchao" in f8["error"], f8
     table = (tmp_path / "train.md").read_text()
     assert "| fwdbwd | llmc-fp8-row |" in table, table
+
+
+def test_grad_reference_f32_measures_eager_too(tmp_path):
+    """--grad-reference f32: every backend, eager included, against eager in
+    float32 on the same weights; on the CPU (f32 model) eager's error is 0
+    and llmc's (run in PyTorch) too, and each step's loss is recorded."""
+    capi_or_skip()
+    train_llama.main(["--smoke", "--out", str(tmp_path), "--backends", "eager,llmc",
+                      "--modes", "fwdbwd", "--grad-reference", "f32"])
+    runs = json.loads((tmp_path / "train.json").read_text())["runs"]
+    assert [r["backend"] for r in runs] == ["eager", "llmc"]
+    for r in runs:
+        assert r["grad_reference"] == "eager in float32", r
+        assert len(r["grad_errors"]) > 10 and r["grad_rel_to_eager"] <= 1e-5, r
+        assert len(r["losses"]) == 1 + 2 and all(l == l for l in r["losses"]), r
+    assert "gradients vs eager in float32" in (tmp_path / "train.md").read_text()
+
+
+def test_fp8_gradient_noise_smoke(tmp_path):
+    """bench/fp8_gradient_noise.py --smoke: every variant measured against
+    float32; the fake-quantized fp8 recipe moves the gradients about 0.1
+    (an e4m3 / e5m2 rounding, far above bf16's), which the script must see."""
+    capi_or_skip()
+    import fp8_gradient_noise
+    fp8_gradient_noise.main(["--smoke", "--out", str(tmp_path),
+                             "--variants", "eager-bf16,sim-fp8,sim-fp8-nohead,llmc-fp8"])
+    v = json.loads((tmp_path / "noise.json").read_text())["variants"]
+    assert set(v) == {"eager-bf16", "sim-fp8", "sim-fp8-nohead", "llmc-fp8"}
+    for name, rec in v.items():
+        assert "error" not in rec, (name, rec)
+        assert rec["grad_median"] == rec["grad_median"], (name, rec)  # not NaN
+    assert 0 < v["eager-bf16"]["grad_median"] < 0.03, v["eager-bf16"]
+    assert 0.05 < v["sim-fp8"]["grad_median"] < 0.3, v["sim-fp8"]
+    assert v["sim-fp8"]["logits_rel"] > v["sim-fp8-nohead"]["logits_rel"] > v["eager-bf16"]["logits_rel"]
