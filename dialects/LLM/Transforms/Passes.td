@@ -258,13 +258,13 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
     epilogue runs as an elementwise kernel after the GEMM (cuBLASLt's
     outer-vector scale modes are not used yet).
 
-    Under every policy, a matmul that contracts over a static K < 16
-    keeps its types: an outer product such as the RoPE angles Hugging
-    Face's LLaMA computes as inverse frequencies [1, D/2, 1] x positions
-    [1, 1, S] (a K = 1 bmm in float32, autocast off). Such a GEMM is
-    memory-bound in any type, and a rounded operand is not averaged over K:
-    positions above 256 round in bf16 and above 16 in e4m3, which turned
-    the cos/sin tables into noise (relative error 0.8 at S = 2048).
+    Under every policy, an outer product (a matmul with K = 1) keeps its
+    types: the RoPE angles Hugging Face's LLaMA computes as inverse
+    frequencies [1, D/2, 1] x positions [1, 1, S] (a bmm in float32,
+    autocast off). It has no contraction for tensor cores to speed up, and
+    its rounded operand is not averaged: positions above 256 round in bf16
+    and above 16 in e4m3, which turned the cos/sin tables into noise
+    (relative error 0.8 at S = 2048).
 
     `policy=fp32` leaves the function unchanged.
 

@@ -33,20 +33,15 @@ Type elementOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getElementType();
 }
 
-/// Matmuls contracting over fewer values than this keep their types under
-/// every policy (see PrecisionPass in Passes.td).
-constexpr int64_t kMinLowPrecisionK = 16;
-
-/// Whether `mm` contracts over a static K < kMinLowPrecisionK: an outer
-/// product such as Hugging Face's RoPE angles, inverse frequencies [.., D/2, 1]
-/// x positions [.., 1, S] in float32 with autocast off. Such a GEMM is
-/// memory-bound in any type, and a rounded operand is not averaged over K:
+/// Whether `mm` is an outer product (static K = 1), which every policy leaves
+/// as written: Hugging Face's RoPE angles, inverse frequencies [.., D/2, 1] x
+/// positions [.., 1, S] in float32 with autocast off. It has no contraction
+/// for tensor cores to speed up, and its rounded operand is not averaged:
 /// positions above 256 round in bf16 (above 16 in e4m3), which turns the
 /// cos/sin tables into noise.
-bool isNarrowContraction(MatmulOp mm) {
+bool isOuterProduct(MatmulOp mm) {
   auto lhs = cast<RankedTensorType>(mm.getLhs().getType());
-  int64_t k = lhs.getDimSize(lhs.getRank() - (mm.getTransposeLhs() ? 2 : 1));
-  return !ShapedType::isDynamic(k) && k < kMinLowPrecisionK;
+  return lhs.getDimSize(lhs.getRank() - (mm.getTransposeLhs() ? 2 : 1)) == 1;
 }
 
 class Rewriter {
@@ -437,7 +432,7 @@ struct PrecisionPass : llmc::llm::impl::PrecisionPassBase<PrecisionPass> {
         continue;
       }
       auto mm = cast<MatmulOp>(op);
-      if (isNarrowContraction(mm))
+      if (isOuterProduct(mm))
         continue;
       Type e = elementOf(mm.getLhs());
       if (policy == "fp8") {

@@ -103,20 +103,25 @@ func.func @bf16_amax(%x: tensor<2x8x64xbf16>, %w: tensor<32x64xbf16>) -> tensor<
 // An outer product (K = 1: Hugging Face LLaMA's RoPE angles, inverse
 // frequencies x positions in float32 with autocast off) keeps its types
 // under every policy: rounding the positions (above 256 in bf16, above 16 in
-// e4m3) made the cos/sin tables noise. The linear layer beside it is cast.
-// CHECK-LABEL: func.func @narrow_contraction
+// e4m3) made the cos/sin tables noise. The linear layer beside it (K = 16)
+// is cast, and so is a small one (K = 2).
+// CHECK-LABEL: func.func @outer_product
 // CHECK: llm.matmul %arg0, %arg1 : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
 // CHECK: llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<8x16xbf16>, tensor<4x16xbf16> -> tensor<8x4xf32>
-// F16-LABEL: func.func @narrow_contraction
+// CHECK: llm.matmul %{{.+}}, %{{.+}} : tensor<8x2xbf16>, tensor<2x4xbf16> -> tensor<8x4xf32>
+// F16-LABEL: func.func @outer_product
 // F16: llm.matmul %arg0, %arg1 : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
-// FP8-LABEL: func.func @narrow_contraction
+// FP8-LABEL: func.func @outer_product
 // FP8: llm.matmul %arg0, %arg1 : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
 // FP8: llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<8x16xf8E4M3FN>, tensor<4x16xf8E4M3FN>
+// FP8: llm.matmul %{{.+}}, %{{.+}} : tensor<8x2xf8E4M3FN>, tensor<2x4xf8E4M3FN>
 // FP8: return
-func.func @narrow_contraction(%inv: tensor<1x64x1xf32>, %pos: tensor<1x1x2048xf32>,
-                              %x: tensor<8x16xf32>, %w: tensor<4x16xf32>)
-    -> (tensor<1x64x2048xf32>, tensor<8x4xf32>) {
+func.func @outer_product(%inv: tensor<1x64x1xf32>, %pos: tensor<1x1x2048xf32>,
+                              %x: tensor<8x16xf32>, %w: tensor<4x16xf32>,
+                              %a: tensor<8x2xf32>, %b: tensor<2x4xf32>)
+    -> (tensor<1x64x2048xf32>, tensor<8x4xf32>, tensor<8x4xf32>) {
   %f = llm.matmul %inv, %pos : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
   %y = llm.matmul %x, %w {transpose_rhs} : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>
-  return %f, %y : tensor<1x64x2048xf32>, tensor<8x4xf32>
+  %z = llm.matmul %a, %b : tensor<8x2xf32>, tensor<2x4xf32> -> tensor<8x4xf32>
+  return %f, %y, %z : tensor<1x64x2048xf32>, tensor<8x4xf32>, tensor<8x4xf32>
 }
