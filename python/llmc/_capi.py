@@ -664,6 +664,9 @@ class Session:
             device_ordinal = communicator.device_ordinal
         self._setup(lib, executable, torch.device("cuda", device_ordinal), always_prepare,
                     packed_outputs, output_views, persistent_outputs, fixed_inputs)
+        # The runtime copies staged inputs through its aligned staging buffer
+        # (also once the graphs are off, when one is misaligned): any address.
+        self._staged_set = frozenset(int(i) for i in staged_inputs) if cuda_graphs else frozenset()
         out = ctypes.c_void_p()
         opts = f"cuda_graphs={1 if cuda_graphs else 0}"
         if cuda_graphs and staged_inputs:
@@ -697,6 +700,7 @@ class Session:
         # call, and the kept contiguous copies of non-contiguous ones.
         self._params = [k for k, i in enumerate(self.input_info) if i.parameter]
         self._param_set = frozenset(self._params)
+        self._staged_set: frozenset = getattr(self, "_staged_set", frozenset())
         self._held: Optional[List[torch.Tensor]] = None
         self._held_keys: Optional[List[Tuple[int, Optional[int]]]] = None
         self._param_copies: Dict[int, Tuple[Tuple[int, int, Tuple[int, ...]], torch.Tensor]] = {}
@@ -859,12 +863,14 @@ class Session:
     # address a multiple of it (its kernels use 16-byte vectors).
     TENSOR_ALIGN = 16
 
-    @classmethod
-    def _needs_copy(cls, t: torch.Tensor) -> bool:
-        """Whether input `t` must be passed as a copy: non-contiguous, or
-        contiguous at an address the runtime refuses (a view into the
-        middle of a row, e.g. a flat buffer's slice)."""
-        return not t.is_contiguous() or (t.data_ptr() % cls.TENSOR_ALIGN != 0 and t.numel() > 0)
+    def _needs_copy(self, t: torch.Tensor, k: int, ptr: int) -> bool:
+        """Whether input `k`, tensor `t` at address `ptr`, must be passed as
+        a copy: non-contiguous, or contiguous at an address the runtime
+        refuses (a view into the middle of a row, e.g. a flat buffer's
+        slice) unless the runtime stages it (copies it through its own
+        aligned buffer)."""
+        return not t.is_contiguous() or (ptr % self.TENSOR_ALIGN != 0 and t.numel() > 0
+                                         and k not in self._staged_set)
 
     @staticmethod
     def _version(t: torch.Tensor) -> Optional[int]:
@@ -958,7 +964,7 @@ class Session:
             data[k] = t.data_ptr()
             refs[k] = weakref.ref(t)
             versions[k] = None
-            if self._needs_copy(t):
+            if self._needs_copy(t, k, data[k]):
                 copies = copies or {}
                 copies[k] = t
             elif not t.is_inference():
@@ -1042,7 +1048,7 @@ class Session:
         for o, i in self.aliases.items():
             if o < len(outs) and i < len(inputs):
                 t = inputs[i]
-                if (not self._needs_copy(t) and t.dtype is outs[o].dtype
+                if (not self._needs_copy(t, i, t.data_ptr()) and t.dtype is outs[o].dtype
                         and t.shape == outs[o].shape
                         and t.get_device() == self._device_index):
                     outs[o] = t
@@ -1063,7 +1069,7 @@ class Session:
                 self._guard(inputs)
             ins = []
             for k, t in enumerate(inputs):
-                if self._needs_copy(t):
+                if self._needs_copy(t, k, t.data_ptr()):
                     t = self._contiguous(k, t)
                 keep.append(t)
                 ins.append(_tensor_struct(t, keep))

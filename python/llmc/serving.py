@@ -869,6 +869,10 @@ class ServingEngine:
                 raise ValueError(f"weights[{i}]: the GPU engine reads CUDA tensors, "
                                  f"found {w.device} (or pass reference=True)")
             w = w.detach().contiguous()
+            if w.numel() and w.data_ptr() % _capi.Session.TENSOR_ALIGN:
+                # A view into the middle of a flat buffer: the engine takes
+                # 16-byte aligned weights (rt::kTensorAlignment).
+                w = w.clone()
             self._weights.append(w)
             shape = (ctypes.c_int64 * max(1, w.dim()))(*w.shape)
             self._shapes.append(shape)

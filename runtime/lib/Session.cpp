@@ -31,7 +31,7 @@ std::string Describe(DType t, const std::vector<int64_t>& shape) {
 
 absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
                           const std::vector<DeviceTensor>& tensors,
-                          const char* what) {
+                          const char* what, const std::vector<int64_t>* staged) {
   if (sigs.size() != tensors.size())
     return absl::InvalidArgumentError(absl::StrCat(
         "expected ", sigs.size(), " ", what, "s, got ", tensors.size()));
@@ -45,7 +45,8 @@ absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
     if (t.dptr == 0 && s.Bytes() > 0)
       return absl::InvalidArgumentError(
           absl::StrCat(what, " '", s.name, "' (#", i, ") has a null pointer"));
-    if (t.dptr % kTensorAlignment != 0 && s.Bytes() > 0)
+    const bool copied = staged && i < staged->size() && (*staged)[i] >= 0;
+    if (t.dptr % kTensorAlignment != 0 && s.Bytes() > 0 && !copied)
       return absl::InvalidArgumentError(absl::StrCat(
           what, " '", s.name, "' (#", i, ") at 0x", absl::Hex(t.dptr), " is not ",
           kTensorAlignment, "-byte aligned (address % ", kTensorAlignment, " = ",
@@ -343,19 +344,29 @@ absl::StatusOr<std::vector<LaunchTiming>> Session::RunTimeline(
 absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
                                 const std::vector<DeviceTensor>& outputs,
                                 CUstream stream, std::vector<LaunchTiming>* timings) {
-  LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->inputs, inputs, "input"));
-  LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->outputs, outputs, "output"));
+  Impl& im = *impl_;
+  // A tensor with a staging slot may lie at any address (see below).
+  LLMC_RT_RETURN_IF_ERROR(CheckTensors(exe_->inputs, inputs, "input", &im.staged_input_offset));
+  LLMC_RT_RETURN_IF_ERROR(
+      CheckTensors(exe_->outputs, outputs, "output", &im.staged_output_offset));
   LLMC_RT_RETURN_IF_ERROR(device_->MakeCurrent());
   NvtxRange run_range(timings ? "llmc run (timed)" : "llmc run");
-  Impl& im = *impl_;
   const CudaDriver* driver_ = im.driver_;
   std::vector<uint64_t> key;
-  // Staging serves the graphs only: once they are off for good (see
-  // RunGraph's give_up) the launches read and write the caller's tensors.
+  // Staging serves the graphs: once they are off for good (see RunGraph's
+  // give_up) the launches read and write the caller's tensors, except a
+  // tensor with a staging slot at an address the kernels cannot take (not
+  // kTensorAlignment-aligned, e.g. a decode step's token slice), which is
+  // copied through its slot whatever the graphs do.
   const bool stage = graph_stats_.disabled_reason.empty();
   const uint64_t staging = im.staging.ptr();
-  auto stagedIn = [&](size_t i) { return stage ? im.staged_input_offset[i] : -1; };
-  auto stagedOut = [&](size_t o) { return stage ? im.staged_output_offset[o] : -1; };
+  auto misaligned = [](const DeviceTensor& t) { return t.dptr % kTensorAlignment != 0; };
+  auto stagedIn = [&](size_t i) {
+    return stage || misaligned(inputs[i]) ? im.staged_input_offset[i] : -1;
+  };
+  auto stagedOut = [&](size_t o) {
+    return stage || misaligned(outputs[o]) ? im.staged_output_offset[o] : -1;
+  };
   for (const Buffer& b : exe_->buffers) {
     switch (b.kind) {
       case Buffer::Input:
@@ -442,22 +453,23 @@ absl::Status Session::RunLocked(const std::vector<DeviceTensor>& inputs,
     for (auto e : events)
       if (e) driver_->cuEventDestroy(e);
     LLMC_RT_RETURN_IF_ERROR(st);
-    return stage ? CopyStagedOutputs(outputs, stream) : absl::OkStatus();
+    return CopyStagedOutputs(outputs, stream, stage);
   }
 
   absl::Status st = !options_.use_cuda_graphs || !graph_stats_.disabled_reason.empty()
                         ? EnqueueAll(stream, first)
                         : RunGraph(key, stream, first);
   LLMC_RT_RETURN_IF_ERROR(st);
-  return stage ? CopyStagedOutputs(outputs, stream) : absl::OkStatus();
+  return CopyStagedOutputs(outputs, stream, stage);
 }
 
 absl::Status Session::CopyStagedOutputs(const std::vector<DeviceTensor>& outputs,
-                                        CUstream stream) {
+                                        CUstream stream, bool all) {
   Impl& im = *impl_;
   const CudaDriver* driver_ = im.driver_;
   for (size_t o = 0; o < outputs.size(); ++o)
-    if (im.staged_output_offset[o] >= 0)
+    if (im.staged_output_offset[o] >= 0 &&
+        (all || outputs[o].dptr % kTensorAlignment != 0))
       LLMC_RT_RETURN_IF_ERROR(Annotate(
           CU_CALL(cuMemcpyDtoDAsync, outputs[o].dptr,
                   im.staging.ptr() + im.staged_output_offset[o],

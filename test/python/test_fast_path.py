@@ -540,3 +540,24 @@ def test_misaligned_inputs_reach_the_runtime_as_aligned_copies(fake_gpu):
             assert all(p % 16 == 0 for p, _, shape in ins + outs if p), (k, ins)
             ai = entry.imp.arg_placeholders.index(k)
             assert ins[ai][0] != view.data_ptr()
+
+
+def test_staged_misaligned_inputs_are_left_to_the_runtime():
+    """An input the session stages (SessionOptions::staged_inputs, with CUDA
+    graphs) is copied by the runtime through its aligned staging buffer, so
+    a misaligned one (a decode step's `ids[:, -1:]`) is passed as it is,
+    not cloned on every call; an unstaged one is copied, and a
+    non-contiguous one is copied whatever its staging."""
+    capi_or_skip()
+    s = object.__new__(_capi.Session)
+    s._staged_set = frozenset({1})
+    flat = torch.empty(40)
+    view = flat[1:33]
+    assert view.is_contiguous() and view.data_ptr() % 16 != 0
+    assert s._needs_copy(view, 0, view.data_ptr())
+    assert not s._needs_copy(view, 1, view.data_ptr())
+    aligned = torch.empty(32)
+    assert not s._needs_copy(aligned, 0, aligned.data_ptr())
+    t = torch.empty(4, 8).t()
+    assert s._needs_copy(t, 1, t.data_ptr())
+    assert not s._needs_copy(flat[1:1], 0, flat[1:1].data_ptr())  # empty: never read

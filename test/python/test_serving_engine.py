@@ -167,3 +167,29 @@ def test_bad_weights_and_requests_are_named_errors():
         engine.step()
     with pytest.raises(ValueError, match="reads weights on the CPU"):
         ServingEngine(step, [w.to("meta") for w in weights], reference=True)
+
+
+def test_misaligned_weights_are_copied_not_refused():
+    """A weight that is a view into the middle of a flat buffer (not 16-byte
+    aligned, which the runtime refuses) is passed as an aligned copy: the
+    engine serves the same tokens as with the weights as allocated."""
+    capi_or_skip()
+    model = _tiny_model(4)
+    step = llama_serving_step_mlir(model.config, num_pages=48, page_size=4, max_pages=24,
+                                   dtype=torch.float32)
+    weights = llama_serving_step_weights(model)
+    moved = []
+    for w in weights:
+        flat = torch.empty(w.numel() + 8, dtype=w.dtype)
+        v = flat[1:1 + w.numel()].view(w.shape)
+        v.copy_(w)
+        assert v.data_ptr() % 16 != 0
+        moved.append(v)
+    requests = _requests(3, 5)
+    with ServingEngine(step, weights, reference=True, max_batch_tokens=16,
+                       max_sequences=3) as engine:
+        want = {k: f.tokens for k, f in _serve(engine, requests).items()}
+    with ServingEngine(step, moved, reference=True, max_batch_tokens=16,
+                       max_sequences=3) as engine:
+        got = {k: f.tokens for k, f in _serve(engine, requests).items()}
+    assert got == want and all(want.values())

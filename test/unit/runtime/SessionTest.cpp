@@ -42,6 +42,12 @@ TEST(CheckTensorsTest, NamesTensorAndExpectedVsActual) {
             "output 'x' (#0) at 0x1008 is not 16-byte aligned (address % 16 = 8): "
             "llmc's kernels access inputs and outputs with 16-byte vectors; pass an "
             "aligned copy");
+  // A tensor the session copies through its aligned staging buffer (a
+  // staging slot: offset >= 0) may lie at any address.
+  std::vector<int64_t> staged = {0, -1};
+  EXPECT_TRUE(CheckTensors(sigs, bad, "input", &staged).ok());
+  staged = {-1, 0};
+  EXPECT_FALSE(CheckTensors(sigs, bad, "input", &staged).ok());
   // An empty tensor's address is never read.
   std::vector<TensorSig> empty = {{"e", DType::bf16, {0, 64}}};
   EXPECT_TRUE(CheckTensors(empty, {{0x1002, DType::bf16, {0, 64}}}, "input").ok());

@@ -36,11 +36,14 @@ struct DeviceTensor {
 };
 
 /// Checks `tensors` against `sigs` (count, dtype, shape, non-null pointer
-/// aligned to kTensorAlignment). InvalidArgument naming the tensor, expected
-/// vs actual. `what` is "input" or "output".
+/// aligned to kTensorAlignment, except tensor i when `staged` says
+/// (*staged)[i] >= 0: it is copied through the session's aligned staging
+/// buffer). InvalidArgument naming the tensor, expected vs actual. `what` is
+/// "input" or "output".
 absl::Status CheckTensors(const std::vector<TensorSig>& sigs,
                           const std::vector<DeviceTensor>& tensors,
-                          const char* what);
+                          const char* what,
+                          const std::vector<int64_t>* staged = nullptr);
 
 struct SessionOptions {
   /// Run the launch sequence (after parameter preparation, which always runs
@@ -71,13 +74,16 @@ struct SessionOptions {
   /// instead, so neither the graph key nor the captured graph depends on
   /// where the caller keeps them. Load fails with InvalidArgument for an
   /// index out of range, a duplicate, a parameter input or an input that an
-  /// output aliases. Ignored without use_cuda_graphs, and once graphs are
-  /// turned off for the session.
+  /// output aliases. Ignored without use_cuda_graphs; once graphs are
+  /// turned off for the session, only a staged input at an address that is
+  /// not kTensorAlignment-aligned is still copied (such an input may lie at
+  /// any address).
   std::vector<int> staged_inputs;
   /// With use_cuda_graphs: outputs of at most this many bytes that alias no
   /// input are written into staging buffers of the session and copied into
   /// the caller's tensors after the launches (one device-to-device copy
   /// each), so fresh output tensors on every call keep the graph. 0: none.
+  /// Such an output may lie at any address, as a staged input may.
   int64_t staged_output_bytes = 0;
   /// Compiler for kernels without a usable cubin; null = a private one.
   KernelCompiler* compiler = nullptr;
@@ -222,9 +228,11 @@ class Session {
   /// staged_output_bytes) and allocates them; InvalidArgument for a bad
   /// staged input.
   absl::Status PlanStaging();
-  /// Copies the staged outputs of this run into the caller's `outputs`.
+  /// Copies the staged outputs of this run into the caller's `outputs`:
+  /// every one with a staging slot when `all` (the graphs are on), else those
+  /// at an address not kTensorAlignment-aligned (staged for that reason).
   absl::Status CopyStagedOutputs(const std::vector<DeviceTensor>& outputs,
-                                 CUstream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                 CUstream stream, bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Enqueues launches [first, end) on `stream`, joining every collective.
   absl::Status EnqueueAll(CUstream stream, size_t first)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
