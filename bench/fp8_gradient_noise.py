@@ -30,6 +30,7 @@ gets every number.
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -113,28 +114,34 @@ def main(argv=None):
     ref_loss, ref_logits, ref_grads = run(ref_model, ref_model)
     del ref_model
     out = {"args": vars(targs), "device": str(device), "reference_loss": ref_loss, "variants": {}}
+    os.makedirs(targs.out, exist_ok=True)
     for variant in args.variants.split(","):
         t0 = time.time()
         try:
             model = train_llama.build_model(targs, device, torch.bfloat16)
             loss, logits, grads = run(model, prepare(variant, model))
+            # NaN or a missing gradient counts as inf (never as a small error).
+            errors = train_llama.gradient_errors(grads, ref_grads)
+            ranked = sorted(errors.values())
+            logits_rel = float((logits - ref_logits).norm() / ref_logits.norm())
+            rec = {"loss_rel": abs(loss - ref_loss) / abs(ref_loss),
+                   "logits_rel": logits_rel if logits_rel == logits_rel else float("inf"),
+                   "grad_median": statistics.median(ranked), "grad_worst": ranked[-1],
+                   "seconds": time.time() - t0, "grad_errors": errors}
+            print(variant, json.dumps({k: round(v, 5) for k, v in rec.items()
+                                       if k != "grad_errors"}), flush=True)
         except Exception as e:  # one variant failing (torchao missing) must not lose the others
-            out["variants"][variant] = {"error": f"{type(e).__name__}: {e}"[:300]}
-            print(variant, out["variants"][variant], flush=True)
-            continue
-        errors = {n: float((grads[n] - r).norm() / r.norm().clamp_min(1e-30))
-                  for n, r in ref_grads.items()}
-        ranked = sorted(errors.values())
-        rec = {"loss_rel": abs(loss - ref_loss) / abs(ref_loss),
-               "logits_rel": float((logits - ref_logits).norm() / ref_logits.norm()),
-               "grad_median": ranked[len(ranked) // 2], "grad_worst": ranked[-1],
-               "seconds": time.time() - t0, "grad_errors": errors}
+            rec = {"error": f"{type(e).__name__}: {e}"[:300]}
+            print(variant, rec, flush=True)
         out["variants"][variant] = rec
-        print(variant, json.dumps({k: round(v, 5) for k, v in rec.items() if k != "grad_errors"}),
-              flush=True)
-    os.makedirs(targs.out, exist_ok=True)
-    with open(os.path.join(targs.out, "noise.json"), "w") as f:
-        json.dump(out, f, indent=1)
+        # Written after every variant; the next one starts with this one's
+        # model, gradients and compiled sessions freed.
+        with open(os.path.join(targs.out, "noise.json"), "w") as f:
+            json.dump(out, f, indent=1)
+        model = loss = logits = grads = None
+        torch._dynamo.reset()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return 0
 
 

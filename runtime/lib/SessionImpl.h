@@ -136,8 +136,9 @@ struct Session::Impl {
   absl::Status PlanGemm(const GemmSpec& g, size_t workspace_bytes,
                         const std::array<uint32_t, 4>& alignment,
                         detail::GemmPlan* plan);
-  /// A plan of gemm `index` valid for operands aligned to `alignment`: the
-  /// first planned one that asks no more of any operand, else a new one.
+  /// The plan of gemm `index` for operands aligned to `alignment` (bytes,
+  /// {A, B, C, D}, each at most 256): the one made for exactly these, else
+  /// a new one (a cuBLASLt heuristic query, kept for later calls).
   absl::StatusOr<detail::GemmPlan*> GemmPlanFor(
       const Executable& exe, int index, const std::array<uint32_t, 4>& alignment);
   /// `programmatic`: a kernel launch starts while the previous kernel

@@ -181,11 +181,12 @@ absl::Status Session::Impl::PlanGemm(const GemmSpec& g, size_t workspace_bytes,
 
 absl::StatusOr<GemmPlan*> Session::Impl::GemmPlanFor(
     const Executable& exe, int index, const std::array<uint32_t, 4>& alignment) {
+  // A plan for exactly these alignments (each capped at 256, so a caller's
+  // 512-byte aligned tensors match the load-time plan): one made for less
+  // aligned operands would also run, but may leave a faster algorithm out.
   std::vector<GemmPlan>& plans = gemms[index];
   for (GemmPlan& p : plans)
-    if (p.alignment[0] <= alignment[0] && p.alignment[1] <= alignment[1] &&
-        p.alignment[2] <= alignment[2] && p.alignment[3] <= alignment[3])
-      return &p;
+    if (p.alignment == alignment) return &p;
   GemmPlan p;
   if (absl::Status planned = PlanGemm(exe.gemms[index], workspace.bytes(), alignment, &p);
       !planned.ok()) {

@@ -41,7 +41,10 @@ Type elementOf(Value v) {
 /// cos/sin tables into noise.
 bool isOuterProduct(MatmulOp mm) {
   auto lhs = cast<RankedTensorType>(mm.getLhs().getType());
-  return lhs.getDimSize(lhs.getRank() - (mm.getTransposeLhs() ? 2 : 1)) == 1;
+  auto rhs = cast<RankedTensorType>(mm.getRhs().getType());
+  // K as either operand declares it (the other may leave it dynamic).
+  return lhs.getDimSize(lhs.getRank() - (mm.getTransposeLhs() ? 2 : 1)) == 1 ||
+         rhs.getDimSize(rhs.getRank() - (mm.getTransposeRhs() ? 1 : 2)) == 1;
 }
 
 class Rewriter {

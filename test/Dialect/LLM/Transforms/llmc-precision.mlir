@@ -125,3 +125,16 @@ func.func @outer_product(%inv: tensor<1x64x1xf32>, %pos: tensor<1x1x2048xf32>,
   %z = llm.matmul %a, %b : tensor<8x2xf32>, tensor<2x4xf32> -> tensor<8x4xf32>
   return %f, %y, %z : tensor<1x64x2048xf32>, tensor<8x4xf32>, tensor<8x4xf32>
 }
+
+// -----
+
+// K = 1 as the RHS declares it, the LHS leaving it dynamic: still an outer
+// product.
+// CHECK-LABEL: func.func @outer_product_dynamic_lhs
+// CHECK: llm.matmul %arg0, %arg1 : tensor<1x64x?xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
+// FP8-LABEL: func.func @outer_product_dynamic_lhs
+// FP8: llm.matmul %arg0, %arg1 : tensor<1x64x?xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
+func.func @outer_product_dynamic_lhs(%inv: tensor<1x64x?xf32>, %pos: tensor<1x1x2048xf32>) -> tensor<1x64x2048xf32> {
+  %f = llm.matmul %inv, %pos : tensor<1x64x?xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
+  return %f : tensor<1x64x2048xf32>
+}
