@@ -101,7 +101,9 @@ absl::Status Session::RunGraph(const std::vector<uint64_t>& key,
         " of the last 32 runs (more sets than the ", options_.max_cuda_graphs,
         " cached graphs)")));
 
-  // A new pointer set: capture the launches.
+  // A new pointer set: capture the launches, each GEMM planned for these
+  // addresses first (not inside the capture).
+  LLMC_RT_RETURN_IF_ERROR(im.PlanGemmsForThisRun(*exe_, first));
   absl::Status begin =
       CU_CALL(cuStreamBeginCapture, s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   if (!begin.ok()) return give_up(Annotate(begin, "beginning the capture"));

@@ -141,6 +141,13 @@ struct Session::Impl {
   /// a new one (a cuBLASLt heuristic query, kept for later calls).
   absl::StatusOr<detail::GemmPlan*> GemmPlanFor(
       const Executable& exe, int index, const std::array<uint32_t, 4>& alignment);
+  /// The alignments {A, B, C, D} of `g`'s operands at this run's addresses
+  /// (`base`).
+  std::array<uint32_t, 4> GemmAlignments(const GemmSpec& g) const;
+  /// Makes sure every GEMM launch in [first, end) has its plan for this
+  /// run's addresses, before a CUDA graph capture: a cuBLASLt heuristic
+  /// query (or its failure) inside the capture would turn the graphs off.
+  absl::Status PlanGemmsForThisRun(const Executable& exe, size_t first);
   /// `programmatic`: a kernel launch starts while the previous kernel
   /// finishes (programmatic dependent launch).
   absl::Status Enqueue(const Executable& exe, const Launch& l, CUstream stream,

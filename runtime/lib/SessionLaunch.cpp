@@ -197,6 +197,24 @@ absl::StatusOr<GemmPlan*> Session::Impl::GemmPlanFor(
   return &plans.back();
 }
 
+std::array<uint32_t, 4> Session::Impl::GemmAlignments(const GemmSpec& g) const {
+  auto addr = [&](const BufferRef& r) -> uint64_t {
+    return r.buffer < 0 ? 0 : base[r.buffer] + r.offset;
+  };
+  const uint64_t d = addr(g.d);
+  return {GemmAlignment(addr(g.a)), GemmAlignment(addr(g.b)),
+          GemmAlignment(g.c.buffer >= 0 ? addr(g.c) : d), GemmAlignment(d)};
+}
+
+absl::Status Session::Impl::PlanGemmsForThisRun(const Executable& exe, size_t first) {
+  for (size_t i = first; i < exe.launches.size(); ++i)
+    if (exe.launches[i].kind == Launch::Gemm) {
+      const int index = exe.launches[i].gemm;
+      LLMC_RT_RETURN_IF_ERROR(GemmPlanFor(exe, index, GemmAlignments(exe.gemms[index])).status());
+    }
+  return absl::OkStatus();
+}
+
 absl::Status Session::Impl::Join(int launch, CUstream stream) {
   auto it = std::find(pending.begin(), pending.end(), launch);
   if (it == pending.end()) return absl::OkStatus();
@@ -295,10 +313,7 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
       const GemmSpec& g = exe.gemms[l.gemm];
       const uint64_t a = addr(g.a), b = addr(g.b), d = addr(g.d);
       const uint64_t c = g.c.buffer >= 0 ? addr(g.c) : d;
-      LLMC_RT_ASSIGN_OR_RETURN(
-          GemmPlan * plan,
-          GemmPlanFor(exe, l.gemm,
-                      {GemmAlignment(a), GemmAlignment(b), GemmAlignment(c), GemmAlignment(d)}));
+      LLMC_RT_ASSIGN_OR_RETURN(GemmPlan * plan, GemmPlanFor(exe, l.gemm, GemmAlignments(g)));
       GemmPlan& p = *plan;
       if (g.bias.buffer >= 0) {
         uint64_t bias = addr(g.bias);
