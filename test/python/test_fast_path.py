@@ -216,6 +216,20 @@ def _record_bf16(model, xs):
                             options={"dynamic_buckets": "none", "precision": "bf16"})
 
 
+def _primed_bf16_layer(fake_gpu):
+    """The tiny LLaMA's largest bf16 subgraph, compiled and primed on the
+    stand-in GPU: (subgraph, its recorded arguments, session entry, library)."""
+    torch.manual_seed(0)
+    model = tiny_llama().eval()
+    subs = _record_bf16(model, [torch.randint(0, 1000, (1, 4))])
+    sub, recorded = max(subs, key=lambda s: len(s[1][0]))
+    args = list(recorded[0])
+    fake_gpu()
+    _prime(sub, args)
+    entry = next(iter(sub.sessions.values()))
+    return sub, args, entry, entry.session._lib
+
+
 def _parameter_args(entry, args):
     """The placeholder indices of the session's parameter inputs."""
     return [entry.imp.arg_placeholders[k] for k in entry.session._params]
@@ -289,15 +303,7 @@ def test_non_contiguous_parameters_reach_the_runtime_at_distinct_addresses(fake_
     with other weights (the allocator decides; torch 2.11's CPU allocator
     does, after the earlier tests of this file): the pointers then differ
     from the last preparation's and the runtime prepares again."""
-    torch.manual_seed(0)
-    model = tiny_llama().eval()
-    subs = _record_bf16(model, [torch.randint(0, 1000, (1, 4))])
-    sub, recorded = max(subs, key=lambda s: len(s[1][0]))
-    args = list(recorded[0])
-    fake_gpu()
-    _prime(sub, args)
-    entry = next(iter(sub.sessions.values()))
-    lib = entry.session._lib
+    sub, args, entry, lib = _primed_bf16_layer(fake_gpu)
     k = next(i for i in _parameter_args(entry, args)
              if args[i].dim() == 2 and args[i].shape[0] > 1 and args[i].shape[1] > 1)
     ai = entry.imp.arg_placeholders.index(k)
@@ -513,15 +519,7 @@ def test_misaligned_inputs_reach_the_runtime_as_aligned_copies(fake_gpu):
     turn as a view one element into a flat buffer, is passed as an aligned
     copy with the same contents (and the results stay PyTorch's); an aligned
     input is still passed as it is."""
-    torch.manual_seed(0)
-    model = tiny_llama().eval()
-    subs = _record_bf16(model, [torch.randint(0, 1000, (1, 4))])
-    sub, recorded = max(subs, key=lambda s: len(s[1][0]))
-    args = list(recorded[0])
-    fake_gpu()
-    _prime(sub, args)
-    entry = next(iter(sub.sessions.values()))
-    lib = entry.session._lib
+    sub, args, entry, lib = _primed_bf16_layer(fake_gpu)
     floats = [k for k, a in enumerate(args)
               if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 1]
     assert floats
