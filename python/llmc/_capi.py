@@ -700,7 +700,7 @@ class Session:
         # call, and the kept contiguous copies of non-contiguous ones.
         self._params = [k for k, i in enumerate(self.input_info) if i.parameter]
         self._param_set = frozenset(self._params)
-        self._staged_set: frozenset = getattr(self, "_staged_set", frozenset())
+        self._staged_set: frozenset = frozenset()  # __init__ sets the staged inputs
         self._held: Optional[List[torch.Tensor]] = None
         self._held_keys: Optional[List[Tuple[int, Optional[int]]]] = None
         self._param_copies: Dict[int, Tuple[Tuple[int, int, Tuple[int, ...]], torch.Tensor]] = {}

@@ -313,7 +313,10 @@ absl::Status Session::Impl::Enqueue(const Executable& exe, const Launch& l,
       const GemmSpec& g = exe.gemms[l.gemm];
       const uint64_t a = addr(g.a), b = addr(g.b), d = addr(g.d);
       const uint64_t c = g.c.buffer >= 0 ? addr(g.c) : d;
-      LLMC_RT_ASSIGN_OR_RETURN(GemmPlan * plan, GemmPlanFor(exe, l.gemm, GemmAlignments(g)));
+      LLMC_RT_ASSIGN_OR_RETURN(
+          GemmPlan * plan,
+          GemmPlanFor(exe, l.gemm,
+                      {GemmAlignment(a), GemmAlignment(b), GemmAlignment(c), GemmAlignment(d)}));
       GemmPlan& p = *plan;
       if (g.bias.buffer >= 0) {
         uint64_t bias = addr(g.bias);
