@@ -1,29 +1,28 @@
 // The lowering builds the parameter-preparation segment as the exec.prepare
-// region directly (lib/Compiler/ExecBuilder.h): the fp8 scaling (a row
-// kernel for |w| per row, one for the amax and scale, the scaling cast) and
-// [n,k] relayout of the weight run there, the per-call launches follow it. The
-// preparation's scratch buffers live before every per-call step (negative
-// steps), so llmc-plan-arena lets them share offsets with per-call buffers;
-// the preparation results that per-call launches read are persistent.
+// region directly (lib/Compiler/ExecBuilder.h): the fp8 scaling (one row
+// kernel finds the amax and scale of this small weight, read as one row;
+// then the scaling cast) and [n,k] relayout of the weight run there, the
+// per-call launches follow it. The preparation's scratch buffers live before
+// every per-call step (negative steps), so llmc-plan-arena lets them share
+// offsets with per-call buffers; the preparation results that per-call
+// launches read are persistent.
 // RUN: llmc-compile %s --precision=fp8 --emit=exec | FileCheck %s
 // RUN: llmc-compile %s --precision=bf16 --emit=exec | FileCheck %s --check-prefix=BF16
 
 // CHECK-LABEL: exec.executable @proj
 // CHECK:         exec.input "arg1" : tensor<64x32xf32> parameter
 // CHECK:         %[[W:.+]] = exec.buffer input[1] 8192 bytes
-// CHECK-NEXT:    %[[ROWMAX:.+]] = exec.buffer arena 256 bytes live [-{{[0-9]+}}, -{{[0-9]+}}] offset 0
 // CHECK-NEXT:    %[[SCALE:.+]] = exec.buffer persistent 4 bytes
-// CHECK-NEXT:    exec.buffer arena 2048 bytes live [-{{[0-9]+}}, -{{[0-9]+}}] offset 0
-// CHECK-NEXT:    exec.buffer arena 32 bytes live [{{[0-9]+}}, {{[0-9]+}}] offset 0
+// CHECK-NEXT:    %[[WQ:.+]] = exec.buffer arena 2048 bytes live [-{{[0-9]+}}, -{{[0-9]+}}] offset 0
 // CHECK:         %[[WT:.+]] = exec.buffer persistent 2048 bytes
 // CHECK:         exec.prepare {
-// CHECK-NEXT:      exec.launch @llmc_rowfused_{{.+}}(%[[ROWMAX]][0], %[[W]][0], 64 : i64) label "llm.reduce_max"
-// CHECK-NEXT:      exec.launch @llmc_rowfused_{{.+}}(%[[SCALE]][0], %[[ROWMAX]][0], 1 : i64) label "llm.div"
+// CHECK-NEXT:      exec.launch @llmc_rowfused_{{.+}} grid [1, 1, 1] {{.+}}(%[[SCALE]][0], %[[W]][0], 1 : i64) label "llm.div"
+// CHECK-NEXT:      exec.launch @llmc_ew_{{.+}}(%[[WQ]][0], %[[W]][0], %[[SCALE]][0], 2048 : i64) label "llm.cast"
 // The [k,n] weight into [n,k] by the tiled transpose: rows 64, cols 32, row
 // stride 32, no batch.
-// CHECK:           exec.launch @llmc_transpose_e4m3_e4m3 {{.+}}(%[[WT]][0], %{{.+}}[0], 64 : i64, 32 : i64, 32 : i64, 0 : i64) label "llm.matmul"
+// CHECK-NEXT:      exec.launch @llmc_transpose_e4m3_e4m3 {{.+}}(%[[WT]][0], %[[WQ]][0], 64 : i64, 32 : i64, 32 : i64, 0 : i64) label "llm.matmul"
 // CHECK-NEXT:    }
-// CHECK-NEXT:    exec.launch @llmc_rowfused_{{.+}} label "llm.reduce_max"
+// CHECK-NEXT:    exec.launch @llmc_rowfused_{{.+}} label "llm.div"
 // CHECK:         exec.gemm a %{{.+}}[0] b %[[WT]][0] c %{{.+}}[0] d %{{.+}}[0] scale_a %{{.+}}[0] scale_b %[[SCALE]][0]
 // CHECK-NOT:     exec.prepare
 

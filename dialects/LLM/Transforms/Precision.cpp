@@ -111,7 +111,33 @@ public:
       // abs(x) is written.
       auto xt = cast<RankedTensorType>(x.getType());
       Type xe = xt.getElementType();
-      Value absx = AbsOp::create(b, loc, xt, x);
+      Value xv = x;
+      // Short rows (attention's per-head [.., H, D] layout, or a decode
+      // step's [B, 1, H, D]) are read as longer ones: the trailing
+      // dimensions are viewed as one row of at least kMinRow elements, as
+      // the GEMM that reads x through a reshape sees it. A row kernel then
+      // reads x straight from its producer's output (rows of 128 fell into
+      // an elementwise kernel that wrote abs(x) out, then a row kernel per
+      // 128 elements). The view is taken when it leaves at least kMinRows
+      // rows, or when x is small enough to be one row (one thread block,
+      // no second reduction); otherwise x keeps its rows.
+      constexpr int64_t kMinRow = 512, kMinRows = 128, kMaxOneRow = 1 << 16;
+      int64_t split = xt.getRank(), row = 1;
+      if (xt.hasStaticShape() && xt.getRank() >= 2 && xt.getShape().back() < kMinRow) {
+        while (split > 0 && row < kMinRow)
+          row *= xt.getDimSize(--split);
+      }
+      int64_t rows = ShapedType::getNumElements(xt.getShape().take_front(split));
+      if (split < xt.getRank() - 1 && (rows >= kMinRows || rows * row <= kMaxOneRow)) {
+        SmallVector<int64_t> shape;
+        if (rows > 1)
+          shape.push_back(rows);
+        shape.push_back(row);
+        xt = RankedTensorType::get(shape, xe);
+        xv = ReshapeOp::create(b, loc, xt, x);
+        dims.assign(llvm::to_vector(llvm::seq<int64_t>(0, xt.getRank())));
+      }
+      Value absx = AbsOp::create(b, loc, xt, xv);
       if (xt.getRank() >= 2) {
         ArrayRef<int64_t> lead = xt.getShape().drop_back();
         absx = ReduceMaxOp::create(b, loc, RankedTensorType::get(lead, xe), absx,
@@ -143,6 +169,26 @@ public:
     Value q = CastOp::create(b, loc, t.clone(fp8), scaled);
     quantized[key] = {q, scale};
     return {q, scale};
+  }
+
+  /// quantizeFp8 of a matmul operand. A per-tensor scale does not depend on
+  /// how the elements are viewed, so an operand that is a reshape of another
+  /// value is quantized as that value and the fp8 result reshaped: a
+  /// gradient read as [B, S, D] by one GEMM and as [B*S, D] by another (the
+  /// input and weight gradients of a linear layer) is reduced and cast once,
+  /// not twice.
+  std::pair<Value, Value> quantizeOperand(Value x, FloatType fp8, int64_t kAxis,
+                                          MatmulOp user) {
+    Value root = x;
+    if (kAxis < 0)
+      while (auto r = root.getDefiningOp<ReshapeOp>())
+        root = r.getInput();
+    auto [q, s] = quantizeFp8(root, fp8, kAxis);
+    if (root == x)
+      return {q, s};
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(user);
+    return {ReshapeOp::create(b, x.getLoc(), withElement(x, fp8), q), s};
   }
 
   // matmul(x: f32, w: f32) -> f32 => matmul(cast(x) : bf16, cast(w) : bf16) -> f32
@@ -207,8 +253,8 @@ public:
       return lhs == transposed ? r - 2 : r - 1;
     };
     int64_t kA = kAxisOf(mm.getLhs(), true), kB = kAxisOf(mm.getRhs(), false);
-    auto [qa, sa] = quantizeFp8(mm.getLhs(), lhsGrad ? e5m2 : e4m3, kA);
-    auto [qb, sb] = quantizeFp8(mm.getRhs(), rhsGrad ? e5m2 : e4m3, kB);
+    auto [qa, sa] = quantizeOperand(mm.getLhs(), lhsGrad ? e5m2 : e4m3, kA, mm);
+    auto [qb, sb] = quantizeOperand(mm.getRhs(), rhsGrad ? e5m2 : e4m3, kB, mm);
     Type f32 = b.getF32Type();
     Location loc = mm.getLoc();
     b.setInsertionPoint(mm);

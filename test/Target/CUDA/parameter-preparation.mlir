@@ -39,12 +39,12 @@
 // LLAMA16: persistent bytes: 0 (parameter preparation: 0 launches
 //
 // Tiny LLaMA (f32 weights, K/N of 176 padded to 192 under fp8): the weights'
-// scaling, casts and pads are prepared (55 -> 31 per call).
+// scaling, casts and pads are prepared (44 -> 27 per call).
 // RUN: llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --precision=fp8 --print-stats | FileCheck %s --check-prefix=TINY8
-// TINY8: kernel launches: 31 (
-// TINY8: persistent bytes: 49180 (parameter preparation: 24 launches
+// TINY8: kernel launches: 27 (
+// TINY8: persistent bytes: 49180 (parameter preparation: 17 launches
 // RUN: llmc-compile %llmc_src_root/examples/tiny_llama_block.mlir --shape seq=7 --precision=fp8 --print-stats --no-hoist | FileCheck %s --check-prefix=TINY8-NOHOIST
-// TINY8-NOHOIST: kernel launches: 55 (
+// TINY8-NOHOIST: kernel launches: 44 (
 //
 // bf16 policy on f32 weights: the seven weight casts are prepared (25 -> 18;
 // 7 rows: q/k/v and gate/up are multi-output GEMVs reading the prepared

@@ -368,6 +368,60 @@ func.func @mlp_backward(%x: tensor<33x48xf32>, %w1: tensor<40x48xf32>,
   }
 }
 
+/// A linear layer's backward in attention's layout: the output gradient dy
+/// [B, S, H, D] is read as [B, S, H*D] by the input-gradient GEMM and as
+/// [B*S, H*D] (transposed) by the weight-gradient GEMM. The fp8 policy
+/// quantizes dy once (one per-tensor amax over rows of H*D, one scaling
+/// cast) and both GEMMs read that fp8 value through reshapes; the results
+/// stay within the HYBRID bound u4 + u5 of the test above, on fresh random
+/// inputs, and really ran in fp8.
+TEST_F(PassNumericsTest, Fp8GradientReadThroughReshapesIsQuantizedOnce) {
+  std::string src = R"mlir(
+func.func @linear_backward(%dy: tensor<2x64x4x128xf32> {llm.gradient},
+                           %w: tensor<512x48xf32>, %x: tensor<128x48xf32>)
+    -> (tensor<2x64x48xf32>, tensor<512x48xf32>) {
+  %g3 = llm.reshape %dy : tensor<2x64x4x128xf32> to tensor<2x64x512xf32>
+  %dx = llm.matmul %g3, %w : tensor<2x64x512xf32>, tensor<512x48xf32> -> tensor<2x64x48xf32>
+  %g2 = llm.reshape %dy : tensor<2x64x4x128xf32> to tensor<128x512xf32>
+  %dw = llm.matmul %g2, %x {transpose_lhs} : tensor<128x512xf32>, tensor<128x48xf32> -> tensor<512x48xf32>
+  return %dx, %dw : tensor<2x64x48xf32>, tensor<512x48xf32>
+}
+)mlir";
+  OwningOpRef<ModuleOp> precision =
+      parseAndRun(src, "func.func(llmc-precision{policy=fp8})");
+  ASSERT_TRUE(precision);
+  int absOfDy = 0, scalingCasts = 0;
+  firstFunc(*precision).walk([&](Operation *op) {
+    auto type = [](Value v) { return cast<RankedTensorType>(v.getType()); };
+    if (isa<llmc::llm::AbsOp>(op) && type(op->getOperand(0)).getNumElements() == 65536 &&
+        type(op->getOperand(0)).getShape().back() == 512)
+      ++absOfDy;
+    if (isa<llmc::llm::CastOp>(op) && isa<Float8E5M2Type>(type(op->getResult(0)).getElementType()))
+      ++scalingCasts;
+  });
+  EXPECT_EQ(absOfDy, 1) << print(*precision);
+  EXPECT_EQ(scalingCasts, 1) << print(*precision);
+  OwningOpRef<ModuleOp> before = parseAndRun(src, "");
+  ASSERT_TRUE(before);
+  OwningOpRef<ModuleOp> after =
+      parseAndRun(src, "llmc-pipeline{form-kernels=1 pad-all=1 precision=fp8}");
+  ASSERT_TRUE(after);
+  const double bound = 0.125 + 0.0625;
+  for (int draw = 0; draw < 2; ++draw) {
+    std::vector<HostTensor> inputs = inputsFor(firstFunc(*before), 1);
+    auto ref = Evaluate(firstFunc(*before), inputs);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    auto got = Evaluate(firstFunc(*after), inputs);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), ref->size());
+    for (size_t r = 0; r < ref->size(); ++r) {
+      double err = RelativeError((*got)[r], (*ref)[r]);
+      EXPECT_LE(err, bound) << "result " << r << ", draw " << draw;
+      EXPECT_GT(err, 1e-3) << "result " << r << ", draw " << draw;
+    }
+  }
+}
+
 /// fp8-scaling=row against one scale per tensor, on a linear layer whose
 /// activation has one outlier row (x 2^17, as attention sinks and massive
 /// activations give) and whose weight has one outlier output channel. With

@@ -20,9 +20,9 @@
 // F32: return
 // FP8-LABEL: func.func @matmul
 // FP8-DAG: %[[C448:.+]] = llm.constant dense<4.480000e+02> : tensor<f32>
-// FP8: %[[A:.+]] = llm.abs %{{.+}} : tensor<32x64xf32>
-// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [1] : tensor<32x64xf32>
-// FP8: %[[M:.+]] = llm.reduce_max %[[R]] [0] : tensor<32xf32>
+// FP8: %[[WR:.+]] = llm.reshape %{{.+}} : tensor<32x64xf32> to tensor<2048xf32>
+// FP8: %[[A:.+]] = llm.abs %[[WR]] : tensor<2048xf32>
+// FP8: %[[M:.+]] = llm.reduce_max %[[A]] [0] : tensor<2048xf32>
 // FP8: %[[MC:.+]] = llm.maximum %[[M]]
 // FP8: %[[S:.+]] = llm.div %[[MC]], %[[C448]] : tensor<f32>
 // FP8: %[[SB:.+]] = llm.broadcast %[[S]] : tensor<f32> to tensor<32x64xf32>
@@ -86,16 +86,62 @@ func.func @weight_only(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // widened, so no f32 copy of the activation or of its absolute value is made.
 // FP8-LABEL: func.func @bf16_amax
 // FP8-NOT: llm.abs {{.*}}xf32>
-// FP8: %[[A:.+]] = llm.abs %arg0 : tensor<2x8x64xbf16>
-// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [2] : tensor<2x8x64xbf16>
+// FP8: %[[A:.+]] = llm.abs %arg0 : tensor<2x8x512xbf16>
+// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [2] : tensor<2x8x512xbf16>
 // FP8: %[[R1:.+]] = llm.reshape %[[R]] : tensor<2x8xbf16> to tensor<16xbf16>
 // FP8: %[[M:.+]] = llm.reduce_max %[[R1]] [0] : tensor<16xbf16>
 // FP8: llm.cast %[[M]] : tensor<bf16> to tensor<f32>
 // FP8-NOT: llm.abs {{.*}}xf32>
 // FP8: return
-func.func @bf16_amax(%x: tensor<2x8x64xbf16>, %w: tensor<32x64xbf16>) -> tensor<2x8x32xbf16> {
-  %y = llm.matmul %x, %w {transpose_rhs} : tensor<2x8x64xbf16>, tensor<32x64xbf16> -> tensor<2x8x32xbf16>
+func.func @bf16_amax(%x: tensor<2x8x512xbf16>, %w: tensor<32x512xbf16>) -> tensor<2x8x32xbf16> {
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<2x8x512xbf16>, tensor<32x512xbf16> -> tensor<2x8x32xbf16>
   return %y : tensor<2x8x32xbf16>
+}
+
+// -----
+
+// Short rows (attention's [B, S, H, D] layout) are read as rows of at least
+// 512 elements: the trailing dimensions H x D are one row. A large tensor
+// whose whole shape would be one row keeps its rows (one row is one thread
+// block).
+// FP8-LABEL: func.func @short_rows
+// FP8-NOT: llm.reshape %arg1
+// FP8: %[[B:.+]] = llm.abs %arg1 : tensor<1024x256xbf16>
+// FP8: %[[RB:.+]] = llm.reduce_max %[[B]] [1] : tensor<1024x256xbf16>
+// FP8: llm.reduce_max %[[RB]] [0] : tensor<1024xbf16>
+// FP8: %[[V:.+]] = llm.reshape %arg0 : tensor<2x64x4x128xbf16> to tensor<128x512xbf16>
+// FP8: %[[A:.+]] = llm.abs %[[V]] : tensor<128x512xbf16>
+// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [1] : tensor<128x512xbf16>
+// FP8: llm.reduce_max %[[R]] [0] : tensor<128xbf16>
+// FP8: return
+func.func @short_rows(%x: tensor<2x64x4x128xbf16>, %w: tensor<1024x256xbf16>) -> tensor<2x64x512xbf16> {
+  %x2 = llm.reshape %x : tensor<2x64x4x128xbf16> to tensor<2x64x512xbf16>
+  %w2 = llm.reshape %w : tensor<1024x256xbf16> to tensor<512x512xbf16>
+  %y = llm.matmul %x2, %w2 : tensor<2x64x512xbf16>, tensor<512x512xbf16> -> tensor<2x64x512xbf16>
+  return %y : tensor<2x64x512xbf16>
+}
+
+// -----
+
+// A per-tensor scale does not depend on the view: an operand read as
+// [B, S, D] by one GEMM and through a reshape as [B*S, D] by another (a
+// linear layer's output gradient, by its input- and weight-gradient GEMMs)
+// is reduced and cast once; the second GEMM reads the fp8 value reshaped.
+// FP8-LABEL: func.func @quantize_through_reshape
+// FP8-COUNT-3: llm.abs
+// FP8-NOT: llm.abs
+// FP8: %[[Q:.+]] = llm.cast %{{.+}} : tensor<2x8x512xf32> to tensor<2x8x512xf8E5M2>
+// FP8: llm.matmul %[[Q]], %{{.+}} : tensor<2x8x512xf8E5M2>, tensor<512x64xf8E4M3FN>
+// FP8: %[[QR:.+]] = llm.reshape %[[Q]] : tensor<2x8x512xf8E5M2> to tensor<16x512xf8E5M2>
+// FP8: llm.matmul %[[QR]], %{{.+}} {transpose_lhs} : tensor<16x512xf8E5M2>, tensor<16x64xf8E4M3FN>
+// FP8: return
+func.func @quantize_through_reshape(%g: tensor<2x8x512xbf16> {llm.gradient}, %w: tensor<512x64xbf16>,
+                                    %x: tensor<16x64xbf16>)
+    -> (tensor<2x8x64xbf16>, tensor<512x64xbf16>) {
+  %dx = llm.matmul %g, %w : tensor<2x8x512xbf16>, tensor<512x64xbf16> -> tensor<2x8x64xbf16>
+  %g2 = llm.reshape %g : tensor<2x8x512xbf16> to tensor<16x512xbf16>
+  %dw = llm.matmul %g2, %x {transpose_lhs} : tensor<16x512xbf16>, tensor<16x64xbf16> -> tensor<512x64xbf16>
+  return %dx, %dw : tensor<2x8x64xbf16>, tensor<512x64xbf16>
 }
 
 // -----
