@@ -47,6 +47,39 @@ bool isOuterProduct(MatmulOp mm) {
          rhs.getDimSize(rhs.getRank() - (mm.getTransposeRhs() ? 1 : 2)) == 1;
 }
 
+/// The shape in which a per-tensor amax reads `t` (the same elements in
+/// row-major order), or none for `t`'s own: a row kernel takes one thread
+/// block per row, then one block reduces the row maxima. So:
+/// - a small tensor (at most kMaxOneRow elements) is one row: one launch;
+/// - rows of at least kMinRow elements are kept (a producer's row kernel,
+///   e.g. a norm's, can then find the row maxima as it writes the rows);
+/// - shorter rows (attention's [.., H, D] layout, D = 64..256) are viewed as
+///   rows of their trailing dimensions (H x D), as the GEMM reading them
+///   through a reshape does: rows of 128 had fallen into an elementwise
+///   kernel writing |x| out, then a row kernel per 128 elements;
+/// - else (a rank-1 tensor, tiny trailing dimensions) rows of 4096 to 512
+///   elements that divide the count, at least kMinRows of them.
+/// Static, non-empty shapes only.
+std::optional<SmallVector<int64_t>> amaxView(RankedTensorType t) {
+  constexpr int64_t kMinRow = 512, kMinRows = 128, kMaxOneRow = 1 << 16;
+  if (!t.hasStaticShape() || t.getNumElements() == 0)
+    return std::nullopt;
+  int64_t n = t.getNumElements(), rank = t.getRank();
+  if (n <= kMaxOneRow)
+    return rank == 1 ? std::nullopt : std::optional(SmallVector<int64_t>{n});
+  if (rank >= 2 && t.getShape().back() >= kMinRow)
+    return std::nullopt;
+  int64_t split = rank, row = 1;
+  while (split > 0 && row < kMinRow)
+    row *= t.getDimSize(--split);
+  if (split > 0 && n / row >= kMinRows)
+    return split == rank - 1 ? std::nullopt : std::optional(SmallVector<int64_t>{n / row, row});
+  for (int64_t r : {4096, 2048, 1024, 512})
+    if (n % r == 0 && n / r >= kMinRows)
+      return SmallVector<int64_t>{n / r, r};
+  return std::nullopt;
+}
+
 class Rewriter {
 public:
   explicit Rewriter(func::FuncOp fn) : fn(fn), b(fn.getContext()) {}
@@ -112,28 +145,8 @@ public:
       auto xt = cast<RankedTensorType>(x.getType());
       Type xe = xt.getElementType();
       Value xv = x;
-      // Short rows (attention's per-head [.., H, D] layout, or a decode
-      // step's [B, 1, H, D]) are read as longer ones: the trailing
-      // dimensions are viewed as one row of at least kMinRow elements, as
-      // the GEMM that reads x through a reshape sees it. A row kernel then
-      // reads x straight from its producer's output (rows of 128 fell into
-      // an elementwise kernel that wrote abs(x) out, then a row kernel per
-      // 128 elements). The view is taken when it leaves at least kMinRows
-      // rows, or when x is small enough to be one row (one thread block,
-      // no second reduction); otherwise x keeps its rows.
-      constexpr int64_t kMinRow = 512, kMinRows = 128, kMaxOneRow = 1 << 16;
-      int64_t split = xt.getRank(), row = 1;
-      if (xt.hasStaticShape() && xt.getRank() >= 2 && xt.getShape().back() < kMinRow) {
-        while (split > 0 && row < kMinRow)
-          row *= xt.getDimSize(--split);
-      }
-      int64_t rows = ShapedType::getNumElements(xt.getShape().take_front(split));
-      if (split < xt.getRank() - 1 && (rows >= kMinRows || rows * row <= kMaxOneRow)) {
-        SmallVector<int64_t> shape;
-        if (rows > 1)
-          shape.push_back(rows);
-        shape.push_back(row);
-        xt = RankedTensorType::get(shape, xe);
+      if (std::optional<SmallVector<int64_t>> view = amaxView(xt)) {
+        xt = RankedTensorType::get(*view, xe);
         xv = ReshapeOp::create(b, loc, xt, x);
         dims.assign(llvm::to_vector(llvm::seq<int64_t>(0, xt.getRank())));
       }
@@ -179,10 +192,20 @@ public:
   /// not twice.
   std::pair<Value, Value> quantizeOperand(Value x, FloatType fp8, int64_t kAxis,
                                           MatmulOp user) {
+    // Static, non-empty shapes only: a dynamic source may not be reshaped
+    // to any type (at most one unknown dimension), an empty one is skipped
+    // like an empty operand.
+    auto staticNonEmpty = [](Value v) {
+      auto t = cast<RankedTensorType>(v.getType());
+      return t.hasStaticShape() && t.getNumElements() > 0;
+    };
     Value root = x;
-    if (kAxis < 0)
-      while (auto r = root.getDefiningOp<ReshapeOp>())
+    if (kAxis < 0 && staticNonEmpty(x))
+      while (auto r = root.getDefiningOp<ReshapeOp>()) {
+        if (!staticNonEmpty(r.getInput()))
+          break;
         root = r.getInput();
+      }
     auto [q, s] = quantizeFp8(root, fp8, kAxis);
     if (root == x)
       return {q, s};

@@ -84,41 +84,44 @@ func.func @weight_only(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // A bf16 operand's per-tensor amax is found in bf16 (abs and max are exact),
 // per row and then over the row maxima as one row; only the rank-0 amax is
 // widened, so no f32 copy of the activation or of its absolute value is made.
+// A small operand (at most 65536 elements, here the weight) is one row: one
+// row kernel finds its amax and scale.
 // FP8-LABEL: func.func @bf16_amax
 // FP8-NOT: llm.abs {{.*}}xf32>
-// FP8: %[[A:.+]] = llm.abs %arg0 : tensor<2x8x512xbf16>
-// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [2] : tensor<2x8x512xbf16>
-// FP8: %[[R1:.+]] = llm.reshape %[[R]] : tensor<2x8xbf16> to tensor<16xbf16>
-// FP8: %[[M:.+]] = llm.reduce_max %[[R1]] [0] : tensor<16xbf16>
+// FP8: %[[WR:.+]] = llm.reshape %arg1 : tensor<32x1024xbf16> to tensor<32768xbf16>
+// FP8: %[[WA:.+]] = llm.abs %[[WR]] : tensor<32768xbf16>
+// FP8: llm.reduce_max %[[WA]] [0] : tensor<32768xbf16>
+// FP8: %[[A:.+]] = llm.abs %arg0 : tensor<2x64x1024xbf16>
+// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [2] : tensor<2x64x1024xbf16>
+// FP8: %[[R1:.+]] = llm.reshape %[[R]] : tensor<2x64xbf16> to tensor<128xbf16>
+// FP8: %[[M:.+]] = llm.reduce_max %[[R1]] [0] : tensor<128xbf16>
 // FP8: llm.cast %[[M]] : tensor<bf16> to tensor<f32>
 // FP8-NOT: llm.abs {{.*}}xf32>
 // FP8: return
-func.func @bf16_amax(%x: tensor<2x8x512xbf16>, %w: tensor<32x512xbf16>) -> tensor<2x8x32xbf16> {
-  %y = llm.matmul %x, %w {transpose_rhs} : tensor<2x8x512xbf16>, tensor<32x512xbf16> -> tensor<2x8x32xbf16>
-  return %y : tensor<2x8x32xbf16>
+func.func @bf16_amax(%x: tensor<2x64x1024xbf16>, %w: tensor<32x1024xbf16>) -> tensor<2x64x32xbf16> {
+  %y = llm.matmul %x, %w {transpose_rhs} : tensor<2x64x1024xbf16>, tensor<32x1024xbf16> -> tensor<2x64x32xbf16>
+  return %y : tensor<2x64x32xbf16>
 }
 
 // -----
 
-// Short rows (attention's [B, S, H, D] layout) are read as rows of at least
-// 512 elements: the trailing dimensions H x D are one row. A large tensor
-// whose whole shape would be one row keeps its rows (one row is one thread
-// block).
+// Short rows (attention's [B, S, H, D] layout) are read as rows of their
+// trailing dimensions H x D; rows of at least 512 are kept; a large tensor
+// with short rows and no such view (no row length of 512 to 4096 divides
+// its 205000 elements) keeps its own rows.
 // FP8-LABEL: func.func @short_rows
-// FP8-NOT: llm.reshape %arg1
-// FP8: %[[B:.+]] = llm.abs %arg1 : tensor<1024x256xbf16>
-// FP8: %[[RB:.+]] = llm.reduce_max %[[B]] [1] : tensor<1024x256xbf16>
-// FP8: llm.reduce_max %[[RB]] [0] : tensor<1024xbf16>
-// FP8: %[[V:.+]] = llm.reshape %arg0 : tensor<2x64x4x128xbf16> to tensor<128x512xbf16>
-// FP8: %[[A:.+]] = llm.abs %[[V]] : tensor<128x512xbf16>
-// FP8: %[[R:.+]] = llm.reduce_max %[[A]] [1] : tensor<128x512xbf16>
-// FP8: llm.reduce_max %[[R]] [0] : tensor<128xbf16>
+// FP8-DAG: llm.reshape %arg0 : tensor<4x64x4x128xbf16> to tensor<256x512xbf16>
+// FP8-DAG: llm.abs %arg1 : tensor<512x512xbf16>
+// FP8-DAG: llm.abs %arg2 : tensor<1025x200xbf16>
+// FP8-DAG: llm.reshape %arg3 : tensor<200x64xbf16> to tensor<12800xbf16>
 // FP8: return
-func.func @short_rows(%x: tensor<2x64x4x128xbf16>, %w: tensor<1024x256xbf16>) -> tensor<2x64x512xbf16> {
-  %x2 = llm.reshape %x : tensor<2x64x4x128xbf16> to tensor<2x64x512xbf16>
-  %w2 = llm.reshape %w : tensor<1024x256xbf16> to tensor<512x512xbf16>
-  %y = llm.matmul %x2, %w2 : tensor<2x64x512xbf16>, tensor<512x512xbf16> -> tensor<2x64x512xbf16>
-  return %y : tensor<2x64x512xbf16>
+func.func @short_rows(%x: tensor<4x64x4x128xbf16>, %w: tensor<512x512xbf16>,
+                      %a: tensor<1025x200xbf16>, %b: tensor<200x64xbf16>)
+    -> (tensor<4x64x512xbf16>, tensor<1025x64xbf16>) {
+  %x2 = llm.reshape %x : tensor<4x64x4x128xbf16> to tensor<4x64x512xbf16>
+  %y = llm.matmul %x2, %w : tensor<4x64x512xbf16>, tensor<512x512xbf16> -> tensor<4x64x512xbf16>
+  %z = llm.matmul %a, %b : tensor<1025x200xbf16>, tensor<200x64xbf16> -> tensor<1025x64xbf16>
+  return %y, %z : tensor<4x64x512xbf16>, tensor<1025x64xbf16>
 }
 
 // -----
@@ -183,4 +186,48 @@ func.func @outer_product(%inv: tensor<1x64x1xf32>, %pos: tensor<1x1x2048xf32>,
 func.func @outer_product_dynamic_lhs(%inv: tensor<1x64x?xf32>, %pos: tensor<1x1x2048xf32>) -> tensor<1x64x2048xf32> {
   %f = llm.matmul %inv, %pos : tensor<1x64x?xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
   return %f : tensor<1x64x2048xf32>
+}
+
+// -----
+
+// Through reshapes only between static, non-empty shapes: a dynamic source
+// reached through a static middle reshape may not be reshaped to an operand
+// with two unknown dimensions, and an empty source is skipped like an empty
+// operand. Both keep the operand's own quantization and verify.
+// FP8-LABEL: func.func @reshape_chain_dynamic
+// FP8: %[[V:.+]] = llm.reshape %{{.+}} : tensor<8x512xf32> to tensor<?x?xf32>
+// FP8: llm.abs %[[V]] : tensor<?x?xf32>
+// FP8: llm.matmul {{.*}} : tensor<?x?xf8E4M3FN>, tensor<512x32xf8E4M3FN>
+func.func @reshape_chain_dynamic(%x: tensor<?x512xf32>, %w: tensor<512x32xf32>) -> tensor<?x32xf32> {
+  %s = llm.reshape %x : tensor<?x512xf32> to tensor<8x512xf32>
+  %v = llm.reshape %s : tensor<8x512xf32> to tensor<?x?xf32>
+  %y = llm.matmul %v, %w : tensor<?x?xf32>, tensor<512x32xf32> -> tensor<?x32xf32>
+  return %y : tensor<?x32xf32>
+}
+
+// -----
+
+// FP8-LABEL: func.func @reshape_of_empty
+// FP8: llm.abs %{{.+}} : tensor<?x512xf32>
+// FP8: return
+func.func @reshape_of_empty(%x: tensor<0x4x128xf32>, %w: tensor<32x512xf32>) -> tensor<?x32xf32> {
+  %x2 = llm.reshape %x : tensor<0x4x128xf32> to tensor<?x512xf32>
+  %y = llm.matmul %x2, %w {transpose_rhs} : tensor<?x512xf32>, tensor<32x512xf32> -> tensor<?x32xf32>
+  return %y : tensor<?x32xf32>
+}
+
+// -----
+
+// The amax view does not follow the source's shape where that is poor: a
+// flat source (one row would be one thread block for 16M elements) and an
+// [N, 1] one (rows of one element) are read as rows of 4096.
+// FP8-LABEL: func.func @amax_view_of_poor_sources
+// FP8-DAG: llm.reshape %arg0 : tensor<16777216xbf16> to tensor<4096x4096xbf16>
+// FP8-DAG: llm.reshape %arg1 : tensor<2097152x1xbf16> to tensor<512x4096xbf16>
+// FP8: return
+func.func @amax_view_of_poor_sources(%x: tensor<16777216xbf16>, %w: tensor<2097152x1xbf16>) -> tensor<4096x512xbf16> {
+  %v = llm.reshape %x : tensor<16777216xbf16> to tensor<4096x4096xbf16>
+  %w2 = llm.reshape %w : tensor<2097152x1xbf16> to tensor<4096x512xbf16>
+  %y = llm.matmul %v, %w2 : tensor<4096x4096xbf16>, tensor<4096x512xbf16> -> tensor<4096x512xbf16>
+  return %y : tensor<4096x512xbf16>
 }
