@@ -1628,6 +1628,14 @@ TEST(Emu, TransposePartialTilesAndConversions) {
                    f32 = ScalarType::f32;
   const Case cases[] = {
       {e4, e4, 2, 70, 100, 112, 70 * 112 + 13}, // fp8 weight-gradient operand
+      // fp8 copies of full, 4-byte aligned tiles take the 4-elements-per-
+      // access path; partial tiles, an odd ld or batch stride, or rows not
+      // a multiple of 4 the per-element one, within one launch.
+      {e4, e4, 2, 128, 192, 192, 128 * 192},
+      {e5, e5, 1, 132, 100, 104, 0},
+      {e4, e4, 2, 64, 64, 64, 64 * 64 + 2},
+      {e5, e5, 1, 64, 128, 130, 0},
+      {e4, e4, 1, 66, 64, 64, 0},
       {e5, e5, 1, 130, 64, 64, 0},
       {bf, bf, 3, 5, 129, 129, 5 * 129},
       {e4, bf, 2, 65, 33, 40, 65 * 40}, // converting (no lowering uses it yet)

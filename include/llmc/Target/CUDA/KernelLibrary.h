@@ -1057,9 +1057,11 @@ bool TransposeSupported(const TransposeConfig &cfg);
 /// tile row by row (a warp reads 32 consecutive elements) into shared
 /// memory and writes it column by column (a warp writes 32 consecutive
 /// elements), where an elementwise kernel with strided reads touches a
-/// 32-byte sector per element read. One element per access (for fp8 a warp
-/// moves 32 bytes, one or two sectors). The lowering uses the bit-exact
-/// copy only; the converting form is tested but has no caller yet.
+/// 32-byte sector per element read. One element per access, except for a
+/// copy of 1-byte elements (fp8) on a full tile whose input rows (in, ld)
+/// and output rows (out, rows) start 4-byte aligned: 4 elements per access
+/// (a warp moves 128 bytes, not 32). The lowering uses the bit-exact copy
+/// only; the converting form is tested but has no caller yet.
 /// Kernel arguments:
 ///   (OutT* out, const InT* in, long long rows, long long cols, long long ld,
 ///    long long batch_stride)
