@@ -72,8 +72,10 @@ std::optional<SmallVector<int64_t>> amaxView(RankedTensorType t) {
   int64_t split = rank, row = 1;
   while (split > 0 && row < kMinRow)
     row *= t.getDimSize(--split);
+  // The last dimension is shorter than kMinRow here, so the row spans at
+  // least two dimensions.
   if (split > 0 && n / row >= kMinRows)
-    return split == rank - 1 ? std::nullopt : std::optional(SmallVector<int64_t>{n / row, row});
+    return SmallVector<int64_t>{n / row, row};
   for (int64_t r : {4096, 2048, 1024, 512})
     if (n % r == 0 && n / r >= kMinRows)
       return SmallVector<int64_t>{n / r, r};
@@ -137,7 +139,8 @@ public:
       amax = ReduceMaxOp::create(b, loc, scaleT, absx, dims, /*keepdim=*/true);
     } else {
       // Per tensor: abs and max in x's own type (both exact), first per row
-      // of the last dimension (one row kernel reads x once, abs fused), then
+      // (of the last dimension, or of the view amaxView picks; one row
+      // kernel reads x once, abs fused), then
       // over the row maxima as one row (a row kernel that also computes the
       // scale); only the rank-0 result is widened to f32 here (x itself only
       // inside the scaling cast's kernel, below). No f32 copy of x or of

@@ -82,6 +82,31 @@ protected:
     return m;
   }
 
+  /// `after` (an fp8 HYBRID pipeline of `before`) against `before` on the
+  /// reference executor, `draws` fresh random inputs: every result's
+  /// relative L2 error is within u4 + u5 = 0.1875 (see
+  /// Fp8HybridBackwardStaysWithinTheE5M2Bound) and above 1e-3 (the GEMMs
+  /// really ran in fp8: without it the pipeline is exact to 1e-5).
+  /// LLMC_PRINT_ERRORS=1 prints each error under `label`.
+  void expectHybridFp8Errors(ModuleOp before, ModuleOp after, int draws, const char *label) {
+    const double bound = 0.125 + 0.0625;
+    for (int draw = 0; draw < draws; ++draw) {
+      std::vector<HostTensor> inputs = inputsFor(firstFunc(before), 1);
+      auto ref = Evaluate(firstFunc(before), inputs);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      auto got = Evaluate(firstFunc(after), inputs);
+      ASSERT_TRUE(got.ok()) << got.status() << "\n" << print(after);
+      ASSERT_EQ(got->size(), ref->size());
+      for (size_t r = 0; r < ref->size(); ++r) {
+        double err = RelativeError((*got)[r], (*ref)[r]);
+        EXPECT_LE(err, bound) << label << ", result " << r << ", draw " << draw;
+        EXPECT_GT(err, 1e-3) << label << ", result " << r << ", draw " << draw;
+        if (std::getenv("LLMC_PRINT_ERRORS"))
+          std::printf("%s, result %zu: relative error %.3g (bound %g)\n", label, r, err, bound);
+      }
+    }
+  }
+
   /// Random inputs: float activations N(0, 1), float matrices N(0, 0.1),
   /// rank-1 floats 1 + N(0, 0.1) (norm weights); integer arguments are token
   /// ids in [0, vocab) (first) and positions 0..n-1 (second).
@@ -333,7 +358,6 @@ func.func @mlp_backward(%x: tensor<33x48xf32>, %w1: tensor<40x48xf32>,
   OwningOpRef<ModuleOp> after =
       parseAndRun(src, "llmc-pipeline{form-kernels=1 pad-all=1 precision=fp8}");
   ASSERT_TRUE(after);
-  std::string text = print(*after);
   // Every GEMM reads its gradient (dy, or dh2 computed from it) in e5m2 and
   // the weight or saved activation in e4m3: checked on the pass's output,
   // where the matmuls are still ops of their own.
@@ -348,24 +372,7 @@ func.func @mlp_backward(%x: tensor<33x48xf32>, %w1: tensor<40x48xf32>,
     EXPECT_TRUE(isa<Float8E4M3FNType>(type(mm.getRhs()))) << print(*precision);
   });
   EXPECT_EQ(matmuls, 4);
-  const double bound = 0.125 + 0.0625;
-  for (int draw = 0; draw < 3; ++draw) {
-    std::vector<HostTensor> inputs = inputsFor(firstFunc(*before), 1);
-    auto ref = Evaluate(firstFunc(*before), inputs);
-    ASSERT_TRUE(ref.ok()) << ref.status();
-    auto got = Evaluate(firstFunc(*after), inputs);
-    ASSERT_TRUE(got.ok()) << got.status() << "\n" << text;
-    ASSERT_EQ(got->size(), ref->size());
-    for (size_t r = 0; r < ref->size(); ++r) {
-      double err = RelativeError((*got)[r], (*ref)[r]);
-      EXPECT_LE(err, bound) << "result " << r << ", draw " << draw;
-      // The GEMMs really ran in fp8 (without it the pipeline is exact to 1e-5).
-      EXPECT_GT(err, 1e-3) << "result " << r << ", draw " << draw;
-      if (std::getenv("LLMC_PRINT_ERRORS"))
-        std::printf("mlp_backward fp8 hybrid, result %zu: relative error %.3g "
-                    "(bound %g)\n", r, err, bound);
-    }
-  }
+  expectHybridFp8Errors(*before, *after, /*draws=*/3, "mlp_backward fp8 hybrid");
 }
 
 /// A linear layer's backward in attention's layout: the output gradient dy
@@ -405,20 +412,7 @@ func.func @linear_backward(%dy: tensor<4x64x4x128xf32> {llm.gradient},
   OwningOpRef<ModuleOp> after =
       parseAndRun(src, "llmc-pipeline{form-kernels=1 pad-all=1 precision=fp8}");
   ASSERT_TRUE(after);
-  const double bound = 0.125 + 0.0625;
-  for (int draw = 0; draw < 2; ++draw) {
-    std::vector<HostTensor> inputs = inputsFor(firstFunc(*before), 1);
-    auto ref = Evaluate(firstFunc(*before), inputs);
-    ASSERT_TRUE(ref.ok()) << ref.status();
-    auto got = Evaluate(firstFunc(*after), inputs);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->size(), ref->size());
-    for (size_t r = 0; r < ref->size(); ++r) {
-      double err = RelativeError((*got)[r], (*ref)[r]);
-      EXPECT_LE(err, bound) << "result " << r << ", draw " << draw;
-      EXPECT_GT(err, 1e-3) << "result " << r << ", draw " << draw;
-    }
-  }
+  expectHybridFp8Errors(*before, *after, /*draws=*/2, "linear_backward fp8 hybrid");
 }
 
 /// fp8-scaling=row against one scale per tensor, on a linear layer whose
