@@ -106,6 +106,26 @@ std::optional<cu::EwNode> ewNodeOf(Operation *op) {
   return n;
 }
 
+/// Whether a read through `strides` of an elementwise kernel's output space
+/// `shape` is the transpose of dense storage: [..., C, R] read as
+/// [..., R, C], the outer dims row-major over R * C blocks (size-1 dims
+/// aside). Matrices of one row or column are no transpose.
+static bool isTransposedDense(ArrayRef<int64_t> shape, ArrayRef<int64_t> strides) {
+  size_t rank = shape.size();
+  if (rank < 2 || strides.size() != rank)
+    return false;
+  int64_t rows = shape[rank - 2], cols = shape[rank - 1];
+  if (rows < 2 || cols < 2 || strides[rank - 2] != 1 || strides[rank - 1] != rows)
+    return false;
+  int64_t next = rows * cols;
+  for (size_t d = rank - 2; d-- > 0;) {
+    if (shape[d] != 1 && strides[d] != next)
+      return false;
+    next *= shape[d];
+  }
+  return true;
+}
+
 absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
   llvm::DenseSet<Operation *> members(ops.begin(), ops.end());
   Operation *last = ops.back();
@@ -116,6 +136,7 @@ absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
   prog.unroll = l.getKernelConfigs().elementwise_unroll;
   llvm::MapVector<Value, int> inputIndex; // external value -> input index
   std::vector<StridedRead> reads;
+  std::vector<bool> transposedReads; // per input: isTransposedDense
   llvm::DenseMap<Value, int> nodeOf;
   auto operandRef = [&](Value v) -> absl::StatusOr<int> {
     if (auto it = nodeOf.find(v); it != nodeOf.end())
@@ -151,6 +172,8 @@ absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
                                : cu::InputLayout::kStrided;
     prog.inputs.push_back(in);
     reads.push_back(*read);
+    transposedReads.push_back(numElements(v) == numel &&
+                              isTransposedDense(outShape, read->strides));
     int idx = prog.inputs.size() - 1;
     inputIndex[v] = idx;
     return -(idx + 1);
@@ -188,6 +211,31 @@ absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
   if (prog.outputs.empty())
     return absl::OkStatus(); // dead group
 
+  // Inputs that are the output's transpose (the quantizing cast of a GEMM
+  // operand into cuBLASLt's fp8 layout) make the kernel tiled: coalesced
+  // reads of them through shared memory, where the strided form reads a
+  // 32-byte sector per element. Only next to contiguous and scalar inputs,
+  // within the shared memory and CUDA's grid.
+  std::optional<cu::LaunchDims> tiledDims;
+  if (numel > 0 && llvm::is_contained(transposedReads, true)) {
+    cu::ElementwiseProgram tiled = prog;
+    bool ok = true;
+    for (auto [i, in] : llvm::enumerate(tiled.inputs)) {
+      if (transposedReads[i])
+        in.layout = cu::InputLayout::kTransposed;
+      else
+        ok = ok && (in.layout == cu::InputLayout::kContiguous ||
+                    in.layout == cu::InputLayout::kScalar);
+    }
+    int64_t rows = outShape[outShape.size() - 2], cols = outShape.back();
+    absl::StatusOr<cu::LaunchDims> dims =
+        cu::ElementwiseTransposedLaunch(numel / (rows * cols), rows, cols);
+    if (ok && cu::ElementwiseTiledFits(tiled) && dims.ok()) {
+      prog = std::move(tiled);
+      tiledDims = *dims;
+    }
+  }
+
   // An output written over an input's buffer (llmc::inPlaceResults): that
   // input must be read at the index written, i.e. contiguously.
   for (auto [o, out] : llvm::enumerate(outputs)) {
@@ -213,6 +261,12 @@ absl::Status lowerElementwiseGroup(ArrayRef<Operation *> ops, Lowering &l) {
     args.push_back(l.ptrArg(read.root, read.elementOffset * esize));
   }
   args.push_back(i64Arg(numel));
+  if (tiledDims) {
+    args.push_back(i64Arg(outShape[outShape.size() - 2]));
+    args.push_back(i64Arg(outShape.back()));
+    l.launch(kernel, *tiledDims, std::move(args), last);
+    return absl::OkStatus();
+  }
   if (cu::ElementwiseNeedsShape(prog)) {
     std::vector<int64_t> sizes(outShape.begin(), outShape.end());
     std::vector<std::vector<int64_t>> strides;

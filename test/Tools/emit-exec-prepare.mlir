@@ -1,11 +1,9 @@
 // The lowering builds the parameter-preparation segment as the exec.prepare
 // region directly (lib/Compiler/ExecBuilder.h): the fp8 scaling (one row
 // kernel finds the amax and scale of this small weight, read as one row;
-// then the scaling cast) and [n,k] relayout of the weight run there, the
-// per-call launches follow it. The preparation's scratch buffers live before
-// every per-call step (negative steps), so llmc-plan-arena lets them share
-// offsets with per-call buffers; the preparation results that per-call
-// launches read are persistent.
+// then the scaling cast, which writes the [k,n] weight straight into
+// cuBLASLt's [n,k]) runs there, the per-call launches follow it. The
+// preparation results that per-call launches read are persistent.
 // RUN: llmc-compile %s --precision=fp8 --emit=exec | FileCheck %s
 // RUN: llmc-compile %s --precision=bf16 --emit=exec | FileCheck %s --check-prefix=BF16
 
@@ -13,14 +11,12 @@
 // CHECK:         exec.input "arg1" : tensor<64x32xf32> parameter
 // CHECK:         %[[W:.+]] = exec.buffer input[1] 8192 bytes
 // CHECK-NEXT:    %[[SCALE:.+]] = exec.buffer persistent 4 bytes
-// CHECK-NEXT:    %[[WQ:.+]] = exec.buffer arena 2048 bytes live [-{{[0-9]+}}, -{{[0-9]+}}] offset 0
 // CHECK:         %[[WT:.+]] = exec.buffer persistent 2048 bytes
 // CHECK:         exec.prepare {
 // CHECK-NEXT:      exec.launch @llmc_rowfused_{{.+}} grid [1, 1, 1] {{.+}}(%[[SCALE]][0], %[[W]][0], 1 : i64) label "llm.div"
-// CHECK-NEXT:      exec.launch @llmc_ew_{{.+}}(%[[WQ]][0], %[[W]][0], %[[SCALE]][0], 2048 : i64) label "llm.cast"
-// The [k,n] weight into [n,k] by the tiled transpose: rows 64, cols 32, row
-// stride 32, no batch.
-// CHECK-NEXT:      exec.launch @llmc_transpose_e4m3_e4m3 {{.+}}(%[[WT]][0], %[[WQ]][0], 64 : i64, 32 : i64, 32 : i64, 0 : i64) label "llm.matmul"
+// The tiled elementwise kernel reads the [k,n] weight through the transpose:
+// numel 2048, rows 32 (n), cols 64 (k).
+// CHECK-NEXT:      exec.launch @llmc_ew_{{.+}} grid [1, 1, 1] {{.+}}(%[[WT]][0], %[[W]][0], %[[SCALE]][0], 2048 : i64, 32 : i64, 64 : i64) label "llm.cast"
 // CHECK-NEXT:    }
 // CHECK-NEXT:    exec.launch @llmc_rowfused_{{.+}} label "llm.div"
 // CHECK:         exec.gemm a %{{.+}}[0] b %[[WT]][0] c %{{.+}}[0] d %{{.+}}[0] scale_a %{{.+}}[0] scale_b %[[SCALE]][0]
@@ -37,6 +33,23 @@ func.func @proj(%x: tensor<8x64xf32>, %w: tensor<64x32xf32> {llm.param}) -> tens
   %y = llm.matmul %x, %w : tensor<8x64xf32>, tensor<64x32xf32> -> tensor<8x32xf32>
   %z = llm.silu %y : tensor<8x32xf32>
   return %z : tensor<8x32xf32>
+}
+
+// The preparation's scratch buffers (here the row maxima of a weight too
+// large for one row) live before every per-call step (negative steps), so
+// llmc-plan-arena lets them share offsets with per-call buffers.
+// RUN: llmc-compile %s --precision=fp8 --emit=exec --fn=proj_large | FileCheck %s --check-prefix=LARGE
+// LARGE-LABEL: exec.executable @proj_large
+// LARGE:         %[[ROWMAX:.+]] = exec.buffer arena 512 bytes live [-{{[0-9]+}}, -{{[0-9]+}}] offset 0
+// LARGE:         exec.buffer arena 4 bytes live [{{[0-9]+}}, {{[0-9]+}}] offset 0
+// LARGE:         exec.prepare {
+// LARGE-NEXT:      exec.launch @llmc_rowfused_{{.+}} grid [128, 1, 1] {{.+}}(%[[ROWMAX]][0], %{{.+}}[0], 128 : i64) label "llm.reduce_max"
+// LARGE-NEXT:      exec.launch @llmc_rowfused_{{.+}}(%{{.+}}[0], %[[ROWMAX]][0], 1 : i64) label "llm.div"
+// LARGE-NEXT:      exec.launch @llmc_ew_{{.+}} grid [8, 4, 1] {{.+}} label "llm.cast"
+// LARGE-NEXT:    }
+func.func @proj_large(%x: tensor<8x512xf32>, %w: tensor<512x256xf32> {llm.param}) -> tensor<8x256xf32> {
+  %y = llm.matmul %x, %w : tensor<8x512xf32>, tensor<512x256xf32> -> tensor<8x256xf32>
+  return %y : tensor<8x256xf32>
 }
 
 // Nothing to prepare (f32: the weight is read as it is): no exec.prepare.

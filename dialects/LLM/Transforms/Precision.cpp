@@ -104,72 +104,93 @@ public:
   /// fp8 quantization of `x` to `fp8` (f8E4M3FN or f8E5M2): (cast(x / s)
   /// to fp8, s) with s = max(reduce_max(abs(x)), 1e-12) / m, m the format's
   /// largest finite value (448 for e4m3, 57344 for e5m2). Per tensor (s
-  /// rank-0) when `kAxis` < 0, else one scale per row along axis `kAxis`
-  /// (the reduction keeps that axis with size 1; static shapes only).
+  /// rank-0, tensorScale) when `kAxis` < 0, else one scale per row along
+  /// axis `kAxis` (the reduction keeps that axis with size 1; static shapes
+  /// only).
   std::pair<Value, Value> quantizeFp8(Value x, FloatType fp8, int64_t kAxis) {
     auto key = std::make_tuple(x, Type(fp8), kAxis);
     if (auto it = quantized.find(key); it != quantized.end())
       return it->second;
+    if (kAxis < 0) {
+      Value scale = tensorScale(x, fp8);
+      OpBuilder::InsertionGuard g(b);
+      setAfterDefs(x, scale);
+      Value q = scaledCast(x, scale, fp8);
+      quantized[key] = {q, scale};
+      return {q, scale};
+    }
+    // Row scaling reads x in f32 for its abs and max (one row kernel).
     Type f32 = b.getF32Type();
-    // Row scaling reads x in f32 for its abs and max (one row kernel);
-    // per-tensor scaling widens x only where it divides by the scale, so
-    // that the widening joins the scaling cast's kernel and no f32 copy of
-    // x is written (a cast placed at x's definition joined x's producer
-    // kernel as one more output, twice x's bytes).
-    Value xf = kAxis >= 0 ? castTo(x, f32) : Value();
+    Value xf = castTo(x, f32);
     OpBuilder::InsertionGuard g(b);
-    setAfterDef(kAxis >= 0 ? xf : x);
+    setAfterDef(xf);
     Location loc = x.getLoc();
     auto t = cast<RankedTensorType>(x.getType()).clone(f32);
-    RankedTensorType scaleT = RankedTensorType::get({}, f32);
-    SmallVector<int64_t> dims;
-    if (kAxis < 0) {
-      for (int64_t d = 0; d < t.getRank(); ++d)
-        dims.push_back(d);
-    } else {
-      SmallVector<int64_t> shape(t.getShape());
-      shape[kAxis] = 1;
-      scaleT = t.clone(shape);
-      dims.push_back(kAxis);
+    SmallVector<int64_t> shape(t.getShape());
+    shape[kAxis] = 1;
+    RankedTensorType scaleT = t.clone(shape);
+    Value absx = AbsOp::create(b, loc, t, xf);
+    Value amax = ReduceMaxOp::create(b, loc, scaleT, absx, ArrayRef<int64_t>{kAxis},
+                                     /*keepdim=*/true);
+    Value scale = scaleOfAmax(amax, fp8);
+    Value scaled = DivOp::create(b, loc, t, xf, BroadcastOp::create(b, loc, t, scale));
+    Value q = CastOp::create(b, loc, t.clone(fp8), scaled);
+    quantized[key] = {q, scale};
+    return {q, scale};
+  }
+
+  /// The per-tensor fp8 scale of `x` (rank-0 f32, see quantizeFp8): one
+  /// per (scaleSource(x), fp8), however x is viewed and cast, placed after
+  /// that source's definition.
+  Value tensorScale(Value x, FloatType fp8) {
+    x = scaleSource(x);
+    auto key = std::make_pair(x, Type(fp8));
+    if (Value s = scales.lookup(key))
+      return s;
+    OpBuilder::InsertionGuard g(b);
+    setAfterDef(x);
+    Location loc = x.getLoc();
+    // Abs and max in x's own type (both exact), first per row (of the last
+    // dimension, or of the view amaxView picks; one row kernel reads x
+    // once, abs fused), then over the row maxima as one row (a row kernel
+    // that also computes the scale); only the rank-0 result is widened to
+    // f32 (x itself only inside the scaling cast's kernel, scaledCast). No
+    // f32 copy of x or of abs(x) is written.
+    auto xt = cast<RankedTensorType>(x.getType());
+    Type xe = xt.getElementType();
+    SmallVector<int64_t> dims = llvm::to_vector(llvm::seq<int64_t>(0, xt.getRank()));
+    Value xv = x;
+    if (std::optional<SmallVector<int64_t>> view = amaxView(xt)) {
+      xt = RankedTensorType::get(*view, xe);
+      xv = ReshapeOp::create(b, loc, xt, x);
+      dims.assign(llvm::to_vector(llvm::seq<int64_t>(0, xt.getRank())));
     }
-    // scale(x) = max(reduce_max(abs(x)), floor) / m
-    Value amax;
-    if (kAxis >= 0) {
-      Value absx = AbsOp::create(b, loc, t, xf);
-      amax = ReduceMaxOp::create(b, loc, scaleT, absx, dims, /*keepdim=*/true);
-    } else {
-      // Per tensor: abs and max in x's own type (both exact), first per row
-      // (of the last dimension, or of the view amaxView picks; one row
-      // kernel reads x once, abs fused), then
-      // over the row maxima as one row (a row kernel that also computes the
-      // scale); only the rank-0 result is widened to f32 here (x itself only
-      // inside the scaling cast's kernel, below). No f32 copy of x or of
-      // abs(x) is written.
-      auto xt = cast<RankedTensorType>(x.getType());
-      Type xe = xt.getElementType();
-      Value xv = x;
-      if (std::optional<SmallVector<int64_t>> view = amaxView(xt)) {
-        xt = RankedTensorType::get(*view, xe);
-        xv = ReshapeOp::create(b, loc, xt, x);
-        dims.assign(llvm::to_vector(llvm::seq<int64_t>(0, xt.getRank())));
+    Value absx = AbsOp::create(b, loc, xt, xv);
+    if (xt.getRank() >= 2) {
+      ArrayRef<int64_t> lead = xt.getShape().drop_back();
+      absx = ReduceMaxOp::create(b, loc, RankedTensorType::get(lead, xe), absx,
+                                 ArrayRef<int64_t>{xt.getRank() - 1}, /*keepdim=*/false);
+      dims.pop_back();
+      if (lead.size() > 1 && xt.hasStaticShape()) {
+        absx = ReshapeOp::create(
+            b, loc, RankedTensorType::get({ShapedType::getNumElements(lead)}, xe), absx);
+        dims = {0};
       }
-      Value absx = AbsOp::create(b, loc, xt, xv);
-      if (xt.getRank() >= 2) {
-        ArrayRef<int64_t> lead = xt.getShape().drop_back();
-        absx = ReduceMaxOp::create(b, loc, RankedTensorType::get(lead, xe), absx,
-                                   ArrayRef<int64_t>{xt.getRank() - 1}, /*keepdim=*/false);
-        dims.pop_back();
-        if (lead.size() > 1 && xt.hasStaticShape()) {
-          absx = ReshapeOp::create(
-              b, loc, RankedTensorType::get({ShapedType::getNumElements(lead)}, xe), absx);
-          dims = {0};
-        }
-      }
-      amax = ReduceMaxOp::create(b, loc, RankedTensorType::get({}, xe), absx, dims,
-                                 /*keepdim=*/false);
-      if (xt.getElementType() != f32)
-        amax = CastOp::create(b, loc, scaleT, amax);
     }
+    RankedTensorType scaleT = RankedTensorType::get({}, b.getF32Type());
+    Value amax = ReduceMaxOp::create(b, loc, RankedTensorType::get({}, xe), absx, dims,
+                                     /*keepdim=*/false);
+    if (xe != scaleT.getElementType())
+      amax = CastOp::create(b, loc, scaleT, amax);
+    Value scale = scaleOfAmax(amax, fp8);
+    scales[key] = scale;
+    return scale;
+  }
+
+  /// max(amax, 1e-12) / m (f32, amax's shape), m the largest finite `fp8`.
+  Value scaleOfAmax(Value amax, FloatType fp8) {
+    Location loc = amax.getLoc();
+    auto scaleT = cast<RankedTensorType>(amax.getType());
     Value floor = ConstantOp::create(
         b, loc, scaleT, DenseElementsAttr::get(scaleT, b.getF32FloatAttr(1e-12f)));
     float largest = static_cast<float>(
@@ -177,14 +198,71 @@ public:
     Value maxFp8 = ConstantOp::create(
         b, loc, scaleT, DenseElementsAttr::get(scaleT, b.getF32FloatAttr(largest)));
     Value clamped = MaximumOp::create(b, loc, scaleT, amax, floor);
-    Value scale = DivOp::create(b, loc, scaleT, clamped, maxFp8);
+    return DivOp::create(b, loc, scaleT, clamped, maxFp8);
+  }
+
+  /// cast(f32(v) / scale) to `fp8` at the insertion point, `scale` rank-0.
+  /// v is widened only here, so that the widening joins the scaling cast's
+  /// kernel and no f32 copy of v is written (a cast placed at v's
+  /// definition joined v's producer kernel as one more output, twice v's
+  /// bytes).
+  Value scaledCast(Value v, Value scale, FloatType fp8) {
+    Location loc = v.getLoc();
+    auto t = cast<RankedTensorType>(v.getType()).clone(b.getF32Type());
     Value scaleB = BroadcastOp::create(b, loc, t, scale);
-    if (!xf)
-      xf = elementOf(x) == f32 ? x : CastOp::create(b, loc, t, x).getResult();
-    Value scaled = DivOp::create(b, loc, t, xf, scaleB);
-    Value q = CastOp::create(b, loc, t.clone(fp8), scaled);
-    quantized[key] = {q, scale};
-    return {q, scale};
+    Value vf = elementOf(v) == t.getElementType() ? v : CastOp::create(b, loc, t, v).getResult();
+    Value scaled = DivOp::create(b, loc, t, vf, scaleB);
+    return CastOp::create(b, loc, t.clone(fp8), scaled);
+  }
+
+  /// The per-tensor fp8 quantization of `x` with its last two dimensions
+  /// swapped, dense: a GEMM operand stored the other way round from
+  /// cuBLASLt's fp8 "TN" layout (K contiguous in both operands) is cast
+  /// straight into it, one kernel reading x through the transpose (the
+  /// lowering's tiled elementwise form), where casting x and then copying
+  /// the fp8 result transposed took two. Same scale as x's own
+  /// quantization; placed before `user`.
+  std::pair<Value, Value> quantizeTransposed(Value x, FloatType fp8, Operation *user) {
+    auto key = std::make_pair(x, Type(fp8));
+    if (auto it = transposed.find(key); it != transposed.end())
+      return it->second;
+    Value scale = tensorScale(x, fp8);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(user);
+    auto t = cast<RankedTensorType>(x.getType());
+    int64_t r = t.getRank();
+    SmallVector<int64_t> perm = llvm::to_vector(llvm::seq<int64_t>(0, r));
+    std::swap(perm[r - 1], perm[r - 2]);
+    SmallVector<int64_t> shape(t.getShape());
+    std::swap(shape[r - 1], shape[r - 2]);
+    Value xt = TransposeOp::create(b, x.getLoc(), t.clone(shape), x, perm);
+    std::pair<Value, Value> q = {scaledCast(xt, scale, fp8), scale};
+    transposed[key] = q;
+    return q;
+  }
+
+  /// The value whose per-tensor scale is `x`'s: x, or the source of the
+  /// static, non-empty reshapes and transposes x is a view of (a scale does
+  /// not depend on how the elements are viewed): a gradient read as
+  /// [B, S, D], as [B*S, D] and transposed by the GEMMs of one linear layer
+  /// is reduced once.
+  static Value scaleSource(Value x) { return viewSource<ReshapeOp, TransposeOp>(x); }
+
+  /// The source of the chain of static, non-empty `Views` that `x` is.
+  template <typename... Views>
+  static Value viewSource(Value x) {
+    auto staticNonEmpty = [](Value v) {
+      auto t = cast<RankedTensorType>(v.getType());
+      return t.hasStaticShape() && t.getNumElements() > 0;
+    };
+    Value root = x;
+    if (staticNonEmpty(x))
+      while (Operation *def = root.getDefiningOp()) {
+        if (!isa<Views...>(def) || !staticNonEmpty(def->getOperand(0)))
+          break;
+        root = def->getOperand(0);
+      }
+    return root;
   }
 
   /// quantizeFp8 of a matmul operand. A per-tensor scale does not depend on
@@ -195,20 +273,10 @@ public:
   /// not twice.
   std::pair<Value, Value> quantizeOperand(Value x, FloatType fp8, int64_t kAxis,
                                           MatmulOp user) {
-    // Static, non-empty shapes only: a dynamic source may not be reshaped
-    // to any type (at most one unknown dimension), an empty one is skipped
-    // like an empty operand.
-    auto staticNonEmpty = [](Value v) {
-      auto t = cast<RankedTensorType>(v.getType());
-      return t.hasStaticShape() && t.getNumElements() > 0;
-    };
-    Value root = x;
-    if (kAxis < 0 && staticNonEmpty(x))
-      while (auto r = root.getDefiningOp<ReshapeOp>()) {
-        if (!staticNonEmpty(r.getInput()))
-          break;
-        root = r.getInput();
-      }
+    // Static, non-empty shapes only (scaleSource): a dynamic source may not
+    // be reshaped to any type (at most one unknown dimension), an empty one
+    // is skipped like an empty operand.
+    Value root = kAxis < 0 ? viewSource<ReshapeOp>(x) : x;
     auto [q, s] = quantizeFp8(root, fp8, kAxis);
     if (root == x)
       return {q, s};
@@ -279,8 +347,15 @@ public:
       return lhs == transposed ? r - 2 : r - 1;
     };
     int64_t kA = kAxisOf(mm.getLhs(), true), kB = kAxisOf(mm.getRhs(), false);
-    auto [qa, sa] = quantizeOperand(mm.getLhs(), lhsGrad ? e5m2 : e4m3, kA, mm);
-    auto [qb, sb] = quantizeOperand(mm.getRhs(), rhsGrad ? e5m2 : e4m3, kB, mm);
+    // Per-tensor scales: each operand is cast into cuBLASLt's fp8 layout
+    // (LHS [.., M, K], RHS [.., N, K]), a transposed one by the cast itself.
+    bool ta = mm.getTransposeLhs(), tb = mm.getTransposeRhs();
+    bool perTensor = kA < 0 && kB < 0;
+    FloatType fa = lhsGrad ? e5m2 : e4m3, fb = rhsGrad ? e5m2 : e4m3;
+    auto [qa, sa] = perTensor && ta ? quantizeTransposed(mm.getLhs(), fa, mm)
+                                    : quantizeOperand(mm.getLhs(), fa, kA, mm);
+    auto [qb, sb] = perTensor && !tb ? quantizeTransposed(mm.getRhs(), fb, mm)
+                                     : quantizeOperand(mm.getRhs(), fb, kB, mm);
     Type f32 = b.getF32Type();
     Location loc = mm.getLoc();
     b.setInsertionPoint(mm);
@@ -296,7 +371,7 @@ public:
       // Per-tensor scales scale the accumulator inside the GEMM (cuBLASLt's
       // A/B scale pointers), which writes bf16 directly.
       finish(MatmulOp::create(b, loc, resT.clone(b.getBF16Type()), qa, qb, mm.getBias(), sa,
-                              sb, mm.getTransposeLhs(), mm.getTransposeRhs()));
+                              sb, /*transposeLhs=*/false, /*transposeRhs=*/true));
       return;
     }
     Value prod = MatmulOp::create(b, loc, resF32, qa, qb, Value(),
@@ -328,6 +403,13 @@ public:
   }
 
 private:
+  /// After the definitions of `v` and of `w` (of one block; block
+  /// arguments come first).
+  void setAfterDefs(Value v, Value w) {
+    Operation *dv = v.getDefiningOp(), *dw = w.getDefiningOp();
+    setAfterDef(!dv || (dw && dv->isBeforeInBlock(dw)) ? w : v);
+  }
+
   void setAfterDef(Value v) {
     if (Operation *def = v.getDefiningOp())
       b.setInsertionPointAfter(def);
@@ -340,6 +422,8 @@ private:
   llvm::DenseMap<std::pair<Value, Type>, Value> casts;
   llvm::DenseMap<std::tuple<Value, Type, int64_t>, std::pair<Value, Value>>
       quantized;
+  llvm::DenseMap<std::pair<Value, Type>, Value> scales; // tensorScale
+  llvm::DenseMap<std::pair<Value, Type>, std::pair<Value, Value>> transposed;
 };
 
 /// The values computed from a function argument marked `llm.gradient` (the

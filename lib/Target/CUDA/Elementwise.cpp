@@ -247,7 +247,33 @@ struct Emitter {
     for (const EwOutput &o : p.outputs)
       if (o.node < 0 || o.node >= static_cast<int>(p.nodes.size()))
         return Invalid("elementwise: bad output node");
+    if (Tiled()) {
+      for (const EwInput &in : p.inputs)
+        if (in.layout == InputLayout::kStrided || in.layout == InputLayout::kRowBroadcast)
+          return Invalid("elementwise: a transposed (tiled) input next to a strided or "
+                         "row-broadcast one; the tiled form takes contiguous and scalar ones only");
+      if (TileBytes() > kMaxTileBytes)
+        return Invalid("elementwise: the transposed inputs' tiles need " +
+                       std::to_string(TileBytes()) + " bytes of shared memory, more than " +
+                       std::to_string(kMaxTileBytes));
+    }
     return absl::OkStatus();
+  }
+
+  /// The tiled form (some input is the output's transpose).
+  bool Tiled() const {
+    for (const EwInput &in : p.inputs)
+      if (in.layout == InputLayout::kTransposed) return true;
+    return false;
+  }
+  static constexpr int kMaxTileBytes = 48 * 1024;  // static shared memory
+  /// Shared memory of the tiles of the kTransposed inputs (64 x 65 each).
+  int TileBytes() const {
+    int bytes = 0;
+    for (const EwInput &in : p.inputs)
+      if (in.layout == InputLayout::kTransposed)
+        bytes += kTransposeTile * (kTransposeTile + 1) * ScalarSize(in.type);
+    return bytes;
   }
 
   bool NeedsShape() const {
@@ -255,7 +281,7 @@ struct Emitter {
       if (in.layout == InputLayout::kStrided || in.layout == InputLayout::kRowBroadcast) return true;
     return false;
   }
-  bool Vectorizable() const { return !NeedsShape(); }
+  bool Vectorizable() const { return !NeedsShape() && !Tiled(); }
   /// The argument list of one ew_body call: `in(i)` for input i, then
   /// `out(i)` for output i.
   template <typename InFn, typename OutFn>
@@ -293,7 +319,8 @@ struct Emitter {
     const int nout = static_cast<int>(p.outputs.size());
     s << "// Program (" << nin << " inputs, " << p.nodes.size() << " nodes, " << nout << " outputs):\n";
     for (int i = 0; i < nin; ++i) {
-      const char *lay[] = {"contiguous", "scalar", "row-broadcast [N] vs [..., N]", "strided"};
+      const char *lay[] = {"contiguous", "scalar", "row-broadcast [N] vs [..., N]", "strided",
+                           "transposed [..., C, R] vs [..., R, C]"};
       s << "//   in" << i << ": " << ScalarTypeTag(p.inputs[i].type) << ", "
         << lay[static_cast<int>(p.inputs[i].layout)] << "\n";
     }
@@ -491,6 +518,7 @@ struct Emitter {
             << ind << "  }\n";
           break;
         case InputLayout::kScalar:
+        case InputLayout::kTransposed:  // tiled programs have their own kernel
           break;
         }
       }
@@ -507,7 +535,82 @@ struct Emitter {
     s << "      scalar_begin = numel;\n    }\n  }\n";
   }
 
+  /// The tiled form (see EmitElementwise in KernelLibrary.h). The tiles
+  /// hold the inputs in their own types, padded by one element per row.
+  std::string TiledKernel(const std::string &name) const {
+    static_assert(kElementwiseThreads == kTransposeThreads, "one tile per block of kThreads");
+    std::ostringstream s;
+    const int nin = static_cast<int>(p.inputs.size());
+    const int nout = static_cast<int>(p.outputs.size());
+    const char *restrict_ = p.outputs_alias_inputs ? "" : " __restrict__";
+    s << "static constexpr int kTile = " << kTransposeTile << ";\n\n";
+    s << "extern \"C\" __global__ void __launch_bounds__(kThreads) " << name << "(\n";
+    for (int i = 0; i < nout; ++i)
+      s << "    " << CTypeName(p.outputs[i].type) << "*" << restrict_ << " out" << i << ",\n";
+    for (int i = 0; i < nin; ++i)
+      s << "    const " << CTypeName(p.inputs[i].type) << "*" << restrict_ << " in" << i << ",\n";
+    s << "    long long numel, long long rows, long long cols) {\n"
+         "  (void)numel;\n"
+         "  const long long r0 = (long long)blockIdx.y * kTile, c0 = (long long)blockIdx.x * kTile;\n"
+         "  const long long base = (long long)blockIdx.z * rows * cols;\n";
+    for (int i = 0; i < nin; ++i)
+      if (p.inputs[i].layout == InputLayout::kTransposed)
+        s << "  __shared__ " << CTypeName(p.inputs[i].type) << " t" << i << "[kTile][kTile + 1];\n";
+      else if (p.inputs[i].layout == InputLayout::kScalar)
+        s << "  const " << CTypeName(p.inputs[i].type) << " s" << i << " = in" << i << "[0];\n";
+    s << "  // Load: a transposed input holds output element (r, c) at c * rows + r, so\n"
+         "  // the tile's rows are output columns; a warp reads 32 consecutive r.\n"
+         "  for (int j = threadIdx.x / kTile; j < kTile; j += kThreads / kTile) {\n"
+         "    const int x = threadIdx.x % kTile;\n"
+         "    const long long c = c0 + j, r = r0 + x;\n"
+         "    if (c < cols && r < rows) {\n";
+    for (int i = 0; i < nin; ++i)
+      if (p.inputs[i].layout == InputLayout::kTransposed)
+        s << "      t" << i << "[j][x] = in" << i << "[base + c * rows + r];\n";
+    s << "    }\n"
+         "  }\n"
+         "  __syncthreads();\n"
+         "  // Compute and store along the output's rows: 16 threads per tile row,\n"
+         "  // 4 consecutive elements each.\n"
+         "  const int x = (threadIdx.x % 16) * 4;\n"
+         "  for (int y = threadIdx.x / 16; y < kTile; y += kThreads / 16) {\n"
+         "    const long long r = r0 + y;\n"
+         "    if (r >= rows) break;\n"
+         "    const long long o = base + r * cols + c0 + x;\n"
+         "    const int n = (int)(cols - c0 - x < 4 ? cols - c0 - x : 4);\n"
+         "    if (n <= 0) continue;\n";
+    for (int i = 0; i < nout; ++i)
+      s << "    LlmcVec<" << CTypeName(p.outputs[i].type) << ", 4> o" << i << ";\n";
+    s << "#pragma unroll\n"
+         "    for (int e = 0; e < 4; ++e) {\n"
+         "      if (e >= n) break;\n"
+         "      ew_body("
+      << BodyArgs(
+             [&](int i) {
+               const std::string is = std::to_string(i);
+               switch (p.inputs[i].layout) {
+               case InputLayout::kTransposed: return "t" + is + "[x + e][y]";
+               case InputLayout::kScalar: return "s" + is;
+               default: return "in" + is + "[o + e]";
+               }
+             },
+             [](int i) { return "o" + std::to_string(i) + ".v[e]"; })
+      << ");\n"
+         "    }\n";
+    for (int i = 0; i < nout; ++i) {
+      const std::string t = CTypeName(p.outputs[i].type), is = std::to_string(i);
+      s << "    if (n == 4 && ((unsigned long long)(out" << is << " + o) % sizeof(LlmcVec<" << t
+        << ", 4>)) == 0)\n"
+        << "      *reinterpret_cast<LlmcVec<" << t << ", 4>*>(out" << is << " + o) = o" << is << ";\n"
+        << "    else\n"
+        << "      for (int e = 0; e < n; ++e) out" << is << "[o + e] = o" << is << ".v[e];\n";
+    }
+    s << "  }\n}\n";
+    return s.str();
+  }
+
   std::string Kernel(const std::string &name) const {
+    if (Tiled()) return TiledKernel(name);
     std::ostringstream s;
     const int nin = static_cast<int>(p.inputs.size());
     const int nout = static_cast<int>(p.outputs.size());
@@ -596,7 +699,9 @@ struct Emitter {
                  case InputLayout::kContiguous: return in + "[i]";
                  case InputLayout::kScalar: return in + "[0]";
                  case InputLayout::kRowBroadcast: return in + "[i % row_n]";
-                 case InputLayout::kStrided: break;
+                 case InputLayout::kStrided:
+                 case InputLayout::kTransposed:  // tiled programs: TiledKernel
+                   break;
                  }
                  return in + "[off[" + std::to_string(i) + "]]";
                },
@@ -622,6 +727,16 @@ bool ElementwiseNeedsShape(const ElementwiseProgram &prog) {
   return Emitter(prog).NeedsShape();
 }
 
+bool ElementwiseTiled(const ElementwiseProgram &prog) { return Emitter(prog).Tiled(); }
+
+bool ElementwiseTiledFits(const ElementwiseProgram &prog) {
+  return Emitter(prog).TileBytes() <= Emitter::kMaxTileBytes;
+}
+
+absl::StatusOr<LaunchDims> ElementwiseTransposedLaunch(int64_t batch, int64_t rows, int64_t cols) {
+  return TransposeLaunch(batch, rows, cols);
+}
+
 absl::StatusOr<KernelCode> EmitElementwise(const ElementwiseProgram &prog) {
   Emitter em(prog);
   if (absl::Status st = em.Validate(); !st.ok())
@@ -631,13 +746,17 @@ absl::StatusOr<KernelCode> EmitElementwise(const ElementwiseProgram &prog) {
   kc.name = "llmc_ew_" + HashHex(body);
   const std::string header =
       "// llmc fused elementwise kernel " + kc.name +
-      "\n// Grid-stride loop over the flattened output; 16-byte vector fast path.\n";
+      (em.Tiled() ? "\n// 64 x 64 output tiles; transposed inputs through shared memory.\n"
+                  : "\n// Grid-stride loop over the flattened output; 16-byte vector fast path.\n");
   LLMC_ASSIGN_OR_RETURN(kc.source, Assemble(header, "", body + em.Kernel(kc.name)));
   return kc;
 }
 
 absl::StatusOr<LaunchDims> ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel) {
   Emitter em(prog);
+  if (em.Tiled())
+    return Invalid("elementwise: a tiled program (a transposed input) is launched by "
+                   "ElementwiseTransposedLaunch");
   const int64_t per_thread = em.Vectorizable() ? em.VecElems() : 1;
   const int64_t work = CeilDiv(std::max<int64_t>(numel, 1), per_thread);
   int64_t blocks = CeilDiv(work, kElementwiseThreads);

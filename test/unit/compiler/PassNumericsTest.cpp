@@ -378,11 +378,14 @@ func.func @mlp_backward(%x: tensor<33x48xf32>, %w1: tensor<40x48xf32>,
 /// A linear layer's backward in attention's layout: the output gradient dy
 /// [B, S, H, D] is read as [B, S, H*D] by the input-gradient GEMM and as
 /// [B*S, H*D] (transposed) by the weight-gradient GEMM. The fp8 policy
-/// quantizes dy once (one per-tensor amax over rows of H*D, one scaling
-/// cast) and both GEMMs read that fp8 value through reshapes; the results
-/// stay within the HYBRID bound u4 + u5 of the test above, on fresh random
-/// inputs, and really ran in fp8.
-TEST_F(PassNumericsTest, Fp8GradientReadThroughReshapesIsQuantizedOnce) {
+/// finds dy's scale once (one per-tensor amax over rows of H*D) and casts
+/// dy twice with it, each cast straight into the layout cuBLASLt's fp8
+/// GEMMs take (K contiguous in both operands): as it is for the input
+/// gradient, transposed ([H*D, B*S]) for the weight gradient; no GEMM
+/// reads a transposed fp8 operand. The results stay within the HYBRID
+/// bound u4 + u5 of the test above, on fresh random inputs, and really ran
+/// in fp8.
+TEST_F(PassNumericsTest, Fp8GradientReadThroughReshapesIsScaledOnce) {
   std::string src = R"mlir(
 func.func @linear_backward(%dy: tensor<4x64x4x128xf32> {llm.gradient},
                            %w: tensor<512x48xf32>, %x: tensor<256x48xf32>)
@@ -398,15 +401,23 @@ func.func @linear_backward(%dy: tensor<4x64x4x128xf32> {llm.gradient},
       parseAndRun(src, "func.func(llmc-precision{policy=fp8})");
   ASSERT_TRUE(precision);
   int absOfDy = 0, scalingCasts = 0;
+  SmallVector<Value> dyScales;
   firstFunc(*precision).walk([&](Operation *op) {
     auto type = [](Value v) { return cast<RankedTensorType>(v.getType()); };
     if (isa<llmc::llm::AbsOp>(op) && type(op->getOperand(0)).getNumElements() == 131072)
       ++absOfDy;
     if (isa<llmc::llm::CastOp>(op) && isa<Float8E5M2Type>(type(op->getResult(0)).getElementType()))
       ++scalingCasts;
+    if (auto mm = dyn_cast<llmc::llm::MatmulOp>(op)) {
+      EXPECT_FALSE(mm.getTransposeLhs()) << print(*precision);
+      EXPECT_TRUE(mm.getTransposeRhs()) << print(*precision);
+      dyScales.push_back(mm.getScaleLhs());
+    }
   });
   EXPECT_EQ(absOfDy, 1) << print(*precision);
-  EXPECT_EQ(scalingCasts, 1) << print(*precision);
+  EXPECT_EQ(scalingCasts, 2) << print(*precision);
+  ASSERT_EQ(dyScales.size(), 2u);
+  EXPECT_TRUE(dyScales[0] && dyScales[0] == dyScales[1]) << print(*precision);
   OwningOpRef<ModuleOp> before = parseAndRun(src, "");
   ASSERT_TRUE(before);
   OwningOpRef<ModuleOp> after =

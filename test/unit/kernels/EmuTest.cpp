@@ -686,6 +686,104 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x,
   }
 }
 
+// The tiled form: the quantizing cast of a transposed GEMM operand into
+// cuBLASLt's fp8 layout, e4m3(float(x^T) / s), with a second output
+// bf16(x^T + c) from a contiguous input c: x bf16 [batch, cols, rows] read
+// as [batch, rows, cols], s an f32 scalar. Against the host (e4m3 saturating
+// round-to-nearest-even, bf16 round-to-nearest-even) element for element,
+// on partial tiles and rows whose length is no multiple of 4 (element
+// stores) and on full aligned tiles (4-element stores), with nothing
+// written past the outputs. The same program with kStrided in place of
+// kTransposed gives the same bytes.
+TEST(Emu, ElementwiseTransposedTiles) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  struct Case { int64_t batch, rows, cols; };
+  for (const Case c : {Case{2, 70, 67}, Case{1, 128, 192}, Case{3, 5, 2}}) {
+    const ScalarType F = ScalarType::f32, BF = ScalarType::bf16, E4 = ScalarType::f8e4m3;
+    const int64_t n = c.batch * c.rows * c.cols;
+    std::vector<uint8_t> outs[2][2];  // [tiled, strided][e4m3, bf16]
+    std::vector<float> xf = Randn(n, 31, 40.f), cf = Randn(n, 32);
+    const std::vector<uint16_t> x = ToBf16Vec(xf), cv = ToBf16Vec(cf);
+    const float scale = 0.0625f;
+    for (int form = 0; form < 2; ++form) {
+      ElementwiseProgram p;
+      p.inputs = {{BF, form == 0 ? InputLayout::kTransposed : InputLayout::kStrided},
+                  {F, InputLayout::kScalar},
+                  {BF, InputLayout::kContiguous}};
+      p.nodes = {{EwOp::cast, {-1}, F},     // 0: float(x^T)
+                 {EwOp::div, {0, -2}, F},   // 1: / s
+                 {EwOp::cast, {1}, E4},     // 2: e4m3
+                 {EwOp::add, {0, -3}, BF}}; // 3: x^T + c
+      p.outputs = {{2, E4}, {3, BF}};
+      EXPECT_EQ(ElementwiseTiled(p), form == 0);
+      EXPECT_TRUE(ElementwiseTiledFits(p));
+      const KernelCode k = Unwrap(EmitElementwise(p));
+      std::vector<uint8_t> &o8 = outs[form][0], &o16 = outs[form][1];
+      o8.assign(n + 64, 0xAB);
+      o16.assign((n + 64) * 2, 0xAB);
+      if (form == 0) {
+        const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, fp8e4m3* o8, bf16* o16, const bf16* x, const float* s,
+                          const bf16* c, long long n, long long rows, long long cols) {
+  emu::Launch(g, b, 0, [&] { KERNEL(o8, o16, x, s, c, n, rows, cols); });
+})";
+        using Fn = void (*)(Dim3, Dim3, void *, void *, const void *, const float *, const void *,
+                            long long, long long, long long);
+        auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+        ASSERT_NE(fn, nullptr);
+        EXPECT_FALSE(ElementwiseLaunch(p, n).ok());
+        const LaunchDims d = Unwrap(ElementwiseTransposedLaunch(c.batch, c.rows, c.cols));
+        fn(G(d), B(d), o8.data(), o16.data(), x.data(), &scale, cv.data(), n, c.rows, c.cols);
+      } else {
+        const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, fp8e4m3* o8, bf16* o16, const bf16* x, const float* s,
+                          const bf16* c, long long n, const EwShape* sh) {
+  emu::Launch(g, b, 0, [&] { KERNEL(o8, o16, x, s, c, n, *sh); });
+})";
+        using Fn = void (*)(Dim3, Dim3, void *, void *, const void *, const float *, const void *,
+                            long long, const void *);
+        auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+        ASSERT_NE(fn, nullptr);
+        const std::vector<int64_t> packed = Unwrap(PackElementwiseShape(
+            p, {c.batch, c.rows, c.cols}, {{c.rows * c.cols, 1, c.rows}, {}, {}}));
+        const LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
+        fn(G(d), B(d), o8.data(), o16.data(), x.data(), &scale, cv.data(), n, packed.data());
+      }
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t r = 0; r < c.rows; ++r)
+          for (int64_t col = 0; col < c.cols; ++col) {
+            const int64_t at = (b * c.rows + r) * c.cols + col;
+            const int64_t src = (b * c.cols + col) * c.rows + r;
+            const float xv = FromBf16(x[src]);
+            ASSERT_EQ(o8[at], llmc::ref::ToE4M3(xv / scale)) << "form " << form << " at " << at;
+            uint16_t got;
+            std::memcpy(&got, &o16[at * 2], 2);
+            ASSERT_EQ(got, ToBf16(xv + FromBf16(cv[at]))) << "form " << form << " at " << at;
+          }
+      for (int64_t i = n; i < n + 64; ++i) {
+        ASSERT_EQ(o8[i], 0xAB) << "form " << form << ": wrote past the fp8 output";
+        ASSERT_EQ(o16[2 * i], 0xAB) << "form " << form << ": wrote past the bf16 output";
+      }
+    }
+    EXPECT_EQ(outs[0][0], outs[1][0]);
+    EXPECT_EQ(outs[0][1], outs[1][1]);
+  }
+  // The tiled form takes no strided or row-broadcast input next to a
+  // transposed one, and at most 48 KiB of tiles.
+  ElementwiseProgram mixed;
+  mixed.inputs = {{ScalarType::bf16, InputLayout::kTransposed},
+                  {ScalarType::bf16, InputLayout::kRowBroadcast}};
+  mixed.nodes = {{EwOp::add, {-1, -2}, ScalarType::bf16}};
+  mixed.outputs = {{0, ScalarType::bf16}};
+  EXPECT_FALSE(EmitElementwise(mixed).ok());
+  ElementwiseProgram wide;
+  for (int i = 0; i < 3; ++i) wide.inputs.push_back({ScalarType::f32, InputLayout::kTransposed});
+  wide.nodes = {{EwOp::add, {-1, -2}, ScalarType::f32}, {EwOp::add, {0, -3}, ScalarType::f32}};
+  wide.outputs = {{1, ScalarType::f32}};
+  EXPECT_FALSE(ElementwiseTiledFits(wide));
+  EXPECT_FALSE(EmitElementwise(wide).ok());
+}
+
 // RMSNorm's forward and backward read the per-row inverse RMS, [R, 1] f32,
 // against [R, N] rows: an input of innermost stride 0 whose row stride (1)
 // is no multiple of kVec. It takes the vector path (one load per vector,

@@ -69,6 +69,37 @@ TEST(Transpose, Compiles) {
   }
 }
 
+// The tiled elementwise form: the quantizing casts of transposed fp8 GEMM
+// operands (bf16, f16, f32 in; e4m3, e5m2 out; a scalar scale), one with a
+// contiguous input and a second output, for sm_90 and sm_80 and the fp8
+// targets sm_90a and sm_89 (hardware fp8 conversions).
+TEST(ElementwiseTiled, Compiles) {
+  for (ScalarType in : kFloatTypes)
+    for (ScalarType q : {ScalarType::f8e4m3, ScalarType::f8e5m2})
+      for (bool second : {false, true}) {
+        ElementwiseProgram p;
+        p.inputs = {{in, InputLayout::kTransposed}, {ScalarType::f32, InputLayout::kScalar}};
+        p.nodes = {{EwOp::cast, {-1}, ScalarType::f32},
+                   {EwOp::div, {0, -2}, ScalarType::f32},
+                   {EwOp::cast, {1}, q}};
+        p.outputs = {{2, q}};
+        if (second) {
+          p.inputs.push_back({ScalarType::bf16, InputLayout::kContiguous});
+          p.nodes.push_back({EwOp::add, {0, -3}, ScalarType::bf16});
+          p.outputs.push_back({3, ScalarType::bf16});
+        }
+        const KernelCode k = Unwrap(EmitElementwise(p));
+        ExpectCompiles(k);
+        if (!llmc::test::NvrtcAvailable()) continue;
+        for (const char *arch : {"sm_90a", "sm_89"}) {
+          std::string log;
+          size_t cubin = 0;
+          EXPECT_TRUE(llmc::test::NvrtcCompile(k.source, k.name, arch, &log, &cubin))
+              << k.name << " (" << arch << "):\n" << log;
+        }
+      }
+}
+
 //===----------------------------------------------------------------------===//
 // Preamble / types
 //===----------------------------------------------------------------------===//

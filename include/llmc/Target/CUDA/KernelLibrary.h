@@ -112,6 +112,8 @@ enum class InputLayout {
   kScalar,       // a single element, read at index 0
   kRowBroadcast, // shape [N] broadcast against [..., N]: index = i % N
   kStrided,      // general: runtime per-dim strides in elements, 0 = broadcast
+  kTransposed,   // the output with its last two dims swapped: dense [..., C, R]
+                 // read as [..., R, C] (a transpose view); makes the kernel tiled
 };
 
 struct EwInput {
@@ -182,8 +184,37 @@ inline constexpr int kElementwiseThreads = 256;
 /// InvalidArgument: no outputs, unroll outside 1..4, a node with the wrong
 /// operand count or an operand that is neither an input nor an earlier node,
 /// an output naming no node.
+///
+/// Tiled form (some input kTransposed; the others kContiguous or kScalar):
+/// the output is a batch of row-major [rows, cols] matrices and each
+/// kTransposed input the dense [cols, rows] matrices of the same batch, as
+/// a transposed operand of a GEMM is written into its cuBLASLt layout (the
+/// quantizing cast of an fp8 GEMM operand, docs/fp8.md). A block takes one
+/// 64 x 64 tile (kTransposeTile): it reads every kTransposed input's tile
+/// along the input's rows (coalesced) into shared memory, then evaluates the
+/// program along the output's rows, each thread 4 consecutive elements of a
+/// row (one 4-element store where the row is full and aligned). Same math
+/// as the other forms, element for element.
+/// Kernel arguments, in order:
+///   OutT_0* out_0, ..., const InT_0* in_0, ..., long long numel,
+///   long long rows, long long cols
+/// (numel = batch * rows * cols); launch: ElementwiseTransposedLaunch.
+/// InvalidArgument also: a tiled program with a kStrided or kRowBroadcast
+/// input, or whose kTransposed tiles exceed 48 KiB of shared memory
+/// (ElementwiseTiledFits).
 absl::StatusOr<KernelCode> EmitElementwise(const ElementwiseProgram &prog);
+/// Grid-stride launch of a non-tiled program; InvalidArgument for a tiled one.
 absl::StatusOr<LaunchDims> ElementwiseLaunch(const ElementwiseProgram &prog, int64_t numel);
+/// Whether some input is kTransposed (the tiled form).
+bool ElementwiseTiled(const ElementwiseProgram &prog);
+/// Whether the shared-memory tiles of the kTransposed inputs fit in 48 KiB
+/// (64 x 65 elements each: two f32, four bf16, eight fp8 inputs).
+bool ElementwiseTiledFits(const ElementwiseProgram &prog);
+/// Grid (ceil(cols / 64), ceil(rows / 64), batch) of kTransposeThreads
+/// threads. Unimplemented beyond CUDA's grid (more than 65535 row tiles or
+/// batches).
+absl::StatusOr<LaunchDims> ElementwiseTransposedLaunch(int64_t batch, int64_t rows,
+                                                       int64_t cols);
 /// True when the kernel takes the trailing EwShape argument.
 bool ElementwiseNeedsShape(const ElementwiseProgram &prog);
 /// Packs the EwShape argument. `in_strides[i]` may be empty for inputs that

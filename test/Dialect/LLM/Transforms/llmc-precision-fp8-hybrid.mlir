@@ -7,16 +7,22 @@
 
 // The backward of y = x @ w^T: dx = dy @ w takes dy (a gradient) in e5m2 and
 // w in e4m3; dw = dy^T @ x takes dy in e5m2 and x in e4m3. The gradient's
-// e5m2 copy and its scale are made once and shared by both GEMMs.
+// scale is made once and shared by both GEMMs. Each GEMM takes cuBLASLt's
+// fp8 TN layout (LHS [M, K], RHS [N, K]): w, dy for dw, and x are cast
+// straight into it through a transpose.
 // CHECK-LABEL: func.func @linear_backward
 // CHECK-DAG: %[[C57344:.+]] = llm.constant dense<5.734400e+04> : tensor<f32>
 // CHECK-DAG: %[[C448:.+]] = llm.constant dense<4.480000e+02> : tensor<f32>
 // CHECK-DAG: %[[SDY:.+]] = llm.div %{{.+}}, %[[C57344]] : tensor<f32>
 // CHECK-DAG: %[[QDY:.+]] = llm.cast %{{.+}} : tensor<8x32xf32> to tensor<8x32xf8E5M2>
-// CHECK-DAG: llm.cast %{{.+}} : tensor<32x64xf32> to tensor<32x64xf8E4M3FN>
-// CHECK-DAG: llm.cast %{{.+}} : tensor<8x64xf32> to tensor<8x64xf8E4M3FN>
-// CHECK: llm.matmul %[[QDY]], %{{.+}} scales(%[[SDY]], %{{.+}}) : tensor<8x32xf8E5M2>, tensor<32x64xf8E4M3FN> -> tensor<8x64xbf16>
-// CHECK: llm.matmul %[[QDY]], %{{.+}} scales(%[[SDY]], %{{.+}}) {transpose_lhs} : tensor<8x32xf8E5M2>, tensor<8x64xf8E4M3FN> -> tensor<32x64xbf16>
+// CHECK: llm.transpose %arg1 [1, 0] : tensor<32x64xf32>
+// CHECK: llm.cast %{{.+}} : tensor<64x32xf32> to tensor<64x32xf8E4M3FN>
+// CHECK: llm.matmul %[[QDY]], %{{.+}} scales(%[[SDY]], %{{.+}}) {transpose_rhs} : tensor<8x32xf8E5M2>, tensor<64x32xf8E4M3FN> -> tensor<8x64xbf16>
+// CHECK: llm.transpose %arg2 [1, 0] : tensor<8x32xf32>
+// CHECK: %[[QDYT:.+]] = llm.cast %{{.+}} : tensor<32x8xf32> to tensor<32x8xf8E5M2>
+// CHECK: llm.transpose %arg0 [1, 0] : tensor<8x64xf32>
+// CHECK: llm.cast %{{.+}} : tensor<64x8xf32> to tensor<64x8xf8E4M3FN>
+// CHECK: llm.matmul %[[QDYT]], %{{.+}} scales(%[[SDY]], %{{.+}}) {transpose_rhs} : tensor<32x8xf8E5M2>, tensor<64x8xf8E4M3FN> -> tensor<32x64xbf16>
 // CHECK-NOT: f8E5M2
 // CHECK: return
 // E4M3-LABEL: func.func @linear_backward
@@ -38,8 +44,8 @@ func.func @linear_backward(%x: tensor<8x64xf32>, %w: tensor<32x64xf32>,
 // e4m3 x e4m3.
 // CHECK-LABEL: func.func @derived_gradients
 // CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_rhs} : tensor<4x16xf8E5M2>, tensor<16x16xf8E4M3FN> -> tensor<4x16xbf16>
-// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_lhs} : tensor<4x16xf8E5M2>, tensor<4x16xf8E4M3FN> -> tensor<16x16xbf16>
-// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) : tensor<4x16xf8E4M3FN>, tensor<16x16xf8E4M3FN> -> tensor<4x16xbf16>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_rhs} : tensor<16x4xf8E5M2>, tensor<16x4xf8E4M3FN> -> tensor<16x16xbf16>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_rhs} : tensor<4x16xf8E4M3FN>, tensor<16x16xf8E4M3FN> -> tensor<4x16xbf16>
 func.func @derived_gradients(%g: tensor<4x16xf32> {llm.gradient}, %a: tensor<4x16xf32>,
                              %w: tensor<16x16xf32>) -> (tensor<4x16xf32>, tensor<16x16xf32>, tensor<4x16xf32>) {
   %d = llm.mul %g, %a : tensor<4x16xf32>
@@ -54,8 +60,8 @@ func.func @derived_gradients(%g: tensor<4x16xf32> {llm.gradient}, %a: tensor<4x1
 // A matmul reading another's result directly (dX = (dY W2) W1): the first
 // product is a gradient, so the second GEMM reads it in e5m2 too.
 // CHECK-LABEL: func.func @chained
-// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) : tensor<8x32xf8E5M2>, tensor<32x64xf8E4M3FN> -> tensor<8x64xbf16>
-// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) : tensor<8x64xf8E5M2>, tensor<64x16xf8E4M3FN> -> tensor<8x16xbf16>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_rhs} : tensor<8x32xf8E5M2>, tensor<64x32xf8E4M3FN> -> tensor<8x64xbf16>
+// CHECK: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_rhs} : tensor<8x64xf8E5M2>, tensor<16x64xf8E4M3FN> -> tensor<8x16xbf16>
 func.func @chained(%dy: tensor<8x32xf32> {llm.gradient}, %w2: tensor<32x64xf32>,
                    %w1: tensor<64x16xf32>) -> tensor<8x16xf32> {
   %dh = llm.matmul %dy, %w2 : tensor<8x32xf32>, tensor<32x64xf32> -> tensor<8x64xf32>

@@ -129,14 +129,25 @@ func.func @short_rows(%x: tensor<4x64x4x128xbf16>, %w: tensor<512x512xbf16>,
 // A per-tensor scale does not depend on the view: an operand read as
 // [B, S, D] by one GEMM and through a reshape as [B*S, D] by another (a
 // linear layer's output gradient, by its input- and weight-gradient GEMMs)
-// is reduced and cast once; the second GEMM reads the fp8 value reshaped.
+// is reduced once. Every fp8 GEMM takes cuBLASLt's TN layout (LHS [M, K],
+// RHS [N, K]): an operand stored the other way round is cast straight into
+// it through a transpose (the weight [K, N]; the gradient and the input,
+// [tokens, features], for the weight gradient), with its source's scale.
 // FP8-LABEL: func.func @quantize_through_reshape
 // FP8-COUNT-3: llm.abs
 // FP8-NOT: llm.abs
 // FP8: %[[Q:.+]] = llm.cast %{{.+}} : tensor<2x8x512xf32> to tensor<2x8x512xf8E5M2>
-// FP8: llm.matmul %[[Q]], %{{.+}} : tensor<2x8x512xf8E5M2>, tensor<512x64xf8E4M3FN>
-// FP8: %[[QR:.+]] = llm.reshape %[[Q]] : tensor<2x8x512xf8E5M2> to tensor<16x512xf8E5M2>
-// FP8: llm.matmul %[[QR]], %{{.+}} {transpose_lhs} : tensor<16x512xf8E5M2>, tensor<16x64xf8E4M3FN>
+// FP8: %[[WT:.+]] = llm.transpose %arg1 [1, 0] : tensor<512x64xbf16>
+// FP8: llm.cast %[[WT]] : tensor<64x512xbf16> to tensor<64x512xf32>
+// FP8: llm.matmul %[[Q]], %{{.+}} scales(%[[SG:.+]], %{{.+}}) {transpose_rhs} : tensor<2x8x512xf8E5M2>, tensor<64x512xf8E4M3FN>
+// FP8: %[[GR:.+]] = llm.reshape %arg0 : tensor<2x8x512xbf16> to tensor<16x512xbf16>
+// FP8: %[[GT:.+]] = llm.transpose %[[GR]] [1, 0] : tensor<16x512xbf16>
+// FP8: llm.cast %[[GT]] : tensor<512x16xbf16> to tensor<512x16xf32>
+// FP8: %[[QT:.+]] = llm.cast %{{.+}} : tensor<512x16xf32> to tensor<512x16xf8E5M2>
+// FP8: %[[XT:.+]] = llm.transpose %arg2 [1, 0] : tensor<16x64xbf16>
+// FP8: llm.cast %[[XT]] : tensor<64x16xbf16> to tensor<64x16xf32>
+// FP8: llm.matmul %[[QT]], %{{.+}} scales(%[[SG]], %{{.+}}) {transpose_rhs} : tensor<512x16xf8E5M2>, tensor<64x16xf8E4M3FN>
+// FP8-NOT: transpose_lhs
 // FP8: return
 func.func @quantize_through_reshape(%g: tensor<2x8x512xbf16> {llm.gradient}, %w: tensor<512x64xbf16>,
                                     %x: tensor<16x64xbf16>)
@@ -163,7 +174,7 @@ func.func @quantize_through_reshape(%g: tensor<2x8x512xbf16> {llm.gradient}, %w:
 // FP8-LABEL: func.func @outer_product
 // FP8: llm.matmul %arg0, %arg1 : tensor<1x64x1xf32>, tensor<1x1x2048xf32> -> tensor<1x64x2048xf32>
 // FP8: llm.matmul %{{.+}}, %{{.+}} {transpose_rhs} : tensor<8x16xf8E4M3FN>, tensor<4x16xf8E4M3FN>
-// FP8: llm.matmul %{{.+}}, %{{.+}} : tensor<8x2xf8E4M3FN>, tensor<2x4xf8E4M3FN>
+// FP8: llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %{{.+}}) {transpose_rhs} : tensor<8x2xf8E4M3FN>, tensor<4x2xf8E4M3FN>
 // FP8: return
 func.func @outer_product(%inv: tensor<1x64x1xf32>, %pos: tensor<1x1x2048xf32>,
                               %x: tensor<8x16xf32>, %w: tensor<4x16xf32>,
@@ -197,7 +208,7 @@ func.func @outer_product_dynamic_lhs(%inv: tensor<1x64x?xf32>, %pos: tensor<1x1x
 // FP8-LABEL: func.func @reshape_chain_dynamic
 // FP8: %[[V:.+]] = llm.reshape %{{.+}} : tensor<8x512xf32> to tensor<?x?xf32>
 // FP8: llm.abs %[[V]] : tensor<?x?xf32>
-// FP8: llm.matmul {{.*}} : tensor<?x?xf8E4M3FN>, tensor<512x32xf8E4M3FN>
+// FP8: llm.matmul {{.*}} : tensor<?x?xf8E4M3FN>, tensor<32x512xf8E4M3FN>
 func.func @reshape_chain_dynamic(%x: tensor<?x512xf32>, %w: tensor<512x32xf32>) -> tensor<?x32xf32> {
   %s = llm.reshape %x : tensor<?x512xf32> to tensor<8x512xf32>
   %v = llm.reshape %s : tensor<8x512xf32> to tensor<?x?xf32>
