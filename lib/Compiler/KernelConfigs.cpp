@@ -148,6 +148,7 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
       if (splits.ok()) { // it is: the geometry exists
         choice.kernel = AttentionChoice::kFlashDecode;
         choice.splits = *splits;
+        choice.fused_combine = true;
         configs.attention[op] = choice;
         return;
       }
@@ -219,6 +220,8 @@ void llmc::annotateKernelConfigs(func::FuncOp fn, const KernelConfigs &configs) 
     if (c.kernel == AttentionChoice::kFlashDecode) {
       fields = {b.getNamedAttr("kernel", b.getStringAttr("flash_decode")),
                 b.getNamedAttr("splits", b.getI64IntegerAttr(c.splits))};
+      if (c.fused_combine)
+        fields.push_back(b.getNamedAttr("fused_combine", b.getUnitAttr()));
     } else {
       fields = {b.getNamedAttr("kernel", b.getStringAttr("flash_attention")),
                 b.getNamedAttr("tile", b.getStringAttr(cu::AttentionTileName(c.tile))),
@@ -294,10 +297,13 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
     AttentionChoice choice;
     if (kernel && kernel.getValue() == "flash_decode") {
       auto splits = config.getAs<IntegerAttr>("splits");
-      if (splits && splits.getType().isSignlessInteger(64) && config.size() == 2 &&
+      Attribute fused = config.get("fused_combine");
+      if (splits && splits.getType().isSignlessInteger(64) &&
+          (!fused || isa<UnitAttr>(fused)) && config.size() == (fused ? 3u : 2u) &&
           splits.getInt() >= 1 && splits.getInt() <= 256) {
         choice.kernel = AttentionChoice::kFlashDecode;
         choice.splits = static_cast<int>(splits.getInt());
+        choice.fused_combine = fused != nullptr;
         configs.attention[op] = choice;
         return;
       }
@@ -321,9 +327,9 @@ llmc::decidedKernelConfigs(func::FuncOp fn, const LowerOptions &options) {
       return;
     }
     status = invalid(op, kKernelConfigAttr.str(), attr,
-                     "{kernel = \"flash_decode\", splits = <1..256>} or {kernel = "
-                     "\"flash_attention\", tile = \"bm<M>_bn<N>_w<warps>_s<stages>[_gh]\", "
-                     "cudnn = <bool>}");
+                     "{kernel = \"flash_decode\", splits = <1..256>[, fused_combine]} or "
+                     "{kernel = \"flash_attention\", tile = "
+                     "\"bm<M>_bn<N>_w<warps>_s<stages>[_gh]\", cudnn = <bool>}");
   });
   if (!status.ok())
     return status;

@@ -8,9 +8,11 @@
 // read once by llmc::SetTuningKnobs), and written into IR:
 //
 //  - on each llm.attention, `llm.kernel_config`, one of
-//      {kernel = "flash_decode", splits = N}
+//      {kernel = "flash_decode", splits = N [, fused_combine]}
 //          split-KV flash-decoding (Target/CUDA/Decode.h) in N splits of
-//          the KV range (1..256), then the combine kernel;
+//          the KV range (1..256), then the combine kernel, or with
+//          `fused_combine` the split kernel's last block per (batch, kv
+//          head) combines (one launch; a zeroed semaphore buffer);
 //      {kernel = "flash_attention", tile = "bm64_bn64_w4_s2", cudnn = B}
 //          FlashAttention-2 (Dao 2023) with that tile when it runs on tensor
 //          cores (cu::AttentionTileName's form); with `cudnn` the launch
@@ -54,6 +56,9 @@ struct AttentionChoice {
   Kernel kernel = kFlashAttention;
   /// kFlashDecode: KV splits, 1..256.
   int splits = 1;
+  /// kFlashDecode of an llm.attention: the split kernel's last block per
+  /// (batch, kv head) combines the splits (cu::DecodeConfig::fused_combine).
+  bool fused_combine = false;
   /// kFlashDecode of an llm.paged_attention: query rows a block takes at a
   /// time (cu::DecodeConfig::q_len), 1..16.
   int query_rows = 1;

@@ -60,7 +60,8 @@ static AttentionAttachment attachmentOf(const rt::AttentionSpec &spec) {
   return a;
 }
 
-/// attention(q, k, v [, mask, kv_len]) => flash-decoding (split + combine) or
+/// attention(q, k, v [, mask, kv_len]) => flash-decoding (split + combine, or
+/// the split kernel alone with its combine fused) or
 /// one FlashAttention-2 kernel, with cuDNN's fused attention attached when
 /// its llm.kernel_config asks for it. `lse` (optional): the f32 [B, Hq, Sq]
 /// result of the llm.attention_logsumexp the same FlashAttention-2 launch
@@ -93,6 +94,7 @@ static absl::Status lowerAttentionWith(AttentionOp op, Value lse, Lowering &l) {
     } else {
       dc.kv_len = cu::KvLenSource::kArg;
     }
+    dc.fused_combine = choice->second.fused_combine;
     LLMC_ASSIGN_OR_RETURN(cu::DecodeKernels kernels,
                           generated(cu::EmitFlashDecode(dc), op));
     int splits = choice->second.splits;
@@ -116,10 +118,16 @@ static absl::Status lowerAttentionWith(AttentionOp op, Value lse, Lowering &l) {
       for (int64_t stride : strides)
         a1.push_back(i64Arg(stride));
     }
+    if (dc.fused_combine) {
+      a1.push_back(l.bufArg(l.zeroedSemaphores(b * hkv)));
+      a1.push_back(l.ptrArg(op.getResult()));
+    }
     LLMC_ASSIGN_OR_RETURN(
         cu::LaunchDims splitDims,
         generated(cu::FlashDecodeSplitLaunch(dc, b, hkv, splits), op));
     l.launch(l.addKernel(kernels.split), splitDims, std::move(a1), op);
+    if (dc.fused_combine)
+      return absl::OkStatus();
     std::vector<KernelArg> a2 = {l.ptrArg(op.getResult()), l.bufArg(acc), l.bufArg(ml),
                                  i32Arg(hkv), i32Arg(splits)};
     LLMC_ASSIGN_OR_RETURN(

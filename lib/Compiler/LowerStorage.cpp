@@ -38,6 +38,18 @@ int Lowering::newArenaBuffer(int64_t bytes, int firstStep, int lastStep) {
   return builder.addArenaBuffer(bytes, firstStep, lastStep);
 }
 
+int Lowering::zeroedSemaphores(int64_t count) {
+  if (auto it = semaphores.find(count); it != semaphores.end())
+    return it->second;
+  int64_t bytes = count * 4;
+  int zeros = builder.addConstantBuffer(bytes, std::string(bytes, '\0'));
+  constantBytesTotal += bytes;
+  int sem = builder.addPersistentBuffer(bytes);
+  Preparing scope(builder, true);
+  builder.copy({zeros, 0}, {sem, 0}, bytes, "semaphores");
+  return semaphores[count] = sem;
+}
+
 /// A hoisted value's buffer starts as preparation scratch (arena) and becomes
 /// Persistent the first time a per-call launch reads it.
 int Lowering::bufferFor(Value v) {

@@ -223,6 +223,12 @@ public:
   BufferRef storageOf(Value v);
   /// A fresh arena buffer live over [firstStep, lastStep].
   int newArenaBuffer(int64_t bytes, int firstStep, int lastStep);
+  /// A persistent buffer of `count` 32-bit semaphores that are zero before
+  /// every launch reading it: zeroed by the preparation (a copy from a zero
+  /// constant), and every kernel given it leaves it zero (e.g.
+  /// cu::DecodeConfig::fused_combine). One buffer per count, shared by the
+  /// launches of the executable (they run one after another).
+  int zeroedSemaphores(int64_t count);
   /// A fresh dense buffer holding `src` (through its view strides), its last
   /// two dims swapped when `swapLastTwo`, converted to `to`: one kernel, in
   /// the preparation (into a persistent buffer shared by its readers) when
@@ -288,6 +294,7 @@ private:
   llvm::DenseSet<int> prepOutputs;         // buffers of hoisted values
   llvm::DenseSet<int> promoted;            // of those, read per call
   llvm::DenseMap<std::tuple<Value, int, int>, int> hoistedRelayouts;
+  llvm::DenseMap<int64_t, int> semaphores; // zeroedSemaphores: count -> buffer
   int64_t constantBytesTotal = 0; // constant data stored in the executable
 };
 

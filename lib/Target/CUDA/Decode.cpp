@@ -386,6 +386,47 @@ constexpr const char *kCombineBody = R"CUDA(
 }
 )CUDA";
 
+// DecodeConfig::fused_combine: appended to the split kernel's body. The
+// block's partials are published (fence) before it counts itself on its
+// (batch, kv head) semaphore; the block that counts last merges every
+// split of its kRows query rows exactly as kCombineBody does for one row
+// (same loops, same order: bitwise the same output) and sets the semaphore
+// back to zero for the next launch. Reads of the other blocks' partials go
+// to L2 (__ldcg), past this SM's L1.
+constexpr const char *kFusedCombineTail = R"CUDA(
+  // ---- fused combine: the last split of this (batch, kv head) merges the splits ----
+  __threadfence();  // this block's partials are visible before it is counted
+  __syncthreads();
+  __shared__ unsigned int fdLast;
+  if (tid == 0)
+    fdLast = atomicAdd(semaphores + b * heads_kv + hk, 1u) == (unsigned int)num_splits - 1u;
+  __syncthreads();
+  if (!fdLast) return;
+  __threadfence();  // the other splits' partials, published before their counts
+  for (int r = 0; r < kRows; ++r) {
+    const int qi = r / kGroup, h = hk * kGroup + r % kGroup;
+    const int64_t prow0 = ((b * heads_q + h) * kQLen + qi) * num_splits;
+    float M = -LLMC_INF;
+    for (int s = 0; s < num_splits; ++s) M = fmaxf(M, __ldcg(partial_ml + (prow0 + s) * 2));
+    float S = 0.0f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float ms = __ldcg(partial_ml + (prow0 + s) * 2);
+      if (ms != -LLMC_INF) S += __ldcg(partial_ml + (prow0 + s) * 2 + 1) * exp2f(ms - M);
+    }
+    const float inv = S > 0.0f ? 1.0f / S : 0.0f;  // no visible key -> 0
+    T* op = out + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim;
+    for (int d = tid; d < kHeadDim; d += kThreads) {
+      float a = 0.0f;
+      for (int s = 0; s < num_splits; ++s) {
+        const float ms = __ldcg(partial_ml + (prow0 + s) * 2);
+        if (ms != -LLMC_INF) a += __ldcg(partial_acc + (prow0 + s) * kHeadDim + d) * exp2f(ms - M);
+      }
+      op[d] = fromF<T>(a * inv);
+    }
+  }
+  if (tid == 0) semaphores[b * heads_kv + hk] = 0u;  // every split has counted
+)CUDA";
+
 // __launch_bounds__ minimum blocks per SM. Without it ptxas sometimes picks
 // an occupancy step (96 or 168 registers) that spills a few bytes; with 3
 // (<= 168 registers) layouts of <= 4 rows per warp (<= 2 when causal: the
@@ -454,8 +495,9 @@ bool InSupportedRange(const DecodeConfig &c) {
   return (c.dtype == ScalarType::bf16 || c.dtype == ScalarType::f16 || c.dtype == ScalarType::f32) &&
          c.head_dim >= 1 && c.head_dim <= 512 && c.group_size >= 1 && c.q_len >= 1 &&
          Rows(c) * c.head_dim <= 4096 &&
-         (!c.paged || (!c.kv_hnd && !c.has_mask && c.page_size >= 1 && IsIndexType(c.block_table) &&
-                       IsIndexType(c.cu_seqlens) && IsIndexType(c.seq_lens)));
+         (!c.paged || (!c.kv_hnd && !c.has_mask && !c.fused_combine && c.page_size >= 1 &&
+                       IsIndexType(c.block_table) && IsIndexType(c.cu_seqlens) &&
+                       IsIndexType(c.seq_lens)));
 }
 } // namespace
 
@@ -750,7 +792,8 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
     combined.causal = false;
   }
   DecodeKernels k;
-  k.split.name = "llmc_flashdec_split_" + tagOf(c) + "_" + FlashDecodeGeometryName(g);
+  k.split.name = "llmc_flashdec_split_" + tagOf(c) + (c.fused_combine ? "_fused" : "") + "_" +
+                 FlashDecodeGeometryName(g);
   k.combine.name = "llmc_flashdec_combine_" + tagOf(combined);
   auto configText = [&](const DecodeConfig &x) {
     std::ostringstream cfg;
@@ -793,6 +836,10 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
          << "typedef " << CTypeName(c.seq_lens) << " LenT;\n";
   if (c.kv_fp8) scfg << "typedef " << CTypeName(*c.kv_fp8) << " KvT;  // fp8 K/V, scaled per kv head\n";
   LLMC_ASSIGN_OR_RETURN(auto split, SplitSource(c));
+  if (c.fused_combine) {
+    const size_t end = split.second.rfind('}');  // the kernel's closing brace
+    split.second = split.second.substr(0, end) + kFusedCombineTail + "}\n";
+  }
   std::ostringstream b1;
   b1 << split.first << "\nextern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocks) " << k.split.name
      << "(\n"
@@ -808,6 +855,7 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
      << (c.has_mask ? ",\n    const MaskT* __restrict__ mask, long long mask_stride_b, long long mask_stride_h,\n"
                       "    long long mask_stride_q"
                     : "")
+     << (c.fused_combine ? ",\n    unsigned int* __restrict__ semaphores, T* __restrict__ out" : "")
      << ") {\n"
      << ReplaceAll(split.second, "KV_LEN_EXPR", KvLenExpr(c.kv_len));
   std::ostringstream b2;
@@ -819,6 +867,10 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
                         Assemble(hdr + (c.paged ? "// Paged KV cache (block table; packed queries).\n" : "") +
                                      "// (phase 1: split)\n",
                                  configText(c) + scfg.str(), b1.str()));
+  if (c.fused_combine) {
+    k.combine = KernelCode{};  // merged by the split kernel's last block
+    return k;
+  }
   LLMC_ASSIGN_OR_RETURN(k.combine.source,
                         Assemble(hdr + "// (phase 2: combine)\n", configText(combined), b2.str()));
   return k;

@@ -286,8 +286,9 @@ TEST(ParameterPreparation, Fp8WeightQuantizationPadsAreHoisted) {
 }
 
 TEST(ParameterPreparation, Fp8KnWeightRelayoutIsHoisted) {
-  // A [K, N] weight: cuBLASLt's fp8 GEMM wants [N, K]; the transpose runs in
-  // the segment. Below sm_89 both operands become bf16: the weight's once.
+  // A [K, N] weight: cuBLASLt's fp8 GEMM wants [N, K]; the scaling cast
+  // writes it so, in the segment (no relayout). Below sm_89 both operands
+  // become bf16: the weight's relayout once, in the segment.
   const char *text = R"(
 func.func @proj(%x: tensor<32x64xf32>, %w: tensor<64x96xf32>) -> tensor<32x96xf32> {
   %y = llm.matmul %x, %w : tensor<32x64xf32>, tensor<64x96xf32> -> tensor<32x96xf32>
@@ -300,10 +301,12 @@ func.func @proj(%x: tensor<32x64xf32>, %w: tensor<64x96xf32>) -> tensor<32x96xf3
     ExpectNoPerCallParameterReads(exe);
     EXPECT_TRUE(exe.inputs[1].parameter);
     EXPECT_FALSE(exe.inputs[0].parameter);
-    // The matmul's own relayout kernels: one for the weight, in the segment;
-    // per call at most the activation's and the scaling of the f32 product
-    // (sm_80, where cuBLASLt takes no fp8 scales).
-    EXPECT_EQ(Labels(exe, true).count("llm.matmul"), 1u);
+    // The matmul's own relayout kernels: none on sm_89+; on sm_80 one for
+    // the weight, in the segment; per call at most the activation's and the
+    // scaling of the f32 product (sm_80, where cuBLASLt takes no fp8
+    // scales).
+    EXPECT_EQ(Labels(exe, true).count("llm.matmul"), sm >= 89 ? 0u : 1u);
+    EXPECT_EQ(Labels(exe, true).count("llm.cast"), 1u) << "the weight's scaling cast";
     EXPECT_EQ(Labels(exe, false).count("llm.matmul"), sm >= 89 ? 1u : 3u)
         << "per call: the GEMM"
         << (sm >= 89 ? "" : ", the activation's bf16 copy and the scaling kernel");

@@ -73,15 +73,27 @@ TEST(KernelConfigs, TheSelectedConfigurationGivesTheExecutableTheLoweringChose) 
 }
 
 TEST(KernelConfigs, TheLoweringFollowsTheAttentionConfig) {
-  // One query: flash-decoding (split + combine) by the rule ...
+  // One query: flash-decoding by the rule, the split kernel combining its
+  // splits (one launch per call; the preparation zeroes its semaphores) ...
   auto decode = Lower(Attention(kDecodeQ, kDecodeKV, "", ""));
   ASSERT_TRUE(decode.ok()) << decode.status();
   ASSERT_EQ(decode->launches.size(), 2u);
-  // ... in the number of splits written in IR ...
+  EXPECT_EQ(decode->num_prepare_launches, 1);
+  EXPECT_EQ(decode->launches[0].kind, rt::Launch::Copy);
+  // ... in the number of splits written in IR, with the combine kernel
+  // unless IR says fused_combine ...
   auto three = Lower(Attention(kDecodeQ, kDecodeKV, R"({kernel = "flash_decode", splits = 3 : i64})"));
   ASSERT_TRUE(three.ok()) << three.status();
   ASSERT_EQ(three->launches.size(), 2u);
+  EXPECT_EQ(three->num_prepare_launches, 0);
   EXPECT_EQ(three->launches[0].grid[0], 3u);
+  auto fused = Lower(Attention(kDecodeQ, kDecodeKV,
+                               R"({fused_combine, kernel = "flash_decode", splits = 3 : i64})"));
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(fused->launches.size(), 2u);
+  EXPECT_EQ(fused->num_prepare_launches, 1);
+  EXPECT_EQ(fused->launches[1].grid[0], 3u);
+  EXPECT_NE(fused->kernels[fused->launches[1].kernel].name.find("_fused_"), std::string::npos);
   // ... or the FlashAttention-2 kernel alone when IR says so.
   auto flash = Lower(Attention(kDecodeQ, kDecodeKV,
                                R"({cudnn = false, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"})"));
@@ -200,7 +212,9 @@ TEST(KernelConfigs, ConfigurationsTheKernelsCannotRunAreErrors) {
 TEST(KernelConfigs, MalformedOrMissingConfigurationsAreErrors) {
   std::string msg = LowerError(Attention(kDecodeQ, kDecodeKV, R"({kernel = "flash_decode", splits = 0 : i64})"));
   EXPECT_CONTAINS(msg, "'llm.attention' at ");
-  EXPECT_CONTAINS(msg, "has llm.kernel_config = {kernel = \"flash_decode\", splits = 0 : i64}; expected {kernel = \"flash_decode\", splits = <1..256>} or");
+  EXPECT_CONTAINS(msg, "has llm.kernel_config = {kernel = \"flash_decode\", splits = 0 : i64}; expected {kernel = \"flash_decode\", splits = <1..256>[, fused_combine]} or");
+  msg = LowerError(Attention(kDecodeQ, kDecodeKV, R"({fused_combine = 1 : i64, kernel = "flash_decode", splits = 2 : i64})"));
+  EXPECT_CONTAINS(msg, "has llm.kernel_config = {fused_combine = 1 : i64, kernel = \"flash_decode\", splits = 2 : i64}; expected");
 
   msg = LowerError(Attention(kPrefill, kPrefill, R"({cudnn = false, kernel = "flash_attention", tile = "big"})"));
   EXPECT_CONTAINS(msg, "; expected {kernel = \"flash_decode\"");

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -87,6 +88,23 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, 
                           const T* v, const void* lenp, long long len, long long smax, int hkv, float scale,
                           int splits, const MaskT* mask, long long msb, long long msh, long long msq) {
   emu::Launch(g, b, smem, [&] { KERNEL(pa, pml, q, k, v, lenp, len, smax, hkv, scale, splits, mask, msb, msh, msq); });
+})";
+// DecodeConfig::fused_combine: the split kernel with the semaphores and the
+// output; one entry signature for both (the mask arguments unused without).
+const char *kFusedSplitStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, const T* q, const T* k,
+                          const T* v, const void* lenp, long long len, long long smax, int hkv, float scale,
+                          int splits, const void*, long long, long long, long long, unsigned* sem, T* out) {
+  emu::Launch(g, b, smem, [&] { KERNEL(pa, pml, q, k, v, lenp, len, smax, hkv, scale, splits, sem, out); });
+})";
+const char *kFusedMaskedSplitStub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* pa, float* pml, const T* q, const T* k,
+                          const T* v, const void* lenp, long long len, long long smax, int hkv, float scale,
+                          int splits, const MaskT* mask, long long msb, long long msh, long long msq,
+                          unsigned* sem, T* out) {
+  emu::Launch(g, b, smem, [&] {
+    KERNEL(pa, pml, q, k, v, lenp, len, smax, hkv, scale, splits, mask, msb, msh, msq, sem, out);
+  });
 })";
 const char *kCombineStub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const float* pa, const float* pml, int hkv,
@@ -207,6 +225,36 @@ void RunDecode(const DecodeCase &c) {
     }
   }
   EXPECT_LT(max_err, tol) << CaseName(c) << " (" << kd.split.name << ", " << splits << " splits)";
+
+  // The same with the combine fused into the split kernel's last block per
+  // (batch, kv head): one launch, bitwise the two-launch output, nothing
+  // written past it, every semaphore back to zero (the next launch's start).
+  DecodeConfig fused = cfg;
+  fused.fused_combine = true;
+  ASSERT_TRUE(FlashDecodeSupported(fused)) << CaseName(c);
+  const DecodeKernels kf = Unwrap(EmitFlashDecode(fused));
+  EXPECT_TRUE(kf.combine.name.empty() && kf.combine.source.empty()) << CaseName(c);
+  EXPECT_NE(kf.split.name, kd.split.name);
+  using FusedFn = void (*)(Dim3, Dim3, unsigned, float *, float *, const void *, const void *, const void *,
+                           const void *, long long, long long, int, float, int, const void *, long long,
+                           long long, long long, unsigned *, void *);
+  auto fsplit = reinterpret_cast<FusedFn>(BuildEmu(kf.split, c.mask ? kFusedMaskedSplitStub : kFusedSplitStub));
+  ASSERT_TRUE(fsplit);
+  std::vector<float> fpa(ws.first / 4, NAN), fpml(ws.second / 4, NAN);
+  std::vector<unsigned> sem(Bt * Hkv + 1, 0u);
+  sem.back() = 77u;  // past the semaphores: untouched
+  std::vector<char> fob(ob.size() + 64, 0x5a);
+  const LaunchDims df = Unwrap(FlashDecodeSplitLaunch(fused, Bt, Hkv, splits));
+  for (int call = 0; call < 2; ++call) {  // the semaphores left by the first serve the second
+    fsplit(G(df), B(df), df.smem, fpa.data(), fpml.data(), qs.data(), ks.data(), vs.data(), lenp,
+           c.src == KvLenSource::kArg ? c.kv_len[0] : -1, Smax, Hkv, scale, splits, ms.data(), msb, msh, msq,
+           sem.data(), fob.data());
+    for (int64_t i = 0; i < Bt * Hkv; ++i) ASSERT_EQ(sem[i], 0u) << CaseName(c) << " call " << call;
+    ASSERT_EQ(sem.back(), 77u) << CaseName(c);
+    ASSERT_EQ(0, std::memcmp(fob.data(), ob.data(), ob.size())) << CaseName(c) << " call " << call;
+    for (size_t i = ob.size(); i < fob.size(); ++i) ASSERT_EQ(fob[i], 0x5a) << CaseName(c) << ": wrote past out";
+    std::fill(fob.begin(), fob.begin() + ob.size(), 0x5a);
+  }
 }
 
 class EmuFlashDecode : public ::testing::TestWithParam<DecodeCase> {};
@@ -268,6 +316,43 @@ PtxasInfo Ptxas(const KernelCode &k, const std::string &arch, std::string *log) 
 }
 
 } // namespace
+
+// DecodeConfig::fused_combine: the split kernel with the combine in its
+// last block compiles without spills for the decode steps' shapes (LLaMA
+// MHA, GQA 4 and 8, 7 causal queries, gpt-fast's masked HND cache), for
+// sm_90a and sm_80.
+TEST(FlashDecode, FusedCombineCompilesWithoutSpills) {
+  if (!llmc::test::NvrtcAvailable()) GTEST_SKIP() << "libnvrtc not available";
+  for (auto [d, g, ql, masked] : {std::tuple<int64_t, int64_t, int64_t, bool>{128, 1, 1, false},
+                                  {128, 4, 1, false}, {64, 8, 1, false}, {128, 4, 7, false},
+                                  {128, 1, 1, true}, {128, 4, 1, true}}) {
+    DecodeConfig c;
+    c.dtype = bf;
+    c.head_dim = d;
+    c.group_size = g;
+    c.q_len = ql;
+    c.kv_len = masked ? S::kArg : S::kDeviceI32;
+    c.kv_hnd = c.has_mask = masked;
+    c.mask = bf;
+    c.fused_combine = true;
+    ASSERT_TRUE(FlashDecodeSupported(c));
+    const DecodeKernels k = Unwrap(EmitFlashDecode(c));
+    EXPECT_TRUE(k.combine.source.empty());
+    for (const char *arch : {"sm_90a", "sm_80"}) {
+      std::string log;
+      const PtxasInfo p = Ptxas(k.split, arch, &log);
+      ASSERT_GT(p.registers, 0) << k.split.name << " (" << arch << "):\n" << log;
+      EXPECT_EQ(p.spill_stores, 0) << k.split.name << " (" << arch << "):\n" << log;
+      EXPECT_EQ(p.spill_loads, 0) << k.split.name << " (" << arch << "):\n" << log;
+    }
+  }
+  // Not for a paged cache (its combine runs over packed token rows).
+  DecodeConfig paged;
+  paged.paged = true;
+  paged.group_size = 1;
+  paged.fused_combine = true;
+  EXPECT_FALSE(FlashDecodeSupported(paged));
+}
 
 // Every dtype x head dim x (group, q_len) of the grid compiles for sm_90a and
 // sm_80 with no spills; the register table goes to stdout.

@@ -29,6 +29,11 @@
 // layout) instead of [B, Smax, Hkv, D].
 //   combine: (T* out, const float* partial_acc, const float* partial_ml,
 //             int heads_kv, int num_splits)
+// With DecodeConfig::fused_combine the split kernel also takes
+//   (..., unsigned int* semaphores /*[B, Hkv], zero*/, T* out)
+// and its last block per (batch, kv head) does the combine (no second
+// launch; semaphores are left zero, so one zeroed buffer serves every
+// launch of a step).
 // kv_len = kv_len_arg (KvLenSource::kArg), *(int32/int64*)kv_len_ptr, or
 // ((int32/int64*)kv_len_ptr)[b] for the per-batch sources; clamped to Smax.
 //

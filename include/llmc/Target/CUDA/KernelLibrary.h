@@ -579,6 +579,14 @@ struct DecodeConfig {
   /// 32-bit word of a load is converted at once (FlashDecodeGeometryOf,
   /// lib/Target/CUDA/Decode.cpp). Unset: K/V of `dtype`.
   std::optional<ScalarType> kv_fp8;
+  /// The split kernel's last block of each (batch, kv head) to finish merges
+  /// the splits of its query rows itself (a semaphore per (batch, kv head)
+  /// counts the finished splits), so no combine kernel runs: one launch,
+  /// the same arithmetic (results bitwise equal). The split kernel takes two
+  /// more arguments at the end, `unsigned int* semaphores` ([B, Hkv], zero
+  /// before the launch and left zero after it) and `T* out`; the combine
+  /// kernel is not emitted. Dense caches only (not `paged`).
+  bool fused_combine = false;
 };
 
 struct DecodeKernels {

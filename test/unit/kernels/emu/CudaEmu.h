@@ -105,6 +105,15 @@ inline float atomicAdd(float *p, float v) {
   *p = old + v;
   return old;
 }
+inline unsigned int atomicAdd(unsigned int *p, unsigned int v) {
+  std::lock_guard<std::mutex> lk(emu::atomic_mutex);
+  const unsigned int old = *p;
+  *p = old + v;
+  return old;
+}
+// Blocks run one at a time: memory is always coherent.
+inline void __threadfence() {}
+template <typename T> inline T __ldcg(const T *p) { return *p; }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 // Result byte i = byte (s >> 4i) & 7 of the 8 bytes {y, x} (x = bytes 0..3),
 // as the CUDA Math API documents __byte_perm.
