@@ -119,7 +119,8 @@ static absl::Status lowerAttentionWith(AttentionOp op, Value lse, Lowering &l) {
         a1.push_back(i64Arg(stride));
     }
     if (dc.fused_combine) {
-      a1.push_back(l.bufArg(l.zeroedSemaphores(b * hkv)));
+      LLMC_ASSIGN_OR_RETURN(int semaphores, l.zeroedSemaphores(b * hkv, op));
+      a1.push_back(l.bufArg(semaphores));
       a1.push_back(l.ptrArg(op.getResult()));
     }
     LLMC_ASSIGN_OR_RETURN(

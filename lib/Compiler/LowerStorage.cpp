@@ -38,10 +38,16 @@ int Lowering::newArenaBuffer(int64_t bytes, int firstStep, int lastStep) {
   return builder.addArenaBuffer(bytes, firstStep, lastStep);
 }
 
-int Lowering::zeroedSemaphores(int64_t count) {
+absl::StatusOr<int> Lowering::zeroedSemaphores(int64_t count, Operation *op) {
   if (auto it = semaphores.find(count); it != semaphores.end())
     return it->second;
   int64_t bytes = count * 4;
+  if (bytes > options.max_constant_bytes - constantBytesTotal)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cuda backend: ", describe(op), ": its ", count, " semaphores (", bytes,
+        " bytes of zeros) take the executable's constant data to ",
+        constantBytesTotal + bytes, " bytes, more than the limit of ",
+        options.max_constant_bytes, " bytes (LowerOptions::max_constant_bytes)"));
   int zeros = builder.addConstantBuffer(bytes, std::string(bytes, '\0'));
   constantBytesTotal += bytes;
   int sem = builder.addPersistentBuffer(bytes);

@@ -227,8 +227,10 @@ public:
   /// every launch reading it: zeroed by the preparation (a copy from a zero
   /// constant), and every kernel given it leaves it zero (e.g.
   /// cu::DecodeConfig::fused_combine). One buffer per count, shared by the
-  /// launches of the executable (they run one after another).
-  int zeroedSemaphores(int64_t count);
+  /// launches of the executable (they run one after another). The zeros
+  /// count against LowerOptions::max_constant_bytes (ResourceExhausted
+  /// naming `op` beyond it).
+  absl::StatusOr<int> zeroedSemaphores(int64_t count, Operation *op);
   /// A fresh dense buffer holding `src` (through its view strides), its last
   /// two dims swapped when `swapLastTwo`, converted to `to`: one kernel, in
   /// the preparation (into a persistent buffer shared by its readers) when

@@ -93,7 +93,9 @@ struct LowerOptions {
   /// Move work that depends on parameters only (llm::parameterArguments) into
   /// the parameter-preparation segment, run once per parameter set
   /// (rt::Executable::num_prepare_launches). Off: every launch runs on every
-  /// call (for A/B measurements: llmc-compile/llmc-run --no-hoist).
+  /// call (for A/B measurements: llmc-compile/llmc-run --no-hoist), except
+  /// the one-time zeroing of kernels' semaphores (flash-decoding's fused
+  /// combine), which is never per-call work.
   bool hoist_parameter_work = true;
   /// The most bytes of constant data one executable may carry: dense
   /// constants that some launch reads from memory are stored in the

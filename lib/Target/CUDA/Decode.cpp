@@ -386,23 +386,27 @@ constexpr const char *kCombineBody = R"CUDA(
 }
 )CUDA";
 
-// DecodeConfig::fused_combine: appended to the split kernel's body. The
-// block's partials are published (fence) before it counts itself on its
-// (batch, kv head) semaphore; the block that counts last merges every
-// split of its kRows query rows exactly as kCombineBody does for one row
-// (same loops, same order: bitwise the same output) and sets the semaphore
-// back to zero for the next launch. Reads of the other blocks' partials go
-// to L2 (__ldcg), past this SM's L1.
+// DecodeConfig::fused_combine: appended to the split kernel's body (the
+// threadFenceReduction pattern of the CUDA samples). Every thread publishes
+// its partials (fence) before the block counts itself on its (batch, kv
+// head) semaphore; atomicInc wraps the count back to zero at the last split,
+// so the semaphore is zero again for the next launch with no second store.
+// The block that counts last fences (acquire), then merges every split of
+// its kRows query rows exactly as kCombineBody does for one row (same
+// loops, same order: bitwise the same output). Reads of the other blocks'
+// partials go to L2 (__ldcg), past this SM's L1.
 constexpr const char *kFusedCombineTail = R"CUDA(
   // ---- fused combine: the last split of this (batch, kv head) merges the splits ----
-  __threadfence();  // this block's partials are visible before it is counted
-  __syncthreads();
+  __threadfence();  // this thread's partials are visible device-wide ...
+  __syncthreads();  // ... and so are the whole block's, before it is counted
   __shared__ unsigned int fdLast;
-  if (tid == 0)
-    fdLast = atomicAdd(semaphores + b * heads_kv + hk, 1u) == (unsigned int)num_splits - 1u;
+  if (tid == 0) {
+    const unsigned int last = (unsigned int)num_splits - 1u;
+    fdLast = atomicInc(semaphores + b * heads_kv + hk, last) == last;  // wraps to 0 at the last
+    __threadfence();  // the other splits' partials, published before their counts
+  }
   __syncthreads();
   if (!fdLast) return;
-  __threadfence();  // the other splits' partials, published before their counts
   for (int r = 0; r < kRows; ++r) {
     const int qi = r / kGroup, h = hk * kGroup + r % kGroup;
     const int64_t prow0 = ((b * heads_q + h) * kQLen + qi) * num_splits;
@@ -424,7 +428,6 @@ constexpr const char *kFusedCombineTail = R"CUDA(
       op[d] = fromF<T>(a * inv);
     }
   }
-  if (tid == 0) semaphores[b * heads_kv + hk] = 0u;  // every split has counted
 )CUDA";
 
 // __launch_bounds__ minimum blocks per SM. Without it ptxas sometimes picks

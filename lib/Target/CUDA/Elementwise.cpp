@@ -559,17 +559,37 @@ struct Emitter {
       else if (p.inputs[i].layout == InputLayout::kScalar)
         s << "  const " << CTypeName(p.inputs[i].type) << " s" << i << " = in" << i << "[0];\n";
     s << "  // Load: a transposed input holds output element (r, c) at c * rows + r, so\n"
-         "  // the tile's rows are output columns; a warp reads 32 consecutive r.\n"
-         "  for (int j = threadIdx.x / kTile; j < kTile; j += kThreads / kTile) {\n"
-         "    const int x = threadIdx.x % kTile;\n"
-         "    const long long c = c0 + j, r = r0 + x;\n"
-         "    if (c < cols && r < rows) {\n";
-    for (int i = 0; i < nin; ++i)
-      if (p.inputs[i].layout == InputLayout::kTransposed)
-        s << "      t" << i << "[j][x] = in" << i << "[base + c * rows + r];\n";
-    s << "    }\n"
-         "  }\n"
-         "  __syncthreads();\n"
+         "  // the tile's rows are output columns. A full tile row (64 r) that starts\n"
+         "  // 16-byte aligned is read in 16-byte vectors (64 / kV threads per row);\n"
+         "  // otherwise one element per thread (a warp reads 32 consecutive r).\n";
+    for (int i = 0; i < nin; ++i) {
+      if (p.inputs[i].layout != InputLayout::kTransposed) continue;
+      const std::string is = std::to_string(i), t = CTypeName(p.inputs[i].type);
+      const int v = 16 / ScalarSize(p.inputs[i].type);
+      s << "  {\n"
+        << "    constexpr int kV = " << v << ", kPerRow = kTile / kV;  // in" << is << ": elements per vector\n"
+        << "    if (r0 + kTile <= rows && rows % kV == 0 && ((unsigned long long)in" << is << " & 15) == 0) {\n"
+        << "      const int x = (threadIdx.x % kPerRow) * kV;\n"
+        << "#pragma unroll\n"
+        << "      for (int j = threadIdx.x / kPerRow; j < kTile; j += kThreads / kPerRow) {\n"
+        << "        const long long c = c0 + j;\n"
+        << "        if (c < cols) {\n"
+        << "          const LlmcVec<" << t << ", kV> w = *reinterpret_cast<const LlmcVec<" << t
+        << ", kV>*>(in" << is << " + base + c * rows + r0 + x);\n"
+        << "#pragma unroll\n"
+        << "          for (int e = 0; e < kV; ++e) t" << is << "[j][x + e] = w.v[e];\n"
+        << "        }\n"
+        << "      }\n"
+        << "    } else {\n"
+        << "      for (int j = threadIdx.x / kTile; j < kTile; j += kThreads / kTile) {\n"
+        << "        const int x = threadIdx.x % kTile;\n"
+        << "        const long long c = c0 + j, r = r0 + x;\n"
+        << "        if (c < cols && r < rows) t" << is << "[j][x] = in" << is << "[base + c * rows + r];\n"
+        << "      }\n"
+        << "    }\n"
+        << "  }\n";
+    }
+    s <<         "  __syncthreads();\n"
          "  // Compute and store along the output's rows: 16 threads per tile row,\n"
          "  // 4 consecutive elements each.\n"
          "  const int x = (threadIdx.x % 16) * 4;\n"

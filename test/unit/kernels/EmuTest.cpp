@@ -698,7 +698,9 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o, const bf16* x,
 TEST(Emu, ElementwiseTransposedTiles) {
   if (!HaveCompiler()) GTEST_SKIP();
   struct Case { int64_t batch, rows, cols; };
-  for (const Case c : {Case{2, 70, 67}, Case{1, 128, 192}, Case{3, 5, 2}}) {
+  // Rows of 70 read element by element, of 128 and 72 in 16-byte vectors
+  // (72: the second row tile partial, element by element).
+  for (const Case c : {Case{2, 70, 67}, Case{1, 128, 192}, Case{2, 72, 67}, Case{3, 5, 2}}) {
     const ScalarType F = ScalarType::f32, BF = ScalarType::bf16, E4 = ScalarType::f8e4m3;
     const int64_t n = c.batch * c.rows * c.cols;
     std::vector<uint8_t> outs[2][2];  // [tiled, strided][e4m3, bf16]

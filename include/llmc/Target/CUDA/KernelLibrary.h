@@ -584,8 +584,11 @@ struct DecodeConfig {
   /// counts the finished splits), so no combine kernel runs: one launch,
   /// the same arithmetic (results bitwise equal). The split kernel takes two
   /// more arguments at the end, `unsigned int* semaphores` ([B, Hkv], zero
-  /// before the launch and left zero after it) and `T* out`; the combine
-  /// kernel is not emitted. Dense caches only (not `paged`).
+  /// before the launch and left zero after it: atomicInc wraps each count at
+  /// the last split) and `T* out`; the combine kernel is not emitted. A
+  /// semaphore that is not zero at the launch gives a wrong combine, so two
+  /// launches sharing one buffer must not overlap (one session runs one call
+  /// at a time). Dense caches only (not `paged`).
   bool fused_combine = false;
 };
 

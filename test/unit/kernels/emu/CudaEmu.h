@@ -111,6 +111,12 @@ inline unsigned int atomicAdd(unsigned int *p, unsigned int v) {
   *p = old + v;
   return old;
 }
+inline unsigned int atomicInc(unsigned int *p, unsigned int limit) {
+  std::lock_guard<std::mutex> lk(emu::atomic_mutex);
+  const unsigned int old = *p;
+  *p = old >= limit ? 0u : old + 1u;
+  return old;
+}
 // Blocks run one at a time: memory is always coherent.
 inline void __threadfence() {}
 template <typename T> inline T __ldcg(const T *p) { return *p; }
