@@ -148,7 +148,7 @@ KernelConfigs llmc::selectKernelConfigs(func::FuncOp fn, const LowerOptions &opt
       if (splits.ok()) { // it is: the geometry exists
         choice.kernel = AttentionChoice::kFlashDecode;
         choice.splits = *splits;
-        choice.fused_combine = true;
+        choice.fused_combine = options.flash_decode_fused_combine;
         configs.attention[op] = choice;
         return;
       }
@@ -455,6 +455,13 @@ struct SelectKernelConfigsPass
       return signalPassFailure();
     }
     options.gemv_unroll = static_cast<int>(gemvUnroll);
+    if (flashDecodeCombine != "fused" && flashDecodeCombine != "kernel") {
+      fn.emitOpError() << "llmc-select-kernel-configs: flash-decode-combine: expected fused "
+                          "or kernel, found '"
+                       << flashDecodeCombine << "'";
+      return signalPassFailure();
+    }
+    options.flash_decode_fused_combine = flashDecodeCombine == "fused";
     // The rule reads static shapes and kernel element types.
     WalkResult shapes = fn.walk([&](AttentionOp op) {
       for (Value v : op->getOperands()) {
@@ -487,5 +494,6 @@ std::unique_ptr<Pass> llmc::createSelectKernelConfigsPass(const LowerOptions &op
     o.attentionTile = cu::AttentionTileName(*options.attention_tile);
   o.elementwiseUnroll = options.elementwise_unroll;
   o.gemvUnroll = options.gemv_unroll;
+  o.flashDecodeCombine = options.flash_decode_fused_combine ? "fused" : "kernel";
   return createSelectKernelConfigsPass(o);
 }

@@ -96,9 +96,11 @@ def SelectKernelConfigsPass
 
     - on each `llm.attention`, `llm.kernel_config`: split-KV
       flash-decoding and its number of KV splits
-      (`{kernel = "flash_decode", splits = N}`) for an attention without
-      mask of at most 16 queries that reads `kv_len` or has one query, when
-      the kernel takes its type, head dim and GQA group; otherwise
+      (`{kernel = "flash_decode", splits = N, fused_combine}`: the split
+      kernel combines its splits, unless `flash-decode-combine=kernel`)
+      for an attention of at most 16 queries that reads `kv_len` or has
+      one query, when the kernel takes its type, head dim, GQA group and
+      mask; otherwise
       FlashAttention-2 with its tensor-core tile (`attention-tile`, else
       the head dim's default) and whether cuDNN's fused SDPA runs first
       (`{kernel = "flash_attention", tile = "bm64_bn64_w4_s2", cudnn = true}`;
@@ -111,8 +113,8 @@ def SelectKernelConfigsPass
     emits the kernel (an unsupported configuration is an error naming the
     op); it never chooses again. Every tool and the C/C++ API run this pass
     after llmc-form-kernels, with the knobs set by `--attention-backend`,
-    `--attention-tile`, `--ew-unroll`, `--gemv-unroll` or their environment
-    variables.
+    `--attention-tile`, `--ew-unroll`, `--gemv-unroll`,
+    `--flash-decode-combine` or their environment variables.
 
     Before:
     ```mlir
@@ -122,7 +124,7 @@ def SelectKernelConfigsPass
     After:
     ```mlir
     func.func @decode(...) -> tensor<1x1x32x128xbf16> attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64}} {
-      %o = llm.attention %q, %k, %v {llm.kernel_config = {kernel = "flash_decode", splits = 16 : i64}} : ...
+      %o = llm.attention %q, %k, %v {llm.kernel_config = {fused_combine, kernel = "flash_decode", splits = 16 : i64}} : ...
     ```
   }];
   let options = [
@@ -137,7 +139,10 @@ def SelectKernelConfigsPass
            "16-byte vectors per input in flight per thread of an elementwise "
            "kernel (1..4)">,
     Option<"gemvUnroll", "gemv-unroll", "int64_t", "::llmc::cuda::kGemvUnroll",
-           "16-byte weight loads in flight per lane of a decode GEMV (1..16)">
+           "16-byte weight loads in flight per lane of a decode GEMV (1..16)">,
+    Option<"flashDecodeCombine", "flash-decode-combine", "std::string", "\"fused\"",
+           "fused: flash-decoding's split kernel combines its splits (one "
+           "launch); kernel: a combine kernel does (two)">
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

@@ -116,6 +116,7 @@ LowerOptions lowerOptions(const PipelineOptions &options) {
   lo.attention_tile = options.attention_tile;
   lo.elementwise_unroll = options.elementwise_unroll;
   lo.gemv_unroll = options.gemv_unroll;
+  lo.flash_decode_fused_combine = options.flash_decode_fused_combine;
   lo.hoist_parameter_work = options.hoist_parameter_work;
   lo.max_constant_bytes = options.max_constant_bytes;
   return lo;
@@ -257,6 +258,14 @@ absl::Status SetTuningKnobs(const TuningKnobs &given, PipelineOptions &options) 
       return absl::InvalidArgumentError(absl::StrCat(
           gemv.name, ": expected 1..16, found '", gemv.value, "'"));
     options.gemv_unroll = u;
+  }
+  KnobSetting combine =
+      fromEnvironment(given.flash_decode_combine, kFlashDecodeCombineVariable);
+  if (!combine.value.empty()) {
+    if (combine.value != "fused" && combine.value != "kernel")
+      return absl::InvalidArgumentError(absl::StrCat(
+          combine.name, ": expected fused or kernel, found '", combine.value, "'"));
+    options.flash_decode_fused_combine = combine.value == "fused";
   }
   return absl::OkStatus();
 }

@@ -50,7 +50,13 @@ PipelineFlags::PipelineFlags(cl::OptionCategory &category)
                           "decode GEMV (not the int8/int4 weight-only one), 1..16, for sweeps (results are bitwise the same; "
                           "above 8, or at batch > 1, kernels may spill registers); "
                           "default: $LLMC_GEMV_UNROLL, else 4"),
-                 cl::init(""), cl::cat(category)) {}
+                 cl::init(""), cl::cat(category)),
+      flashDecodeCombine("flash-decode-combine",
+                         cl::desc("fused (flash-decoding's split kernel combines its "
+                                  "splits: one launch) or kernel (a second kernel "
+                                  "does), for A/B measurements; default: "
+                                  "$LLMC_FLASH_DECODE_COMBINE, else fused"),
+                         cl::init(""), cl::cat(category)) {}
 
 absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {
   PipelineOptions options;
@@ -69,7 +75,8 @@ absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {
   if (!knobs)
     return options;
   // An empty value given explicitly is not "not given".
-  for (const cl::opt<std::string> *knob : {&attention, &attentionTile, &ewUnroll, &gemvUnroll})
+  for (const cl::opt<std::string> *knob :
+       {&attention, &attentionTile, &ewUnroll, &gemvUnroll, &flashDecodeCombine})
     if (knob->getNumOccurrences() && knob->empty())
       return absl::InvalidArgumentError("--" + knob->ArgStr.str() +
                                         " needs a value");
@@ -78,6 +85,7 @@ absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {
   given.attention_tile = {attentionTile, "--attention-tile"};
   given.elementwise_unroll = {ewUnroll, "--ew-unroll"};
   given.gemv_unroll = {gemvUnroll, "--gemv-unroll"};
+  given.flash_decode_combine = {flashDecodeCombine, "--flash-decode-combine"};
   if (absl::Status st = SetTuningKnobs(given, options); !st.ok())
     return st;
   return options;

@@ -30,6 +30,7 @@ struct PipelineFlags {
   llvm::cl::opt<std::string> attentionTile;
   llvm::cl::opt<std::string> ewUnroll;
   llvm::cl::opt<std::string> gemvUnroll;
+  llvm::cl::opt<std::string> flashDecodeCombine;
 
   /// PipelineOptions with the policy, --no-hoist and, when `knobs` (only
   /// where code is generated: a bad LLMC_* variable must not stop a run that

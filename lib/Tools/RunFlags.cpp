@@ -72,7 +72,7 @@ std::string checkFlags(const Options &opts) {
              &opts.check, &opts.bench, &opts.iters, &opts.profile,
              &opts.noGraphs, &opts.pipeline.attention,
              &opts.pipeline.attentionTile, &opts.pipeline.ewUnroll,
-             &opts.pipeline.gemvUnroll, &opts.gpu,
+             &opts.pipeline.gemvUnroll, &opts.pipeline.flashDecodeCombine, &opts.gpu,
              &opts.tolerance, &opts.pipeline.noHoist, &opts.ncclTimeout})
       if (given(*o))
         return "--" + o->ArgStr.str() +

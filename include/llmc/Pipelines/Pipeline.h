@@ -111,6 +111,9 @@ struct PipelineOptions {
   int elementwise_unroll = cuda::kElementwiseUnroll;
   /// 16-byte weight loads in flight per lane of a decode GEMV.
   int gemv_unroll = cuda::kGemvUnroll;
+  /// Flash-decoding's split kernel combines its splits itself (true) or a
+  /// combine kernel does (false), for A/B measurements.
+  bool flash_decode_fused_combine = true;
 };
 
 /// The LowerOptions of `options`.
@@ -168,6 +171,7 @@ inline constexpr const char kAttentionBackendVariable[] = "LLMC_ATTENTION_BACKEN
 inline constexpr const char kAttentionTileVariable[] = "LLMC_ATTN_CONFIG";
 inline constexpr const char kElementwiseUnrollVariable[] = "LLMC_EW_UNROLL";
 inline constexpr const char kGemvUnrollVariable[] = "LLMC_GEMV_UNROLL";
+inline constexpr const char kFlashDecodeCombineVariable[] = "LLMC_FLASH_DECODE_COMBINE";
 
 /// One knob as the user gave it: its text (empty: not given) and the name an
 /// error blames ("--attention-tile", "attention_tile").
@@ -186,6 +190,8 @@ struct TuningKnobs {
   KnobSetting elementwise_unroll;
   /// 1..16.
   KnobSetting gemv_unroll;
+  /// fused (the default) or kernel: who combines flash-decoding's splits.
+  KnobSetting flash_decode_combine;
 };
 
 /// Sets the tuning knobs of `options`: each from its setting in `given`,

@@ -15,6 +15,14 @@
 // RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=4 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=DECODE
 // RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=DECODE
 // DECODE: kernel launches: 13
+// The combine as a kernel of its own (--flash-decode-combine=kernel, or its
+// variable; for A/B measurements): one launch more, nothing prepared.
+// RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --flash-decode-combine=kernel --print-stats | FileCheck %s --check-prefix=COMBINE
+// RUN: env LLMC_FLASH_DECODE_COMBINE=kernel llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --print-stats | FileCheck %s --check-prefix=COMBINE
+// COMBINE: kernel launches: 14
+// COMBINE: parameter preparation: 0 launches
+// RUN: env LLMC_FLASH_DECODE_COMBINE=both not llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --print-stats 2>&1 | FileCheck %s --check-prefix=COMBINE-BAD
+// COMBINE-BAD: error: environment variable LLMC_FLASH_DECODE_COMBINE: expected fused or kernel, found 'both'
 // DECODE: GEMMs: 0
 // DECODE: copies: 2
 // RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=32 --arch=sm_90a --print-stats | FileCheck %s --check-prefix=DECODE32

@@ -9,6 +9,8 @@
 // RUN: not llmc-opt --llmc-select-kernel-configs="elementwise-unroll=5" %s 2>&1 | FileCheck %s --check-prefix=BAD-UNROLL
 // RUN: not llmc-opt --llmc-select-kernel-configs="gemv-unroll=17" %s 2>&1 | FileCheck %s --check-prefix=BAD-GEMV
 // RUN: not llmc-opt --llmc-select-kernel-configs="attention-backend=fast" %s 2>&1 | FileCheck %s --check-prefix=BAD-BACKEND
+// RUN: llmc-opt --split-input-file --llmc-select-kernel-configs="flash-decode-combine=kernel" %s | FileCheck %s --check-prefix=COMBINE
+// RUN: not llmc-opt --llmc-select-kernel-configs="flash-decode-combine=yes" %s 2>&1 | FileCheck %s --check-prefix=BAD-COMBINE
 
 // One query against a GQA KV cache: split-KV flash-decoding, its splits
 // combined by the split kernel itself (fused_combine); the knobs do
@@ -16,6 +18,9 @@
 // CHECK-LABEL: func.func @decode
 // CHECK-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 4 : i64}}
 // CHECK: llm.attention {{.*}}llm.kernel_config = {fused_combine, kernel = "flash_decode", splits = 32 : i64}
+// COMBINE-LABEL: func.func @decode
+// COMBINE: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = 32 : i64}
+// BAD-COMBINE: llmc-select-kernel-configs: flash-decode-combine: expected fused or kernel, found 'yes'
 // KNOBS-LABEL: func.func @decode
 // KNOBS-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 4 : i64, gemv_unroll = 8 : i64}}
 // KNOBS: llm.attention {{.*}}llm.kernel_config = {fused_combine, kernel = "flash_decode", splits = {{[0-9]+}} : i64}
