@@ -315,6 +315,16 @@ PtxasInfo Ptxas(const KernelCode &k, const std::string &arch, std::string *log) 
   return p;
 }
 
+// A bf16 flash-decoding config of head dim d, GQA group g and q_len rows.
+DecodeConfig Bf16Config(int64_t d, int64_t g, int64_t q_len) {
+  DecodeConfig c;
+  c.dtype = ScalarType::bf16;
+  c.head_dim = d;
+  c.group_size = g;
+  c.q_len = q_len;
+  return c;
+}
+
 } // namespace
 
 // DecodeConfig::fused_combine: the split kernel with the combine in its
@@ -326,11 +336,7 @@ TEST(FlashDecode, FusedCombineCompilesWithoutSpills) {
   for (auto [d, g, ql, masked] : {std::tuple<int64_t, int64_t, int64_t, bool>{128, 1, 1, false},
                                   {128, 4, 1, false}, {64, 8, 1, false}, {128, 4, 7, false},
                                   {128, 1, 1, true}, {128, 4, 1, true}}) {
-    DecodeConfig c;
-    c.dtype = bf;
-    c.head_dim = d;
-    c.group_size = g;
-    c.q_len = ql;
+    DecodeConfig c = Bf16Config(d, g, ql);
     c.kv_len = masked ? S::kArg : S::kDeviceI32;
     c.kv_hnd = c.has_mask = masked;
     c.mask = bf;
@@ -816,11 +822,7 @@ TEST(FlashDecode, PagedCompileWithoutSpills) {
         {128, 1, 1, e4m3}, {128, 4, 1, e4m3}, {128, 8, 1, e5m2}, {64, 4, 4, e4m3}, {256, 1, 1, e4m3},
         // fp8 head dims with loads under 4 bytes (each still a register)
         {9, 1, 1, e4m3}, {18, 4, 1, e5m2}}) {
-    DecodeConfig c;
-    c.dtype = bf;
-    c.head_dim = d;
-    c.group_size = g;
-    c.q_len = rows;
+    DecodeConfig c = Bf16Config(d, g, rows);
     c.paged = true;
     c.page_size = 16;
     c.kv_fp8 = kv;
