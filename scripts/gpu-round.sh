@@ -5,8 +5,10 @@
 # GPU (large shapes), the shared cases, and per-kernel timings. Logs go to
 # $OUT (or ./gpu-out). SECTIONS="unit examples cases precision tp python" (the
 # default) picks what runs; "sanitize" (compute-sanitizer memcheck and
-# racecheck over the GPU unit tests and small examples) and "fp8bench" (fp8
-# against bf16: 7B block prefill, 1B training step) run only when named.
+# racecheck over the GPU unit tests and small examples), "fp8bench" (fp8
+# against bf16: 7B block prefill, 1B training step) and "decodeab" (the
+# fused flash-decoding combine against the combine kernel) run only when
+# named.
 set -uo pipefail
 OUT="${OUT:-gpu-out}"
 mkdir -p "$OUT"
@@ -242,6 +244,25 @@ if has fp8bench; then
     run fp8bench.llama1b.train_bwd timeout 400 llmc-run bench/testdata/llama1b_train_bwd.mlir \
       --precision=fp8 --check=gpu-f32
   fi
+fi
+# The fused flash-decoding combine against the combine kernel (issue 17;
+# only when named: SECTIONS=decodeab): the 7B decode layer at B = 1 and 32
+# (llmc-run, CUDA-graph replay) and the 32-layer gpt-fast step through
+# torch.compile with CUDA graphs, each form twice, alternating, in one call.
+if has decodeab; then
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e python/ >/dev/null 2>&1 || true
+  export LLMC_LIB="$PWD/dist/lib/libllmc.so"
+  for b in 1 32; do
+    for m in kernel fused kernel fused; do
+      LLMC_FLASH_DECODE_COMBINE=$m run "decodeab.b$b.$m" llmc-run $S/llama2_7b_decode_step.mlir \
+        --shape batch=$b --value arg3=2047 --bench --iters=200
+    done
+  done
+  for m in kernel fused kernel fused; do
+    LLMC_FLASH_DECODE_COMBINE=$m run "decodeab.torch.$m" timeout 120 python3 bench/decode_torch.py \
+      --layers 32 --dim 4096 --heads 32 --ffn 11008 --steps 60 --profile 30 --backends llmc-cuda-graphs
+    grep -E "^llmc-cuda-graphs|profiled" "$LOGS/decodeab.torch.$m.log" | sed "s/^/  $m: /" | tee -a "$SUMMARY"
+  done
 fi
 # The torch.compile backend against eager on the GPU (PyTorch there).
 if has python && [ "${SKIP_PYTHON:-0}" != 1 ] && python3 -c "import torch, transformers, pytest" 2>/dev/null; then
