@@ -786,6 +786,67 @@ extern "C" void emu_entry(dim3 g, dim3 b, fp8e4m3* o8, bf16* o16, const bf16* x,
   EXPECT_FALSE(EmitElementwise(wide).ok());
 }
 
+// The tiled form's 16-byte tile loads for every input width: f32 (4 per
+// vector), bf16 (8) and e4m3 (16) inputs read transposed and widened to an
+// f32 output, on a full aligned tile (vector loads) and on rows of 72 and
+// 67 (a partial row tile read element by element; 67 also unaligned), with
+// nothing written past the output.
+TEST(Emu, ElementwiseTransposedTileLoadsOfEveryWidth) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  struct Case { int64_t batch, rows, cols; };
+  for (ScalarType in : {ScalarType::f32, ScalarType::bf16, ScalarType::f8e4m3})
+    for (const Case c : {Case{1, 128, 64}, Case{2, 72, 67}, Case{1, 67, 70}}) {
+      ElementwiseProgram p;
+      p.inputs = {{in, InputLayout::kTransposed}};
+      p.nodes = {{EwOp::cast, {-1}, ScalarType::f32}};
+      p.outputs = {{0, ScalarType::f32}};
+      const KernelCode k = Unwrap(EmitElementwise(p));
+      // The kernel's input pointer type differs per case: the stub casts to it.
+      const std::string ctype = CTypeName(in);
+      const std::string stub = "\nextern \"C\" void emu_entry(dim3 g, dim3 b, float* o, const void* x, long long n,\n"
+                                "                          long long rows, long long cols) {\n"
+                                "  emu::Launch(g, b, 0, [&] { KERNEL(o, (const " + ctype + "*)x, n, rows, cols); });\n}";
+      using Fn = void (*)(Dim3, Dim3, float *, const void *, long long, long long, long long);
+      auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+      ASSERT_NE(fn, nullptr) << ctype;
+      const int64_t n = c.batch * c.rows * c.cols;
+      const int isz = ScalarSize(in);
+      std::vector<uint8_t> x(n * isz);
+      std::vector<float> values = Randn(n, 41, 4.f);
+      std::mt19937 rng(43);
+      for (int64_t i = 0; i < n; ++i) {
+        if (in == ScalarType::f32) {
+          std::memcpy(&x[i * 4], &values[i], 4);
+        } else if (in == ScalarType::bf16) {
+          const uint16_t h = ToBf16(values[i]);
+          std::memcpy(&x[i * 2], &h, 2);
+        } else {
+          uint8_t v = static_cast<uint8_t>(rng());
+          if ((v & 0x7f) == 0x7f) v ^= 1;  // no NaN
+          x[i] = v;
+        }
+      }
+      std::vector<float> out(n + 16, -7.f);
+      const LaunchDims d = Unwrap(ElementwiseTransposedLaunch(c.batch, c.rows, c.cols));
+      fn(G(d), B(d), out.data(), x.data(), n, c.rows, c.cols);
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t r = 0; r < c.rows; ++r)
+          for (int64_t col = 0; col < c.cols; ++col) {
+            const int64_t src = (b * c.cols + col) * c.rows + r;
+            float want;
+            if (in == ScalarType::f32) std::memcpy(&want, &x[src * 4], 4);
+            else if (in == ScalarType::bf16) {
+              uint16_t h;
+              std::memcpy(&h, &x[src * 2], 2);
+              want = FromBf16(h);
+            } else want = llmc::ref::FromE4M3(x[src]);
+            ASSERT_EQ(out[(b * c.rows + r) * c.cols + col], want)
+                << ctype << " [" << b << ", " << r << ", " << col << "]";
+          }
+      for (int64_t i = n; i < n + 16; ++i) ASSERT_EQ(out[i], -7.f) << ctype << ": wrote past the output";
+    }
+}
+
 // RMSNorm's forward and backward read the per-row inverse RMS, [R, 1] f32,
 // against [R, N] rows: an input of innermost stride 0 whose row stride (1)
 // is no multiple of kVec. It takes the vector path (one load per vector,
