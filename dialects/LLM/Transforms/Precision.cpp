@@ -273,9 +273,9 @@ public:
   /// not twice.
   std::pair<Value, Value> quantizeOperand(Value x, FloatType fp8, int64_t kAxis,
                                           MatmulOp user) {
-    // Static, non-empty shapes only (scaleSource): a dynamic source may not
-    // be reshaped to any type (at most one unknown dimension), an empty one
-    // is skipped like an empty operand.
+    // Through static, non-empty reshapes only (viewSource): a dynamic
+    // source may not be reshaped to any type (at most one unknown
+    // dimension), an empty one is skipped like an empty operand.
     Value root = kAxis < 0 ? viewSource<ReshapeOp>(x) : x;
     auto [q, s] = quantizeFp8(root, fp8, kAxis);
     if (root == x)

@@ -359,30 +359,42 @@ constexpr const char *kSplitBody = R"CUDA(
 }
 )CUDA";
 
-constexpr const char *kCombineBody = R"CUDA(
-  // Block = one query row (b, h, qi): out = sum_s w_s acc_s / sum_s w_s l_s, w_s = exp2(m_s - M).
-  const int heads_q = heads_kv * kGroup;
-  const int64_t prow0 = (int64_t)blockIdx.x * num_splits;  // row index = (b*Hq + h)*kQLen + qi
-  const int64_t qi = blockIdx.x % kQLen;
-  const int64_t h = (blockIdx.x / kQLen) % heads_q;
-  const int64_t b = blockIdx.x / ((int64_t)kQLen * heads_q);
+// Phase 2 for one query row, shared by the combine kernel and the split
+// kernel's fused combine (DecodeConfig::fused_combine): its splits' partials
+// are rows prow0 .. prow0 + num_splits - 1. Reads go to L2 (__ldcg): in the
+// fused form other blocks of the same launch wrote them.
+constexpr const char *kCombineRow = R"CUDA(
+// out = sum_s w_s acc_s / sum_s w_s l_s, w_s = exp2(m_s - M); head dims
+// t, t + nthreads, ... of the row.
+LLMC_DEV void fdCombineRow(T* op, const float* partial_acc, const float* partial_ml, int64_t prow0,
+                           int num_splits, int t, int nthreads) {
   float M = -LLMC_INF;
-  for (int s = 0; s < num_splits; ++s) M = fmaxf(M, partial_ml[(prow0 + s) * 2]);
+  for (int s = 0; s < num_splits; ++s) M = fmaxf(M, __ldcg(partial_ml + (prow0 + s) * 2));
   float S = 0.0f;
   for (int s = 0; s < num_splits; ++s) {
-    const float ms = partial_ml[(prow0 + s) * 2];
-    if (ms != -LLMC_INF) S += partial_ml[(prow0 + s) * 2 + 1] * exp2f(ms - M);
+    const float ms = __ldcg(partial_ml + (prow0 + s) * 2);
+    if (ms != -LLMC_INF) S += __ldcg(partial_ml + (prow0 + s) * 2 + 1) * exp2f(ms - M);
   }
   const float inv = S > 0.0f ? 1.0f / S : 0.0f;  // no visible key -> 0
-  T* op = out + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim;
-  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
+  for (int d = t; d < kHeadDim; d += nthreads) {
     float a = 0.0f;
     for (int s = 0; s < num_splits; ++s) {
-      const float ms = partial_ml[(prow0 + s) * 2];
-      if (ms != -LLMC_INF) a += partial_acc[(prow0 + s) * kHeadDim + d] * exp2f(ms - M);
+      const float ms = __ldcg(partial_ml + (prow0 + s) * 2);
+      if (ms != -LLMC_INF) a += __ldcg(partial_acc + (prow0 + s) * kHeadDim + d) * exp2f(ms - M);
     }
     op[d] = fromF<T>(a * inv);
   }
+}
+)CUDA";
+
+constexpr const char *kCombineBody = R"CUDA(
+  // Block = one query row (b, h, qi).
+  const int heads_q = heads_kv * kGroup;
+  const int64_t qi = blockIdx.x % kQLen;
+  const int64_t h = (blockIdx.x / kQLen) % heads_q;
+  const int64_t b = blockIdx.x / ((int64_t)kQLen * heads_q);
+  fdCombineRow(out + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim, partial_acc, partial_ml,
+               (int64_t)blockIdx.x * num_splits, num_splits, threadIdx.x, blockDim.x);
 }
 )CUDA";
 
@@ -392,9 +404,8 @@ constexpr const char *kCombineBody = R"CUDA(
 // head) semaphore; atomicInc wraps the count back to zero at the last split,
 // so the semaphore is zero again for the next launch with no second store.
 // The block that counts last fences (acquire), then merges every split of
-// its kRows query rows exactly as kCombineBody does for one row (same
-// loops, same order: bitwise the same output). Reads of the other blocks'
-// partials go to L2 (__ldcg), past this SM's L1.
+// its kRows query rows with the combine kernel's fdCombineRow (bitwise the
+// same output).
 constexpr const char *kFusedCombineTail = R"CUDA(
   // ---- fused combine: the last split of this (batch, kv head) merges the splits ----
   __threadfence();  // this thread's partials are visible device-wide ...
@@ -409,24 +420,8 @@ constexpr const char *kFusedCombineTail = R"CUDA(
   if (!fdLast) return;
   for (int r = 0; r < kRows; ++r) {
     const int qi = r / kGroup, h = hk * kGroup + r % kGroup;
-    const int64_t prow0 = ((b * heads_q + h) * kQLen + qi) * num_splits;
-    float M = -LLMC_INF;
-    for (int s = 0; s < num_splits; ++s) M = fmaxf(M, __ldcg(partial_ml + (prow0 + s) * 2));
-    float S = 0.0f;
-    for (int s = 0; s < num_splits; ++s) {
-      const float ms = __ldcg(partial_ml + (prow0 + s) * 2);
-      if (ms != -LLMC_INF) S += __ldcg(partial_ml + (prow0 + s) * 2 + 1) * exp2f(ms - M);
-    }
-    const float inv = S > 0.0f ? 1.0f / S : 0.0f;  // no visible key -> 0
-    T* op = out + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim;
-    for (int d = tid; d < kHeadDim; d += kThreads) {
-      float a = 0.0f;
-      for (int s = 0; s < num_splits; ++s) {
-        const float ms = __ldcg(partial_ml + (prow0 + s) * 2);
-        if (ms != -LLMC_INF) a += __ldcg(partial_acc + (prow0 + s) * kHeadDim + d) * exp2f(ms - M);
-      }
-      op[d] = fromF<T>(a * inv);
-    }
+    fdCombineRow(out + ((b * kQLen + qi) * heads_q + h) * (int64_t)kHeadDim, partial_acc, partial_ml,
+                 ((b * heads_q + h) * kQLen + qi) * num_splits, num_splits, tid, kThreads);
   }
 )CUDA";
 
@@ -844,7 +839,7 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
     split.second = split.second.substr(0, end) + kFusedCombineTail + "}\n";
   }
   std::ostringstream b1;
-  b1 << split.first << "\nextern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocks) " << k.split.name
+  b1 << split.first << (c.fused_combine ? kCombineRow : "") << "\nextern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocks) " << k.split.name
      << "(\n"
      << "    float* __restrict__ partial_acc, float* __restrict__ partial_ml, const T* __restrict__ q_in,\n"
      << (c.kv_fp8 ? "    const KvT* __restrict__ k, const KvT* __restrict__ v, "
@@ -862,7 +857,7 @@ absl::StatusOr<DecodeKernels> EmitFlashDecode(const DecodeConfig &c) {
      << ") {\n"
      << ReplaceAll(split.second, "KV_LEN_EXPR", KvLenExpr(c.kv_len));
   std::ostringstream b2;
-  b2 << "\nextern \"C\" __global__ void __launch_bounds__(" << kCombineThreads << ") " << k.combine.name
+  b2 << kCombineRow << "\nextern \"C\" __global__ void __launch_bounds__(" << kCombineThreads << ") " << k.combine.name
      << "(\n    T* __restrict__ out, const float* __restrict__ partial_acc,\n"
         "    const float* __restrict__ partial_ml, int heads_kv, int num_splits) {\n"
      << kCombineBody;

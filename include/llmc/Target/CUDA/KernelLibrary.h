@@ -191,7 +191,8 @@ inline constexpr int kElementwiseThreads = 256;
 /// a transposed operand of a GEMM is written into its cuBLASLt layout (the
 /// quantizing cast of an fp8 GEMM operand, docs/fp8.md). A block takes one
 /// 64 x 64 tile (kTransposeTile): it reads every kTransposed input's tile
-/// along the input's rows (coalesced) into shared memory, then evaluates the
+/// along the input's rows (coalesced; 16-byte vectors where a tile row is
+/// full and its start 16-byte aligned) into shared memory, then evaluates the
 /// program along the output's rows, each thread 4 consecutive elements of a
 /// row (one 4-element store where the row is full and aligned). Same math
 /// as the other forms, element for element.
