@@ -192,8 +192,9 @@ class Options:
         the decode GEMVs (CompilerOptions::weight_only). Not with "fp8".
     check: False, True (raise CheckMismatch) or "warn"; LLMC_CHECK=1 (or
         =warn) sets it. check_tol overrides the relative L2 bound CHECK_TOL.
-    partition: "default" (PyTorch's default_partition: the forward saves
-        every intermediate the backward reads) or "mincut" (Inductor's
+    partition: "default" (PyTorch's default_partition after AOTAutograd's
+        CSE of the joint graph: the forward saves every intermediate the
+        backward reads, each once) or "mincut" (Inductor's
         min-cut rematerialization: fewer, smaller saved tensors, cheap ops
         recomputed in the backward); LLMC_PARTITION sets it when not given.
         How AOTAutograd splits a training graph; inference graphs ignore it.
@@ -1571,6 +1572,23 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options
     return make_boxed_func(fused.forward)
 
 
+def _default_partition_after_cse(joint_module, joint_inputs, **kwargs):
+    """PyTorch's default_partition after the CSE of the joint graph that its
+    min-cut partitioner runs first (torch._functorch.compile_utils.fx_graph_cse).
+    Without it, identical forward values (the three `view`s of one
+    normalized activation that the q, k and v projections read) are saved
+    as separate outputs, and the backward takes them as separate inputs
+    that nothing proves equal: the forward writes each, and an fp8
+    backward quantizes each (amax and a cast into cuBLASLt's layout) once
+    per copy."""
+    from torch._functorch import config, partitioners
+    from torch._functorch.compile_utils import fx_graph_cse
+    if config.cse:
+        joint_module.graph = fx_graph_cse(joint_module.graph)
+        joint_module.recompile()
+    return partitioners.default_partition(joint_module, joint_inputs, **kwargs)
+
+
 def _partition_fn(how: Optional[str] = None):
     """How AOTAutograd splits a training graph into forward and backward
     (the `partition` option; LLMC_PARTITION when None): `default` (PyTorch's default_partition) saves every
@@ -1583,7 +1601,7 @@ def _partition_fn(how: Optional[str] = None):
     if how is None:
         how = os.environ.get("LLMC_PARTITION", "default")
     if how == "default":
-        return partitioners.default_partition
+        return _default_partition_after_cse
     if how == "mincut":
         return partitioners.min_cut_rematerialization_partition
     raise ValueError(f"LLMC_PARTITION={how!r}: expected 'default' or 'mincut'")

@@ -462,6 +462,44 @@ def test_mincut_partition_saves_less_and_matches_torch(name, monkeypatch):
         _partition_fn()
 
 
+def test_default_partition_saves_each_forward_value_once(monkeypatch):
+    """The default partition runs AOTAutograd's CSE of the joint graph first:
+    the q, k and v projections' three identical `view`s of one normalized
+    activation reach the backward as one saved input, not three (each of
+    which an fp8 backward would quantize on its own). Without the CSE
+    (torch._functorch.config.cse off) the same step saves more, which is
+    what the count below would show if the CSE were lost."""
+    monkeypatch.setenv("LLMC_PARTITION", "default")
+    from torch._functorch import config as functorch_config
+
+    def forward_outputs_and_backward_inputs():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = PlainLlama()
+        x = torch.randint(0, 512, (2, 16))
+        sink, kinds = [], []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logits = torch.compile(m, backend=_capture_backend(sink, kinds))(x)
+            F.cross_entropy(logits.flatten(0, 1), x.flatten()).backward()
+        fw = [rec for rec in sink if rec.name.startswith("forward")]
+        bw = [rec for rec in sink if rec.name.startswith("backward")]
+        assert fw and bw, [rec.name for rec in sink]
+        outs = [a for rec in fw for n in rec.eager.graph.nodes if n.op == "output"
+                for a in n.all_input_nodes]
+        ins = sum(len([n for n in rec.eager.graph.nodes if n.op == "placeholder"]) for rec in bw)
+        return outs, ins
+
+    outs, ins = forward_outputs_and_backward_inputs()
+    keys = [(str(n.target), tuple(map(str, n.args)), str(n.kwargs)) for n in outs
+            if n.op == "call_function"]
+    repeated = {k for k in keys if keys.count(k) > 1}
+    assert not repeated, f"forward outputs computed twice: {sorted(repeated)}"
+    with functorch_config.patch(cse=False):
+        outs_raw, ins_raw = forward_outputs_and_backward_inputs()
+    assert ins < ins_raw, (ins, ins_raw)
+
+
 def test_partition_option_is_checked_and_overrides_the_environment(monkeypatch):
     """options={"partition": ...} chooses the partitioner per torch.compile
     call (LLMC_PARTITION only when the option is not given); a value outside
