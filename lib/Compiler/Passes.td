@@ -96,8 +96,9 @@ def SelectKernelConfigsPass
 
     - on each `llm.attention`, `llm.kernel_config`: split-KV
       flash-decoding and its number of KV splits
-      (`{kernel = "flash_decode", splits = N, fused_combine}`: the split
-      kernel combines its splits, unless `flash-decode-combine=kernel`)
+      (`{kernel = "flash_decode", splits = N}`; with
+      `flash-decode-combine=fused`, `fused_combine`: the split kernel
+      combines its splits instead of a second kernel)
       for an attention of at most 16 queries that reads `kv_len` or has
       one query, when the kernel takes its type, head dim, GQA group and
       mask; otherwise
@@ -124,7 +125,7 @@ def SelectKernelConfigsPass
     After:
     ```mlir
     func.func @decode(...) -> tensor<1x1x32x128xbf16> attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64}} {
-      %o = llm.attention %q, %k, %v {llm.kernel_config = {fused_combine, kernel = "flash_decode", splits = 16 : i64}} : ...
+      %o = llm.attention %q, %k, %v {llm.kernel_config = {kernel = "flash_decode", splits = 16 : i64}} : ...
     ```
   }];
   let options = [
@@ -140,7 +141,7 @@ def SelectKernelConfigsPass
            "kernel (1..4)">,
     Option<"gemvUnroll", "gemv-unroll", "int64_t", "::llmc::cuda::kGemvUnroll",
            "16-byte weight loads in flight per lane of a decode GEMV (1..16)">,
-    Option<"flashDecodeCombine", "flash-decode-combine", "std::string", "\"fused\"",
+    Option<"flashDecodeCombine", "flash-decode-combine", "std::string", "\"kernel\"",
            "fused: flash-decoding's split kernel combines its splits (one "
            "launch); kernel: a combine kernel does (two)">
   ];

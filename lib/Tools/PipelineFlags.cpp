@@ -55,7 +55,7 @@ PipelineFlags::PipelineFlags(cl::OptionCategory &category)
                          cl::desc("fused (flash-decoding's split kernel combines its "
                                   "splits: one launch) or kernel (a second kernel "
                                   "does), for A/B measurements; default: "
-                                  "$LLMC_FLASH_DECODE_COMBINE, else fused"),
+                                  "$LLMC_FLASH_DECODE_COMBINE, else kernel"),
                          cl::init(""), cl::cat(category)) {}
 
 absl::StatusOr<PipelineOptions> PipelineFlags::options(bool knobs) const {

@@ -9,19 +9,30 @@
 // `llmc-run --check` compares every result with the float64 reference
 // executor.
 // RUN: llmc-compile %s --emit=exec | FileCheck %s
+// RUN: llmc-compile %s --emit=exec --flash-decode-combine=fused | FileCheck %s --check-prefix=FUSED
 // ARGS:
 //
-// The flash-decoding split kernel merges its splits itself (its last block
-// per batch and kv head, counted on semaphores the preparation zeroes once).
+// A combine kernel merges the flash-decoding splits (the default).
 // CHECK-LABEL: exec.executable @gpt_fast_decode
 // CHECK-NOT:   llmc_transpose
-// CHECK:       exec.prepare {
-// CHECK-NEXT:    exec.copy 16 bytes from {{.*}} label "semaphores"
-// CHECK-NEXT:  }
+// CHECK-NOT:   exec.prepare
 // CHECK-NOT:   exec.copy
-// CHECK:       exec.launch @llmc_flashdec_split_bf16_d64_g4_q1_lenarg_maskbf16_hnd_fused_
-// CHECK-NOT:   llmc_flashdec_combine
+// CHECK:       exec.launch @llmc_flashdec_split_bf16_d64_g4_q1_lenarg_maskbf16_hnd_
+// CHECK-NEXT:  exec.launch @llmc_flashdec_combine_bf16_d64_g4_q1_lenarg_maskbf16_hnd
 // CHECK:       exec.launch @llmc_flash_attn_bf16_d64_maskbf16_hnd_
+//
+// --flash-decode-combine=fused: the split kernel merges its splits itself
+// (its last block per batch and kv head, counted on semaphores the
+// preparation zeroes once).
+// FUSED-LABEL: exec.executable @gpt_fast_decode
+// FUSED-NOT:   llmc_transpose
+// FUSED:       exec.prepare {
+// FUSED-NEXT:    exec.copy 16 bytes from {{.*}} label "semaphores"
+// FUSED-NEXT:  }
+// FUSED-NOT:   exec.copy
+// FUSED:       exec.launch @llmc_flashdec_split_bf16_d64_g4_q1_lenarg_maskbf16_hnd_fused_
+// FUSED-NOT:   llmc_flashdec_combine
+// FUSED:       exec.launch @llmc_flash_attn_bf16_d64_maskbf16_hnd_
 func.func @gpt_fast_decode(%kc: tensor<2x2x256x64xbf16> {llm.donate}, %vc: tensor<2x2x256x64xbf16> {llm.donate},
                            %pos: tensor<1xi64>, %q: tensor<2x1x8x64xbf16>,
                            %k: tensor<2x2x1x64xbf16>, %v: tensor<2x2x1x64xbf16>,

@@ -91,10 +91,10 @@ struct LowerOptions {
   /// (--gemv-unroll, LLMC_GEMV_UNROLL); results are bitwise the same.
   int gemv_unroll = cuda::kGemvUnroll;
   /// Flash-decoding of an llm.attention combines its splits in the split
-  /// kernel's last block (true) or in a second kernel (false;
+  /// kernel's last block (true) or in a second kernel (false, the default;
   /// --flash-decode-combine, LLMC_FLASH_DECODE_COMBINE: for A/B
   /// measurements).
-  bool flash_decode_fused_combine = true;
+  bool flash_decode_fused_combine = false;
   /// Move work that depends on parameters only (llm::parameterArguments) into
   /// the parameter-preparation segment, run once per parameter set
   /// (rt::Executable::num_prepare_launches). Off: every launch runs on every

@@ -112,8 +112,9 @@ struct PipelineOptions {
   /// 16-byte weight loads in flight per lane of a decode GEMV.
   int gemv_unroll = cuda::kGemvUnroll;
   /// Flash-decoding's split kernel combines its splits itself (true) or a
-  /// combine kernel does (false), for A/B measurements.
-  bool flash_decode_fused_combine = true;
+  /// combine kernel does (false, the default: 0.5-1% faster on the H100,
+  /// docs/performance.md 2026-12-06), for A/B measurements.
+  bool flash_decode_fused_combine = false;
 };
 
 /// The LowerOptions of `options`.

@@ -11,16 +11,17 @@
 // Decode with a few rows: every projection is a GEMV kernel, the donated KV
 // caches are appended in place (no cache copies); 32 rows use cuBLASLt.
 // q/k/v are one multi-output GEMV and gate/up/silu/mul one SwiGLU GEMV, and
-// flash-decoding's split kernel combines its splits (18 launches unfused).
+// a combine kernel merges flash-decoding's splits (18 launches unfused).
 // RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=4 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=DECODE
 // RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --arch=sm_90a --arch=sm_80 --print-stats | FileCheck %s --check-prefix=DECODE
-// DECODE: kernel launches: 13
-// The combine as a kernel of its own (--flash-decode-combine=kernel, or its
-// variable; for A/B measurements): one launch more, nothing prepared.
-// RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --flash-decode-combine=kernel --print-stats | FileCheck %s --check-prefix=COMBINE
-// RUN: env LLMC_FLASH_DECODE_COMBINE=kernel llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --print-stats | FileCheck %s --check-prefix=COMBINE
-// COMBINE: kernel launches: 14
-// COMBINE: parameter preparation: 0 launches
+// DECODE: kernel launches: 14
+// The split kernel merging its splits itself (--flash-decode-combine=fused,
+// or its variable; for A/B measurements): one launch less, and the
+// preparation zeroes its semaphores once.
+// RUN: llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --flash-decode-combine=fused --print-stats | FileCheck %s --check-prefix=COMBINE
+// RUN: env LLMC_FLASH_DECODE_COMBINE=fused llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --print-stats | FileCheck %s --check-prefix=COMBINE
+// COMBINE: kernel launches: 13
+// COMBINE: parameter preparation: 1 launches
 // RUN: env LLMC_FLASH_DECODE_COMBINE=both not llmc-compile %llmc_src_root/examples/llama2_7b_decode_step.mlir --shape batch=1 --print-stats 2>&1 | FileCheck %s --check-prefix=COMBINE-BAD
 // COMBINE-BAD: error: environment variable LLMC_FLASH_DECODE_COMBINE: expected fused or kernel, found 'both'
 // DECODE: GEMMs: 0

@@ -9,21 +9,21 @@
 // RUN: not llmc-opt --llmc-select-kernel-configs="elementwise-unroll=5" %s 2>&1 | FileCheck %s --check-prefix=BAD-UNROLL
 // RUN: not llmc-opt --llmc-select-kernel-configs="gemv-unroll=17" %s 2>&1 | FileCheck %s --check-prefix=BAD-GEMV
 // RUN: not llmc-opt --llmc-select-kernel-configs="attention-backend=fast" %s 2>&1 | FileCheck %s --check-prefix=BAD-BACKEND
-// RUN: llmc-opt --split-input-file --llmc-select-kernel-configs="flash-decode-combine=kernel" %s | FileCheck %s --check-prefix=COMBINE
+// RUN: llmc-opt --split-input-file --llmc-select-kernel-configs="flash-decode-combine=fused" %s | FileCheck %s --check-prefix=COMBINE
 // RUN: not llmc-opt --llmc-select-kernel-configs="flash-decode-combine=yes" %s 2>&1 | FileCheck %s --check-prefix=BAD-COMBINE
 
 // One query against a GQA KV cache: split-KV flash-decoding, its splits
-// combined by the split kernel itself (fused_combine); the knobs do
-// not change it.
+// combined by a second kernel (flash-decode-combine=fused: by the split
+// kernel itself, fused_combine); the other knobs do not change it.
 // CHECK-LABEL: func.func @decode
 // CHECK-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 1 : i64, gemv_unroll = 4 : i64}}
-// CHECK: llm.attention {{.*}}llm.kernel_config = {fused_combine, kernel = "flash_decode", splits = 32 : i64}
+// CHECK: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = 32 : i64}
 // COMBINE-LABEL: func.func @decode
-// COMBINE: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = 32 : i64}
+// COMBINE: llm.attention {{.*}}llm.kernel_config = {fused_combine, kernel = "flash_decode", splits = 32 : i64}
 // BAD-COMBINE: llmc-select-kernel-configs: flash-decode-combine: expected fused or kernel, found 'yes'
 // KNOBS-LABEL: func.func @decode
 // KNOBS-SAME: attributes {llm.kernel_configs = {elementwise_unroll = 4 : i64, gemv_unroll = 8 : i64}}
-// KNOBS: llm.attention {{.*}}llm.kernel_config = {fused_combine, kernel = "flash_decode", splits = {{[0-9]+}} : i64}
+// KNOBS: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = {{[0-9]+}} : i64}
 func.func @decode(%q: tensor<1x1x32x128xbf16>, %k: tensor<1x2048x8x128xbf16>, %v: tensor<1x2048x8x128xbf16>) -> tensor<1x1x32x128xbf16> {
   %o = llm.attention %q, %k, %v : tensor<1x1x32x128xbf16>, tensor<1x2048x8x128xbf16>, tensor<1x2048x8x128xbf16>
   return %o : tensor<1x1x32x128xbf16>
@@ -85,7 +85,7 @@ func.func @decode_without_register_layout(%q: tensor<1x13x5x16xbf16>, %k: tensor
 // skips the masked rows); prefill over the same cache keeps FlashAttention-2
 // and, with kv_hnd, no cuDNN.
 // CHECK-LABEL: func.func @gpt_fast
-// CHECK: llm.attention {{.*}}llm.kernel_config = {fused_combine, kernel = "flash_decode", splits = {{[0-9]+}} : i64}
+// CHECK: llm.attention {{.*}}llm.kernel_config = {kernel = "flash_decode", splits = {{[0-9]+}} : i64}
 // CHECK: llm.attention {{.*}}llm.kernel_config = {cudnn = false, kernel = "flash_attention", tile = "bm64_bn64_w4_s2_gh"}
 func.func @gpt_fast(%q: tensor<1x1x32x128xbf16>, %kc: tensor<1x8x2048x128xbf16>, %vc: tensor<1x8x2048x128xbf16>,
                     %m: tensor<1x1x1x2048xbf16>, %q2: tensor<1x64x32x128xbf16>, %m2: tensor<1x1x64x2048xbf16>)

@@ -73,13 +73,15 @@ TEST(KernelConfigs, TheSelectedConfigurationGivesTheExecutableTheLoweringChose) 
 }
 
 TEST(KernelConfigs, TheLoweringFollowsTheAttentionConfig) {
-  // One query: flash-decoding by the rule, the split kernel combining its
-  // splits (one launch per call; the preparation zeroes its semaphores) ...
+  // One query: flash-decoding by the rule, a combine kernel merging its
+  // splits (two launches per call, nothing prepared) ...
   auto decode = Lower(Attention(kDecodeQ, kDecodeKV, "", ""));
   ASSERT_TRUE(decode.ok()) << decode.status();
   ASSERT_EQ(decode->launches.size(), 2u);
-  EXPECT_EQ(decode->num_prepare_launches, 1);
-  EXPECT_EQ(decode->launches[0].kind, rt::Launch::Copy);
+  EXPECT_EQ(decode->num_prepare_launches, 0);
+  EXPECT_EQ(decode->launches[0].kind, rt::Launch::Kernel);
+  EXPECT_NE(decode->kernels[decode->launches[1].kernel].name.find("flashdec_combine"),
+            std::string::npos);
   // ... in the number of splits written in IR, with the combine kernel
   // unless IR says fused_combine ...
   auto three = Lower(Attention(kDecodeQ, kDecodeKV, R"({kernel = "flash_decode", splits = 3 : i64})"));
