@@ -1,22 +1,25 @@
 // The lowering builds the parameter-preparation segment as the exec.prepare
 // region directly (lib/Compiler/ExecBuilder.h): the fp8 scaling (one row
-// kernel finds the amax and scale of this small weight, read as one row;
-// then the scaling cast, which writes the [k,n] weight straight into
-// cuBLASLt's [n,k]) runs there, the per-call launches follow it. The
-// preparation results that per-call launches read are persistent.
+// kernel finds the amax, the scale and its reciprocal of this small weight,
+// read as one row; then the scaling cast, which multiplies by the
+// reciprocal and writes the [k,n] weight straight into cuBLASLt's [n,k])
+// runs there, the per-call launches follow it. The preparation results that
+// per-call launches read are persistent; the reciprocal, read only there,
+// is preparation scratch in the arena.
 // RUN: llmc-compile %s --precision=fp8 --emit=exec | FileCheck %s
 // RUN: llmc-compile %s --precision=bf16 --emit=exec | FileCheck %s --check-prefix=BF16
 
 // CHECK-LABEL: exec.executable @proj
 // CHECK:         exec.input "arg1" : tensor<64x32xf32> parameter
 // CHECK:         %[[W:.+]] = exec.buffer input[1] 8192 bytes
-// CHECK-NEXT:    %[[SCALE:.+]] = exec.buffer persistent 4 bytes
-// CHECK:         %[[WT:.+]] = exec.buffer persistent 2048 bytes
+// CHECK:         %[[SCALE:.+]] = exec.buffer persistent 4 bytes
+// CHECK-NEXT:    %[[RECIP:.+]] = exec.buffer arena 4 bytes live [-{{[0-9]+}}, -{{[0-9]+}}]
+// CHECK-NEXT:    %[[WT:.+]] = exec.buffer persistent 2048 bytes
 // CHECK:         exec.prepare {
-// CHECK-NEXT:      exec.launch @llmc_rowfused_{{.+}} grid [1, 1, 1] {{.+}}(%[[SCALE]][0], %[[W]][0], 1 : i64) label "llm.div"
+// CHECK-NEXT:      exec.launch @llmc_rowfused_{{.+}} grid [1, 1, 1] {{.+}}(%[[SCALE]][0], %[[RECIP]][0], %[[W]][0], 1 : i64) label "llm.div"
 // The tiled elementwise kernel reads the [k,n] weight through the transpose:
 // numel 2048, rows 32 (n), cols 64 (k).
-// CHECK-NEXT:      exec.launch @llmc_ew_{{.+}} grid [1, 1, 1] {{.+}}(%[[WT]][0], %[[W]][0], %[[SCALE]][0], 2048 : i64, 32 : i64, 64 : i64) label "llm.cast"
+// CHECK-NEXT:      exec.launch @llmc_ew_{{.+}} grid [1, 1, 1] {{.+}}(%[[WT]][0], %[[W]][0], %[[RECIP]][0], 2048 : i64, 32 : i64, 64 : i64) label "llm.cast"
 // CHECK-NEXT:    }
 // CHECK-NEXT:    exec.launch @llmc_rowfused_{{.+}} label "llm.div"
 // CHECK:         exec.gemm a %{{.+}}[0] b %[[WT]][0] c %{{.+}}[0] d %{{.+}}[0] scale_a %{{.+}}[0] scale_b %[[SCALE]][0]
@@ -44,8 +47,9 @@ func.func @proj(%x: tensor<8x64xf32>, %w: tensor<64x32xf32> {llm.param}) -> tens
 // LARGE:         exec.buffer arena 4 bytes live [{{[0-9]+}}, {{[0-9]+}}] offset 0
 // LARGE:         exec.prepare {
 // LARGE-NEXT:      exec.launch @llmc_rowfused_{{.+}} grid [128, 1, 1] {{.+}}(%[[ROWMAX]][0], %{{.+}}[0], 128 : i64) label "llm.reduce_max"
-// LARGE-NEXT:      exec.launch @llmc_rowfused_{{.+}}(%{{.+}}[0], %[[ROWMAX]][0], 1 : i64) label "llm.div"
-// LARGE-NEXT:      exec.launch @llmc_ew_{{.+}} grid [8, 4, 1] {{.+}} label "llm.cast"
+// LARGE-NEXT:      exec.launch @llmc_rowfused_{{.+}}(%{{.+}}[0], %{{.+}}[0], %[[ROWMAX]][0], 1 : i64) label "llm.div"
+// The tiled cast: 256 rows (n) in 4 row tiles along x, 512 columns (k) in 8 along y.
+// LARGE-NEXT:      exec.launch @llmc_ew_{{.+}} grid [4, 8, 1] {{.+}} label "llm.cast"
 // LARGE-NEXT:    }
 func.func @proj_large(%x: tensor<8x512xf32>, %w: tensor<512x256xf32> {llm.param}) -> tensor<8x256xf32> {
   %y = llm.matmul %x, %w : tensor<8x512xf32>, tensor<512x256xf32> -> tensor<8x256xf32>

@@ -231,8 +231,8 @@ def PrecisionPass : Pass<"llmc-precision", "::mlir::func::FuncOp"> {
 
     `policy=fp8`: each matmul operand x (f32/f16/bf16) gets per-tensor
     current scaling: s = max(reduce_max(abs(x)), 1e-12) / m, and
-    x8 = cast(x / s) to the fp8 type (saturating), with m its largest
-    finite value; the GEMM computes mm = x8a @ x8b in f32, the epilogue
+    x8 = cast(x * (1 / s)) to the fp8 type (saturating; multiplying by the
+    reciprocal, as torchao does), with m its largest finite value; the GEMM computes mm = x8a @ x8b in f32, the epilogue
     multiplies by s_a * s_b (and adds the bias in f32), and the result is
     rounded to bf16 (the fp8 GEMM's output type) and cast back to the
     original result type. Attention runs in bf16 under fp8.

@@ -101,7 +101,7 @@ public:
     return c;
   }
 
-  /// fp8 quantization of `x` to `fp8` (f8E4M3FN or f8E5M2): (cast(x / s)
+  /// fp8 quantization of `x` to `fp8` (f8E4M3FN or f8E5M2): (cast(x * (1 / s))
   /// to fp8, s) with s = max(reduce_max(abs(x)), 1e-12) / m, m the format's
   /// largest finite value (448 for e4m3, 57344 for e5m2). Per tensor (s
   /// rank-0, tensorScale) when `kAxis` < 0, else one scale per row along
@@ -133,7 +133,7 @@ public:
     Value amax = ReduceMaxOp::create(b, loc, scaleT, absx, ArrayRef<int64_t>{kAxis},
                                      /*keepdim=*/true);
     Value scale = scaleOfAmax(amax, fp8);
-    Value scaled = DivOp::create(b, loc, t, xf, BroadcastOp::create(b, loc, t, scale));
+    Value scaled = MulOp::create(b, loc, t, xf, BroadcastOp::create(b, loc, t, reciprocal(scale)));
     Value q = CastOp::create(b, loc, t.clone(fp8), scaled);
     quantized[key] = {q, scale};
     return {q, scale};
@@ -201,18 +201,31 @@ public:
     return DivOp::create(b, loc, scaleT, clamped, maxFp8);
   }
 
-  /// cast(f32(v) / scale) to `fp8` at the insertion point, `scale` rank-0.
-  /// v is widened only here, so that the widening joins the scaling cast's
-  /// kernel and no f32 copy of v is written (a cast placed at v's
+  /// cast(f32(v) * (1 / scale)) to `fp8` at the insertion point, `scale`
+  /// rank-0. v is widened only here, so that the widening joins the scaling
+  /// cast's kernel and no f32 copy of v is written (a cast placed at v's
   /// definition joined v's producer kernel as one more output, twice v's
   /// bytes).
   Value scaledCast(Value v, Value scale, FloatType fp8) {
     Location loc = v.getLoc();
     auto t = cast<RankedTensorType>(v.getType()).clone(b.getF32Type());
-    Value scaleB = BroadcastOp::create(b, loc, t, scale);
     Value vf = elementOf(v) == t.getElementType() ? v : CastOp::create(b, loc, t, v).getResult();
-    Value scaled = DivOp::create(b, loc, t, vf, scaleB);
+    Value scaled = MulOp::create(b, loc, t, vf, BroadcastOp::create(b, loc, t, reciprocal(scale)));
     return CastOp::create(b, loc, t.clone(fp8), scaled);
+  }
+
+  /// 1 / s (f32, s's shape: the scale, rank-0 or one per row). Quantization
+  /// multiplies by the reciprocal of the scale, as torchao's float8 recipe
+  /// does (x * (m / amax)), where dividing by the scale cost an IEEE
+  /// division per element. The result can differ from x / s only in the
+  /// last f32 bit, below fp8's rounding. Computed from the scale and a
+  /// constant only, so a parameter's quantization stays parameter-only work
+  /// (llmc-hoist-parameter-work).
+  Value reciprocal(Value s) {
+    Location loc = s.getLoc();
+    auto t = cast<RankedTensorType>(s.getType());
+    Value one = ConstantOp::create(b, loc, t, DenseElementsAttr::get(t, b.getF32FloatAttr(1.0f)));
+    return DivOp::create(b, loc, t, one, s);
   }
 
   /// The per-tensor fp8 quantization of `x` with its last two dimensions

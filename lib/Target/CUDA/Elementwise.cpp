@@ -206,13 +206,32 @@ struct NodeMath {
     return v;
   }
 
-  std::string Statement(size_t k, bool round_every_node) const {
+  /// Whether node k's value is rounded to a narrower float type (bf16, f16,
+  /// fp8) where it is defined.
+  bool RoundsToNarrowFloat(size_t k, bool round_every_node) const {
+    const EwNode &n = nodes[k];
+    return !IsIntType(n.type) && n.type != ScalarType::f32 &&
+           (n.op == EwOp::cast || round_every_node);
+  }
+
+  /// `const float nK = ...;` (int64_t for integer nodes). With `unrounded`
+  /// (a node RoundsToNarrowFloat), the value before its rounding is named
+  /// nK_u first: an output of the node's own type stores fromF(nK_u), the
+  /// same bits as fromF(nK) (rounding is idempotent, saturation and NaN
+  /// included) with one conversion instead of three.
+  std::string Statement(size_t k, bool round_every_node, bool unrounded = false) const {
     const EwNode &n = nodes[k];
     auto [e, is_int] = Expr(n);
-    std::string s = std::string("const ") + (IsIntType(n.type) ? "int64_t" : "float") + " n" +
-                    std::to_string(k) + " = " +
-                    Convert(e, is_int, n.type, n.op == EwOp::cast || round_every_node) + ";  // " +
-                    EwOpName(n.op);
+    const std::string name = "n" + std::to_string(k);
+    std::string s;
+    if (unrounded) {
+      s = "const float " + name + "_u = " + (is_int ? "(float)(" + e + ")" : e) + ";\n  ";
+      e = name + "_u";
+      is_int = false;
+    }
+    s += std::string("const ") + (IsIntType(n.type) ? "int64_t" : "float") + " " + name + " = " +
+         Convert(e, is_int, n.type, n.op == EwOp::cast || round_every_node) + ";  // " +
+         EwOpName(n.op);
     if (n.op == EwOp::compare) s += std::string(" ") + CmpOp(n.pred);
     return s + " -> " + ScalarTypeTag(n.type);
   }
@@ -367,11 +386,21 @@ struct Emitter {
     }
     const std::vector<ScalarType> types = InputTypes(p);
     const NodeMath math{types, p.nodes};
-    for (size_t k = 0; k < p.nodes.size(); ++k) s << "  " << math.Statement(k, p.round_every_node) << "\n";
+    // Outputs that store a node rounded to their own type store its value
+    // before the rounding (NodeMath::Statement).
+    auto storesUnrounded = [&](const EwOutput &o) {
+      return o.type == p.nodes[o.node].type && math.RoundsToNarrowFloat(o.node, p.round_every_node);
+    };
+    std::vector<bool> unrounded(p.nodes.size(), false);
+    for (const EwOutput &o : p.outputs)
+      if (storesUnrounded(o)) unrounded[o.node] = true;
+    for (size_t k = 0; k < p.nodes.size(); ++k)
+      s << "  " << math.Statement(k, p.round_every_node, unrounded[k]) << "\n";
     for (int i = 0; i < nout; ++i) {
       const EwOutput &o = p.outputs[i];
       const bool src_int = IsIntType(p.nodes[o.node].type);
-      s << "  r" << i << " = " << (src_int ? "fromI<" : "fromF<") << CTypeName(o.type) << ">(n" << o.node << ");\n";
+      s << "  r" << i << " = " << (src_int ? "fromI<" : "fromF<") << CTypeName(o.type) << ">(n" << o.node
+        << (storesUnrounded(o) ? "_u" : "") << ");\n";
     }
     s << "}\n\n";
     return s.str();
@@ -551,7 +580,8 @@ struct Emitter {
       s << "    const " << CTypeName(p.inputs[i].type) << "*" << restrict_ << " in" << i << ",\n";
     s << "    long long numel, long long rows, long long cols) {\n"
          "  (void)numel;\n"
-         "  const long long r0 = (long long)blockIdx.y * kTile, c0 = (long long)blockIdx.x * kTile;\n"
+         "  // blockIdx.x walks the row tiles: a transposed input's contiguous dimension.\n"
+         "  const long long r0 = (long long)blockIdx.x * kTile, c0 = (long long)blockIdx.y * kTile;\n"
          "  const long long base = (long long)blockIdx.z * rows * cols;\n";
     for (int i = 0; i < nin; ++i)
       if (p.inputs[i].layout == InputLayout::kTransposed)
@@ -754,7 +784,8 @@ bool ElementwiseTiledFits(const ElementwiseProgram &prog) {
 }
 
 absl::StatusOr<LaunchDims> ElementwiseTransposedLaunch(int64_t batch, int64_t rows, int64_t cols) {
-  return TransposeLaunch(batch, rows, cols);
+  return Dims(CeilDiv(rows, kTransposeTile), CeilDiv(cols, kTransposeTile), batch,
+              kTransposeThreads);
 }
 
 absl::StatusOr<KernelCode> EmitElementwise(const ElementwiseProgram &prog) {

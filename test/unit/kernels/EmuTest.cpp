@@ -608,6 +608,72 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, bf16* o0, uint8_t* o1, 
   }
 }
 
+// An output that stores a cast node of its own type (bf16, f16, e4m3,
+// e5m2) converts the value before the node's rounding once (fromF(nK_u)),
+// where it rounded, widened and rounded again: the same bits, checked on
+// the values where rounding twice could differ (NaN of either sign, +-inf,
+// saturation at and past each format's largest value, ties, subnormals,
+// -0), and the rounded node still feeds later math (out4 = f32(bf16(x)) + 1).
+TEST(Emu, ElementwiseNarrowCastOutputsStoreOnce) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  const ScalarType F = ScalarType::f32;
+  ElementwiseProgram p;
+  p.inputs = {{F, InputLayout::kContiguous}};
+  p.nodes = {{EwOp::cast, {-1}, ScalarType::bf16},    // 0
+             {EwOp::cast, {-1}, ScalarType::f16},     // 1
+             {EwOp::cast, {-1}, ScalarType::f8e4m3},  // 2
+             {EwOp::cast, {-1}, ScalarType::f8e5m2},  // 3
+             {EwOp::add, {0, -2}, F}};                // 4: bf16(x) + 1
+  p.inputs.push_back({F, InputLayout::kScalar});
+  p.outputs = {{0, ScalarType::bf16}, {1, ScalarType::f16}, {2, ScalarType::f8e4m3},
+               {3, ScalarType::f8e5m2}, {4, F}};
+  const KernelCode k = Unwrap(EmitElementwise(p));
+  for (const char *store : {"r0 = fromF<bf16>(n0_u)", "r1 = fromF<f16>(n1_u)",
+                            "r2 = fromF<fp8e4m3>(n2_u)", "r3 = fromF<fp8e5m2>(n3_u)",
+                            "r4 = fromF<float>(n4)"})
+    EXPECT_NE(k.source.find(store), std::string::npos) << store << "\n" << k.source;
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, bf16* o0, f16* o1, fp8e4m3* o2, fp8e5m2* o3, float* o4,
+                          const float* x, const float* one, long long n) {
+  emu::Launch(g, b, 0, [&] { KERNEL(o0, o1, o2, o3, o4, x, one, n); });
+})";
+  using Fn = void (*)(Dim3, Dim3, void *, void *, void *, void *, float *, const float *,
+                      const float *, long long);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+  ASSERT_NE(fn, nullptr);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {std::nanf(""), -std::nanf(""), inf, -inf, 448.f, 464.f, 480.f,
+                          -500.f, 57344.f, 61440.f, 1e6f, 65504.f, 65520.f, 3.4e38f,
+                          0.f, -0.f, 1e-40f, -3e-39f, 0.0009765625f, 0.00146484375f,
+                          1.0078125f, 1.00390625f, -2.5f, 1.5f};
+  for (float v : Randn(41, 77, 300.f)) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const float one = 1.0f;
+  std::vector<uint16_t> o0(n), o1(n);
+  std::vector<uint8_t> o2(n), o3(n);
+  std::vector<float> o4(n);
+  const LaunchDims d = Unwrap(ElementwiseLaunch(p, n));
+  fn(G(d), B(d), o0.data(), o1.data(), o2.data(), o3.data(), o4.data(), x.data(), &one, n);
+  for (int64_t i = 0; i < n; ++i) {
+    SCOPED_TRACE("x = " + std::to_string(x[i]));
+    const uint16_t b = ToBf16(x[i]);
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(FromBf16(o0[i])));
+      EXPECT_EQ(o1[i] & 0x7c00u, 0x7c00u);
+      EXPECT_NE(o1[i] & 0x03ffu, 0u);
+      EXPECT_EQ(o2[i] & 0x7fu, 0x7fu);
+      EXPECT_EQ(o3[i] & 0x7fu, 0x7fu);
+      EXPECT_TRUE(std::isnan(o4[i]));
+      continue;
+    }
+    EXPECT_EQ(o0[i], b);
+    EXPECT_EQ(o1[i], llmc::ref::ToF16(x[i]));
+    EXPECT_EQ(o2[i], llmc::ref::ToE4M3(x[i]));
+    EXPECT_EQ(o3[i], llmc::ref::ToE5M2(x[i]));
+    EXPECT_EQ(o4[i], FromBf16(b) + 1.0f);
+  }
+}
+
 // A transpose that keeps the innermost dimension ([B, S, H, D] -> [B, H, S, D],
 // the attention head split and merge) takes the strided-rows vector path when
 // rows and outer strides are multiples of kVec (also with an outer stride of

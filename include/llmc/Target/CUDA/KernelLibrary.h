@@ -211,9 +211,12 @@ bool ElementwiseTiled(const ElementwiseProgram &prog);
 /// Whether the shared-memory tiles of the kTransposed inputs fit in 48 KiB
 /// (64 x 65 elements each: two f32, four bf16, eight fp8 inputs).
 bool ElementwiseTiledFits(const ElementwiseProgram &prog);
-/// Grid (ceil(cols / 64), ceil(rows / 64), batch) of kTransposeThreads
-/// threads. Unimplemented beyond CUDA's grid (more than 65535 row tiles or
-/// batches).
+/// Grid (ceil(rows / 64), ceil(cols / 64), batch) of kTransposeThreads
+/// threads: consecutive blocks take consecutive row tiles, i.e. consecutive
+/// 128-byte pieces of the same rows of a transposed input (the input's
+/// contiguous dimension), so the blocks in flight read long contiguous runs
+/// of each input row and write long runs of each output row. Unimplemented
+/// beyond CUDA's grid (more than 65535 column tiles or batches).
 absl::StatusOr<LaunchDims> ElementwiseTransposedLaunch(int64_t batch, int64_t rows,
                                                        int64_t cols);
 /// True when the kernel takes the trailing EwShape argument.

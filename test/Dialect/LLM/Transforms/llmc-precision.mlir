@@ -19,14 +19,17 @@
 // F32-NOT: llm.cast
 // F32: return
 // FP8-LABEL: func.func @matmul
+// FP8-DAG: %[[ONE:.+]] = llm.constant dense<1.000000e+00> : tensor<f32>
 // FP8-DAG: %[[C448:.+]] = llm.constant dense<4.480000e+02> : tensor<f32>
 // FP8: %[[WR:.+]] = llm.reshape %{{.+}} : tensor<32x64xf32> to tensor<2048xf32>
 // FP8: %[[A:.+]] = llm.abs %[[WR]] : tensor<2048xf32>
 // FP8: %[[M:.+]] = llm.reduce_max %[[A]] [0] : tensor<2048xf32>
 // FP8: %[[MC:.+]] = llm.maximum %[[M]]
 // FP8: %[[S:.+]] = llm.div %[[MC]], %[[C448]] : tensor<f32>
-// FP8: %[[SB:.+]] = llm.broadcast %[[S]] : tensor<f32> to tensor<32x64xf32>
-// FP8: %[[Q:.+]] = llm.div %{{.+}}, %[[SB]] : tensor<32x64xf32>
+// The quantization multiplies by the scale's reciprocal (torchao's recipe).
+// FP8: %[[R:.+]] = llm.div %[[ONE]], %[[S]] : tensor<f32>
+// FP8: %[[RB:.+]] = llm.broadcast %[[R]] : tensor<f32> to tensor<32x64xf32>
+// FP8: %[[Q:.+]] = llm.mul %{{.+}}, %[[RB]] : tensor<32x64xf32>
 // FP8: llm.cast %[[Q]] : tensor<32x64xf32> to tensor<32x64xf8E4M3FN>
 // FP8: %[[B16:.+]] = llm.matmul %{{.+}}, %{{.+}} scales(%{{.+}}, %[[S]]) {transpose_rhs} : tensor<7x64xf8E4M3FN>, tensor<32x64xf8E4M3FN> -> tensor<7x32xbf16>
 // FP8-NOT: llm.mul
