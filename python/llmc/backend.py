@@ -1591,12 +1591,13 @@ def _default_partition_after_cse(joint_module, joint_inputs, **kwargs):
 
 def _partition_fn(how: Optional[str] = None):
     """How AOTAutograd splits a training graph into forward and backward
-    (the `partition` option; LLMC_PARTITION when None): `default` (PyTorch's default_partition) saves every
-    intermediate the backward reads; `mincut` (the min-cut rematerialization
+    (the `partition` option; LLMC_PARTITION when None): `default` (PyTorch's default_partition after the
+    joint graph's CSE, _default_partition_after_cse) saves every intermediate the backward reads, each once; `mincut` (the min-cut rematerialization
     Inductor uses) saves fewer, smaller tensors and recomputes cheap
     elementwise ops in the backward (on the 1B LLaMA step the forward's
-    saved results fall from 48 to 27 GiB; its speed through llmc is not
-    measured yet, so it is not the default)."""
+    saved results fell from 48 to 27 GiB, measured before the default
+    partition ran the CSE; its speed through llmc is not measured yet, so
+    it is not the default)."""
     from torch._functorch import partitioners
     if how is None:
         how = os.environ.get("LLMC_PARTITION", "default")

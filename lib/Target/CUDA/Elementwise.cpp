@@ -206,12 +206,16 @@ struct NodeMath {
     return v;
   }
 
+  /// Whether node k's value is rounded (or wrapped) to its type where it
+  /// is defined: at casts, or at every node with round_every_node.
+  bool Rounds(size_t k, bool round_every_node) const {
+    return nodes[k].op == EwOp::cast || round_every_node;
+  }
   /// Whether node k's value is rounded to a narrower float type (bf16, f16,
   /// fp8) where it is defined.
   bool RoundsToNarrowFloat(size_t k, bool round_every_node) const {
     const EwNode &n = nodes[k];
-    return !IsIntType(n.type) && n.type != ScalarType::f32 &&
-           (n.op == EwOp::cast || round_every_node);
+    return !IsIntType(n.type) && n.type != ScalarType::f32 && Rounds(k, round_every_node);
   }
 
   /// `const float nK = ...;` (int64_t for integer nodes). With `unrounded`
@@ -230,7 +234,7 @@ struct NodeMath {
       is_int = false;
     }
     s += std::string("const ") + (IsIntType(n.type) ? "int64_t" : "float") + " " + name + " = " +
-         Convert(e, is_int, n.type, n.op == EwOp::cast || round_every_node) + ";  // " +
+         Convert(e, is_int, n.type, Rounds(k, round_every_node)) + ";  // " +
          EwOpName(n.op);
     if (n.op == EwOp::compare) s += std::string(" ") + CmpOp(n.pred);
     return s + " -> " + ScalarTypeTag(n.type);

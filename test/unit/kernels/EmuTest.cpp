@@ -672,6 +672,44 @@ extern "C" void emu_entry(dim3 g, dim3 b, bf16* o0, f16* o1, fp8e4m3* o2, fp8e5m
     EXPECT_EQ(o3[i], llmc::ref::ToE5M2(x[i]));
     EXPECT_EQ(o4[i], FromBf16(b) + 1.0f);
   }
+  // The same store for a non-cast node rounded at its definition
+  // (round_every_node: a bf16 add) and for a cast from an integer.
+  ElementwiseProgram add;
+  add.inputs = {{F, InputLayout::kContiguous}, {F, InputLayout::kContiguous}};
+  add.nodes = {{EwOp::add, {-1, -2}, ScalarType::bf16}};
+  add.outputs = {{0, ScalarType::bf16}};
+  ASSERT_TRUE(add.round_every_node);
+  ElementwiseProgram fromInt;
+  fromInt.inputs = {{ScalarType::i32, InputLayout::kContiguous}, {F, InputLayout::kContiguous}};
+  fromInt.nodes = {{EwOp::cast, {-1}, ScalarType::bf16}};
+  fromInt.outputs = {{0, ScalarType::bf16}};
+  const std::vector<int32_t> ints = {0, 1, -1, 257, -257, 65535, 16777217, -2147483647 - 1, 2147483647};
+  for (int form = 0; form < 2; ++form) {
+    const ElementwiseProgram &q = form == 0 ? add : fromInt;
+    const KernelCode kq = Unwrap(EmitElementwise(q));
+    EXPECT_NE(kq.source.find("r0 = fromF<bf16>(n0_u)"), std::string::npos) << kq.source;
+    const char *stub2 = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, bf16* o, const void* a, const float* c, long long n) {
+  emu::Launch(g, b, 0, [&] { KERNEL(o, (const IN0*)a, c, n); });
+})";
+    std::string src2 = std::string("#define IN0 ") + (form == 0 ? "float" : "int32_t") + "\n" + stub2;
+    using Fn2 = void (*)(Dim3, Dim3, void *, const void *, const float *, long long);
+    auto fn2 = reinterpret_cast<Fn2>(BuildEmu(kq, src2.c_str()));
+    ASSERT_NE(fn2, nullptr);
+    const int64_t m = form == 0 ? n : static_cast<int64_t>(ints.size());
+    const std::vector<float> y = Randn(m, 78, 3.f);
+    std::vector<uint16_t> o(m);
+    const LaunchDims dq = Unwrap(ElementwiseLaunch(q, m));
+    fn2(G(dq), B(dq), o.data(), form == 0 ? static_cast<const void *>(x.data()) : ints.data(),
+        y.data(), m);
+    for (int64_t i = 0; i < m; ++i) {
+      const float want = form == 0 ? x[i] + y[i] : static_cast<float>(ints[i]);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(FromBf16(o[i]))) << i;
+      else
+        EXPECT_EQ(o[i], ToBf16(want)) << "form " << form << " at " << i;
+    }
+  }
 }
 
 // A transpose that keeps the innermost dimension ([B, S, H, D] -> [B, H, S, D],

@@ -213,10 +213,12 @@ bool ElementwiseTiled(const ElementwiseProgram &prog);
 bool ElementwiseTiledFits(const ElementwiseProgram &prog);
 /// Grid (ceil(rows / 64), ceil(cols / 64), batch) of kTransposeThreads
 /// threads: consecutive blocks take consecutive row tiles, i.e. consecutive
-/// 128-byte pieces of the same rows of a transposed input (the input's
+/// 64-element pieces of the same rows of a transposed input (the input's
 /// contiguous dimension), so the blocks in flight read long contiguous runs
-/// of each input row and write long runs of each output row. Unimplemented
-/// beyond CUDA's grid (more than 65535 column tiles or batches).
+/// of each input row (their writes are 64-element pieces of successive
+/// output rows). Unimplemented beyond CUDA's grid: more than 65535 column
+/// tiles (4,194,240 columns; the tokens of an fp8 weight gradient's
+/// operand) or batches, where the lowering keeps the strided form.
 absl::StatusOr<LaunchDims> ElementwiseTransposedLaunch(int64_t batch, int64_t rows,
                                                        int64_t cols);
 /// True when the kernel takes the trailing EwShape argument.
