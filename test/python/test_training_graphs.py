@@ -393,10 +393,9 @@ def test_plain_llama_training_step_is_one_subgraph_each_way():
         assert r.compiles > 0 and not r.compile_failures, f"{kind}: {r}"
 
 
-def test_plain_llama_training_partitions_match_torch():
-    """The forward and backward subgraphs, with every attention op in them,
-    against PyTorch in float64 through the reference executor."""
-    _need_llmc_run()
+def _capture_plain_llama_step():
+    """The llmc partitions ([_Recorder]) and graph kinds of one PlainLlama
+    training step (seed 0, tokens [2, 16]) through the capture backend."""
     torch.manual_seed(0)
     m = PlainLlama()
     x = torch.randint(0, 512, (2, 16))
@@ -405,6 +404,14 @@ def test_plain_llama_training_partitions_match_torch():
         warnings.simplefilter("ignore")
         logits = torch.compile(m, backend=_capture_backend(sink, kinds))(x)
         F.cross_entropy(logits.flatten(0, 1), x.flatten()).backward()
+    return sink, kinds
+
+
+def test_plain_llama_training_partitions_match_torch():
+    """The forward and backward subgraphs, with every attention op in them,
+    against PyTorch in float64 through the reference executor."""
+    _need_llmc_run()
+    sink, kinds = _capture_plain_llama_step()
     assert {"forward", "backward"} <= set(kinds), kinds
     targets = {str(n.target) for rec in sink for n in rec.eager.graph.nodes}
     assert any("attention_for_cpu_backward" in t for t in targets), targets
@@ -474,14 +481,7 @@ def test_default_partition_saves_each_forward_value_once(monkeypatch):
 
     def forward_outputs_and_backward_inputs():
         torch._dynamo.reset()
-        torch.manual_seed(0)
-        m = PlainLlama()
-        x = torch.randint(0, 512, (2, 16))
-        sink, kinds = [], []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logits = torch.compile(m, backend=_capture_backend(sink, kinds))(x)
-            F.cross_entropy(logits.flatten(0, 1), x.flatten()).backward()
+        sink, _ = _capture_plain_llama_step()
         fw = [rec for rec in sink if rec.name.startswith("forward")]
         bw = [rec for rec in sink if rec.name.startswith("backward")]
         assert fw and bw, [rec.name for rec in sink]
