@@ -80,6 +80,7 @@ def profile(model, prompt, steps):
 
 
 def main():
+    os.environ.setdefault("LLMC_STRICT", "1")  # a fallback to PyTorch raises: no eager time labelled llmc
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dim", type=int, default=2048)

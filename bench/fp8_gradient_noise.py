@@ -87,8 +87,8 @@ def prepare(variant, model):
         return model
     if variant.startswith("llmc"):
         torch._dynamo.reset()
-        options = {"precision": "fp8"} if variant == "llmc-fp8" else {}
-        return torch.compile(model, backend="llmc", options=options)
+        backend = "llmc-fp8" if variant == "llmc-fp8" else "llmc"
+        return torch.compile(model, backend="llmc", options=train_llama.llmc_options(backend))
     return model
 
 

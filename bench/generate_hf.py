@@ -253,6 +253,8 @@ def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     device = "cpu" if args.smoke else "cuda"
+    if not args.smoke:  # a fallback to PyTorch raises: no eager time labelled llmc
+        os.environ.setdefault("LLMC_STRICT", "1")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     from transformers import LlamaConfig, LlamaForCausalLM
     import llmc.backend  # noqa: F401  (registers the backend)

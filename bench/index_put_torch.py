@@ -12,6 +12,7 @@ CUDA events, median. The bytes column counts the grad read, the index read
 and the [V, D] result written once.
 """
 import argparse
+import os
 import statistics
 
 import torch
@@ -33,6 +34,7 @@ def bench(fn, args, iters=50):
 
 
 def main():
+    os.environ.setdefault("LLMC_STRICT", "1")  # a fallback to PyTorch raises: no eager time labelled llmc
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--dim", type=int, default=4096)

@@ -54,6 +54,7 @@ DIR/train.json as soon as it is made; DIR/train.md gets the table.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -170,13 +171,15 @@ def make_step(model, backend, mode):
         convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "lm_head")
         fwd = torch.compile(model)
     else:
-        fwd = torch.compile(model, backend="llmc", options=LLMC_OPTIONS[backend])
+        fwd = torch.compile(model, backend="llmc", options=llmc_options(backend))
     opt = None
     if mode == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         opt_backend = ("llmc" if backend.startswith("llmc")
                        else "inductor" if backend == "inductor-float8" else backend)
-        opt_step = opt.step if backend == "eager" else torch.compile(opt.step, backend=opt_backend)
+        opt_kw = {"options": {"strict": llmc_options(backend)["strict"]}} if opt_backend == "llmc" else {}
+        opt_step = (opt.step if backend == "eager"
+                    else torch.compile(opt.step, backend=opt_backend, **opt_kw))
     # (opt.step has no backward: the partition option does not apply.)
 
     def step(ids, labels, keep_grads=False):
@@ -229,13 +232,22 @@ def f32_reference(args, device, dtype):
     return loss, grads
 
 
+def llmc_options(backend):
+    """torch.compile options of an llmc backend. strict unless LLMC_STRICT=0:
+    a subgraph that would run in PyTorch instead (no loadable libllmc.so, a
+    failed compile) raises, and the run is recorded as an error rather than
+    eager's time under llmc's name."""
+    return dict(LLMC_OPTIONS[backend], strict=os.environ.get("LLMC_STRICT", "1") != "0")
+
+
 def llmc_report():
     import llmc.backend
     out = []
     for r in llmc.backend.reports():
         out.append({"graph": r.graph, "subgraphs": r.num_partitions,
                     "kept_in_pytorch": dict(r.unsupported),
-                    "compile_failures": len(r.compile_failures)})
+                    "compile_failures": len(r.compile_failures),
+                    "llmc_runs": r.llmc_runs, "eager_runs": r.eager_runs})
     return out
 
 
@@ -355,6 +367,8 @@ def table(args, runs, ceiling):
             continue
         parts = "; ".join(f"{p['graph']}: {p['subgraphs']}"
                           + (f" ({', '.join(p['kept_in_pytorch'])})" if p["kept_in_pytorch"] else "")
+                          + (f" **ran in PyTorch {p['eager_runs']} times**"
+                             if p.get("eager_runs") else "")
                           for p in r.get("partitions", []))
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
         rel = f"{r['loss_rel_to_eager']:.1e}" if "loss_rel_to_eager" in r else "-"

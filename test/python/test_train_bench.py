@@ -126,3 +126,21 @@ def test_fp8_gradient_noise_smoke(tmp_path):
     assert 0 < v["eager-bf16"]["grad_median"] < 0.03, v["eager-bf16"]
     assert 0.05 < v["sim-fp8"]["grad_median"] < 0.3, v["sim-fp8"]
     assert v["sim-fp8"]["logits_rel"] > v["sim-fp8-nohead"]["logits_rel"] > v["eager-bf16"]["logits_rel"]
+
+
+def test_llmc_row_is_an_error_when_llmc_cannot_run(tmp_path, monkeypatch):
+    """Without a loadable libllmc.so every llmc subgraph would run in
+    PyTorch: the benchmark (strict by default) records an error for the
+    llmc run instead of timing eager under llmc's name (on 2026-12-06 a
+    GPU run without the CUDA libraries on the library path did exactly
+    that, silently)."""
+    capi_or_skip()
+    import llmc._capi
+    monkeypatch.setattr(llmc._capi, "available", lambda: (False, "libllmc.so not loadable (test)"))
+    monkeypatch.delenv("LLMC_STRICT", raising=False)  # the benchmark's default
+    train_llama.main(["--smoke", "--out", str(tmp_path), "--backends", "eager,llmc",
+                      "--modes", "fwdbwd"])
+    runs = json.loads((tmp_path / "train.json").read_text())["runs"]
+    assert "error" not in runs[0], runs[0]
+    assert "error" in runs[1] and "not loadable" in runs[1]["error"], runs[1]
+    assert "| fwdbwd | llmc | error:" in (tmp_path / "train.md").read_text()
