@@ -890,6 +890,51 @@ extern "C" void emu_entry(dim3 g, dim3 b, fp8e4m3* o8, bf16* o16, const bf16* x,
   EXPECT_FALSE(EmitElementwise(wide).ok());
 }
 
+// The fp8 quantizing cast as the fp8 policy emits it, e4m3(x^T * s) alone
+// (the other tiled tests pair it with a wider output): 581 columns (ten
+// tiles, the last partial) over full aligned row tiles (vector loads), over
+// 72 rows (a partial row tile read element by element) and 67 unaligned
+// rows, and 40 columns (one partial tile); element for element against the
+// host, saturating (|x * s| up to ~1500 against e4m3's 448), nothing
+// written past the output.
+TEST(Emu, ElementwiseTransposedFp8Quantize) {
+  if (!HaveCompiler()) GTEST_SKIP();
+  struct Case { int64_t batch, rows, cols; };
+  ElementwiseProgram p;
+  p.inputs = {{ScalarType::bf16, InputLayout::kTransposed}, {ScalarType::f32, InputLayout::kScalar}};
+  p.nodes = {{EwOp::cast, {-1}, ScalarType::f32},
+             {EwOp::mul, {0, -2}, ScalarType::f32},
+             {EwOp::cast, {1}, ScalarType::f8e4m3}};
+  p.outputs = {{2, ScalarType::f8e4m3}};
+  const KernelCode k = Unwrap(EmitElementwise(p));
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, fp8e4m3* o, const bf16* x, const float* s, long long n,
+                          long long rows, long long cols) {
+  emu::Launch(g, b, 0, [&] { KERNEL(o, x, s, n, rows, cols); });
+})";
+  using Fn = void (*)(Dim3, Dim3, void *, const void *, const float *, long long, long long, long long);
+  auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+  ASSERT_NE(fn, nullptr);
+  for (const Case c : {Case{1, 128, 581}, Case{2, 72, 581}, Case{1, 67, 300}, Case{1, 64, 40}}) {
+    const int64_t n = c.batch * c.rows * c.cols;
+    std::vector<float> xf = Randn(n, 51, 300.f);
+    const std::vector<uint16_t> x = ToBf16Vec(xf);
+    const float inv_scale = 1.5f;
+    std::vector<uint8_t> out(n + 64, 0xAB);
+    const LaunchDims d = Unwrap(ElementwiseTransposedLaunch(c.batch, c.rows, c.cols));
+    fn(G(d), B(d), out.data(), x.data(), &inv_scale, n, c.rows, c.cols);
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t col = 0; col < c.cols; ++col) {
+          const int64_t at = (b * c.rows + r) * c.cols + col;
+          const float xv = FromBf16(x[(b * c.cols + col) * c.rows + r]);
+          ASSERT_EQ(out[at], llmc::ref::ToE4M3(xv * inv_scale))
+              << "[" << b << ", " << r << ", " << col << "] of " << c.rows << " x " << c.cols;
+        }
+    for (int64_t i = n; i < n + 64; ++i) ASSERT_EQ(out[i], 0xAB) << "wrote past the output";
+  }
+}
+
 // The tiled form's 16-byte tile loads for every input width: f32 (4 per
 // vector), bf16 (8) and e4m3 (16) inputs read transposed and widened to an
 // f32 output, on a full aligned tile (vector loads) and on rows of 72 and
