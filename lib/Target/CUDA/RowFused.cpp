@@ -7,8 +7,12 @@
 // row per reduction level (a reduction that reads another's result is formed
 // in a later pass), each followed by a block all-reduce and the per-row
 // values it makes computable, then a last pass that computes and stores the
-// per-element outputs. The node math is the elementwise kernel's
-// (EwNodeStatement): reductions are the variables x<inputs + q>.
+// per-element outputs. When no per-element output or column sum reads a
+// reduction (a value stored together with its row maximum, as the fp8
+// policy's amax joins the value's producer), they are stored by the last
+// reduction pass and there is no last pass: the row is read once. The node
+// math is the elementwise kernel's (EwNodeStatement): reductions are the
+// variables x<inputs + q>.
 //
 // Column sums (a norm's weight gradient, summed over the rows) are
 // accumulated in the last pass: each thread adds its columns' values of
@@ -317,6 +321,27 @@ public:
                                                                           : "in" + std::to_string(i) + "[0]")
           << "\n";
     PerRowNodes(s, 0);
+    // The per-element outputs and column sums: stored by the last pass over
+    // the row; by the last reduction pass when none of them reads a
+    // reduction (a value stored together with its amax: one read of the row).
+    std::vector<int> dense_outs, out_roots;
+    for (int i = 0; i < nout; ++i)
+      if (!p_.outputs[i].per_row) {
+        dense_outs.push_back(i);
+        out_roots.push_back(p_.outputs[i].value);
+      }
+    for (const RowColumnSum &c : p_.column_sums) out_roots.push_back(c.value);
+    const bool outputs_in_pass = OutputsInReductionPass();
+    // Stores of the dense outputs and column sums inside a pass's loops.
+    auto store_outputs = [&](std::ostringstream &b, const std::string &ind, bool vector, const std::string &slot) {
+      for (int i : dense_outs) {
+        const std::string v = Store(p_.outputs[i]);
+        if (vector) b << ind << "o" << i << ".v[e] = " << v << ";\n";
+        else b << ind << "out" << i << "[base + j] = " << v << ";\n";
+      }
+      for (int c = 0; c < ncol; ++c)
+        b << ind << "cs" << c << "[" << slot << "] += " << F(p_.column_sums[c].value) << ";\n";
+    };
     for (int level = 1; level <= max_level_; ++level) {
       std::vector<int> qs, roots;
       for (int q = 0; q < nred_; ++q)
@@ -324,11 +349,15 @@ public:
           qs.push_back(q);
           roots.push_back(p_.reductions[q].operand);
         }
+      const bool with_outputs = outputs_in_pass && level == max_level_;
+      if (with_outputs) roots.insert(roots.end(), out_roots.begin(), out_roots.end());
       s << "    // ---- pass " << level << ":";
       for (int q : qs) s << " x" << nin_ + q;
+      if (with_outputs) s << ", and the per-element outputs" << (ncol > 0 ? " and column sums" : "")
+                          << " (they read no reduction)";
       s << " ----\n";
       for (int q : qs) s << "    float acc" << q << " = " << Identity(p_.reductions[q].kind) << ";\n";
-      Loops(s, roots, [&](std::ostringstream &b, const std::string &ind, bool, const std::string &) {
+      Loops(s, roots, [&](std::ostringstream &b, const std::string &ind, bool vector, const std::string &slot) {
         for (int q : qs) {
           const std::string v = F(p_.reductions[q].operand);
           const std::string acc = "acc" + std::to_string(q);
@@ -338,7 +367,8 @@ public:
           case ReduceKind::min: b << ind << acc << " = llmc_minf(" << acc << ", " << v << ");\n"; break;
           }
         }
-      });
+        if (with_outputs) store_outputs(b, ind, vector, slot);
+      }, with_outputs ? dense_outs : std::vector<int>{}, /*column_slots=*/with_outputs && ncol > 0);
       s << "    // block all-reduce: butterfly within each warp";
       if (block) s << ", then across the warps";
       s << "\n";
@@ -366,24 +396,9 @@ public:
       }
       PerRowNodes(s, level);
     }
-    std::vector<int> dense_outs, roots;
-    for (int i = 0; i < nout; ++i)
-      if (!p_.outputs[i].per_row) {
-        dense_outs.push_back(i);
-        roots.push_back(p_.outputs[i].value);
-      }
-    for (const RowColumnSum &c : p_.column_sums) roots.push_back(c.value);
-    if (!roots.empty()) {
+    if (!out_roots.empty() && !outputs_in_pass) {
       s << "    // ---- last pass: the per-element outputs" << (ncol > 0 ? " and column sums" : "") << " ----\n";
-      Loops(s, roots, [&](std::ostringstream &b, const std::string &ind, bool vector, const std::string &slot) {
-        for (int i : dense_outs) {
-          const std::string v = Store(p_.outputs[i]);
-          if (vector) b << ind << "o" << i << ".v[e] = " << v << ";\n";
-          else b << ind << "out" << i << "[base + j] = " << v << ";\n";
-        }
-        for (int c = 0; c < ncol; ++c)
-          b << ind << "cs" << c << "[" << slot << "] += " << F(p_.column_sums[c].value) << ";\n";
-      }, dense_outs, /*column_slots=*/ncol > 0);
+      Loops(s, out_roots, store_outputs, dense_outs, /*column_slots=*/ncol > 0);
     }
     bool any_per_row = false;
     for (int i = 0; i < nout; ++i) any_per_row = any_per_row || p_.outputs[i].per_row;
@@ -427,6 +442,18 @@ public:
     }
     s << "}\n";
     return s.str();
+  }
+
+  /// Whether the per-element outputs and column sums are computed in the
+  /// last reduction pass instead of a pass of their own: there is a
+  /// reduction, and none of them reads one (directly or through nodes).
+  bool OutputsInReductionPass() const {
+    if (max_level_ == 0) return false;
+    for (const RowFusedOutput &o : p_.outputs)
+      if (!o.per_row && RedMask(o.value) != 0) return false;
+    for (const RowColumnSum &c : p_.column_sums)
+      if (RedMask(c.value) != 0) return false;
+    return true;
   }
 
 private:
@@ -652,7 +679,8 @@ absl::StatusOr<KernelCode> EmitRowFused(const RowFusedProgram &prog) {
       Assemble("// llmc fused row kernel " + kc.name +
                    "\n// One block per row (grid-stride): a pass over the row per reduction level (fp32\n"
                    "// accumulation, block all-reduce), per-row values once per row, a last pass for the\n"
-                   "// per-element outputs; 16-byte vectors when aligned.\n",
+                   "// per-element outputs (the last reduction pass stores them when they read no\n"
+                   "// reduction); 16-byte vectors when aligned.\n",
                cfg, "\n" + em.Kernel(kc.name)));
   return kc;
 }

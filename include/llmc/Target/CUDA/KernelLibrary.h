@@ -831,7 +831,8 @@ struct RowFusedProgram {
   std::vector<RowReduction> reductions;
   std::vector<EwNode> nodes;
   std::vector<RowFusedOutput> outputs;
-  /// Column sums, formed in the last pass (see EmitRowFused).
+  /// Column sums, formed in the pass that stores the per-element outputs
+  /// (see EmitRowFused).
   std::vector<RowColumnSum> column_sums;
   /// As ElementwiseProgram::round_every_node.
   bool round_every_node = true;
@@ -841,7 +842,11 @@ struct RowFusedProgram {
 /// the reductions are formed in passes over the row, a reduction whose
 /// operand depends on another's result in a later pass; per-row values are
 /// computed once per row; a last pass computes and stores the per-element
-/// outputs, and thread 0 stores the per-row ones. 16-byte vectors when n is
+/// outputs, and thread 0 stores the per-row ones. When no per-element
+/// output or column sum reads a reduction (a value stored with its row
+/// maximum: the fp8 policy's amax in the value's producer), the last
+/// reduction pass stores them and there is no last pass, so the row is read
+/// once; the results are the same bits. 16-byte vectors when n is
 /// a multiple of the vector width and every dense/column pointer is 16-byte
 /// aligned (checked at run time), else scalar. When the row's inputs fit in
 /// registers (at most 192 bytes per thread of up to 256 threads), every
