@@ -266,6 +266,39 @@ absl::StatusOr<KernelCode> EmitRoPETable(const RoPETableConfig &c) {
     return;
   }
 )CUDA";
+  // The plain form (half-split pairs, no cache or q/v parts) with whole
+  // 16-byte vectors of pairs: a vector path for aligned pointers.
+  const int vp = 16 / std::max(ScalarSize(c.dtype), ScalarSize(c.table));
+  if (!c.cache_write && c.q_heads == 0 && !c.v_write && !c.interleaved && (c.head_dim / 2) % vp == 0)
+    b << "  // Vector path: task (h, i) rotates pairs i .. i + kVP - 1 of head h with\n"
+         "  // 16-byte loads of x and of the tables (consecutive threads, consecutive\n"
+         "  // pairs); the same math per element as the scalar loop below.\n"
+         "  constexpr int kVP = "
+      << vp << ";\n"
+      << R"CUDA(  if ((((uint64_t)out | (uint64_t)x | (uint64_t)cos_tab | (uint64_t)sin_tab) & 15) == 0 &&
+      table_batch_stride % kVP == 0) {
+    for (int task = threadIdx.x; task < kHeads * (kHalf / kVP); task += kThreads) {
+      const int h = task / (kHalf / kVP), i = (task % (kHalf / kVP)) * kVP;
+      const int64_t o = tok_base + (int64_t)h * kHeadDim + i;
+      const LlmcVec<T, kVP> va = *reinterpret_cast<const LlmcVec<T, kVP>*>(x + o);
+      const LlmcVec<T, kVP> vb = *reinterpret_cast<const LlmcVec<T, kVP>*>(x + o + kHalf);
+      const LlmcVec<TabT, kVP> ca = *reinterpret_cast<const LlmcVec<TabT, kVP>*>(cos_tab + row + i);
+      const LlmcVec<TabT, kVP> sa = *reinterpret_cast<const LlmcVec<TabT, kVP>*>(sin_tab + row + i);
+      const LlmcVec<TabT, kVP> cb = *reinterpret_cast<const LlmcVec<TabT, kVP>*>(cos_tab + row + i + kHalf);
+      const LlmcVec<TabT, kVP> sb = *reinterpret_cast<const LlmcVec<TabT, kVP>*>(sin_tab + row + i + kHalf);
+      LlmcVec<T, kVP> ra, rb;
+#pragma unroll
+      for (int e = 0; e < kVP; ++e) {
+        const float a = toF(va.v[e]), bv = toF(vb.v[e]);
+        ra.v[e] = fromF<T>(a * toF(ca.v[e]) - bv * toF(sa.v[e]));
+        rb.v[e] = fromF<T>(bv * toF(cb.v[e]) + a * toF(sb.v[e]));
+      }
+      *reinterpret_cast<LlmcVec<T, kVP>*>(out + o) = ra;
+      *reinterpret_cast<LlmcVec<T, kVP>*>(out + o + kHalf) = rb;
+    }
+    return;
+  }
+)CUDA";
   b << R"CUDA(  const int ti = threadIdx.x % kThreadsI, hg = threadIdx.x / kThreadsI;
   if (hg < kHeadGroups) {
     for (int i = ti; i < kHalf; i += kThreadsI) {

@@ -420,6 +420,92 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, con
       }
 }
 
+// The plain half-split table form's vector path (16-byte loads of x and of
+// the tables, aligned pointers) gives the scalar path's bits: the same
+// kernel on buffers one element off alignment takes the scalar loop. f32
+// and bf16 x with f32 and bf16 tables, D = 64 and 128, H = 5, per-batch
+// tables. The interleaved form has no vector path.
+TEST(Emu, RoPETableVectorPathMatchesScalarBits) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  const char *stub = R"(
+extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, const TabT* c,
+                          const TabT* s, long long B, long long S, long long tbs) {
+  emu::Launch(g, b, smem, [&] { KERNEL(out, x, c, s, B, S, tbs); });
+})";
+  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, long long,
+                      long long, long long);
+  EXPECT_EQ(Unwrap(EmitRoPETable(RoPETable(ScalarType::bf16, ScalarType::bf16, 5, 128, true))).source.find(
+                "Vector path"),
+            std::string::npos);
+  const std::pair<ScalarType, ScalarType> types[] = {
+      {ScalarType::f32, ScalarType::f32}, {ScalarType::bf16, ScalarType::f32}, {ScalarType::bf16, ScalarType::bf16}};
+  const int64_t Bt = 2, S = 7, H = 5;
+  for (auto [xt, tt] : types)
+    for (int64_t D : {64, 128}) {
+      const RoPETableConfig cfg = RoPETable(xt, tt, H, D, false);
+      auto k = Unwrap(EmitRoPETable(cfg));
+      EXPECT_NE(k.source.find("Vector path"), std::string::npos) << k.name;
+      auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
+      ASSERT_NE(fn, nullptr) << k.name;
+      const int xs = ScalarSize(xt), ts = ScalarSize(tt);
+      const int64_t n = Bt * S * H * D, tn = Bt * S * D;
+      std::vector<float> x = Randn(n, 201), c, sn;
+      RandomTables(tn, 202, &c, &sn);
+      // Byte images of x and the tables in their types.
+      auto image = [](const std::vector<float> &v, int size) {
+        std::vector<uint8_t> b(v.size() * size);
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (size == 4) std::memcpy(&b[i * 4], &v[i], 4);
+          else {
+            const uint16_t h = ToBf16(v[i]);
+            std::memcpy(&b[i * 2], &h, 2);
+          }
+        }
+        return b;
+      };
+      const std::vector<uint8_t> xi = image(x, xs), ci = image(c, ts), si = image(sn, ts);
+      std::vector<uint8_t> outs[2];
+      for (int off : {0, 1}) {  // elements off 16-byte alignment
+        // 16-byte aligned storage, the data from element `off` on.
+        struct alignas(16) Chunk { uint8_t b[16]; };
+        std::vector<Chunk> xbuf(n * xs / 16 + 2), cbuf(tn * ts / 16 + 2), sbuf(tn * ts / 16 + 2),
+            obuf(n * xs / 16 + 2);
+        uint8_t *xp = reinterpret_cast<uint8_t *>(xbuf.data()) + off * xs;
+        uint8_t *cp = reinterpret_cast<uint8_t *>(cbuf.data()) + off * ts;
+        uint8_t *sp = reinterpret_cast<uint8_t *>(sbuf.data()) + off * ts;
+        uint8_t *op = reinterpret_cast<uint8_t *>(obuf.data()) + off * xs;
+        std::memcpy(xp, xi.data(), xi.size());
+        std::memcpy(cp, ci.data(), ci.size());
+        std::memcpy(sp, si.data(), si.size());
+        const LaunchDims d = Unwrap(RoPETableLaunch(cfg, Bt, S));
+        fn(G(d), B(d), d.smem, op, xp, cp, sp, Bt, S, S * D);
+        outs[off].assign(op, op + n * xs);
+      }
+      EXPECT_EQ(outs[0], outs[1]) << k.name;
+      // And the values are RoPE's (the float64 reference on the stored inputs).
+      std::vector<float> xr(n), cr(tn), sr(tn);
+      for (int64_t i = 0; i < n; ++i) xr[i] = xs == 4 ? x[i] : FromBf16(ToBf16(x[i]));
+      for (int64_t i = 0; i < tn; ++i) {
+        cr[i] = ts == 4 ? c[i] : FromBf16(ToBf16(c[i]));
+        sr[i] = ts == 4 ? sn[i] : FromBf16(ToBf16(sn[i]));
+      }
+      const auto ref = llmc::ref::RoPETableRef(xr, cr, sr, Bt, S, H, D, S * D, false);
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        float got;
+        if (xs == 4) std::memcpy(&got, &outs[0][i * 4], 4);
+        else {
+          uint16_t h;
+          std::memcpy(&h, &outs[0][i * 2], 2);
+          got = FromBf16(h);
+        }
+        num += (got - ref[i]) * (got - ref[i]);
+        den += ref[i] * ref[i];
+      }
+      EXPECT_LT(std::sqrt(num / den), xs == 4 ? 1e-6 : 2.5e-3) << k.name;
+    }
+}
+
 // RoPE written straight into a KV cache (cache_write): a prefill of S = 3
 // tokens for B = 2 into [B, H, R, D] (HND, gpt-fast / HF static cache) and
 // [B, R, H, D] (NHD) caches at rows given by an index tensor with a negative
