@@ -89,7 +89,11 @@ def worker(args):
     else:
         import torch._dynamo
         torch._dynamo.config.cache_size_limit = 64
-        run_model = torch.compile(model, backend=args.backend, dynamic=False)
+        # llmc strict unless LLMC_STRICT is 0 or empty: a subgraph that would
+        # fall back to PyTorch raises instead of timing eager under llmc's name.
+        strict = {"options": {"strict": os.environ.get("LLMC_STRICT", "1") not in ("", "0")}} \
+            if args.backend == "llmc" else {}
+        run_model = torch.compile(model, backend=args.backend, dynamic=False, **strict)
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     for b, s in shapes:
         rec = {"model": args.model, "backend": args.backend, "batch": b, "seq": s,

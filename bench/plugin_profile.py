@@ -45,6 +45,8 @@ def main():
     for kv in filter(None, args.options.split(",")):
         k, v = kv.split("=", 1)
         opts[k] = {"true": True, "false": False}.get(v.lower(), v)
+    if args.backend == "llmc":  # a fallback to PyTorch raises (LLMC_STRICT=0 allows it)
+        opts.setdefault("strict", os.environ.get("LLMC_STRICT", "1") not in ("", "0"))
     if args.backend == "eager":
         run = model
     else:

@@ -233,11 +233,11 @@ def f32_reference(args, device, dtype):
 
 
 def llmc_options(backend):
-    """torch.compile options of an llmc backend. strict unless LLMC_STRICT=0:
+    """torch.compile options of an llmc backend. strict unless LLMC_STRICT is 0 or empty:
     a subgraph that would run in PyTorch instead (no loadable libllmc.so, a
     failed compile) raises, and the run is recorded as an error rather than
     eager's time under llmc's name."""
-    return dict(LLMC_OPTIONS[backend], strict=os.environ.get("LLMC_STRICT", "1") != "0")
+    return dict(LLMC_OPTIONS[backend], strict=os.environ.get("LLMC_STRICT", "1") not in ("", "0"))
 
 
 def llmc_report():

@@ -10,12 +10,14 @@
 // per-element outputs. When no per-element output or column sum reads a
 // reduction (a value stored together with its row maximum, as the fp8
 // policy's amax joins the value's producer), they are stored by the last
-// reduction pass and there is no last pass: the row is read once. The node
+// reduction pass and there is no last pass: one read of the row fewer (the
+// only one, with one reduction level). The node
 // math is the elementwise kernel's (EwNodeStatement): reductions are the
 // variables x<inputs + q>.
 //
 // Column sums (a norm's weight gradient, summed over the rows) are
-// accumulated in the last pass: each thread adds its columns' values of
+// accumulated in the pass that stores the per-element outputs (the last
+// pass, or the last reduction pass as above): each thread adds its columns' values of
 // every row its block takes to fp32 registers cs<c>[], and after the rows
 // the block writes them as one row of partials; a column reduction of the
 // partials over the blocks (EmitColumnReduce) finishes the sums in a fixed
@@ -349,7 +351,7 @@ public:
           qs.push_back(q);
           roots.push_back(p_.reductions[q].operand);
         }
-      const bool with_outputs = outputs_in_pass && level == max_level_;
+      const bool with_outputs = outputs_in_pass && !out_roots.empty() && level == max_level_;
       if (with_outputs) roots.insert(roots.end(), out_roots.begin(), out_roots.end());
       s << "    // ---- pass " << level << ":";
       for (int q : qs) s << " x" << nin_ + q;

@@ -2374,30 +2374,31 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, float* y, float* m, con
 
 // A value stored together with its row maximum, as the fp8 policy fuses the
 // amax into the value's producer: silu(g) and silu(g) * u (bf16) stored,
-// max |silu(g) * u| per row, and the column sums of silu(g) * u. None of the
-// per-element results reads the maximum, so the one reduction pass stores
-// them and the kernel reads each row once. The same program with one more
-// output that reads the maximum keeps its last pass; both kernels give the
-// same bits for everything they share, which equals the host's math. n =
-// 5632 (the 1B model's SwiGLU: streaming vectors), 2048 (register-resident)
-// and 37 (scalar); 13 rows on 3 blocks; one row with a NaN.
+// max |silu(g) * u| and sum(silu(g) * u) (f32, order-dependent) per row,
+// and the column sums of silu(g) * u. None of the per-element results reads
+// a reduction, so the reduction pass stores them and the kernel reads each
+// row once. The same program with one more output that reads the maximum
+// keeps its last pass; both kernels give the same bits for everything they
+// share, and the host's math (the extra output too). n = 5632 (the 1B
+// model's SwiGLU: streaming vectors), 2048 (register-resident) and 37
+// (scalar); 13 rows on 3 blocks; one row with a NaN.
 TEST(EmuRowFused, OutputsStoredInTheReductionPass) {
   if (!HaveCompiler()) GTEST_SKIP();
   const ScalarType F = ScalarType::f32, BF = ScalarType::bf16;
   for (int64_t n : {5632, 2048, 37}) {
     std::vector<std::vector<uint16_t>> y0s, y1s, maxes;
-    std::vector<std::vector<float>> sums;
+    std::vector<std::vector<float>> sums, partial_sets;
     for (bool last_pass : {false, true}) {
       RowFusedProgram p;
       p.n = n;
       p.inputs = {{BF, RowInputLayout::kDense}, {BF, RowInputLayout::kDense}};
-      const int g = -1, u = -2, m = -3;
-      p.reductions = {{ReduceKind::max, 2, BF}};  // of node 2
+      const int g = -1, u = -2, m = -3, sm = -4;
+      p.reductions = {{ReduceKind::max, 2, BF}, {ReduceKind::sum, 1, F}};  // of nodes 2 and 1
       p.nodes = {{EwOp::silu, {g}, BF},      // 0
                  {EwOp::mul, {0, u}, BF},    // 1
                  {EwOp::abs, {1}, BF},       // 2
                  {EwOp::div, {1, m}, BF}};   // 3: reads the maximum
-      p.outputs = {{0, BF, false}, {1, BF, false}, {m, BF, true}};
+      p.outputs = {{0, BF, false}, {1, BF, false}, {m, BF, true}, {sm, F, true}};
       if (last_pass) p.outputs.push_back({3, BF, false});
       p.column_sums = {{1}};
       const KernelCode k = Unwrap(EmitRowFused(p));
@@ -2406,8 +2407,11 @@ TEST(EmuRowFused, OutputsStoredInTheReductionPass) {
                     std::string::npos,
                 !last_pass)
           << k.name;
-      const std::string outs = last_pass ? "(bf16*)a[0], (bf16*)a[1], (bf16*)a[2], (bf16*)a[6], (float*)a[3]"
-                                         : "(bf16*)a[0], (bf16*)a[1], (bf16*)a[2], (float*)a[3]";
+      // The form each n takes.
+      EXPECT_EQ(k.source.find(kResidentMarker) != std::string::npos, n == 2048) << k.name;
+      EXPECT_EQ(k.source.find("static constexpr int kVec = 1;") != std::string::npos, n == 37) << k.name;
+      const std::string outs = last_pass ? "(bf16*)a[0], (bf16*)a[1], (bf16*)a[2], (float*)a[7], (bf16*)a[6], (float*)a[3]"
+                                         : "(bf16*)a[0], (bf16*)a[1], (bf16*)a[2], (float*)a[7], (float*)a[3]";
       const std::string stub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, void** a, long long rows) {
   emu::Launch(g, b, smem, [&] { KERNEL()" + outs + R"(, (const bf16*)a[4], (const bf16*)a[5], rows); });
@@ -2415,41 +2419,65 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, void** a, long long row
       using Fn = void (*)(Dim3, Dim3, unsigned, void **, long long);
       auto fn = reinterpret_cast<Fn>(BuildEmu(k, stub));
       ASSERT_NE(fn, nullptr) << k.name;
-      const int64_t rows = 13, nan_row = 4;
+      const int64_t rows = 13, nan_row = 4, nan_col = n / 3;
       std::vector<float> gf = Randn(rows * n, 81, 2.f), uf = Randn(rows * n, 82, 2.f);
-      gf[nan_row * n + n / 3] = NAN;
+      gf[nan_row * n + nan_col] = NAN;
       std::vector<uint16_t> gb = ToBf16Vec(gf), ub = ToBf16Vec(uf);
       std::vector<uint16_t> y0(rows * n, 0), y1(rows * n, 0), mx(rows, 0), y3(rows * n, 0);
+      std::vector<float> rsum(rows, -1.f);
       LaunchDims d = Unwrap(RowFusedLaunch(p, rows));
       d.grid[0] = 3;
       std::vector<float> partials(int64_t{d.grid[0]} * n, -1.f);
-      std::vector<void *> a = {y0.data(), y1.data(), mx.data(), partials.data(), gb.data(), ub.data(), y3.data()};
+      std::vector<void *> a = {y0.data(), y1.data(), mx.data(), partials.data(), gb.data(), ub.data(), y3.data(),
+                               rsum.data()};
       fn(G(d), B(d), d.smem, a.data(), rows);
+      std::vector<double> colsum(n, 0.0);
       for (int64_t r = 0; r < rows; ++r) {
         float want_max = -INFINITY;
-        bool nan = false;
+        double want_sum = 0, mag = 0;
+        std::vector<float> s1s(n);
         for (int64_t j = 0; j < n; ++j) {
           const float gv = FromBf16(gb[r * n + j]), uv = FromBf16(ub[r * n + j]);
           const float s0 = FromBf16(ToBf16(gv / (1.0f + std::exp(-gv))));
           const float s1 = FromBf16(ToBf16(s0 * uv));
-          if (std::isnan(s1)) { nan = true; continue; }
+          s1s[j] = s1;
+          colsum[j] += s1;
+          if (r == nan_row && j == nan_col) continue;
           ASSERT_EQ(y0[r * n + j], ToBf16(s0)) << n << " [" << r << ", " << j << "]";
           ASSERT_EQ(y1[r * n + j], ToBf16(s1)) << n << " [" << r << ", " << j << "]";
           want_max = std::max(want_max, std::fabs(s1));
+          want_sum += s1;
+          mag += std::fabs(s1);
         }
-        EXPECT_EQ(nan, r == nan_row);
-        if (nan) EXPECT_TRUE(std::isnan(FromBf16(mx[r]))) << r;
-        else EXPECT_EQ(mx[r], ToBf16(want_max)) << n << " row " << r;
+        if (r == nan_row) {
+          EXPECT_TRUE(std::isnan(FromBf16(mx[r])) && std::isnan(rsum[r])) << n;
+          continue;
+        }
+        EXPECT_EQ(mx[r], ToBf16(want_max)) << n << " row " << r;
+        EXPECT_LE(RelErr(rsum[r], want_sum, mag), 1e-5) << n << " row " << r;
+        if (last_pass)
+          for (int64_t j = 0; j < n; ++j)
+            ASSERT_EQ(y3[r * n + j], ToBf16(s1s[j] / FromBf16(mx[r]))) << n << " [" << r << ", " << j << "]";
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        double got = 0;
+        for (unsigned blk = 0; blk < d.grid[0]; ++blk) got += partials[blk * n + j];
+        if (j == nan_col) EXPECT_TRUE(std::isnan(got)) << n;
+        else ASSERT_LE(std::fabs(got - colsum[j]), 1e-5 * (1 + std::fabs(colsum[j]))) << n << " column " << j;
       }
       y0s.push_back(y0);
       y1s.push_back(y1);
       maxes.push_back(mx);
-      sums.push_back(partials);
+      sums.push_back(rsum);
+      partial_sets.push_back(partials);
     }
     EXPECT_EQ(y0s[0], y0s[1]) << n;
     EXPECT_EQ(y1s[0], y1s[1]) << n;
     EXPECT_EQ(maxes[0], maxes[1]) << n;
     EXPECT_EQ(0, std::memcmp(sums[0].data(), sums[1].data(), sums[0].size() * sizeof(float))) << n;
+    EXPECT_EQ(0, std::memcmp(partial_sets[0].data(), partial_sets[1].data(),
+                             partial_sets[0].size() * sizeof(float)))
+        << n;
   }
 }
 

@@ -845,8 +845,8 @@ struct RowFusedProgram {
 /// outputs, and thread 0 stores the per-row ones. When no per-element
 /// output or column sum reads a reduction (a value stored with its row
 /// maximum: the fp8 policy's amax in the value's producer), the last
-/// reduction pass stores them and there is no last pass, so the row is read
-/// once; the results are the same bits. 16-byte vectors when n is
+/// reduction pass stores them and there is no last pass (one read of the row
+/// fewer); the results are the same bits. 16-byte vectors when n is
 /// a multiple of the vector width and every dense/column pointer is 16-byte
 /// aligned (checked at run time), else scalar. When the row's inputs fit in
 /// registers (at most 192 bytes per thread of up to 256 threads), every
