@@ -29,9 +29,12 @@ Fallbacks, each announced once with `warnings.warn`:
   * no libllmc.so with the C API: every subgraph runs in PyTorch;
   * compiling a subgraph fails (e.g. an op the CUDA codegen does not lower):
     that subgraph runs in PyTorch, the message names the op and shapes;
+  * a call of a bucketed subgraph whose sizes break the relations its plan
+    needs (linked symbols, such as a padding mask's length and the keys'):
+    that call runs in PyTorch;
   * no GPU, or CPU inputs: the subgraph is still imported and compiled (NVRTC
     needs no GPU), then runs in PyTorch.
-With `strict=True` (or LLMC_STRICT=1) the first two raise `FallbackRefused`
+With `strict=True` (or LLMC_STRICT=1) the first three raise `FallbackRefused`
 instead (from the backend call when importing fails, so Dynamo's
 `suppress_errors` decides; from the compiled call otherwise); CPU inputs
 still run in PyTorch.
@@ -854,6 +857,17 @@ class LlmcSubgraph(torch.nn.Module):
         return plan
 
     # -- execution --------------------------------------------------------------
+    def _unbucketed_call(self, args):
+        """A call whose sizes break what the bucketing plan needs (_pad gave
+        None): runs in PyTorch, announced once; strict raises."""
+        why = ("a call's sizes break the relations its bucketing plan needs (linked "
+               "symbols, or a size the plan's extra inputs read), so it runs in PyTorch")
+        if self.options.strict:
+            raise FallbackRefused(f"llmc (strict): subgraph {self.name} of {self.report.graph}: {why}")
+        warn_once(f"unbucketed:{self.report.graph}:{self.name}",
+                  f"llmc: subgraph {self.name} of {self.report.graph}: {why}")
+        return self._eager(args)
+
     def _eager(self, args):
         self.report.eager_runs += 1
         return self.eager(*args)
@@ -879,7 +893,7 @@ class LlmcSubgraph(torch.nn.Module):
         if self.plan:
             run_args, sizes = self._pad(args)
             if run_args is None:
-                return self._eager(args)
+                return self._unbucketed_call(args)
         else:
             run_args, sizes = args, _NO_SIZES
         # Fast path: the compiled shape of the previous call, when this call's

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 import llmc.backend
 from conftest import MODELS, capi_or_skip, tiny_llama
 from llmc import bucketing, importer, partition
-from llmc.backend import LlmcSubgraph, Options
+from llmc.backend import FallbackRefused, LlmcSubgraph, Options
 from test_importer import trace
 from test_importer_numerics import (RefRunError, _capture_backend, _need_llmc_run, compare,
                                     logical_result, run_ref)
@@ -154,6 +154,16 @@ def test_padding_mask_gathered_at_key_positions_is_linked_and_exact():
             "padding mask gathered at key positions, padded 11 -> 16")
     short = [a[:, :10] if isinstance(a, torch.Tensor) and a.dim() == 2 else a for a in rec.args]
     assert sub._pad(short)[0] is None  # mask length 10 vs key length 11: the link fails
+    # Such a call runs in PyTorch with a warning (once), and strict refuses it.
+    with pytest.warns(RuntimeWarning, match="break the relations its bucketing plan needs"):
+        with pytest.raises(IndexError):  # PyTorch itself: the mask of 10 read at 11 key positions
+            sub(*short)
+    assert sub.report.eager_runs == 1
+    strict = LlmcSubgraph(rec.eager, "f", Options.from_dict({"dynamic_buckets": "pow2", "strict": True}),
+                          partition.Report(graph="t"))
+    with pytest.raises(FallbackRefused, match="bucketing plan"):
+        strict(*short)
+    assert strict.report.eager_runs == 0
 
 
 def _capture_dims(fn, args, dims):
