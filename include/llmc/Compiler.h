@@ -99,7 +99,8 @@ struct CompilerOptions {
 class Compiler {
 public:
   /// Reads the tuning knobs' environment variables (LLMC_ATTENTION_BACKEND,
-  /// LLMC_ATTN_CONFIG, LLMC_EW_UNROLL, LLMC_GEMV_UNROLL; llmc::SetTuningKnobs)
+  /// LLMC_ATTN_CONFIG, LLMC_EW_UNROLL, LLMC_GEMV_UNROLL,
+  /// LLMC_FLASH_DECODE_COMBINE; llmc::SetTuningKnobs)
   /// once, here: later changes to them do not affect this Compiler. Errors:
   /// InvalidArgument for a malformed `arch`, an unknown `precision` or a bad
   /// value of one of those variables (named).
