@@ -356,15 +356,19 @@ void RandomTables(int64_t n, uint32_t seed, std::vector<float> *cos, std::vector
   }
 }
 
-TEST(Emu, RoPETableMatchesFloat64Reference) {
-  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
-  const char *stub = R"(
+// The emulator entry of a plain table RoPE kernel and its type.
+constexpr const char *kRoPETableStub = R"(
 extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, const TabT* c,
                           const TabT* s, long long B, long long S, long long tbs) {
   emu::Launch(g, b, smem, [&] { KERNEL(out, x, c, s, B, S, tbs); });
 })";
-  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, long long,
-                      long long, long long);
+using RoPETableFn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, long long,
+                             long long, long long);
+
+TEST(Emu, RoPETableMatchesFloat64Reference) {
+  if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
+  const char *stub = kRoPETableStub;
+  using Fn = RoPETableFn;
   const std::pair<ScalarType, ScalarType> types[] = {
       {ScalarType::f32, ScalarType::f32}, {ScalarType::bf16, ScalarType::f32}, {ScalarType::bf16, ScalarType::bf16}};
   const int64_t Bt = 2, S = 7, H = 5;
@@ -427,13 +431,8 @@ extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, con
 // tables. The interleaved form has no vector path.
 TEST(Emu, RoPETableVectorPathMatchesScalarBits) {
   if (!HaveCompiler()) GTEST_SKIP() << "no host C++ compiler for the emulator";
-  const char *stub = R"(
-extern "C" void emu_entry(dim3 g, dim3 b, unsigned smem, T* out, const T* x, const TabT* c,
-                          const TabT* s, long long B, long long S, long long tbs) {
-  emu::Launch(g, b, smem, [&] { KERNEL(out, x, c, s, B, S, tbs); });
-})";
-  using Fn = void (*)(Dim3, Dim3, unsigned, void *, const void *, const void *, const void *, long long,
-                      long long, long long);
+  const char *stub = kRoPETableStub;
+  using Fn = RoPETableFn;
   EXPECT_EQ(Unwrap(EmitRoPETable(RoPETable(ScalarType::bf16, ScalarType::bf16, 5, 128, true))).source.find(
                 "Vector path"),
             std::string::npos);
