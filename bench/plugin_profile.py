@@ -26,6 +26,7 @@ sys.path.insert(0, HERE)
 
 
 def main():
+    os.environ.setdefault("LLMC_STRICT", "1")  # a fallback to PyTorch raises: no eager time labelled llmc
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="llmc")
     ap.add_argument("--model", default="llama")
@@ -45,8 +46,6 @@ def main():
     for kv in filter(None, args.options.split(",")):
         k, v = kv.split("=", 1)
         opts[k] = {"true": True, "false": False}.get(v.lower(), v)
-    if args.backend == "llmc":  # a fallback to PyTorch raises (LLMC_STRICT=0 allows it)
-        opts.setdefault("strict", os.environ.get("LLMC_STRICT", "1") not in ("", "0"))
     if args.backend == "eager":
         run = model
     else:

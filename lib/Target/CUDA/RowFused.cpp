@@ -11,14 +11,13 @@
 // reduction (a value stored together with its row maximum, as the fp8
 // policy's amax joins the value's producer), they are stored by the last
 // reduction pass and there is no last pass: one read of the row fewer (the
-// only one, with one reduction level). The node
-// math is the elementwise kernel's (EwNodeStatement): reductions are the
-// variables x<inputs + q>.
+// only one, with one reduction level). The node math is the elementwise
+// kernel's (EwNodeStatement): reductions are the variables x<inputs + q>.
 //
 // Column sums (a norm's weight gradient, summed over the rows) are
 // accumulated in the pass that stores the per-element outputs (the last
-// pass, or the last reduction pass as above): each thread adds its columns' values of
-// every row its block takes to fp32 registers cs<c>[], and after the rows
+// pass, or the last reduction pass as above): each thread adds its columns'
+// values of every row its block takes to fp32 registers cs<c>[], and after the rows
 // the block writes them as one row of partials; a column reduction of the
 // partials over the blocks (EmitColumnReduce) finishes the sums in a fixed
 // order. The loops of that pass have fixed, unrolled trip counts so that
@@ -325,7 +324,7 @@ public:
     PerRowNodes(s, 0);
     // The per-element outputs and column sums: stored by the last pass over
     // the row; by the last reduction pass when none of them reads a
-    // reduction (a value stored together with its amax: one read of the row).
+    // reduction (a value stored together with its amax: one read fewer).
     std::vector<int> dense_outs, out_roots;
     for (int i = 0; i < nout; ++i)
       if (!p_.outputs[i].per_row) {
